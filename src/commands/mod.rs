@@ -1,0 +1,89 @@
+//! One module per verb. Each returns the process exit code; `main` only maps it.
+//!
+//! Exit codes (SPEC §5 for `apply`; the others use the same meanings): 0 success, 1 the command
+//! ran but found failures, 2 bad invocation or invalid manifest, 3 stalled, 4 runner itself
+//! failed, 130/143 cancelled by SIGINT/SIGTERM.
+
+pub mod plan;
+pub mod schema;
+pub mod validate;
+
+use crate::cli::{Cli, ColorChoice, Command};
+use crate::manifest::{LoadError, LoadedManifest};
+use std::io::IsTerminal;
+use std::path::Path;
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILURES: i32 = 1;
+pub const EXIT_INVALID: i32 = 2;
+pub const EXIT_STALLED: i32 = 3;
+pub const EXIT_INTERNAL: i32 = 4;
+
+/// The closed vocabulary of `RUNNER_ROLE`, set for every process runner spawns.
+pub const ROLES: &[&str] = &["worker", "gate"];
+
+/// How to write to the terminal.
+#[derive(Clone, Copy, Debug)]
+pub struct Ui {
+    /// Colour on stderr.
+    pub color: bool,
+}
+
+impl Ui {
+    pub fn new(choice: ColorChoice) -> Self {
+        let color = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                    && std::env::var("TERM").map_or(true, |t| t != "dumb")
+                    && std::io::stderr().is_terminal()
+            }
+        };
+        Ui { color }
+    }
+
+    /// Print an error line on stderr.
+    pub fn error(&self, msg: impl std::fmt::Display) {
+        if self.color {
+            eprintln!("\x1b[1;31merror\x1b[0m: {msg}");
+        } else {
+            eprintln!("error: {msg}");
+        }
+    }
+}
+
+/// Run the parsed command line; returns the exit code.
+pub fn run(cli: Cli) -> i32 {
+    let ui = Ui::new(cli.color);
+    if let Ok(role) = std::env::var("RUNNER_ROLE")
+        && !ROLES.contains(&role.as_str())
+    {
+        ui.error(format_args!(
+            "`RUNNER_ROLE` is `{role}`, which is not one of: {}; refusing to guess the ceiling a nested run inherits",
+            ROLES.join(", ")
+        ));
+        return EXIT_INVALID;
+    }
+    match cli.command {
+        Command::Validate { manifest } => validate::run(&ui, &manifest),
+        Command::Plan(args) => plan::run(&ui, &args),
+        Command::Schema => schema::run_schema(),
+        Command::Completions { shell } => schema::run_completions(shell),
+    }
+}
+
+/// Load a manifest, printing its problems on failure. `Err` carries the exit code.
+pub fn load(ui: &Ui, path: &Path) -> Result<LoadedManifest, i32> {
+    match crate::manifest::load_file(path) {
+        Ok(m) => Ok(m),
+        Err(LoadError::Invalid(e)) => {
+            eprint!("{}", e.render(ui.color));
+            Err(EXIT_INVALID)
+        }
+        Err(e @ LoadError::Read { .. }) => {
+            ui.error(e);
+            Err(EXIT_INVALID)
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! `runner plan M`: what `apply` would do, with no side effects.
+
+use super::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK, Ui, load};
+use crate::cli::PlanArgs;
+use crate::plan::{ItemState, Plan, PlanError, PlanOptions, RepoStatus};
+
+pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
+    // With --detailed-exitcode, 2 means "work pending", so errors must be 1 (as Terraform).
+    let error_code = if args.detailed_exitcode {
+        EXIT_FAILURES
+    } else {
+        EXIT_INVALID
+    };
+    let loaded = match load(ui, &args.manifest) {
+        Ok(l) => l,
+        Err(_) => return error_code,
+    };
+    let opts = PlanOptions {
+        only: args.filter.only.clone(),
+        items: args.filter.items.clone(),
+    };
+    let plan = match crate::plan::plan(&loaded, &opts) {
+        Ok(p) => p,
+        Err(PlanError::Invalid(e)) => {
+            eprint!("{}", e.render(ui.color));
+            return error_code;
+        }
+        Err(e) => {
+            ui.error(e);
+            return error_code;
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&plan) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                ui.error(format_args!("cannot encode the plan: {e}"));
+                return error_code;
+            }
+        }
+    } else {
+        print!("{}", render_table(&plan, &loaded.display_path));
+    }
+    let pending = plan.counts.get(&ItemState::Pending).copied().unwrap_or(0);
+    if args.detailed_exitcode && pending > 0 {
+        return 2;
+    }
+    EXIT_OK
+}
+
+/// The human plan: a header, the repositories that need attention, then one row per item.
+pub fn render_table(plan: &Plan, display_path: &str) -> String {
+    let mut out = String::new();
+    let count = |s: ItemState| plan.counts.get(&s).copied().unwrap_or(0);
+    out.push_str(&format!(
+        "plan `{}` ({}), up to {} worker{} at once\n",
+        plan.manifest.name,
+        display_path,
+        plan.capacity.workers,
+        if plan.capacity.workers == 1 { "" } else { "s" }
+    ));
+    let missing = plan
+        .repositories
+        .iter()
+        .filter(|r| r.status == RepoStatus::NotFound)
+        .count();
+    let to_clone = plan
+        .repositories
+        .iter()
+        .filter(|r| r.status == RepoStatus::ToClone)
+        .count();
+    let mut repo_line = format!("{} repositories", plan.repositories.len());
+    if missing > 0 {
+        repo_line.push_str(&format!(", {missing} not found"));
+    }
+    if to_clone > 0 {
+        repo_line.push_str(&format!(", {to_clone} to clone"));
+    }
+    out.push_str(&format!(
+        "{repo_line}; {} items: {} pending, {} done, {} held, {} skipped\n",
+        plan.items.len(),
+        count(ItemState::Pending),
+        count(ItemState::Done),
+        count(ItemState::Held),
+        count(ItemState::Skipped),
+    ));
+    for r in &plan.repositories {
+        if r.status != RepoStatus::Found
+            && let Some(note) = &r.note
+        {
+            out.push_str(&format!("  repository `{}`: {note}\n", r.name));
+        }
+    }
+    if plan.items.is_empty() {
+        out.push_str("no items found\n");
+        return out;
+    }
+    out.push('\n');
+    let rows: Vec<[String; 6]> = plan
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| {
+            [
+                (i + 1).to_string(),
+                it.repo.clone(),
+                it.id.clone(),
+                it.state.as_str().to_string(),
+                it.reason.map_or(String::new(), |r| r.as_str().to_string()),
+                it.detail
+                    .clone()
+                    .unwrap_or_else(|| match (&it.branch, it.continues) {
+                        (Some(b), Some(true)) => format!("continues `{b}`"),
+                        (Some(b), _) => format!("new branch `{b}`"),
+                        _ => String::new(),
+                    }),
+            ]
+        })
+        .collect();
+    let header = ["#", "REPO", "ITEM", "STATE", "REASON", "DETAIL"];
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{:<w$}  ", c, w = widths[i]));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    out.push_str(&line(&header.map(String::from)));
+    for r in &rows {
+        out.push_str(&line(r));
+    }
+    out
+}

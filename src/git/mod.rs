@@ -1,0 +1,219 @@
+//! Thin wrappers over the git command line.
+//!
+//! Every call runs `git -C <dir>` with a fixed locale, no prompts, stdin closed, and
+//! `GIT_OPTIONAL_LOCKS=0` so that read-only questions (status, rev-parse) never write to the
+//! repository: `runner plan` promises to write nothing. Variables that would redirect git to
+//! another repository (`GIT_DIR`, `GIT_WORK_TREE`, …) are removed, so a runner started from a git
+//! hook still looks at the repository it was asked about.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot run `git`: {0}")]
+    Spawn(#[from] std::io::Error),
+    #[error("`git {args}` failed in `{dir}`: {stderr}")]
+    Failed {
+        args: String,
+        dir: String,
+        stderr: String,
+    },
+}
+
+const REDIRECTING_VARS: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+];
+
+/// A `git -C dir` command with runner's fixed settings.
+pub fn command(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.arg("-C").arg(dir);
+    for v in REDIRECTING_VARS {
+        c.env_remove(v);
+    }
+    c.env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null());
+    c
+}
+
+fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
+    Ok(command(dir).args(args).output()?)
+}
+
+fn checked(dir: &Path, args: &[&str]) -> Result<String, GitError> {
+    let out = run(dir, args)?;
+    if !out.status.success() {
+        return Err(GitError::Failed {
+            args: args.join(" "),
+            dir: dir.display().to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// What one `git rev-parse` tells about a checkout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Root of the working tree.
+    pub toplevel: PathBuf,
+    /// The common git dir, shared by all worktrees of one clone (where leases live).
+    pub common_dir: PathBuf,
+    /// The commit HEAD points at; `None` in a repository without commits.
+    pub head: Option<String>,
+    /// The branch HEAD is on; `None` when detached.
+    pub branch: Option<String>,
+}
+
+/// Ask git about the checkout at `dir` in one call (two for a repository without commits).
+pub fn probe(dir: &Path) -> Result<Probe, GitError> {
+    let args = [
+        "rev-parse",
+        "--path-format=absolute",
+        "--show-toplevel",
+        "--git-common-dir",
+        "HEAD",
+        "--symbolic-full-name",
+        "HEAD",
+    ];
+    let out = run(dir, &args)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    if out.status.success() && lines.len() >= 4 {
+        return Ok(Probe {
+            toplevel: PathBuf::from(lines[0]),
+            common_dir: PathBuf::from(lines[1]),
+            head: Some(lines[2].to_string()),
+            branch: lines[3].strip_prefix("refs/heads/").map(str::to_string),
+        });
+    }
+    // No commit yet: HEAD does not resolve, but the checkout is real.
+    let text = checked(
+        dir,
+        &[
+            "rev-parse",
+            "--path-format=absolute",
+            "--show-toplevel",
+            "--git-common-dir",
+        ],
+    )?;
+    let lines: Vec<&str> = text.lines().collect();
+    let branch = checked(dir, &["symbolic-ref", "-q", "HEAD"])
+        .ok()
+        .and_then(|b| b.trim().strip_prefix("refs/heads/").map(str::to_string));
+    match lines.as_slice() {
+        [top, common, ..] => Ok(Probe {
+            toplevel: PathBuf::from(top),
+            common_dir: PathBuf::from(common),
+            head: None,
+            branch,
+        }),
+        _ => Err(GitError::Failed {
+            args: "rev-parse".into(),
+            dir: dir.display().to_string(),
+            stderr: "unexpected output".into(),
+        }),
+    }
+}
+
+/// Names of the local branches.
+pub fn local_branches(dir: &Path) -> Result<BTreeSet<String>, GitError> {
+    let text = checked(
+        dir,
+        &[
+            "for-each-ref",
+            "--format=%(refname:lstrip=2)",
+            "refs/heads/",
+        ],
+    )?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+/// Whether `marker` is contained in `branch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ancestry {
+    Contained,
+    Missing,
+    /// The marker names no commit here; treated as missing (fail closed).
+    Unresolvable,
+}
+
+/// `git merge-base --is-ancestor marker branch`, with an unknown marker told apart.
+pub fn ancestry(dir: &Path, marker: &str, branch: &str) -> Result<Ancestry, GitError> {
+    let commit = format!("{marker}^{{commit}}");
+    let resolved = run(dir, &["rev-parse", "--verify", "-q", &commit])?;
+    if !resolved.status.success() {
+        return Ok(Ancestry::Unresolvable);
+    }
+    let sha = String::from_utf8_lossy(&resolved.stdout).trim().to_string();
+    let branch_ref = format!("refs/heads/{branch}");
+    let out = run(dir, &["merge-base", "--is-ancestor", &sha, &branch_ref])?;
+    match out.status.code() {
+        Some(0) => Ok(Ancestry::Contained),
+        Some(1) => Ok(Ancestry::Missing),
+        _ => Err(GitError::Failed {
+            args: format!("merge-base --is-ancestor {marker} {branch}"),
+            dir: dir.display().to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }),
+    }
+}
+
+/// Whether the working tree has uncommitted changes (tracked or untracked).
+pub fn is_dirty(dir: &Path) -> Result<bool, GitError> {
+    let text = checked(dir, &["status", "--porcelain", "--untracked-files=normal"])?;
+    Ok(!text.trim().is_empty())
+}
+
+/// Is `name` acceptable as a branch name? Mirrors the rules of `git check-ref-format --branch`
+/// without spawning git for each item.
+pub fn valid_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('-')
+        && !name.starts_with('/')
+        && !name.ends_with('/')
+        && !name.ends_with('.')
+        && !name.ends_with(".lock")
+        && !name.contains("..")
+        && !name.contains("//")
+        && !name.contains("@{")
+        && name != "@"
+        && !name
+            .chars()
+            .any(|c| c.is_control() || " ~^:?*[\\".contains(c))
+        && name
+            .split('/')
+            .all(|seg| !seg.starts_with('.') && !seg.ends_with(".lock"))
+}
+
+/// Whether `path` holds a `.git` entry (a checkout or a linked worktree), without spawning git.
+pub fn looks_like_checkout(path: &Path) -> bool {
+    path.join(".git").exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branch_names() {
+        assert!(valid_branch_name("runner/fix-login"));
+        assert!(valid_branch_name("feature/a.b_c-1"));
+        for bad in [
+            "", "-x", "a..b", "a b", "a~1", "x.lock", "a/", "/a", "a//b", "a/.b", "@", "a@{b",
+        ] {
+            assert!(!valid_branch_name(bad), "{bad}");
+        }
+    }
+}

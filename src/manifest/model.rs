@@ -1,0 +1,511 @@
+//! The typed manifest (version 1), as validated by the loader.
+//!
+//! These types are the single description of the format: `schemas/manifest.schema.json` is
+//! generated from them, and the loader accepts exactly their keys (a test holds the two
+//! together). Optional keys stay `Option` so that the manifest can be echoed faithfully; the
+//! defaults of SPEC §1 live in the accessor methods, in one place.
+
+use super::yaml::Span;
+use schemars::JsonSchema;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(3600);
+pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+pub const DEFAULT_ATTEMPTS: u32 = 1;
+pub const DEFAULT_THRESHOLD: u32 = 2;
+pub const DEFAULT_STALL_AFTER: u32 = 3;
+pub const DEFAULT_REPORTS_DIR: &str = "runner-reports";
+pub const DEFAULT_WORKSPACE: &str = ".runner/workspace";
+pub const DEFAULT_PROVIDER_EXIT_CODES: &[i32] = &[75];
+pub const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR"];
+
+/// A runner job manifest.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(title = "runner manifest", deny_unknown_fields)]
+pub struct Manifest {
+    /// Format version; must be 1.
+    #[schemars(range(min = 1, max = 1))]
+    pub version: u32,
+    /// Label shown in reports; also scopes the state ledger.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Capacity>,
+    /// Repositories to work on: by `path`, by `url` (cloned into the workspace) or by `glob`.
+    pub repositories: Vec<RepositorySpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<Models>,
+    pub worker: Worker,
+    /// Run in order after each worker pass; the first failing required gate decides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<Gate>,
+    /// Explicit work items.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<ItemSpec>,
+    /// Items discovered in every repository by a file glob.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discover: Vec<DiscoverSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvPolicy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall: Option<Stall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reports: Option<Reports>,
+    /// Where `url:` repositories are cloned and work-branch worktrees live
+    /// (default `.runner/workspace`, relative to the manifest's folder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Capacity {
+    /// Upper bound on concurrent items (default: the number of CPUs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub workers: Option<u32>,
+    /// Command printing an integer of free provider slots; the effective bound is
+    /// clamp(probe, 1, workers), re-read whenever a slot fills.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<CommandSpec>,
+}
+
+/// A command: a list is an argv run directly; a string runs under `sh -c`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum CommandSpec {
+    Shell(String),
+    Argv(Vec<String>),
+}
+
+impl CommandSpec {
+    /// Every template string in the command.
+    pub fn parts(&self) -> Vec<&str> {
+        match self {
+            CommandSpec::Shell(s) => vec![s.as_str()],
+            CommandSpec::Argv(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// A repository entry. Exactly one of `path`, `url`, `glob`.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RepositorySpec {
+    /// Unique name; defaults to the folder name (not allowed with `glob`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A local checkout, relative to the manifest's folder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A remote (or bundle, or bare repository) cloned once into the workspace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Every git checkout matching becomes a repository named after its folder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// Base branch for new work branches (default: the branch HEAD is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// Commits or refs that every continued work branch must contain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub critical_base: Vec<String>,
+    /// Narrows the top-level worker for this repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerOverride>,
+    /// Replaces the top-level gates for this repository (timeouts may not exceed the top level's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gates: Option<Vec<Gate>>,
+    /// Narrows the model chain: only models of the top-level chain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<Models>,
+    /// Narrows the environment: only variables the top level passes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvPolicy>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub span: Span,
+}
+
+impl RepositorySpec {
+    pub fn source_kind(&self) -> SourceKind {
+        if self.url.is_some() {
+            SourceKind::Url
+        } else if self.glob.is_some() {
+            SourceKind::Glob
+        } else {
+            SourceKind::Path
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Path,
+    Url,
+    Glob,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Models {
+    #[schemars(length(min = 1))]
+    pub primary: String,
+    /// Tried in order after the primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
+    /// Consecutive provider-class failures on one item's chain before moving on (default 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub threshold: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_failure: Option<ProviderFailure>,
+}
+
+impl Models {
+    /// The chain in the order it is tried.
+    pub fn chain(&self) -> Vec<&str> {
+        std::iter::once(self.primary.as_str())
+            .chain(self.fallbacks.iter().map(String::as_str))
+            .collect()
+    }
+    pub fn threshold(&self) -> u32 {
+        self.threshold.unwrap_or(DEFAULT_THRESHOLD)
+    }
+}
+
+/// How a worker failure is recognised as the provider's fault.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ProviderFailure {
+    /// Exit codes that mean a provider failure (default [75], EX_TEMPFAIL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_codes: Option<Vec<i32>>,
+    /// Case-insensitive substrings matched against the worker's output tail.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patterns: Vec<String>,
+    /// No output for this long counts as a stalled stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub silence: Option<DurationSpec>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Worker {
+    /// The command; templates: `{model}`, `{repo}`, `{repo.path}`, `{item}`, `{item.<var>}`,
+    /// `{attempt}`, `{run}`.
+    pub run: CommandSpec,
+    /// Default 1h.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSpec>,
+    /// Time between SIGTERM and SIGKILL when ending the process group (default 10s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace: Option<DurationSpec>,
+    /// Extra environment (templates allowed in values).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Worker+gates passes per item before it halts (default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub attempts: Option<u32>,
+}
+
+impl Worker {
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(DEFAULT_WORKER_TIMEOUT, |d| d.0)
+    }
+    pub fn grace(&self) -> Duration {
+        self.grace.map_or(DEFAULT_GRACE, |d| d.0)
+    }
+    pub fn attempts(&self) -> u32 {
+        self.attempts.unwrap_or(DEFAULT_ATTEMPTS)
+    }
+}
+
+/// A repository's narrowing of the worker; omitted keys inherit the top level.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct WorkerOverride {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<CommandSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace: Option<DurationSpec>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub attempts: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Gate {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    pub run: CommandSpec,
+    /// Default 30m.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace: Option<DurationSpec>,
+    /// Run only when the item's changed files match one of these globs; else skipped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// A gate with `required: false` is reported but never decides (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
+}
+
+impl Gate {
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(DEFAULT_GATE_TIMEOUT, |d| d.0)
+    }
+    pub fn grace(&self) -> Duration {
+        self.grace.map_or(DEFAULT_GRACE, |d| d.0)
+    }
+    pub fn required(&self) -> bool {
+        self.required.unwrap_or(true)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ItemSpec {
+    /// Name of a declared repository.
+    pub repo: String,
+    /// Unique within its repository; `[A-Za-z0-9._/-]`.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._/-]+$"))]
+    pub id: String,
+    /// Work branch (a template): created from `base`, or continued if it exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Values for `{item.<var>}` placeholders.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct DiscoverSpec {
+    /// File glob matched inside each repository, relative to its root.
+    pub glob: String,
+    /// Item id template over `{match.path}`, `{match.dir}`, `{match.name}`, `{match.stem}`,
+    /// `{match.parent}`.
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct EnvPolicy {
+    /// The only variables of runner's own environment that reach workers and gates
+    /// (default PATH, HOME, LANG, TERM, TMPDIR).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass: Option<Vec<String>>,
+    /// Passed through, and redacted from every log and report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+}
+
+impl EnvPolicy {
+    pub fn pass(&self) -> Vec<String> {
+        match &self.pass {
+            Some(p) => p.clone(),
+            None => DEFAULT_ENV_PASS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Stall {
+    /// Consecutive halted items with no gate passing anywhere before the run ends `stalled`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub after: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Reports {
+    /// Relative to the manifest's folder (default `runner-reports`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// Default: all four.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formats: Option<Vec<ReportFormat>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportFormat {
+    Json,
+    Markdown,
+    Junit,
+    Html,
+}
+
+impl ReportFormat {
+    pub const ALL: [ReportFormat; 4] = [
+        ReportFormat::Json,
+        ReportFormat::Markdown,
+        ReportFormat::Junit,
+        ReportFormat::Html,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            ReportFormat::Json => "json",
+            ReportFormat::Markdown => "markdown",
+            ReportFormat::Junit => "junit",
+            ReportFormat::Html => "html",
+        }
+    }
+}
+
+/// A duration written with units: `500ms`, `30s`, `10m`, `2h`, or a sum such as `1h30m`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DurationSpec(pub Duration);
+
+impl Serialize for DurationSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+impl JsonSchema for DurationSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A duration with units: `500ms`, `30s`, `10m`, `2h`, or a sum such as `1h30m`.",
+            "pattern": "^([0-9]+(ms|s|m|h))+$"
+        })
+    }
+}
+
+/// Parse a duration with units. Errors are lowercase fragments for diagnostics.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("a duration needs a number and a unit, e.g. `30s`".into());
+    }
+    if t.starts_with('-') {
+        return Err(format!("`{t}` is negative; durations are never negative"));
+    }
+    let mut total: u128 = 0;
+    let bytes = t.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
+            i += 1;
+        }
+        if start == i {
+            return Err(format!(
+                "`{t}` is not a duration; write a number followed by `ms`, `s`, `m` or `h`"
+            ));
+        }
+        let n: u128 = t[start..i]
+            .parse()
+            .map_err(|_| format!("`{t}` is too large"))?;
+        let ustart = i;
+        while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let ms_per = match &t[ustart..i] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "" => {
+                return Err(format!(
+                    "`{t}` has no unit; write e.g. `{n}s` or `{n}m` (units: `ms`, `s`, `m`, `h`)"
+                ));
+            }
+            u => {
+                return Err(format!(
+                    "`{u}` in `{t}` is not a unit; use `ms`, `s`, `m` or `h`"
+                ));
+            }
+        };
+        total = total
+            .checked_add(n.checked_mul(ms_per).ok_or(format!("`{t}` is too large"))?)
+            .ok_or(format!("`{t}` is too large"))?;
+    }
+    // A year is far beyond any sensible timeout; larger values are typos.
+    if total > 366 * 24 * 3_600_000 {
+        return Err(format!("`{t}` is longer than a year"));
+    }
+    Ok(Duration::from_millis(total as u64))
+}
+
+/// The shortest exact spelling of a duration in the manifest's units.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut rest = ms;
+    if rest % 1000 != 0 {
+        return format!("{ms}ms");
+    }
+    rest /= 1000;
+    let h = rest / 3600;
+    let m = (rest % 3600) / 60;
+    let s = rest % 60;
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("30").unwrap_err().contains("no unit"));
+        assert!(parse_duration("-5s").unwrap_err().contains("negative"));
+        assert!(parse_duration("5d").unwrap_err().contains("not a unit"));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999999999999999h").is_err());
+        assert!(parse_duration("9000h").unwrap_err().contains("year"));
+    }
+
+    #[test]
+    fn durations_round_trip() {
+        for s in ["500ms", "30s", "10m", "2h", "1h30m", "1h1m1s", "1500ms"] {
+            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+        }
+    }
+}

@@ -1,0 +1,798 @@
+//! Planning: the manifest and the repositories on disk become a [`Plan`] — every item with its
+//! state, and a stable order.
+//!
+//! Planning is shared by `plan` and `apply`, so what `plan` prints is what `apply` does. It only
+//! reads: it spawns no worker or gate, takes no lock and writes nothing (git is asked with
+//! optional locks off). Repositories are examined in parallel; the result does not depend on
+//! which finishes first.
+
+pub mod repos;
+
+use crate::git::{self, Ancestry};
+use crate::manifest::load::{compile_glob, valid_item_id};
+use crate::manifest::template;
+use crate::manifest::{LoadedManifest, ManifestError, Problem, SourceKind};
+use globset::{GlobSet, GlobSetBuilder};
+use rayon::prelude::*;
+use repos::Located;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+pub const PLAN_SCHEMA: &str = "runner.plan/v1";
+
+/// What `plan` decided for one item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ItemState {
+    /// Will run.
+    Pending,
+    /// Completed by an earlier run; not run again unless asked.
+    Done,
+    /// Held back for a reason that may clear (see [`HoldReason`]).
+    Held,
+    /// Not run in this run (repository missing, or filtered out).
+    Skipped,
+}
+
+/// Why an item is not pending: exactly one reason per item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HoldReason {
+    RepoNotFound,
+    StaleBase,
+    RepoBusy,
+    DirtyTree,
+    Quarantined,
+    Paused,
+    Filtered,
+}
+
+impl HoldReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::RepoNotFound => "repo-not-found",
+            HoldReason::StaleBase => "stale-base",
+            HoldReason::RepoBusy => "repo-busy",
+            HoldReason::DirtyTree => "dirty-tree",
+            HoldReason::Quarantined => "quarantined",
+            HoldReason::Paused => "paused",
+            HoldReason::Filtered => "filtered",
+        }
+    }
+    /// The state an item with this reason is in.
+    pub fn state(self) -> ItemState {
+        match self {
+            HoldReason::RepoNotFound | HoldReason::Filtered => ItemState::Skipped,
+            _ => ItemState::Held,
+        }
+    }
+}
+
+impl ItemState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemState::Pending => "pending",
+            ItemState::Done => "done",
+            ItemState::Held => "held",
+            ItemState::Skipped => "skipped",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub schema: &'static str,
+    pub manifest: ManifestRef,
+    /// SHA-256 over the manifest, the repositories' heads and every item's state: two plans with
+    /// the same digest describe the same work.
+    pub digest: String,
+    pub capacity: CapacityPlan,
+    pub repositories: Vec<RepoPlan>,
+    /// In admission order.
+    pub items: Vec<ItemPlan>,
+    pub counts: BTreeMap<ItemState, usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ManifestRef {
+    pub name: String,
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CapacityPlan {
+    pub workers: u32,
+    pub probe: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RepoStatus {
+    /// A git checkout on disk.
+    Found,
+    /// Missing, or not a git checkout.
+    NotFound,
+    /// A `url` repository that `apply` will clone.
+    ToClone,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RepoPlan {
+    pub name: String,
+    /// Index of its `repositories` entry.
+    pub entry: usize,
+    pub source: SourceKind,
+    pub location: String,
+    pub path: PathBuf,
+    pub status: RepoStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// Base for new work branches: the manifest's `base`, else the branch HEAD is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub common_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dirty: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    Explicit,
+    Discovered,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ItemPlan {
+    pub repo: String,
+    pub id: String,
+    pub origin: Origin,
+    pub state: ItemState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<HoldReason>,
+    /// Human detail for the reason (missing markers, git errors).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Whether the work branch exists already (a continuation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continues: Option<bool>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    /// For discovered items, the matched file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched: Option<String>,
+}
+
+/// Narrowing given on the command line.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// Globs over repository names (`--only`).
+    pub only: Vec<String>,
+    /// Globs over item ids (`--items`).
+    pub items: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// Problems only visible against the disk (ids two matches share, bad branch names).
+    #[error("{0}")]
+    Invalid(ManifestError),
+    #[error("bad filter `{glob}`: {message}")]
+    Filter { glob: String, message: String },
+}
+
+fn globset(globs: &[String]) -> Result<Option<GlobSet>, PlanError> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        let glob = globset::GlobBuilder::new(g)
+            .literal_separator(false)
+            .build()
+            .map_err(|e| PlanError::Filter {
+                glob: g.clone(),
+                message: e.kind().to_string(),
+            })?;
+        b.add(glob);
+    }
+    b.build().map(Some).map_err(|e| PlanError::Filter {
+        glob: globs.join(","),
+        message: e.to_string(),
+    })
+}
+
+/// The effective worker bound: the manifest's (default: CPUs) lowered by `-j`, never raised.
+pub fn effective_workers(loaded: &LoadedManifest, cli: Option<u32>) -> u32 {
+    let manifest = loaded
+        .manifest
+        .capacity
+        .as_ref()
+        .and_then(|c| c.workers)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1)
+        });
+    match cli {
+        Some(j) => j.clamp(1, manifest),
+        None => manifest,
+    }
+}
+
+/// Build the plan. Reads the disk and asks git; changes nothing.
+pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    let only = globset(&opts.only)?;
+    let item_filter = globset(&opts.items)?;
+    let located = repos::locate(loaded);
+    let mut problems = Vec::new();
+
+    // Two sources naming one repository would let two runs share a checkout.
+    let mut by_name: HashMap<&str, &Located> = HashMap::new();
+    for l in &located {
+        if let Some(first) = by_name.insert(&l.name, l) {
+            let spec = &loaded.manifest.repositories[l.entry];
+            problems.push(
+                Problem::new(
+                    "duplicate",
+                    format!("repositories[{}]", l.entry),
+                    format!(
+                        "`{}` matches `{}`, but a repository named `{}` is already declared at `repositories[{}]`",
+                        l.location,
+                        l.path.display(),
+                        l.name,
+                        first.entry
+                    ),
+                )
+                .at(spec.span)
+                .help("repository names must be unique"),
+            );
+        }
+    }
+
+    let analysed: Vec<Analysed> = located
+        .par_iter()
+        .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref()))
+        .collect();
+
+    let mut repositories = Vec::with_capacity(analysed.len());
+    let mut per_repo: Vec<Vec<ItemPlan>> = Vec::with_capacity(analysed.len());
+    for a in analysed {
+        problems.extend(a.problems);
+        repositories.push(a.repo);
+        per_repo.push(a.items);
+    }
+
+    // Explicit items whose repository no source produced.
+    for (i, spec) in loaded.manifest.items.iter().enumerate() {
+        if !by_name.contains_key(spec.repo.as_str()) {
+            let reason_filtered = only
+                .as_ref()
+                .is_some_and(|g| !g.is_match(spec.repo.as_str()))
+                || item_filter
+                    .as_ref()
+                    .is_some_and(|g| !g.is_match(spec.id.as_str()));
+            let _ = i;
+            per_repo.push(vec![ItemPlan {
+                repo: spec.repo.clone(),
+                id: spec.id.clone(),
+                origin: Origin::Explicit,
+                state: ItemState::Skipped,
+                reason: Some(if reason_filtered {
+                    HoldReason::Filtered
+                } else {
+                    HoldReason::RepoNotFound
+                }),
+                detail: (!reason_filtered)
+                    .then(|| "no `glob` entry matched a checkout of this name".to_string()),
+                branch: None,
+                continues: None,
+                vars: spec.vars.clone(),
+                matched: None,
+            }]);
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(PlanError::Invalid(loaded.error(problems)));
+    }
+
+    // Round-robin over repositories: one run per repository at a time, so interleaving lets the
+    // pool fill from the first slot on.
+    let mut items = Vec::new();
+    let mut round = 0;
+    loop {
+        let mut any = false;
+        for list in &per_repo {
+            if let Some(it) = list.get(round) {
+                items.push(it.clone());
+                any = true;
+            }
+        }
+        if !any {
+            break;
+        }
+        round += 1;
+    }
+
+    let mut counts = BTreeMap::new();
+    for it in &items {
+        *counts.entry(it.state).or_insert(0) += 1;
+    }
+    let capacity = CapacityPlan {
+        workers: effective_workers(loaded, None),
+        probe: loaded
+            .manifest
+            .capacity
+            .as_ref()
+            .is_some_and(|c| c.probe.is_some()),
+    };
+    let digest = digest(&loaded.sha256, &repositories, &items);
+    Ok(Plan {
+        schema: PLAN_SCHEMA,
+        manifest: ManifestRef {
+            name: loaded.manifest.name.clone(),
+            path: loaded.path.clone(),
+            sha256: loaded.sha256.clone(),
+        },
+        digest,
+        capacity,
+        repositories,
+        items,
+        counts,
+    })
+}
+
+fn digest(manifest_sha: &str, repos: &[RepoPlan], items: &[ItemPlan]) -> String {
+    let mut h = Sha256::new();
+    h.update(manifest_sha.as_bytes());
+    for r in repos {
+        h.update(b"\0repo\0");
+        h.update(r.name.as_bytes());
+        h.update(b"\0");
+        h.update(r.head.as_deref().unwrap_or("-").as_bytes());
+    }
+    for i in items {
+        h.update(b"\0item\0");
+        h.update(i.repo.as_bytes());
+        h.update(b"\0");
+        h.update(i.id.as_bytes());
+        h.update(b"\0");
+        h.update(i.state.as_str().as_bytes());
+        h.update(b"\0");
+        h.update(i.reason.map_or("-", HoldReason::as_str).as_bytes());
+    }
+    crate::manifest::load::hex(&h.finalize())
+}
+
+struct Analysed {
+    repo: RepoPlan,
+    items: Vec<ItemPlan>,
+    problems: Vec<Problem>,
+}
+
+/// One repository: ask git, discover items, compute each item's state.
+fn analyse(
+    loaded: &LoadedManifest,
+    l: &Located,
+    only: Option<&GlobSet>,
+    item_filter: Option<&GlobSet>,
+) -> Analysed {
+    let m = &loaded.manifest;
+    let spec = &m.repositories[l.entry];
+    let mut problems = Vec::new();
+    let mut repo = RepoPlan {
+        name: l.name.clone(),
+        entry: l.entry,
+        source: l.source,
+        location: l.location.clone(),
+        path: l.path.clone(),
+        status: RepoStatus::NotFound,
+        head: None,
+        base: spec.base.clone(),
+        common_dir: None,
+        dirty: None,
+        note: None,
+    };
+    let probe = if l.path.is_dir() {
+        match git::probe(&l.path) {
+            Ok(p) if same_dir(&p.toplevel, &l.path) => Some(p),
+            Ok(p) => {
+                repo.note = Some(format!(
+                    "not the top of a git checkout (it lies inside `{}`)",
+                    p.toplevel.display()
+                ));
+                None
+            }
+            Err(e) => {
+                repo.note = Some(format!("not a git checkout: {e}"));
+                None
+            }
+        }
+    } else {
+        repo.note = Some(match l.source {
+            SourceKind::Url => format!("not cloned yet; `apply` clones it from `{}`", l.location),
+            _ => format!("`{}` does not exist", l.path.display()),
+        });
+        None
+    };
+    if let Some(p) = &probe {
+        repo.status = RepoStatus::Found;
+        repo.head = p.head.clone();
+        repo.common_dir = Some(p.common_dir.clone());
+        if repo.base.is_none() {
+            repo.base = p.branch.clone();
+        }
+    } else if l.source == SourceKind::Url {
+        repo.status = RepoStatus::ToClone;
+    }
+
+    // Items: explicit ones first, in manifest order, then discovered ones sorted by path.
+    let mut items: Vec<ItemPlan> = m
+        .items
+        .iter()
+        .filter(|it| it.repo == l.name)
+        .map(|it| {
+            let branch = it.branch.as_ref().map(|b| {
+                template::render(b, |name| match name {
+                    "repo" => Some(l.name.clone()),
+                    "item" => Some(it.id.clone()),
+                    other => other
+                        .strip_prefix("item.")
+                        .and_then(|v| it.vars.get(v).cloned()),
+                })
+            });
+            let branch = match branch {
+                Some(Ok(b)) if git::valid_branch_name(&b) => Some(b),
+                Some(Ok(b)) => {
+                    problems.push(
+                        Problem::new(
+                            "invalid-branch",
+                            "items",
+                            format!(
+                                "item `{}` would use branch `{b}`, which git does not accept",
+                                it.id
+                            ),
+                        )
+                        .at(it.span),
+                    );
+                    None
+                }
+                Some(Err(e)) => {
+                    problems.push(Problem::new("invalid-template", "items", e).at(it.span));
+                    None
+                }
+                None => None,
+            };
+            ItemPlan {
+                repo: l.name.clone(),
+                id: it.id.clone(),
+                origin: Origin::Explicit,
+                state: ItemState::Pending,
+                reason: None,
+                detail: None,
+                branch,
+                continues: None,
+                vars: it.vars.clone(),
+                matched: None,
+            }
+        })
+        .collect();
+    if repo.status == RepoStatus::Found && !m.discover.is_empty() {
+        discover(loaded, l, &mut items, &mut problems);
+    }
+
+    let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()));
+    let found = repo.status == RepoStatus::Found;
+    let needs_branches = found && items.iter().any(|i| i.branch.is_some());
+    let branches = if needs_branches {
+        git::local_branches(&l.path).ok()
+    } else {
+        None
+    };
+    let needs_dirty = found && items.iter().any(|i| i.branch.is_none());
+    if needs_dirty {
+        repo.dirty = git::is_dirty(&l.path).ok();
+    }
+    for it in &mut items {
+        let (reason, detail) = if !repo_selected
+            || item_filter.is_some_and(|g| !g.is_match(it.id.as_str()))
+        {
+            (Some(HoldReason::Filtered), None)
+        } else if repo.status == RepoStatus::NotFound {
+            (Some(HoldReason::RepoNotFound), repo.note.clone())
+        } else if !found {
+            (None, None)
+        } else if let Some(b) = &it.branch {
+            let exists = branches.as_ref().is_some_and(|s| s.contains(b));
+            it.continues = Some(exists);
+            if exists {
+                stale_base(&l.path, b, &spec.critical_base)
+            } else {
+                (None, None)
+            }
+        } else if repo.dirty != Some(false) {
+            let detail = match repo.dirty {
+                Some(_) => {
+                    "the checkout has uncommitted changes; give the item a `branch` to work in a worktree"
+                }
+                None => "cannot tell whether the checkout has uncommitted changes",
+            };
+            (Some(HoldReason::DirtyTree), Some(detail.to_string()))
+        } else {
+            (None, None)
+        };
+        if let Some(r) = reason {
+            it.state = r.state();
+            it.reason = Some(r);
+            it.detail = detail;
+        }
+    }
+    Analysed {
+        repo,
+        items,
+        problems,
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// Check a continued branch against the repository's critical-base markers. Fail closed: a
+/// marker that cannot be resolved, or a git error, holds the item.
+fn stale_base(
+    dir: &Path,
+    branch: &str,
+    markers: &[String],
+) -> (Option<HoldReason>, Option<String>) {
+    let mut missing = Vec::new();
+    for marker in markers {
+        match git::ancestry(dir, marker, branch) {
+            Ok(Ancestry::Contained) => {}
+            Ok(Ancestry::Missing) => missing.push(format!("`{marker}`")),
+            Ok(Ancestry::Unresolvable) => missing.push(format!("`{marker}` (unresolvable)")),
+            Err(e) => missing.push(format!("`{marker}` ({e})")),
+        }
+    }
+    if missing.is_empty() {
+        (None, None)
+    } else {
+        (
+            Some(HoldReason::StaleBase),
+            Some(format!("branch `{branch}` lacks {}", missing.join(", "))),
+        )
+    }
+}
+
+/// Literal folder prefix of a glob, and how deep below it a match can be (`None`: unbounded).
+fn glob_root(glob: &str) -> (PathBuf, Option<usize>) {
+    let mut base = PathBuf::new();
+    let mut depth = 0;
+    let mut unbounded = false;
+    let mut in_pattern = false;
+    let segs: Vec<&str> = glob.split('/').filter(|s| !s.is_empty()).collect();
+    for (i, seg) in segs.iter().enumerate() {
+        let last = i + 1 == segs.len();
+        if !in_pattern && !last && !seg.contains(['*', '?', '[', '{']) {
+            base.push(seg);
+        } else {
+            in_pattern = true;
+            depth += 1;
+            if seg.contains("**") {
+                unbounded = true;
+            }
+        }
+    }
+    (base, (!unbounded).then_some(depth))
+}
+
+/// Discover items in one repository: every file matching a `discover` glob becomes an item.
+fn discover(
+    loaded: &LoadedManifest,
+    l: &Located,
+    items: &mut Vec<ItemPlan>,
+    problems: &mut Vec<Problem>,
+) {
+    let m = &loaded.manifest;
+    let mut ids: HashMap<String, String> = items
+        .iter()
+        .map(|i| (i.id.clone(), "an explicit item".to_string()))
+        .collect();
+    for (di, d) in m.discover.iter().enumerate() {
+        let Ok(matcher) = compile_glob(&d.glob) else {
+            continue;
+        };
+        let (base, depth) = glob_root(&d.glob);
+        let root = l.path.join(&base);
+        if !root.is_dir() {
+            continue;
+        }
+        let mut walker = walkdir::WalkDir::new(&root).min_depth(1);
+        if let Some(depth) = depth {
+            walker = walker.max_depth(depth);
+        }
+        let mut matches = Vec::new();
+        let mut it = walker.into_iter();
+        while let Some(entry) = it.next() {
+            let Ok(entry) = entry else { continue };
+            if entry.file_type().is_dir() {
+                if entry.file_name() == ".git" {
+                    it.skip_current_dir();
+                }
+                continue;
+            }
+            let Ok(rel) = entry.path().strip_prefix(&l.path) else {
+                continue;
+            };
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            if matcher.is_match(&rel) {
+                matches.push(rel);
+            }
+        }
+        matches.sort();
+        for rel in matches {
+            let p = Path::new(&rel);
+            let dir = p
+                .parent()
+                .map(|d| d.to_string_lossy().to_string())
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| ".".into());
+            let name = p
+                .file_name()
+                .map(|f| f.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let stem = p
+                .file_stem()
+                .map(|f| f.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let parent = p
+                .parent()
+                .and_then(|d| d.file_name())
+                .map(|f| f.to_string_lossy().to_string())
+                .unwrap_or_else(|| l.name.clone());
+            let lookup = |n: &str| -> Option<String> {
+                match n {
+                    "repo" => Some(l.name.clone()),
+                    "match.path" => Some(rel.clone()),
+                    "match.dir" => Some(dir.clone()),
+                    "match.name" => Some(name.clone()),
+                    "match.stem" => Some(stem.clone()),
+                    "match.parent" => Some(parent.clone()),
+                    _ => None,
+                }
+            };
+            let id = match template::render(&d.id, lookup) {
+                Ok(id) => id,
+                Err(e) => {
+                    problems.push(
+                        Problem::new("invalid-template", format!("discover[{di}].id"), e)
+                            .at(d.span),
+                    );
+                    continue;
+                }
+            };
+            if !valid_item_id(&id) {
+                problems.push(
+                    Problem::new(
+                        "invalid-id",
+                        format!("discover[{di}].id"),
+                        format!("`{rel}` in repository `{}` yields the id `{id}`, which is not a valid item id", l.name),
+                    )
+                    .at(d.span),
+                );
+                continue;
+            }
+            if let Some(first) = ids.insert(id.clone(), format!("`{rel}`")) {
+                problems.push(
+                    Problem::new(
+                        "duplicate",
+                        format!("discover[{di}].id"),
+                        format!("`{rel}` in repository `{}` yields the id `{id}`, already taken by {first}", l.name),
+                    )
+                    .at(d.span)
+                    .help("make the `id` template distinguish these matches, e.g. with `{match.dir}`"),
+                );
+                continue;
+            }
+            let mut vars = BTreeMap::new();
+            let mut ok = true;
+            for (k, v) in &d.vars {
+                match template::render(v, lookup) {
+                    Ok(s) => {
+                        vars.insert(k.clone(), s);
+                    }
+                    Err(e) => {
+                        problems.push(
+                            Problem::new("invalid-template", format!("discover[{di}].vars.{k}"), e)
+                                .at(d.span),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+            let branch = match &d.branch {
+                Some(b) => {
+                    let r = template::render(b, |n| {
+                        if n == "item" {
+                            Some(id.clone())
+                        } else {
+                            lookup(n)
+                        }
+                    });
+                    match r {
+                        Ok(b) if git::valid_branch_name(&b) => Some(b),
+                        Ok(b) => {
+                            problems.push(
+                                Problem::new(
+                                    "invalid-branch",
+                                    format!("discover[{di}].branch"),
+                                    format!(
+                                        "`{rel}` yields branch `{b}`, which git does not accept"
+                                    ),
+                                )
+                                .at(d.span),
+                            );
+                            ok = false;
+                            None
+                        }
+                        Err(e) => {
+                            problems.push(
+                                Problem::new(
+                                    "invalid-template",
+                                    format!("discover[{di}].branch"),
+                                    e,
+                                )
+                                .at(d.span),
+                            );
+                            ok = false;
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            if ok {
+                items.push(ItemPlan {
+                    repo: l.name.clone(),
+                    id,
+                    origin: Origin::Discovered,
+                    state: ItemState::Pending,
+                    reason: None,
+                    detail: None,
+                    branch,
+                    continues: None,
+                    vars,
+                    matched: Some(rel.clone()),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_roots() {
+        assert_eq!(
+            glob_root("changes/*/proposal.md"),
+            (PathBuf::from("changes"), Some(2))
+        );
+        assert_eq!(glob_root("docs/**/*.md"), (PathBuf::from("docs"), None));
+        assert_eq!(glob_root("TODO.md"), (PathBuf::new(), Some(1)));
+        assert_eq!(glob_root("a/b/c.md"), (PathBuf::from("a/b"), Some(1)));
+    }
+}
