@@ -68,8 +68,31 @@ impl ManifestError {
                 source: NamedSource::new(&self.file, self.text.clone()),
                 text_len: self.text.len(),
             };
-            if handler.render_report(&mut out, &d).is_err() {
-                out.push_str(&format!("error: {}: {}\n", self.file, p.message));
+            let plain = match p.span {
+                Some(s) => format!(
+                    "error: {}:{}:{}: {}\n",
+                    self.file,
+                    s.line,
+                    s.column,
+                    Plain(p)
+                ),
+                None => format!("error: {}: {}\n", self.file, Plain(p)),
+            };
+            // Very long lines (minified or generated YAML) are shown without the source excerpt:
+            // the excerpt would be unreadable, and the renderer cannot lay them out.
+            if p.span
+                .is_some_and(|s| line_len(&self.text, s.offset) > MAX_EXCERPT_LINE)
+            {
+                out.push_str(&plain);
+                continue;
+            }
+            let mut one = String::new();
+            let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handler.render_report(&mut one, &d)
+            }));
+            match rendered {
+                Ok(Ok(())) => out.push_str(&one),
+                _ => out.push_str(&plain),
             }
         }
         let n = self.problems.len();
@@ -97,6 +120,29 @@ impl fmt::Display for ManifestError {
 
 impl std::error::Error for ManifestError {}
 
+/// Longest source line shown as an excerpt.
+const MAX_EXCERPT_LINE: usize = 300;
+
+fn line_len(text: &str, offset: usize) -> usize {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    end - start
+}
+
+/// A problem as one line of text: key path and message.
+struct Plain<'a>(&'a Problem);
+
+impl fmt::Display for Plain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.path.is_empty() {
+            f.write_str(&self.0.message)
+        } else {
+            write!(f, "`{}`: {}", self.0.path, self.0.message)
+        }
+    }
+}
+
 struct Rendered<'a> {
     problem: &'a Problem,
     source: NamedSource<Arc<str>>,
@@ -111,11 +157,7 @@ impl fmt::Debug for Rendered<'_> {
 
 impl fmt::Display for Rendered<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.problem.path.is_empty() {
-            f.write_str(&self.problem.message)
-        } else {
-            write!(f, "`{}`: {}", self.problem.path, self.problem.message)
-        }
+        Plain(self.problem).fmt(f)
     }
 }
 

@@ -159,7 +159,7 @@ pub fn load_str(text: &str, dir: &Path) -> Result<Manifest, Vec<Problem>> {
         Err(e) => {
             let code = if e.message.starts_with("duplicate key") {
                 "duplicate-key"
-            } else if e.message.contains("budget") || e.message.contains("limit") {
+            } else if e.message.starts_with("the document") {
                 "too-large"
             } else {
                 "syntax"
@@ -169,6 +169,13 @@ pub fn load_str(text: &str, dir: &Path) -> Result<Manifest, Vec<Problem>> {
             return Err(vec![p]);
         }
     };
+    if root.value == Value::Null {
+        return Err(vec![Problem::new(
+            "empty",
+            "",
+            "the manifest is empty; it needs at least `version`, `name`, `repositories` and `worker`",
+        )]);
+    }
     let mut cx = Cx {
         problems: Vec::new(),
         dir: dir.to_path_buf(),
@@ -569,19 +576,16 @@ impl Cx {
         let mut seen = BTreeSet::new();
         for (i, n) in nodes.iter().enumerate() {
             let p = index(path, i);
-            match self.nonempty(n, &p) {
-                Some(s) => {
-                    if !seen.insert(s.clone()) {
-                        self.err(
-                            "duplicate",
-                            &p,
-                            n.span,
-                            format!("{what} `{s}` is listed twice"),
-                        );
-                    }
-                    out.push(s);
+            if let Some(s) = self.nonempty(n, &p) {
+                if !seen.insert(s.clone()) {
+                    self.err(
+                        "duplicate",
+                        &p,
+                        n.span,
+                        format!("{what} `{s}` is listed twice"),
+                    );
                 }
-                None => {}
+                out.push(s);
             }
         }
         Some(out)
@@ -697,11 +701,8 @@ impl Cx {
                 self.err("invalid-value", &p, k.span, format!("`{key}` {key_rule}"));
                 continue;
             }
-            match self.scalar_text(v, &p) {
-                Some(val) => {
-                    out.insert(key, val);
-                }
-                None => {}
+            if let Some(val) = self.scalar_text(v, &p) {
+                out.insert(key, val);
             }
         }
         Some(out)
@@ -1133,16 +1134,15 @@ impl Cx {
             let required = g
                 .get("required")
                 .map(|n| self.boolean(n, &child(&p, "required")));
-            match (name, run) {
-                (Some(name), Some(run)) => out.push(Gate {
+            if let (Some(name), Some(run)) = (name, run) {
+                out.push(Gate {
                     name,
                     run,
                     timeout: timeout.flatten(),
                     grace: grace.flatten(),
                     paths: paths.flatten().unwrap_or_default(),
                     required: required.flatten(),
-                }),
-                _ => {}
+                });
             }
         }
         Some(out)
@@ -1424,15 +1424,14 @@ impl Cx {
                     "is not a valid variable name (letters, digits, `_`, `-`)",
                 )
             });
-            match (repo, id) {
-                (Some(repo), Some(id)) => out.push(ItemSpec {
+            if let (Some(repo), Some(id)) = (repo, id) {
+                out.push(ItemSpec {
                     repo,
                     id,
                     branch,
                     vars: vars.flatten().unwrap_or_default(),
                     span: n.span,
-                }),
-                _ => {}
+                });
             }
         }
         Some(out)
@@ -1498,15 +1497,14 @@ impl Cx {
                 }
                 Some(map)
             });
-            match (glob, id) {
-                (Some(glob), Some(id)) => out.push(DiscoverSpec {
+            if let (Some(glob), Some(id)) = (glob, id) {
+                out.push(DiscoverSpec {
                     glob,
                     id,
                     branch,
                     vars: vars.unwrap_or_default(),
                     span: n.span,
-                }),
-                _ => {}
+                });
             }
         }
         Some(out)
@@ -1536,7 +1534,8 @@ impl Cx {
                     .unwrap_or(item.span)
             };
             if repo_scope(repos, &item.repo).is_none() {
-                let known: Vec<&str> = repos.iter().filter_map(|r| r.name.as_deref()).collect();
+                let mut known: Vec<&str> = repos.iter().filter_map(|r| r.name.as_deref()).collect();
+                known.dedup();
                 let help = match suggest(&item.repo, &known) {
                     Some(s) => format!("did you mean `{s}`?"),
                     None if known.is_empty() => "declare it under `repositories`".to_string(),

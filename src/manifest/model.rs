@@ -464,7 +464,7 @@ pub fn format_duration(d: Duration) -> String {
     }
     let mut out = String::new();
     let mut rest = ms;
-    if rest % 1000 != 0 {
+    if !rest.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     rest /= 1000;

@@ -139,6 +139,17 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
 /// serde-saphyr's messages end with their own "at line X column Y"; the diagnostic shows the
 /// position itself, so keep only the sentence.
 fn clean_message(msg: &str) -> String {
+    if msg.contains("budget breached") {
+        return if msg.contains("Depth") {
+            format!("the document nests deeper than {MAX_DEPTH} levels")
+        } else if msg.contains("Nodes") {
+            format!("the document has more than {MAX_NODES} nodes")
+        } else if msg.contains("Alias") || msg.contains("Anchor") {
+            "the document uses too many anchors or aliases".to_string()
+        } else {
+            "the document exceeds runner's size limits".to_string()
+        };
+    }
     if let Some(rest) = msg.strip_prefix("duplicate mapping key: ") {
         let key = rest
             .split(", set DuplicateKeyPolicy")
