@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Benchmark: `runner plan` over N generated repositories (default 1000), against a shell loop of
+# `git rev-parse` over the same repositories, in the same session. Prints both wall times (median
+# of R runs) and their ratio.
+#
+#   benches/plan_scale.sh [N] [R]
+set -euo pipefail
+n=${1:-1000}
+runs=${2:-5}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cargo build --release --quiet --manifest-path "$root/Cargo.toml"
+bin="$root/target/release/runner"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
+export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
+
+echo "generating $n repositories in $work" >&2
+mkdir -p "$work/repos"
+for i in $(seq -f '%04g' 1 "$n"); do
+  d="$work/repos/r$i"
+  git init -q -b main "$d"
+  echo "task $i" > "$d/TASK.md"
+  git -C "$d" add TASK.md
+  git -C "$d" commit -q -m init
+done
+cat > "$work/manifest.yaml" <<YAML
+version: 1
+name: plan-scale
+repositories:
+  - glob: "repos/*"
+worker:
+  run: ["true"]
+discover:
+  - glob: "TASK.md"
+    id: "task"
+    branch: "runner/{repo}-task"
+YAML
+
+now() { date +%s%N; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+time_runner() {
+  local t0 t1
+  t0=$(now)
+  "$bin" plan "$work/manifest.yaml" --json > "$work/plan.json"
+  t1=$(now)
+  echo $(( (t1 - t0) / 1000000 ))
+}
+time_loop() {
+  local t0 t1
+  t0=$(now)
+  for d in "$work"/repos/*; do git -C "$d" rev-parse HEAD > /dev/null; done
+  t1=$(now)
+  echo $(( (t1 - t0) / 1000000 ))
+}
+
+time_runner > /dev/null # warm the file cache
+items=$(grep -c '"state": "pending"' "$work/plan.json")
+[ "$items" -eq "$n" ] || { echo "expected $n pending items, found $items" >&2; exit 1; }
+r=$(for _ in $(seq "$runs"); do time_runner; done | median)
+b=$(for _ in $(seq "$runs"); do time_loop; done | median)
+echo "repositories: $n  runs: $runs (median)"
+echo "runner plan:          ${r} ms"
+echo "git rev-parse loop:   ${b} ms"
+awk -v r="$r" -v b="$b" 'BEGIN { printf "ratio runner/loop:    %.2fx\n", r / b }'
