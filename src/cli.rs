@@ -30,6 +30,8 @@ pub enum Command {
     },
     /// Show what `apply` would do: repositories, items, holds and order. Runs and writes nothing.
     Plan(PlanArgs),
+    /// Drain the queue: run every pending item with a bounded pool; write reports.
+    Apply(ApplyArgs),
     /// Print the manifest JSON Schema.
     Schema,
     /// Print shell completions.
@@ -61,4 +63,32 @@ pub struct FilterArgs {
     /// Only items whose id matches this glob (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub items: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// The manifest file.
+    pub manifest: PathBuf,
+    /// Run at most N items at once (may only lower the manifest's bound).
+    #[arg(short = 'j', long = "workers", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: Option<u32>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Write reports under DIR instead of the manifest's `reports.dir`.
+    #[arg(long, value_name = "DIR")]
+    pub report_dir: Option<PathBuf>,
+    /// Print the final report JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Plain line logs even on a terminal.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Wait up to DURATION for a repository another run holds, instead of holding its items as
+    /// `repo-busy` (e.g. `10m`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub wait_for_locks: Option<std::time::Duration>,
+}
+
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    crate::manifest::parse_duration(s)
 }

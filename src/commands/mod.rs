@@ -4,6 +4,7 @@
 //! ran but found failures, 2 bad invocation or invalid manifest, 3 stalled, 4 runner itself
 //! failed, 130/143 cancelled by SIGINT/SIGTERM.
 
+pub mod apply;
 pub mod plan;
 pub mod schema;
 pub mod validate;
@@ -68,6 +69,7 @@ pub fn run(cli: Cli) -> i32 {
     match cli.command {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
         Command::Plan(args) => plan::run(&ui, &args),
+        Command::Apply(args) => apply::run(&ui, &args),
         Command::Schema => schema::run_schema(),
         Command::Completions { shell } => schema::run_completions(shell),
     }

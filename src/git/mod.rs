@@ -202,6 +202,125 @@ pub fn looks_like_checkout(path: &Path) -> bool {
     path.join(".git").exists()
 }
 
+/// The commit HEAD points at in `dir`.
+pub fn head(dir: &Path) -> Result<String, GitError> {
+    Ok(checked(dir, &["rev-parse", "--verify", "HEAD^{commit}"])?
+        .trim()
+        .to_string())
+}
+
+/// Files changed in `dir` since `since` (committed or not), plus untracked files, relative to
+/// the working tree root.
+pub fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitError> {
+    let mut files: BTreeSet<String> = checked(dir, &["diff", "--name-only", since])?
+        .lines()
+        .map(str::to_string)
+        .collect();
+    files.extend(
+        checked(dir, &["ls-files", "--others", "--exclude-standard"])?
+            .lines()
+            .map(str::to_string),
+    );
+    Ok(files.into_iter().collect())
+}
+
+/// The merge base of two commits, if they share history.
+pub fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
+    checked(dir, &["merge-base", a, b])
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Check out `branch` in a worktree at `path`: continued when the branch exists, created from
+/// `base` when not. An existing worktree at `path` on that branch is reused.
+pub fn ensure_worktree(
+    repo: &Path,
+    path: &Path,
+    branch: &str,
+    base: &str,
+    exists: bool,
+) -> Result<(), GitError> {
+    if path.join(".git").exists() {
+        let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        if on == branch {
+            return Ok(());
+        }
+        let p = path.to_string_lossy().to_string();
+        checked(repo, &["worktree", "remove", "--force", &p])?;
+    }
+    let _ = checked(repo, &["worktree", "prune"]);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let p = path.to_string_lossy().to_string();
+    if exists {
+        checked(repo, &["worktree", "add", "--quiet", &p, branch])?;
+    } else {
+        checked(
+            repo,
+            &["worktree", "add", "--quiet", "-b", branch, &p, base],
+        )?;
+    }
+    Ok(())
+}
+
+/// Remove a worktree runner created (its branch keeps the work).
+pub fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
+    let p = path.to_string_lossy().to_string();
+    checked(repo, &["worktree", "remove", "--force", &p])?;
+    Ok(())
+}
+
+/// Commit everything uncommitted in `dir` with `message`; `Ok(false)` when there was nothing.
+pub fn commit_all(dir: &Path, message: &str) -> Result<bool, GitError> {
+    if !is_dirty(dir)? {
+        return Ok(false);
+    }
+    checked(dir, &["add", "-A"])?;
+    let out = command(dir)
+        .args([
+            "-c",
+            "user.name=runner",
+            "-c",
+            "user.email=runner@localhost",
+        ])
+        .args(["commit", "--quiet", "--no-verify", "-m", message])
+        .env("GIT_OPTIONAL_LOCKS", "1")
+        .output()?;
+    if !out.status.success() {
+        return Err(GitError::Failed {
+            args: "commit".into(),
+            dir: dir.display().to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(true)
+}
+
+/// Clone `url` into `dest` (a bundle, a bare repository path or a remote).
+pub fn clone(url: &str, dest: &Path) -> Result<(), GitError> {
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let out = Command::new("git")
+        .args(["clone", "--quiet", "--no-hardlinks", url])
+        .arg(dest)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        return Err(GitError::Failed {
+            args: "clone".into(),
+            dir: dest.display().to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1477,7 +1477,7 @@ impl Cx {
             let branch = m.get("branch").and_then(|v| {
                 let bp = child(&p, "branch");
                 let s = self.nonempty(v, &bp)?;
-                self.template(v, &bp, &s, Context::Discover);
+                self.template(v, &bp, &s, Context::DiscoverBranch);
                 Some(s)
             });
             let vars = m.get("vars").and_then(|v| {

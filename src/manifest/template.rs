@@ -101,8 +101,10 @@ pub enum Context {
     Command { models: bool },
     /// An explicit item's work branch.
     Branch,
-    /// A discovered item's id, vars and branch.
+    /// A discovered item's id and vars.
     Discover,
+    /// A discovered item's branch: as `Discover`, plus `{item}` (the rendered id).
+    DiscoverBranch,
 }
 
 /// The `{match.*}` names a discovery template may use.
@@ -116,7 +118,7 @@ pub fn check_placeholder(name: &str, ctx: Context) -> Result<Option<String>, Str
             return Err("`{item.}` names no variable".into());
         }
         return match ctx {
-            Context::Discover => Err(format!(
+            Context::Discover | Context::DiscoverBranch => Err(format!(
                 "`{{{name}}}` is not available in discovery; use `{{match.*}}` names"
             )),
             _ => Ok(Some(var.to_string())),
@@ -124,8 +126,8 @@ pub fn check_placeholder(name: &str, ctx: Context) -> Result<Option<String>, Str
     }
     if let Some(m) = name.strip_prefix("match.") {
         return match ctx {
-            Context::Discover if MATCH_NAMES.contains(&m) => Ok(None),
-            Context::Discover => Err(format!(
+            Context::Discover | Context::DiscoverBranch if MATCH_NAMES.contains(&m) => Ok(None),
+            Context::Discover | Context::DiscoverBranch => Err(format!(
                 "unknown placeholder `{{{name}}}`; discovery offers {}",
                 MATCH_NAMES
                     .iter()
@@ -145,6 +147,7 @@ pub fn check_placeholder(name: &str, ctx: Context) -> Result<Option<String>, Str
         Context::Command { models: false } => &["repo", "repo.path", "item", "attempt", "run"],
         Context::Branch => &["repo", "item"],
         Context::Discover => &["repo"],
+        Context::DiscoverBranch => &["repo", "item"],
     };
     if allowed.contains(&name) {
         return Ok(None);
@@ -157,7 +160,7 @@ pub fn check_placeholder(name: &str, ctx: Context) -> Result<Option<String>, Str
         .map(|n| format!("`{{{n}}}`"))
         .chain(match ctx {
             Context::Command { .. } | Context::Branch => Some("`{item.<var>}`".to_string()),
-            Context::Discover => Some("`{match.*}`".to_string()),
+            Context::Discover | Context::DiscoverBranch => Some("`{match.*}`".to_string()),
         })
         .collect::<Vec<_>>()
         .join(", ");

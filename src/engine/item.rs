@@ -1,0 +1,635 @@
+//! One item's lifecycle: where it runs, then worker and gates for up to `attempts` passes, with
+//! the model chain moving on provider-class failures.
+
+use super::RunCx;
+use super::chain::{ChainStep, ModelChain};
+use super::classify::{ProviderPolicy, classify};
+use super::config::Effective;
+use super::outcome::{GateResult, ItemOutcome, WorkerClass};
+use super::stall::{HaltSignature, fingerprint};
+use crate::events::Event;
+use crate::git;
+use crate::manifest::CommandSpec;
+use crate::manifest::load::compile_glob;
+use crate::manifest::template;
+use crate::plan::{ItemPlan, RepoPlan};
+use crate::process::{self, CensusKey, Finished, SpawnSpec, Stop, output::last_lines};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+/// Lines of a failing gate's output kept in the report.
+const REPORT_TAIL_LINES: usize = 40;
+const REPORT_TAIL_BYTES: usize = 4096;
+
+/// How an item ended, for the scheduler.
+#[derive(Debug)]
+pub struct ItemRun {
+    pub outcome: ItemOutcome,
+    pub reason: Option<String>,
+    pub cause: Option<String>,
+    /// A gate passed during the item, or it completed: the environment works.
+    pub progress: bool,
+    /// What the halt looked like, for the stall guard.
+    pub halt: Option<HaltSignature>,
+    /// Every process it started is proven gone.
+    pub tree_gone: bool,
+}
+
+impl ItemRun {
+    fn end(outcome: ItemOutcome) -> Self {
+        ItemRun {
+            outcome,
+            reason: None,
+            cause: None,
+            progress: false,
+            halt: None,
+            tree_gone: true,
+        }
+    }
+}
+
+struct ItemCx<'a> {
+    cx: &'a RunCx,
+    idx: usize,
+    item: &'a ItemPlan,
+    repo: &'a RepoPlan,
+    eff: Effective,
+    workdir: PathBuf,
+    logs: PathBuf,
+    lease_fd: i32,
+    events: &'a mpsc::UnboundedSender<Event>,
+    stop: watch::Receiver<Stop>,
+}
+
+pub async fn run_item(
+    cx: Arc<RunCx>,
+    idx: usize,
+    lease_fd: i32,
+    events: mpsc::UnboundedSender<Event>,
+    stop: watch::Receiver<Stop>,
+) -> ItemRun {
+    let item = &cx.plan.items[idx];
+    let Some(repo) = cx.plan.repositories.iter().find(|r| r.name == item.repo) else {
+        let mut r = ItemRun::end(ItemOutcome::Failed);
+        r.cause = Some(format!("repository `{}` is not in the plan", item.repo));
+        return r;
+    };
+    let _ = events.send(Event::ItemStarted { item: idx });
+    let eff = super::config::effective(&cx.loaded, repo.entry);
+    let logs = cx.run_dir.join("logs").join(&repo.name).join(&item.id);
+    let workdir = match prepare(&cx, repo, item).await {
+        Ok(w) => w,
+        Err(Prepared::Held(reason, detail)) => {
+            let mut r = ItemRun::end(ItemOutcome::Held);
+            r.reason = Some(reason.into());
+            r.cause = Some(detail);
+            return r;
+        }
+        Err(Prepared::Failed(e)) => {
+            let mut r = ItemRun::end(ItemOutcome::Failed);
+            r.cause = Some(e);
+            r.halt = Some(HaltSignature {
+                stage: "git".into(),
+                failure: fingerprint(r.cause.as_deref().unwrap_or(""), None),
+            });
+            return r;
+        }
+    };
+    let icx = ItemCx {
+        cx: &cx,
+        idx,
+        item,
+        repo,
+        eff,
+        workdir,
+        logs,
+        lease_fd,
+        events: &events,
+        stop,
+    };
+    let mut run = attempts(&icx).await;
+    if run.outcome == ItemOutcome::Completed
+        && item.branch.is_some()
+        && let Err(e) = finish_branch(&icx).await
+    {
+        run.outcome = ItemOutcome::Failed;
+        run.cause = Some(e);
+    }
+    run
+}
+
+enum Prepared {
+    Held(&'static str, String),
+    Failed(String),
+}
+
+/// Where the item runs: its worktree on the work branch, or the repository itself.
+async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf, Prepared> {
+    let Some(branch) = item.branch.clone() else {
+        return Ok(repo.path.clone());
+    };
+    let spec = &cx.loaded.manifest.repositories[repo.entry];
+    let markers = spec.critical_base.clone();
+    let repo_path = repo.path.clone();
+    let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
+    let wt = cx
+        .workspace
+        .join("worktrees")
+        .join(&repo.name)
+        .join(&item.id);
+    tokio::task::spawn_blocking(move || {
+        let exists = git::local_branches(&repo_path)
+            .map_err(|e| Prepared::Failed(e.to_string()))?
+            .contains(&branch);
+        if exists {
+            // Checked again just before the attempt: the branch may have moved since the plan.
+            let mut missing = Vec::new();
+            for m in &markers {
+                match git::ancestry(&repo_path, m, &branch) {
+                    Ok(git::Ancestry::Contained) => {}
+                    Ok(git::Ancestry::Missing) => missing.push(format!("`{m}`")),
+                    Ok(git::Ancestry::Unresolvable) => {
+                        missing.push(format!("`{m}` (unresolvable)"))
+                    }
+                    Err(e) => missing.push(format!("`{m}` ({e})")),
+                }
+            }
+            if !missing.is_empty() {
+                return Err(Prepared::Held(
+                    "stale-base",
+                    format!("branch `{branch}` lacks {}", missing.join(", ")),
+                ));
+            }
+        }
+        git::ensure_worktree(&repo_path, &wt, &branch, &base, exists)
+            .map_err(|e| Prepared::Failed(e.to_string()))?;
+        Ok(wt)
+    })
+    .await
+    .map_err(|e| Prepared::Failed(e.to_string()))?
+}
+
+/// Commit what the worker left uncommitted on the branch, then remove the worktree.
+async fn finish_branch(icx: &ItemCx<'_>) -> Result<(), String> {
+    let dir = icx.workdir.clone();
+    let repo = icx.repo.path.clone();
+    let msg = format!("runner: {}", icx.item.id);
+    tokio::task::spawn_blocking(move || {
+        git::commit_all(&dir, &msg).map_err(|e| e.to_string())?;
+        git::remove_worktree(&repo, &dir).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
+/// is exhausted.
+async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
+    let max_attempts = icx.eff.worker.attempts();
+    let policy = ProviderPolicy::from_models(icx.eff.models.as_ref());
+    let mut chain = ModelChain::new(
+        icx.eff
+            .models
+            .as_ref()
+            .map(|m| m.chain().into_iter().map(str::to_string).collect())
+            .unwrap_or_default(),
+        icx.eff.models.as_ref().map_or(2, |m| m.threshold()),
+    );
+    let start = {
+        let w = icx.workdir.clone();
+        tokio::task::spawn_blocking(move || git::head(&w).ok())
+            .await
+            .ok()
+            .flatten()
+    };
+    let mut used = 0u32;
+    let mut n = 0u32;
+    let mut feedback: Option<PathBuf> = None;
+    let mut run = ItemRun::end(ItemOutcome::Halted);
+    loop {
+        if used >= max_attempts {
+            run.outcome = ItemOutcome::Halted;
+            run.reason = Some("attempts-exhausted".into());
+            return run;
+        }
+        n += 1;
+        let model = chain.current().map(str::to_string);
+        let _ = icx.events.send(Event::AttemptStarted {
+            item: icx.idx,
+            n,
+            model: model.clone(),
+        });
+        let log = icx.logs.join(format!("{n}-worker.log"));
+        let silence = icx
+            .eff
+            .models
+            .as_ref()
+            .and_then(|m| m.provider_failure.as_ref())
+            .and_then(|p| p.silence)
+            .map(|d| d.0);
+        let fin = spawn(
+            icx,
+            &icx.eff.worker.run,
+            n,
+            model.as_deref(),
+            None,
+            feedback.as_deref(),
+            log.clone(),
+            icx.eff.worker.timeout(),
+            icx.eff.worker.grace(),
+            silence,
+        )
+        .await;
+        let class = classify(&fin, &policy);
+        run.tree_gone &= fin.tree_gone;
+        let _ = icx.events.send(Event::WorkerFinished {
+            item: icx.idx,
+            n,
+            exit: fin.exit,
+            class,
+            duration: fin.duration,
+            log,
+        });
+        if let Some(e) = &fin.spawn_error {
+            run.outcome = ItemOutcome::Failed;
+            run.cause = Some(e.clone());
+            run.halt = Some(HaltSignature {
+                stage: "worker".into(),
+                failure: e.clone(),
+            });
+            return run;
+        }
+        match class {
+            WorkerClass::Cancelled => {
+                run.outcome = ItemOutcome::Cancelled;
+                return run;
+            }
+            WorkerClass::Provider => match chain.provider_failure() {
+                ChainStep::Stay | ChainStep::Moved => continue,
+                ChainStep::Exhausted => {
+                    run.outcome = ItemOutcome::Halted;
+                    run.reason = Some("fallback-exhausted".into());
+                    run.cause = Some(format!(
+                        "every model of the chain failed for the provider's reasons ({})",
+                        chain.tried().join(", ")
+                    ));
+                    run.halt = Some(HaltSignature {
+                        stage: "worker (provider)".into(),
+                        failure: fingerprint(&fin.tail, fin.exit),
+                    });
+                    return run;
+                }
+            },
+            WorkerClass::Timeout | WorkerClass::Failed => {
+                chain.other_outcome();
+                used += 1;
+                let what = if class == WorkerClass::Timeout {
+                    format!(
+                        "worker timed out after {}",
+                        crate::manifest::format_duration(icx.eff.worker.timeout())
+                    )
+                } else {
+                    format!("worker exited {}", exit_text(&fin))
+                };
+                run.cause = Some(what);
+                run.halt = Some(HaltSignature {
+                    stage: "worker".into(),
+                    failure: fingerprint(&fin.tail, fin.exit),
+                });
+                feedback = write_feedback(icx, n, "worker", &fin.tail);
+            }
+            WorkerClass::Ok => {
+                chain.other_outcome();
+                used += 1;
+                match gates(
+                    icx,
+                    n,
+                    model.as_deref(),
+                    feedback.as_deref(),
+                    start.as_deref(),
+                )
+                .await
+                {
+                    GatesOutcome::Passed { any_passed } => {
+                        run.progress |= any_passed;
+                        run.outcome = ItemOutcome::Completed;
+                        run.progress = true;
+                        run.reason = None;
+                        run.cause = None;
+                        run.halt = None;
+                        return run;
+                    }
+                    GatesOutcome::Cancelled => {
+                        run.outcome = ItemOutcome::Cancelled;
+                        return run;
+                    }
+                    GatesOutcome::Failed {
+                        gate,
+                        fin,
+                        any_passed,
+                        timed_out,
+                    } => {
+                        run.progress |= any_passed;
+                        run.tree_gone &= fin.tree_gone;
+                        run.cause = Some(if timed_out {
+                            format!("gate `{gate}` timed out")
+                        } else {
+                            format!("gate `{gate}` failed ({})", exit_text(&fin))
+                        });
+                        run.halt = Some(HaltSignature {
+                            stage: format!("gate `{gate}`"),
+                            failure: if timed_out {
+                                "timed out".into()
+                            } else {
+                                fingerprint(&fin.tail, fin.exit)
+                            },
+                        });
+                        feedback = write_feedback(icx, n, &gate, &fin.tail);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn exit_text(f: &Finished) -> String {
+    match (f.exit, f.signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "no exit status".into(),
+    }
+}
+
+enum GatesOutcome {
+    Passed {
+        any_passed: bool,
+    },
+    Failed {
+        gate: String,
+        fin: Finished,
+        any_passed: bool,
+        timed_out: bool,
+    },
+    Cancelled,
+}
+
+async fn gates(
+    icx: &ItemCx<'_>,
+    n: u32,
+    model: Option<&str>,
+    feedback: Option<&Path>,
+    start: Option<&str>,
+) -> GatesOutcome {
+    let gates = &icx.eff.gates;
+    let needs_changes = gates.iter().any(|g| !g.paths.is_empty());
+    let changed: Option<Vec<String>> = if needs_changes {
+        let dir = icx.workdir.clone();
+        let since = match (&icx.item.branch, &icx.repo.base) {
+            (Some(_), Some(base)) => {
+                let d = dir.clone();
+                let b = base.clone();
+                tokio::task::spawn_blocking(move || git::merge_base(&d, &b, "HEAD"))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        }
+        .or_else(|| start.map(str::to_string));
+        match since {
+            Some(s) => tokio::task::spawn_blocking(move || git::changed_files(&dir, &s).ok())
+                .await
+                .ok()
+                .flatten(),
+            None => None,
+        }
+    } else {
+        None
+    };
+    let mut any_passed = false;
+    let mut decided: Option<(String, Finished, bool)> = None;
+    for gate in gates {
+        if decided.is_some() {
+            let _ = icx.events.send(Event::GateFinished {
+                item: icx.idx,
+                n,
+                gate: gate.name.clone(),
+                result: GateResult::NotRun,
+                reason: Some("an earlier required gate failed".into()),
+                duration: std::time::Duration::ZERO,
+                output_tail: String::new(),
+                log: None,
+            });
+            continue;
+        }
+        if !gate.paths.is_empty() {
+            let matchers: Vec<_> = gate
+                .paths
+                .iter()
+                .filter_map(|p| compile_glob(p).ok())
+                .collect();
+            // Unknown changes (git could not tell) fail closed: the gate runs.
+            let touched = changed
+                .as_ref()
+                .is_none_or(|files| files.iter().any(|f| matchers.iter().any(|m| m.is_match(f))));
+            if !touched {
+                let _ = icx.events.send(Event::GateFinished {
+                    item: icx.idx,
+                    n,
+                    gate: gate.name.clone(),
+                    result: GateResult::Skipped,
+                    reason: Some("no changed file matches its `paths`".into()),
+                    duration: std::time::Duration::ZERO,
+                    output_tail: String::new(),
+                    log: None,
+                });
+                continue;
+            }
+        }
+        let _ = icx.events.send(Event::GateStarted {
+            item: icx.idx,
+            n,
+            gate: gate.name.clone(),
+        });
+        let log = icx.logs.join(format!("{n}-gate-{}.log", gate.name));
+        let fin = spawn(
+            icx,
+            &gate.run,
+            n,
+            model,
+            Some(&gate.name),
+            feedback,
+            log.clone(),
+            gate.timeout(),
+            gate.grace(),
+            None,
+        )
+        .await;
+        let result = if fin.cancelled {
+            GateResult::NotRun
+        } else if fin.timed_out {
+            GateResult::TimedOut
+        } else if fin.success() {
+            GateResult::Passed
+        } else {
+            GateResult::Failed
+        };
+        let tail = match &fin.spawn_error {
+            Some(e) => e.clone(),
+            None => last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES),
+        };
+        let _ = icx.events.send(Event::GateFinished {
+            item: icx.idx,
+            n,
+            gate: gate.name.clone(),
+            result,
+            reason: fin.cancelled.then(|| "the run was cancelled".to_string()),
+            duration: fin.duration,
+            output_tail: tail,
+            log: Some(log),
+        });
+        if fin.cancelled {
+            return GatesOutcome::Cancelled;
+        }
+        if result == GateResult::Passed {
+            any_passed = true;
+        } else if gate.required() {
+            decided = Some((gate.name.clone(), fin, result == GateResult::TimedOut));
+        }
+    }
+    match decided {
+        None => GatesOutcome::Passed { any_passed },
+        Some((gate, fin, timed_out)) => GatesOutcome::Failed {
+            gate,
+            fin,
+            any_passed,
+            timed_out,
+        },
+    }
+}
+
+fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<PathBuf> {
+    let path = icx.logs.join(format!("{n}-feedback.txt"));
+    let text = format!(
+        "attempt {n} failed at {stage}; the end of its output:\n\n{}\n",
+        last_lines(tail, 200, 32 * 1024)
+    );
+    std::fs::create_dir_all(&icx.logs).ok()?;
+    crate::lease::write_atomic(&path, text.as_bytes()).ok()?;
+    Some(path)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn spawn(
+    icx: &ItemCx<'_>,
+    cmd: &CommandSpec,
+    n: u32,
+    model: Option<&str>,
+    gate: Option<&str>,
+    feedback: Option<&Path>,
+    log: PathBuf,
+    timeout: std::time::Duration,
+    grace: std::time::Duration,
+    silence: Option<std::time::Duration>,
+) -> Finished {
+    let cx = icx.cx;
+    let item = icx.item;
+    let workdir = icx.workdir.to_string_lossy().to_string();
+    let lookup = |name: &str| -> Option<String> {
+        match name {
+            "model" => Some(model.unwrap_or_default().to_string()),
+            "repo" => Some(item.repo.clone()),
+            "repo.path" => Some(workdir.clone()),
+            "item" => Some(item.id.clone()),
+            "attempt" => Some(n.to_string()),
+            "run" => Some(cx.run_id.clone()),
+            other => other
+                .strip_prefix("item.")
+                .and_then(|v| item.vars.get(v).cloned()),
+        }
+    };
+    let argv: Result<Vec<String>, String> = match cmd {
+        CommandSpec::Shell(s) => {
+            template::render(s, lookup).map(|s| vec!["sh".into(), "-c".into(), s])
+        }
+        CommandSpec::Argv(v) => v.iter().map(|p| template::render(p, lookup)).collect(),
+    };
+    let mut argv = match argv {
+        Ok(a) => a,
+        Err(e) => {
+            return Finished {
+                spawn_error: Some(e),
+                ..Finished::default()
+            };
+        }
+    };
+    // A relative program path resolves against the manifest's folder, like every other path.
+    if let Some(first) = argv.first_mut()
+        && first.contains('/')
+        && !first.starts_with('/')
+    {
+        *first = cx.loaded.resolve(first).to_string_lossy().to_string();
+    }
+
+    let mut env: Vec<(String, String)> = Vec::new();
+    for name in icx.eff.env_pass.iter().chain(icx.eff.secrets.iter()) {
+        if let Ok(v) = std::env::var(name)
+            && !env.iter().any(|(k, _)| k == name)
+        {
+            env.push((name.clone(), v));
+        }
+    }
+    if gate.is_none() {
+        for (k, v) in &icx.eff.worker.env {
+            let v = template::render(v, lookup).unwrap_or_else(|_| v.clone());
+            env.retain(|(name, _)| name != k);
+            env.push((k.clone(), v));
+        }
+    }
+    let role = if gate.is_some() { "gate" } else { "worker" };
+    env.extend([
+        ("RUNNER_RUN_ID".to_string(), cx.run_id.clone()),
+        ("RUNNER_REPO".to_string(), item.repo.clone()),
+        ("RUNNER_REPO_PATH".to_string(), workdir.clone()),
+        ("RUNNER_ITEM".to_string(), item.id.clone()),
+        (
+            "RUNNER_MODEL".to_string(),
+            model.unwrap_or_default().to_string(),
+        ),
+        ("RUNNER_ATTEMPT".to_string(), n.to_string()),
+        ("RUNNER_ROLE".to_string(), role.to_string()),
+        ("RUNNER_TOKEN".to_string(), cx.token.clone()),
+        ("RUNNER_MAX_WORKERS".to_string(), cx.workers.to_string()),
+    ]);
+    if let Some(g) = gate {
+        env.push(("RUNNER_GATE".to_string(), g.to_string()));
+    }
+    if n > 1
+        && let Some(f) = feedback
+    {
+        env.push((
+            "RUNNER_FEEDBACK".to_string(),
+            f.to_string_lossy().to_string(),
+        ));
+    }
+    process::run(
+        SpawnSpec {
+            argv,
+            cwd: icx.workdir.clone(),
+            env,
+            log_path: log,
+            timeout,
+            grace,
+            silence,
+            redactor: cx.redactor.clone(),
+            inherit_fd: Some(icx.lease_fd),
+            census: CensusKey {
+                token: cx.token.clone(),
+                repo: item.repo.clone(),
+            },
+        },
+        icx.stop.clone(),
+    )
+    .await
+}

@@ -1,0 +1,456 @@
+//! The drain: a capacity-bounded pool over the plan's pending items, one run per repository at
+//! a time, across processes too (the repository lease).
+//!
+//! The scheduler is one loop on one task. It admits items while slots are free (the bound is
+//! `workers`, lowered by the capacity probe re-read whenever a slot fills), hands a freed slot
+//! straight to the next eligible item, feeds the stall guard, and reacts to signals: the first
+//! SIGINT/SIGTERM stops admission and ends running trees with their grace period, a second kills
+//! at once. Everything it learns goes out as [`Event`]s; it knows none of their consumers.
+
+pub mod chain;
+pub mod classify;
+pub mod config;
+pub mod item;
+pub mod outcome;
+pub mod stall;
+
+use crate::events::Event;
+use crate::lease::{Holder, Lease};
+use crate::manifest::LoadedManifest;
+use crate::plan::{ItemState, Plan};
+use crate::process::output::Redactor;
+use crate::process::{self, CensusKey, SpawnSpec, Stop};
+use item::ItemRun;
+use outcome::{ItemOutcome, RunEnding};
+use stall::StallGuard;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Everything a run needs, fixed before it starts.
+pub struct RunCx {
+    pub loaded: LoadedManifest,
+    pub plan: Plan,
+    pub run_id: String,
+    /// Unguessable, in every spawned process's environment, to find escaped descendants.
+    pub token: String,
+    /// `<reports.dir>/<run-id>`: reports and `logs/`.
+    pub run_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub workers: u32,
+    pub wait_for_locks: Option<Duration>,
+    pub redactor: Arc<Redactor>,
+    /// Repositories that could not be cloned, with the (redacted) git error.
+    pub clone_errors: HashMap<String, String>,
+}
+
+/// How the drain ended.
+#[derive(Debug)]
+pub struct DrainEnd {
+    pub ending: RunEnding,
+    pub cause: Option<String>,
+    /// The signal that cancelled the run, if any.
+    pub signal: Option<i32>,
+}
+
+/// Read the capacity probe: an integer of free slots, clamped to 1..=workers. Anything else
+/// counts as 1 — never 0, never a stall.
+async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
+    let Some(cmd) = cx
+        .loaded
+        .manifest
+        .capacity
+        .as_ref()
+        .and_then(|c| c.probe.clone())
+    else {
+        return cx.workers;
+    };
+    let mut argv = match cmd {
+        crate::manifest::CommandSpec::Shell(s) => vec!["sh".into(), "-c".into(), s],
+        crate::manifest::CommandSpec::Argv(v) => v,
+    };
+    if let Some(first) = argv.first_mut()
+        && first.contains('/')
+        && !first.starts_with('/')
+    {
+        *first = cx.loaded.resolve(first).to_string_lossy().to_string();
+    }
+    let env = ["PATH", "HOME", "LANG"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    let fin = process::run(
+        SpawnSpec {
+            argv,
+            cwd: cx.loaded.dir.clone(),
+            env,
+            log_path: cx.run_dir.join("logs").join("probe.log"),
+            timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(1),
+            silence: None,
+            redactor: cx.redactor.clone(),
+            inherit_fd: None,
+            census: CensusKey {
+                token: cx.token.clone(),
+                repo: String::new(),
+            },
+        },
+        stop.clone(),
+    )
+    .await;
+    let n = if fin.success() {
+        fin.tail.trim().parse::<i64>().ok()
+    } else {
+        None
+    };
+    match n {
+        Some(n) => n.clamp(1, cx.workers as i64) as u32,
+        None => 1,
+    }
+}
+
+/// Drain the plan. `emit` receives every event, in order, on this task.
+pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
+    let (stop_tx, stop_rx) = watch::channel(Stop::Run);
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+
+    let mut queue: Vec<usize> = cx
+        .plan
+        .items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it.state == ItemState::Pending)
+        .map(|(i, _)| i)
+        .collect();
+    emit(&Event::RunStarted {
+        run_id: cx.run_id.clone(),
+        workers: cx.workers,
+        pending: queue.len(),
+    });
+
+    let stall_after = cx
+        .loaded
+        .manifest
+        .stall
+        .as_ref()
+        .and_then(|s| s.after)
+        .unwrap_or(crate::manifest::DEFAULT_STALL_AFTER);
+    let mut guard = StallGuard::new(stall_after);
+    let mut busy: HashSet<String> = HashSet::new();
+    let mut quarantined: HashSet<String> = HashSet::new();
+    let mut leases: HashMap<usize, Lease> = HashMap::new();
+    // Leases kept because a tree was not proven gone: released only when runner exits.
+    let mut kept: Vec<Lease> = Vec::new();
+    let mut blocked_since: HashMap<String, Instant> = HashMap::new();
+    let mut running: JoinSet<(usize, ItemRun)> = JoinSet::new();
+    let mut stopping: Option<i32> = None;
+    let mut stalled: Option<String> = None;
+
+    loop {
+        // Admission: fill free slots, the probe re-read each time one fills.
+        let mut waiting_for_lock = false;
+        if stopping.is_none() && stalled.is_none() {
+            loop {
+                if running.len() as u32 >= cx.workers {
+                    break;
+                }
+                let Some(pos) = queue.iter().position(|&i| {
+                    let repo = &cx.plan.items[i].repo;
+                    !busy.contains(repo) && !blocked_recently(&blocked_since, repo)
+                }) else {
+                    break;
+                };
+                let idx = queue[pos];
+                let repo_name = cx.plan.items[idx].repo.clone();
+                if quarantined.contains(&repo_name) {
+                    queue.remove(pos);
+                    finish(emit, idx, ItemOutcome::Held, Some("quarantined"), Some("an earlier item's processes in this repository could not be proven gone".into()));
+                    continue;
+                }
+                if let Some(err) = cx.clone_errors.get(&repo_name) {
+                    queue.remove(pos);
+                    finish(emit, idx, ItemOutcome::Failed, None, Some(err.clone()));
+                    if let Some(c) = guard.halted(stall::HaltSignature {
+                        stage: "clone".into(),
+                        failure: stall::fingerprint(err, None),
+                    }) {
+                        stalled = Some(c);
+                        break;
+                    }
+                    continue;
+                }
+                if !running.is_empty()
+                    && cx
+                        .loaded
+                        .manifest
+                        .capacity
+                        .as_ref()
+                        .is_some_and(|c| c.probe.is_some())
+                {
+                    let bound = probe(&cx, &stop_rx).await;
+                    if running.len() as u32 >= bound {
+                        break;
+                    }
+                }
+                let Some(repo) = cx.plan.repositories.iter().find(|r| r.name == repo_name) else {
+                    queue.remove(pos);
+                    finish(
+                        emit,
+                        idx,
+                        ItemOutcome::Failed,
+                        None,
+                        Some("repository missing from the plan".into()),
+                    );
+                    continue;
+                };
+                let common = match &repo.common_dir {
+                    Some(c) => c.clone(),
+                    None => match crate::git::probe(&repo.path) {
+                        Ok(p) => p.common_dir,
+                        Err(e) => {
+                            queue.remove(pos);
+                            finish(emit, idx, ItemOutcome::Failed, None, Some(e.to_string()));
+                            continue;
+                        }
+                    },
+                };
+                match acquire(&common, Holder::this_process(&cx.run_id, &repo_name)).await {
+                    Ok(Some(lease)) => {
+                        queue.remove(pos);
+                        blocked_since.remove(&repo_name);
+                        busy.insert(repo_name);
+                        let fd = lease.fd();
+                        leases.insert(idx, lease);
+                        let cx2 = cx.clone();
+                        let tx = ev_tx.clone();
+                        let st = stop_rx.clone();
+                        running.spawn(
+                            async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) },
+                        );
+                    }
+                    Ok(None) => {
+                        let first = *blocked_since
+                            .entry(repo_name.clone())
+                            .or_insert_with(Instant::now);
+                        let within = cx.wait_for_locks.is_some_and(|w| first.elapsed() < w);
+                        if within {
+                            waiting_for_lock = true;
+                        } else {
+                            // Every item of this repository is held: its lease belongs to another run.
+                            let holder =
+                                crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
+                            let detail = match holder {
+                                Some(h) => format!(
+                                    "leased by run `{}` (pid {} on {})",
+                                    h.run_id, h.pid, h.host
+                                ),
+                                None => "its lease is held by another process".to_string(),
+                            };
+                            queue.retain(|&i| {
+                                if cx.plan.items[i].repo == repo_name {
+                                    finish(
+                                        emit,
+                                        i,
+                                        ItemOutcome::Held,
+                                        Some("repo-busy"),
+                                        Some(detail.clone()),
+                                    );
+                                    false
+                                } else {
+                                    true
+                                }
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        queue.remove(pos);
+                        finish(emit, idx, ItemOutcome::Failed, None, Some(e.to_string()));
+                    }
+                }
+            }
+            if !queue.is_empty()
+                && blocked_since
+                    .keys()
+                    .any(|r| queue.iter().any(|&i| &cx.plan.items[i].repo == r))
+            {
+                waiting_for_lock = true;
+            }
+        }
+
+        if running.is_empty() {
+            // Nothing runs; go on only to wait for a lease another run holds.
+            let can_wait =
+                waiting_for_lock && stopping.is_none() && stalled.is_none() && !queue.is_empty();
+            if !can_wait {
+                break;
+            }
+        }
+
+        tokio::select! {
+            Some(ev) = ev_rx.recv() => emit(&ev),
+            Some(joined) = running.join_next(), if !running.is_empty() => {
+                // Events sent before the task ended come first.
+                while let Ok(ev) = ev_rx.try_recv() {
+                    emit(&ev);
+                }
+                let (idx, run) = match joined {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // A panicked item task: record it as failed; the run goes on.
+                        let idx = leases.keys().next().copied().unwrap_or(0);
+                        (idx, ItemRun { outcome: ItemOutcome::Failed, reason: None, cause: Some(format!("internal error: {e}")), progress: false, halt: None, tree_gone: false })
+                    }
+                };
+                let repo = cx.plan.items[idx].repo.clone();
+                busy.remove(&repo);
+                if let Some(lease) = leases.remove(&idx) {
+                    if run.tree_gone {
+                        lease.release();
+                    } else {
+                        quarantined.insert(repo.clone());
+                        kept.push(lease);
+                    }
+                }
+                let outcome = run.outcome;
+                let cause = if !run.tree_gone {
+                    Some(format!("{}; its processes could not be proven gone, so repository `{repo}` is quarantined", run.cause.clone().unwrap_or_default()))
+                } else {
+                    run.cause.clone()
+                };
+                finish(emit, idx, outcome, run.reason.as_deref(), cause);
+                if run.progress {
+                    guard.progress();
+                }
+                if matches!(outcome, ItemOutcome::Halted | ItemOutcome::Failed)
+                    && let Some(sig) = run.halt
+                    && let Some(c) = guard.halted(sig)
+                    && stalled.is_none()
+                {
+                    stalled = Some(c);
+                }
+            }
+            _ = recv_signal(&mut sigint) => {
+                on_signal(&mut stopping, libc::SIGINT, &stop_tx);
+            }
+            _ = recv_signal(&mut sigterm) => {
+                on_signal(&mut stopping, libc::SIGTERM, &stop_tx);
+            }
+            _ = tokio::time::sleep(Duration::from_millis(100)), if waiting_for_lock => {}
+        }
+    }
+    while let Ok(ev) = ev_rx.try_recv() {
+        emit(&ev);
+    }
+    let leftover_cause = match (&stopping, &stalled) {
+        (Some(sig), _) => format!(
+            "not started: the run was cancelled by {}",
+            signal_name(*sig)
+        ),
+        (None, Some(_)) => "not started: the run stalled".to_string(),
+        _ => "not started".to_string(),
+    };
+    for idx in queue {
+        finish(
+            emit,
+            idx,
+            ItemOutcome::Cancelled,
+            None,
+            Some(leftover_cause.clone()),
+        );
+    }
+    drop(kept);
+    let (ending, cause) = if let Some(sig) = stopping {
+        (
+            RunEnding::Cancelled,
+            Some(format!("cancelled by {}", signal_name(sig))),
+        )
+    } else if let Some(c) = stalled {
+        (RunEnding::Stalled, Some(c))
+    } else if cx.plan.items.is_empty() {
+        (
+            RunEnding::NothingFound,
+            Some("no work item was found in any repository".to_string()),
+        )
+    } else {
+        (RunEnding::Drained, None)
+    };
+    emit(&Event::RunEnded {
+        ending,
+        cause: cause.clone(),
+    });
+    DrainEnd {
+        ending,
+        cause,
+        signal: stopping,
+    }
+}
+
+/// Take a repository's lease. A lock can be held for an instant by a process of runner's own
+/// that is between `fork` and `exec` (the descriptor is copied, then closed at exec), so a busy
+/// answer is asked again a few times over a short moment before it counts.
+async fn acquire(
+    common: &std::path::Path,
+    holder: Holder,
+) -> Result<Option<Lease>, crate::lease::LeaseError> {
+    for _ in 0..10 {
+        if let Some(l) = Lease::try_acquire(common, holder.clone())? {
+            return Ok(Some(l));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Lease::try_acquire(common, holder)
+}
+
+fn blocked_recently(blocked: &HashMap<String, Instant>, repo: &str) -> bool {
+    blocked
+        .get(repo)
+        .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+}
+
+fn finish(
+    emit: &mut dyn FnMut(&Event),
+    item: usize,
+    outcome: ItemOutcome,
+    reason: Option<&str>,
+    cause: Option<String>,
+) {
+    emit(&Event::ItemFinished {
+        item,
+        outcome,
+        reason: reason.map(str::to_string),
+        cause,
+    });
+}
+
+async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+fn on_signal(stopping: &mut Option<i32>, sig: i32, stop: &watch::Sender<Stop>) {
+    if stopping.is_some() {
+        // Second signal: kill at once.
+        let _ = stop.send(Stop::Immediate);
+    } else {
+        *stopping = Some(sig);
+        let _ = stop.send(Stop::Graceful);
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
+}

@@ -1,0 +1,63 @@
+//! The one stream of what happens during a run.
+//!
+//! The engine emits [`Event`]s; the progress display, the report builder (and later the state
+//! ledger) consume them. None of the consumers touches a process, and the engine knows none of
+//! them.
+
+use crate::engine::outcome::{GateResult, ItemOutcome, RunEnding, WorkerClass};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Items are named by their index in the plan's item list.
+pub type ItemIndex = usize;
+
+#[derive(Clone, Debug)]
+pub enum Event {
+    RunStarted {
+        run_id: String,
+        workers: u32,
+        pending: usize,
+    },
+    ItemStarted {
+        item: ItemIndex,
+    },
+    AttemptStarted {
+        item: ItemIndex,
+        n: u32,
+        model: Option<String>,
+    },
+    WorkerFinished {
+        item: ItemIndex,
+        n: u32,
+        exit: Option<i32>,
+        class: WorkerClass,
+        duration: Duration,
+        log: PathBuf,
+    },
+    GateStarted {
+        item: ItemIndex,
+        n: u32,
+        gate: String,
+    },
+    GateFinished {
+        item: ItemIndex,
+        n: u32,
+        gate: String,
+        result: GateResult,
+        /// Why a gate was skipped or not run.
+        reason: Option<String>,
+        duration: Duration,
+        output_tail: String,
+        log: Option<PathBuf>,
+    },
+    ItemFinished {
+        item: ItemIndex,
+        outcome: ItemOutcome,
+        reason: Option<String>,
+        cause: Option<String>,
+    },
+    RunEnded {
+        ending: RunEnding,
+        cause: Option<String>,
+    },
+}

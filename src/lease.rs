@@ -1,0 +1,169 @@
+//! The repository lease: at most one `runner` works in a repository at a time.
+//!
+//! The lease lives in the git common dir (`git rev-parse --git-common-dir`), so every worktree of
+//! one clone shares it. It is an OS file lock (`flock` on `runner.lock`) plus a record of its
+//! holder (host, pid, process start time, run id) in `runner.lease.json`, written atomically.
+//! The lock is what excludes; the record is what `status` and `unlock` show. The lock's
+//! descriptor is handed to every process spawned for the item, so the lock stays held for as
+//! long as any descendant keeps it open — even if runner itself is killed.
+
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+pub const LOCK_FILE: &str = "runner.lock";
+pub const RECORD_FILE: &str = "runner.lease.json";
+
+/// Who holds a lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub host: String,
+    pub pid: u32,
+    /// Process start time in clock ticks since boot (`/proc/<pid>/stat` field 22): a pid is the
+    /// same process only if this matches too.
+    pub start_time: Option<u64>,
+    pub run_id: String,
+    pub repo: String,
+}
+
+impl Holder {
+    pub fn this_process(run_id: &str, repo: &str) -> Self {
+        let pid = std::process::id();
+        Holder {
+            host: hostname(),
+            pid,
+            start_time: process_start_time(pid),
+            run_id: run_id.to_string(),
+            repo: repo.to_string(),
+        }
+    }
+}
+
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Start time of `pid` in clock ticks since boot.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // Fields after the command name start at field 3 (state); start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A held lease. Dropping it releases the lock (once no descendant holds the descriptor).
+#[derive(Debug)]
+pub struct Lease {
+    file: File,
+    record: PathBuf,
+    holder: Holder,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("cannot open the lease in `{path}`: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Lease {
+    /// Take the lease of the repository whose git common dir is `common_dir`, or `None` when
+    /// another process holds it.
+    pub fn try_acquire(common_dir: &Path, holder: Holder) -> Result<Option<Lease>, LeaseError> {
+        let path = common_dir.join(LOCK_FILE);
+        let io = |source| LeaseError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        let record = common_dir.join(RECORD_FILE);
+        let lease = Lease {
+            file,
+            record,
+            holder,
+        };
+        // The record is informational; failing to write it does not give up the lock.
+        let _ = write_atomic(
+            &lease.record,
+            serde_json::to_string_pretty(&lease.holder)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        Ok(Some(lease))
+    }
+
+    /// The lock's descriptor, to be kept open in spawned processes.
+    pub fn fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
+    /// Release: remove the record if it is still ours, then drop the lock.
+    pub fn release(self) {
+        if read_record(&self.record).is_some_and(|h| h == self.holder) {
+            let _ = std::fs::remove_file(&self.record);
+        }
+        drop(self.file);
+    }
+}
+
+/// The holder recorded in a common dir, if any.
+pub fn read_record(path: &Path) -> Option<Holder> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Write `bytes` to `path` through a temporary file in the same folder and a rename, so that no
+/// reader ever sees it half-written.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Lease::try_acquire(dir.path(), Holder::this_process("run-a", "r"))
+            .unwrap()
+            .expect("free lease is taken");
+        assert!(
+            Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r"))
+                .unwrap()
+                .is_none()
+        );
+        let rec = read_record(&dir.path().join(RECORD_FILE)).unwrap();
+        assert_eq!(rec.run_id, "run-a");
+        assert!(rec.start_time.is_some());
+        a.release();
+        assert!(!dir.path().join(RECORD_FILE).exists());
+        assert!(
+            Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r"))
+                .unwrap()
+                .is_some()
+        );
+    }
+}

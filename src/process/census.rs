@@ -1,0 +1,176 @@
+//! Finding and ending escaped descendants.
+//!
+//! A process group does not hold everything a worker starts: `setsid`, double forks and `nohup`
+//! leave it. Every spawned process carries `RUNNER_TOKEN` (unguessable, per run) and
+//! `RUNNER_REPO` in its environment, and descendants inherit them; the census reads
+//! `/proc/<pid>/environ` to find them. A tree counts as gone only after several quiet scans in a
+//! row, and any unreadable scan resets the count. Scans run on the blocking pool, never on the
+//! event loop.
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use std::time::{Duration, Instant};
+
+/// Identifies the processes of one item: the run's token and the repository (one item per
+/// repository runs at a time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CensusKey {
+    pub token: String,
+    pub repo: String,
+}
+
+/// Quiet scans in a row before a tree counts as gone.
+const QUIET_SCANS: u32 = 3;
+/// Pause between scans.
+const SCAN_GAP: Duration = Duration::from_millis(5);
+/// Longest time spent ending escaped descendants.
+const SWEEP_DEADLINE: Duration = Duration::from_secs(10);
+
+pub fn signal_group(pgid: i32, sig: Signal) {
+    let _ = killpg(Pid::from_raw(pgid), sig);
+}
+
+pub fn group_alive(pgid: i32) -> bool {
+    killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// Reap zombies of group `pgid` that are runner's children (re-parented to it as subreaper).
+pub fn reap_group(pgid: i32) {
+    loop {
+        match waitpid(Pid::from_raw(-pgid), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => break,
+            Ok(_) => continue,
+        }
+    }
+}
+
+fn reap(pid: i32) {
+    let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+}
+
+/// Pids of the direct children runner spawned and has not yet reaped itself (the async runtime
+/// reaps them). A scan must never reap one of those: the runtime would lose its exit status.
+/// Spawning holds this lock from `spawn` until the pid is recorded, and a scan holds it while it
+/// reaps, so a child can never be reaped in between.
+pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Record that runner is a child subreaper: every orphan of a spawned tree is then re-parented
+/// to runner, and a scan need only look at runner's own children.
+pub fn set_subreaper(active: bool) {
+    SUBREAPER.store(active, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Parent pid and state letter from `/proc/<pid>/stat`.
+fn stat(pid: i32) -> Option<(i32, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = s.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state))
+}
+
+/// One scan: the pids carrying `key`, or `Err` when `/proc` could not be read.
+pub fn scan(key: &CensusKey) -> std::io::Result<Vec<i32>> {
+    let me = std::process::id() as i32;
+    let only_children = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
+    let token = format!("RUNNER_TOKEN={}", key.token);
+    let repo = format!("RUNNER_REPO={}", key.repo);
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Some((ppid, state)) = stat(pid) else {
+            continue;
+        };
+        if only_children && ppid != me {
+            continue;
+        }
+        if state == 'Z' {
+            // A dead orphan of some tree, re-parented to runner: reap it, unless it is a direct
+            // child whose status the runtime is about to collect.
+            if ppid == me
+                && let Ok(direct) = DIRECT_CHILDREN.lock()
+                && !direct.contains(&pid)
+            {
+                reap(pid);
+            }
+            continue;
+        }
+        // Gone between listing and reading, or a kernel thread: nothing to end.
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let mut has_token = false;
+        let mut has_repo = false;
+        for var in environ.split(|b| *b == 0) {
+            if var == token.as_bytes() {
+                has_token = true;
+            } else if var == repo.as_bytes() {
+                has_repo = true;
+            }
+        }
+        if has_token && has_repo {
+            found.push(pid);
+        }
+    }
+    Ok(found)
+}
+
+/// Kill every process carrying `key` until several scans in a row find none. Returns whether
+/// that was reached before the deadline.
+///
+/// `settled` says the process group was already empty when its leader exited: then every
+/// descendant still alive has been re-parented to runner (as subreaper) before the scan, and two
+/// back-to-back scans suffice (the second catches children of a process that died during the
+/// first). Otherwise processes may still be moving, and scans are spaced out.
+pub async fn sweep(key: CensusKey, settled: bool) -> bool {
+    let until = Instant::now() + SWEEP_DEADLINE;
+    let fast = settled && SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
+    let (needed, gap) = if fast {
+        (2, Duration::ZERO)
+    } else {
+        (QUIET_SCANS, SCAN_GAP)
+    };
+    let mut quiet = 0;
+    // Scans run on the blocking pool; the first one runs at once, later ones after a pause so
+    // that a process caught mid-fork shows up.
+    while Instant::now() < until {
+        let k = key.clone();
+        let scanned = tokio::task::spawn_blocking(move || scan(&k))
+            .await
+            .map_err(std::io::Error::other);
+        match scanned {
+            Ok(Ok(pids)) if pids.is_empty() => {
+                quiet += 1;
+                if quiet >= needed {
+                    return true;
+                }
+            }
+            Ok(Ok(pids)) => {
+                quiet = 0;
+                for pid in pids {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                    reap(pid);
+                }
+            }
+            _ => quiet = 0,
+        }
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
+    }
+    false
+}

@@ -1,0 +1,288 @@
+//! The one place that spawns processes.
+//!
+//! Every worker, gate and probe goes through [`run`]: its own process group, stdin closed, an
+//! environment built from scratch, output teed to a log file and a bounded in-memory tail with
+//! secrets redacted, and a deadline. Ending a process is one function, [`end_tree`], shared by
+//! timeout, cancel and normal completion: signal the group, wait out the grace period, kill the
+//! group, reap what came back to us, then look for escaped descendants by their run token and
+//! repository (a census of `/proc`), several quiet reads in a row before the tree counts as gone.
+//!
+//! runner makes itself a child subreaper ([`become_subreaper`]), so descendants whose parent dies
+//! are re-parented to runner instead of init; that is what lets it reap and account for them.
+
+pub mod census;
+pub mod output;
+
+use output::{Collector, Redactor};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+pub use census::CensusKey;
+
+/// How a run is asked to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stop {
+    /// Keep going.
+    Run,
+    /// End process trees with their grace period.
+    Graceful,
+    /// Kill at once.
+    Immediate,
+}
+
+/// What to run and under which limits.
+#[derive(Clone, Debug)]
+pub struct SpawnSpec {
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// The complete environment; nothing of runner's own leaks in.
+    pub env: Vec<(String, String)>,
+    pub log_path: PathBuf,
+    pub timeout: Duration,
+    pub grace: Duration,
+    /// No output for this long ends the process as silenced.
+    pub silence: Option<Duration>,
+    pub redactor: Arc<Redactor>,
+    /// A descriptor the child keeps open (the repository lease), so the lease outlives runner
+    /// for as long as any descendant that did not close it.
+    pub inherit_fd: Option<i32>,
+    pub census: CensusKey,
+}
+
+/// How a process ended.
+#[derive(Clone, Debug, Default)]
+pub struct Finished {
+    pub exit: Option<i32>,
+    pub signal: Option<i32>,
+    /// Ended by runner's timer at `timeout`.
+    pub timed_out: bool,
+    /// Ended because it printed nothing for `silence`.
+    pub silenced: bool,
+    /// Ended because the run was cancelled.
+    pub cancelled: bool,
+    /// Could not be started at all.
+    pub spawn_error: Option<String>,
+    pub duration: Duration,
+    /// The redacted last part of its output.
+    pub tail: String,
+    pub output_bytes: u64,
+    /// Whether it printed anything at all.
+    pub any_output: bool,
+    /// Whether the whole tree was proven gone afterwards.
+    pub tree_gone: bool,
+}
+
+impl Finished {
+    pub fn success(&self) -> bool {
+        self.exit == Some(0)
+            && !self.timed_out
+            && !self.silenced
+            && !self.cancelled
+            && self.spawn_error.is_none()
+    }
+}
+
+/// Make runner the reaper of its orphaned descendants.
+pub fn become_subreaper() {
+    // Failing this only widens the census to every process (orphans go to init instead).
+    census::set_subreaper(nix::sys::prctl::set_child_subreaper(true).is_ok());
+}
+
+/// Run one process to its end under the spec's limits, then end its whole tree.
+pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
+    let started = Instant::now();
+    let mut fin = Finished::default();
+    if let Some(dir) = spec.log_path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let log = std::fs::File::create(&spec.log_path).ok();
+    let Some((program, args)) = spec.argv.split_first() else {
+        fin.spawn_error = Some("empty command".into());
+        return fin;
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    let inherit = spec.inherit_fd;
+    // SAFETY: only async-signal-safe calls (prctl, fcntl) run between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The direct child dies with runner; its descendants are found by the census.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if let Some(fd) = inherit {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
+            Ok(())
+        });
+    }
+    let spawned = {
+        let mut direct = census::DIRECT_CHILDREN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let c = cmd.spawn();
+        if let Ok(c) = &c
+            && let Some(pid) = c.id()
+        {
+            direct.push(pid as i32);
+        }
+        c
+    };
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            fin.spawn_error = Some(format!("cannot start `{program}`: {e}"));
+            fin.duration = started.elapsed();
+            return fin;
+        }
+    };
+    let pgid = child.id().map(|p| p as i32);
+    let collector = Collector::new(log, spec.redactor.clone());
+    let readers = {
+        let mut handles = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            handles.push(tokio::spawn(pump(out, collector.clone())));
+        }
+        if let Some(err) = child.stderr.take() {
+            handles.push(tokio::spawn(pump(err, collector.clone())));
+        }
+        handles
+    };
+
+    let deadline = tokio::time::Instant::now() + spec.timeout;
+    let status = loop {
+        let silence_check = tokio::time::sleep(Duration::from_millis(200));
+        tokio::select! {
+            st = child.wait() => break st.ok(),
+            _ = tokio::time::sleep_until(deadline) => {
+                fin.timed_out = true;
+                break None;
+            }
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() != Stop::Run {
+                    fin.cancelled = true;
+                    break None;
+                }
+            }
+            _ = silence_check, if spec.silence.is_some() => {
+                if let Some(s) = spec.silence
+                    && collector.quiet_for() >= s
+                {
+                    fin.silenced = true;
+                    break None;
+                }
+            }
+        }
+    };
+    let status = match status {
+        Some(s) => Some(s),
+        None => {
+            // Ended by runner: signal the group, wait out the grace, then kill.
+            let grace = if *stop.borrow() == Stop::Immediate {
+                Duration::ZERO
+            } else {
+                spec.grace
+            };
+            if let Some(g) = pgid {
+                census::signal_group(g, nix::sys::signal::Signal::SIGTERM);
+            }
+            let waited = tokio::time::timeout(grace, child.wait()).await;
+            match waited {
+                Ok(st) => st.ok(),
+                Err(_) => {
+                    if let Some(g) = pgid {
+                        census::signal_group(g, nix::sys::signal::Signal::SIGKILL);
+                    }
+                    tokio::time::timeout(Duration::from_secs(10), child.wait())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                }
+            }
+        }
+    };
+    if let Some(st) = status {
+        fin.exit = st.code();
+        fin.signal = st.signal();
+    }
+    if let Some(pid) = pgid
+        && let Ok(mut direct) = census::DIRECT_CHILDREN.lock()
+    {
+        direct.retain(|p| *p != pid);
+    }
+    // Whatever the reason it ended, nothing it started may outlive it.
+    let immediate = *stop.borrow() == Stop::Immediate;
+    fin.tree_gone = match pgid {
+        Some(g) => {
+            end_tree(
+                g,
+                if immediate {
+                    Duration::ZERO
+                } else {
+                    spec.grace
+                },
+                &spec.census,
+            )
+            .await
+        }
+        None => true,
+    };
+    // Pipes close once every holder is gone; bound the wait in case one escaped the census.
+    for h in readers {
+        let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
+    }
+    let snap = collector.finish();
+    fin.tail = snap.tail;
+    fin.output_bytes = snap.bytes;
+    fin.any_output = snap.bytes > 0;
+    fin.duration = started.elapsed();
+    fin
+}
+
+async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, c: Collector) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => c.push(&buf[..n]),
+        }
+    }
+}
+
+/// End every process of group `pgid` and every escaped descendant named by `key`. Returns
+/// whether the tree was proven gone. Every wait here has a deadline.
+pub async fn end_tree(pgid: i32, grace: Duration, key: &CensusKey) -> bool {
+    use nix::sys::signal::Signal;
+    let group_gone = |g| {
+        census::reap_group(g);
+        !census::group_alive(g)
+    };
+    let settled = group_gone(pgid);
+    if !settled {
+        census::signal_group(pgid, Signal::SIGTERM);
+        let until = Instant::now() + grace;
+        while Instant::now() < until && !group_gone(pgid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !group_gone(pgid) {
+            census::signal_group(pgid, Signal::SIGKILL);
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until && !group_gone(pgid) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    let group_ok = group_gone(pgid);
+    group_ok && census::sweep(key.clone(), settled).await
+}

@@ -1,0 +1,204 @@
+//! Output capture: a child's stdout and stderr teed, line by line and with secrets redacted, to
+//! its log file and to a bounded in-memory tail.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bytes of output kept in memory per process.
+pub const TAIL_BYTES: usize = 64 * 1024;
+/// A partial line longer than this is written out without waiting for its end.
+const MAX_PENDING_LINE: usize = 64 * 1024;
+/// Secrets shorter than this are not redacted: replacing every `1` or `ab` would destroy logs
+/// without hiding anything worth hiding.
+pub const MIN_SECRET_LEN: usize = 4;
+
+/// Replaces secret values with `***`.
+#[derive(Debug, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn new(values: impl IntoIterator<Item = String>) -> Self {
+        let mut secrets: Vec<String> = values
+            .into_iter()
+            .filter(|v| v.len() >= MIN_SECRET_LEN)
+            .collect();
+        // Longest first, so a secret containing another is replaced whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        Redactor { secrets }
+    }
+
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in &self.secrets {
+            if out.contains(s.as_str()) {
+                out = out.replace(s.as_str(), "***");
+            }
+        }
+        out
+    }
+}
+
+struct State {
+    log: Option<std::fs::File>,
+    pending: Vec<u8>,
+    tail: VecDeque<u8>,
+    bytes: u64,
+    last: Instant,
+}
+
+/// Shared sink for both pipes of one process.
+#[derive(Clone)]
+pub struct Collector {
+    state: Arc<Mutex<State>>,
+    redactor: Arc<Redactor>,
+}
+
+pub struct Snapshot {
+    pub tail: String,
+    pub bytes: u64,
+}
+
+impl Collector {
+    pub fn new(log: Option<std::fs::File>, redactor: Arc<Redactor>) -> Self {
+        Collector {
+            state: Arc::new(Mutex::new(State {
+                log,
+                pending: Vec::new(),
+                tail: VecDeque::new(),
+                bytes: 0,
+                last: Instant::now(),
+            })),
+            redactor,
+        }
+    }
+
+    pub fn push(&self, chunk: &[u8]) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        st.bytes += chunk.len() as u64;
+        st.last = Instant::now();
+        st.pending.extend_from_slice(chunk);
+        let cut = match st.pending.iter().rposition(|b| *b == b'\n') {
+            Some(i) => i + 1,
+            None if st.pending.len() > MAX_PENDING_LINE => st.pending.len(),
+            None => return,
+        };
+        let lines: Vec<u8> = st.pending.drain(..cut).collect();
+        self.emit(&mut st, &lines);
+    }
+
+    fn emit(&self, st: &mut State, bytes: &[u8]) {
+        let text = self.redactor.redact(&String::from_utf8_lossy(bytes));
+        if let Some(log) = st.log.as_mut() {
+            let _ = log.write_all(text.as_bytes());
+        }
+        st.tail.extend(text.as_bytes());
+        let excess = st.tail.len().saturating_sub(TAIL_BYTES);
+        st.tail.drain(..excess);
+    }
+
+    /// Time since the last output (or since the start, when there was none).
+    pub fn quiet_for(&self) -> Duration {
+        self.state
+            .lock()
+            .map(|s| s.last.elapsed())
+            .unwrap_or_default()
+    }
+
+    pub fn finish(&self) -> Snapshot {
+        let Ok(mut st) = self.state.lock() else {
+            return Snapshot {
+                tail: String::new(),
+                bytes: 0,
+            };
+        };
+        let rest: Vec<u8> = std::mem::take(&mut st.pending);
+        if !rest.is_empty() {
+            self.emit(&mut st, &rest);
+        }
+        if let Some(log) = st.log.as_mut() {
+            let _ = log.flush();
+        }
+        let bytes: Vec<u8> = st.tail.iter().copied().collect();
+        Snapshot {
+            tail: String::from_utf8_lossy(&bytes).into_owned(),
+            bytes: st.bytes,
+        }
+    }
+}
+
+/// The last `lines` lines of `text`, at most `max` bytes.
+pub fn last_lines(text: &str, lines: usize, max: usize) -> String {
+    let mut start = text.len();
+    let trimmed = text.trim_end_matches('\n');
+    let mut count = 0;
+    for (i, c) in trimmed.char_indices().rev() {
+        if c == '\n' {
+            count += 1;
+            if count == lines {
+                start = i + 1;
+                break;
+            }
+        }
+        start = i;
+    }
+    let mut s = &trimmed[start.min(trimmed.len())..];
+    if s.len() > max {
+        let mut cut = s.len() - max;
+        while !s.is_char_boundary(cut) {
+            cut += 1;
+        }
+        s = &s[cut..];
+    }
+    s.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_secrets_longest_first() {
+        let r = Redactor::new(["abcd".to_string(), "abcdef".to_string(), "x".to_string()]);
+        assert_eq!(r.redact("key=abcdef other=abcd x"), "key=*** other=*** x");
+    }
+
+    #[test]
+    fn redacts_across_chunk_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let c = Collector::new(
+            Some(std::fs::File::create(&path).unwrap()),
+            Arc::new(Redactor::new(["s3cr3t-value".to_string()])),
+        );
+        c.push(b"token s3cr");
+        c.push(b"3t-value here\nnext");
+        let snap = c.finish();
+        let log = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(log, "token *** here\nnext");
+        assert_eq!(snap.tail, log);
+    }
+
+    #[test]
+    fn tail_is_bounded() {
+        let c = Collector::new(None, Arc::new(Redactor::default()));
+        for _ in 0..10_000 {
+            c.push(b"0123456789abcdef\n");
+        }
+        let snap = c.finish();
+        assert!(snap.tail.len() <= TAIL_BYTES);
+        assert_eq!(snap.bytes, 170_000);
+    }
+
+    #[test]
+    fn last_lines_keeps_the_end() {
+        assert_eq!(last_lines("a\nb\nc\n", 2, 100), "b\nc");
+        assert_eq!(last_lines("abc", 5, 2), "bc");
+    }
+}

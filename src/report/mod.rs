@@ -1,0 +1,313 @@
+//! Reports: the run's record, built from the event stream and written whole or not at all.
+//!
+//! `report.json` follows `schemas/report.schema.json` (generated from these types);
+//! `summary.md` is for people, PR comments and `$GITHUB_STEP_SUMMARY`. Every file is written to
+//! a temporary file and renamed into `<reports.dir>/<run-id>/`, and `latest` is pointed at it
+//! last. A report that fails to write never changes the run's verdict or exit code.
+
+pub mod markdown;
+
+use crate::engine::outcome::{GateResult, ItemOutcome, RunEnding, WorkerClass};
+use crate::events::Event;
+use crate::plan::{HoldReason, ItemState, Plan};
+use schemars::JsonSchema;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const REPORT_SCHEMA: &str = "runner.report/v1";
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Report {
+    /// Always `runner.report/v1`.
+    pub schema: String,
+    pub run_id: String,
+    pub manifest: ManifestInfo,
+    pub runner_version: String,
+    /// RFC 3339.
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub ending: Option<RunEnding>,
+    /// Why the run ended as it did (stall cause, signal), when it is not plain.
+    pub cause: Option<String>,
+    pub capacity: CapacityInfo,
+    /// Items per outcome; every outcome is present.
+    pub counts: BTreeMap<ItemOutcome, usize>,
+    pub items: Vec<ItemReport>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ManifestInfo {
+    pub name: String,
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct CapacityInfo {
+    pub workers: u32,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ItemReport {
+    pub repo: String,
+    pub id: String,
+    pub outcome: ItemOutcome,
+    pub reason: Option<String>,
+    pub cause: Option<String>,
+    /// The model of its last attempt.
+    pub model: Option<String>,
+    pub branch: Option<String>,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    pub attempts: Vec<AttemptReport>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct AttemptReport {
+    pub n: u32,
+    pub model: Option<String>,
+    pub started_at: String,
+    pub worker: Option<WorkerReport>,
+    pub gates: Vec<GateReport>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct WorkerReport {
+    pub exit: Option<i32>,
+    pub class: WorkerClass,
+    pub duration_ms: u64,
+    /// Relative to the run's report folder.
+    pub log: String,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct GateReport {
+    pub name: String,
+    pub result: GateResult,
+    pub reason: Option<String>,
+    pub duration_ms: u64,
+    pub output_tail: String,
+    pub log: Option<String>,
+}
+
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Millisecond)
+        .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string())
+}
+
+/// Consumes events into a [`Report`].
+pub struct ReportBuilder {
+    report: Report,
+    run_dir: PathBuf,
+}
+
+impl ReportBuilder {
+    /// Start from the plan: items that will not run are recorded with their plan state, pending
+    /// ones as `cancelled` until the engine says otherwise (a run that dies early then reports
+    /// the truth: they did not run).
+    pub fn new(plan: &Plan, run_id: &str, run_dir: &Path, workers: u32) -> Self {
+        let items = plan
+            .items
+            .iter()
+            .map(|it| {
+                let (outcome, reason) = match (it.state, it.reason) {
+                    (ItemState::Pending, _) => (ItemOutcome::Cancelled, None),
+                    (ItemState::Done, _) => (ItemOutcome::Skipped, Some("done".to_string())),
+                    (ItemState::Skipped, r) => {
+                        (ItemOutcome::Skipped, r.map(|r| r.as_str().to_string()))
+                    }
+                    (ItemState::Held, r) => (
+                        ItemOutcome::Held,
+                        Some(r.unwrap_or(HoldReason::RepoBusy).as_str().to_string()),
+                    ),
+                };
+                ItemReport {
+                    repo: it.repo.clone(),
+                    id: it.id.clone(),
+                    outcome,
+                    reason,
+                    cause: it.detail.clone(),
+                    model: None,
+                    branch: it.branch.clone(),
+                    started_at: None,
+                    ended_at: None,
+                    attempts: Vec::new(),
+                }
+            })
+            .collect();
+        let mut b = ReportBuilder {
+            report: Report {
+                schema: REPORT_SCHEMA.into(),
+                run_id: run_id.into(),
+                manifest: ManifestInfo {
+                    name: plan.manifest.name.clone(),
+                    path: plan.manifest.path.display().to_string(),
+                    sha256: plan.manifest.sha256.clone(),
+                },
+                runner_version: env!("CARGO_PKG_VERSION").into(),
+                started_at: now(),
+                ended_at: None,
+                ending: None,
+                cause: None,
+                capacity: CapacityInfo { workers },
+                counts: BTreeMap::new(),
+                items,
+            },
+            run_dir: run_dir.to_path_buf(),
+        };
+        b.recount();
+        b
+    }
+
+    fn rel(&self, p: &Path) -> String {
+        p.strip_prefix(&self.run_dir)
+            .unwrap_or(p)
+            .display()
+            .to_string()
+    }
+
+    fn recount(&mut self) {
+        let mut counts: BTreeMap<ItemOutcome, usize> =
+            ItemOutcome::ALL.iter().map(|o| (*o, 0)).collect();
+        for it in &self.report.items {
+            *counts.entry(it.outcome).or_insert(0) += 1;
+        }
+        self.report.counts = counts;
+    }
+
+    pub fn on(&mut self, ev: &Event) {
+        match ev {
+            Event::RunStarted { .. } => {}
+            Event::ItemStarted { item } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.started_at = Some(now());
+                }
+            }
+            Event::AttemptStarted { item, n, model } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.model = model.clone();
+                    it.attempts.push(AttemptReport {
+                        n: *n,
+                        model: model.clone(),
+                        started_at: now(),
+                        worker: None,
+                        gates: Vec::new(),
+                    });
+                }
+            }
+            Event::WorkerFinished {
+                item,
+                n,
+                exit,
+                class,
+                duration,
+                log,
+            } => {
+                let log = self.rel(log);
+                if let Some(a) = self.attempt(*item, *n) {
+                    a.worker = Some(WorkerReport {
+                        exit: *exit,
+                        class: *class,
+                        duration_ms: duration.as_millis() as u64,
+                        log,
+                    });
+                }
+            }
+            Event::GateStarted { .. } => {}
+            Event::GateFinished {
+                item,
+                n,
+                gate,
+                result,
+                reason,
+                duration,
+                output_tail,
+                log,
+            } => {
+                let log = log.as_ref().map(|l| self.rel(l));
+                if let Some(a) = self.attempt(*item, *n) {
+                    a.gates.push(GateReport {
+                        name: gate.clone(),
+                        result: *result,
+                        reason: reason.clone(),
+                        duration_ms: duration.as_millis() as u64,
+                        output_tail: output_tail.clone(),
+                        log,
+                    });
+                }
+            }
+            Event::ItemFinished {
+                item,
+                outcome,
+                reason,
+                cause,
+            } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.outcome = *outcome;
+                    it.reason = reason.clone();
+                    it.cause = cause.clone();
+                    it.ended_at = Some(now());
+                }
+                self.recount();
+            }
+            Event::RunEnded { ending, cause } => {
+                self.report.ending = Some(*ending);
+                self.report.cause = cause.clone();
+                self.report.ended_at = Some(now());
+            }
+        }
+    }
+
+    fn attempt(&mut self, item: usize, n: u32) -> Option<&mut AttemptReport> {
+        self.report
+            .items
+            .get_mut(item)?
+            .attempts
+            .iter_mut()
+            .rev()
+            .find(|a| a.n == n)
+    }
+
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+}
+
+/// Write `report.json` and `summary.md` into `run_dir`, then point `latest` at it. Returns the
+/// first error; what was written stays whole.
+pub fn write(report: &Report, run_dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(run_dir)?;
+    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)? + "\n";
+    crate::lease::write_atomic(&run_dir.join("report.json"), json.as_bytes())?;
+    let md = markdown::render(report);
+    crate::lease::write_atomic(&run_dir.join("summary.md"), md.as_bytes())?;
+    if let Some(parent) = run_dir.parent()
+        && let Some(name) = run_dir.file_name()
+    {
+        let tmp = parent.join(format!(".latest-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(name, &tmp)?;
+        std::fs::rename(&tmp, parent.join("latest"))?;
+    }
+    if let Ok(summary) = std::env::var("GITHUB_STEP_SUMMARY")
+        && !summary.is_empty()
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(summary)?;
+        f.write_all(md.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The report's JSON Schema, as checked in at `schemas/report.schema.json`.
+pub fn report_schema_json() -> String {
+    let schema = schemars::schema_for!(Report);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}

@@ -1,0 +1,207 @@
+//! Progress for people, on stderr: bars on a terminal (indicatif), plain lines otherwise.
+//!
+//! A consumer of the event stream like the report builder; it never touches a process.
+
+use crate::events::Event;
+use crate::plan::{ItemState, Plan};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub struct Progress {
+    names: Vec<String>,
+    total: usize,
+    finished: usize,
+    bars: Option<Bars>,
+    /// Per running item: attempt, model, current gate.
+    state: HashMap<usize, (u32, Option<String>, Option<String>)>,
+}
+
+struct Bars {
+    multi: MultiProgress,
+    overall: ProgressBar,
+    items: HashMap<usize, ProgressBar>,
+}
+
+impl Progress {
+    /// `fancy`: draw bars (stderr is a terminal and progress was not turned off).
+    pub fn new(plan: &Plan, fancy: bool) -> Self {
+        let names = plan
+            .items
+            .iter()
+            .map(|i| format!("{}/{}", i.repo, i.id))
+            .collect();
+        let total = plan
+            .items
+            .iter()
+            .filter(|i| i.state == ItemState::Pending)
+            .count();
+        let bars = fancy.then(|| {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+            let overall = multi.add(ProgressBar::new(total as u64));
+            overall.set_style(
+                ProgressStyle::with_template(
+                    "{bar:30.cyan/blue} {pos}/{len} items · {elapsed} elapsed · ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            overall.enable_steady_tick(Duration::from_millis(200));
+            Bars {
+                multi,
+                overall,
+                items: HashMap::new(),
+            }
+        });
+        Progress {
+            names,
+            total,
+            finished: 0,
+            bars,
+            state: HashMap::new(),
+        }
+    }
+
+    fn name(&self, i: usize) -> &str {
+        self.names.get(i).map_or("?", String::as_str)
+    }
+
+    fn line(&self, msg: &str) {
+        match &self.bars {
+            Some(b) => b.multi.suspend(|| eprintln!("{msg}")),
+            None => eprintln!("runner: {msg}"),
+        }
+    }
+
+    fn refresh(&mut self, item: usize) {
+        let Some(b) = &self.bars else { return };
+        let Some(bar) = b.items.get(&item) else {
+            return;
+        };
+        let (n, model, gate) = self.state.get(&item).cloned().unwrap_or_default();
+        let mut msg = format!("{} · attempt {n}", self.name(item));
+        if let Some(m) = model {
+            msg.push_str(&format!(" · {m}"));
+        }
+        match gate {
+            Some(g) => msg.push_str(&format!(" · gate {g}")),
+            None => msg.push_str(" · worker"),
+        }
+        bar.set_message(msg);
+    }
+
+    pub fn on(&mut self, ev: &Event) {
+        match ev {
+            Event::RunStarted {
+                run_id,
+                workers,
+                pending,
+            } => {
+                self.line(&format!(
+                    "run {run_id}: {pending} pending item{}, up to {workers} at once",
+                    if *pending == 1 { "" } else { "s" }
+                ));
+            }
+            Event::ItemStarted { item } => {
+                self.state.insert(*item, (0, None, None));
+                if let Some(b) = &mut self.bars {
+                    let bar = b.multi.add(ProgressBar::new_spinner());
+                    bar.set_style(
+                        ProgressStyle::with_template("  {spinner} {msg} · {elapsed}")
+                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                    );
+                    bar.enable_steady_tick(Duration::from_millis(200));
+                    b.items.insert(*item, bar);
+                } else {
+                    self.line(&format!("start {}", self.name(*item)));
+                }
+                self.refresh(*item);
+            }
+            Event::AttemptStarted { item, n, model } => {
+                self.state.insert(*item, (*n, model.clone(), None));
+                self.refresh(*item);
+            }
+            Event::WorkerFinished {
+                item,
+                n,
+                exit,
+                class,
+                duration,
+                ..
+            } => {
+                if self.bars.is_none() {
+                    self.line(&format!(
+                        "{} attempt {n}: worker {} (exit {}, {:.1}s)",
+                        self.name(*item),
+                        class.as_str(),
+                        exit.map_or("-".to_string(), |c| c.to_string()),
+                        duration.as_secs_f64()
+                    ));
+                }
+            }
+            Event::GateStarted { item, gate, .. } => {
+                if let Some(s) = self.state.get_mut(item) {
+                    s.2 = Some(gate.clone());
+                }
+                self.refresh(*item);
+            }
+            Event::GateFinished {
+                item,
+                n,
+                gate,
+                result,
+                duration,
+                ..
+            } => {
+                if self.bars.is_none() {
+                    self.line(&format!(
+                        "{} attempt {n}: gate {gate} {} ({:.1}s)",
+                        self.name(*item),
+                        result.as_str(),
+                        duration.as_secs_f64()
+                    ));
+                }
+            }
+            Event::ItemFinished {
+                item,
+                outcome,
+                reason,
+                cause,
+            } => {
+                self.state.remove(item);
+                let started = self.bars.as_mut().and_then(|b| b.items.remove(item));
+                if let Some(bar) = started {
+                    bar.finish_and_clear();
+                }
+                if let Some(b) = &self.bars {
+                    b.overall.inc(1);
+                }
+                self.finished += 1;
+                let mut msg = format!(
+                    "[{}/{}] {} {}",
+                    self.finished.min(self.total.max(self.finished)),
+                    self.total,
+                    self.name(*item),
+                    outcome.as_str()
+                );
+                if let Some(r) = reason {
+                    msg.push_str(&format!(" ({r})"));
+                }
+                if let Some(c) = cause {
+                    msg.push_str(&format!(": {c}"));
+                }
+                self.line(&msg);
+            }
+            Event::RunEnded { ending, cause } => {
+                if let Some(b) = &self.bars {
+                    b.overall.finish_and_clear();
+                    let _ = b.multi.clear();
+                }
+                let mut msg = format!("run ended: {}", ending.as_str());
+                if let Some(c) = cause {
+                    msg.push_str(&format!(" — {c}"));
+                }
+                self.line(&msg);
+            }
+        }
+    }
+}
