@@ -93,3 +93,107 @@ pub fn tree_fingerprint(dir: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Pids of live processes whose command line contains `marker` (zombies excluded).
+pub fn processes_matching(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if cmd.contains(marker) && !zombie {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Wait until `cond` holds or `secs` pass.
+pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    cond()
+}
+
+/// The `report.json` of the latest run under `reports`.
+pub fn latest_report(reports: &Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(reports.join("latest/report.json")).expect("report.json written");
+    serde_json::from_str(&text).expect("report.json is JSON")
+}
+
+/// Intervals `(repo, start_ns, end_ns)` from a log of `start REPO ITEM NS` / `end REPO ITEM NS`
+/// lines written by test workers.
+pub fn intervals(log: &Path) -> Vec<(String, String, u128, u128)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut starts = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 4 {
+            continue;
+        }
+        let key = (f[1].to_string(), f[2].to_string());
+        let t: u128 = f[3].parse().unwrap();
+        match f[0] {
+            "start" => {
+                starts.insert(key, t);
+            }
+            "end" => {
+                if let Some(s) = starts.remove(&key) {
+                    out.push((key.0, key.1, s, t));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Most intervals open at one instant.
+pub fn max_overlap(iv: &[(String, String, u128, u128)]) -> usize {
+    let mut events: Vec<(u128, i32)> = Vec::new();
+    for (_, _, s, e) in iv {
+        events.push((*s, 1));
+        events.push((*e, -1));
+    }
+    // Ends sort before starts at the same instant.
+    events.sort();
+    let (mut cur, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        cur += d;
+        max = max.max(cur);
+    }
+    max as usize
+}
+
+/// Whether two intervals of one repository overlap.
+pub fn repo_overlap(iv: &[(String, String, u128, u128)]) -> Option<String> {
+    for (i, a) in iv.iter().enumerate() {
+        for b in &iv[i + 1..] {
+            if a.0 == b.0 && a.2 < b.3 && b.2 < a.3 {
+                return Some(format!("{}: {} and {} overlap", a.0, a.1, b.1));
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,442 @@
+//! `runner apply` end to end: the built binary, real git repositories, real processes.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// A worker that records start and end with nanosecond times in `log`, sleeping between.
+fn recording_worker(log: &Path, sleep: &str) -> String {
+    format!(
+        "echo \"start $RUNNER_REPO $RUNNER_ITEM $(date +%s%N)\" >> {log}; sleep {sleep}; echo \"end $RUNNER_REPO $RUNNER_ITEM $(date +%s%N)\" >> {log}",
+        log = log.display()
+    )
+}
+
+/// `repos` repositories `r0..` with `per` explicit items each, and the given worker and extra
+/// manifest text.
+fn manifest(root: &Path, repos: usize, per: usize, workers: u32, worker: &str, extra: &str) {
+    let mut m = format!("version: 1\nname: t\ncapacity: {{workers: {workers}}}\nrepositories:\n");
+    for r in 0..repos {
+        repo(&root.join(format!("r{r}")));
+        m.push_str(&format!("  - path: r{r}\n"));
+    }
+    m.push_str(&format!(
+        "worker:\n  run: {}\n",
+        serde_json::to_string(worker).unwrap()
+    ));
+    m.push_str(extra);
+    m.push_str("items:\n");
+    for i in 0..per {
+        for r in 0..repos {
+            m.push_str(&format!("  - {{repo: r{r}, id: item-{i}}}\n"));
+        }
+    }
+    std::fs::write(root.join("m.yaml"), m).unwrap();
+}
+
+fn apply(root: &Path, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["apply", "m.yaml", "--no-progress"];
+    a.extend_from_slice(args);
+    run_in(root, &a)
+}
+
+#[test]
+fn concurrency_never_exceeds_the_bound_nor_overlaps_in_a_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    manifest(dir.path(), 8, 5, 3, &recording_worker(&log, "0.05"), "");
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let iv = intervals(&log);
+    assert_eq!(iv.len(), 40, "every item ran once");
+    let max = max_overlap(&iv);
+    assert!(max <= 3, "concurrency reached {max}");
+    assert_eq!(max, 3, "the pool should fill to its bound");
+    assert_eq!(repo_overlap(&iv), None);
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "drained");
+    assert_eq!(report["counts"]["completed"], 40);
+}
+
+#[test]
+fn minus_j_lowers_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    manifest(dir.path(), 4, 2, 4, &recording_worker(&log, "0.05"), "");
+    let out = apply(dir.path(), &["-j", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(max_overlap(&intervals(&log)), 1);
+}
+
+#[test]
+fn two_runners_together_never_share_a_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    manifest(dir.path(), 4, 3, 4, &recording_worker(&log, "0.1"), "");
+    let spawn = || {
+        common::runner()
+            .current_dir(dir.path())
+            .args(["apply", "m.yaml", "--no-progress", "--report-dir", "out"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let a = spawn();
+    let b = spawn();
+    let (oa, ob) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for o in [&oa, &ob] {
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(1)),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let iv = intervals(&log);
+    assert!(iv.len() >= 12, "every item ran at least once: {}", iv.len());
+    assert_eq!(repo_overlap(&iv), None);
+}
+
+#[test]
+fn a_timed_out_gate_leaves_no_process_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    // One child in the group, one escaped with setsid, one double-forked and detached.
+    let gate = "sleep 3117 & setsid sleep 3118 & (sh -c 'sleep 3119 &' &) ; sleep 3120";
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        "true",
+        &format!(
+            "gates:\n  - name: slow\n    run: {}\n    timeout: 1s\n    grace: 500ms\n",
+            serde_json::to_string(gate).unwrap()
+        ),
+    );
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    for marker in ["sleep 3117", "sleep 3118", "sleep 3119", "sleep 3120"] {
+        assert!(processes_matching(marker).is_empty(), "`{marker}` survived");
+    }
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "halted");
+    assert_eq!(item["attempts"][0]["gates"][0]["result"], "timed-out");
+}
+
+#[test]
+fn identical_failures_at_one_gate_stall_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    manifest(
+        dir.path(),
+        6,
+        1,
+        1,
+        &recording_worker(&log, "0"),
+        "gates:\n  - name: test\n    run: \"echo 'cargo: command not found' >&2; exit 127\"\nstall:\n  after: 3\n",
+    );
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(intervals(&log).len(), 3, "the rest did not run");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "stalled");
+    let cause = report["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("gate `test`") && cause.contains("command not found"),
+        "{cause}"
+    );
+    assert_eq!(report["counts"]["halted"], 3);
+    assert_eq!(report["counts"]["cancelled"], 3);
+}
+
+#[test]
+fn one_bad_item_among_five_drains_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    manifest(
+        dir.path(),
+        5,
+        1,
+        1,
+        "true",
+        "gates:\n  - name: test\n    run: \"test $RUNNER_REPO != r2\"\nstall:\n  after: 2\n",
+    );
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "drained");
+    assert_eq!(report["counts"]["completed"], 4);
+    assert_eq!(report["counts"]["halted"], 1);
+}
+
+#[test]
+fn an_empty_queue_is_nothing_found() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r0"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: t\nrepositories: [{path: r0}]\nworker: {run: \"true\"}\ndiscover:\n  - {glob: \"nothing/*.md\", id: \"{match.stem}\"}\n",
+    )
+    .unwrap();
+    let out = apply(dir.path(), &["--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["ending"], "nothing-found");
+}
+
+#[test]
+fn sigint_cancels_ends_every_process_and_still_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    manifest(dir.path(), 3, 2, 2, &recording_worker(&log, "3121"), "");
+    let child = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    assert!(
+        wait_for(20, || intervals_started(&log) >= 2),
+        "workers did not start"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        processes_matching("sleep 3121").is_empty(),
+        "a worker survived"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "cancelled");
+    assert_eq!(report["counts"]["cancelled"], 6);
+    assert!(report["cause"].as_str().unwrap().contains("SIGINT"));
+}
+
+fn intervals_started(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("start"))
+        .count()
+}
+
+#[test]
+fn a_missing_repository_is_skipped_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("here"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: t\nrepositories: [{path: here}, {path: gone}]\nworker: {run: \"true\"}\nitems:\n  - {repo: gone, id: a}\n  - {repo: here, id: b}\n",
+    )
+    .unwrap();
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let items = report["items"].as_array().unwrap();
+    let gone = items.iter().find(|i| i["repo"] == "gone").unwrap();
+    assert_eq!(gone["outcome"], "skipped");
+    assert_eq!(gone["reason"], "repo-not-found");
+    let here = items.iter().find(|i| i["repo"] == "here").unwrap();
+    assert_eq!(here["outcome"], "completed");
+}
+
+#[test]
+fn workers_see_only_passed_environment_and_runner_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("env.txt");
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        &format!("env > {}", out_file.display()),
+        "env:\n  pass: [PATH]\n  secrets: [MY_API_SECRET]\n",
+    );
+    let out = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("LEAKY_VARIABLE", "should-not-pass")
+        .env("MY_API_SECRET", "hunter2-very-secret")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let env = std::fs::read_to_string(&out_file).unwrap();
+    assert!(!env.contains("LEAKY_VARIABLE"), "{env}");
+    for var in [
+        "RUNNER_RUN_ID=",
+        "RUNNER_REPO=r0",
+        "RUNNER_ITEM=item-0",
+        "RUNNER_ROLE=worker",
+        "RUNNER_ATTEMPT=1",
+        "RUNNER_TOKEN=",
+        "PATH=",
+    ] {
+        assert!(env.contains(var), "missing {var}: {env}");
+    }
+    assert!(
+        env.contains("MY_API_SECRET=hunter2-very-secret"),
+        "secrets are passed through"
+    );
+}
+
+#[test]
+fn secrets_are_redacted_from_logs_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        "echo \"using $DEPLOY_TOKEN now\"",
+        "env:\n  pass: [PATH, DEPLOY_TOKEN]\ngates:\n  - name: leak\n    run: \"echo token is $DEPLOY_TOKEN; exit 1\"\n",
+    );
+    let out = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("DEPLOY_TOKEN", "tok-0123456789")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let reports = dir.path().join("runner-reports");
+    let mut seen = 0;
+    let mut stack = vec![reports.join("latest/")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let text = std::fs::read_to_string(&p).unwrap();
+                assert!(
+                    !text.contains("tok-0123456789"),
+                    "{} leaks the secret",
+                    p.display()
+                );
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 3, "reports and logs were written");
+    let worker_log =
+        std::fs::read_to_string(reports.join("latest/logs/r0/item-0/1-worker.log")).unwrap();
+    assert_eq!(worker_log, "using *** now\n");
+}
+
+#[test]
+fn a_failing_gate_feeds_the_next_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("feedback.txt");
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        &format!(
+            "if [ -n \"$RUNNER_FEEDBACK\" ]; then cat \"$RUNNER_FEEDBACK\" > {}; touch fixed; fi",
+            seen.display()
+        ),
+        "  attempts: 2\ngates:\n  - name: check\n    run: \"test -f fixed || {{ echo 'missing the fix'; exit 1; }}\"\n",
+    );
+    // `attempts` belongs to the worker: move it there.
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    let m = m
+        .replace("  attempts: 2\ngates:", "gates:")
+        .replace("worker:\n", "worker:\n  attempts: 2\n");
+    std::fs::write(dir.path().join("m.yaml"), m).unwrap();
+    std::fs::write(dir.path().join("r0/.gitignore"), "fixed\n").unwrap();
+    git(&dir.path().join("r0"), &["add", "."]);
+    git(&dir.path().join("r0"), &["commit", "-qm", "ignore"]);
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let fb = std::fs::read_to_string(&seen).unwrap();
+    assert!(fb.contains("missing the fix"), "{fb}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["items"][0]["attempts"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn gates_with_paths_are_skipped_when_nothing_matching_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        "echo hi > notes.txt",
+        "gates:\n  - name: rust\n    run: \"false\"\n    paths: [\"src/**\"]\n  - name: any\n    run: \"true\"\n",
+    );
+    std::fs::write(dir.path().join("r0/.gitignore"), "notes.txt\n").unwrap();
+    git(&dir.path().join("r0"), &["add", "."]);
+    git(&dir.path().join("r0"), &["commit", "-qm", "ignore"]);
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let gates = &report["items"][0]["attempts"][0]["gates"];
+    assert_eq!(gates[0]["result"], "skipped");
+    assert_eq!(gates[1]["result"], "passed");
+}
+
+#[test]
+fn a_worker_past_its_timeout_is_ended_with_its_group() {
+    let dir = tempfile::tempdir().unwrap();
+    manifest(dir.path(), 1, 1, 1, "sleep 3122 & sleep 3123", "");
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        m.replace("worker:\n", "worker:\n  timeout: 1s\n  grace: 200ms\n"),
+    )
+    .unwrap();
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(processes_matching("sleep 3122").is_empty());
+    assert!(processes_matching("sleep 3123").is_empty());
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(
+        report["items"][0]["attempts"][0]["worker"]["class"],
+        "timeout"
+    );
+}
+
+#[test]
+fn the_shipped_example_drains() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let ex = dir.path().join("quickstart");
+    let status = Command::new("cp")
+        .args([
+            "-r",
+            root.join("examples/quickstart").to_str().unwrap(),
+            ex.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(ex.join(".runner"));
+    let _ = std::fs::remove_dir_all(ex.join("runner-reports"));
+    let out = run_in(
+        dir.path(),
+        &["apply", "quickstart/manifest.yaml", "--no-progress"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&ex.join("runner-reports"));
+    assert_eq!(report["counts"]["completed"], 6);
+    let log = git(
+        &ex.join(".runner/workspace/repos/greeter"),
+        &["log", "--format=%s", "runner/add-greeting"],
+    );
+    assert!(log.starts_with("runner: add-greeting"), "{log}");
+}
