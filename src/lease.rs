@@ -130,12 +130,12 @@ pub fn read_record(path: &Path) -> Option<Holder> {
 }
 
 /// Write `bytes` to `path` through a temporary file in the same folder and a rename, so that no
-/// reader ever sees it half-written.
+/// reader ever sees it half-written. (Not synced to disk: readers need wholeness, not
+/// durability across a power cut; the state ledger is what survives crashes.)
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }

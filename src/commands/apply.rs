@@ -103,7 +103,8 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     });
 
     crate::process::become_subreaper();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
     {

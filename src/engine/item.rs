@@ -196,12 +196,15 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             .unwrap_or_default(),
         icx.eff.models.as_ref().map_or(2, |m| m.threshold()),
     );
-    let start = {
+    // Where the item's changes start, for gates with `paths`; not asked for when none has them.
+    let start = if icx.eff.gates.iter().any(|g| !g.paths.is_empty()) {
         let w = icx.workdir.clone();
         tokio::task::spawn_blocking(move || git::head(&w).ok())
             .await
             .ok()
             .flatten()
+    } else {
+        None
     };
     let mut used = 0u32;
     let mut n = 0u32;

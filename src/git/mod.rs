@@ -48,7 +48,7 @@ pub fn command(dir: &Path) -> Command {
 }
 
 fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
-    Ok(command(dir).args(args).output()?)
+    Ok(crate::process::spawn_helper(command(dir).args(args))?)
 }
 
 fn checked(dir: &Path, args: &[&str]) -> Result<String, GitError> {
@@ -304,13 +304,14 @@ pub fn clone(url: &str, dest: &Path) -> Result<(), GitError> {
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let out = Command::new("git")
-        .args(["clone", "--quiet", "--no-hardlinks", url])
-        .arg(dest)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null())
-        .output()?;
+    let out = crate::process::spawn_helper(
+        Command::new("git")
+            .args(["clone", "--quiet", "--no-hardlinks", url])
+            .arg(dest)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null()),
+    )?;
     if !out.status.success() {
         return Err(GitError::Failed {
             args: "clone".into(),

@@ -51,8 +51,9 @@ fn reap(pid: i32) {
 
 /// Pids of the direct children runner spawned and has not yet reaped itself (the async runtime
 /// reaps them). A scan must never reap one of those: the runtime would lose its exit status.
-/// Spawning holds this lock from `spawn` until the pid is recorded, and a scan holds it while it
-/// reaps, so a child can never be reaped in between.
+/// Every spawn holds this lock from `spawn` until the pid is recorded, and a scan holds it while
+/// it reaps, so a child can never be reaped in between. It doubles as the spawn lock: no two
+/// children are forked at once, so a descriptor made inheritable for one child reaches no other.
 pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -73,13 +74,15 @@ fn stat(pid: i32) -> Option<(i32, char)> {
     Some((ppid, state))
 }
 
-/// One scan: the pids carrying `key`, or `Err` when `/proc` could not be read.
-pub fn scan(key: &CensusKey) -> std::io::Result<Vec<i32>> {
+/// One scan: the pids carrying `key`, and whether a dead orphan was seen (a sign that processes
+/// were moving during the scan), or `Err` when `/proc` could not be read.
+pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
     let me = std::process::id() as i32;
     let only_children = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
     let token = format!("RUNNER_TOKEN={}", key.token);
     let repo = format!("RUNNER_REPO={}", key.repo);
     let mut found = Vec::new();
+    let mut disturbed = false;
     for entry in std::fs::read_dir("/proc")? {
         let Ok(entry) = entry else { continue };
         let Some(pid) = entry
@@ -106,6 +109,7 @@ pub fn scan(key: &CensusKey) -> std::io::Result<Vec<i32>> {
                 && !direct.contains(&pid)
             {
                 reap(pid);
+                disturbed = true;
             }
             continue;
         }
@@ -126,50 +130,54 @@ pub fn scan(key: &CensusKey) -> std::io::Result<Vec<i32>> {
             found.push(pid);
         }
     }
-    Ok(found)
+    Ok((found, disturbed))
 }
 
-/// Kill every process carrying `key` until several scans in a row find none. Returns whether
+/// Kill every process carrying `key` until enough scans in a row find none. Returns whether
 /// that was reached before the deadline.
 ///
 /// `settled` says the process group was already empty when its leader exited: then every
-/// descendant still alive has been re-parented to runner (as subreaper) before the scan, and two
-/// back-to-back scans suffice (the second catches children of a process that died during the
-/// first). Otherwise processes may still be moving, and scans are spaced out.
+/// descendant still alive had been re-parented to runner (as subreaper) before the scan began,
+/// and one clean scan suffices — unless it saw an orphan die while it ran (whose children may
+/// have moved behind it), which calls for more. Otherwise processes may still be moving, and
+/// several quiet scans, spaced out, are needed; an unreadable scan resets the count.
 pub async fn sweep(key: CensusKey, settled: bool) -> bool {
     let until = Instant::now() + SWEEP_DEADLINE;
     let fast = settled && SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
-    let (needed, gap) = if fast {
-        (2, Duration::ZERO)
-    } else {
-        (QUIET_SCANS, SCAN_GAP)
-    };
     let mut quiet = 0;
-    // Scans run on the blocking pool; the first one runs at once, later ones after a pause so
-    // that a process caught mid-fork shows up.
+    let mut needed = if fast { 1 } else { QUIET_SCANS };
     while Instant::now() < until {
         let k = key.clone();
         let scanned = tokio::task::spawn_blocking(move || scan(&k))
             .await
             .map_err(std::io::Error::other);
         match scanned {
-            Ok(Ok(pids)) if pids.is_empty() => {
-                quiet += 1;
+            Ok(Ok((pids, disturbed))) if pids.is_empty() => {
+                if disturbed {
+                    needed = QUIET_SCANS;
+                    quiet = 0;
+                } else {
+                    quiet += 1;
+                }
                 if quiet >= needed {
                     return true;
                 }
             }
-            Ok(Ok(pids)) => {
+            Ok(Ok((pids, _))) => {
+                needed = QUIET_SCANS;
                 quiet = 0;
                 for pid in pids {
                     let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
                     reap(pid);
                 }
             }
-            _ => quiet = 0,
+            _ => {
+                needed = QUIET_SCANS;
+                quiet = 0;
+            }
         }
-        if !gap.is_zero() {
-            tokio::time::sleep(gap).await;
+        if needed > 1 {
+            tokio::time::sleep(SCAN_GAP).await;
         }
     }
     false

@@ -105,7 +105,19 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         fin.spawn_error = Some("empty command".into());
         return fin;
     };
-    let mut cmd = tokio::process::Command::new(program);
+    // Resolved here, against the child's own PATH: the program runs with the environment it is
+    // given, and an absolute path also lets the standard library use `posix_spawn`.
+    let path_var = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let Some(program) = resolve_program(program, path_var, &spec.cwd) else {
+        fin.spawn_error = Some(format!("cannot start `{program}`: not found on `PATH`"));
+        fin.duration = started.elapsed();
+        return fin;
+    };
+    let mut cmd = tokio::process::Command::new(&program);
     cmd.args(args)
         .current_dir(&spec.cwd)
         .env_clear()
@@ -115,23 +127,21 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
-    let inherit = spec.inherit_fd;
-    // SAFETY: only async-signal-safe calls (prctl, fcntl) run between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // The direct child dies with runner; its descendants are found by the census.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if let Some(fd) = inherit {
-                libc::fcntl(fd, libc::F_SETFD, 0);
-            }
-            Ok(())
-        });
-    }
+    // Spawning is serialised with every other spawn of this process (see `SPAWN_LOCK`): while
+    // the lease descriptor is made inheritable for this child, no other child may be forked.
+    // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
+    // fraction of a `fork` of runner's address space.
     let spawned = {
         let mut direct = census::DIRECT_CHILDREN
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        if let Some(fd) = spec.inherit_fd {
+            set_cloexec(fd, false);
+        }
         let c = cmd.spawn();
+        if let Some(fd) = spec.inherit_fd {
+            set_cloexec(fd, true);
+        }
         if let Ok(c) = &c
             && let Some(pid) = c.id()
         {
@@ -142,7 +152,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            fin.spawn_error = Some(format!("cannot start `{program}`: {e}"));
+            fin.spawn_error = Some(format!("cannot start `{}`: {e}", program.display()));
             fin.duration = started.elapsed();
             return fin;
         }
@@ -248,6 +258,49 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.any_output = snap.bytes > 0;
     fin.duration = started.elapsed();
     fin
+}
+
+/// The program to execute: as given when it names a path, else the first executable file of
+/// that name on `path`.
+fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return Some(cwd.join(program));
+    }
+    path?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| cwd.join(d).join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+fn set_cloexec(fd: i32, on: bool) {
+    // SAFETY: fcntl on a descriptor this process owns; no memory is touched.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            let flags = if on {
+                flags | libc::FD_CLOEXEC
+            } else {
+                flags & !libc::FD_CLOEXEC
+            };
+            libc::fcntl(fd, libc::F_SETFD, flags);
+        }
+    }
+}
+
+/// Spawn a short-lived helper (git) under the same lock as every other spawn, so that it never
+/// inherits a lease descriptor made inheritable for a worker.
+pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+    let child = {
+        let _guard = census::DIRECT_CHILDREN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?
+    };
+    child.wait_with_output()
 }
 
 async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, c: Collector) {

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Benchmark: runner's own overhead. `runner apply -j 2` over ITEMS items in REPOS repositories
+# whose worker is `true` and which have no gates, against `xargs -P 2` running the same number of
+# `true` commands, in the same session. Prints both wall times (median of R runs) and the ratio.
+#
+#   benches/drain_overhead.sh [ITEMS] [REPOS] [R]
+set -euo pipefail
+items=${1:-2000}
+repos=${2:-100}
+runs=${3:-3}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cargo build --release --quiet --manifest-path "$root/Cargo.toml"
+bin="$root/target/release/runner"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
+export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
+
+per=$(( items / repos ))
+{
+  echo "version: 1"
+  echo "name: drain-overhead"
+  echo "capacity: {workers: 2}"
+  echo "repositories:"
+  echo "  - glob: \"repos/*\""
+  echo "worker:"
+  echo "  run: [\"true\"]"
+  echo "items:"
+} > "$work/manifest.yaml"
+for r in $(seq -f '%03g' 1 "$repos"); do
+  d="$work/repos/r$r"
+  git init -q -b main "$d"
+  git -C "$d" commit -q --allow-empty -m init
+  for i in $(seq 1 "$per"); do echo "  - {repo: r$r, id: i$i}" >> "$work/manifest.yaml"; done
+done
+
+now() { date +%s%N; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+time_runner() {
+  local t0 t1
+  rm -rf "$work/out"
+  t0=$(now)
+  "$bin" apply "$work/manifest.yaml" -j 2 --no-progress --report-dir "$work/out" 2> /dev/null
+  t1=$(now)
+  echo $(( (t1 - t0) / 1000000 ))
+}
+time_xargs() {
+  local t0 t1
+  t0=$(now)
+  seq "$items" | xargs -P 2 -I{} true
+  t1=$(now)
+  echo $(( (t1 - t0) / 1000000 ))
+}
+
+time_runner > /dev/null
+done_count=$(grep -o '"completed": [0-9]*' "$work/out/latest/report.json" | head -1 | awk '{print $2}')
+[ "$done_count" -eq "$items" ] || { echo "expected $items completed items, found $done_count" >&2; exit 1; }
+r=$(for _ in $(seq "$runs"); do time_runner; done | median)
+x=$(for _ in $(seq "$runs"); do time_xargs; done | median)
+echo "items: $items over $repos repositories, -j 2, runs: $runs (median)"
+echo "runner apply:   ${r} ms"
+echo "xargs -P 2:     ${x} ms"
+awk -v r="$r" -v x="$x" 'BEGIN { printf "ratio runner/xargs: %.2fx\n", r / x }'
