@@ -32,7 +32,8 @@ pub enum Event {
         exit: Option<i32>,
         class: WorkerClass,
         duration: Duration,
-        log: PathBuf,
+        /// The worker's log, when it printed anything.
+        log: Option<PathBuf>,
     },
     GateStarted {
         item: ItemIndex,

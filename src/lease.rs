@@ -30,11 +30,15 @@ pub struct Holder {
 
 impl Holder {
     pub fn this_process(run_id: &str, repo: &str) -> Self {
-        let pid = std::process::id();
+        static ME: std::sync::OnceLock<(String, u32, Option<u64>)> = std::sync::OnceLock::new();
+        let (host, pid, start_time) = ME.get_or_init(|| {
+            let pid = std::process::id();
+            (hostname(), pid, process_start_time(pid))
+        });
         Holder {
-            host: hostname(),
-            pid,
-            start_time: process_start_time(pid),
+            host: host.clone(),
+            pid: *pid,
+            start_time: *start_time,
             run_id: run_id.to_string(),
             repo: repo.to_string(),
         }

@@ -252,7 +252,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             exit: fin.exit,
             class,
             duration: fin.duration,
-            log,
+            log: fin.any_output.then_some(log),
         });
         if let Some(e) = &fin.spawn_error {
             run.outcome = ItemOutcome::Failed;
@@ -490,7 +490,7 @@ async fn gates(
             reason: fin.cancelled.then(|| "the run was cancelled".to_string()),
             duration: fin.duration,
             output_tail: tail,
-            log: Some(log),
+            log: fin.any_output.then_some(log),
         });
         if fin.cancelled {
             return GatesOutcome::Cancelled;

@@ -150,6 +150,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
     let mut blocked_since: HashMap<String, Instant> = HashMap::new();
     let mut running: JoinSet<(usize, ItemRun)> = JoinSet::new();
     let mut stopping: Option<i32> = None;
+    let mut pid_clock = tokio::time::interval(Duration::from_secs(1));
     let mut stalled: Option<String> = None;
 
     loop {
@@ -342,6 +343,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                 on_signal(&mut stopping, libc::SIGTERM, &stop_tx);
             }
             _ = tokio::time::sleep(Duration::from_millis(100)), if waiting_for_lock => {}
+            _ = pid_clock.tick() => crate::process::census::observe_pid_clock(),
         }
     }
     while let Ok(ev) = ev_rx.try_recv() {

@@ -58,6 +58,43 @@ pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(V
 
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Highest pid allocated when last looked (`/proc/sys/kernel/ns_last_pid`), or -1 before the
+/// first look.
+static LAST_PID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);
+/// Whether pid numbers may have wrapped around since runner started (or cannot be watched).
+static PIDS_WRAPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Below this `pid_max`, a wrap between two looks is too easy to miss; scans stay full.
+const MIN_PID_MAX: i64 = 32_768;
+
+/// Watch the kernel's pid counter. Until pids wrap around, every descendant of runner has a
+/// larger pid than runner itself, so a scan can skip the smaller ones without reading them.
+/// Called at every spawn, every scan and once a second while a run is under way; a wrap of the
+/// whole pid space between two looks would take tens of thousands of forks in a second. Any
+/// doubt (unreadable counter, small `pid_max`, a counter that went backwards) turns the
+/// shortcut off for the rest of the process's life.
+pub fn observe_pid_clock() {
+    use std::sync::atomic::Ordering::SeqCst;
+    if PIDS_WRAPPED.load(SeqCst) {
+        return;
+    }
+    static PID_MAX: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+    let read = |p: &str| -> Option<i64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    let (Some(now), Some(max)) = (
+        read("/proc/sys/kernel/ns_last_pid"),
+        *PID_MAX.get_or_init(|| read("/proc/sys/kernel/pid_max")),
+    ) else {
+        PIDS_WRAPPED.store(true, SeqCst);
+        return;
+    };
+    let before = LAST_PID.swap(now, SeqCst);
+    if max < MIN_PID_MAX
+        || (before >= 0 && now < before)
+        || (before < 0 && now < std::process::id() as i64)
+    {
+        PIDS_WRAPPED.store(true, SeqCst);
+    }
+}
+
 /// Record that runner is a child subreaper: every orphan of a spawned tree is then re-parented
 /// to runner, and a scan need only look at runner's own children.
 pub fn set_subreaper(active: bool) {
@@ -79,6 +116,13 @@ fn stat(pid: i32) -> Option<(i32, char)> {
 pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
     let me = std::process::id() as i32;
     let only_children = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
+    observe_pid_clock();
+    // Descendants of runner have larger pids than runner until pids wrap around.
+    let floor = if only_children && !PIDS_WRAPPED.load(std::sync::atomic::Ordering::SeqCst) {
+        me
+    } else {
+        0
+    };
     let token = format!("RUNNER_TOKEN={}", key.token);
     let repo = format!("RUNNER_REPO={}", key.repo);
     let mut found = Vec::new();
@@ -92,7 +136,7 @@ pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
         else {
             continue;
         };
-        if pid == me {
+        if pid <= floor || pid == me {
             continue;
         }
         let Some((ppid, state)) = stat(pid) else {

@@ -71,7 +71,7 @@ pub struct Finished {
     /// The redacted last part of its output.
     pub tail: String,
     pub output_bytes: u64,
-    /// Whether it printed anything at all.
+    /// Whether it printed anything at all (and so has a log file).
     pub any_output: bool,
     /// Whether the whole tree was proven gone afterwards.
     pub tree_gone: bool,
@@ -91,16 +91,13 @@ impl Finished {
 pub fn become_subreaper() {
     // Failing this only widens the census to every process (orphans go to init instead).
     census::set_subreaper(nix::sys::prctl::set_child_subreaper(true).is_ok());
+    census::observe_pid_clock();
 }
 
 /// Run one process to its end under the spec's limits, then end its whole tree.
 pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     let started = Instant::now();
     let mut fin = Finished::default();
-    if let Some(dir) = spec.log_path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let log = std::fs::File::create(&spec.log_path).ok();
     let Some((program, args)) = spec.argv.split_first() else {
         fin.spawn_error = Some("empty command".into());
         return fin;
@@ -147,6 +144,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         {
             direct.push(pid as i32);
         }
+        census::observe_pid_clock();
         c
     };
     let mut child = match spawned {
@@ -158,7 +156,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         }
     };
     let pgid = child.id().map(|p| p as i32);
-    let collector = Collector::new(log, spec.redactor.clone());
+    let collector = Collector::new(Some(spec.log_path.clone()), spec.redactor.clone());
     let readers = {
         let mut handles = Vec::new();
         if let Some(out) = child.stdout.take() {
@@ -262,18 +260,39 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
 
 /// The program to execute: as given when it names a path, else the first executable file of
 /// that name on `path`.
+/// Lookups are remembered per (program, PATH) for absolute PATH entries: a drain starts the
+/// same few programs thousands of times.
 fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
+    use std::collections::HashMap;
     use std::os::unix::fs::PermissionsExt;
+    use std::sync::Mutex;
+    static CACHE: Mutex<Option<HashMap<(String, String), PathBuf>>> = Mutex::new(None);
     if program.contains('/') {
         return Some(cwd.join(program));
     }
-    path?
+    let path = path?;
+    let cacheable = path.split(':').all(|d| d.starts_with('/'));
+    let key = (program.to_string(), path.to_string());
+    if cacheable
+        && let Ok(cache) = CACHE.lock()
+        && let Some(hit) = cache.as_ref().and_then(|c| c.get(&key))
+        && hit.is_file()
+    {
+        return Some(hit.clone());
+    }
+    let found = path
         .split(':')
         .filter(|d| !d.is_empty())
         .map(|d| cwd.join(d).join(program))
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        })?;
+    if cacheable && let Ok(mut cache) = CACHE.lock() {
+        cache
+            .get_or_insert_with(HashMap::new)
+            .insert(key, found.clone());
+    }
+    Some(found)
 }
 
 fn set_cloexec(fd: i32, on: bool) {

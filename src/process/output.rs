@@ -44,6 +44,8 @@ impl Redactor {
 }
 
 struct State {
+    /// Where the log goes; opened at the first output, so a silent process costs no file.
+    log_path: Option<std::path::PathBuf>,
     log: Option<std::fs::File>,
     pending: Vec<u8>,
     tail: VecDeque<u8>,
@@ -61,13 +63,16 @@ pub struct Collector {
 pub struct Snapshot {
     pub tail: String,
     pub bytes: u64,
+    /// Whether a log file was written.
+    pub logged: bool,
 }
 
 impl Collector {
-    pub fn new(log: Option<std::fs::File>, redactor: Arc<Redactor>) -> Self {
+    pub fn new(log_path: Option<std::path::PathBuf>, redactor: Arc<Redactor>) -> Self {
         Collector {
             state: Arc::new(Mutex::new(State {
-                log,
+                log_path,
+                log: None,
                 pending: Vec::new(),
                 tail: VecDeque::new(),
                 bytes: 0,
@@ -95,6 +100,14 @@ impl Collector {
 
     fn emit(&self, st: &mut State, bytes: &[u8]) {
         let text = self.redactor.redact(&String::from_utf8_lossy(bytes));
+        if st.log.is_none()
+            && let Some(path) = st.log_path.take()
+        {
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            st.log = std::fs::File::create(&path).ok();
+        }
         if let Some(log) = st.log.as_mut() {
             let _ = log.write_all(text.as_bytes());
         }
@@ -116,6 +129,7 @@ impl Collector {
             return Snapshot {
                 tail: String::new(),
                 bytes: 0,
+                logged: false,
             };
         };
         let rest: Vec<u8> = std::mem::take(&mut st.pending);
@@ -129,6 +143,7 @@ impl Collector {
         Snapshot {
             tail: String::from_utf8_lossy(&bytes).into_owned(),
             bytes: st.bytes,
+            logged: st.log.is_some(),
         }
     }
 }
@@ -174,7 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
         let c = Collector::new(
-            Some(std::fs::File::create(&path).unwrap()),
+            Some(path.clone()),
             Arc::new(Redactor::new(["s3cr3t-value".to_string()])),
         );
         c.push(b"token s3cr");

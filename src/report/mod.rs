@@ -77,8 +77,8 @@ pub struct WorkerReport {
     pub exit: Option<i32>,
     pub class: WorkerClass,
     pub duration_ms: u64,
-    /// Relative to the run's report folder.
-    pub log: String,
+    /// Relative to the run's report folder; absent when the worker printed nothing.
+    pub log: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -205,7 +205,7 @@ impl ReportBuilder {
                 duration,
                 log,
             } => {
-                let log = self.rel(log);
+                let log = log.as_ref().map(|l| self.rel(l));
                 if let Some(a) = self.attempt(*item, *n) {
                     a.worker = Some(WorkerReport {
                         exit: *exit,
@@ -245,12 +245,16 @@ impl ReportBuilder {
                 cause,
             } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
+                    let before = it.outcome;
                     it.outcome = *outcome;
                     it.reason = reason.clone();
                     it.cause = cause.clone();
                     it.ended_at = Some(now());
+                    if let Some(c) = self.report.counts.get_mut(&before) {
+                        *c = c.saturating_sub(1);
+                    }
+                    *self.report.counts.entry(*outcome).or_insert(0) += 1;
                 }
-                self.recount();
             }
             Event::RunEnded { ending, cause } => {
                 self.report.ending = Some(*ending);
