@@ -33,7 +33,11 @@ pub enum Command {
     /// Drain the queue: run every pending item with a bounded pool; write reports.
     Apply(ApplyArgs),
     /// Print the manifest JSON Schema.
-    Schema,
+    Schema {
+        /// Print the schema of `report.json` instead.
+        #[arg(long)]
+        report: bool,
+    },
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]

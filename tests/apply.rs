@@ -440,3 +440,60 @@ fn the_shipped_example_drains() {
     );
     assert!(log.starts_with("runner: add-greeting"), "{log}");
 }
+
+#[test]
+fn a_repository_leased_elsewhere_is_held_or_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    manifest(dir.path(), 2, 1, 2, "true", "");
+    let lock = dir.path().join("r0/.git/runner.lock");
+    // Another process holds r0's lease for a while.
+    let mut holder = Command::new("flock")
+        .arg(&lock)
+        .args(["sleep", "2"])
+        .spawn()
+        .unwrap();
+    assert!(wait_for(5, || {
+        let f = std::fs::OpenOptions::new().write(true).open(&lock);
+        f.is_ok_and(|f| f.try_lock().is_err())
+    }));
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let items = report["items"].as_array().unwrap();
+    let r0 = items.iter().find(|i| i["repo"] == "r0").unwrap();
+    assert_eq!(r0["outcome"], "held");
+    assert_eq!(r0["reason"], "repo-busy");
+    assert_eq!(items.iter().find(|i| i["repo"] == "r1").unwrap()["outcome"], "completed");
+
+    let out = apply(dir.path(), &["--wait-for-locks", "20s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    holder.wait().unwrap();
+}
+
+#[test]
+fn a_nested_runner_may_not_leave_its_parents_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("outside"));
+    std::fs::write(
+        dir.path().join("inner.yaml"),
+        "version: 1\nname: inner\nrepositories: [{path: outside}]\nworker: {run: \"true\"}\nitems: [{repo: outside, id: x}]\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_runner");
+    let result = dir.path().join("nested-exit.txt");
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        &format!(
+            "{bin} apply {} --no-progress; echo $? > {}",
+            dir.path().join("inner.yaml").display(),
+            result.display()
+        ),
+        "",
+    );
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&result).unwrap().trim(), "2");
+}

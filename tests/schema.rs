@@ -29,6 +29,22 @@ fn checked_in_schema_is_up_to_date() {
 }
 
 #[test]
+fn checked_in_report_schema_is_up_to_date() {
+    let path = root().join("schemas/report.schema.json");
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = runner::report::report_schema_json();
+    if on_disk != generated {
+        if std::env::var_os("RUNNER_UPDATE_SCHEMA").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        } else {
+            panic!(
+                "schemas/report.schema.json is stale: run `cargo run -- schema --report > schemas/report.schema.json`"
+            );
+        }
+    }
+}
+
+#[test]
 fn runner_schema_prints_the_checked_in_schema() {
     let out = common::run_in(root(), &["schema"]);
     assert_eq!(out.status.code(), Some(0));

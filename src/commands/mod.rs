@@ -70,7 +70,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
         Command::Plan(args) => plan::run(&ui, &args),
         Command::Apply(args) => apply::run(&ui, &args),
-        Command::Schema => schema::run_schema(),
+        Command::Schema { report } => schema::run_schema(report),
         Command::Completions { shell } => schema::run_completions(shell),
     }
 }

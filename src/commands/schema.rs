@@ -3,8 +3,12 @@
 use super::EXIT_OK;
 use clap::CommandFactory;
 
-pub fn run_schema() -> i32 {
-    print!("{}", crate::manifest::schema::manifest_schema_json());
+pub fn run_schema(report: bool) -> i32 {
+    if report {
+        print!("{}", crate::report::report_schema_json());
+    } else {
+        print!("{}", crate::manifest::schema::manifest_schema_json());
+    }
     EXIT_OK
 }
 
