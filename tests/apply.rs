@@ -463,7 +463,10 @@ fn a_repository_leased_elsewhere_is_held_or_waited_for() {
     let r0 = items.iter().find(|i| i["repo"] == "r0").unwrap();
     assert_eq!(r0["outcome"], "held");
     assert_eq!(r0["reason"], "repo-busy");
-    assert_eq!(items.iter().find(|i| i["repo"] == "r1").unwrap()["outcome"], "completed");
+    assert_eq!(
+        items.iter().find(|i| i["repo"] == "r1").unwrap()["outcome"],
+        "completed"
+    );
 
     let out = apply(dir.path(), &["--wait-for-locks", "20s"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

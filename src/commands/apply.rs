@@ -103,8 +103,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     });
 
     crate::process::become_subreaper();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
