@@ -119,16 +119,28 @@ impl Lease {
         self.file.as_raw_fd()
     }
 
-    /// Release: remove the record if it is still ours, then drop the lock.
+    /// Release: remove the record, then drop the lock. The record is ours to remove: only the
+    /// lock's holder writes it, and the lock is still held here. (Removing it also keeps the
+    /// next holder's write a plain create: renaming over an existing file makes ext4 flush.)
     pub fn release(self) {
-        if read_record(&self.record).is_some_and(|h| h == self.holder) {
-            let _ = std::fs::remove_file(&self.record);
-        }
+        let _ = std::fs::remove_file(&self.record);
         drop(self.file);
     }
 }
 
-/// The holder recorded in a common dir, if any.
+/// Whether some process holds the lease of the repository whose common dir is `common_dir`.
+pub fn is_held(common_dir: &Path) -> bool {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .write(true)
+        .open(common_dir.join(LOCK_FILE))
+    else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+}
+
+/// The holder recorded in a common dir, if any. The lock, not the record, says whether the
+/// lease is held ([`is_held`]): a killed holder leaves its record behind.
 pub fn read_record(path: &Path) -> Option<Holder> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
@@ -162,7 +174,9 @@ mod tests {
         let rec = read_record(&dir.path().join(RECORD_FILE)).unwrap();
         assert_eq!(rec.run_id, "run-a");
         assert!(rec.start_time.is_some());
+        assert!(is_held(dir.path()));
         a.release();
+        assert!(!is_held(dir.path()));
         assert!(!dir.path().join(RECORD_FILE).exists());
         assert!(
             Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r"))

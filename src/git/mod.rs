@@ -127,6 +127,52 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
     }
 }
 
+/// A probe and a dirtiness check in one `git status` call, for a checkout whose `.git` is a
+/// folder (so that it is its own top level and common dir). `None` when that does not apply or
+/// git's answer is not understood; the caller then asks separately.
+pub fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
+    let git_dir = dir.join(".git");
+    if !git_dir.is_dir() {
+        return None;
+    }
+    let out = run(
+        dir,
+        &[
+            "status",
+            "--porcelain=v2",
+            "--branch",
+            "--untracked-files=normal",
+        ],
+    )
+    .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut head = None;
+    let mut branch = None;
+    let mut dirty = false;
+    for line in text.lines() {
+        if let Some(oid) = line.strip_prefix("# branch.oid ") {
+            head = (oid != "(initial)").then(|| oid.to_string());
+        } else if let Some(b) = line.strip_prefix("# branch.head ") {
+            branch = (b != "(detached)").then(|| b.to_string());
+        } else if !line.starts_with('#') && !line.is_empty() {
+            dirty = true;
+        }
+    }
+    let top = std::path::absolute(dir).ok()?;
+    Some((
+        Probe {
+            common_dir: top.join(".git"),
+            toplevel: top,
+            head,
+            branch,
+        },
+        dirty,
+    ))
+}
+
 /// Names of the local branches.
 pub fn local_branches(dir: &Path) -> Result<BTreeSet<String>, GitError> {
     let text = checked(

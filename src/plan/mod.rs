@@ -402,8 +402,27 @@ fn analyse(
         dirty: None,
         note: None,
     };
+    // One git call tells both what the checkout is and whether it is dirty, when in-place items
+    // need the latter.
+    let wants_dirty = m
+        .items
+        .iter()
+        .any(|it| it.repo == l.name && it.branch.is_none())
+        || m.discover.iter().any(|d| d.branch.is_none());
+    let mut known_dirty = None;
     let probe = if l.path.is_dir() {
-        match git::probe(&l.path) {
+        let combined = if wants_dirty {
+            git::probe_with_status(&l.path)
+        } else {
+            None
+        };
+        match combined
+            .map(|(p, d)| {
+                known_dirty = Some(d);
+                Ok(p)
+            })
+            .unwrap_or_else(|| git::probe(&l.path))
+        {
             Ok(p) if same_dir(&p.toplevel, &l.path) => Some(p),
             Ok(p) => {
                 repo.note = Some(format!(
@@ -500,7 +519,7 @@ fn analyse(
     };
     let needs_dirty = found && items.iter().any(|i| i.branch.is_none());
     if needs_dirty {
-        repo.dirty = git::is_dirty(&l.path).ok();
+        repo.dirty = known_dirty.or_else(|| git::is_dirty(&l.path).ok());
     }
     for it in &mut items {
         let (reason, detail) = if !repo_selected

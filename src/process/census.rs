@@ -114,6 +114,17 @@ fn stat(pid: i32) -> Option<(i32, char)> {
 /// One scan: the pids carrying `key`, and whether a dead orphan was seen (a sign that processes
 /// were moving during the scan), or `Err` when `/proc` could not be read.
 pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
+    scan_bounded(key, usize::MAX).map(|r| r.unwrap_or_default())
+}
+
+/// Most processes a scan examines on the event loop itself; a larger scan (a busy machine, or
+/// pids that wrapped around) goes to the blocking pool. Small scans stay inline because handing
+/// them to another thread costs more than the scan.
+const INLINE_BUDGET: usize = 64;
+
+/// A scan that gives up (`Ok(None)`) when it would have to examine more than `budget`
+/// processes.
+fn scan_bounded(key: &CensusKey, budget: usize) -> std::io::Result<Option<(Vec<i32>, bool)>> {
     let me = std::process::id() as i32;
     let only_children = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
     observe_pid_clock();
@@ -127,6 +138,7 @@ pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
     let repo = format!("RUNNER_REPO={}", key.repo);
     let mut found = Vec::new();
     let mut disturbed = false;
+    let mut examined = 0usize;
     for entry in std::fs::read_dir("/proc")? {
         let Ok(entry) = entry else { continue };
         let Some(pid) = entry
@@ -138,6 +150,10 @@ pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
         };
         if pid <= floor || pid == me {
             continue;
+        }
+        examined += 1;
+        if examined > budget {
+            return Ok(None);
         }
         let Some((ppid, state)) = stat(pid) else {
             continue;
@@ -174,7 +190,7 @@ pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
             found.push(pid);
         }
     }
-    Ok((found, disturbed))
+    Ok(Some((found, disturbed)))
 }
 
 /// Kill every process carrying `key` until enough scans in a row find none. Returns whether
@@ -191,10 +207,15 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
     let mut quiet = 0;
     let mut needed = if fast { 1 } else { QUIET_SCANS };
     while Instant::now() < until {
-        let k = key.clone();
-        let scanned = tokio::task::spawn_blocking(move || scan(&k))
-            .await
-            .map_err(std::io::Error::other);
+        let scanned = match scan_bounded(&key, INLINE_BUDGET) {
+            Ok(Some(r)) => Ok(Ok(r)),
+            _ => {
+                let k = key.clone();
+                tokio::task::spawn_blocking(move || scan(&k))
+                    .await
+                    .map_err(std::io::Error::other)
+            }
+        };
         match scanned {
             Ok(Ok((pids, disturbed))) if pids.is_empty() => {
                 if disturbed {

@@ -2,6 +2,7 @@
 //!
 //! A consumer of the event stream like the report builder; it never touches a process.
 
+use crate::engine::outcome::{GateResult, WorkerClass};
 use crate::events::Event;
 use crate::plan::{ItemState, Plan};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -128,7 +129,8 @@ impl Progress {
                 duration,
                 ..
             } => {
-                if self.bars.is_none() {
+                // Plain logs name what went wrong; what went right is in the item's last line.
+                if self.bars.is_none() && *class != WorkerClass::Ok {
                     self.line(&format!(
                         "{} attempt {n}: worker {} (exit {}, {:.1}s)",
                         self.name(*item),
@@ -152,7 +154,7 @@ impl Progress {
                 duration,
                 ..
             } => {
-                if self.bars.is_none() {
+                if self.bars.is_none() && *result != GateResult::Passed {
                     self.line(&format!(
                         "{} attempt {n}: gate {gate} {} ({:.1}s)",
                         self.name(*item),
