@@ -500,3 +500,42 @@ fn a_nested_runner_may_not_leave_its_parents_repository() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&result).unwrap().trim(), "2");
 }
+
+#[test]
+fn the_capacity_probe_lowers_the_bound_and_an_unreadable_probe_counts_as_one() {
+    for probe in ["echo 1", "echo not-a-number", "exit 3"] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("times.log");
+        manifest(dir.path(), 4, 2, 3, &recording_worker(&log, "0.1"), "");
+        let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+        let m = m.replace(
+            "capacity: {workers: 3}",
+            &format!(
+                "capacity: {{workers: 3, probe: {}}}",
+                serde_json::to_string(probe).unwrap()
+            ),
+        );
+        std::fs::write(dir.path().join("m.yaml"), m).unwrap();
+        let out = apply(dir.path(), &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let iv = intervals(&log);
+        assert_eq!(iv.len(), 8);
+        assert_eq!(max_overlap(&iv), 1, "probe `{probe}`");
+    }
+    // A probe answering more than `workers` is clamped to it.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    manifest(dir.path(), 4, 2, 2, &recording_worker(&log, "0.1"), "");
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        m.replace(
+            "capacity: {workers: 2}",
+            "capacity: {workers: 2, probe: \"echo 50\"}",
+        ),
+    )
+    .unwrap();
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(max_overlap(&intervals(&log)), 2);
+}
