@@ -32,6 +32,16 @@ pub enum Command {
     Plan(PlanArgs),
     /// Drain the queue: run every pending item with a bounded pool; write reports.
     Apply(ApplyArgs),
+    /// Live and recent runs, running and held items, leases and pauses.
+    Status(StatusArgs),
+    /// Re-render a past run's report from the state ledger.
+    Report(ReportArgs),
+    /// Stop a live run, recording who asked and why.
+    Cancel(CancelArgs),
+    /// Stop admitting new items for a manifest; running ones finish (durable until `resume`).
+    Pause(PauseArgs),
+    /// Lift a pause.
+    Resume(PauseArgs),
     /// Print the manifest JSON Schema.
     Schema {
         /// Print the schema of `report.json` instead.
@@ -55,6 +65,11 @@ pub struct PlanArgs {
     /// Exit 0 when nothing is pending, 2 when work is pending, 1 on error (as Terraform).
     #[arg(long)]
     pub detailed_exitcode: bool,
+    /// Plan as `apply --rerun WHICH` would.
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub rerun: Option<crate::plan::history::Rerun>,
+    #[command(flatten)]
+    pub state: StateArgs,
     #[command(flatten)]
     pub filter: FilterArgs,
 }
@@ -87,6 +102,11 @@ pub struct ApplyArgs {
     /// Plain line logs even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// Run again items an earlier run finished: `failed` (halted or failed) or `all`.
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub rerun: Option<crate::plan::history::Rerun>,
+    #[command(flatten)]
+    pub state: StateArgs,
     /// Wait up to DURATION for a repository another run holds, instead of holding its items as
     /// `repo-busy` (e.g. `10m`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
@@ -95,4 +115,67 @@ pub struct ApplyArgs {
 
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     crate::manifest::parse_duration(s)
+}
+
+/// Where the state ledger is.
+#[derive(Debug, Args, Clone, Default)]
+pub struct StateArgs {
+    /// The state ledger (default: `.runner/state.db` beside the manifest).
+    #[arg(long, value_name = "PATH", env = "RUNNER_STATE")]
+    pub state: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The manifest whose ledger to read (or give `--state`).
+    pub manifest: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Print the status as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormatArg {
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The run id.
+    pub run: String,
+    /// The manifest whose ledger to read (or give `--state`).
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
+    #[arg(long, value_enum, default_value_t = ReportFormatArg::Json)]
+    pub format: ReportFormatArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The run id.
+    pub run: String,
+    /// Why; recorded with who asked.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// The manifest whose ledger to read (or give `--state`).
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The manifest.
+    pub manifest: PathBuf,
+    /// Why; recorded with who asked.
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub state: StateArgs,
 }

@@ -5,13 +5,15 @@
 //! them.
 
 use crate::engine::outcome::{GateResult, ItemOutcome, RunEnding, WorkerClass};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Items are named by their index in the plan's item list.
 pub type ItemIndex = usize;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
     RunStarted {
         run_id: String,

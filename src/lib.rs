@@ -16,4 +16,5 @@ pub mod manifest;
 pub mod plan;
 pub mod process;
 pub mod report;
+pub mod state;
 pub mod ui;

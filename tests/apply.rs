@@ -79,7 +79,15 @@ fn two_runners_together_never_share_a_repository() {
     let spawn = || {
         common::runner()
             .current_dir(dir.path())
-            .args(["apply", "m.yaml", "--no-progress", "--report-dir", "out"])
+            .args([
+                "apply",
+                "m.yaml",
+                "--no-progress",
+                "--report-dir",
+                "out",
+                "--wait-for-locks",
+                "60s",
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -96,7 +104,7 @@ fn two_runners_together_never_share_a_repository() {
         );
     }
     let iv = intervals(&log);
-    assert!(iv.len() >= 12, "every item ran at least once: {}", iv.len());
+    assert_eq!(iv.len(), 12, "every item ran exactly once");
     assert_eq!(repo_overlap(&iv), None);
 }
 
@@ -468,9 +476,48 @@ fn a_repository_leased_elsewhere_is_held_or_waited_for() {
         "completed"
     );
 
-    let out = apply(dir.path(), &["--wait-for-locks", "20s"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     holder.wait().unwrap();
+
+    // While one repository waits for its lease, the others go on.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    manifest(dir.path(), 2, 3, 2, &recording_worker(&log, "0"), "");
+    let lock = dir.path().join("r0/.git/runner.lock");
+    let t0 = std::time::Instant::now();
+    let mut holder = Command::new("flock")
+        .arg(&lock)
+        .args(["sleep", "3"])
+        .spawn()
+        .unwrap();
+    assert!(wait_for(5, || {
+        let f = std::fs::OpenOptions::new().write(true).open(&lock);
+        f.is_ok_and(|f| f.try_lock().is_err())
+    }));
+    let mut child = common::runner()
+        .current_dir(dir.path())
+        .args([
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--wait-for-locks",
+            "20s",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let others_done = wait_for(10, || {
+        intervals(&log).iter().filter(|i| i.0 == "r1").count() == 3
+    });
+    let waited = t0.elapsed();
+    assert!(others_done, "r1 did not drain while r0 was waited for");
+    assert!(
+        waited < std::time::Duration::from_millis(2500),
+        "r1 waited for r0's lease: {waited:?}"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    holder.wait().unwrap();
+    assert_eq!(intervals(&log).len(), 6);
 }
 
 #[test]

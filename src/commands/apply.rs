@@ -4,10 +4,15 @@ use super::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_STALLED, U
 use crate::cli::ApplyArgs;
 use crate::engine::outcome::{ItemOutcome, RunEnding};
 use crate::engine::{self, RunCx, config};
+use crate::engine::{ClaimAnswer, RunSink};
+use crate::events::Event;
 use crate::manifest::{LoadedManifest, SourceKind};
+use crate::plan::history;
 use crate::plan::{self, PlanError, PlanOptions, repos};
 use crate::process::output::Redactor;
 use crate::report::{self, ReportBuilder};
+use crate::state::sqlite::SqliteLedger;
+use crate::state::{Claim, Holder, ItemKey, Ledger, RunRow};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -31,7 +36,15 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
     };
-    let plan = match plan::plan(&loaded, &opts) {
+    let state_path = super::state_path(&args.state, Some(&args.manifest));
+    let mut ledger = match SqliteLedger::open(&state_path) {
+        Ok(l) => l,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    let mut plan = match plan::plan(&loaded, &opts) {
         Ok(p) => p,
         Err(PlanError::Invalid(e)) => {
             eprint!("{}", e.render(ui.color));
@@ -61,6 +74,22 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         }
     }
 
+    let past = match ledger.past_outcomes(&loaded.manifest.name) {
+        Ok(p) => p.into_iter().collect(),
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    let paused = match ledger.paused(&loaded.manifest.name) {
+        Ok(p) => p,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    history::apply(&mut plan, &past, args.rerun, paused.as_deref());
+
     let run_id = new_run_id();
     let reports_dir = match &args.report_dir {
         Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
@@ -87,8 +116,41 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         && ui.color
         && std::io::stderr().is_terminal()
         && std::env::var_os("CI").is_none();
-    let mut progress = crate::ui::Progress::new(&plan, fancy);
-    let mut builder = ReportBuilder::new(&plan, &run_id, &run_dir, workers);
+    let started_at = report::now();
+    let keys: Vec<ItemKey> = plan
+        .items
+        .iter()
+        .map(|it| history::item_key(&loaded.manifest.name, it))
+        .collect();
+    let row = RunRow {
+        id: run_id.clone(),
+        manifest: loaded.manifest.name.clone(),
+        manifest_path: loaded.path.display().to_string(),
+        manifest_sha256: loaded.sha256.clone(),
+        holder: Holder::this_process(),
+        started_by: super::who(),
+        started_at: started_at.clone(),
+        ended_at: None,
+        ending: None,
+        cause: None,
+        stop_requested_by: None,
+        stop_reason: None,
+    };
+    let plan_json = serde_json::to_string(&plan).unwrap_or_default();
+    if let Err(e) = ledger.begin_run(&row, &plan_json, workers, &run_dir.display().to_string()) {
+        ui.error(e);
+        return EXIT_INTERNAL;
+    }
+    let mut sink = ApplySink {
+        progress: crate::ui::Progress::new(&plan, fancy),
+        builder: ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
+        ledger,
+        run_id: run_id.clone(),
+        manifest: loaded.manifest.name.clone(),
+        keys,
+        holder: row.holder.clone(),
+        failure: None,
+    };
     let cx = Arc::new(RunCx {
         loaded,
         plan,
@@ -113,11 +175,17 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     };
-    let end = runtime.block_on(engine::drain(cx.clone(), &mut |ev| {
-        progress.on(ev);
-        builder.on(ev);
-    }));
-    let report = builder.report();
+    let end = runtime.block_on(engine::drain(cx.clone(), &mut sink));
+    if let Err(e) = sink
+        .ledger
+        .end_run(&run_id, end.ending, end.cause.as_deref(), &report::now())
+        .and_then(|()| sink.ledger.checkpoint())
+    {
+        ui.error(e);
+        sink.failure
+            .get_or_insert_with(|| "the ledger failed".into());
+    }
+    let report = sink.builder.report();
     // A report that fails to write never changes the verdict.
     if let Err(e) = report::write(report, &run_dir) {
         ui.error(format_args!(
@@ -133,7 +201,94 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             Err(e) => ui.error(format_args!("cannot encode the report: {e}")),
         }
     }
+    if let Some(f) = &sink.failure {
+        ui.error(f);
+        return EXIT_INTERNAL;
+    }
     exit_code(end.ending, end.signal, report)
+}
+
+/// The run's consumers and durable decisions: progress, report, ledger.
+struct ApplySink {
+    progress: crate::ui::Progress,
+    builder: ReportBuilder,
+    ledger: SqliteLedger,
+    run_id: String,
+    manifest: String,
+    keys: Vec<ItemKey>,
+    holder: Holder,
+    /// The first ledger error; the engine stops admitting once it is set.
+    failure: Option<String>,
+}
+
+impl ApplySink {
+    fn fail(&mut self, e: impl std::fmt::Display) {
+        if self.failure.is_none() {
+            self.failure = Some(format!("runner cannot record its work: {e}"));
+        }
+    }
+}
+
+fn item_of(ev: &Event) -> Option<usize> {
+    match ev {
+        Event::ItemStarted { item }
+        | Event::AttemptStarted { item, .. }
+        | Event::WorkerFinished { item, .. }
+        | Event::GateStarted { item, .. }
+        | Event::GateFinished { item, .. }
+        | Event::ItemFinished { item, .. } => Some(*item),
+        Event::RunStarted { .. } | Event::RunEnded { .. } => None,
+    }
+}
+
+impl RunSink for ApplySink {
+    fn event(&mut self, ev: &Event) {
+        let at = report::now();
+        self.progress.on(ev);
+        self.builder.on(ev, &at);
+        let key = item_of(ev).and_then(|i| self.keys.get(i));
+        if let Err(e) = self.ledger.event(&self.run_id, key, ev, &at) {
+            self.fail(e);
+        }
+    }
+
+    fn claim(&mut self, item: usize) -> ClaimAnswer {
+        let Some(key) = self.keys.get(item).cloned() else {
+            return ClaimAnswer::Busy("an unknown run".into());
+        };
+        match self.ledger.claim(&key, &self.run_id, &self.holder) {
+            Ok(Claim::Claimed) => ClaimAnswer::Claimed,
+            Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Busy(run_id),
+            Ok(Claim::AlreadyDone { run_id }) => ClaimAnswer::Done(run_id),
+            Err(e) => {
+                self.fail(e);
+                ClaimAnswer::Busy("none: the ledger failed".into())
+            }
+        }
+    }
+
+    fn paused(&mut self) -> Option<String> {
+        match self.ledger.paused(&self.manifest) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    fn stop_requested(&mut self) -> Option<String> {
+        let run = self.ledger.run(&self.run_id).ok().flatten()?;
+        let by = run.stop_requested_by?;
+        Some(match run.stop_reason {
+            Some(r) => format!("{by}: {r}"),
+            None => by,
+        })
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
+    }
 }
 
 fn exit_code(ending: RunEnding, signal: Option<i32>, report: &report::Report) -> i32 {

@@ -5,6 +5,7 @@
 //! failed, 130/143 cancelled by SIGINT/SIGTERM.
 
 pub mod apply;
+pub mod ledger;
 pub mod plan;
 pub mod schema;
 pub mod validate;
@@ -70,6 +71,11 @@ pub fn run(cli: Cli) -> i32 {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
         Command::Plan(args) => plan::run(&ui, &args),
         Command::Apply(args) => apply::run(&ui, &args),
+        Command::Status(args) => ledger::status(&ui, &args),
+        Command::Report(args) => ledger::report(&ui, &args),
+        Command::Cancel(args) => ledger::cancel(&ui, &args),
+        Command::Pause(args) => ledger::pause(&ui, &args, true),
+        Command::Resume(args) => ledger::pause(&ui, &args, false),
         Command::Schema { report } => schema::run_schema(report),
         Command::Completions { shell } => schema::run_completions(shell),
     }
@@ -88,4 +94,31 @@ pub fn load(ui: &Ui, path: &Path) -> Result<LoadedManifest, i32> {
             Err(EXIT_INVALID)
         }
     }
+}
+
+/// The state ledger's path: `--state` / `RUNNER_STATE`, else `.runner/state.db` beside the
+/// manifest, else in the current folder.
+pub fn state_path(state: &crate::cli::StateArgs, manifest: Option<&Path>) -> std::path::PathBuf {
+    if let Some(p) = &state.state {
+        return p.clone();
+    }
+    let dir = manifest
+        .and_then(|m| std::path::absolute(m).ok())
+        .and_then(|m| m.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| std::path::PathBuf::from("."));
+    dir.join(".runner").join("state.db")
+}
+
+/// Who is asking, for provenance: `user@host`.
+pub fn who() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| {
+            use std::os::unix::fs::MetadataExt;
+            let uid = std::fs::metadata("/proc/self")
+                .map(|m| m.uid())
+                .unwrap_or(0);
+            format!("uid {uid}")
+        });
+    format!("{user}@{}", crate::lease::hostname())
 }

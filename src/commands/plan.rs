@@ -19,7 +19,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
     };
-    let plan = match crate::plan::plan(&loaded, &opts) {
+    let mut plan = match crate::plan::plan(&loaded, &opts) {
         Ok(p) => p,
         Err(PlanError::Invalid(e)) => {
             eprint!("{}", e.render(ui.color));
@@ -30,6 +30,39 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
             return error_code;
         }
     };
+    // The ledger is read as a snapshot: `plan` creates and changes no file.
+    let state_path = super::state_path(&args.state, Some(&args.manifest));
+    match crate::state::sqlite::SqliteLedger::open_snapshot(&state_path) {
+        Ok(Some(ledger)) => {
+            use crate::state::Ledger;
+            let name = &loaded.manifest.name;
+            match (ledger.past_outcomes(name), ledger.paused(name)) {
+                (Ok(past), Ok(paused)) => crate::plan::history::apply(
+                    &mut plan,
+                    &past.into_iter().collect(),
+                    args.rerun,
+                    paused.as_deref(),
+                ),
+                (Err(e), _) | (_, Err(e)) => {
+                    ui.error(e);
+                    return if args.detailed_exitcode {
+                        EXIT_FAILURES
+                    } else {
+                        super::EXIT_INTERNAL
+                    };
+                }
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            ui.error(e);
+            return if args.detailed_exitcode {
+                EXIT_FAILURES
+            } else {
+                super::EXIT_INTERNAL
+            };
+        }
+    }
     if args.json {
         match serde_json::to_string_pretty(&plan) {
             Ok(s) => println!("{s}"),

@@ -30,6 +30,31 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+/// What the engine reports to and asks of the world outside it: every event, and the decisions
+/// that need durable state (claims, pauses). The engine knows this trait, never what is behind
+/// it (the ledger, the report, the progress display).
+pub trait RunSink {
+    fn event(&mut self, ev: &Event);
+    /// Claim an item for this run before it starts.
+    fn claim(&mut self, item: usize) -> ClaimAnswer;
+    /// Whether the manifest is paused now (and by whom).
+    fn paused(&mut self) -> Option<String>;
+    /// Who asked this run to stop, and why, if anyone did.
+    fn stop_requested(&mut self) -> Option<String>;
+    /// Set once runner cannot record what it does (the ledger failed); the run then stops.
+    fn failure(&self) -> Option<String>;
+}
+
+/// The answer to a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimAnswer {
+    Claimed,
+    /// A live run works on it.
+    Busy(String),
+    /// Another run completed it meanwhile.
+    Done(String),
+}
+
 /// Everything a run needs, fixed before it starts.
 pub struct RunCx {
     pub loaded: LoadedManifest,
@@ -112,8 +137,8 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
     }
 }
 
-/// Drain the plan. `emit` receives every event, in order, on this task.
-pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
+/// Drain the plan. `sink` receives every event, in order, on this task.
+pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
@@ -128,7 +153,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
         .filter(|(_, it)| it.state == ItemState::Pending)
         .map(|(i, _)| i)
         .collect();
-    emit(&Event::RunStarted {
+    sink.event(&Event::RunStarted {
         run_id: cx.run_id.clone(),
         workers: cx.workers,
         pending: queue.len(),
@@ -147,23 +172,35 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
     let mut leases: HashMap<usize, Lease> = HashMap::new();
     // Leases kept because a tree was not proven gone: released only when runner exits.
     let mut kept: Vec<Lease> = Vec::new();
+    // Repositories whose lease another run holds: since when, and when to ask again.
     let mut blocked_since: HashMap<String, Instant> = HashMap::new();
+    let mut retry_at: HashMap<String, Instant> = HashMap::new();
     let mut running: JoinSet<(usize, ItemRun)> = JoinSet::new();
     let mut stopping: Option<i32> = None;
     let mut pid_clock = tokio::time::interval(Duration::from_secs(1));
     let mut stalled: Option<String> = None;
+    let mut paused: Option<String> = None;
+    let mut failed: Option<String> = None;
 
     loop {
         // Admission: fill free slots, the probe re-read each time one fills.
         let mut waiting_for_lock = false;
-        if stopping.is_none() && stalled.is_none() {
+        if failed.is_none()
+            && let Some(f) = sink.failure()
+        {
+            failed = Some(f);
+        }
+        if !halted(&stopping, &stalled, &paused, &failed) && !queue.is_empty() {
+            paused = sink.paused();
+        }
+        if !halted(&stopping, &stalled, &paused, &failed) {
             loop {
                 if running.len() as u32 >= cx.workers {
                     break;
                 }
                 let Some(pos) = queue.iter().position(|&i| {
                     let repo = &cx.plan.items[i].repo;
-                    !busy.contains(repo) && !blocked_recently(&blocked_since, repo)
+                    !busy.contains(repo) && retry_at.get(repo).is_none_or(|t| Instant::now() >= *t)
                 }) else {
                     break;
                 };
@@ -171,12 +208,12 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                 let repo_name = cx.plan.items[idx].repo.clone();
                 if quarantined.contains(&repo_name) {
                     queue.remove(pos);
-                    finish(emit, idx, ItemOutcome::Held, Some("quarantined"), Some("an earlier item's processes in this repository could not be proven gone".into()));
+                    finish(sink, idx, ItemOutcome::Held, Some("quarantined"), Some("an earlier item's processes in this repository could not be proven gone".into()));
                     continue;
                 }
                 if let Some(err) = cx.clone_errors.get(&repo_name) {
                     queue.remove(pos);
-                    finish(emit, idx, ItemOutcome::Failed, None, Some(err.clone()));
+                    finish(sink, idx, ItemOutcome::Failed, None, Some(err.clone()));
                     if let Some(c) = guard.halted(stall::HaltSignature {
                         stage: "clone".into(),
                         failure: stall::fingerprint(err, None),
@@ -202,7 +239,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                 let Some(repo) = cx.plan.repositories.iter().find(|r| r.name == repo_name) else {
                     queue.remove(pos);
                     finish(
-                        emit,
+                        sink,
                         idx,
                         ItemOutcome::Failed,
                         None,
@@ -216,15 +253,41 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                         Ok(p) => p.common_dir,
                         Err(e) => {
                             queue.remove(pos);
-                            finish(emit, idx, ItemOutcome::Failed, None, Some(e.to_string()));
+                            finish(sink, idx, ItemOutcome::Failed, None, Some(e.to_string()));
                             continue;
                         }
                     },
                 };
+                match sink.claim(idx) {
+                    ClaimAnswer::Claimed => {}
+                    ClaimAnswer::Busy(run) => {
+                        queue.remove(pos);
+                        finish(
+                            sink,
+                            idx,
+                            ItemOutcome::Held,
+                            Some("repo-busy"),
+                            Some(format!("claimed by live run `{run}`")),
+                        );
+                        continue;
+                    }
+                    ClaimAnswer::Done(run) => {
+                        queue.remove(pos);
+                        finish(
+                            sink,
+                            idx,
+                            ItemOutcome::Skipped,
+                            Some("done"),
+                            Some(format!("completed by run `{run}`")),
+                        );
+                        continue;
+                    }
+                }
                 match acquire(&common, Holder::this_process(&cx.run_id, &repo_name)).await {
                     Ok(Some(lease)) => {
                         queue.remove(pos);
                         blocked_since.remove(&repo_name);
+                        retry_at.remove(&repo_name);
                         busy.insert(repo_name);
                         let fd = lease.fd();
                         leases.insert(idx, lease);
@@ -242,6 +305,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                         let within = cx.wait_for_locks.is_some_and(|w| first.elapsed() < w);
                         if within {
                             waiting_for_lock = true;
+                            retry_at.insert(repo_name.clone(), Instant::now() + LEASE_RETRY);
                         } else {
                             // Every item of this repository is held: its lease belongs to another run.
                             let holder =
@@ -256,7 +320,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                             queue.retain(|&i| {
                                 if cx.plan.items[i].repo == repo_name {
                                     finish(
-                                        emit,
+                                        sink,
                                         i,
                                         ItemOutcome::Held,
                                         Some("repo-busy"),
@@ -271,7 +335,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                     }
                     Err(e) => {
                         queue.remove(pos);
-                        finish(emit, idx, ItemOutcome::Failed, None, Some(e.to_string()));
+                        finish(sink, idx, ItemOutcome::Failed, None, Some(e.to_string()));
                     }
                 }
             }
@@ -286,19 +350,20 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
 
         if running.is_empty() {
             // Nothing runs; go on only to wait for a lease another run holds.
-            let can_wait =
-                waiting_for_lock && stopping.is_none() && stalled.is_none() && !queue.is_empty();
+            let can_wait = waiting_for_lock
+                && !halted(&stopping, &stalled, &paused, &failed)
+                && !queue.is_empty();
             if !can_wait {
                 break;
             }
         }
 
         tokio::select! {
-            Some(ev) = ev_rx.recv() => emit(&ev),
+            Some(ev) = ev_rx.recv() => sink.event(&ev),
             Some(joined) = running.join_next(), if !running.is_empty() => {
                 // Events sent before the task ended come first.
                 while let Ok(ev) = ev_rx.try_recv() {
-                    emit(&ev);
+                    sink.event(&ev);
                 }
                 let (idx, run) = match joined {
                     Ok(r) => r,
@@ -309,6 +374,14 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                     }
                 };
                 let repo = cx.plan.items[idx].repo.clone();
+                let outcome = run.outcome;
+                let cause = if !run.tree_gone {
+                    Some(format!("{}; its processes could not be proven gone, so repository `{repo}` is quarantined", run.cause.clone().unwrap_or_default()))
+                } else {
+                    run.cause.clone()
+                };
+                // Recorded before the lease is let go: the next holder must see the result.
+                finish(sink, idx, outcome, run.reason.as_deref(), cause);
                 busy.remove(&repo);
                 if let Some(lease) = leases.remove(&idx) {
                     if run.tree_gone {
@@ -318,13 +391,6 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
                         kept.push(lease);
                     }
                 }
-                let outcome = run.outcome;
-                let cause = if !run.tree_gone {
-                    Some(format!("{}; its processes could not be proven gone, so repository `{repo}` is quarantined", run.cause.clone().unwrap_or_default()))
-                } else {
-                    run.cause.clone()
-                };
-                finish(emit, idx, outcome, run.reason.as_deref(), cause);
                 if run.progress {
                     guard.progress();
                 }
@@ -342,38 +408,58 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
             _ = recv_signal(&mut sigterm) => {
                 on_signal(&mut stopping, libc::SIGTERM, &stop_tx);
             }
-            _ = tokio::time::sleep(Duration::from_millis(100)), if waiting_for_lock => {}
+            _ = tokio::time::sleep(LEASE_RETRY), if waiting_for_lock => {}
             _ = pid_clock.tick() => crate::process::census::observe_pid_clock(),
         }
     }
     while let Ok(ev) = ev_rx.try_recv() {
-        emit(&ev);
+        sink.event(&ev);
     }
-    let leftover_cause = match (&stopping, &stalled) {
-        (Some(sig), _) => format!(
+    let stop_by = if stopping.is_some() {
+        sink.stop_requested()
+    } else {
+        None
+    };
+    let leftover_cause = match (&stopping, &stalled, &failed) {
+        (Some(sig), _, _) => format!(
             "not started: the run was cancelled by {}",
             signal_name(*sig)
         ),
-        (None, Some(_)) => "not started: the run stalled".to_string(),
+        (None, Some(_), _) => "not started: the run stalled".to_string(),
+        (None, None, Some(_)) => "not started: runner could not record its work".to_string(),
         _ => "not started".to_string(),
     };
     for idx in queue {
-        finish(
-            emit,
-            idx,
-            ItemOutcome::Cancelled,
-            None,
-            Some(leftover_cause.clone()),
-        );
+        match &paused {
+            Some(p) if stopping.is_none() && stalled.is_none() && failed.is_none() => finish(
+                sink,
+                idx,
+                ItemOutcome::Held,
+                Some("paused"),
+                Some(p.clone()),
+            ),
+            _ => finish(
+                sink,
+                idx,
+                ItemOutcome::Cancelled,
+                None,
+                Some(leftover_cause.clone()),
+            ),
+        }
     }
     drop(kept);
     let (ending, cause) = if let Some(sig) = stopping {
-        (
-            RunEnding::Cancelled,
-            Some(format!("cancelled by {}", signal_name(sig))),
-        )
+        let who = match stop_by {
+            Some(by) => format!("cancelled by {by} ({})", signal_name(sig)),
+            None => format!("cancelled by {} (unattributed)", signal_name(sig)),
+        };
+        (RunEnding::Cancelled, Some(who))
+    } else if let Some(f) = failed {
+        (RunEnding::Failed, Some(f))
     } else if let Some(c) = stalled {
         (RunEnding::Stalled, Some(c))
+    } else if let Some(p) = paused {
+        (RunEnding::Paused, Some(p))
     } else if cx.plan.items.is_empty() {
         (
             RunEnding::NothingFound,
@@ -382,7 +468,7 @@ pub async fn drain(cx: Arc<RunCx>, emit: &mut dyn FnMut(&Event)) -> DrainEnd {
     } else {
         (RunEnding::Drained, None)
     };
-    emit(&Event::RunEnded {
+    sink.event(&Event::RunEnded {
         ending,
         cause: cause.clone(),
     });
@@ -409,20 +495,27 @@ async fn acquire(
     Lease::try_acquire(common, holder)
 }
 
-fn blocked_recently(blocked: &HashMap<String, Instant>, repo: &str) -> bool {
-    blocked
-        .get(repo)
-        .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+/// Whether admission has stopped for good: a signal, a stall, a pause or a ledger failure.
+fn halted(
+    stopping: &Option<i32>,
+    stalled: &Option<String>,
+    paused: &Option<String>,
+    failed: &Option<String>,
+) -> bool {
+    stopping.is_some() || stalled.is_some() || paused.is_some() || failed.is_some()
 }
 
+/// How often a lease another run holds is asked for again while waiting for it.
+const LEASE_RETRY: Duration = Duration::from_millis(100);
+
 fn finish(
-    emit: &mut dyn FnMut(&Event),
+    sink: &mut dyn RunSink,
     item: usize,
     outcome: ItemOutcome,
     reason: Option<&str>,
     cause: Option<String>,
 ) {
-    emit(&Event::ItemFinished {
+    sink.event(&Event::ItemFinished {
         item,
         outcome,
         reason: reason.map(str::to_string),

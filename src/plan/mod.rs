@@ -6,6 +6,7 @@
 //! optional locks off). Repositories are examined in parallel; the result does not depend on
 //! which finishes first.
 
+pub mod history;
 pub mod repos;
 
 use crate::git::{self, Ancestry};
@@ -15,7 +16,7 @@ use crate::manifest::{LoadedManifest, ManifestError, Problem, SourceKind};
 use globset::{GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 use repos::Located;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 pub const PLAN_SCHEMA: &str = "runner.plan/v1";
 
 /// What `plan` decided for one item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ItemState {
     /// Will run.
@@ -37,7 +38,7 @@ pub enum ItemState {
 }
 
 /// Why an item is not pending: exactly one reason per item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HoldReason {
     RepoNotFound,
@@ -81,9 +82,9 @@ impl ItemState {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Plan {
-    pub schema: &'static str,
+    pub schema: String,
     pub manifest: ManifestRef,
     /// SHA-256 over the manifest, the repositories' heads and every item's state: two plans with
     /// the same digest describe the same work.
@@ -95,20 +96,20 @@ pub struct Plan {
     pub counts: BTreeMap<ItemState, usize>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ManifestRef {
     pub name: String,
     pub path: PathBuf,
     pub sha256: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CapacityPlan {
     pub workers: u32,
     pub probe: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RepoStatus {
     /// A git checkout on disk.
@@ -119,7 +120,7 @@ pub enum RepoStatus {
     ToClone,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RepoPlan {
     pub name: String,
     /// Index of its `repositories` entry.
@@ -141,14 +142,14 @@ pub struct RepoPlan {
     pub note: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Origin {
     Explicit,
     Discovered,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ItemPlan {
     pub repo: String,
     pub id: String,
@@ -337,7 +338,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     };
     let digest = digest(&loaded.sha256, &repositories, &items);
     Ok(Plan {
-        schema: PLAN_SCHEMA,
+        schema: PLAN_SCHEMA.to_string(),
         manifest: ManifestRef {
             name: loaded.manifest.name.clone(),
             path: loaded.path.clone(),
@@ -349,6 +350,18 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
         items,
         counts,
     })
+}
+
+impl Plan {
+    /// Recompute counts and digest after item states changed.
+    pub fn recount(&mut self) {
+        let mut counts = BTreeMap::new();
+        for it in &self.items {
+            *counts.entry(it.state).or_insert(0) += 1;
+        }
+        self.counts = counts;
+        self.digest = digest(&self.manifest.sha256, &self.repositories, &self.items);
+    }
 }
 
 fn digest(manifest_sha: &str, repos: &[RepoPlan], items: &[ItemPlan]) -> String {

@@ -107,7 +107,7 @@ impl ReportBuilder {
     /// Start from the plan: items that will not run are recorded with their plan state, pending
     /// ones as `cancelled` until the engine says otherwise (a run that dies early then reports
     /// the truth: they did not run).
-    pub fn new(plan: &Plan, run_id: &str, run_dir: &Path, workers: u32) -> Self {
+    pub fn new(plan: &Plan, run_id: &str, run_dir: &Path, workers: u32, started_at: &str) -> Self {
         let items = plan
             .items
             .iter()
@@ -147,7 +147,7 @@ impl ReportBuilder {
                     sha256: plan.manifest.sha256.clone(),
                 },
                 runner_version: env!("CARGO_PKG_VERSION").into(),
-                started_at: now(),
+                started_at: started_at.to_string(),
                 ended_at: None,
                 ending: None,
                 cause: None,
@@ -177,12 +177,14 @@ impl ReportBuilder {
         self.report.counts = counts;
     }
 
-    pub fn on(&mut self, ev: &Event) {
+    /// Apply one event that happened at `at` (RFC 3339). Timestamps come from the caller so that
+    /// replaying the ledger's events reproduces the report exactly.
+    pub fn on(&mut self, ev: &Event, at: &str) {
         match ev {
             Event::RunStarted { .. } => {}
             Event::ItemStarted { item } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
-                    it.started_at = Some(now());
+                    it.started_at = Some(at.to_string());
                 }
             }
             Event::AttemptStarted { item, n, model } => {
@@ -191,7 +193,7 @@ impl ReportBuilder {
                     it.attempts.push(AttemptReport {
                         n: *n,
                         model: model.clone(),
-                        started_at: now(),
+                        started_at: at.to_string(),
                         worker: None,
                         gates: Vec::new(),
                     });
@@ -249,7 +251,7 @@ impl ReportBuilder {
                     it.outcome = *outcome;
                     it.reason = reason.clone();
                     it.cause = cause.clone();
-                    it.ended_at = Some(now());
+                    it.ended_at = Some(at.to_string());
                     if let Some(c) = self.report.counts.get_mut(&before) {
                         *c = c.saturating_sub(1);
                     }
@@ -259,7 +261,7 @@ impl ReportBuilder {
             Event::RunEnded { ending, cause } => {
                 self.report.ending = Some(*ending);
                 self.report.cause = cause.clone();
-                self.report.ended_at = Some(now());
+                self.report.ended_at = Some(at.to_string());
             }
         }
     }
@@ -279,11 +281,16 @@ impl ReportBuilder {
     }
 }
 
+/// `report.json`'s text.
+pub fn to_json(report: &Report) -> String {
+    serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
+}
+
 /// Write `report.json` and `summary.md` into `run_dir`, then point `latest` at it. Returns the
 /// first error; what was written stays whole.
 pub fn write(report: &Report, run_dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(run_dir)?;
-    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)? + "\n";
+    let json = to_json(report);
     crate::lease::write_atomic(&run_dir.join("report.json"), json.as_bytes())?;
     let md = markdown::render(report);
     crate::lease::write_atomic(&run_dir.join("summary.md"), md.as_bytes())?;

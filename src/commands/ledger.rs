@@ -1,0 +1,375 @@
+//! The verbs that read or steer through the state ledger: `status`, `report`, `cancel`,
+//! `pause` and `resume`.
+
+use super::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, state_path, who};
+use crate::cli::{CancelArgs, PauseArgs, ReportArgs, ReportFormatArg, StatusArgs};
+use crate::plan::Plan;
+use crate::report::{self, ReportBuilder};
+use crate::state::sqlite::SqliteLedger;
+use crate::state::{Ledger, RunRow};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Open the ledger, which must exist: reading commands never create one.
+fn open_existing(ui: &Ui, path: &Path) -> Result<SqliteLedger, i32> {
+    if !path.exists() {
+        ui.error(format_args!(
+            "no state ledger at `{}`; give the manifest or `--state`",
+            path.display()
+        ));
+        return Err(EXIT_INVALID);
+    }
+    SqliteLedger::open(path).map_err(|e| {
+        ui.error(e);
+        EXIT_INTERNAL
+    })
+}
+
+#[derive(Serialize)]
+struct Status {
+    ledger: String,
+    paused: Option<String>,
+    runs: Vec<RunStatus>,
+    running: Vec<Running>,
+    held: Vec<Held>,
+    leases: Vec<LeaseStatus>,
+}
+
+#[derive(Serialize)]
+struct RunStatus {
+    #[serde(flatten)]
+    run: RunRow,
+    status: &'static str,
+}
+
+#[derive(Serialize)]
+struct Running {
+    run_id: String,
+    repo: String,
+    item: String,
+    pid: u32,
+    host: String,
+}
+
+#[derive(Serialize)]
+struct Held {
+    repo: String,
+    item: String,
+    reason: String,
+    cause: Option<String>,
+}
+
+#[derive(Serialize)]
+struct LeaseStatus {
+    repo: String,
+    path: PathBuf,
+    held: bool,
+    holder: Option<crate::lease::Holder>,
+}
+
+pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
+    let path = state_path(&args.state, args.manifest.as_deref());
+    let ledger = match open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let loaded = match &args.manifest {
+        Some(m) => match super::load(ui, m) {
+            Ok(l) => Some(l),
+            Err(c) => return c,
+        },
+        None => None,
+    };
+    let name = loaded.as_ref().map(|l| l.manifest.name.clone());
+    let result = (|| -> crate::state::Result<Status> {
+        let runs = ledger
+            .recent_runs(name.as_deref(), 10)?
+            .into_iter()
+            .map(|r| RunStatus {
+                status: r.status(),
+                run: r,
+            })
+            .collect();
+        let running = ledger
+            .live_claims()?
+            .into_iter()
+            .map(|(run_id, repo, item, h)| Running {
+                run_id,
+                repo,
+                item,
+                pid: h.pid,
+                host: h.host,
+            })
+            .collect();
+        let held = match &name {
+            Some(n) => ledger
+                .held_items(n)?
+                .into_iter()
+                .map(|(repo, item, reason, cause)| Held {
+                    repo,
+                    item,
+                    reason,
+                    cause,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let paused = match &name {
+            Some(n) => ledger.paused(n)?,
+            None => None,
+        };
+        let mut leases = Vec::new();
+        if let Some(l) = &loaded {
+            for r in crate::plan::repos::locate(l) {
+                if let Ok(p) = crate::git::probe(&r.path) {
+                    leases.push(LeaseStatus {
+                        repo: r.name,
+                        path: r.path,
+                        held: crate::lease::is_held(&p.common_dir),
+                        holder: crate::lease::read_record(
+                            &p.common_dir.join(crate::lease::RECORD_FILE),
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(Status {
+            ledger: path.display().to_string(),
+            paused,
+            runs,
+            running,
+            held,
+            leases,
+        })
+    })();
+    let st = match result {
+        Ok(s) => s,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&st).unwrap_or_default());
+        return EXIT_OK;
+    }
+    println!("ledger {}", st.ledger);
+    if let Some(p) = &st.paused {
+        println!("PAUSED: {p}");
+    }
+    println!("\nruns (newest first):");
+    if st.runs.is_empty() {
+        println!("  none");
+    }
+    for r in &st.runs {
+        let mut line = format!(
+            "  {}  {:<6} {}  started {} by {} (pid {} on {})",
+            r.run.id,
+            r.status,
+            r.run.manifest,
+            r.run.started_at,
+            r.run.started_by,
+            r.run.holder.pid,
+            r.run.holder.host
+        );
+        if let Some(e) = &r.run.ending {
+            line.push_str(&format!("  ended {e}"));
+        }
+        if let Some(c) = &r.run.cause {
+            line.push_str(&format!(" — {c}"));
+        }
+        if let Some(by) = &r.run.stop_requested_by {
+            line.push_str(&format!(
+                "  [stop asked by {by}{}]",
+                r.run
+                    .stop_reason
+                    .as_ref()
+                    .map(|x| format!(": {x}"))
+                    .unwrap_or_default()
+            ));
+        }
+        println!("{line}");
+    }
+    println!("\nrunning items:");
+    if st.running.is_empty() {
+        println!("  none");
+    }
+    for r in &st.running {
+        println!(
+            "  {}/{}  run {} (pid {} on {})",
+            r.repo, r.item, r.run_id, r.pid, r.host
+        );
+    }
+    if name.is_some() {
+        println!("\nheld items (latest run):");
+        if st.held.is_empty() {
+            println!("  none");
+        }
+        for h in &st.held {
+            println!(
+                "  {}/{}  {}{}",
+                h.repo,
+                h.item,
+                h.reason,
+                h.cause
+                    .as_ref()
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default()
+            );
+        }
+        println!("\nleases:");
+        for l in &st.leases {
+            let who = match (&l.held, &l.holder) {
+                (true, Some(h)) => {
+                    format!("held by run {} (pid {} on {})", h.run_id, h.pid, h.host)
+                }
+                (true, None) => "held".to_string(),
+                (false, _) => "free".to_string(),
+            };
+            println!("  {}  {who}", l.repo);
+        }
+    }
+    EXIT_OK
+}
+
+/// Re-render a run's report by replaying its recorded events over its recorded plan.
+pub fn render(ledger: &SqliteLedger, run: &str) -> crate::state::Result<Option<report::Report>> {
+    let Some(replay) = ledger.run_events(run)? else {
+        return Ok(None);
+    };
+    let plan: Plan =
+        serde_json::from_str(&replay.plan_json).map_err(|e| crate::state::LedgerError::Db {
+            path: "plan".into(),
+            message: format!("unreadable plan of run `{run}`: {e}"),
+        })?;
+    let mut b = ReportBuilder::new(
+        &plan,
+        run,
+        Path::new(&replay.run_dir),
+        replay.workers,
+        &replay.started_at,
+    );
+    for (at, ev) in &replay.events {
+        b.on(ev, at);
+    }
+    Ok(Some(b.report().clone()))
+}
+
+pub fn report(ui: &Ui, args: &ReportArgs) -> i32 {
+    let path = state_path(&args.state, args.manifest.as_deref());
+    let ledger = match open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let rep = match render(&ledger, &args.run) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            ui.error(format_args!(
+                "no run `{}` in `{}`",
+                args.run,
+                path.display()
+            ));
+            return EXIT_INVALID;
+        }
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    match args.format {
+        ReportFormatArg::Json => print!("{}", report::to_json(&rep)),
+        ReportFormatArg::Markdown => print!("{}", report::markdown::render(&rep)),
+    }
+    EXIT_OK
+}
+
+pub fn cancel(ui: &Ui, args: &CancelArgs) -> i32 {
+    let path = state_path(&args.state, args.manifest.as_deref());
+    let mut ledger = match open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let run = match ledger.run(&args.run) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            ui.error(format_args!(
+                "no run `{}` in `{}`",
+                args.run,
+                path.display()
+            ));
+            return EXIT_INVALID;
+        }
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    if run.status() != "live" {
+        ui.error(format_args!(
+            "run `{}` is not live ({})",
+            run.id,
+            run.status()
+        ));
+        return crate::commands::EXIT_FAILURES;
+    }
+    if run.holder.host != crate::lease::hostname() {
+        ui.error(format_args!(
+            "run `{}` runs on {}; cancel it there",
+            run.id, run.holder.host
+        ));
+        return crate::commands::EXIT_FAILURES;
+    }
+    // Who and why are recorded before the signal, so the run can name them as it ends.
+    if let Err(e) = ledger.request_stop(&run.id, &who(), args.reason.as_deref(), &report::now()) {
+        ui.error(e);
+        return EXIT_INTERNAL;
+    }
+    let pid = nix::unistd::Pid::from_raw(run.holder.pid as i32);
+    if let Err(e) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
+        ui.error(format_args!("cannot signal pid {}: {e}", run.holder.pid));
+        return EXIT_INTERNAL;
+    }
+    eprintln!(
+        "runner: asked run {} (pid {}) to stop",
+        run.id, run.holder.pid
+    );
+    EXIT_OK
+}
+
+pub fn pause(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
+    let loaded = match super::load(ui, &args.manifest) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let path = state_path(&args.state, Some(&args.manifest));
+    let mut ledger = match SqliteLedger::open(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    let name = &loaded.manifest.name;
+    let r = if on {
+        ledger
+            .set_paused(name, &who(), args.reason.as_deref(), &report::now())
+            .map(|()| {
+                eprintln!("runner: `{name}` is paused; running items finish, no new ones start")
+            })
+    } else {
+        ledger.clear_paused(name).map(|was| {
+            if was {
+                eprintln!("runner: `{name}` is resumed")
+            } else {
+                eprintln!("runner: `{name}` was not paused")
+            }
+        })
+    };
+    match r {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            ui.error(e);
+            EXIT_INTERNAL
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! What earlier runs left, folded into a plan: completed items are `done`, a paused manifest
+//! holds everything.
+//!
+//! Shared by `plan` and `apply`, so `plan` shows exactly what `apply` would skip.
+
+use super::{HoldReason, ItemPlan, ItemState, Plan};
+use crate::engine::outcome::ItemOutcome;
+use crate::state::{ItemKey, PastOutcome};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+/// Which finished items `apply` runs again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Rerun {
+    /// Items that halted or failed in an earlier run.
+    Failed,
+    /// Every item, completed ones too.
+    All,
+}
+
+/// An item's identity in the ledger: its definition (repository, id, branch, vars) is hashed so
+/// that an edited item is new work.
+pub fn item_key(manifest: &str, it: &ItemPlan) -> ItemKey {
+    let def = serde_json::json!({
+        "repo": it.repo,
+        "id": it.id,
+        "branch": it.branch,
+        "vars": it.vars,
+    });
+    let hash = Sha256::digest(def.to_string().as_bytes());
+    ItemKey {
+        manifest: manifest.to_string(),
+        repo: it.repo.clone(),
+        item: it.id.clone(),
+        def_hash: crate::manifest::load::hex(&hash[..16]),
+    }
+}
+
+/// Mark pending items done (or held as paused) from the ledger's history.
+pub fn apply(
+    plan: &mut Plan,
+    past: &HashMap<ItemKey, PastOutcome>,
+    rerun: Option<Rerun>,
+    paused: Option<&str>,
+) {
+    let manifest = plan.manifest.name.clone();
+    for it in &mut plan.items {
+        if it.state != ItemState::Pending {
+            continue;
+        }
+        if let Some(p) = past.get(&item_key(&manifest, it)) {
+            let again = match p.outcome {
+                ItemOutcome::Completed => rerun == Some(Rerun::All),
+                _ => rerun.is_some(),
+            };
+            if !again {
+                it.state = ItemState::Done;
+                it.detail = Some(match p.outcome {
+                    ItemOutcome::Completed => format!("completed in run `{}`", p.run_id),
+                    o => format!(
+                        "{} in run `{}`; `--rerun failed` runs it again",
+                        o.as_str(),
+                        p.run_id
+                    ),
+                });
+                continue;
+            }
+        }
+        if let Some(why) = paused {
+            it.state = ItemState::Held;
+            it.reason = Some(HoldReason::Paused);
+            it.detail = Some(why.to_string());
+        }
+    }
+    plan.recount();
+}

@@ -1,0 +1,744 @@
+//! The SQLite ledger: WAL mode, a busy timeout, numbered migrations, one writer per process.
+
+use super::*;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Numbered migrations; `PRAGMA user_version` records how many have run.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    manifest_path TEXT NOT NULL,
+    manifest_sha256 TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    start_time INTEGER,
+    started_by TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    workers INTEGER NOT NULL,
+    run_dir TEXT NOT NULL,
+    plan_json TEXT NOT NULL,
+    ended_at TEXT,
+    ending TEXT,
+    cause TEXT,
+    stop_requested_by TEXT,
+    stop_reason TEXT,
+    stop_requested_at TEXT
+);
+CREATE INDEX runs_by_manifest ON runs (manifest, started_at);
+CREATE TABLE claims (
+    manifest TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    item TEXT NOT NULL,
+    def_hash TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    start_time INTEGER,
+    claimed_at TEXT NOT NULL,
+    PRIMARY KEY (manifest, repo, item, def_hash)
+);
+CREATE TABLE item_results (
+    manifest TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    item TEXT NOT NULL,
+    def_hash TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    reason TEXT,
+    cause TEXT,
+    ended_at TEXT NOT NULL
+);
+CREATE INDEX item_results_by_item ON item_results (manifest, repo, item, def_hash);
+CREATE TABLE events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at TEXT NOT NULL,
+    repo TEXT,
+    item TEXT,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE pauses (
+    manifest TEXT PRIMARY KEY,
+    paused_by TEXT NOT NULL,
+    reason TEXT,
+    paused_at TEXT NOT NULL
+);
+CREATE TABLE quarantines (
+    repo_path TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+"#];
+
+/// An event row waiting to be committed: (run, seq, at, repo, item, json).
+type PendingEvent = (String, i64, String, Option<String>, Option<String>, String);
+
+/// A held item: (repo, item, reason, cause).
+pub type HeldItem = (String, String, String, Option<String>);
+
+pub struct SqliteLedger {
+    conn: Connection,
+    path: PathBuf,
+    /// Events not yet committed: (run, seq, at, repo, item, json).
+    pending: Vec<PendingEvent>,
+    seq: i64,
+}
+
+fn outcome_from(s: &str) -> Option<ItemOutcome> {
+    ItemOutcome::ALL.into_iter().find(|o| o.as_str() == s)
+}
+
+impl SqliteLedger {
+    /// Open (creating when absent) the ledger at `path`. A ledger that is locked past the busy
+    /// timeout, unreadable or corrupt is an error; nothing is deleted or overwritten to "fix" it.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|source| LedgerError::Io {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|e| db(path, e))?;
+        let mut ledger = SqliteLedger {
+            conn,
+            path: path.to_path_buf(),
+            pending: Vec::new(),
+            seq: 0,
+        };
+        ledger.setup()?;
+        Ok(ledger)
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> LedgerError {
+        db(&self.path, e)
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        self.conn
+            .busy_timeout(Duration::from_secs(10))
+            .map_err(|e| self.err(e))?;
+        // Reading the mode also proves the file is a database at all. Switching a new file to
+        // WAL needs a moment alone with it, and SQLite does not wait for that itself: when
+        // several runners open a new ledger together, ask again for up to the busy timeout.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mode: String = loop {
+            match self
+                .conn
+                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            {
+                Ok(m) => break m,
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(self.err(e)),
+            }
+        };
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(self.err(format!("cannot switch to WAL mode (got `{mode}`)")));
+        }
+        // WAL with NORMAL sync survives any crash of runner itself; only a power cut can lose
+        // the last commits.
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            .map_err(|e| self.err(e))?;
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        if version as usize > MIGRATIONS.len() {
+            return Err(self.err(format!(
+                "it was written by a newer runner (schema {version}, this runner knows {})",
+                MIGRATIONS.len()
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| db(&self.path, e))?;
+            // Another process may have migrated while this one waited for the write lock.
+            let now: i64 = tx
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(|e| db(&self.path, e))?;
+            if now as usize > i {
+                continue;
+            }
+            tx.execute_batch(sql).map_err(|e| db(&self.path, e))?;
+            tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))
+                .map_err(|e| db(&self.path, e))?;
+            tx.commit().map_err(|e| db(&self.path, e))?;
+        }
+        Ok(())
+    }
+
+    fn flush_into(
+        tx: &rusqlite::Transaction<'_>,
+        pending: &mut Vec<PendingEvent>,
+    ) -> rusqlite::Result<()> {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for (run, seq, at, repo, item, body) in pending.drain(..) {
+            stmt.execute(params![run, seq, at, repo, item, body])?;
+        }
+        Ok(())
+    }
+
+    /// Commit buffered events.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
+        Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
+        tx.commit().map_err(|e| db(&path, e))
+    }
+
+    pub fn run(&self, id: &str) -> Result<Option<RunRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason FROM runs WHERE id = ?1",
+                [id],
+                row_to_run,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The most recent runs, newest first (of one manifest, when given).
+    pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason FROM runs WHERE ?1 IS NULL OR manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![manifest, limit as i64], row_to_run)
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(rows)
+    }
+
+    /// The plan snapshot, worker bound, report folder and events of a run, for re-rendering
+    /// its report.
+    pub fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
+        let head: Option<(String, u32, String, String)> = self
+            .conn
+            .query_row(
+                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some((plan, workers, run_dir, started_at)) = head else {
+            return Ok(None);
+        };
+        let mut stmt = self
+            .conn
+            .prepare("SELECT at, body FROM events WHERE run_id = ?1 ORDER BY seq")
+            .map_err(|e| self.err(e))?;
+        let mut events = Vec::new();
+        let rows = stmt
+            .query_map([id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (at, body) = row.map_err(|e| self.err(e))?;
+            let ev: Event = serde_json::from_str(&body)
+                .map_err(|e| self.err(format!("unreadable event of run `{id}`: {e}")))?;
+            events.push((at, ev));
+        }
+        Ok(Some(RunReplay {
+            plan_json: plan,
+            workers,
+            run_dir,
+            started_at,
+            events,
+        }))
+    }
+
+    /// Open an existing ledger for reading only, without creating or changing any file (for
+    /// `plan`). What the last run has not yet checkpointed may be missing.
+    pub fn open_snapshot(path: &Path) -> Result<Option<Self>> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let uri = format!("file:{}?immutable=1", path.display());
+        let conn = Connection::open_with_flags(
+            uri,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| db(path, e))?;
+        let ledger = SqliteLedger {
+            conn,
+            path: path.to_path_buf(),
+            pending: Vec::new(),
+            seq: 0,
+        };
+        let version: i64 = ledger
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| ledger.err(e))?;
+        if version == 0 {
+            return Ok(None);
+        }
+        Ok(Some(ledger))
+    }
+
+    /// Fold the write-ahead log into the database file, so that snapshot readers see it all.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        self.flush()?;
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Claims whose holders live: (run, repo, item, holder).
+    pub fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT run_id, repo, item, host, pid, start_time FROM claims ORDER BY claimed_at",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    Holder {
+                        host: r.get(3)?,
+                        pid: r.get(4)?,
+                        start_time: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
+                    },
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(rows.into_iter().filter(|c| !c.3.is_dead()).collect())
+    }
+
+    /// Items whose last result in their latest run is `held`, with reason and cause.
+    pub fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
+                 WHERE r.manifest = ?1 AND r.outcome = 'held' AND r.run_id = (
+                   SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT 1)",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([manifest], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(rows)
+    }
+
+    /// Ask a run to stop: record who and why (the caller signals the process).
+    pub fn request_stop(
+        &mut self,
+        run_id: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE runs SET stop_requested_by = ?2, stop_reason = ?3, stop_requested_at = ?4 WHERE id = ?1",
+                params![run_id, by, reason, at],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    pub fn set_paused(
+        &mut self,
+        manifest: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO pauses (manifest, paused_by, reason, paused_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (manifest) DO UPDATE SET paused_by = ?2, reason = ?3, paused_at = ?4",
+                params![manifest, by, reason, at],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Lift a pause; whether there was one.
+    pub fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .execute("DELETE FROM pauses WHERE manifest = ?1", [manifest])
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+}
+
+fn db(path: &Path, e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Db {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok(RunRow {
+        id: r.get(0)?,
+        manifest: r.get(1)?,
+        manifest_path: r.get(2)?,
+        manifest_sha256: r.get(3)?,
+        holder: Holder {
+            host: r.get(4)?,
+            pid: r.get(5)?,
+            start_time: r.get::<_, Option<i64>>(6)?.map(|t| t as u64),
+        },
+        started_by: r.get(7)?,
+        started_at: r.get(8)?,
+        ended_at: r.get(9)?,
+        ending: r.get(10)?,
+        cause: r.get(11)?,
+        stop_requested_by: r.get(12)?,
+        stop_reason: r.get(13)?,
+    })
+}
+
+impl Ledger for SqliteLedger {
+    fn begin_run(
+        &mut self,
+        run: &RunRow,
+        plan_json: &str,
+        workers: u32,
+        run_dir: &str,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    run.id,
+                    run.manifest,
+                    run.manifest_path,
+                    run.manifest_sha256,
+                    run.holder.host,
+                    run.holder.pid,
+                    run.holder.start_time.map(|t| t as i64),
+                    run.started_by,
+                    run.started_at,
+                    workers,
+                    plan_json,
+                    run_dir
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    fn end_run(
+        &mut self,
+        run_id: &str,
+        ending: RunEnding,
+        cause: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
+        Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
+        tx.execute(
+            "UPDATE runs SET ended_at = ?2, ending = ?3, cause = ?4 WHERE id = ?1",
+            params![run_id, at, ending.as_str(), cause],
+        )
+        .map_err(|e| db(&path, e))?;
+        // Claims of this run that no result released (a cancelled item) go with it.
+        tx.execute("DELETE FROM claims WHERE run_id = ?1", [run_id])
+            .map_err(|e| db(&path, e))?;
+        tx.commit().map_err(|e| db(&path, e))
+    }
+
+    fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT repo, item, def_hash, outcome, run_id FROM item_results
+                 WHERE manifest = ?1 AND outcome IN ('completed', 'halted', 'failed')
+                 ORDER BY ended_at",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([manifest], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        // Later results replace earlier ones; a completion is never replaced by a later
+        // failure of a re-run, which still shows as the latest outcome.
+        let mut last: std::collections::HashMap<ItemKey, PastOutcome> = Default::default();
+        for (repo, item, def_hash, outcome, run_id) in rows {
+            let Some(outcome) = outcome_from(&outcome) else {
+                continue;
+            };
+            last.insert(
+                ItemKey {
+                    manifest: manifest.to_string(),
+                    repo,
+                    item,
+                    def_hash,
+                },
+                PastOutcome { outcome, run_id },
+            );
+        }
+        Ok(last.into_iter().collect())
+    }
+
+    fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| db(&path, e))?;
+        Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
+        let existing: Option<(String, Holder)> = tx
+            .query_row(
+                "SELECT run_id, host, pid, start_time FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4",
+                params![key.manifest, key.repo, key.item, key.def_hash],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        Holder {
+                            host: r.get(1)?,
+                            pid: r.get(2)?,
+                            start_time: r.get::<_, Option<i64>>(3)?.map(|t| t as u64),
+                        },
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| db(&path, e))?;
+        if let Some((other, h)) = &existing {
+            if other != run_id && !h.is_dead() {
+                tx.commit().map_err(|e| db(&path, e))?;
+                return Ok(Claim::HeldBy {
+                    run_id: other.clone(),
+                });
+            }
+            // Reclaim only the very claim that was judged dead.
+            tx.execute(
+                "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
+                params![key.manifest, key.repo, key.item, key.def_hash, other],
+            )
+            .map_err(|e| db(&path, e))?;
+        }
+        let done: Option<String> = tx
+            .query_row(
+                "SELECT run_id FROM item_results WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND outcome = 'completed' AND run_id != ?5 AND ended_at > (SELECT started_at FROM runs WHERE id = ?5) LIMIT 1",
+                params![key.manifest, key.repo, key.item, key.def_hash, run_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| db(&path, e))?;
+        if let Some(other) = done {
+            tx.commit().map_err(|e| db(&path, e))?;
+            return Ok(Claim::AlreadyDone { run_id: other });
+        }
+        tx.execute(
+            "INSERT INTO claims (manifest, repo, item, def_hash, run_id, host, pid, start_time, claimed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                key.manifest,
+                key.repo,
+                key.item,
+                key.def_hash,
+                run_id,
+                holder.host,
+                holder.pid,
+                holder.start_time.map(|t| t as i64),
+                crate::report::now()
+            ],
+        )
+        .map_err(|e| db(&path, e))?;
+        tx.commit().map_err(|e| db(&path, e))?;
+        Ok(Claim::Claimed)
+    }
+
+    fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
+        self.seq += 1;
+        let body = serde_json::to_string(ev).map_err(|e| self.err(e))?;
+        self.pending.push((
+            run_id.to_string(),
+            self.seq,
+            at.to_string(),
+            item.map(|k| k.repo.clone()),
+            item.map(|k| k.item.clone()),
+            body,
+        ));
+        if let (
+            Event::ItemFinished {
+                outcome,
+                reason,
+                cause,
+                ..
+            },
+            Some(key),
+        ) = (ev, item)
+        {
+            let path = self.path.clone();
+            let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
+            Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
+            tx.execute(
+                "INSERT INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![key.manifest, key.repo, key.item, key.def_hash, run_id, outcome.as_str(), reason, cause, at],
+            )
+            .map_err(|e| db(&path, e))?;
+            tx.execute(
+                "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
+                params![key.manifest, key.repo, key.item, key.def_hash, run_id],
+            )
+            .map_err(|e| db(&path, e))?;
+            tx.commit().map_err(|e| db(&path, e))?;
+        }
+        Ok(())
+    }
+
+    fn paused(&self, manifest: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT paused_by, reason, paused_at FROM pauses WHERE manifest = ?1",
+                [manifest],
+                |r| {
+                    let by: String = r.get(0)?;
+                    let reason: Option<String> = r.get(1)?;
+                    let at: String = r.get(2)?;
+                    Ok(match reason {
+                        Some(reason) => format!("paused by {by} at {at}: {reason}"),
+                        None => format!("paused by {by} at {at}"),
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(item: &str) -> ItemKey {
+        ItemKey {
+            manifest: "m".into(),
+            repo: "r".into(),
+            item: item.into(),
+            def_hash: "h".into(),
+        }
+    }
+
+    fn run(ledger: &mut SqliteLedger, id: &str) {
+        ledger
+            .begin_run(
+                &RunRow {
+                    id: id.into(),
+                    manifest: "m".into(),
+                    manifest_path: "/m.yaml".into(),
+                    manifest_sha256: "x".into(),
+                    holder: Holder::this_process(),
+                    started_by: "me".into(),
+                    started_at: crate::report::now(),
+                    ended_at: None,
+                    ending: None,
+                    cause: None,
+                    stop_requested_by: None,
+                    stop_reason: None,
+                },
+                "{}",
+                1,
+                "/tmp",
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_live_claim_is_never_taken_and_a_dead_one_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = SqliteLedger::open(&dir.path().join("state.db")).unwrap();
+        run(&mut l, "a");
+        run(&mut l, "b");
+        let me = Holder::this_process();
+        assert_eq!(l.claim(&key("x"), "a", &me).unwrap(), Claim::Claimed);
+        assert_eq!(
+            l.claim(&key("x"), "b", &me).unwrap(),
+            Claim::HeldBy { run_id: "a".into() }
+        );
+        // A holder whose start time differs is a reused pid: dead.
+        let ghost = Holder {
+            start_time: me.start_time.map(|t| t + 1),
+            ..me.clone()
+        };
+        assert_eq!(l.claim(&key("y"), "a", &ghost).unwrap(), Claim::Claimed);
+        assert_eq!(l.claim(&key("y"), "b", &me).unwrap(), Claim::Claimed);
+    }
+
+    #[test]
+    fn a_finished_item_releases_its_claim_and_is_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = SqliteLedger::open(&dir.path().join("state.db")).unwrap();
+        run(&mut l, "a");
+        let me = Holder::this_process();
+        l.claim(&key("x"), "a", &me).unwrap();
+        let ev = Event::ItemFinished {
+            item: 0,
+            outcome: ItemOutcome::Completed,
+            reason: None,
+            cause: None,
+        };
+        l.event("a", Some(&key("x")), &ev, &crate::report::now())
+            .unwrap();
+        assert!(l.live_claims().unwrap().is_empty());
+        let past = l.past_outcomes("m").unwrap();
+        assert_eq!(past.len(), 1);
+        assert_eq!(past[0].1.outcome, ItemOutcome::Completed);
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_and_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.db");
+        std::fs::write(&p, b"this is not a database, and it must survive").unwrap();
+        assert!(SqliteLedger::open(&p).is_err());
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            b"this is not a database, and it must survive"
+        );
+    }
+}
