@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: runner's own overhead. `runner apply -j 2` over ITEMS items in REPOS repositories
 # whose worker is `true` and which have no gates, against `xargs -P 2` running the same number of
-# `true` commands, in the same session. Prints both wall times (median of R runs) and the ratio.
+# `true` commands, in the same session. Each timed run starts from an empty state ledger, so
+# every item runs and every claim and result is written. Prints both wall times (median of R runs) and the ratio.
 #
 #   benches/drain_overhead.sh [ITEMS] [REPOS] [R]
 set -euo pipefail
@@ -39,7 +40,7 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 time_runner() {
   local t0 t1
-  rm -rf "$work/out"
+  rm -rf "$work/out" "$work/.runner"
   t0=$(now)
   "$bin" apply "$work/manifest.yaml" -j 2 --no-progress --report-dir "$work/out" 2> /dev/null
   t1=$(now)

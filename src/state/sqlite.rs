@@ -399,6 +399,25 @@ impl SqliteLedger {
     }
 }
 
+/// Run a statement through the connection's statement cache: the drain runs the same few
+/// statements thousands of times.
+fn exec(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    p: impl rusqlite::Params,
+) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(p)
+}
+
+fn query<T>(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    p: impl rusqlite::Params,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    tx.prepare_cached(sql)?.query_row(p, f)
+}
+
 fn db(path: &Path, e: impl std::fmt::Display) -> LedgerError {
     LedgerError::Db {
         path: path.display().to_string(),
@@ -528,8 +547,7 @@ impl Ledger for SqliteLedger {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| db(&path, e))?;
         Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
-        let existing: Option<(String, Holder)> = tx
-            .query_row(
+        let existing: Option<(String, Holder)> = query(&tx,
                 "SELECT run_id, host, pid, start_time FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4",
                 params![key.manifest, key.repo, key.item, key.def_hash],
                 |r| {
@@ -553,14 +571,13 @@ impl Ledger for SqliteLedger {
                 });
             }
             // Reclaim only the very claim that was judged dead.
-            tx.execute(
+            exec(&tx,
                 "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
                 params![key.manifest, key.repo, key.item, key.def_hash, other],
             )
             .map_err(|e| db(&path, e))?;
         }
-        let done: Option<String> = tx
-            .query_row(
+        let done: Option<String> = query(&tx,
                 "SELECT run_id FROM item_results WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND outcome = 'completed' AND run_id != ?5 AND ended_at > (SELECT started_at FROM runs WHERE id = ?5) LIMIT 1",
                 params![key.manifest, key.repo, key.item, key.def_hash, run_id],
                 |r| r.get(0),
@@ -571,7 +588,7 @@ impl Ledger for SqliteLedger {
             tx.commit().map_err(|e| db(&path, e))?;
             return Ok(Claim::AlreadyDone { run_id: other });
         }
-        tx.execute(
+        exec(&tx,
             "INSERT INTO claims (manifest, repo, item, def_hash, run_id, host, pid, start_time, claimed_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
@@ -615,13 +632,13 @@ impl Ledger for SqliteLedger {
             let path = self.path.clone();
             let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
             Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
-            tx.execute(
+            exec(&tx,
                 "INSERT INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![key.manifest, key.repo, key.item, key.def_hash, run_id, outcome.as_str(), reason, cause, at],
             )
             .map_err(|e| db(&path, e))?;
-            tx.execute(
+            exec(&tx,
                 "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
                 params![key.manifest, key.repo, key.item, key.def_hash, run_id],
             )
@@ -633,10 +650,9 @@ impl Ledger for SqliteLedger {
 
     fn paused(&self, manifest: &str) -> Result<Option<String>> {
         self.conn
-            .query_row(
-                "SELECT paused_by, reason, paused_at FROM pauses WHERE manifest = ?1",
-                [manifest],
-                |r| {
+            .prepare_cached("SELECT paused_by, reason, paused_at FROM pauses WHERE manifest = ?1")
+            .and_then(|mut st| {
+                st.query_row([manifest], |r| {
                     let by: String = r.get(0)?;
                     let reason: Option<String> = r.get(1)?;
                     let at: String = r.get(2)?;
@@ -644,8 +660,8 @@ impl Ledger for SqliteLedger {
                         Some(reason) => format!("paused by {by} at {at}: {reason}"),
                         None => format!("paused by {by} at {at}"),
                     })
-                },
-            )
+                })
+            })
             .optional()
             .map_err(|e| self.err(e))
     }
