@@ -194,13 +194,18 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             paused = sink.paused();
         }
         if !halted(&stopping, &stalled, &paused, &failed) {
+            // A repository is asked for its lease at most once per pass, so that waiting for
+            // leases never keeps the loop from the items that finished meanwhile.
+            let mut tried: HashSet<String> = HashSet::new();
             loop {
                 if running.len() as u32 >= cx.workers {
                     break;
                 }
                 let Some(pos) = queue.iter().position(|&i| {
                     let repo = &cx.plan.items[i].repo;
-                    !busy.contains(repo) && retry_at.get(repo).is_none_or(|t| Instant::now() >= *t)
+                    !busy.contains(repo)
+                        && !tried.contains(repo)
+                        && retry_at.get(repo).is_none_or(|t| Instant::now() >= *t)
                 }) else {
                     break;
                 };
@@ -305,6 +310,7 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                         let within = cx.wait_for_locks.is_some_and(|w| first.elapsed() < w);
                         if within {
                             waiting_for_lock = true;
+                            tried.insert(repo_name.clone());
                             retry_at.insert(repo_name.clone(), Instant::now() + LEASE_RETRY);
                         } else {
                             // Every item of this repository is held: its lease belongs to another run.
@@ -486,11 +492,11 @@ async fn acquire(
     common: &std::path::Path,
     holder: Holder,
 ) -> Result<Option<Lease>, crate::lease::LeaseError> {
-    for _ in 0..10 {
+    for _ in 0..5 {
         if let Some(l) = Lease::try_acquire(common, holder.clone())? {
             return Ok(Some(l));
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Lease::try_acquire(common, holder)
 }
