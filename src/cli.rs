@@ -42,6 +42,8 @@ pub enum Command {
     Pause(PauseArgs),
     /// Lift a pause.
     Resume(PauseArgs),
+    /// Release a repository's lease and quarantine; refuses while any process of it lives.
+    Unlock(UnlockArgs),
     /// Print the manifest JSON Schema.
     Schema {
         /// Print the schema of `report.json` instead.
@@ -176,6 +178,17 @@ pub struct PauseArgs {
     /// Why; recorded with who asked.
     #[arg(long)]
     pub reason: Option<String>,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// The repository's folder.
+    pub repo: PathBuf,
+    /// The manifest whose ledger to update (or give `--state`).
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
     #[command(flatten)]
     pub state: StateArgs,
 }

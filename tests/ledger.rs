@@ -418,3 +418,59 @@ fn a_corrupt_ledger_is_exit_4_and_left_untouched() {
     assert!(!dir.path().join("times.log").exists(), "nothing ran");
     let _ = Command::new("true").status();
 }
+
+#[test]
+fn a_quarantined_repository_is_held_until_unlocked() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 2, 1, 2, "0");
+    // A first run creates the ledger.
+    assert_eq!(
+        apply(dir.path(), &["--items", "none"]).status.code(),
+        Some(0)
+    );
+    let r0 = std::fs::canonicalize(dir.path().join("r0")).unwrap();
+    {
+        let db = rusqlite::Connection::open(dir.path().join(".runner/state.db")).unwrap();
+        db.execute(
+            "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES (?1, 'old-run', 'processes could not be proven gone', '2026-01-01T00:00:00Z')",
+            [r0.display().to_string()],
+        )
+        .unwrap();
+    }
+    let plan: Value =
+        serde_json::from_str(&stdout(&run_in(dir.path(), &["plan", "m.yaml", "--json"]))).unwrap();
+    let held: Vec<&Value> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["reason"] == "quarantined")
+        .collect();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0]["repo"], "r0");
+    let status = stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(
+        status.contains("processes could not be proven gone"),
+        "{status}"
+    );
+
+    // While a process holds the lease, unlock refuses.
+    let lock = dir.path().join("r0/.git/runner.lock");
+    let mut holder = Command::new("flock")
+        .arg(&lock)
+        .args(["sleep", "2"])
+        .spawn()
+        .unwrap();
+    assert!(wait_for(5, || {
+        let f = std::fs::OpenOptions::new().write(true).open(&lock);
+        f.is_ok_and(|f| f.try_lock().is_err())
+    }));
+    let out = run_in(dir.path(), &["unlock", "r0", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    holder.wait().unwrap();
+
+    let out = run_in(dir.path(), &["unlock", "r0", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: Value =
+        serde_json::from_str(&stdout(&run_in(dir.path(), &["plan", "m.yaml", "--json"]))).unwrap();
+    assert_eq!(plan["counts"]["pending"], 2);
+}

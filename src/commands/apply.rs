@@ -88,7 +88,15 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     };
+    let quarantined = match ledger.quarantines() {
+        Ok(q) => q,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
     history::apply(&mut plan, &past, args.rerun, paused.as_deref());
+    history::quarantine(&mut plan, &quarantined);
 
     let run_id = new_run_id();
     let reports_dir = match &args.report_dir {
@@ -288,6 +296,18 @@ impl RunSink for ApplySink {
 
     fn failure(&self) -> Option<String> {
         self.failure.clone()
+    }
+
+    fn quarantine(&mut self, repo: &str, path: &std::path::Path, reason: &str) {
+        let r = self.ledger.quarantine(
+            &path.display().to_string(),
+            &self.run_id,
+            &format!("repository `{repo}`: {reason}"),
+            &report::now(),
+        );
+        if let Err(e) = r {
+            self.fail(e);
+        }
     }
 }
 

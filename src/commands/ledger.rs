@@ -2,7 +2,7 @@
 //! `pause` and `resume`.
 
 use super::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, state_path, who};
-use crate::cli::{CancelArgs, PauseArgs, ReportArgs, ReportFormatArg, StatusArgs};
+use crate::cli::{CancelArgs, PauseArgs, ReportArgs, ReportFormatArg, StatusArgs, UnlockArgs};
 use crate::plan::Plan;
 use crate::report::{self, ReportBuilder};
 use crate::state::sqlite::SqliteLedger;
@@ -32,7 +32,15 @@ struct Status {
     runs: Vec<RunStatus>,
     running: Vec<Running>,
     held: Vec<Held>,
+    quarantined: Vec<Quarantined>,
     leases: Vec<LeaseStatus>,
+}
+
+#[derive(Serialize)]
+struct Quarantined {
+    path: String,
+    run_id: String,
+    reason: String,
 }
 
 #[derive(Serialize)]
@@ -133,12 +141,22 @@ pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
                 }
             }
         }
+        let quarantined = ledger
+            .quarantines()?
+            .into_iter()
+            .map(|(path, run_id, reason)| Quarantined {
+                path,
+                run_id,
+                reason,
+            })
+            .collect();
         Ok(Status {
             ledger: path.display().to_string(),
             paused,
             runs,
             running,
             held,
+            quarantined,
             leases,
         })
     })();
@@ -199,6 +217,13 @@ pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
             "  {}/{}  run {} (pid {} on {})",
             r.repo, r.item, r.run_id, r.pid, r.host
         );
+    }
+    println!("\nquarantined repositories:");
+    if st.quarantined.is_empty() {
+        println!("  none");
+    }
+    for q in &st.quarantined {
+        println!("  {}  {} (run {})", q.path, q.reason, q.run_id);
     }
     if name.is_some() {
         println!("\nheld items (latest run):");
@@ -372,4 +397,93 @@ pub fn pause(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
             EXIT_INTERNAL
         }
     }
+}
+
+/// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`), found in
+/// `/proc`. `Err` when `/proc` cannot be read: then nothing can be proven.
+fn processes_in(repo: &Path) -> std::io::Result<Vec<i32>> {
+    let me = std::process::id() as i32;
+    let prefix = format!("RUNNER_REPO_PATH={}", repo.display());
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env
+            .split(|b| *b == 0)
+            .any(|v| v.starts_with(prefix.as_bytes()))
+        {
+            found.push(pid);
+        }
+    }
+    Ok(found)
+}
+
+pub fn unlock(ui: &Ui, args: &UnlockArgs) -> i32 {
+    let repo = std::path::absolute(&args.repo).unwrap_or_else(|_| args.repo.clone());
+    let repo = crate::manifest::load::normalize(&repo);
+    let probe = match crate::git::probe(&repo) {
+        Ok(p) => p,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INVALID;
+        }
+    };
+    // The lease's descriptor lives on in every process spawned for the repository: a held lock
+    // means one of them still runs.
+    if crate::lease::is_held(&probe.common_dir) {
+        let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
+        ui.error(format_args!(
+            "the lease of `{}` is held{}; refusing while its processes live",
+            repo.display(),
+            holder
+                .map(|h| format!(" by run `{}` (pid {} on {})", h.run_id, h.pid, h.host))
+                .unwrap_or_default()
+        ));
+        return crate::commands::EXIT_FAILURES;
+    }
+    match processes_in(&repo) {
+        Ok(pids) if pids.is_empty() => {}
+        Ok(pids) => {
+            ui.error(format_args!(
+                "processes of runner still work in `{}` (pids {pids:?}); refusing",
+                repo.display()
+            ));
+            return crate::commands::EXIT_FAILURES;
+        }
+        Err(e) => {
+            ui.error(format_args!(
+                "cannot take a census of processes: {e}; refusing"
+            ));
+            return EXIT_INTERNAL;
+        }
+    }
+    let path = state_path(&args.state, args.manifest.as_deref());
+    if path.exists() {
+        let mut ledger = match SqliteLedger::open(&path) {
+            Ok(l) => l,
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
+        };
+        if let Err(e) = ledger.release_quarantine(&repo.display().to_string()) {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    }
+    let _ = std::fs::remove_file(probe.common_dir.join(crate::lease::RECORD_FILE));
+    eprintln!("runner: `{}` is released", repo.display());
+    EXIT_OK
 }

@@ -76,6 +76,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Cancel(args) => ledger::cancel(&ui, &args),
         Command::Pause(args) => ledger::pause(&ui, &args, true),
         Command::Resume(args) => ledger::pause(&ui, &args, false),
+        Command::Unlock(args) => ledger::unlock(&ui, &args),
         Command::Schema { report } => schema::run_schema(report),
         Command::Completions { shell } => schema::run_completions(shell),
     }

@@ -36,14 +36,21 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         Ok(Some(ledger)) => {
             use crate::state::Ledger;
             let name = &loaded.manifest.name;
-            match (ledger.past_outcomes(name), ledger.paused(name)) {
-                (Ok(past), Ok(paused)) => crate::plan::history::apply(
-                    &mut plan,
-                    &past.into_iter().collect(),
-                    args.rerun,
-                    paused.as_deref(),
-                ),
-                (Err(e), _) | (_, Err(e)) => {
+            match (
+                ledger.past_outcomes(name),
+                ledger.paused(name),
+                ledger.quarantines(),
+            ) {
+                (Ok(past), Ok(paused), Ok(q)) => {
+                    crate::plan::history::apply(
+                        &mut plan,
+                        &past.into_iter().collect(),
+                        args.rerun,
+                        paused.as_deref(),
+                    );
+                    crate::plan::history::quarantine(&mut plan, &q);
+                }
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                     ui.error(e);
                     return if args.detailed_exitcode {
                         EXIT_FAILURES

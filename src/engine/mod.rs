@@ -43,6 +43,9 @@ pub trait RunSink {
     fn stop_requested(&mut self) -> Option<String>;
     /// Set once runner cannot record what it does (the ledger failed); the run then stops.
     fn failure(&self) -> Option<String>;
+    /// A repository's processes could not be proven gone: keep it out of later runs until an
+    /// operator releases it (`runner unlock`).
+    fn quarantine(&mut self, repo: &str, path: &std::path::Path, reason: &str);
 }
 
 /// The answer to a claim.
@@ -394,6 +397,13 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                         lease.release();
                     } else {
                         quarantined.insert(repo.clone());
+                        if let Some(r) = cx.plan.repositories.iter().find(|r| r.name == repo) {
+                            sink.quarantine(
+                                &repo,
+                                &r.path,
+                                "processes of an item could not be proven gone",
+                            );
+                        }
                         kept.push(lease);
                     }
                 }

@@ -74,3 +74,36 @@ pub fn apply(
     }
     plan.recount();
 }
+
+/// Hold the items of quarantined repositories (`(path, run, reason)` from the ledger).
+pub fn quarantine(plan: &mut Plan, quarantined: &[(String, String, String)]) {
+    if quarantined.is_empty() {
+        return;
+    }
+    let held: HashMap<String, String> = plan
+        .repositories
+        .iter()
+        .filter_map(|r| {
+            let p = r.path.display().to_string();
+            quarantined
+                .iter()
+                .find(|(q, _, _)| *q == p)
+                .map(|(_, run, why)| {
+                    (
+                        r.name.clone(),
+                        format!("{why} (run `{run}`); `runner unlock {p}` releases it"),
+                    )
+                })
+        })
+        .collect();
+    for it in &mut plan.items {
+        if it.state == ItemState::Pending
+            && let Some(why) = held.get(&it.repo)
+        {
+            it.state = ItemState::Held;
+            it.reason = Some(HoldReason::Quarantined);
+            it.detail = Some(why.clone());
+        }
+    }
+    plan.recount();
+}

@@ -372,6 +372,41 @@ impl SqliteLedger {
         Ok(())
     }
 
+    /// Record that a repository's processes could not be proven gone.
+    pub fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (repo_path) DO UPDATE SET run_id = ?2, reason = ?3, at = ?4",
+                params![path, run_id, reason, at],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Quarantined repositories: (path, run, reason).
+    pub fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT repo_path, run_id, reason FROM quarantines ORDER BY at")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(rows)
+    }
+
+    /// Lift a quarantine; whether there was one.
+    pub fn release_quarantine(&mut self, path: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .execute("DELETE FROM quarantines WHERE repo_path = ?1", [path])
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
     pub fn set_paused(
         &mut self,
         manifest: &str,
