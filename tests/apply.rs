@@ -453,17 +453,7 @@ fn the_shipped_example_drains() {
 fn a_repository_leased_elsewhere_is_held_or_waited_for() {
     let dir = tempfile::tempdir().unwrap();
     manifest(dir.path(), 2, 1, 2, "true", "");
-    let lock = dir.path().join("r0/.git/runner.lock");
-    // Another process holds r0's lease for a while.
-    let mut holder = Command::new("flock")
-        .arg(&lock)
-        .args(["sleep", "2"])
-        .spawn()
-        .unwrap();
-    assert!(wait_for(5, || {
-        let f = std::fs::OpenOptions::new().write(true).open(&lock);
-        f.is_ok_and(|f| f.try_lock().is_err())
-    }));
+    let mut holder = hold_lease(&dir.path().join("r0"), 2);
     let out = apply(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
@@ -482,17 +472,8 @@ fn a_repository_leased_elsewhere_is_held_or_waited_for() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("times.log");
     manifest(dir.path(), 2, 3, 2, &recording_worker(&log, "0"), "");
-    let lock = dir.path().join("r0/.git/runner.lock");
     let t0 = std::time::Instant::now();
-    let mut holder = Command::new("flock")
-        .arg(&lock)
-        .args(["sleep", "3"])
-        .spawn()
-        .unwrap();
-    assert!(wait_for(5, || {
-        let f = std::fs::OpenOptions::new().write(true).open(&lock);
-        f.is_ok_and(|f| f.try_lock().is_err())
-    }));
+    let mut holder = hold_lease(&dir.path().join("r0"), 3);
     let mut child = common::runner()
         .current_dir(dir.path())
         .args([

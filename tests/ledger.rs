@@ -454,16 +454,7 @@ fn a_quarantined_repository_is_held_until_unlocked() {
     );
 
     // While a process holds the lease, unlock refuses.
-    let lock = dir.path().join("r0/.git/runner.lock");
-    let mut holder = Command::new("flock")
-        .arg(&lock)
-        .args(["sleep", "2"])
-        .spawn()
-        .unwrap();
-    assert!(wait_for(5, || {
-        let f = std::fs::OpenOptions::new().write(true).open(&lock);
-        f.is_ok_and(|f| f.try_lock().is_err())
-    }));
+    let mut holder = hold_lease(&dir.path().join("r0"), 2);
     let out = run_in(dir.path(), &["unlock", "r0", "--manifest", "m.yaml"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     holder.wait().unwrap();

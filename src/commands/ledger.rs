@@ -25,6 +25,21 @@ fn open_existing(ui: &Ui, path: &Path) -> Result<SqliteLedger, i32> {
     })
 }
 
+/// A looked-up run, or the exit code after saying why there is none.
+fn found<T>(ui: &Ui, r: crate::state::Result<Option<T>>, run: &str, path: &Path) -> Result<T, i32> {
+    match r {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => {
+            ui.error(format_args!("no run `{run}` in `{}`", path.display()));
+            Err(EXIT_INVALID)
+        }
+        Err(e) => {
+            ui.error(e);
+            Err(EXIT_INTERNAL)
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Status {
     ledger: String,
@@ -286,20 +301,9 @@ pub fn report(ui: &Ui, args: &ReportArgs) -> i32 {
         Ok(l) => l,
         Err(c) => return c,
     };
-    let rep = match render(&ledger, &args.run) {
-        Ok(Some(r)) => r,
-        Ok(None) => {
-            ui.error(format_args!(
-                "no run `{}` in `{}`",
-                args.run,
-                path.display()
-            ));
-            return EXIT_INVALID;
-        }
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
+    let rep = match found(ui, render(&ledger, &args.run), &args.run, &path) {
+        Ok(r) => r,
+        Err(c) => return c,
     };
     match args.format {
         ReportFormatArg::Json => print!("{}", report::to_json(&rep)),
@@ -314,20 +318,9 @@ pub fn cancel(ui: &Ui, args: &CancelArgs) -> i32 {
         Ok(l) => l,
         Err(c) => return c,
     };
-    let run = match ledger.run(&args.run) {
-        Ok(Some(r)) => r,
-        Ok(None) => {
-            ui.error(format_args!(
-                "no run `{}` in `{}`",
-                args.run,
-                path.display()
-            ));
-            return EXIT_INVALID;
-        }
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
+    let run = match found(ui, ledger.run(&args.run), &args.run, &path) {
+        Ok(r) => r,
+        Err(c) => return c,
     };
     if run.status() != "live" {
         ui.error(format_args!(
@@ -399,35 +392,11 @@ pub fn pause(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
     }
 }
 
-/// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`), found in
-/// `/proc`. `Err` when `/proc` cannot be read: then nothing can be proven.
+/// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`). `Err`
+/// when `/proc` cannot be read: then nothing can be proven.
 fn processes_in(repo: &Path) -> std::io::Result<Vec<i32>> {
-    let me = std::process::id() as i32;
     let prefix = format!("RUNNER_REPO_PATH={}", repo.display());
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let Ok(entry) = entry else { continue };
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if env
-            .split(|b| *b == 0)
-            .any(|v| v.starts_with(prefix.as_bytes()))
-        {
-            found.push(pid);
-        }
-    }
-    Ok(found)
+    crate::process::census::pids_where(|var| var.starts_with(prefix.as_bytes()))
 }
 
 pub fn unlock(ui: &Ui, args: &UnlockArgs) -> i32 {

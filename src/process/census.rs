@@ -193,6 +193,33 @@ fn scan_bounded(key: &CensusKey, budget: usize) -> std::io::Result<Option<(Vec<i
     Ok(Some((found, disturbed)))
 }
 
+/// Every process (but runner itself) with an environment variable for which `matches` holds,
+/// looked up in `/proc/<pid>/environ`.
+pub fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(&matches) {
+            found.push(pid);
+        }
+    }
+    Ok(found)
+}
+
 /// Kill every process carrying `key` until enough scans in a row find none. Returns whether
 /// that was reached before the deadline.
 ///

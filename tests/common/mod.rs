@@ -197,3 +197,19 @@ pub fn repo_overlap(iv: &[(String, String, u128, u128)]) -> Option<String> {
     }
     None
 }
+
+/// Hold the lease of the repository at `repo` from another process for `secs` seconds, the way
+/// a second runner would; returns once it is held.
+pub fn hold_lease(repo: &Path, secs: u32) -> std::process::Child {
+    let lock = repo.join(".git/runner.lock");
+    let holder = Command::new("flock")
+        .arg(&lock)
+        .args(["sleep", &secs.to_string()])
+        .spawn()
+        .expect("flock runs");
+    assert!(wait_for(5, || {
+        let f = std::fs::OpenOptions::new().write(true).open(&lock);
+        f.is_ok_and(|f| f.try_lock().is_err())
+    }));
+    holder
+}
