@@ -355,8 +355,9 @@ fn redactor(loaded: &LoadedManifest) -> Redactor {
     Redactor::new(names.iter().filter_map(|n| std::env::var(n).ok()))
 }
 
-/// Clone every `url` repository not yet in the workspace. Failures are recorded per repository
-/// (their items fail with the git error, credentials removed); the run goes on.
+/// Clone every `url` repository not yet in the workspace, and fetch the ones that are. Failures
+/// are recorded per repository (their items fail with the git error, credentials removed); the
+/// run goes on. A failed clone leaves no folder behind (git removes it).
 fn clone_missing(loaded: &LoadedManifest) -> HashMap<String, String> {
     let workspace = repos::workspace_dir(loaded);
     let mut errors = HashMap::new();
@@ -368,9 +369,6 @@ fn clone_missing(loaded: &LoadedManifest) -> HashMap<String, String> {
             continue;
         };
         let dest = repos::clone_dir(&workspace, name);
-        if dest.join(".git").exists() {
-            continue;
-        }
         // A local bundle or repository path resolves against the manifest's folder.
         let local = loaded.resolve(url);
         let source = if !url.contains("://") && local.exists() {
@@ -378,14 +376,20 @@ fn clone_missing(loaded: &LoadedManifest) -> HashMap<String, String> {
         } else {
             url.clone()
         };
-        if let Err(e) = crate::git::clone(&source, &dest) {
+        let result = if dest.join(".git").exists() {
+            crate::git::fetch(&dest)
+        } else {
+            crate::git::clone(&source, &dest)
+        };
+        if let Err(e) = result {
+            let fresh = !dest.join(".git").exists();
             let shown = repos::redact_url(url);
             let msg = e.to_string().replace(url.as_str(), &shown);
+            let what = if fresh { "clone" } else { "fetch" };
             errors.insert(
                 name.clone(),
-                format!("cannot clone `{shown}`: {}", redact_credentials(&msg)),
+                format!("cannot {what} `{shown}`: {}", redact_credentials(&msg)),
             );
-            let _ = std::fs::remove_dir_all(&dest);
         }
     }
     errors

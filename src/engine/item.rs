@@ -293,7 +293,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                         crate::manifest::format_duration(icx.eff.worker.timeout())
                     )
                 } else {
-                    format!("worker exited {}", exit_text(&fin))
+                    format!("worker failed ({})", exit_text(&fin))
                 };
                 run.cause = Some(what);
                 run.halt = Some(HaltSignature {

@@ -345,6 +345,18 @@ pub fn commit_all(dir: &Path, message: &str) -> Result<bool, GitError> {
     Ok(true)
 }
 
+/// Bring a runner-owned clone up to date with its origin: fetch, then fast-forward the
+/// checked-out branch when it is clean and can be (a clone runner made is never rewound or
+/// merged).
+pub fn fetch(dest: &Path) -> Result<(), GitError> {
+    checked(dest, &["fetch", "--quiet", "--prune", "origin"])?;
+    if !is_dirty(dest)? {
+        // No upstream or a diverged branch is not an error: the branch stays as it is.
+        let _ = checked(dest, &["merge", "--ff-only", "--quiet", "@{upstream}"]);
+    }
+    Ok(())
+}
+
 /// Clone `url` into `dest` (a bundle, a bare repository path or a remote).
 pub fn clone(url: &str, dest: &Path) -> Result<(), GitError> {
     if let Some(parent) = dest.parent() {

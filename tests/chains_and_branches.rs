@@ -1,0 +1,285 @@
+//! Model fallback chains, provider-failure classification with real processes, critical-base
+//! markers on work branches, users' uncommitted changes, and `url:` repositories.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+
+fn write(root: &Path, manifest: &str) {
+    std::fs::write(root.join("m.yaml"), manifest).unwrap();
+}
+
+fn apply(root: &Path) -> std::process::Output {
+    run_in(root, &["apply", "m.yaml", "--no-progress"])
+}
+
+fn models_of(item: &Value) -> Vec<String> {
+    item["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["model"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn the_chain_falls_back_after_threshold_provider_failures_and_each_item_starts_on_the_primary() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r0"));
+    repo(&dir.path().join("r1"));
+    // The fake agent: model-a's provider is down (EX_TEMPFAIL), model-b works.
+    write(
+        dir.path(),
+        r#"version: 1
+name: chain
+capacity: {workers: 1}
+repositories: [{path: r0}, {path: r1}]
+models: {primary: model-a, fallbacks: [model-b], threshold: 2}
+worker:
+  run: ["sh", "-c", "test \"$RUNNER_MODEL\" = model-b || exit 75", "agent", "{model}"]
+  attempts: 1
+items:
+  - {repo: r0, id: first}
+  - {repo: r1, id: second}
+"#,
+    );
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["outcome"], "completed");
+        assert_eq!(models_of(item), ["model-a", "model-a", "model-b"], "{item}");
+        assert_eq!(item["model"], "model-b");
+        let classes: Vec<&str> = item["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["worker"]["class"].as_str().unwrap())
+            .collect();
+        assert_eq!(classes, ["provider", "provider", "ok"]);
+    }
+}
+
+#[test]
+fn an_exhausted_chain_halts_with_fallback_exhausted() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r0"));
+    write(
+        dir.path(),
+        "version: 1\nname: x\nrepositories: [{path: r0}]\nmodels: {primary: a, fallbacks: [b], threshold: 1}\nworker: {run: \"exit 75\"}\nitems: [{repo: r0, id: i}]\n",
+    );
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "halted");
+    assert_eq!(item["reason"], "fallback-exhausted");
+    assert_eq!(models_of(item), ["a", "b"]);
+}
+
+#[test]
+fn output_patterns_and_silence_are_provider_failures_but_quoted_text_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    for r in ["pattern", "silent", "quoted"] {
+        repo(&dir.path().join(r));
+    }
+    let marker = dir.path().join("ran-once");
+    write(
+        dir.path(),
+        &format!(
+            r#"version: 1
+name: classify
+capacity: {{workers: 3}}
+repositories: [{{path: pattern}}, {{path: silent}}, {{path: quoted}}]
+models:
+  primary: m1
+  threshold: 1
+  provider_failure: {{patterns: ["rate limit"], silence: 1s}}
+stall: {{after: 10}}
+worker:
+  run: "case $RUNNER_REPO in pattern) echo 'Error: Rate limit exceeded'; exit 1;; silent) sleep 3133;; quoted) echo 'diff: handles rate limit'; head -c 5000 /dev/zero | tr '\\0' x; echo; touch {m}; exit 1;; esac"
+  timeout: 1m
+items:
+  - {{repo: pattern, id: p}}
+  - {{repo: silent, id: s}}
+  - {{repo: quoted, id: q}}
+"#,
+            m = marker.display()
+        ),
+    );
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let by_repo = |r: &str| {
+        report["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["repo"] == r)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        by_repo("pattern")["attempts"][0]["worker"]["class"],
+        "provider"
+    );
+    assert_eq!(by_repo("pattern")["reason"], "fallback-exhausted");
+    assert_eq!(
+        by_repo("silent")["attempts"][0]["worker"]["class"],
+        "provider"
+    );
+    assert_eq!(
+        by_repo("quoted")["attempts"][0]["worker"]["class"],
+        "failed"
+    );
+    assert!(processes_matching("sleep 3133").is_empty());
+}
+
+fn branch_fixture(root: &Path) -> (String, String) {
+    let r = repo(&root.join("api"));
+    git(&r, &["branch", "runner/fix"]);
+    let marker = commit_file(&r, "SECURITY.md", "patched\n");
+    git(&r, &["tag", "security-fix"]);
+    let before = git(&r, &["rev-parse", "runner/fix"]);
+    write(
+        root,
+        "version: 1\nname: b\nrepositories:\n  - {path: api, critical_base: [security-fix]}\nworker: {run: \"echo work > work.txt\"}\nitems: [{repo: api, id: fix, branch: runner/fix}]\n",
+    );
+    (marker, before)
+}
+
+#[test]
+fn a_branch_lacking_a_marker_is_stale_and_untouched_until_updated() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_marker, before) = branch_fixture(dir.path());
+    let r = dir.path().join("api");
+    let plan: Value =
+        serde_json::from_str(&stdout(&run_in(dir.path(), &["plan", "m.yaml", "--json"]))).unwrap();
+    assert_eq!(plan["items"][0]["reason"], "stale-base");
+    assert!(
+        plan["items"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("security-fix")
+    );
+
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["items"][0]["outcome"], "held");
+    assert_eq!(report["items"][0]["reason"], "stale-base");
+    assert!(
+        report["items"][0]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("security-fix")
+    );
+    assert_eq!(
+        git(&r, &["rev-parse", "runner/fix"]),
+        before,
+        "the branch was not touched"
+    );
+
+    // The user brings the branch up to date; the next apply runs it.
+    git(&r, &["branch", "-f", "runner/fix", "main"]);
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        git(&r, &["log", "-1", "--format=%s", "runner/fix"]),
+        "runner: fix"
+    );
+    assert_eq!(git(&r, &["show", "runner/fix:work.txt"]), "work");
+}
+
+#[test]
+fn a_users_uncommitted_changes_are_never_modified() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("api"));
+    std::fs::write(r.join("README.md"), "my unsaved edit\n").unwrap();
+    std::fs::write(r.join("notes.txt"), "untracked notes\n").unwrap();
+    let status_before = git(&r, &["status", "--porcelain"]);
+    let head_before = git(&r, &["rev-parse", "HEAD"]);
+    write(
+        dir.path(),
+        "version: 1\nname: u\nrepositories: [{path: api}]\nworker: {run: \"echo changed > README.md; echo x > notes.txt; git add -A\"}\nitems:\n  - {repo: api, id: in-place}\n  - {repo: api, id: on-branch, branch: runner/on-branch}\n",
+    );
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let items = report["items"].as_array().unwrap();
+    let in_place = items.iter().find(|i| i["id"] == "in-place").unwrap();
+    assert_eq!(in_place["reason"], "dirty-tree");
+    assert_eq!(
+        items.iter().find(|i| i["id"] == "on-branch").unwrap()["outcome"],
+        "completed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.join("README.md")).unwrap(),
+        "my unsaved edit\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.join("notes.txt")).unwrap(),
+        "untracked notes\n"
+    );
+    assert_eq!(git(&r, &["status", "--porcelain"]), status_before);
+    assert_eq!(git(&r, &["rev-parse", "HEAD"]), head_before);
+    assert_eq!(git(&r, &["show", "runner/on-branch:README.md"]), "changed");
+}
+
+#[test]
+fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = repo(&dir.path().join("src"));
+    commit_file(&src, "tasks/a.md", "a\n");
+    git(
+        &src,
+        &[
+            "bundle",
+            "create",
+            "-q",
+            dir.path().join("lib.bundle").to_str().unwrap(),
+            "--all",
+        ],
+    );
+    write(
+        dir.path(),
+        "version: 1\nname: u\nrepositories:\n  - url: lib.bundle\n  - name: private\n    url: https://user:s3cr3t-pass@127.0.0.1:9/none.git\nworker: {run: \"echo done > out.txt\"}\nitems:\n  - {repo: lib, id: a, branch: runner/a}\n  - {repo: private, id: b}\n",
+    );
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let items = report["items"].as_array().unwrap();
+    assert_eq!(
+        items.iter().find(|i| i["repo"] == "lib").unwrap()["outcome"],
+        "completed"
+    );
+    let private = items.iter().find(|i| i["repo"] == "private").unwrap();
+    assert_eq!(private["outcome"], "failed");
+    let cause = private["cause"].as_str().unwrap();
+    assert!(cause.contains("cannot clone"), "{cause}");
+    let text = std::fs::read_to_string(dir.path().join("runner-reports/latest/report.json"))
+        .unwrap()
+        + &std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap()
+        + &stderr(&out);
+    assert!(!text.contains("s3cr3t-pass"), "credentials leaked");
+    // The clone is reused (and fetched) on the next run.
+    let clone = dir.path().join(".runner/workspace/repos/lib");
+    commit_file(&src, "tasks/b.md", "b\n");
+    git(
+        &src,
+        &[
+            "bundle",
+            "create",
+            "-q",
+            dir.path().join("lib.bundle").to_str().unwrap(),
+            "--all",
+        ],
+    );
+    let _ = apply(dir.path());
+    assert!(
+        git(&clone, &["log", "--all", "--format=%s"]).contains("add tasks/b.md"),
+        "not fetched"
+    );
+}
