@@ -523,7 +523,10 @@ fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<P
     Some(path)
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call shape for worker and gate; a struct would only rename these"
+)]
 async fn spawn(
     icx: &ItemCx<'_>,
     cmd: &CommandSpec,

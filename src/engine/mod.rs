@@ -179,6 +179,7 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let mut blocked_since: HashMap<String, Instant> = HashMap::new();
     let mut retry_at: HashMap<String, Instant> = HashMap::new();
     let mut running: JoinSet<(usize, ItemRun)> = JoinSet::new();
+    let mut task_items: HashMap<tokio::task::Id, usize> = HashMap::new();
     let mut stopping: Option<i32> = None;
     let mut pid_clock = tokio::time::interval(Duration::from_secs(1));
     let mut stalled: Option<String> = None;
@@ -302,9 +303,10 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                         let cx2 = cx.clone();
                         let tx = ev_tx.clone();
                         let st = stop_rx.clone();
-                        running.spawn(
-                            async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) },
-                        );
+                        let handle = running.spawn(async move {
+                            (idx, item::run_item(cx2, idx, fd, tx, st).await)
+                        });
+                        task_items.insert(handle.id(), idx);
                     }
                     Ok(None) => {
                         let first = *blocked_since
@@ -375,10 +377,16 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                     sink.event(&ev);
                 }
                 let (idx, run) = match joined {
-                    Ok(r) => r,
+                    Ok((idx, run)) => {
+                        task_items.retain(|_, i| *i != idx);
+                        (idx, run)
+                    }
                     Err(e) => {
-                        // A panicked item task: record it as failed; the run goes on.
-                        let idx = leases.keys().next().copied().unwrap_or(0);
+                        // A panicked item task: record it as failed; the run goes on. Its
+                        // processes were not accounted for, so its repository is quarantined.
+                        let Some(idx) = task_items.get(&e.id()).copied() else {
+                            continue;
+                        };
                         (idx, ItemRun { outcome: ItemOutcome::Failed, reason: None, cause: Some(format!("internal error: {e}")), progress: false, halt: None, tree_gone: false })
                     }
                 };
