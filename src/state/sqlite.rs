@@ -278,7 +278,14 @@ impl SqliteLedger {
         if !path.exists() {
             return Ok(None);
         }
-        let uri = format!("file:{}?immutable=1", path.display());
+        // A URI, so the few characters that mean something in one are escaped.
+        let escaped = path
+            .display()
+            .to_string()
+            .replace('%', "%25")
+            .replace('?', "%3f")
+            .replace('#', "%23");
+        let uri = format!("file:{escaped}?immutable=1");
         let conn = Connection::open_with_flags(
             uri,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
