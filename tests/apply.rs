@@ -567,3 +567,45 @@ fn the_capacity_probe_lowers_the_bound_and_an_unreadable_probe_counts_as_one() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(max_overlap(&intervals(&log)), 2);
 }
+
+#[test]
+fn a_second_signal_kills_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("times.log");
+    // The worker ignores SIGTERM and the grace period is long: only the second signal ends it.
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        &format!("trap '' TERM; {}", recording_worker(&log, "3134")),
+        "",
+    );
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        m.replace("worker:\n", "worker:\n  grace: 10m\n"),
+    )
+    .unwrap();
+    let child = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    assert!(wait_for(20, || intervals_started(&log) >= 1));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !processes_matching("sleep 3134").is_empty(),
+        "the first signal waits out the grace"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert!(processes_matching("sleep 3134").is_empty());
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "cancelled");
+}

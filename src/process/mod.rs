@@ -205,10 +205,15 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
             if let Some(g) = pgid {
                 census::signal_group(g, nix::sys::signal::Signal::SIGTERM);
             }
-            let waited = tokio::time::timeout(grace, child.wait()).await;
+            // The grace period ends early when a second signal asks for an immediate stop.
+            let waited = tokio::select! {
+                st = child.wait() => Some(st),
+                _ = tokio::time::sleep(grace) => None,
+                _ = immediate(&mut stop) => None,
+            };
             match waited {
-                Ok(st) => st.ok(),
-                Err(_) => {
+                Some(st) => st.ok(),
+                None => {
                     if let Some(g) = pgid {
                         census::signal_group(g, nix::sys::signal::Signal::SIGKILL);
                     }
@@ -241,6 +246,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
                     spec.grace
                 },
                 &spec.census,
+                Some(&stop),
             )
             .await
         }
@@ -322,6 +328,18 @@ pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::pro
     child.wait_with_output()
 }
 
+/// Resolves once the run asks for an immediate stop (never, if the sender is gone).
+async fn immediate(stop: &mut watch::Receiver<Stop>) {
+    loop {
+        if *stop.borrow_and_update() == Stop::Immediate {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, c: Collector) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -334,7 +352,12 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, c: Collector) {
 
 /// End every process of group `pgid` and every escaped descendant named by `key`. Returns
 /// whether the tree was proven gone. Every wait here has a deadline.
-pub async fn end_tree(pgid: i32, grace: Duration, key: &CensusKey) -> bool {
+pub async fn end_tree(
+    pgid: i32,
+    grace: Duration,
+    key: &CensusKey,
+    stop: Option<&watch::Receiver<Stop>>,
+) -> bool {
     use nix::sys::signal::Signal;
     let group_gone = |g| {
         census::reap_group(g);
@@ -344,7 +367,8 @@ pub async fn end_tree(pgid: i32, grace: Duration, key: &CensusKey) -> bool {
     if !settled {
         census::signal_group(pgid, Signal::SIGTERM);
         let until = Instant::now() + grace;
-        while Instant::now() < until && !group_gone(pgid) {
+        let hurry = || stop.is_some_and(|s| *s.borrow() == Stop::Immediate);
+        while Instant::now() < until && !group_gone(pgid) && !hurry() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if !group_gone(pgid) {
