@@ -39,7 +39,7 @@ CREATE TABLE claims (
     start_time INTEGER,
     claimed_at TEXT NOT NULL,
     PRIMARY KEY (manifest, repo, item, def_hash)
-);
+) WITHOUT ROWID;
 CREATE TABLE item_results (
     manifest TEXT NOT NULL,
     repo TEXT NOT NULL,
@@ -60,7 +60,7 @@ CREATE TABLE events (
     item TEXT,
     body TEXT NOT NULL,
     PRIMARY KEY (run_id, seq)
-);
+) WITHOUT ROWID;
 CREATE TABLE pauses (
     manifest TEXT PRIMARY KEY,
     paused_by TEXT NOT NULL,
