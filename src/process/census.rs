@@ -139,15 +139,7 @@ fn scan_bounded(key: &CensusKey, budget: usize) -> std::io::Result<Option<(Vec<i
     let mut found = Vec::new();
     let mut disturbed = false;
     let mut examined = 0usize;
-    for entry in std::fs::read_dir("/proc")? {
-        let Ok(entry) = entry else { continue };
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in proc_pids()? {
         if pid <= floor || pid == me {
             continue;
         }
@@ -193,20 +185,23 @@ fn scan_bounded(key: &CensusKey, budget: usize) -> std::io::Result<Option<(Vec<i
     Ok(Some((found, disturbed)))
 }
 
+/// The pids listed in `/proc`.
+fn proc_pids() -> std::io::Result<impl Iterator<Item = i32>> {
+    Ok(std::fs::read_dir("/proc")?.filter_map(|entry| {
+        entry
+            .ok()?
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+    }))
+}
+
 /// Every process (but runner itself) with an environment variable for which `matches` holds,
 /// looked up in `/proc/<pid>/environ`.
 pub fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
     let me = std::process::id() as i32;
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let Ok(entry) = entry else { continue };
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in proc_pids()? {
         if pid == me {
             continue;
         }
