@@ -120,9 +120,10 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     }
     let redactor = Arc::new(redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
+    // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).
     let fancy = !args.no_progress
-        && ui.color
         && std::io::stderr().is_terminal()
+        && std::env::var("TERM").map_or(true, |t| t != "dumb")
         && std::env::var_os("CI").is_none();
     let started_at = report::now();
     let keys: Vec<ItemKey> = plan
@@ -150,7 +151,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         return EXIT_INTERNAL;
     }
     let mut sink = ApplySink {
-        progress: crate::ui::Progress::new(&plan, fancy),
+        progress: crate::ui::Progress::new(&plan, fancy, ui.color),
         builder: ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
         ledger,
         run_id: run_id.clone(),

@@ -26,7 +26,8 @@ struct Bars {
 
 impl Progress {
     /// `fancy`: draw bars (stderr is a terminal and progress was not turned off).
-    pub fn new(plan: &Plan, fancy: bool) -> Self {
+    /// `color`: colour the bars.
+    pub fn new(plan: &Plan, fancy: bool, color: bool) -> Self {
         let names = plan
             .items
             .iter()
@@ -41,9 +42,11 @@ impl Progress {
             let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
             let overall = multi.add(ProgressBar::new(total as u64));
             overall.set_style(
-                ProgressStyle::with_template(
-                    "{bar:30.cyan/blue} {pos}/{len} items · {elapsed} elapsed · ETA {eta}",
-                )
+                ProgressStyle::with_template(if color {
+                    "{bar:30.cyan/blue} {pos}/{len} items · {elapsed} elapsed · ETA {eta}"
+                } else {
+                    "{bar:30} {pos}/{len} items · {elapsed} elapsed · ETA {eta}"
+                })
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             overall.enable_steady_tick(Duration::from_millis(200));
