@@ -283,3 +283,35 @@ fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
         "not fetched"
     );
 }
+
+#[test]
+fn many_branch_items_in_parallel_all_complete() {
+    // git helpers (worktree, commit) run while other items' processes end and are censused: a
+    // helper's exit status must never be taken by the census.
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = String::from("version: 1\nname: par\ncapacity: {workers: 4}\nrepositories:\n");
+    for r in 0..6 {
+        repo(&dir.path().join(format!("r{r}")));
+        m.push_str(&format!("  - path: r{r}\n"));
+    }
+    m.push_str("worker: {run: \"echo $RUNNER_ITEM > out-$RUNNER_ITEM.txt\"}\nitems:\n");
+    for i in 0..6 {
+        for r in 0..6 {
+            m.push_str(&format!(
+                "  - {{repo: r{r}, id: i{i}, branch: \"runner/i{i}\"}}\n"
+            ));
+        }
+    }
+    write(dir.path(), &m);
+    let out = apply(dir.path());
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let bad: Vec<String> = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["outcome"] != "completed")
+        .map(|i| format!("{}/{}: {}", i["repo"], i["id"], i["cause"]))
+        .collect();
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -325,16 +325,17 @@ pub fn commit_all(dir: &Path, message: &str) -> Result<bool, GitError> {
         return Ok(false);
     }
     checked(dir, &["add", "-A"])?;
-    let out = command(dir)
-        .args([
-            "-c",
-            "user.name=runner",
-            "-c",
-            "user.email=runner@localhost",
-        ])
-        .args(["commit", "--quiet", "--no-verify", "-m", message])
-        .env("GIT_OPTIONAL_LOCKS", "1")
-        .output()?;
+    let out = crate::process::spawn_helper(
+        command(dir)
+            .args([
+                "-c",
+                "user.name=runner",
+                "-c",
+                "user.email=runner@localhost",
+            ])
+            .args(["commit", "--quiet", "--no-verify", "-m", message])
+            .env("GIT_OPTIONAL_LOCKS", "1"),
+    )?;
     if !out.status.success() {
         return Err(GitError::Failed {
             args: "commit".into(),

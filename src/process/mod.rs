@@ -318,14 +318,24 @@ fn set_cloexec(fd: i32, on: bool) {
 
 /// Spawn a short-lived helper (git) under the same lock as every other spawn, so that it never
 /// inherits a lease descriptor made inheritable for a worker.
+///
+/// The helper is registered as a direct child until it is waited for, so that a census never
+/// reaps it as an orphan and steals its exit status.
 pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::process::Output> {
     let child = {
-        let _guard = census::DIRECT_CHILDREN
+        let mut direct = census::DIRECT_CHILDREN
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?
+        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        direct.push(child.id() as i32);
+        child
     };
-    child.wait_with_output()
+    let pid = child.id() as i32;
+    let out = child.wait_with_output();
+    if let Ok(mut direct) = census::DIRECT_CHILDREN.lock() {
+        direct.retain(|p| *p != pid);
+    }
+    out
 }
 
 /// Resolves once the run asks for an immediate stop (never, if the sender is gone).
