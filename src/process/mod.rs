@@ -120,10 +120,25 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
+    // One pipe for both streams: the log keeps their interleaving as the process wrote it, and
+    // a process costs one pipe and one reader instead of two.
+    let pipe = tokio::net::unix::pipe::pipe().and_then(|(tx, rx)| {
+        let out = tx.into_blocking_fd()?;
+        let err = out.try_clone()?;
+        Ok((out, err, rx))
+    });
+    let rx = match pipe {
+        Ok((out, err, rx)) => {
+            cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+            rx
+        }
+        Err(e) => {
+            fin.spawn_error = Some(format!("cannot create a pipe: {e}"));
+            return fin;
+        }
+    };
     // Spawning is serialised with every other spawn of this process (see `SPAWN_LOCK`): while
     // the lease descriptor is made inheritable for this child, no other child may be forked.
     // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
@@ -157,16 +172,10 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     };
     let pgid = child.id().map(|p| p as i32);
     let collector = Collector::new(Some(spec.log_path.clone()), spec.redactor.clone());
-    let readers = {
-        let mut handles = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            handles.push(tokio::spawn(pump(out, collector.clone())));
-        }
-        if let Some(err) = child.stderr.take() {
-            handles.push(tokio::spawn(pump(err, collector.clone())));
-        }
-        handles
-    };
+    // The parent's copies of the write end go with the command, so that the reader sees the end
+    // of the output once the process and its descendants are done with it.
+    drop(cmd);
+    let readers = vec![tokio::spawn(pump(rx, collector.clone()))];
 
     let deadline = tokio::time::Instant::now() + spec.timeout;
     let status = loop {
