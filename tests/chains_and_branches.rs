@@ -315,3 +315,42 @@ fn many_branch_items_in_parallel_all_complete() {
     assert!(bad.is_empty(), "{bad:?}");
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn the_critical_base_is_checked_again_just_before_the_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("api"));
+    let old = git(&r, &["rev-parse", "HEAD"]);
+    commit_file(&r, "SECURITY.md", "patched\n");
+    git(&r, &["tag", "security-fix"]);
+    git(&r, &["branch", "runner/b"]);
+    // At plan time `runner/b` contains the marker; the first item moves it back behind it.
+    write(
+        dir.path(),
+        &format!(
+            "version: 1\nname: b\ncapacity: {{workers: 1}}\nrepositories:\n  - {{path: api, critical_base: [security-fix]}}\nworker: {{run: \"git -C {} branch -f runner/b {old}; echo a > a.txt\"}}\nitems:\n  - {{repo: api, id: a, branch: runner/a}}\n  - {{repo: api, id: b, branch: runner/b}}\n",
+            r.display()
+        ),
+    );
+    let plan: Value =
+        serde_json::from_str(&stdout(&run_in(dir.path(), &["plan", "m.yaml", "--json"]))).unwrap();
+    assert_eq!(plan["counts"]["pending"], 2);
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let b = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == "b")
+        .unwrap()
+        .clone();
+    assert_eq!(b["outcome"], "held");
+    assert_eq!(b["reason"], "stale-base");
+    assert!(b["cause"].as_str().unwrap().contains("security-fix"), "{b}");
+    assert_eq!(
+        git(&r, &["rev-parse", "runner/b"]),
+        old,
+        "the branch was not touched"
+    );
+}

@@ -1,6 +1,7 @@
 //! The effective configuration of one repository: the top level narrowed by its overrides.
 
-use crate::manifest::{EnvPolicy, Gate, LoadedManifest, Models, Worker};
+use crate::manifest::template;
+use crate::manifest::{CommandSpec, EnvPolicy, Gate, LoadedManifest, Models, Worker};
 
 #[derive(Clone, Debug)]
 pub struct Effective {
@@ -72,4 +73,27 @@ pub fn looks_secret(name: &str) -> bool {
     ["TOKEN", "SECRET", "PASSWORD", "KEY"]
         .iter()
         .any(|w| n.contains(w))
+}
+
+/// The argv of a command: templates rendered with `lookup`, a string run under `sh -c`, and a
+/// relative program path resolved against the manifest's folder, like every other path.
+pub fn command_argv(
+    loaded: &LoadedManifest,
+    cmd: &CommandSpec,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, String> {
+    let mut argv = match cmd {
+        CommandSpec::Shell(s) => vec!["sh".into(), "-c".into(), template::render(s, &lookup)?],
+        CommandSpec::Argv(v) => v
+            .iter()
+            .map(|p| template::render(p, &lookup))
+            .collect::<Result<_, _>>()?,
+    };
+    if let Some(first) = argv.first_mut()
+        && first.contains('/')
+        && !first.starts_with('/')
+    {
+        *first = loaded.resolve(first).to_string_lossy().to_string();
+    }
+    Ok(argv)
 }

@@ -144,22 +144,8 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf
             .contains(&branch);
         if exists {
             // Checked again just before the attempt: the branch may have moved since the plan.
-            let mut missing = Vec::new();
-            for m in &markers {
-                match git::ancestry(&repo_path, m, &branch) {
-                    Ok(git::Ancestry::Contained) => {}
-                    Ok(git::Ancestry::Missing) => missing.push(format!("`{m}`")),
-                    Ok(git::Ancestry::Unresolvable) => {
-                        missing.push(format!("`{m}` (unresolvable)"))
-                    }
-                    Err(e) => missing.push(format!("`{m}` ({e})")),
-                }
-            }
-            if !missing.is_empty() {
-                return Err(Prepared::Held(
-                    "stale-base",
-                    format!("branch `{branch}` lacks {}", missing.join(", ")),
-                ));
+            if let Some(detail) = crate::plan::missing_markers(&repo_path, &branch, &markers) {
+                return Err(Prepared::Held("stale-base", detail));
             }
         }
         git::ensure_worktree(&repo_path, &wt, &branch, &base, exists)
@@ -555,13 +541,7 @@ async fn spawn(
                 .and_then(|v| item.vars.get(v).cloned()),
         }
     };
-    let argv: Result<Vec<String>, String> = match cmd {
-        CommandSpec::Shell(s) => {
-            template::render(s, lookup).map(|s| vec!["sh".into(), "-c".into(), s])
-        }
-        CommandSpec::Argv(v) => v.iter().map(|p| template::render(p, lookup)).collect(),
-    };
-    let mut argv = match argv {
+    let argv = match super::config::command_argv(&cx.loaded, cmd, lookup) {
         Ok(a) => a,
         Err(e) => {
             return Finished {
@@ -570,13 +550,6 @@ async fn spawn(
             };
         }
     };
-    // A relative program path resolves against the manifest's folder, like every other path.
-    if let Some(first) = argv.first_mut()
-        && first.contains('/')
-        && !first.starts_with('/')
-    {
-        *first = cx.loaded.resolve(first).to_string_lossy().to_string();
-    }
 
     let mut env: Vec<(String, String)> = Vec::new();
     for name in icx.eff.env_pass.iter().chain(icx.eff.secrets.iter()) {

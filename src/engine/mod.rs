@@ -96,16 +96,11 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
     else {
         return cx.workers;
     };
-    let mut argv = match cmd {
-        crate::manifest::CommandSpec::Shell(s) => vec!["sh".into(), "-c".into(), s],
-        crate::manifest::CommandSpec::Argv(v) => v,
+    // Validation admits no placeholder in the probe.
+    let argv = match config::command_argv(&cx.loaded, &cmd, |_| None) {
+        Ok(a) => a,
+        Err(_) => return 1,
     };
-    if let Some(first) = argv.first_mut()
-        && first.contains('/')
-        && !first.starts_with('/')
-    {
-        *first = cx.loaded.resolve(first).to_string_lossy().to_string();
-    }
     let env = ["PATH", "HOME", "LANG"]
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))

@@ -589,6 +589,15 @@ fn stale_base(
     branch: &str,
     markers: &[String],
 ) -> (Option<HoldReason>, Option<String>) {
+    match missing_markers(dir, branch, markers) {
+        Some(detail) => (Some(HoldReason::StaleBase), Some(detail)),
+        None => (None, None),
+    }
+}
+
+/// Which `critical_base` markers the existing `branch` lacks, as a detail naming them, or `None`
+/// when it contains them all. Shared by `plan` and the check just before an attempt.
+pub fn missing_markers(dir: &Path, branch: &str, markers: &[String]) -> Option<String> {
     let mut missing = Vec::new();
     for marker in markers {
         match git::ancestry(dir, marker, branch) {
@@ -598,14 +607,7 @@ fn stale_base(
             Err(e) => missing.push(format!("`{marker}` ({e})")),
         }
     }
-    if missing.is_empty() {
-        (None, None)
-    } else {
-        (
-            Some(HoldReason::StaleBase),
-            Some(format!("branch `{branch}` lacks {}", missing.join(", "))),
-        )
-    }
+    (!missing.is_empty()).then(|| format!("branch `{branch}` lacks {}", missing.join(", ")))
 }
 
 /// Literal folder prefix of a glob, and how deep below it a match can be (`None`: unbounded).
