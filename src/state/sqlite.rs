@@ -120,6 +120,25 @@ impl SqliteLedger {
         db(&self.path, e)
     }
 
+    /// Every row of a query, through the statement cache.
+    fn rows<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        stmt.query_map(p, f)
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// One write outside a transaction; the number of rows it changed.
+    fn write(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize> {
+        self.conn.execute(sql, p).map_err(|e| self.err(e))
+    }
+
     fn setup(&mut self) -> Result<()> {
         self.conn
             .busy_timeout(Duration::from_secs(10))
@@ -218,17 +237,7 @@ impl SqliteLedger {
 
     /// The most recent runs, newest first (of one manifest, when given).
     pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason FROM runs WHERE ?1 IS NULL OR manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![manifest, limit as i64], row_to_run)
-            .map_err(|e| self.err(e))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))?;
+        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason FROM runs WHERE ?1 IS NULL OR manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
         Ok(rows)
     }
 
@@ -317,14 +326,10 @@ impl SqliteLedger {
 
     /// Claims whose holders live: (run, repo, item, holder).
     pub fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT run_id, repo, item, host, pid, start_time FROM claims ORDER BY claimed_at",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
+        let rows = self.rows(
+            "SELECT run_id, repo, item, host, pid, start_time FROM claims ORDER BY claimed_at",
+            [],
+            |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
@@ -335,30 +340,18 @@ impl SqliteLedger {
                         start_time: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
                     },
                 ))
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))?;
+            },
+        )?;
         Ok(rows.into_iter().filter(|c| !c.3.is_dead()).collect())
     }
 
     /// Items whose last result in their latest run is `held`, with reason and cause.
     pub fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
+        let rows = self.rows("SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
                  WHERE r.manifest = ?1 AND r.outcome = 'held' AND r.run_id = (
-                   SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT 1)",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([manifest], |r| {
+                   SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT 1)", [manifest], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))?;
+            })?;
         Ok(rows)
     }
 
@@ -370,38 +363,28 @@ impl SqliteLedger {
         reason: Option<&str>,
         at: &str,
     ) -> Result<()> {
-        self.conn
-            .execute(
-                "UPDATE runs SET stop_requested_by = ?2, stop_reason = ?3, stop_requested_at = ?4 WHERE id = ?1",
-                params![run_id, by, reason, at],
-            )
-            .map_err(|e| self.err(e))?;
+        self.write("UPDATE runs SET stop_requested_by = ?2, stop_reason = ?3, stop_requested_at = ?4 WHERE id = ?1",
+                params![run_id, by, reason, at])?;
         Ok(())
     }
 
     /// Record that a repository's processes could not be proven gone.
     pub fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES (?1, ?2, ?3, ?4)
+        self.write(
+            "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (repo_path) DO UPDATE SET run_id = ?2, reason = ?3, at = ?4",
-                params![path, run_id, reason, at],
-            )
-            .map_err(|e| self.err(e))?;
+            params![path, run_id, reason, at],
+        )?;
         Ok(())
     }
 
     /// Quarantined repositories: (path, run, reason).
     pub fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT repo_path, run_id, reason FROM quarantines ORDER BY at")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .map_err(|e| self.err(e))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))?;
+        let rows = self.rows(
+            "SELECT repo_path, run_id, reason FROM quarantines ORDER BY at",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
         Ok(rows)
     }
 
@@ -421,13 +404,11 @@ impl SqliteLedger {
         reason: Option<&str>,
         at: &str,
     ) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO pauses (manifest, paused_by, reason, paused_at) VALUES (?1, ?2, ?3, ?4)
+        self.write(
+            "INSERT INTO pauses (manifest, paused_by, reason, paused_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (manifest) DO UPDATE SET paused_by = ?2, reason = ?3, paused_at = ?4",
-                params![manifest, by, reason, at],
-            )
-            .map_err(|e| self.err(e))?;
+            params![manifest, by, reason, at],
+        )?;
         Ok(())
     }
 
@@ -496,9 +477,7 @@ impl Ledger for SqliteLedger {
         workers: u32,
         run_dir: &str,
     ) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir)
+        self.write("INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     run.id,
@@ -513,9 +492,7 @@ impl Ledger for SqliteLedger {
                     workers,
                     plan_json,
                     run_dir
-                ],
-            )
-            .map_err(|e| self.err(e))?;
+                ])?;
         Ok(())
     }
 
@@ -541,16 +518,12 @@ impl Ledger for SqliteLedger {
     }
 
     fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT repo, item, def_hash, outcome, run_id FROM item_results
+        let rows = self.rows(
+            "SELECT repo, item, def_hash, outcome, run_id FROM item_results
                  WHERE manifest = ?1 AND outcome IN ('completed', 'halted', 'failed')
                  ORDER BY ended_at",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([manifest], |r| {
+            [manifest],
+            |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
@@ -558,10 +531,8 @@ impl Ledger for SqliteLedger {
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
                 ))
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))?;
+            },
+        )?;
         // Later results replace earlier ones; a completion is never replaced by a later
         // failure of a re-run, which still shows as the latest outcome.
         let mut last: std::collections::HashMap<ItemKey, PastOutcome> = Default::default();
