@@ -9,13 +9,8 @@ set -euo pipefail
 items=${1:-2000}
 repos=${2:-100}
 runs=${3:-3}
-root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --quiet --manifest-path "$root/Cargo.toml"
-bin="$root/target/release/runner"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
-export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
+# shellcheck source=benches/common.sh
+. "$(dirname "$0")/common.sh"
 
 per=$(( items / repos ))
 {
@@ -35,8 +30,6 @@ for r in $(seq -f '%03g' 1 "$repos"); do
   for i in $(seq 1 "$per"); do echo "  - {repo: r$r, id: i$i}" >> "$work/manifest.yaml"; done
 done
 
-now() { date +%s%N; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 time_runner() {
   local t0 t1

@@ -7,13 +7,8 @@
 set -euo pipefail
 n=${1:-1000}
 runs=${2:-5}
-root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --quiet --manifest-path "$root/Cargo.toml"
-bin="$root/target/release/runner"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
-export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
+# shellcheck source=benches/common.sh
+. "$(dirname "$0")/common.sh"
 
 echo "generating $n repositories in $work" >&2
 mkdir -p "$work/repos"
@@ -37,8 +32,6 @@ discover:
     branch: "runner/{repo}-task"
 YAML
 
-now() { date +%s%N; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 time_runner() {
   local t0 t1
