@@ -176,7 +176,6 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let mut running: JoinSet<(usize, ItemRun)> = JoinSet::new();
     let mut task_items: HashMap<tokio::task::Id, usize> = HashMap::new();
     let mut stopping: Option<i32> = None;
-    let mut pid_clock = tokio::time::interval(Duration::from_secs(1));
     let mut stalled: Option<String> = None;
     let mut paused: Option<String> = None;
     let mut failed: Option<String> = None;
@@ -428,7 +427,6 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                 on_signal(&mut stopping, libc::SIGTERM, &stop_tx);
             }
             _ = tokio::time::sleep(LEASE_RETRY), if waiting_for_lock => {}
-            _ = pid_clock.tick() => crate::process::census::observe_pid_clock(),
         }
     }
     while let Ok(ev) = ev_rx.try_recv() {

@@ -4,8 +4,8 @@
 //! leave it. Every spawned process carries `RUNNER_TOKEN` (unguessable, per run) and
 //! `RUNNER_REPO` in its environment, and descendants inherit them; the census reads
 //! `/proc/<pid>/environ` to find them. A tree counts as gone only after several quiet scans in a
-//! row, and any unreadable scan resets the count. Scans run on the blocking pool, never on the
-//! event loop.
+//! row, and any unreadable scan resets the count. A scan reads only runner's own children (see
+//! [`scan`]), a handful of small reads, so it runs on the event loop.
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -58,43 +58,6 @@ pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(V
 
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Highest pid allocated when last looked (`/proc/sys/kernel/ns_last_pid`), or -1 before the
-/// first look.
-static LAST_PID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);
-/// Whether pid numbers may have wrapped around since runner started (or cannot be watched).
-static PIDS_WRAPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// Below this `pid_max`, a wrap between two looks is too easy to miss; scans stay full.
-const MIN_PID_MAX: i64 = 32_768;
-
-/// Watch the kernel's pid counter. Until pids wrap around, every descendant of runner has a
-/// larger pid than runner itself, so a scan can skip the smaller ones without reading them.
-/// Called at every spawn, every scan and once a second while a run is under way; a wrap of the
-/// whole pid space between two looks would take tens of thousands of forks in a second. Any
-/// doubt (unreadable counter, small `pid_max`, a counter that went backwards) turns the
-/// shortcut off for the rest of the process's life.
-pub fn observe_pid_clock() {
-    use std::sync::atomic::Ordering::SeqCst;
-    if PIDS_WRAPPED.load(SeqCst) {
-        return;
-    }
-    static PID_MAX: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
-    let read = |p: &str| -> Option<i64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-    let (Some(now), Some(max)) = (
-        read("/proc/sys/kernel/ns_last_pid"),
-        *PID_MAX.get_or_init(|| read("/proc/sys/kernel/pid_max")),
-    ) else {
-        PIDS_WRAPPED.store(true, SeqCst);
-        return;
-    };
-    let before = LAST_PID.swap(now, SeqCst);
-    if max < MIN_PID_MAX
-        || (before >= 0 && now < before)
-        || (before < 0 && now < std::process::id() as i64)
-    {
-        PIDS_WRAPPED.store(true, SeqCst);
-    }
-}
-
 /// Record that runner is a child subreaper: every orphan of a spawned tree is then re-parented
 /// to runner, and a scan need only look at runner's own children.
 pub fn set_subreaper(active: bool) {
@@ -111,78 +74,84 @@ fn stat(pid: i32) -> Option<(i32, char)> {
     Some((ppid, state))
 }
 
-/// One scan: the pids carrying `key`, and whether a dead orphan was seen (a sign that processes
-/// were moving during the scan), or `Err` when `/proc` could not be read.
+/// One scan: the pids carrying `key`, and whether a dead orphan was reaped (a sign that
+/// processes were moving during the scan), or `Err` when `/proc` could not be read.
+///
+/// As subreaper, runner adopts every orphan of a spawned tree, so the topmost live process of
+/// any escaped subtree is a child of runner: a scan looks only at runner's children, as the
+/// kernel lists them in `/proc/self/task/<tid>/children`. Without the subreaper role, or
+/// without those lists, every process is examined.
 pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
-    scan_bounded(key, usize::MAX).map(|r| r.unwrap_or_default())
+    let adopting = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
+    if adopting {
+        // Held for the whole scan: a helper forked meanwhile is registered before it can be
+        // listed, and no direct child is reaped behind the runtime's back.
+        let direct = DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(children) = own_children() {
+            return Ok(scan_children(key, children, &direct));
+        }
+    }
+    scan_all(key, adopting)
 }
 
-/// Most processes a scan examines on the event loop itself; a larger scan (a busy machine, or
-/// pids that wrapped around) goes to the blocking pool. Small scans stay inline because handing
-/// them to another thread costs more than the scan.
-const INLINE_BUDGET: usize = 64;
-
-/// A scan that gives up (`Ok(None)`) when it would have to examine more than `budget`
-/// processes.
-fn scan_bounded(key: &CensusKey, budget: usize) -> std::io::Result<Option<(Vec<i32>, bool)>> {
-    let me = std::process::id() as i32;
-    let only_children = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
-    observe_pid_clock();
-    // Descendants of runner have larger pids than runner until pids wrap around.
-    let floor = if only_children && !PIDS_WRAPPED.load(std::sync::atomic::Ordering::SeqCst) {
-        me
-    } else {
-        0
-    };
-    let token = format!("RUNNER_TOKEN={}", key.token);
-    let repo = format!("RUNNER_REPO={}", key.repo);
+/// Examine runner's children, except the direct children runner spawned itself (item leaders
+/// and helpers it waits for: not escapees). A dead one is reaped.
+fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> (Vec<i32>, bool) {
     let mut found = Vec::new();
     let mut disturbed = false;
-    let mut examined = 0usize;
-    for pid in proc_pids()? {
-        if pid <= floor || pid == me {
+    for pid in children {
+        if direct.contains(&pid) {
             continue;
         }
-        examined += 1;
-        if examined > budget {
-            return Ok(None);
-        }
-        let Some((ppid, state)) = stat(pid) else {
-            continue;
-        };
-        if only_children && ppid != me {
-            continue;
-        }
-        if state == 'Z' {
-            // A dead orphan of some tree, re-parented to runner: reap it, unless it is a direct
-            // child whose status the runtime is about to collect.
-            if ppid == me
-                && let Ok(direct) = DIRECT_CHILDREN.lock()
-                && !direct.contains(&pid)
-            {
-                reap(pid);
-                disturbed = true;
-            }
-            continue;
-        }
-        // Gone between listing and reading, or a kernel thread: nothing to end.
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        let mut has_token = false;
-        let mut has_repo = false;
-        for var in environ.split(|b| *b == 0) {
-            if var == token.as_bytes() {
-                has_token = true;
-            } else if var == repo.as_bytes() {
-                has_repo = true;
-            }
-        }
-        if has_token && has_repo {
+        if matches!(
+            waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)),
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+        ) {
+            disturbed = true;
+        } else if carries_key(pid, key) {
             found.push(pid);
         }
     }
-    Ok(Some((found, disturbed)))
+    (found, disturbed)
+}
+
+/// Examine every process; as subreaper, reap the dead orphans runner adopted.
+fn scan_all(key: &CensusKey, adopting: bool) -> std::io::Result<(Vec<i32>, bool)> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let mut disturbed = false;
+    for pid in proc_pids()? {
+        if pid == me {
+            continue;
+        }
+        if adopting
+            && stat(pid) == Some((me, 'Z'))
+            && DIRECT_CHILDREN.lock().is_ok_and(|d| !d.contains(&pid))
+        {
+            reap(pid);
+            disturbed = true;
+        } else if carries_key(pid, key) {
+            found.push(pid);
+        }
+    }
+    Ok((found, disturbed))
+}
+
+/// Whether `pid`'s environment carries the run token and repository of `key`. A process gone
+/// meanwhile, a zombie and a kernel thread carry nothing.
+fn carries_key(pid: i32, key: &CensusKey) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let (mut token, mut repo) = (false, false);
+    for var in environ.split(|b| *b == 0) {
+        if let Some(v) = var.strip_prefix(b"RUNNER_TOKEN=") {
+            token |= v == key.token.as_bytes();
+        } else if let Some(v) = var.strip_prefix(b"RUNNER_REPO=") {
+            repo |= v == key.repo.as_bytes();
+        }
+    }
+    token && repo
 }
 
 /// The pids listed in `/proc`.
@@ -194,6 +163,28 @@ fn proc_pids() -> std::io::Result<impl Iterator<Item = i32>> {
             .to_str()
             .and_then(|s| s.parse::<i32>().ok())
     }))
+}
+
+/// runner's children, from every thread's `children` list (an orphan is adopted by one of
+/// runner's threads), or `None` when the kernel does not provide the lists.
+fn own_children() -> Option<Vec<i32>> {
+    let mut pids = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let mut path = task.ok()?.path();
+        path.push("children");
+        // A thread that ended since the listing has no children left to list.
+        let Ok(list) = std::fs::read_to_string(&path) else {
+            if path.parent().is_some_and(|t| t.exists()) {
+                return None;
+            }
+            continue;
+        };
+        pids.extend(
+            list.split_ascii_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    Some(pids)
 }
 
 /// Every process (but runner itself) with an environment variable for which `matches` holds,
@@ -229,17 +220,9 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
     let mut quiet = 0;
     let mut needed = if fast { 1 } else { QUIET_SCANS };
     while Instant::now() < until {
-        let scanned = match scan_bounded(&key, INLINE_BUDGET) {
-            Ok(Some(r)) => Ok(Ok(r)),
-            _ => {
-                let k = key.clone();
-                tokio::task::spawn_blocking(move || scan(&k))
-                    .await
-                    .map_err(std::io::Error::other)
-            }
-        };
+        let scanned = scan(&key);
         match scanned {
-            Ok(Ok((pids, disturbed))) if pids.is_empty() => {
+            Ok((pids, disturbed)) if pids.is_empty() => {
                 if disturbed {
                     needed = QUIET_SCANS;
                     quiet = 0;
@@ -250,7 +233,7 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
                     return true;
                 }
             }
-            Ok(Ok((pids, _))) => {
+            Ok((pids, _)) => {
                 needed = QUIET_SCANS;
                 quiet = 0;
                 for pid in pids {
@@ -268,4 +251,65 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    fn sleeper(key: &CensusKey) -> std::process::Child {
+        Command::new("sleep")
+            .arg("30")
+            .env("RUNNER_TOKEN", &key.token)
+            .env("RUNNER_REPO", &key.repo)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn key(repo: &str) -> CensusKey {
+        CensusKey {
+            token: "census-test-token".into(),
+            repo: repo.into(),
+        }
+    }
+
+    #[test]
+    fn a_child_is_listed_and_found_by_both_kinds_of_scan() {
+        let (mine, other) = (key("census-a"), key("census-b"));
+        let mut a = sleeper(&mine);
+        let mut b = sleeper(&other);
+        let pid = a.id() as i32;
+        let children = own_children().expect("the kernel lists children");
+        assert!(children.contains(&pid), "{children:?} lacks {pid}");
+        assert_eq!(scan_children(&mine, children.clone(), &[]).0, vec![pid]);
+        assert_eq!(scan_children(&mine, children, &[pid]).0, Vec::<i32>::new());
+        assert_eq!(scan_all(&mine, false).unwrap().0, vec![pid]);
+        for c in [&mut a, &mut b] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        assert!(scan_all(&mine, false).unwrap().0.is_empty());
+    }
+
+    #[test]
+    #[expect(
+        clippy::zombie_processes,
+        reason = "the scan under test is what reaps it"
+    )]
+    fn a_dead_child_that_is_not_a_direct_one_is_reaped() {
+        let k = key("census-c");
+        let mut c = sleeper(&k);
+        let pid = c.id() as i32;
+        c.kill().unwrap();
+        // Wait until it is a zombie, without reaping it.
+        while stat(pid).is_some_and(|(_, s)| s != 'Z') {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (found, disturbed) = scan_children(&k, vec![pid], &[]);
+        assert!(found.is_empty());
+        assert!(disturbed);
+        assert!(stat(pid).is_none(), "reaped");
+    }
 }

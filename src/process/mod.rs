@@ -91,7 +91,6 @@ impl Finished {
 pub fn become_subreaper() {
     // Failing this only widens the census to every process (orphans go to init instead).
     census::set_subreaper(nix::sys::prctl::set_child_subreaper(true).is_ok());
-    census::observe_pid_clock();
 }
 
 /// Run one process to its end under the spec's limits, then end its whole tree.
@@ -159,7 +158,6 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         {
             direct.push(pid as i32);
         }
-        census::observe_pid_clock();
         c
     };
     let mut child = match spawned {
