@@ -258,14 +258,23 @@ mod tests {
     use super::*;
     use std::process::{Command, Stdio};
 
+    /// A `sleep` carrying `key`, registered as a direct child so that the censuses of other
+    /// tests in this process leave it alone.
     fn sleeper(key: &CensusKey) -> std::process::Child {
-        Command::new("sleep")
+        let mut direct = DIRECT_CHILDREN.lock().unwrap();
+        let child = Command::new("sleep")
             .arg("30")
             .env("RUNNER_TOKEN", &key.token)
             .env("RUNNER_REPO", &key.repo)
             .stdin(Stdio::null())
             .spawn()
-            .unwrap()
+            .unwrap();
+        direct.push(child.id() as i32);
+        child
+    }
+
+    fn unregister(pid: i32) {
+        DIRECT_CHILDREN.lock().unwrap().retain(|p| *p != pid);
     }
 
     fn key(repo: &str) -> CensusKey {
@@ -280,15 +289,21 @@ mod tests {
         let (mine, other) = (key("census-a"), key("census-b"));
         let mut a = sleeper(&mine);
         let mut b = sleeper(&other);
-        let pid = a.id() as i32;
-        let children = own_children().expect("the kernel lists children");
-        assert!(children.contains(&pid), "{children:?} lacks {pid}");
+        let (pid, other_pid) = (a.id() as i32, b.id() as i32);
+        // Only these two: the other children of this process belong to other tests.
+        let children: Vec<i32> = own_children()
+            .expect("the kernel lists children")
+            .into_iter()
+            .filter(|p| [pid, other_pid].contains(p))
+            .collect();
+        assert_eq!(children.len(), 2, "both children are listed");
         assert_eq!(scan_children(&mine, children.clone(), &[]).0, vec![pid]);
         assert_eq!(scan_children(&mine, children, &[pid]).0, Vec::<i32>::new());
         assert_eq!(scan_all(&mine, false).unwrap().0, vec![pid]);
         for c in [&mut a, &mut b] {
             c.kill().unwrap();
             c.wait().unwrap();
+            unregister(c.id() as i32);
         }
         assert!(scan_all(&mine, false).unwrap().0.is_empty());
     }
@@ -308,6 +323,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let (found, disturbed) = scan_children(&k, vec![pid], &[]);
+        unregister(pid);
         assert!(found.is_empty());
         assert!(disturbed);
         assert!(stat(pid).is_none(), "reaped");
