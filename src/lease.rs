@@ -3,15 +3,16 @@
 //! The lease lives in the git common dir (`git rev-parse --git-common-dir`), so every worktree of
 //! one clone shares it. It is an OS file lock (`flock` on `runner.lock`) plus a record of its
 //! holder (host, pid, process start time, run id) in `runner.lease.json`, written atomically.
-//! The lock is what excludes; the record is what `status` and `unlock` show. The lock's
-//! descriptor is handed to every process spawned for the item, so the lock stays held for as
-//! long as any descendant keeps it open — even if runner itself is killed.
+//! The lock is what excludes; the record is what `status` and `unlock` show, and once the lease
+//! is released it names the last holder. The lock's descriptor is handed to every process
+//! spawned for the item, so the lock stays held for as long as any descendant keeps it open —
+//! even if runner itself is killed.
 
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const LOCK_FILE: &str = "runner.lock";
 pub const RECORD_FILE: &str = "runner.lease.json";
@@ -64,8 +65,6 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 #[derive(Debug)]
 pub struct Lease {
     file: File,
-    record: PathBuf,
-    holder: Holder,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,19 +98,17 @@ impl Lease {
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
         let record = common_dir.join(RECORD_FILE);
-        let lease = Lease {
-            file,
-            record,
-            holder,
-        };
-        // The record is informational; failing to write it does not give up the lock.
-        let _ = write_atomic(
-            &lease.record,
-            serde_json::to_string_pretty(&lease.holder)
-                .unwrap_or_default()
-                .as_bytes(),
-        );
-        Ok(Some(lease))
+        // The record is informational; failing to write it does not give up the lock. A run
+        // takes one repository's lease many times, and the record it left last time is still
+        // right: it is rewritten only when it names someone else. A stale record is removed
+        // first, so that the new one is a plain create (renaming over an existing file makes
+        // ext4 flush).
+        let bytes = serde_json::to_vec_pretty(&holder).unwrap_or_default();
+        if std::fs::read(&record).ok().as_deref() != Some(bytes.as_slice()) {
+            let _ = std::fs::remove_file(&record);
+            let _ = write_atomic(&record, &bytes);
+        }
+        Ok(Some(Lease { file }))
     }
 
     /// The lock's descriptor, to be kept open in spawned processes.
@@ -119,11 +116,9 @@ impl Lease {
         self.file.as_raw_fd()
     }
 
-    /// Release: remove the record, then drop the lock. The record is ours to remove: only the
-    /// lock's holder writes it, and the lock is still held here. (Removing it also keeps the
-    /// next holder's write a plain create: renaming over an existing file makes ext4 flush.)
+    /// Release the lock (once no descendant holds the descriptor). The record stays: it names
+    /// the last holder until the next one takes the lease.
     pub fn release(self) {
-        let _ = std::fs::remove_file(&self.record);
         drop(self.file);
     }
 }
@@ -140,7 +135,7 @@ pub fn is_held(common_dir: &Path) -> bool {
 }
 
 /// The holder recorded in a common dir, if any. The lock, not the record, says whether the
-/// lease is held ([`is_held`]): a killed holder leaves its record behind.
+/// lease is held ([`is_held`]): a released or killed holder leaves its record behind.
 pub fn read_record(path: &Path) -> Option<Holder> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
@@ -177,11 +172,18 @@ mod tests {
         assert!(is_held(dir.path()));
         a.release();
         assert!(!is_held(dir.path()));
-        assert!(!dir.path().join(RECORD_FILE).exists());
-        assert!(
-            Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r"))
-                .unwrap()
-                .is_some()
+        assert_eq!(
+            read_record(&dir.path().join(RECORD_FILE)).unwrap().run_id,
+            "run-a",
+            "the last holder stays named"
         );
+        let b = Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r"))
+            .unwrap()
+            .expect("a released lease is taken");
+        assert_eq!(
+            read_record(&dir.path().join(RECORD_FILE)).unwrap().run_id,
+            "run-b"
+        );
+        b.release();
     }
 }
