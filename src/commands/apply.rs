@@ -155,7 +155,6 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         builder: ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
         ledger,
         run_id: run_id.clone(),
-        manifest: loaded.manifest.name.clone(),
         keys,
         holder: row.holder.clone(),
         failure: None,
@@ -223,7 +222,6 @@ struct ApplySink {
     builder: ReportBuilder,
     ledger: SqliteLedger,
     run_id: String,
-    manifest: String,
     keys: Vec<ItemKey>,
     holder: Holder,
     /// The first ledger error; the engine stops admitting once it is set.
@@ -269,6 +267,7 @@ impl RunSink for ApplySink {
             Ok(Claim::Claimed) => ClaimAnswer::Claimed,
             Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Busy(run_id),
             Ok(Claim::AlreadyDone { run_id }) => ClaimAnswer::Done(run_id),
+            Ok(Claim::Paused(by)) => ClaimAnswer::Paused(by),
             Err(e) => {
                 self.fail(e);
                 ClaimAnswer::Busy("none: the ledger failed".into())
@@ -276,13 +275,9 @@ impl RunSink for ApplySink {
         }
     }
 
-    fn paused(&mut self) -> Option<String> {
-        match self.ledger.paused(&self.manifest) {
-            Ok(p) => p,
-            Err(e) => {
-                self.fail(e);
-                None
-            }
+    fn commit_results(&mut self) {
+        if let Err(e) = self.ledger.commit_results() {
+            self.fail(e);
         }
     }
 

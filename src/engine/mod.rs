@@ -34,11 +34,14 @@ use tokio::task::JoinSet;
 /// that need durable state (claims, pauses). The engine knows this trait, never what is behind
 /// it (the ledger, the report, the progress display).
 pub trait RunSink {
+    /// Record an event. An `ItemFinished` is the item's result, which may wait for the next
+    /// claim or [`RunSink::commit_results`] to become durable.
     fn event(&mut self, ev: &Event);
-    /// Claim an item for this run before it starts.
+    /// Claim an item for this run before it starts (which also makes the results recorded so
+    /// far durable).
     fn claim(&mut self, item: usize) -> ClaimAnswer;
-    /// Whether the manifest is paused now (and by whom).
-    fn paused(&mut self) -> Option<String>;
+    /// Make every result recorded so far durable; a repository's lease is released only after.
+    fn commit_results(&mut self);
     /// Who asked this run to stop, and why, if anyone did.
     fn stop_requested(&mut self) -> Option<String>;
     /// Set once runner cannot record what it does (the ledger failed); the run then stops.
@@ -56,6 +59,8 @@ pub enum ClaimAnswer {
     Busy(String),
     /// Another run completed it meanwhile.
     Done(String),
+    /// The manifest is paused (by whom, when, why): admit nothing more.
+    Paused(String),
 }
 
 /// Everything a run needs, fixed before it starts.
@@ -168,6 +173,8 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let mut busy: HashSet<String> = HashSet::new();
     let mut quarantined: HashSet<String> = HashSet::new();
     let mut leases: HashMap<usize, Lease> = HashMap::new();
+    // Leases of finished items, released once their results are durable.
+    let mut settling: Vec<(String, Lease)> = Vec::new();
     // Leases kept because a tree was not proven gone: released only when runner exits.
     let mut kept: Vec<Lease> = Vec::new();
     // Repositories whose lease another run holds: since when, and when to ask again.
@@ -187,9 +194,6 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             && let Some(f) = sink.failure()
         {
             failed = Some(f);
-        }
-        if !halted(&stopping, &stalled, &paused, &failed) && !queue.is_empty() {
-            paused = sink.paused();
         }
         if !halted(&stopping, &stalled, &paused, &failed) {
             // A repository is asked for its lease at most once per pass, so that waiting for
@@ -234,6 +238,8 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                         .as_ref()
                         .is_some_and(|c| c.probe.is_some())
                 {
+                    // The probe may take a while: let finished items' repositories go first.
+                    release_settled(sink, &mut settling, &mut busy);
                     let bound = probe(&cx, &stop_rx).await;
                     if running.len() as u32 >= bound {
                         break;
@@ -273,6 +279,10 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                             Some(format!("claimed by live run `{run}`")),
                         );
                         continue;
+                    }
+                    ClaimAnswer::Paused(p) => {
+                        paused = Some(p);
+                        break;
                     }
                     ClaimAnswer::Done(run) => {
                         queue.remove(pos);
@@ -353,6 +363,13 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             }
         }
 
+        // Finished items' results became durable with the claims just made, or now; only then
+        // are their leases let go, and their repositories may take the next item at once.
+        if !settling.is_empty() {
+            release_settled(sink, &mut settling, &mut busy);
+            continue;
+        }
+
         if running.is_empty() {
             // Nothing runs; go on only to wait for a lease another run holds.
             let can_wait = waiting_for_lock
@@ -391,13 +408,16 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                 } else {
                     run.cause.clone()
                 };
-                // Recorded before the lease is let go: the next holder must see the result.
+                // Recorded before the lease is let go: the next holder must see the result. The
+                // repository stays busy until then.
                 finish(sink, idx, outcome, run.reason.as_deref(), cause);
-                busy.remove(&repo);
-                if let Some(lease) = leases.remove(&idx) {
-                    if run.tree_gone {
-                        lease.release();
-                    } else {
+                match leases.remove(&idx) {
+                    Some(lease) if run.tree_gone => settling.push((repo.clone(), lease)),
+                    None => {
+                        busy.remove(&repo);
+                    }
+                    Some(lease) => {
+                        busy.remove(&repo);
                         quarantined.insert(repo.clone());
                         if let Some(r) = cx.plan.repositories.iter().find(|r| r.name == repo) {
                             sink.quarantine(
@@ -510,6 +530,23 @@ async fn acquire(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Lease::try_acquire(common, holder)
+}
+
+/// Make the finished items' results durable, then release their leases and free their
+/// repositories.
+fn release_settled(
+    sink: &mut dyn RunSink,
+    settling: &mut Vec<(String, Lease)>,
+    busy: &mut HashSet<String>,
+) {
+    if settling.is_empty() {
+        return;
+    }
+    sink.commit_results();
+    for (repo, lease) in settling.drain(..) {
+        lease.release();
+        busy.remove(&repo);
+    }
 }
 
 /// Whether admission has stopped for good: a signal, a stall, a pause or a ledger failure.

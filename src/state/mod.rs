@@ -111,6 +111,8 @@ pub enum Claim {
     HeldBy { run_id: String },
     /// Another run completed it since this run planned.
     AlreadyDone { run_id: String },
+    /// The manifest is paused: by whom, when and why.
+    Paused(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,12 +149,17 @@ pub trait Ledger {
     ) -> Result<()>;
     /// The last terminal outcome of every item of `manifest` (completed, halted, failed).
     fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>>;
-    /// Claim `key` for `run_id`, reclaiming a provably dead holder's claim.
+    /// Claim `key` for `run_id`, reclaiming a provably dead holder's claim, unless the manifest
+    /// is paused. Commits what is buffered in the same transaction.
     fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim>;
-    /// Record an event of `run_id` (buffered until the next commit). `item` names the item the
-    /// event is about, when it is about one; an `ItemFinished` commits the item's result and
-    /// releases its claim.
+    /// Record an event of `run_id`. `item` names the item the event is about, when it is about
+    /// one; an `ItemFinished` is the item's result, and committing it releases the item's
+    /// claim. Buffered until the next commit: a claim, [`Ledger::commit_results`] or the end of
+    /// the run.
     fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()>;
+    /// Make every result recorded so far durable (with the events before it). Nothing acts on
+    /// a result — releasing the repository's lease — before this returns.
+    fn commit_results(&mut self) -> Result<()>;
     /// Whether the manifest is paused, and by whom and why.
     fn paused(&self, manifest: &str) -> Result<Option<String>>;
 }

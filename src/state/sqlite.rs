@@ -78,14 +78,60 @@ CREATE TABLE quarantines (
 /// An event row waiting to be committed: (run, seq, at, repo, item, json).
 type PendingEvent = (String, i64, String, Option<String>, Option<String>, String);
 
+/// What is recorded but not yet committed: it goes out with the next write transaction.
+#[derive(Default)]
+struct Buffered {
+    events: Vec<PendingEvent>,
+    results: Vec<PendingResult>,
+}
+
+impl Buffered {
+    fn has_results(&self) -> bool {
+        !self.results.is_empty()
+    }
+
+    /// Write it all, events first, then results (each releasing its item's claim).
+    fn write(&mut self, tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for (run, seq, at, repo, item, body) in self.events.drain(..) {
+            stmt.execute(params![run, seq, at, repo, item, body])?;
+        }
+        for r in self.results.drain(..) {
+            let k = &r.key;
+            exec(tx,
+                "INSERT INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![k.manifest, k.repo, k.item, k.def_hash, r.run_id, r.outcome.as_str(), r.reason, r.cause, r.at],
+            )?;
+            exec(
+                tx,
+                "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
+                params![k.manifest, k.repo, k.item, k.def_hash, r.run_id],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// An item's result waiting to be committed; committing it also releases the item's claim.
+struct PendingResult {
+    key: ItemKey,
+    run_id: String,
+    outcome: ItemOutcome,
+    reason: Option<String>,
+    cause: Option<String>,
+    at: String,
+}
+
 /// A held item: (repo, item, reason, cause).
 pub type HeldItem = (String, String, String, Option<String>);
 
 pub struct SqliteLedger {
     conn: Connection,
     path: PathBuf,
-    /// Events not yet committed: (run, seq, at, repo, item, json).
-    pending: Vec<PendingEvent>,
+    buffered: Buffered,
     seq: i64,
 }
 
@@ -109,7 +155,7 @@ impl SqliteLedger {
         let mut ledger = SqliteLedger {
             conn,
             path: path.to_path_buf(),
-            pending: Vec::new(),
+            buffered: Buffered::default(),
             seq: 0,
         };
         ledger.setup()?;
@@ -200,27 +246,14 @@ impl SqliteLedger {
         Ok(())
     }
 
-    fn flush_into(
-        tx: &rusqlite::Transaction<'_>,
-        pending: &mut Vec<PendingEvent>,
-    ) -> rusqlite::Result<()> {
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        for (run, seq, at, repo, item, body) in pending.drain(..) {
-            stmt.execute(params![run, seq, at, repo, item, body])?;
-        }
-        Ok(())
-    }
-
-    /// Commit buffered events.
+    /// Commit everything buffered.
     pub fn flush(&mut self) -> Result<()> {
-        if self.pending.is_empty() {
+        if self.buffered.events.is_empty() && !self.buffered.has_results() {
             return Ok(());
         }
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
-        Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(&path, e))?;
         tx.commit().map_err(|e| db(&path, e))
     }
 
@@ -303,7 +336,7 @@ impl SqliteLedger {
         let ledger = SqliteLedger {
             conn,
             path: path.to_path_buf(),
-            pending: Vec::new(),
+            buffered: Buffered::default(),
             seq: 0,
         };
         let version: i64 = ledger
@@ -505,7 +538,7 @@ impl Ledger for SqliteLedger {
     ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
-        Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(&path, e))?;
         tx.execute(
             "UPDATE runs SET ended_at = ?2, ending = ?3, cause = ?4 WHERE id = ?1",
             params![run_id, at, ending.as_str(), cause],
@@ -559,7 +592,11 @@ impl Ledger for SqliteLedger {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| db(&path, e))?;
-        Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(&path, e))?;
+        if let Some(p) = pause_of(&tx, &key.manifest).map_err(|e| db(&path, e))? {
+            tx.commit().map_err(|e| db(&path, e))?;
+            return Ok(Claim::Paused(p));
+        }
         let existing: Option<(String, Holder)> = query(&tx,
                 "SELECT run_id, host, pid, start_time FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4",
                 params![key.manifest, key.repo, key.item, key.def_hash],
@@ -624,7 +661,7 @@ impl Ledger for SqliteLedger {
     fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
         self.seq += 1;
         let body = serde_json::to_string(ev).map_err(|e| self.err(e))?;
-        self.pending.push((
+        self.buffered.events.push((
             run_id.to_string(),
             self.seq,
             at.to_string(),
@@ -642,42 +679,43 @@ impl Ledger for SqliteLedger {
             Some(key),
         ) = (ev, item)
         {
-            let path = self.path.clone();
-            let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
-            Self::flush_into(&tx, &mut self.pending).map_err(|e| db(&path, e))?;
-            exec(&tx,
-                "INSERT INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![key.manifest, key.repo, key.item, key.def_hash, run_id, outcome.as_str(), reason, cause, at],
-            )
-            .map_err(|e| db(&path, e))?;
-            exec(&tx,
-                "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
-                params![key.manifest, key.repo, key.item, key.def_hash, run_id],
-            )
-            .map_err(|e| db(&path, e))?;
-            tx.commit().map_err(|e| db(&path, e))?;
+            self.buffered.results.push(PendingResult {
+                key: key.clone(),
+                run_id: run_id.to_string(),
+                outcome: *outcome,
+                reason: reason.clone(),
+                cause: cause.clone(),
+                at: at.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn commit_results(&mut self) -> Result<()> {
+        if self.buffered.has_results() {
+            self.flush()?;
         }
         Ok(())
     }
 
     fn paused(&self, manifest: &str) -> Result<Option<String>> {
-        self.conn
-            .prepare_cached("SELECT paused_by, reason, paused_at FROM pauses WHERE manifest = ?1")
-            .and_then(|mut st| {
-                st.query_row([manifest], |r| {
-                    let by: String = r.get(0)?;
-                    let reason: Option<String> = r.get(1)?;
-                    let at: String = r.get(2)?;
-                    Ok(match reason {
-                        Some(reason) => format!("paused by {by} at {at}: {reason}"),
-                        None => format!("paused by {by} at {at}"),
-                    })
-                })
-            })
-            .optional()
-            .map_err(|e| self.err(e))
+        pause_of(&self.conn, manifest).map_err(|e| self.err(e))
     }
+}
+
+/// Who paused `manifest`, when and why, if it is paused.
+fn pause_of(conn: &Connection, manifest: &str) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached("SELECT paused_by, reason, paused_at FROM pauses WHERE manifest = ?1")?
+        .query_row([manifest], |r| {
+            let by: String = r.get(0)?;
+            let reason: Option<String> = r.get(1)?;
+            let at: String = r.get(2)?;
+            Ok(match reason {
+                Some(reason) => format!("paused by {by} at {at}: {reason}"),
+                None => format!("paused by {by} at {at}"),
+            })
+        })
+        .optional()
 }
 
 #[cfg(test)]
@@ -753,10 +791,60 @@ mod tests {
         };
         l.event("a", Some(&key("x")), &ev, &crate::report::now())
             .unwrap();
+        assert_eq!(
+            l.live_claims().unwrap().len(),
+            1,
+            "buffered until committed"
+        );
+        l.commit_results().unwrap();
         assert!(l.live_claims().unwrap().is_empty());
         let past = l.past_outcomes("m").unwrap();
         assert_eq!(past.len(), 1);
         assert_eq!(past[0].1.outcome, ItemOutcome::Completed);
+    }
+
+    #[test]
+    fn a_claim_commits_the_results_recorded_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut l = SqliteLedger::open(&path).unwrap();
+        run(&mut l, "a");
+        let me = Holder::this_process();
+        l.claim(&key("x"), "a", &me).unwrap();
+        let ev = Event::ItemFinished {
+            item: 0,
+            outcome: ItemOutcome::Failed,
+            reason: None,
+            cause: None,
+        };
+        l.event("a", Some(&key("x")), &ev, &crate::report::now())
+            .unwrap();
+        let other = SqliteLedger::open(&path).unwrap();
+        assert!(other.past_outcomes("m").unwrap().is_empty());
+        assert_eq!(l.claim(&key("y"), "a", &me).unwrap(), Claim::Claimed);
+        let past = other.past_outcomes("m").unwrap();
+        assert_eq!(past.len(), 1, "the result went out with the claim");
+        assert_eq!(past[0].1.outcome, ItemOutcome::Failed);
+        let claims = other.live_claims().unwrap();
+        assert_eq!(claims.len(), 1);
+        assert_eq!(claims[0].2, "y");
+    }
+
+    #[test]
+    fn nothing_is_claimed_while_the_manifest_is_paused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = SqliteLedger::open(&dir.path().join("state.db")).unwrap();
+        run(&mut l, "a");
+        l.set_paused("m", "ops", Some("maintenance"), "2026-01-01T00:00:00.000Z")
+            .unwrap();
+        let me = Holder::this_process();
+        match l.claim(&key("x"), "a", &me).unwrap() {
+            Claim::Paused(why) => assert!(why.contains("ops") && why.contains("maintenance")),
+            other => panic!("claimed while paused: {other:?}"),
+        }
+        assert!(l.live_claims().unwrap().is_empty());
+        assert!(l.clear_paused("m").unwrap());
+        assert_eq!(l.claim(&key("x"), "a", &me).unwrap(), Claim::Claimed);
     }
 
     #[test]
