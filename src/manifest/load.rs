@@ -1518,6 +1518,7 @@ impl Cx {
             _ => &[],
         };
         let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+        let scopes = RepoScopes::new(repos);
         for (i, item) in items.iter().enumerate() {
             let p = index("items", i);
             let field_span = |key: &str| -> Span {
@@ -1533,7 +1534,7 @@ impl Cx {
                     })
                     .unwrap_or(item.span)
             };
-            if repo_scope(repos, &item.repo).is_none() {
+            if scopes.of(&item.repo).is_none() {
                 let mut known: Vec<&str> = repos.iter().filter_map(|r| r.name.as_deref()).collect();
                 known.dedup();
                 let help = match suggest(&item.repo, &known) {
@@ -1575,11 +1576,12 @@ impl Cx {
         discover: Option<&Vec<DiscoverSpec>>,
     ) {
         let uses = std::mem::take(&mut self.uses);
+        let scopes = RepoScopes::new(repos);
         for u in &uses {
             for var in &u.vars {
                 let mut missing: Vec<String> = Vec::new();
                 for item in items.into_iter().flatten() {
-                    let Some(scope) = repo_scope(repos, &item.repo) else {
+                    let Some(scope) = scopes.of(&item.repo) else {
                         continue;
                     };
                     if applies(&u.owner, scope, repos) && !item.vars.contains_key(var) {
@@ -1816,20 +1818,45 @@ fn valid_var_name(s: &str) -> bool {
 }
 
 /// The index of the repository entry an item's `repo` refers to: a named entry, or else the first
-/// `glob` entry whose last segment could match that name.
-pub fn repo_scope(repos: &[RepositorySpec], name: &str) -> Option<usize> {
-    if let Some(i) = repos.iter().position(|r| r.name.as_deref() == Some(name)) {
-        return Some(i);
+/// `glob` entry whose last segment could match that name. Globs are compiled once, not per item.
+pub struct RepoScopes<'a> {
+    repos: &'a [RepositorySpec],
+    /// Per entry, the matcher of its glob's last segment (`None` for `**`, which matches all).
+    globs: Vec<Option<Option<GlobMatcher>>>,
+}
+
+impl<'a> RepoScopes<'a> {
+    pub fn new(repos: &'a [RepositorySpec]) -> Self {
+        let globs = repos
+            .iter()
+            .map(|r| {
+                r.glob.as_deref().and_then(|g| {
+                    let last = g.trim_end_matches('/').rsplit('/').next().unwrap_or(g);
+                    if last == "**" {
+                        Some(None)
+                    } else {
+                        Glob::new(last).ok().map(|gl| Some(gl.compile_matcher()))
+                    }
+                })
+            })
+            .collect();
+        RepoScopes { repos, globs }
     }
-    repos.iter().position(|r| {
-        r.glob.as_deref().is_some_and(|g| {
-            let last = g.trim_end_matches('/').rsplit('/').next().unwrap_or(g);
-            last == "**"
-                || Glob::new(last)
-                    .map(|gl| gl.compile_matcher().is_match(name))
-                    .unwrap_or(false)
+
+    pub fn of(&self, name: &str) -> Option<usize> {
+        if let Some(i) = self
+            .repos
+            .iter()
+            .position(|r| r.name.as_deref() == Some(name))
+        {
+            return Some(i);
+        }
+        self.globs.iter().position(|g| match g {
+            Some(None) => true,
+            Some(Some(m)) => m.is_match(name),
+            None => false,
         })
-    })
+    }
 }
 
 /// Does a template of `owner` render for items of repository entry `scope`?
