@@ -72,7 +72,12 @@ impl Progress {
     fn line(&self, msg: &str) {
         match &self.bars {
             Some(b) => b.multi.suspend(|| eprintln!("{msg}")),
-            None => eprintln!("runner: {msg}"),
+            // One write per line: lines of concurrent runners sharing a log stay whole, and a
+            // drain of thousands of items makes a third of the calls.
+            None => {
+                use std::io::Write;
+                let _ = std::io::stderr().write_all(format!("runner: {msg}\n").as_bytes());
+            }
         }
     }
 
