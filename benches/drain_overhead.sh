@@ -50,8 +50,14 @@ time_xargs() {
 time_runner > /dev/null
 done_count=$(grep -o '"completed": [0-9]*' "$work/out/latest/report.json" | head -1 | awk '{print $2}')
 [ "$done_count" -eq "$items" ] || { echo "expected $items completed items, found $done_count" >&2; exit 1; }
-r=$(for _ in $(seq "$runs"); do time_runner; done | median)
-x=$(for _ in $(seq "$runs"); do time_xargs; done | median)
+# Alternate the two, so that a noisy moment of a shared machine weighs on both alike.
+rs=(); xs=()
+for _ in $(seq "$runs"); do
+  rs+=("$(time_runner)")
+  xs+=("$(time_xargs)")
+done
+r=$(printf '%s\n' "${rs[@]}" | median)
+x=$(printf '%s\n' "${xs[@]}" | median)
 echo "items: $items over $repos repositories, -j 2, runs: $runs (median)"
 echo "runner apply:   ${r} ms"
 echo "xargs -P 2:     ${x} ms"
