@@ -4,8 +4,9 @@
 //! leave it. Every spawned process carries `RUNNER_TOKEN` (unguessable, per run) and
 //! `RUNNER_REPO` in its environment, and descendants inherit them; the census reads
 //! `/proc/<pid>/environ` to find them. A tree counts as gone only after several quiet scans in a
-//! row, and any unreadable scan resets the count. A scan reads only runner's own children (see
-//! [`scan`]), a handful of small reads, so it runs on the event loop.
+//! row, and any unreadable scan resets the count. A scan normally reads only runner's own
+//! children (see [`scan`]), a handful of small reads, on the event loop; a scan of every process
+//! runs on the blocking pool.
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -165,6 +166,16 @@ fn proc_pids() -> std::io::Result<impl Iterator<Item = i32>> {
     }))
 }
 
+/// Whether a scan reads only runner's children (subreaper, and a kernel that lists children),
+/// a handful of small reads, rather than every process.
+fn small_scans() -> bool {
+    static LISTS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    SUBREAPER.load(std::sync::atomic::Ordering::SeqCst)
+        && *LISTS.get_or_init(|| {
+            std::fs::metadata(format!("/proc/self/task/{}/children", std::process::id())).is_ok()
+        })
+}
+
 /// runner's children, from every thread's `children` list (an orphan is adopted by one of
 /// runner's threads), or `None` when the kernel does not provide the lists.
 fn own_children() -> Option<Vec<i32>> {
@@ -220,7 +231,15 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
     let mut quiet = 0;
     let mut needed = if fast { 1 } else { QUIET_SCANS };
     while Instant::now() < until {
-        let scanned = scan(&key);
+        let scanned = if small_scans() {
+            scan(&key)
+        } else {
+            // Examining every process of a busy machine takes a while: not on the event loop.
+            let k = key.clone();
+            tokio::task::spawn_blocking(move || scan(&k))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        };
         match scanned {
             Ok((pids, disturbed)) if pids.is_empty() => {
                 if disturbed {
