@@ -295,6 +295,17 @@ fn cancel_stops_a_live_run_and_records_who_and_why() {
     let run_id = status["runs"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(status["runs"][0]["status"], "live");
     assert_eq!(status["running"].as_array().unwrap().len(), 2);
+    let held: Vec<&Value> = status["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["held"] == true)
+        .collect();
+    assert_eq!(held.len(), 2, "{status}");
+    assert!(
+        held.iter()
+            .all(|l| l["holder"]["run_id"] == run_id.as_str())
+    );
     let out = run_in(
         dir.path(),
         &[
@@ -323,6 +334,20 @@ fn cancel_stops_a_live_run_and_records_who_and_why() {
         "{run}"
     );
     assert!(run["stop_requested_by"].as_str().unwrap().contains('@'));
+    // Released leases name their last holder; the lock says they are free.
+    assert!(
+        status["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["held"] == false),
+        "{status}"
+    );
+    let text = stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(
+        text.contains(&format!("free (last held by run {run_id})")),
+        "{text}"
+    );
 }
 
 #[test]

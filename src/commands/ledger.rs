@@ -87,6 +87,7 @@ struct LeaseStatus {
     repo: String,
     path: PathBuf,
     held: bool,
+    /// The holder's record: the current holder while `held`, else the last one.
     holder: Option<crate::lease::Holder>,
 }
 
@@ -264,7 +265,8 @@ pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
                     format!("held by run {} (pid {} on {})", h.run_id, h.pid, h.host)
                 }
                 (true, None) => "held".to_string(),
-                (false, _) => "free".to_string(),
+                (false, Some(h)) => format!("free (last held by run {})", h.run_id),
+                (false, None) => "free".to_string(),
             };
             println!("  {}  {who}", l.repo);
         }
