@@ -136,6 +136,31 @@ fn a_timed_out_gate_leaves_no_process_behind() {
 }
 
 #[test]
+fn a_hundred_escaped_processes_are_all_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    // More escapees than a scan examines on the event loop: the census takes the large path.
+    let gate = "for i in $(seq 100); do setsid sleep 3143 & done; sleep 3144";
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        "true",
+        &format!(
+            "gates:\n  - name: many\n    run: {}\n    timeout: 1s\n    grace: 200ms\n",
+            serde_json::to_string(gate).unwrap()
+        ),
+    );
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    for marker in ["sleep 3143", "sleep 3144"] {
+        assert!(processes_matching(marker).is_empty(), "`{marker}` survived");
+    }
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["items"][0]["outcome"], "halted", "{report}");
+}
+
+#[test]
 fn identical_failures_at_one_gate_stall_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("times.log");

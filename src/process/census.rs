@@ -83,16 +83,24 @@ fn stat(pid: i32) -> Option<(i32, char)> {
 /// kernel lists them in `/proc/self/task/<tid>/children`. Without the subreaper role, or
 /// without those lists, every process is examined.
 pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
-    let adopting = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
-    if adopting {
-        // Held for the whole scan: a helper forked meanwhile is registered before it can be
-        // listed, and no direct child is reaped behind the runtime's back.
-        let direct = DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(children) = own_children() {
-            return Ok(scan_children(key, children, &direct));
-        }
+    scan_within(key, usize::MAX).unwrap_or_else(|| scan_all(key, true))
+}
+
+/// Most of runner's children a scan examines on the event loop itself; more (a worker that
+/// left hundreds of processes behind) are examined on the blocking pool.
+const INLINE_CHILDREN: usize = 64;
+
+/// A scan of runner's children, unless there are more than `budget` of them, or runner is not
+/// the subreaper, or the kernel does not list children (`None`: scan every process instead).
+fn scan_within(key: &CensusKey, budget: usize) -> Option<std::io::Result<(Vec<i32>, bool)>> {
+    if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
+        return Some(scan_all(key, false));
     }
-    scan_all(key, adopting)
+    // Held for the whole scan: a helper forked meanwhile is registered before it can be
+    // listed, and no direct child is reaped behind the runtime's back.
+    let direct = DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
+    let children = own_children()?;
+    (children.len() <= budget).then(|| Ok(scan_children(key, children, &direct)))
 }
 
 /// Examine runner's children, except the direct children runner spawned itself (item leaders
@@ -231,14 +239,21 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
     let mut quiet = 0;
     let mut needed = if fast { 1 } else { QUIET_SCANS };
     while Instant::now() < until {
-        let scanned = if small_scans() {
-            scan(&key)
+        // A large scan (every process of a busy machine, or hundreds of escapees) takes a
+        // while: not on the event loop.
+        let inline = if small_scans() {
+            scan_within(&key, INLINE_CHILDREN)
         } else {
-            // Examining every process of a busy machine takes a while: not on the event loop.
-            let k = key.clone();
-            tokio::task::spawn_blocking(move || scan(&k))
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            None
+        };
+        let scanned = match inline {
+            Some(r) => r,
+            None => {
+                let k = key.clone();
+                tokio::task::spawn_blocking(move || scan(&k))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            }
         };
         match scanned {
             Ok((pids, disturbed)) if pids.is_empty() => {
