@@ -279,11 +279,10 @@ fn a_missing_repository_is_skipped_and_the_run_goes_on() {
     let out = apply(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
-    let items = report["items"].as_array().unwrap();
-    let gone = items.iter().find(|i| i["repo"] == "gone").unwrap();
+    let gone = report_item(&report, "repo", "gone");
     assert_eq!(gone["outcome"], "skipped");
     assert_eq!(gone["reason"], "repo-not-found");
-    let here = items.iter().find(|i| i["repo"] == "here").unwrap();
+    let here = report_item(&report, "repo", "here");
     assert_eq!(here["outcome"], "completed");
 }
 
@@ -482,14 +481,10 @@ fn a_repository_leased_elsewhere_is_held_or_waited_for() {
     let out = apply(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
-    let items = report["items"].as_array().unwrap();
-    let r0 = items.iter().find(|i| i["repo"] == "r0").unwrap();
+    let r0 = report_item(&report, "repo", "r0");
     assert_eq!(r0["outcome"], "held");
     assert_eq!(r0["reason"], "repo-busy");
-    assert_eq!(
-        items.iter().find(|i| i["repo"] == "r1").unwrap()["outcome"],
-        "completed"
-    );
+    assert_eq!(report_item(&report, "repo", "r1")["outcome"], "completed");
 
     holder.wait().unwrap();
 

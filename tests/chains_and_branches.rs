@@ -208,11 +208,10 @@ fn a_users_uncommitted_changes_are_never_modified() {
     let out = apply(dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
-    let items = report["items"].as_array().unwrap();
-    let in_place = items.iter().find(|i| i["id"] == "in-place").unwrap();
+    let in_place = report_item(&report, "id", "in-place");
     assert_eq!(in_place["reason"], "dirty-tree");
     assert_eq!(
-        items.iter().find(|i| i["id"] == "on-branch").unwrap()["outcome"],
+        report_item(&report, "id", "on-branch")["outcome"],
         "completed"
     );
     assert_eq!(
@@ -250,12 +249,8 @@ fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
     let out = apply(dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
-    let items = report["items"].as_array().unwrap();
-    assert_eq!(
-        items.iter().find(|i| i["repo"] == "lib").unwrap()["outcome"],
-        "completed"
-    );
-    let private = items.iter().find(|i| i["repo"] == "private").unwrap();
+    assert_eq!(report_item(&report, "repo", "lib")["outcome"], "completed");
+    let private = report_item(&report, "repo", "private");
     assert_eq!(private["outcome"], "failed");
     let cause = private["cause"].as_str().unwrap();
     assert!(cause.contains("cannot clone"), "{cause}");

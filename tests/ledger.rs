@@ -37,7 +37,8 @@ fn setup(root: &Path, repos: usize, per: usize, workers: u32, sleep: &str) {
     std::fs::write(root.join("m.yaml"), m).unwrap();
 }
 
-fn spawn_apply(root: &Path, extra: &[&str]) -> Child {
+/// `apply m.yaml`, waiting for leases another runner holds, with `extra` arguments.
+fn apply_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "apply",
         "m.yaml",
@@ -46,9 +47,13 @@ fn spawn_apply(root: &Path, extra: &[&str]) -> Child {
         "120s",
     ];
     args.extend_from_slice(extra);
+    args
+}
+
+fn spawn_apply(root: &Path, extra: &[&str]) -> Child {
     runner()
         .current_dir(root)
-        .args(&args)
+        .args(apply_args(extra))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -56,15 +61,7 @@ fn spawn_apply(root: &Path, extra: &[&str]) -> Child {
 }
 
 fn apply(root: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "apply",
-        "m.yaml",
-        "--no-progress",
-        "--wait-for-locks",
-        "120s",
-    ];
-    args.extend_from_slice(extra);
-    run_in(root, &args)
+    run_in(root, &apply_args(extra))
 }
 
 /// Completion time (ns since the epoch) of every item the ledger records as completed.

@@ -8,7 +8,7 @@ use crate::engine::{ClaimAnswer, RunSink};
 use crate::events::Event;
 use crate::manifest::{LoadedManifest, SourceKind};
 use crate::plan::history;
-use crate::plan::{self, PlanError, PlanOptions, repos};
+use crate::plan::{self, PlanOptions, repos};
 use crate::process::output::Redactor;
 use crate::report::{self, ReportBuilder};
 use crate::state::sqlite::SqliteLedger;
@@ -44,16 +44,8 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     };
-    let mut plan = match plan::plan(&loaded, &opts) {
-        Ok(p) => p,
-        Err(PlanError::Invalid(e)) => {
-            eprint!("{}", e.render(ui.color));
-            return EXIT_INVALID;
-        }
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INVALID;
-        }
+    let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
+        return EXIT_INVALID;
     };
     if std::env::var_os("RUNNER_ROLE").is_some()
         && let Ok(parent) = std::env::var("RUNNER_REPO_PATH")

@@ -97,6 +97,26 @@ pub fn load(ui: &Ui, path: &Path) -> Result<LoadedManifest, i32> {
     }
 }
 
+/// Plan a loaded manifest, or print why it cannot be planned (a manifest diagnostic rendered
+/// like a load error) and give `None`, for the caller to pick its exit code.
+pub fn plan(
+    ui: &Ui,
+    loaded: &LoadedManifest,
+    opts: &crate::plan::PlanOptions,
+) -> Option<crate::plan::Plan> {
+    match crate::plan::plan(loaded, opts) {
+        Ok(p) => Some(p),
+        Err(crate::plan::PlanError::Invalid(e)) => {
+            eprint!("{}", e.render(ui.color));
+            None
+        }
+        Err(e) => {
+            ui.error(e);
+            None
+        }
+    }
+}
+
 /// The state ledger's path: `--state` / `RUNNER_STATE`, else `.runner/state.db` beside the
 /// manifest, else in the current folder.
 pub fn state_path(state: &crate::cli::StateArgs, manifest: Option<&Path>) -> std::path::PathBuf {

@@ -2,7 +2,7 @@
 
 use super::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK, Ui, load};
 use crate::cli::PlanArgs;
-use crate::plan::{ItemState, Plan, PlanError, PlanOptions, RepoStatus};
+use crate::plan::{ItemState, Plan, PlanOptions, RepoStatus};
 
 pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     // With --detailed-exitcode, 2 means "work pending", so errors must be 1 (as Terraform).
@@ -19,16 +19,8 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
     };
-    let mut plan = match crate::plan::plan(&loaded, &opts) {
-        Ok(p) => p,
-        Err(PlanError::Invalid(e)) => {
-            eprint!("{}", e.render(ui.color));
-            return error_code;
-        }
-        Err(e) => {
-            ui.error(e);
-            return error_code;
-        }
+    let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
+        return error_code;
     };
     // The ledger is read as a snapshot: `plan` creates and changes no file.
     let state_path = super::state_path(&args.state, Some(&args.manifest));

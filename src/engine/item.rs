@@ -398,18 +398,26 @@ async fn gates(
     };
     let mut any_passed = false;
     let mut decided: Option<(String, Finished, bool)> = None;
+    // A gate that did not run: its result and why, with no output and no time.
+    let unrun = |gate: &str, result: GateResult, reason: &str| {
+        let _ = icx.events.send(Event::GateFinished {
+            item: icx.idx,
+            n,
+            gate: gate.to_string(),
+            result,
+            reason: Some(reason.to_string()),
+            duration: std::time::Duration::ZERO,
+            output_tail: String::new(),
+            log: None,
+        });
+    };
     for gate in gates {
         if decided.is_some() {
-            let _ = icx.events.send(Event::GateFinished {
-                item: icx.idx,
-                n,
-                gate: gate.name.clone(),
-                result: GateResult::NotRun,
-                reason: Some("an earlier required gate failed".into()),
-                duration: std::time::Duration::ZERO,
-                output_tail: String::new(),
-                log: None,
-            });
+            unrun(
+                &gate.name,
+                GateResult::NotRun,
+                "an earlier required gate failed",
+            );
             continue;
         }
         if !gate.paths.is_empty() {
@@ -423,16 +431,11 @@ async fn gates(
                 .as_ref()
                 .is_none_or(|files| files.iter().any(|f| matchers.iter().any(|m| m.is_match(f))));
             if !touched {
-                let _ = icx.events.send(Event::GateFinished {
-                    item: icx.idx,
-                    n,
-                    gate: gate.name.clone(),
-                    result: GateResult::Skipped,
-                    reason: Some("no changed file matches its `paths`".into()),
-                    duration: std::time::Duration::ZERO,
-                    output_tail: String::new(),
-                    log: None,
-                });
+                unrun(
+                    &gate.name,
+                    GateResult::Skipped,
+                    "no changed file matches its `paths`",
+                );
                 continue;
             }
         }

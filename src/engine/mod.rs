@@ -267,34 +267,28 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                         }
                     },
                 };
-                match sink.claim(idx) {
-                    ClaimAnswer::Claimed => {}
-                    ClaimAnswer::Busy(run) => {
-                        queue.remove(pos);
-                        finish(
-                            sink,
-                            idx,
-                            ItemOutcome::Held,
-                            Some("repo-busy"),
-                            Some(format!("claimed by live run `{run}`")),
-                        );
-                        continue;
-                    }
+                // An item another run holds or has completed leaves the queue with that reason.
+                let not_ours = match sink.claim(idx) {
+                    ClaimAnswer::Claimed => None,
+                    ClaimAnswer::Busy(run) => Some((
+                        ItemOutcome::Held,
+                        "repo-busy",
+                        format!("claimed by live run `{run}`"),
+                    )),
+                    ClaimAnswer::Done(run) => Some((
+                        ItemOutcome::Skipped,
+                        "done",
+                        format!("completed by run `{run}`"),
+                    )),
                     ClaimAnswer::Paused(p) => {
                         paused = Some(p);
                         break;
                     }
-                    ClaimAnswer::Done(run) => {
-                        queue.remove(pos);
-                        finish(
-                            sink,
-                            idx,
-                            ItemOutcome::Skipped,
-                            Some("done"),
-                            Some(format!("completed by run `{run}`")),
-                        );
-                        continue;
-                    }
+                };
+                if let Some((outcome, reason, cause)) = not_ours {
+                    queue.remove(pos);
+                    finish(sink, idx, outcome, Some(reason), Some(cause));
+                    continue;
                 }
                 match acquire(&common, Holder::this_process(&cx.run_id, &repo_name)).await {
                     Ok(Some(lease)) => {

@@ -51,14 +51,19 @@ fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
     Ok(crate::process::spawn_helper(command(dir).args(args))?)
 }
 
+/// The error of a git call that exited unsuccessfully, with what it printed on stderr.
+fn failed(args: impl Into<String>, dir: &Path, out: &std::process::Output) -> GitError {
+    GitError::Failed {
+        args: args.into(),
+        dir: dir.display().to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    }
+}
+
 fn checked(dir: &Path, args: &[&str]) -> Result<String, GitError> {
     let out = run(dir, args)?;
     if !out.status.success() {
-        return Err(GitError::Failed {
-            args: args.join(" "),
-            dir: dir.display().to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+        return Err(failed(args.join(" "), dir, &out));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -208,11 +213,11 @@ pub fn ancestry(dir: &Path, marker: &str, branch: &str) -> Result<Ancestry, GitE
     match out.status.code() {
         Some(0) => Ok(Ancestry::Contained),
         Some(1) => Ok(Ancestry::Missing),
-        _ => Err(GitError::Failed {
-            args: format!("merge-base --is-ancestor {marker} {branch}"),
-            dir: dir.display().to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        }),
+        _ => Err(failed(
+            format!("merge-base --is-ancestor {marker} {branch}"),
+            dir,
+            &out,
+        )),
     }
 }
 
@@ -337,11 +342,7 @@ pub fn commit_all(dir: &Path, message: &str) -> Result<bool, GitError> {
             .env("GIT_OPTIONAL_LOCKS", "1"),
     )?;
     if !out.status.success() {
-        return Err(GitError::Failed {
-            args: "commit".into(),
-            dir: dir.display().to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+        return Err(failed("commit", dir, &out));
     }
     Ok(true)
 }
@@ -372,11 +373,7 @@ pub fn clone(url: &str, dest: &Path) -> Result<(), GitError> {
             .stdin(Stdio::null()),
     )?;
     if !out.status.success() {
-        return Err(GitError::Failed {
-            args: "clone".into(),
-            dir: dest.display().to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+        return Err(failed("clone", dest, &out));
     }
     Ok(())
 }

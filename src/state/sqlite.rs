@@ -754,6 +754,19 @@ mod tests {
         }
     }
 
+    /// Record item `item`'s result in run `run` (buffered, as the engine does).
+    fn finished(ledger: &mut SqliteLedger, run: &str, item: &str, outcome: ItemOutcome) {
+        let ev = Event::ItemFinished {
+            item: 0,
+            outcome,
+            reason: None,
+            cause: None,
+        };
+        ledger
+            .event(run, Some(&key(item)), &ev, &crate::report::now())
+            .unwrap();
+    }
+
     fn run(ledger: &mut SqliteLedger, id: &str) {
         ledger
             .begin_run(
@@ -843,14 +856,7 @@ mod tests {
         run(&mut l, "a");
         let me = Holder::this_process();
         l.claim(&key("x"), "a", &me).unwrap();
-        let ev = Event::ItemFinished {
-            item: 0,
-            outcome: ItemOutcome::Completed,
-            reason: None,
-            cause: None,
-        };
-        l.event("a", Some(&key("x")), &ev, &crate::report::now())
-            .unwrap();
+        finished(&mut l, "a", "x", ItemOutcome::Completed);
         assert_eq!(
             l.live_claims().unwrap().len(),
             1,
@@ -871,14 +877,7 @@ mod tests {
         run(&mut l, "a");
         let me = Holder::this_process();
         l.claim(&key("x"), "a", &me).unwrap();
-        let ev = Event::ItemFinished {
-            item: 0,
-            outcome: ItemOutcome::Failed,
-            reason: None,
-            cause: None,
-        };
-        l.event("a", Some(&key("x")), &ev, &crate::report::now())
-            .unwrap();
+        finished(&mut l, "a", "x", ItemOutcome::Failed);
         let other = SqliteLedger::open(&path).unwrap();
         assert!(other.past_outcomes("m").unwrap().is_empty());
         assert_eq!(l.claim(&key("y"), "a", &me).unwrap(), Claim::Claimed);

@@ -141,6 +141,20 @@ pub fn latest_report(reports: &Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("report.json is JSON")
 }
 
+/// The report's first item whose `field` is `value` (e.g. `("repo", "api")`).
+pub fn report_item<'a>(
+    report: &'a serde_json::Value,
+    field: &str,
+    value: &str,
+) -> &'a serde_json::Value {
+    report["items"]
+        .as_array()
+        .expect("report items")
+        .iter()
+        .find(|i| i[field] == value)
+        .unwrap_or_else(|| panic!("no item with {field} `{value}` in {report}"))
+}
+
 /// Intervals `(repo, start_ns, end_ns)` from a log of `start REPO ITEM NS` / `end REPO ITEM NS`
 /// lines written by test workers.
 pub fn intervals(log: &Path) -> Vec<(String, String, u128, u128)> {
