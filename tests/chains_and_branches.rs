@@ -227,21 +227,20 @@ fn a_users_uncommitted_changes_are_never_modified() {
     assert_eq!(git(&r, &["show", "runner/on-branch:README.md"]), "changed");
 }
 
+/// Write every ref of `repo` into the bundle file `to`.
+fn bundle(repo: &Path, to: &Path) {
+    git(
+        repo,
+        &["bundle", "create", "-q", to.to_str().unwrap(), "--all"],
+    );
+}
+
 #[test]
 fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
     let dir = tempfile::tempdir().unwrap();
     let src = repo(&dir.path().join("src"));
     commit_file(&src, "tasks/a.md", "a\n");
-    git(
-        &src,
-        &[
-            "bundle",
-            "create",
-            "-q",
-            dir.path().join("lib.bundle").to_str().unwrap(),
-            "--all",
-        ],
-    );
+    bundle(&src, &dir.path().join("lib.bundle"));
     write(
         dir.path(),
         "version: 1\nname: u\nrepositories:\n  - url: lib.bundle\n  - name: private\n    url: https://user:s3cr3t-pass@127.0.0.1:9/none.git\nworker: {run: \"echo done > out.txt\"}\nitems:\n  - {repo: lib, id: a, branch: runner/a}\n  - {repo: private, id: b}\n",
@@ -262,16 +261,7 @@ fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
     // The clone is reused (and fetched) on the next run.
     let clone = dir.path().join(".runner/workspace/repos/lib");
     commit_file(&src, "tasks/b.md", "b\n");
-    git(
-        &src,
-        &[
-            "bundle",
-            "create",
-            "-q",
-            dir.path().join("lib.bundle").to_str().unwrap(),
-            "--all",
-        ],
-    );
+    bundle(&src, &dir.path().join("lib.bundle"));
     let _ = apply(dir.path());
     assert!(
         git(&clone, &["log", "--all", "--format=%s"]).contains("add tasks/b.md"),
