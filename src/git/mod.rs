@@ -6,6 +6,8 @@
 //! another repository (`GIT_DIR`, `GIT_WORK_TREE`, …) are removed, so a runner started from a git
 //! hook still looks at the repository it was asked about.
 
+mod local;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -132,10 +134,14 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
     }
 }
 
-/// A probe and a dirtiness check in one `git status` call, for a checkout whose `.git` is a
-/// folder (so that it is its own top level and common dir). `None` when that does not apply or
-/// git's answer is not understood; the caller then asks separately.
+/// A probe and a dirtiness check, for a checkout whose `.git` is a folder (so that it is its own
+/// top level and common dir): read from the checkout's files when they prove it clean, else from
+/// one `git status` call. `None` when that does not apply or git's answer is not understood; the
+/// caller then asks separately.
 pub fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
+    if let Some(probe) = local::clean_checkout(dir) {
+        return Some((probe, false));
+    }
     let git_dir = dir.join(".git");
     if !git_dir.is_dir() {
         return None;

@@ -1,0 +1,727 @@
+//! A checkout's state read from its own files, without starting git.
+//!
+//! Planning asks every repository what HEAD is and whether the checkout has uncommitted
+//! changes. A `git status` for that costs a process start and a few milliseconds of CPU per
+//! repository, which for a hundred repositories is most of `runner plan`'s time. This module
+//! answers the common case in-process and answers only one way: "clean, and here is HEAD", and
+//! only when it has proven it. The proof is the one git itself makes:
+//!
+//! - the index's cached tree (its `TREE` extension) names the very tree HEAD's commit names, so
+//!   nothing is staged;
+//! - every index entry's file has exactly the stat data the index recorded, and was not changed
+//!   in the same instant the index was written (a "racy" entry, which git settles by reading the
+//!   content), so nothing is modified;
+//! - every file in the working tree is in the index, so nothing is untracked.
+//!
+//! Everything it does not fully understand ends the attempt with `None`, and the caller asks
+//! git: a linked worktree, a repository owned by another user, a config extension or include,
+//! replace refs or grafts, a split or sparse index, a conflict, a submodule, an intent-to-add
+//! or skip-worktree entry, a commit stored as a delta in a pack, any difference in stat data, and
+//! any file the index does not name (even one that `.gitignore` would ignore). So a wrong
+//! "clean" needs git's own index to be wrong; every other mistake only costs the git call that
+//! would have been made anyway.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+
+use super::Probe;
+
+/// A SHA-1 object name.
+type Oid = [u8; 20];
+
+/// The tree of an empty index.
+const EMPTY_TREE: Oid = [
+    0x4b, 0x82, 0x5d, 0xc6, 0x42, 0xcb, 0x6e, 0xb9, 0xa0, 0x60, 0xe5, 0x4b, 0xf8, 0xd6, 0x92, 0x88,
+    0xfb, 0xee, 0x49, 0x04,
+];
+
+/// HEAD of the checkout at `dir`, when the checkout is proven to have no uncommitted changes
+/// (staged, unstaged or untracked). `None` says nothing either way.
+pub fn clean_checkout(dir: &Path) -> Option<Probe> {
+    let top = std::path::absolute(dir).ok()?;
+    let git_dir = top.join(".git");
+    let meta = std::fs::symlink_metadata(&git_dir).ok()?;
+    // git refuses a repository that belongs to another user unless told it is safe; that
+    // judgement stays with git.
+    let uid = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
+        return None;
+    }
+    plain_config(&git_dir)?;
+    if git_dir.join("commondir").exists()
+        || git_dir.join("info/grafts").exists()
+        || git_dir.join("refs/replace").exists()
+    {
+        return None;
+    }
+    let (head, branch) = read_head(&git_dir)?;
+    let index = Index::read(&git_dir)?;
+    let staged = match &head {
+        Some(commit) => index.tree? != commit_tree(&git_dir, commit)?,
+        None => !index.entries.is_empty(),
+    };
+    if staged {
+        return None;
+    }
+    if !index.worktree_matches(&top) || !nothing_untracked(&top, &index) {
+        return None;
+    }
+    Some(Probe {
+        common_dir: git_dir,
+        toplevel: top,
+        head: head.map(|h| hex(&h)),
+        branch,
+    })
+}
+
+/// `Some` when the repository's own config holds nothing that changes where the working tree
+/// is or how refs and objects are stored.
+fn plain_config(git_dir: &Path) -> Option<()> {
+    let text = std::fs::read_to_string(git_dir.join("config")).ok()?;
+    let mut section = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix('[') {
+            let (header, after) = rest.split_once(']')?;
+            // A key may follow the header on its line; such a file is left to git.
+            if !after.trim().is_empty() {
+                return None;
+            }
+            section = header
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '.')
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if section == "extensions" || section.starts_with("include") {
+                return None;
+            }
+            continue;
+        }
+        if section != "core" {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .map_or((line, "true"), |(k, v)| (k.trim(), v.trim()));
+        let value = value.trim_matches('"').to_ascii_lowercase();
+        match key.to_ascii_lowercase().as_str() {
+            "worktree" => return None,
+            "bare" if !matches!(value.as_str(), "false" | "no" | "off" | "0") => return None,
+            "repositoryformatversion" if value != "0" && value != "1" => return None,
+            _ => {}
+        }
+    }
+    Some(())
+}
+
+/// The commit HEAD names (`None` on a branch without commits) and its branch (`None` when
+/// detached).
+fn read_head(git_dir: &Path) -> Option<(Option<Oid>, Option<String>)> {
+    let text = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    match text.strip_prefix("ref: ") {
+        Some(target) => {
+            let branch = target.strip_prefix("refs/heads/")?;
+            if !super::valid_branch_name(branch) {
+                return None;
+            }
+            Some((resolve_ref(git_dir, target)?, Some(branch.to_string())))
+        }
+        None => Some((Some(parse_oid(text.as_bytes())?), None)),
+    }
+}
+
+/// The commit a ref names: `Some(None)` when the ref does not exist.
+fn resolve_ref(git_dir: &Path, name: &str) -> Option<Option<Oid>> {
+    match std::fs::read(git_dir.join(name)) {
+        Ok(t) => return Some(Some(parse_oid(t.strip_suffix(b"\n").unwrap_or(&t))?)),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(_) => return None,
+    }
+    let packed = match std::fs::read_to_string(git_dir.join("packed-refs")) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Some(None),
+        Err(_) => return None,
+    };
+    for line in packed.lines() {
+        if let Some((oid, r)) = line.split_once(' ')
+            && r == name
+            && !line.starts_with('#')
+            && !line.starts_with('^')
+        {
+            return Some(Some(parse_oid(oid.as_bytes())?));
+        }
+    }
+    Some(None)
+}
+
+fn parse_oid(text: &[u8]) -> Option<Oid> {
+    if text.len() != 40 {
+        return None;
+    }
+    let mut oid = [0u8; 20];
+    for (i, pair) in text.chunks_exact(2).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        oid[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+    }
+    Some(oid)
+}
+
+fn hex(oid: &Oid) -> String {
+    oid.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The tree a commit names, read from a loose object or a pack (not from a delta).
+fn commit_tree(git_dir: &Path, commit: &Oid) -> Option<Oid> {
+    let name = hex(commit);
+    let objects = git_dir.join("objects");
+    let body = match std::fs::read(objects.join(&name[..2]).join(&name[2..])) {
+        Ok(data) => {
+            let raw = inflate_start(&data)?;
+            let nul = raw.iter().position(|&b| b == 0)?;
+            if !raw.starts_with(b"commit ") {
+                return None;
+            }
+            raw[nul + 1..].to_vec()
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => packed_commit_start(&objects, commit)?,
+        Err(_) => return None,
+    };
+    parse_oid(body.strip_prefix(b"tree ")?.get(..40)?)
+}
+
+/// The first bytes of a zlib stream's content.
+fn inflate_start(data: &[u8]) -> Option<Vec<u8>> {
+    use miniz_oxide::inflate::stream::{InflateState, inflate};
+    let mut state = InflateState::new_boxed(miniz_oxide::DataFormat::Zlib);
+    let mut out = vec![0u8; 128];
+    let r = inflate(&mut state, data, &mut out, miniz_oxide::MZFlush::None);
+    r.status.ok()?;
+    out.truncate(r.bytes_written);
+    Some(out)
+}
+
+/// The start of a commit stored whole in one of the packs.
+fn packed_commit_start(objects: &Path, commit: &Oid) -> Option<Vec<u8>> {
+    for entry in std::fs::read_dir(objects.join("pack")).ok()? {
+        let path = entry.ok()?.path();
+        if path.extension() != Some(OsStr::new("idx")) {
+            continue;
+        }
+        let Some(offset) = pack_offset(&path, commit)? else {
+            continue;
+        };
+        let pack = File::open(path.with_extension("pack")).ok()?;
+        let mut buf = vec![0u8; 4096];
+        let n = pack.read_at(&mut buf, offset).ok()?;
+        let buf = &buf[..n];
+        // The entry header: type in bits 4–6 of the first byte, then the size as a varint.
+        let mut i = 0;
+        let first = *buf.first()?;
+        if (first >> 4) & 7 != 1 {
+            return None;
+        }
+        let mut c = first;
+        while c & 0x80 != 0 {
+            i += 1;
+            c = *buf.get(i)?;
+        }
+        return inflate_start(&buf[i + 1..]);
+    }
+    None
+}
+
+/// Where a pack index (version 2) puts `oid` in its pack: `Some(None)` when it is not there.
+fn pack_offset(idx: &Path, oid: &Oid) -> Option<Option<u64>> {
+    let f = File::open(idx).ok()?;
+    let mut head = [0u8; 8 + 256 * 4];
+    f.read_exact_at(&mut head, 0).ok()?;
+    if head[..8] != [0xff, b't', b'O', b'c', 0, 0, 0, 2] {
+        return None;
+    }
+    let fanout = |i: usize| {
+        u64::from(u32::from_be_bytes([
+            head[8 + 4 * i],
+            head[9 + 4 * i],
+            head[10 + 4 * i],
+            head[11 + 4 * i],
+        ]))
+    };
+    let total = fanout(255);
+    let first = usize::from(oid[0]);
+    let lo = if first == 0 { 0 } else { fanout(first - 1) };
+    let hi = fanout(first);
+    if hi <= lo {
+        return Some(None);
+    }
+    let names_at = 8 + 256 * 4;
+    let mut names = vec![0u8; usize::try_from((hi - lo) * 20).ok()?];
+    f.read_exact_at(&mut names, names_at + lo * 20).ok()?;
+    let names: Vec<&[u8]> = names.chunks_exact(20).collect();
+    let Ok(pos) = names.binary_search(&&oid[..]) else {
+        return Some(None);
+    };
+    let k = lo + pos as u64;
+    let offsets_at = names_at + total * 24;
+    let mut small = [0u8; 4];
+    f.read_exact_at(&mut small, offsets_at + k * 4).ok()?;
+    let small = u32::from_be_bytes(small);
+    if small & 0x8000_0000 == 0 {
+        return Some(Some(u64::from(small)));
+    }
+    let mut large = [0u8; 8];
+    let at = offsets_at + total * 4 + u64::from(small & 0x7fff_ffff) * 8;
+    f.read_exact_at(&mut large, at).ok()?;
+    Some(Some(u64::from_be_bytes(large)))
+}
+
+/// One index entry's path and the stat data git recorded for it.
+struct Entry {
+    path: Vec<u8>,
+    ctime: (u32, u32),
+    mtime: (u32, u32),
+    ino: u32,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u32,
+}
+
+struct Index {
+    entries: Vec<Entry>,
+    /// The tree the index holds, when git's cached tree covers the whole index.
+    tree: Option<Oid>,
+    /// When the index file was last written: entries changed at or after it are racy.
+    written: (u32, u32),
+}
+
+impl Index {
+    /// The index of a repository; an absent file is an empty index. `None` for anything this
+    /// reader does not fully understand.
+    fn read(git_dir: &Path) -> Option<Index> {
+        let path = git_dir.join("index");
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Some(Index {
+                    entries: Vec::new(),
+                    tree: Some(EMPTY_TREE),
+                    written: (0, 0),
+                });
+            }
+            Err(_) => return None,
+        };
+        let meta = std::fs::metadata(&path).ok()?;
+        let written = (meta.mtime() as u32, meta.mtime_nsec() as u32);
+        let mut index = parse(&data, written)?;
+        if index.entries.is_empty() {
+            index.tree = Some(EMPTY_TREE);
+        }
+        Some(index)
+    }
+
+    /// Whether every entry's file is still exactly as the index recorded it.
+    fn worktree_matches(&self, top: &Path) -> bool {
+        self.entries.iter().all(|e| {
+            let Ok(m) = std::fs::symlink_metadata(top.join(OsStr::from_bytes(&e.path))) else {
+                return false;
+            };
+            let kind = match e.mode >> 12 {
+                0o10 => m.file_type().is_file() && (e.mode & 0o100 != 0) == (m.mode() & 0o100 != 0),
+                0o12 => m.file_type().is_symlink(),
+                _ => false,
+            };
+            // Without nanoseconds in the index (a git built without them), seconds decide.
+            let nanos = e.mtime.1 != 0 || e.ctime.1 != 0;
+            let at = |sec: i64, nsec: i64| (sec as u32, if nanos { nsec as u32 } else { 0 });
+            let mtime = at(m.mtime(), m.mtime_nsec());
+            let written = (self.written.0, if nanos { self.written.1 } else { 0 });
+            kind && mtime == e.mtime
+                && at(m.ctime(), m.ctime_nsec()) == e.ctime
+                && m.ino() as u32 == e.ino
+                && m.uid() == e.uid
+                && m.gid() == e.gid
+                && m.size() as u32 == e.size
+                && e.mtime < written
+        })
+    }
+}
+
+/// Parse an index file (versions 2 to 4).
+fn parse(data: &[u8], written: (u32, u32)) -> Option<Index> {
+    let u32_at = |i: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(data.get(i..i + 4)?.try_into().ok()?))
+    };
+    if data.get(..4)? != b"DIRC" || data.len() < 12 + 20 {
+        return None;
+    }
+    let version = u32_at(4)?;
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let count = u32_at(8)? as usize;
+    let end = data.len() - 20;
+    let mut entries: Vec<Entry> = Vec::with_capacity(count.min(1 << 20));
+    let mut i = 12;
+    for _ in 0..count {
+        let start = i;
+        let flags = u16::from_be_bytes(data.get(i + 60..i + 62)?.try_into().ok()?);
+        let mut name_at = i + 62;
+        // Assume-valid, an extended entry (skip-worktree, intent-to-add) or a merge stage:
+        // left to git.
+        if flags & 0xf000 != 0 {
+            return None;
+        }
+        let mode = u32_at(i + 24)?;
+        if !matches!(mode >> 12, 0o10 | 0o12) {
+            return None;
+        }
+        let path = if version == 4 {
+            let prev: &[u8] = entries.last().map_or(&[], |e| &e.path);
+            let strip = varint(data, &mut name_at)?;
+            let keep = prev.len().checked_sub(strip)?;
+            let len = data.get(name_at..end)?.iter().position(|&b| b == 0)?;
+            let mut path = prev[..keep].to_vec();
+            path.extend_from_slice(&data[name_at..name_at + len]);
+            i = name_at + len + 1;
+            path
+        } else {
+            let len = data.get(name_at..end)?.iter().position(|&b| b == 0)?;
+            let path = data[name_at..name_at + len].to_vec();
+            // Entries are padded with 1 to 8 NULs to a multiple of eight bytes.
+            i = start + ((62 + len + 8) & !7);
+            path
+        };
+        if path.is_empty() || i > end {
+            return None;
+        }
+        entries.push(Entry {
+            path,
+            ctime: (u32_at(start)?, u32_at(start + 4)?),
+            mtime: (u32_at(start + 8)?, u32_at(start + 12)?),
+            ino: u32_at(start + 20)?,
+            mode,
+            uid: u32_at(start + 28)?,
+            gid: u32_at(start + 32)?,
+            size: u32_at(start + 36)?,
+        });
+    }
+    let mut tree = None;
+    while i < end {
+        let sig = data.get(i..i + 4)?;
+        let len = u32_at(i + 4)? as usize;
+        let body = data.get(i + 8..(i + 8).checked_add(len)?)?;
+        match sig {
+            b"TREE" => tree = root_tree(body),
+            // A lowercase signature is an extension git requires readers to understand
+            // (a split index, a sparse index): not this one.
+            [c, ..] if c.is_ascii_lowercase() => return None,
+            _ => {}
+        }
+        i += 8 + len;
+    }
+    (i == end).then_some(Index {
+        entries,
+        tree,
+        written,
+    })
+}
+
+/// The root of a cached tree: `None` when it was invalidated since it was computed.
+fn root_tree(body: &[u8]) -> Option<Oid> {
+    // "<path>\0<entry count> <subtrees>\n<oid>", the root first with an empty path.
+    let rest = body.strip_prefix(b"\0")?;
+    let nl = rest.iter().position(|&b| b == b'\n')?;
+    let counts = std::str::from_utf8(&rest[..nl]).ok()?;
+    let entries: i64 = counts.split(' ').next()?.parse().ok()?;
+    if entries < 0 {
+        return None;
+    }
+    rest.get(nl + 1..nl + 21)?.try_into().ok()
+}
+
+/// git's offset varint (index version 4 path prefixes).
+fn varint(data: &[u8], at: &mut usize) -> Option<usize> {
+    let mut c = *data.get(*at)?;
+    *at += 1;
+    let mut value = usize::from(c & 0x7f);
+    while c & 0x80 != 0 {
+        c = *data.get(*at)?;
+        *at += 1;
+        value = value.checked_add(1)?.checked_mul(128)? | usize::from(c & 0x7f);
+    }
+    Some(value)
+}
+
+/// Whether every file in the working tree is in the index: any other file (untracked, or one
+/// git might ignore), a nested repository, a socket or a fifo leaves the answer to git.
+fn nothing_untracked(top: &Path, index: &Index) -> bool {
+    let tracked: HashSet<&[u8]> = index.entries.iter().map(|e| e.path.as_slice()).collect();
+    let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
+    while let Some(rel) = dirs.pop() {
+        let Ok(listing) = std::fs::read_dir(top.join(OsStr::from_bytes(&rel))) else {
+            return false;
+        };
+        for entry in listing {
+            let Ok(entry) = entry else { return false };
+            let name = entry.file_name();
+            if name.as_bytes() == b".git" {
+                if rel.is_empty() {
+                    continue;
+                }
+                return false;
+            }
+            let mut path = rel.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name.as_bytes());
+            let Ok(kind) = entry.file_type() else {
+                return false;
+            };
+            if kind.is_dir() {
+                dirs.push(path);
+            } else if !((kind.is_file() || kind.is_symlink()) && tracked.contains(path.as_slice()))
+            {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = super::super::command(dir)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn write(path: PathBuf, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// A repository with files at several depths, an executable and a symlink, all committed.
+    fn repo() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        git(d, &["init", "-q", "-b", "main"]);
+        write(d.join("README.md"), "hello\n");
+        write(d.join("src/lib/a.rs"), "fn a() {}\n");
+        write(d.join("src/lib/ab.rs"), "fn ab() {}\n");
+        write(d.join("src/main.rs"), "fn main() {}\n");
+        write(d.join("run.sh"), "#!/bin/sh\n");
+        let mut p = std::fs::metadata(d.join("run.sh")).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+        std::fs::set_permissions(d.join("run.sh"), p).unwrap();
+        std::os::unix::fs::symlink("README.md", d.join("link")).unwrap();
+        git(d, &["add", "."]);
+        git(d, &["commit", "-q", "-m", "init"]);
+        // Past the index's own write time, so that no entry is racy.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        git(d, &["update-index", "--refresh", "-q"]);
+        t
+    }
+
+    /// What the reader says, checked against git: a checkout it calls clean has no change git
+    /// can see, and the HEAD and branch it reads are git's.
+    fn read(d: &Path) -> Option<Probe> {
+        let fast = clean_checkout(d);
+        if let Some(p) = &fast {
+            let status = git(d, &["status", "--porcelain", "--untracked-files=all"]);
+            assert_eq!(status, "", "read as clean, but git sees changes");
+            let head = super::super::command(d)
+                .args(["rev-parse", "-q", "--verify", "HEAD"])
+                .output()
+                .unwrap();
+            let head = String::from_utf8(head.stdout).unwrap();
+            assert_eq!(
+                p.head.as_deref(),
+                Some(head.trim()).filter(|h| !h.is_empty())
+            );
+            let branch = super::super::command(d)
+                .args(["symbolic-ref", "-q", "--short", "HEAD"])
+                .output()
+                .unwrap();
+            let branch = String::from_utf8(branch.stdout).unwrap();
+            assert_eq!(
+                p.branch.as_deref(),
+                Some(branch.trim()).filter(|b| !b.is_empty())
+            );
+            assert_eq!(p.common_dir, std::path::absolute(d).unwrap().join(".git"));
+        }
+        fast
+    }
+
+    #[test]
+    fn a_clean_checkout_is_read_from_its_files() {
+        let t = repo();
+        let p = read(t.path()).expect("a committed checkout reads as clean");
+        assert_eq!(p.branch.as_deref(), Some("main"));
+    }
+
+    #[test]
+    fn packed_refs_and_objects_are_read() {
+        let t = repo();
+        let d = t.path();
+        git(d, &["gc", "-q"]);
+        assert!(
+            !d.join(".git/refs/heads/main").exists(),
+            "gc packs the refs"
+        );
+        read(d).expect("a packed repository reads as clean");
+    }
+
+    #[test]
+    fn an_index_of_version_four_is_read() {
+        let t = repo();
+        let d = t.path();
+        git(d, &["update-index", "--index-version", "4"]);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        git(d, &["update-index", "--refresh", "-q"]);
+        read(d).expect("a version 4 index reads as clean");
+    }
+
+    #[test]
+    fn a_detached_head_and_an_unborn_branch_are_read() {
+        let t = repo();
+        git(t.path(), &["checkout", "-q", "--detach"]);
+        let p = read(t.path()).expect("detached");
+        assert_eq!(p.branch, None);
+
+        let u = tempfile::tempdir().unwrap();
+        git(u.path(), &["init", "-q", "-b", "trunk"]);
+        let p = read(u.path()).expect("an empty repository is clean");
+        assert_eq!((p.head, p.branch.as_deref()), (None, Some("trunk")));
+        write(u.path().join("new"), "x");
+        assert!(read(u.path()).is_none(), "an untracked file");
+        git(u.path(), &["add", "new"]);
+        assert!(
+            read(u.path()).is_none(),
+            "a staged file on an unborn branch"
+        );
+    }
+
+    #[test]
+    fn no_change_is_read_as_clean() {
+        type Change = fn(&Path);
+        let changes: &[(&str, Change)] = &[
+            ("an untracked file", |d| write(d.join("notes.txt"), "x")),
+            ("an untracked file deep down", |d| {
+                write(d.join("src/lib/new/x.rs"), "x")
+            }),
+            ("an ignored file (left to git)", |d| {
+                write(d.join(".git/info/exclude"), "*.log\n");
+                write(d.join("build.log"), "x");
+            }),
+            ("a deleted file", |d| {
+                std::fs::remove_file(d.join("src/main.rs")).unwrap()
+            }),
+            ("a same-size edit with its mtime put back", |d| {
+                let f = d.join("README.md");
+                let m = std::fs::metadata(&f).unwrap().modified().unwrap();
+                std::fs::write(&f, "jello\n").unwrap();
+                std::fs::File::options()
+                    .write(true)
+                    .open(&f)
+                    .unwrap()
+                    .set_modified(m)
+                    .unwrap();
+            }),
+            ("a staged change with the file restored", |d| {
+                write(d.join("README.md"), "changed\n");
+                git(d, &["add", "README.md"]);
+                write(d.join("README.md"), "hello\n");
+            }),
+            ("a staged change whose tree is written", |d| {
+                write(d.join("README.md"), "changed\n");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                git(d, &["add", "README.md"]);
+                git(d, &["write-tree"]);
+            }),
+            ("a file hidden by skip-worktree", |d| {
+                git(d, &["update-index", "--skip-worktree", "src/main.rs"]);
+                std::fs::remove_file(d.join("src/main.rs")).unwrap();
+            }),
+            ("a staged removal", |d| {
+                git(d, &["rm", "-q", "--cached", "src/main.rs"]);
+            }),
+            ("an executable bit", |d| {
+                let f = d.join("README.md");
+                let mut p = std::fs::metadata(&f).unwrap().permissions();
+                std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+                std::fs::set_permissions(&f, p).unwrap();
+            }),
+            ("a file turned into a symlink", |d| {
+                std::fs::remove_file(d.join("src/main.rs")).unwrap();
+                std::os::unix::fs::symlink("lib/a.rs", d.join("src/main.rs")).unwrap();
+            }),
+            ("an intent to add", |d| {
+                write(d.join("later.rs"), "x");
+                git(d, &["add", "-N", "later.rs"]);
+            }),
+            ("a nested repository", |d| {
+                git(d, &["init", "-q", "vendor/dep"]);
+            }),
+            ("an index written before its entries changed (racy)", |d| {
+                let idx = std::fs::File::options()
+                    .write(true)
+                    .open(d.join(".git/index"))
+                    .unwrap();
+                idx.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1))
+                    .unwrap();
+            }),
+            ("a config extension", |d| {
+                git(d, &["config", "extensions.worktreeConfig", "true"]);
+            }),
+            ("a work tree set in config", |d| {
+                git(d, &["config", "core.worktree", "/elsewhere"]);
+            }),
+            ("a replace ref", |d| {
+                let head = git(d, &["rev-parse", "HEAD"]);
+                git(d, &["update-ref", "refs/replace/x", head.trim()]);
+            }),
+        ];
+        for (what, change) in changes {
+            let t = repo();
+            assert!(read(t.path()).is_some(), "{what}: clean before");
+            change(t.path());
+            assert!(read(t.path()).is_none(), "{what}: read as clean");
+        }
+    }
+
+    #[test]
+    fn a_linked_worktree_is_left_to_git() {
+        let t = repo();
+        let wt = t.path().join("wt");
+        git(
+            t.path(),
+            &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()],
+        );
+        assert!(read(&wt).is_none());
+    }
+}
