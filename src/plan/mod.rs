@@ -259,10 +259,19 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
         }
     }
 
-    let analysed: Vec<Analysed> = located
-        .par_iter()
-        .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref()))
-        .collect();
+    let analyse_all = || -> Vec<Analysed> {
+        located
+            .par_iter()
+            .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref()))
+            .collect()
+    };
+    // A pool of its own that ends with the plan: the drain that follows then has no idle threads,
+    // each of which would be one more task list to read in every census and one more CPU to
+    // tell of every unmapped page.
+    let analysed = match rayon::ThreadPoolBuilder::new().build() {
+        Ok(pool) => pool.install(analyse_all),
+        Err(_) => analyse_all(),
+    };
 
     let mut repositories = Vec::with_capacity(analysed.len());
     let mut per_repo: Vec<Vec<ItemPlan>> = Vec::with_capacity(analysed.len());
