@@ -9,10 +9,11 @@
 //! even if runner itself is killed.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const LOCK_FILE: &str = "runner.lock";
 pub const RECORD_FILE: &str = "runner.lease.json";
@@ -97,16 +98,21 @@ impl Lease {
             Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
-        let record = common_dir.join(RECORD_FILE);
         // The record is informational; failing to write it does not give up the lock. A run
         // takes one repository's lease many times, and the record it left last time is still
         // right: it is rewritten only when it names someone else. A stale record is removed
         // first, so that the new one is a plain create (renaming over an existing file makes
         // ext4 flush).
+        let record = common_dir.join(RECORD_FILE);
         let bytes = serde_json::to_vec_pretty(&holder).unwrap_or_default();
-        if std::fs::read(&record).ok().as_deref() != Some(bytes.as_slice()) {
-            let _ = std::fs::remove_file(&record);
-            let _ = write_atomic(&record, &bytes);
+        if !RecordsSeen::says(&record, &bytes) {
+            let holds = std::fs::read(&record).ok().as_deref() == Some(bytes.as_slice()) || {
+                let _ = std::fs::remove_file(&record);
+                write_atomic(&record, &bytes).is_ok()
+            };
+            if holds {
+                RecordsSeen::saw(record, bytes);
+            }
         }
         Ok(Some(Lease { file }))
     }
@@ -120,6 +126,48 @@ impl Lease {
     /// the last holder until the next one takes the lease.
     pub fn release(self) {
         drop(self.file);
+    }
+}
+
+/// The lease records this process last wrote or read, by file identity: a record is replaced
+/// whole (a new file renamed into place), so one whose identity, size and modification time are
+/// unchanged still says what it said, and a stat stands for reading it again.
+struct RecordsSeen;
+
+/// Device, inode, size and modification time (seconds, nanoseconds) of a record file.
+type Stamp = (u64, u64, u64, i64, i64);
+
+/// Each record path with its stamp and contents when last seen.
+type Seen = HashMap<PathBuf, (Stamp, Vec<u8>)>;
+
+static RECORDS_SEEN: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
+
+impl RecordsSeen {
+    fn stamp(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    }
+
+    /// Whether the record at `path` is known to hold `bytes`.
+    fn says(path: &Path, bytes: &[u8]) -> bool {
+        let Some(now) = Self::stamp(path) else {
+            return false;
+        };
+        let seen = RECORDS_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        seen.as_ref()
+            .and_then(|m| m.get(path))
+            .is_some_and(|(stamp, said)| *stamp == now && said == bytes)
+    }
+
+    /// Remember that the record at `path` holds `bytes` now.
+    fn saw(path: PathBuf, bytes: Vec<u8>) {
+        let Some(now) = Self::stamp(&path) else {
+            return;
+        };
+        let mut seen = RECORDS_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get_or_insert_with(HashMap::new)
+            .insert(path, (now, bytes));
     }
 }
 
@@ -185,5 +233,25 @@ mod tests {
             "run-b"
         );
         b.release();
+    }
+
+    #[test]
+    fn a_record_rewritten_by_another_holder_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join(RECORD_FILE);
+        let holder = Holder::this_process("run-a", "r");
+        Lease::try_acquire(dir.path(), holder.clone())
+            .unwrap()
+            .unwrap()
+            .release();
+        // Another runner takes the lease and leaves its record, the same size as this one's.
+        let mut other = holder.clone();
+        other.run_id = "run-b".into();
+        write_atomic(&record, &serde_json::to_vec_pretty(&other).unwrap()).unwrap();
+        Lease::try_acquire(dir.path(), holder)
+            .unwrap()
+            .unwrap()
+            .release();
+        assert_eq!(read_record(&record).unwrap().run_id, "run-a");
     }
 }

@@ -14,6 +14,7 @@ pub mod census;
 pub mod output;
 
 use output::{Collector, Redactor};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -118,13 +119,12 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(null())
         .process_group(0)
         .kill_on_drop(false);
     // One pipe for both streams: the log keeps their interleaving as the process wrote it, and
     // a process costs one pipe and one reader instead of two.
-    let pipe = tokio::net::unix::pipe::pipe().and_then(|(tx, rx)| {
-        let out = tx.into_blocking_fd()?;
+    let pipe = output_pipe().and_then(|(out, rx)| {
         let err = out.try_clone()?;
         Ok((out, err, rx))
     });
@@ -269,6 +269,28 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.any_output = snap.bytes > 0;
     fin.duration = started.elapsed();
     fin
+}
+
+/// A pipe for a child's output: the write end blocking, as programs expect of their stdout; the
+/// read end non-blocking and registered with the runtime (which registers only that end, where
+/// the runtime's own pipe registers both and then takes one back).
+fn output_pipe() -> std::io::Result<(OwnedFd, tokio::net::unix::pipe::Receiver)> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    fcntl(&rx, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    Ok((
+        tx,
+        tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(rx)?,
+    ))
+}
+
+/// A child's stdin: `/dev/null`, opened once and duplicated for each child.
+fn null() -> Stdio {
+    static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| std::fs::File::open("/dev/null").ok())
+        .as_ref()
+        .and_then(|f| f.try_clone().ok())
+        .map_or_else(Stdio::null, Stdio::from)
 }
 
 /// The program to execute: as given when it names a path, else the first executable file of

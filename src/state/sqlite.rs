@@ -114,7 +114,7 @@ impl Buffered {
     }
 
     /// Write it all, events first, then results (each releasing its item's claim).
-    fn write(&mut self, tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    fn write(&mut self, tx: &Connection) -> rusqlite::Result<()> {
         let mut stmt = tx.prepare_cached(
             "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
@@ -480,16 +480,51 @@ impl SqliteLedger {
 
 /// Run a statement through the connection's statement cache: the drain runs the same few
 /// statements thousands of times.
-fn exec(
-    tx: &rusqlite::Transaction<'_>,
-    sql: &str,
-    p: impl rusqlite::Params,
-) -> rusqlite::Result<usize> {
+/// An immediate write transaction whose `BEGIN` and `COMMIT` are cached statements: the claim
+/// path runs one per item, and `rusqlite::Transaction` parses both anew each time. Rolled back
+/// unless committed.
+struct WriteTx<'c> {
+    conn: &'c Connection,
+    committed: bool,
+}
+
+impl<'c> WriteTx<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(WriteTx {
+            conn,
+            committed: false,
+        })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+fn exec(tx: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
     tx.prepare_cached(sql)?.execute(p)
 }
 
 fn query<T>(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     sql: &str,
     p: impl rusqlite::Params,
     f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
@@ -611,10 +646,7 @@ impl Ledger for SqliteLedger {
 
     fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
         let path = self.path.clone();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| db(&path, e))?;
+        let tx = WriteTx::begin(&self.conn).map_err(|e| db(&path, e))?;
         self.buffered.write(&tx).map_err(|e| db(&path, e))?;
         if let Some(p) = pause_of(&tx, &key.manifest).map_err(|e| db(&path, e))? {
             tx.commit().map_err(|e| db(&path, e))?;
@@ -904,6 +936,28 @@ mod tests {
         assert!(l.live_claims().unwrap().is_empty());
         assert!(l.clear_paused("m").unwrap());
         assert_eq!(l.claim(&key("x"), "a", &me).unwrap(), Claim::Claimed);
+    }
+
+    #[test]
+    fn a_write_transaction_is_rolled_back_unless_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(&dir.path().join("state.db")).unwrap();
+        let pause = |m: &str| {
+            let tx = WriteTx::begin(&ledger.conn).unwrap();
+            exec(
+                &tx,
+                "INSERT INTO pauses (manifest, paused_by, paused_at) VALUES (?1, 'me', 'now')",
+                [m],
+            )
+            .unwrap();
+            tx
+        };
+        drop(pause("dropped"));
+        pause("kept").commit().unwrap();
+        let names: Vec<String> = ledger
+            .rows("SELECT manifest FROM pauses", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(names, ["kept"]);
     }
 
     #[test]
