@@ -629,3 +629,25 @@ fn a_second_signal_kills_at_once() {
     let report = latest_report(&dir.path().join("runner-reports"));
     assert_eq!(report["ending"], "cancelled");
 }
+
+#[test]
+fn a_worker_that_cannot_be_started_fails_its_item_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\nexit 0\n").unwrap();
+    let worker = serde_json::to_string(&[plain.to_str().unwrap()]).unwrap();
+    manifest(dir.path(), 1, 1, 1, "true", "");
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    let m = m.replace("run: \"true\"", &format!("run: {worker}"));
+    std::fs::write(dir.path().join("m.yaml"), m).unwrap();
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "failed", "{report}");
+    let cause = item["cause"].as_str().unwrap_or_default();
+    assert!(
+        cause.contains("cannot start") && cause.contains("ermission denied"),
+        "{report}"
+    );
+}

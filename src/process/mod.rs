@@ -11,6 +11,7 @@
 //! are re-parented to runner instead of init; that is what lets it reap and account for them.
 
 pub mod census;
+mod launch;
 pub mod output;
 
 use output::{Collector, Redactor};
@@ -114,53 +115,16 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         fin.duration = started.elapsed();
         return fin;
     };
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(null())
-        .process_group(0)
-        .kill_on_drop(false);
     // One pipe for both streams: the log keeps their interleaving as the process wrote it, and
     // a process costs one pipe and one reader instead of two.
-    let pipe = output_pipe().and_then(|(out, rx)| {
-        let err = out.try_clone()?;
-        Ok((out, err, rx))
-    });
-    let rx = match pipe {
-        Ok((out, err, rx)) => {
-            cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
-            rx
-        }
+    let (out, rx) = match output_pipe() {
+        Ok(p) => p,
         Err(e) => {
             fin.spawn_error = Some(format!("cannot create a pipe: {e}"));
             return fin;
         }
     };
-    // Spawning is serialised with every other spawn of this process (see `SPAWN_LOCK`): while
-    // the lease descriptor is made inheritable for this child, no other child may be forked.
-    // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
-    // fraction of a `fork` of runner's address space.
-    let spawned = {
-        let mut direct = census::DIRECT_CHILDREN
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(fd) = spec.inherit_fd {
-            set_cloexec(fd, false);
-        }
-        let c = cmd.spawn();
-        if let Some(fd) = spec.inherit_fd {
-            set_cloexec(fd, true);
-        }
-        if let Ok(c) = &c
-            && let Some(pid) = c.id()
-        {
-            direct.push(pid as i32);
-        }
-        c
-    };
-    let mut child = match spawned {
+    let mut child = match start(&program, args, &spec, out) {
         Ok(c) => c,
         Err(e) => {
             fin.spawn_error = Some(format!("cannot start `{}`: {e}", program.display()));
@@ -168,11 +132,8 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
             return fin;
         }
     };
-    let pgid = child.id().map(|p| p as i32);
+    let pgid = child.pid();
     let collector = Collector::new(Some(spec.log_path.clone()), spec.redactor.clone());
-    // The parent's copies of the write end go with the command, so that the reader sees the end
-    // of the output once the process and its descendants are done with it.
-    drop(cmd);
     let readers = vec![tokio::spawn(pump(rx, collector.clone()))];
 
     let deadline = tokio::time::Instant::now() + spec.timeout;
@@ -232,7 +193,9 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
             }
         }
     };
-    if let Some(st) = status {
+    if let Some(e) = child.start_error() {
+        fin.spawn_error = Some(format!("cannot start `{}`: {e}", program.display()));
+    } else if let Some(st) = status {
         fin.exit = st.code();
         fin.signal = st.signal();
     }
@@ -271,6 +234,95 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin
 }
 
+/// A started child: created directly ([`launch`]), or by the standard library where that is not
+/// available.
+enum Child {
+    Launched(launch::Launched),
+    Std(tokio::process::Child),
+}
+
+impl Child {
+    fn pid(&self) -> Option<i32> {
+        match self {
+            Child::Launched(l) => Some(l.pid),
+            Child::Std(c) => c.id().map(|p| p as i32),
+        }
+    }
+
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Child::Launched(l) => l.wait().await,
+            Child::Std(c) => c.wait().await,
+        }
+    }
+
+    /// Once it has exited: the error that kept its program from starting, if any (the standard
+    /// library reports that from `spawn` instead).
+    fn start_error(&self) -> Option<std::io::Error> {
+        match self {
+            Child::Launched(l) => l.start_error(),
+            Child::Std(_) => None,
+        }
+    }
+}
+
+/// Start `program` with `args` as `spec` says, its output (both streams) to `out`. Spawning is
+/// serialised with every other spawn of this process and with a scan's reaping (see
+/// `census::DIRECT_CHILDREN`): the child is registered as a direct child before any scan can
+/// see it.
+fn start(
+    program: &std::path::Path,
+    args: &[String],
+    spec: &SpawnSpec,
+    out: OwnedFd,
+) -> std::io::Result<Child> {
+    use std::os::fd::AsRawFd;
+    let mut direct = census::DIRECT_CHILDREN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let stdin = null();
+    if let Some(null) = &stdin {
+        let stdio = [null.as_raw_fd(), out.as_raw_fd(), out.as_raw_fd()];
+        match launch::launch(program, args, &spec.env, &spec.cwd, stdio, spec.inherit_fd) {
+            Ok(l) => {
+                direct.push(l.pid);
+                return Ok(Child::Launched(l));
+            }
+            Err(launch::LaunchError::Failed(e)) => return Err(e),
+            Err(launch::LaunchError::Unsupported) => {}
+        }
+    }
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(
+            stdin
+                .and_then(|f| f.try_clone().ok())
+                .map_or_else(Stdio::null, Stdio::from),
+        )
+        .stderr(Stdio::from(out.try_clone()?))
+        .stdout(Stdio::from(out))
+        .process_group(0)
+        .kill_on_drop(false);
+    // While the lease descriptor is inheritable for this child, no other child may be forked
+    // (the lock above). Without a `pre_exec` hook the standard library can use `posix_spawn`,
+    // which costs a small fraction of a `fork` of runner's address space.
+    if let Some(fd) = spec.inherit_fd {
+        set_cloexec(fd, false);
+    }
+    let c = cmd.spawn();
+    if let Some(fd) = spec.inherit_fd {
+        set_cloexec(fd, true);
+    }
+    let c = c?;
+    if let Some(pid) = c.id() {
+        direct.push(pid as i32);
+    }
+    Ok(Child::Std(c))
+}
+
 /// A pipe for a child's output: the write end blocking, as programs expect of their stdout; the
 /// read end non-blocking and registered with the runtime (which registers only that end, where
 /// the runtime's own pipe registers both and then takes one back).
@@ -284,13 +336,11 @@ fn output_pipe() -> std::io::Result<(OwnedFd, tokio::net::unix::pipe::Receiver)>
     ))
 }
 
-/// A child's stdin: `/dev/null`, opened once and duplicated for each child.
-fn null() -> Stdio {
+/// `/dev/null`, opened once: every child's stdin is a copy of it.
+fn null() -> Option<&'static std::fs::File> {
     static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
     NULL.get_or_init(|| std::fs::File::open("/dev/null").ok())
         .as_ref()
-        .and_then(|f| f.try_clone().ok())
-        .map_or_else(Stdio::null, Stdio::from)
 }
 
 /// The program to execute: as given when it names a path, else the first executable file of

@@ -1,0 +1,515 @@
+//! Starting a child without stopping runner until it has started.
+//!
+//! `posix_spawn` (and the standard library on top of it) creates the child with `vfork`
+//! semantics: the calling thread sleeps until the child has called `execve`, then has to be
+//! scheduled again. On a machine whose cores are all busy with workers, that wake-up waits for a
+//! core, and runner's single event loop — which serves every slot — waits with it, while a core
+//! freed by another slot's exit may sit idle. Measured on two busy cores, runner spent about a
+//! third of a drain waiting so.
+//!
+//! Here the child is created with `clone(CLONE_VM)` but without `CLONE_VFORK`: it runs on its own
+//! stack in runner's memory until `execve`, and runner carries on at once. What that asks for,
+//! and how it is met:
+//!
+//! - Everything the child reads (program, arguments, environment, directory) and its stack stay
+//!   alive and untouched until it has exited: they are owned by [`Launched`], which lets go of
+//!   them once it has reaped the child. A [`Launched`] dropped before that leaks them rather than
+//!   free memory the child may still use.
+//! - The child touches no memory of runner's: it makes system calls directly (no libc wrapper,
+//!   which would set the shared `errno`), allocates nothing and takes no lock. A failed step
+//!   writes its error number to a close-on-exec status pipe and ends the child with status 127;
+//!   once the child has exited, the pipe holds either that number or nothing (its program
+//!   started).
+//! - No signal handler of runner's runs in the child: all signals are blocked across `clone`, and
+//!   the child resets every handled signal to its default before it unblocks them for `execve`,
+//!   as `posix_spawn` does. `SIGPIPE`, which runner ignores, is reset to its default too.
+//! - The child has its own copy of the descriptor table (no `CLONE_FILES`), so making the lease
+//!   descriptor inheritable there reaches no other child.
+//! - The kernel hands back a pidfd (`CLONE_PIDFD`), through which runner waits for the exit.
+//!
+//! Where this is not available (another architecture, a kernel without `CLONE_PIDFD`), callers
+//! fall back to the standard library.
+
+use std::ffi::{CString, c_void};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+
+use tokio::io::unix::AsyncFd;
+
+/// What the child needs, laid out before `clone` and kept unchanged until it has called
+/// `execve`.
+struct Plan {
+    program: CString,
+    /// Owned here for the pointers below.
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    /// Owned here for the pointers below.
+    _env: Vec<CString>,
+    env_ptrs: Vec<*const libc::c_char>,
+    cwd: CString,
+    stdio: [RawFd; 3],
+    inherit: Option<RawFd>,
+    status: RawFd,
+}
+
+// SAFETY: the pointers point into the plan's own strings, which move with it (the heap buffers
+// of a `CString` stay put) and are never changed.
+unsafe impl Send for Plan {}
+
+/// The child's stack, in 16-byte words (its alignment).
+type Stack = Box<[MaybeUninit<u128>]>;
+
+/// The size of the child's stack.
+const STACK_WORDS: usize = 64 * 1024 / 16;
+
+/// A child that has been created. Whether its program started is known once it has exited
+/// ([`Launched::start_error`]).
+pub struct Launched {
+    pub pid: i32,
+    pidfd: AsyncFd<OwnedFd>,
+    /// Closes when the child calls `execve`; holds an error number when it failed before.
+    status: OwnedFd,
+    /// The plan and the stack, until the child no longer uses them.
+    memory: Option<(Box<Plan>, Stack)>,
+}
+
+/// Why no child was created: `Unsupported` means the caller should start it another way.
+pub enum LaunchError {
+    Unsupported,
+    Failed(io::Error),
+}
+
+/// Create a child running `program` (also its `argv[0]`) with `args`, exactly the environment
+/// `env`, in `cwd`, with copies of `stdio` as its standard input, output and error, in a process
+/// group of its own, keeping `inherit` open across `execve`. The descriptors need only be open
+/// during this call: the child gets a copy of the descriptor table.
+pub fn launch(
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    cwd: &Path,
+    stdio: [RawFd; 3],
+    inherit: Option<RawFd>,
+) -> Result<Launched, LaunchError> {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) || unsupported() {
+        return Err(LaunchError::Unsupported);
+    }
+    let failed = LaunchError::Failed;
+    let c = |b: &[u8]| CString::new(b).map_err(|e| failed(io::Error::other(e)));
+    let argv: Vec<CString> = std::iter::once(Ok(c(program.as_os_str().as_bytes())?))
+        .chain(args.iter().map(|a| c(a.as_bytes())))
+        .collect::<Result<_, _>>()?;
+    let env: Vec<CString> = env
+        .iter()
+        .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
+        .collect::<Result<_, _>>()?;
+    // Read only after the child has exited, when it holds either nothing or the error number.
+    let (status_rx, status_tx) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(|e| failed(e.into()))?;
+    let mut plan = Box::new(Plan {
+        program: c(program.as_os_str().as_bytes())?,
+        argv_ptrs: argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain([std::ptr::null()])
+            .collect(),
+        _argv: argv,
+        env_ptrs: env
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain([std::ptr::null()])
+            .collect(),
+        _env: env,
+        cwd: c(cwd.as_os_str().as_bytes())?,
+        stdio,
+        inherit,
+        status: status_tx.as_raw_fd(),
+    });
+    let mut stack = Box::<[u128]>::new_uninit_slice(STACK_WORDS);
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: the child runs `child` on `stack` with `plan`, both kept alive and unchanged until
+    // it has called `execve` or exited (see `Launched`); `child` makes raw system calls only.
+    // All signals are blocked across `clone` so that no handler runs in the child before it has
+    // reset them, and the mask is restored in runner right after.
+    let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let top = stack.as_mut_ptr().add(stack.len()).cast::<c_void>();
+        let pid = libc::clone(
+            child,
+            top,
+            libc::CLONE_VM | libc::CLONE_PIDFD | libc::SIGCHLD,
+            (&raw mut *plan).cast::<c_void>(),
+            &mut pidfd as *mut libc::c_int,
+        );
+        let err = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+                mark_unsupported();
+                return Err(LaunchError::Unsupported);
+            }
+            return Err(failed(err));
+        }
+        pid
+    };
+    drop(status_tx);
+    // The child puts itself in a group of its own, and so does runner, so that the group exists
+    // when this returns, whichever of the two runs first (a signal to the group then reaches
+    // the child).
+    // SAFETY: setpgid on the child just created; an error means it got there itself.
+    unsafe { libc::setpgid(pid, pid) };
+    if pidfd < 0 {
+        // A kernel that ignores `CLONE_PIDFD`: end the child and start it another way.
+        // SAFETY: signalling and reaping the child just created.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        drop((plan, stack));
+        mark_unsupported();
+        return Err(LaunchError::Unsupported);
+    }
+    // SAFETY: the kernel returned this descriptor for the new child; nothing else owns it.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // SAFETY: the descriptor is owned by the `AsyncFd` and stays open as long as it does.
+    match unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) } {
+        Ok(pidfd) => Ok(Launched {
+            pid,
+            pidfd,
+            status: status_rx,
+            memory: Some((plan, stack)),
+        }),
+        Err(e) => {
+            // Not to be waited for asynchronously: end the child, reap it, and only then let go
+            // of its memory.
+            // SAFETY: signalling and reaping the child just created.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            drop((plan, stack));
+            Err(LaunchError::Failed(e.into()))
+        }
+    }
+}
+
+static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn unsupported() -> bool {
+    UNSUPPORTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn mark_unsupported() {
+    UNSUPPORTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Launched {
+    /// Wait for the child to exit and reap it.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.try_wait()? {
+                // Gone: nothing uses the plan or the stack any more.
+                self.memory = None;
+                return Ok(status);
+            }
+            let mut guard = self.pidfd.readable().await?;
+            guard.clear_ready();
+        }
+    }
+
+    fn try_wait(&self) -> io::Result<Option<ExitStatus>> {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid on a child of this process, writing into a local.
+        let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        match r {
+            0 => Ok(None),
+            r if r == self.pid => Ok(Some(ExitStatus::from_raw(status))),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// After [`Launched::wait`]: the error that kept the child from starting its program, if
+    /// one did.
+    pub fn start_error(&self) -> Option<io::Error> {
+        let mut code = [0u8; 4];
+        match nix::unistd::read(&self.status, &mut code) {
+            Ok(4) => Some(io::Error::from_raw_os_error(i32::from_ne_bytes(code))),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        // Not known to be gone: the child may still run on this stack and read this plan, so
+        // they are never freed.
+        if let Some(memory) = self.memory.take() {
+            std::mem::forget(memory);
+        }
+    }
+}
+
+/// A raw system call: no libc wrapper, so nothing is written to runner's `errno`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
+    let ret: isize;
+    // SAFETY: the caller passes a valid system call and arguments.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") n as isize => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "aarch64")]
+unsafe fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
+    let ret: isize;
+    // SAFETY: the caller passes a valid system call and arguments.
+    unsafe {
+        std::arch::asm!(
+            "svc 0",
+            in("x8") n,
+            inlateout("x0") a[0] as isize => ret,
+            in("x1") a[1],
+            in("x2") a[2],
+            in("x3") a[3],
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn sys(_n: libc::c_long, _a: [usize; 4]) -> isize {
+    -(libc::ENOSYS as isize)
+}
+
+/// The child, between `clone` and `execve`. Raw system calls only: see the module comment.
+extern "C" fn child(arg: *mut c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Plan` that `launch` keeps alive and unchanged for the child.
+    let plan = unsafe { &*arg.cast::<Plan>() };
+    let check = |r: isize| {
+        if r < 0 {
+            fail(plan.status, r)
+        }
+    };
+    // SAFETY: raw system calls on the child's own signal table, descriptors and directory,
+    // with pointers into `plan` and this stack frame.
+    unsafe {
+        // The kernel's `struct sigaction`: handler, flags, restorer, mask; only the handler is
+        // read, and an all-zero one is the default disposition with no flags.
+        let default = [0usize; 4];
+        for sig in 1..=64usize {
+            if sig == libc::SIGKILL as usize || sig == libc::SIGSTOP as usize {
+                continue;
+            }
+            let mut old = [0usize; 4];
+            let r = sys(
+                libc::SYS_rt_sigaction,
+                [sig, 0, old.as_mut_ptr() as usize, 8],
+            );
+            let handled = r == 0 && old[0] != libc::SIG_DFL && old[0] != libc::SIG_IGN;
+            if handled || sig == libc::SIGPIPE as usize {
+                sys(
+                    libc::SYS_rt_sigaction,
+                    [sig, default.as_ptr() as usize, 0, 8],
+                );
+            }
+        }
+        check(sys(libc::SYS_setpgid, [0, 0, 0, 0]));
+        for (target, &fd) in plan.stdio.iter().enumerate() {
+            if fd as usize == target {
+                check(sys(libc::SYS_fcntl, [target, libc::F_SETFD as usize, 0, 0]));
+            } else {
+                check(sys(libc::SYS_dup3, [fd as usize, target, 0, 0]));
+            }
+        }
+        if let Some(fd) = plan.inherit {
+            check(sys(
+                libc::SYS_fcntl,
+                [fd as usize, libc::F_SETFD as usize, 0, 0],
+            ));
+        }
+        check(sys(libc::SYS_chdir, [plan.cwd.as_ptr() as usize, 0, 0, 0]));
+        let empty = 0u64;
+        check(sys(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_SETMASK as usize,
+                std::ptr::from_ref(&empty) as usize,
+                0,
+                8,
+            ],
+        ));
+        let r = sys(
+            libc::SYS_execve,
+            [
+                plan.program.as_ptr() as usize,
+                plan.argv_ptrs.as_ptr() as usize,
+                plan.env_ptrs.as_ptr() as usize,
+                0,
+            ],
+        );
+        fail(plan.status, r)
+    }
+}
+
+/// Report the error of a failed step (a negative system call result) and end the child.
+fn fail(status: RawFd, r: isize) -> ! {
+    let code = (-r as i32).to_ne_bytes();
+    // SAFETY: raw write and exit of the child itself.
+    unsafe {
+        sys(
+            libc::SYS_write,
+            [status as usize, code.as_ptr() as usize, 4, 0],
+        );
+        sys(libc::SYS_exit_group, [127, 0, 0, 0]);
+    }
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// Launch `program` with `args` and `env` in `cwd` (stdin from /dev/null, both output
+    /// streams to one pipe), wait for it, and return how it ended, why it did not start (if it
+    /// did not) and what it printed.
+    fn run(
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        cwd: &Path,
+        inherit: Option<RawFd>,
+    ) -> (ExitStatus, Option<io::Error>, String) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let null = std::fs::File::open("/dev/null").unwrap();
+            let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            let env: Vec<(String, String)> = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let stdio = [null.as_raw_fd(), tx.as_raw_fd(), tx.as_raw_fd()];
+            let Ok(mut child) = launch(Path::new(program), &args, &env, cwd, stdio, inherit) else {
+                panic!("launch failed");
+            };
+            drop(tx);
+            let status = child.wait().await.unwrap();
+            let mut out = String::new();
+            std::fs::File::from(rx).read_to_string(&mut out).unwrap();
+            (status, child.start_error(), out)
+        })
+    }
+
+    #[test]
+    fn a_child_gets_exactly_its_environment_directory_group_and_signal_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (status, err, out) = run("/usr/bin/env", &[], &[("ONLY", "this")], dir.path(), None);
+        assert!(status.success() && err.is_none());
+        assert_eq!(out, "ONLY=this\n");
+
+        let (_, _, out) = run("/bin/pwd", &[], &[], dir.path(), None);
+        assert_eq!(Path::new(out.trim()), dir.path().canonicalize().unwrap());
+
+        // Its own process group; no signal blocked, though runner blocks all of them across
+        // the launch; SIGPIPE, which runner ignores, back to its default; what runner's own
+        // parent had ignored still ignored, as across any exec.
+        let script = "echo $$ $(cut -d' ' -f5 /proc/$$/stat)";
+        let (status, _, out) = run("/bin/sh", &["-c", script], &[], dir.path(), None);
+        assert!(status.success(), "{out}");
+        let ids: Vec<&str> = out.trim().split(' ').collect();
+        assert_eq!(ids[0], ids[1], "the child leads its own group: {out}");
+        // Read by the launched process itself (a shell's own mask moves as it runs commands).
+        let status_file = ["-E", "^Sig(Blk|Ign)", "/proc/self/status"];
+        let (status, _, out) = run("/bin/grep", &status_file, &[], dir.path(), None);
+        assert!(status.success(), "{out}");
+        let mut lines = out.lines();
+        let mask = |line: &str| u64::from_str_radix(line.split('\t').nth(1).unwrap(), 16).unwrap();
+        let own = std::fs::read_to_string("/proc/self/status").unwrap();
+        let own_ignored = mask(own.lines().find(|l| l.starts_with("SigIgn")).unwrap());
+        let pipe = 1u64 << (libc::SIGPIPE - 1);
+        assert_ne!(own_ignored & pipe, 0, "runner ignores SIGPIPE");
+        assert_eq!(mask(lines.next().unwrap()), 0, "blocked: {out}");
+        let ignored = mask(lines.next().unwrap());
+        assert_eq!(ignored & pipe, 0, "SIGPIPE ignored: {out}");
+        assert_eq!(ignored & !own_ignored, 0, "{out}");
+    }
+
+    #[test]
+    fn its_group_exists_as_soon_as_it_is_launched() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let null = std::fs::File::open("/dev/null").unwrap();
+            let fd = null.as_raw_fd();
+            let Ok(mut child) = launch(
+                Path::new("/bin/sleep"),
+                &["30".into()],
+                &[],
+                Path::new("/"),
+                [fd, fd, fd],
+                None,
+            ) else {
+                panic!("launch failed");
+            };
+            // SAFETY: signalling the group of the child just launched.
+            assert_eq!(unsafe { libc::killpg(child.pid, libc::SIGKILL) }, 0);
+            let status = child.wait().await.unwrap();
+            assert_eq!(status.signal(), Some(libc::SIGKILL));
+        });
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_is_an_error_not_an_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, err, _) = run("/nonexistent/program", &[], &[], dir.path(), None);
+        assert_eq!(err.map(|e| e.kind()), Some(io::ErrorKind::NotFound));
+        let plain = dir.path().join("not-executable");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        let (_, err, _) = run(plain.to_str().unwrap(), &[], &[], dir.path(), None);
+        assert_eq!(err.map(|e| e.kind()), Some(io::ErrorKind::PermissionDenied));
+        let (_, err, _) = run("/bin/true", &[], &[], &dir.path().join("gone"), None);
+        assert_eq!(err.map(|e| e.kind()), Some(io::ErrorKind::NotFound));
+    }
+
+    #[test]
+    fn only_the_inherited_descriptor_stays_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = std::fs::File::create(dir.path().join("kept")).unwrap();
+        let other = std::fs::File::create(dir.path().join("other")).unwrap();
+        let (k, o) = (kept.as_raw_fd(), other.as_raw_fd());
+        let script = format!("test -e /proc/$$/fd/{k} && ! test -e /proc/$$/fd/{o}");
+        let (status, _, out) = run("/bin/sh", &["-c", &script], &[], dir.path(), Some(k));
+        assert!(status.success(), "{out}");
+        // And runner's own copy is still close-on-exec.
+        let flags = nix::fcntl::fcntl(&kept, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_ne!(flags & libc::FD_CLOEXEC, 0);
+    }
+}
