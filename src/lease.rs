@@ -62,7 +62,8 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// A held lease. Dropping it releases the lock (once no descendant holds the descriptor).
+/// A held lease. [`Lease::release`] releases the lock; dropping the lease releases it once no
+/// descendant holds the descriptor.
 #[derive(Debug)]
 pub struct Lease {
     file: File,
@@ -122,10 +123,13 @@ impl Lease {
         self.file.as_raw_fd()
     }
 
-    /// Release the lock (once no descendant holds the descriptor). The record stays: it names
-    /// the last holder until the next one takes the lease.
+    /// Release the lock now, for an item whose process tree is proven gone. A child started
+    /// for another item may still hold a copy of the descriptor for the instant before its
+    /// `execve` closes it; the lock is released all the same. (Dropping a lease without this
+    /// keeps the lock for as long as any process holds the descriptor.) The record stays: it
+    /// names the last holder until the next one takes the lease.
     pub fn release(self) {
-        drop(self.file);
+        let _ = self.file.unlock();
     }
 }
 
@@ -233,6 +237,20 @@ mod tests {
             "run-b"
         );
         b.release();
+    }
+
+    #[test]
+    fn a_released_lease_is_free_though_a_copy_of_its_descriptor_lives_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = Lease::try_acquire(dir.path(), Holder::this_process("run-a", "r"))
+            .unwrap()
+            .unwrap();
+        // What a child started meanwhile holds until its `execve`.
+        let copy = lease.file.try_clone().unwrap();
+        lease.release();
+        let again = Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r")).unwrap();
+        assert!(again.is_some(), "released, yet still locked");
+        drop(copy);
     }
 
     #[test]

@@ -64,8 +64,24 @@ unsafe impl Send for Plan {}
 /// The child's stack, in 16-byte words (its alignment).
 type Stack = Box<[MaybeUninit<u128>]>;
 
-/// The size of the child's stack.
-const STACK_WORDS: usize = 64 * 1024 / 16;
+/// The size of the child's stack: its few frames need a fraction of it.
+const STACK_WORDS: usize = 32 * 1024 / 16;
+
+/// Stacks of reaped children, for the next ones (a drain starts thousands of children).
+static STACKS: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
+
+fn take_stack() -> Stack {
+    let spare = STACKS.lock().ok().and_then(|mut s| s.pop());
+    spare.unwrap_or_else(|| Box::<[u128]>::new_uninit_slice(STACK_WORDS))
+}
+
+fn return_stack(stack: Stack) {
+    if let Ok(mut s) = STACKS.lock()
+        && s.len() < 64
+    {
+        s.push(stack);
+    }
+}
 
 /// A child that has been created. Whether its program started is known once it has exited
 /// ([`Launched::start_error`]).
@@ -100,20 +116,26 @@ pub fn launch(
         return Err(LaunchError::Unsupported);
     }
     let failed = LaunchError::Failed;
-    let c = |b: &[u8]| CString::new(b).map_err(|e| failed(io::Error::other(e)));
-    let argv: Vec<CString> = std::iter::once(Ok(c(program.as_os_str().as_bytes())?))
-        .chain(args.iter().map(|a| c(a.as_bytes())))
+    let c = |b: Vec<u8>| CString::new(b).map_err(|e| failed(io::Error::other(e)));
+    let argv: Vec<CString> = std::iter::once(Ok(c(program.as_os_str().as_bytes().to_vec())?))
+        .chain(args.iter().map(|a| c(a.as_bytes().to_vec())))
         .collect::<Result<_, _>>()?;
     let env: Vec<CString> = env
         .iter()
-        .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
+        .map(|(k, v)| {
+            let mut var = Vec::with_capacity(k.len() + v.len() + 2);
+            var.extend_from_slice(k.as_bytes());
+            var.push(b'=');
+            var.extend_from_slice(v.as_bytes());
+            c(var)
+        })
         .collect::<Result<_, _>>()?;
     // Read only after the child has exited, when it holds either nothing or the error number.
     let (status_rx, status_tx) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
             .map_err(|e| failed(e.into()))?;
     let mut plan = Box::new(Plan {
-        program: c(program.as_os_str().as_bytes())?,
+        program: c(program.as_os_str().as_bytes().to_vec())?,
         argv_ptrs: argv
             .iter()
             .map(|a| a.as_ptr())
@@ -126,12 +148,12 @@ pub fn launch(
             .chain([std::ptr::null()])
             .collect(),
         _env: env,
-        cwd: c(cwd.as_os_str().as_bytes())?,
+        cwd: c(cwd.as_os_str().as_bytes().to_vec())?,
         stdio,
         inherit,
         status: status_tx.as_raw_fd(),
     });
-    let mut stack = Box::<[u128]>::new_uninit_slice(STACK_WORDS);
+    let mut stack = take_stack();
     let mut pidfd: libc::c_int = -1;
     // SAFETY: the child runs `child` on `stack` with `plan`, both kept alive and unchanged until
     // it has called `execve` or exited (see `Launched`); `child` makes raw system calls only.
@@ -218,7 +240,9 @@ impl Launched {
         loop {
             if let Some(status) = self.try_wait()? {
                 // Gone: nothing uses the plan or the stack any more.
-                self.memory = None;
+                if let Some((_, stack)) = self.memory.take() {
+                    return_stack(stack);
+                }
                 return Ok(status);
             }
             let mut guard = self.pidfd.readable().await?;
@@ -415,15 +439,33 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
             let stdio = [null.as_raw_fd(), tx.as_raw_fd(), tx.as_raw_fd()];
-            let Ok(mut child) = launch(Path::new(program), &args, &env, cwd, stdio, inherit) else {
-                panic!("launch failed");
-            };
+            let mut child =
+                registered(|| launch(Path::new(program), &args, &env, cwd, stdio, inherit));
             drop(tx);
             let status = child.wait().await.unwrap();
+            unregister(child.pid);
             let mut out = String::new();
             std::fs::File::from(rx).read_to_string(&mut out).unwrap();
             (status, child.start_error(), out)
         })
+    }
+
+    /// Launch as runner does: registered as a direct child, so that the censuses of other tests
+    /// in this process leave it alone.
+    fn registered(f: impl FnOnce() -> Result<Launched, LaunchError>) -> Launched {
+        let mut direct = super::super::census::DIRECT_CHILDREN.lock().unwrap();
+        let Ok(child) = f() else {
+            panic!("launch failed");
+        };
+        direct.push(child.pid);
+        child
+    }
+
+    fn unregister(pid: i32) {
+        super::super::census::DIRECT_CHILDREN
+            .lock()
+            .unwrap()
+            .retain(|p| *p != pid);
     }
 
     #[test]
@@ -469,19 +511,21 @@ mod tests {
         rt.block_on(async {
             let null = std::fs::File::open("/dev/null").unwrap();
             let fd = null.as_raw_fd();
-            let Ok(mut child) = launch(
-                Path::new("/bin/sleep"),
-                &["30".into()],
-                &[],
-                Path::new("/"),
-                [fd, fd, fd],
-                None,
-            ) else {
-                panic!("launch failed");
-            };
+            let args = ["30".to_string()];
+            let mut child = registered(|| {
+                launch(
+                    Path::new("/bin/sleep"),
+                    &args,
+                    &[],
+                    Path::new("/"),
+                    [fd, fd, fd],
+                    None,
+                )
+            });
             // SAFETY: signalling the group of the child just launched.
             assert_eq!(unsafe { libc::killpg(child.pid, libc::SIGKILL) }, 0);
             let status = child.wait().await.unwrap();
+            unregister(child.pid);
             assert_eq!(status.signal(), Some(libc::SIGKILL));
         });
     }

@@ -468,6 +468,6 @@ pub async fn end_tree(
             }
         }
     }
-    let group_ok = group_gone(pgid);
+    let group_ok = settled || group_gone(pgid);
     group_ok && census::sweep(key.clone(), settled).await
 }
