@@ -547,6 +547,13 @@ mod tests {
         t
     }
 
+    /// What git prints for `args`, trimmed; `None` when nothing (or when it fails).
+    fn answer(d: &Path, args: &[&str]) -> Option<String> {
+        let out = super::super::command(d).args(args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        Some(text.trim().to_string()).filter(|t| !t.is_empty())
+    }
+
     /// What the reader says, checked against git: a checkout it calls clean has no change git
     /// can see, and the HEAD and branch it reads are git's.
     fn read(d: &Path) -> Option<Probe> {
@@ -554,24 +561,10 @@ mod tests {
         if let Some(p) = &fast {
             let status = git(d, &["status", "--porcelain", "--untracked-files=all"]);
             assert_eq!(status, "", "read as clean, but git sees changes");
-            let head = super::super::command(d)
-                .args(["rev-parse", "-q", "--verify", "HEAD"])
-                .output()
-                .unwrap();
-            let head = String::from_utf8(head.stdout).unwrap();
-            assert_eq!(
-                p.head.as_deref(),
-                Some(head.trim()).filter(|h| !h.is_empty())
-            );
-            let branch = super::super::command(d)
-                .args(["symbolic-ref", "-q", "--short", "HEAD"])
-                .output()
-                .unwrap();
-            let branch = String::from_utf8(branch.stdout).unwrap();
-            assert_eq!(
-                p.branch.as_deref(),
-                Some(branch.trim()).filter(|b| !b.is_empty())
-            );
+            let head = answer(d, &["rev-parse", "-q", "--verify", "HEAD"]);
+            assert_eq!(p.head, head);
+            let branch = answer(d, &["symbolic-ref", "-q", "--short", "HEAD"]);
+            assert_eq!(p.branch, branch);
             assert_eq!(p.common_dir, std::path::absolute(d).unwrap().join(".git"));
         }
         fast
