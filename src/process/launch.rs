@@ -5,7 +5,7 @@
 //! scheduled again. On a machine whose cores are all busy with workers, that wake-up waits for a
 //! core, and runner's single event loop — which serves every slot — waits with it, while a core
 //! freed by another slot's exit may sit idle. Measured on two busy cores, runner spent about a
-//! third of a drain waiting so.
+//! quarter of a drain runnable but waiting so.
 //!
 //! Here the child is created with `clone(CLONE_VM)` but without `CLONE_VFORK`: it runs on its own
 //! stack in runner's memory until `execve`, and runner carries on at once. What that asks for,
@@ -24,7 +24,10 @@
 //!   the child resets every handled signal to its default before it unblocks them for `execve`,
 //!   as `posix_spawn` does. `SIGPIPE`, which runner ignores, is reset to its default too.
 //! - The child has its own copy of the descriptor table (no `CLONE_FILES`), so making the lease
-//!   descriptor inheritable there reaches no other child.
+//!   descriptor inheritable there reaches no other child. Until its `execve` closes them, that
+//!   copy also holds every other descriptor runner had open, the locks of other repositories'
+//!   leases among them: that is why a lease is released by unlocking it, not by closing it
+//!   (`crate::lease::Lease::release`).
 //! - The kernel hands back a pidfd (`CLONE_PIDFD`), through which runner waits for the exit.
 //!
 //! Where this is not available (another architecture, a kernel without `CLONE_PIDFD`), callers
@@ -175,6 +178,7 @@ pub fn launch(
         let err = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         if pid < 0 {
+            // No child was created: starting it another way is safe.
             if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
                 mark_unsupported();
                 return Err(LaunchError::Unsupported);
@@ -190,15 +194,16 @@ pub fn launch(
     // SAFETY: setpgid on the child just created; an error means it got there itself.
     unsafe { libc::setpgid(pid, pid) };
     if pidfd < 0 {
-        // A kernel that ignores `CLONE_PIDFD`: end the child and start it another way.
+        // Not to be had on a kernel that passed the probe in `unsupported`; the child cannot
+        // be waited for, so it is ended (it may have started its program: it is not started
+        // again another way).
         // SAFETY: signalling and reaping the child just created.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
         drop((plan, stack));
-        mark_unsupported();
-        return Err(LaunchError::Unsupported);
+        return Err(failed(io::Error::other("the kernel returned no pidfd")));
     }
     // SAFETY: the kernel returned this descriptor for the new child; nothing else owns it.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -226,8 +231,21 @@ pub fn launch(
 
 static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether children are to be started another way: the kernel has no pidfds (`CLONE_PIDFD`
+/// came with Linux 5.2; probed through `pidfd_open`, 5.3), or `clone` refused the flags.
 fn unsupported() -> bool {
-    UNSUPPORTED.load(std::sync::atomic::Ordering::Relaxed)
+    static NO_PIDFDS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let no_pidfds = *NO_PIDFDS.get_or_init(|| {
+        // SAFETY: a pidfd of this very process, closed at once.
+        unsafe {
+            let fd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0);
+            if fd >= 0 {
+                libc::close(fd as libc::c_int);
+            }
+            fd < 0
+        }
+    });
+    no_pidfds || UNSUPPORTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn mark_unsupported() {
