@@ -311,9 +311,11 @@ mod tests {
         DIRECT_CHILDREN.lock().unwrap().retain(|p| *p != pid);
     }
 
+    /// A key of this test process: a `sleep` left by an earlier run that failed halfway does
+    /// not carry it.
     fn key(repo: &str) -> CensusKey {
         CensusKey {
-            token: "census-test-token".into(),
+            token: format!("census-test-{}", std::process::id()),
             repo: repo.into(),
         }
     }
