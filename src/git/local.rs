@@ -21,13 +21,13 @@
 //! "clean" needs git's own index to be wrong; every other mistake only costs the git call that
 //! would have been made anyway.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::Probe;
 
@@ -43,20 +43,8 @@ const EMPTY_TREE: Oid = [
 /// HEAD of the checkout at `dir`, when the checkout is proven to have no uncommitted changes
 /// (staged, unstaged or untracked). `None` says nothing either way.
 pub fn clean_checkout(dir: &Path) -> Option<Probe> {
-    let top = std::path::absolute(dir).ok()?;
-    let git_dir = top.join(".git");
-    let meta = std::fs::symlink_metadata(&git_dir).ok()?;
-    // git refuses a repository that belongs to another user unless told it is safe; that
-    // judgement stays with git.
-    let uid = nix::unistd::geteuid().as_raw();
-    if !meta.is_dir() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
-        return None;
-    }
-    plain_config(&git_dir)?;
-    if git_dir.join("commondir").exists()
-        || git_dir.join("info/grafts").exists()
-        || git_dir.join("refs/replace").exists()
-    {
+    let (top, git_dir) = plain_checkout(dir)?;
+    if git_dir.join("info/grafts").exists() || git_dir.join("refs/replace").exists() {
         return None;
     }
     let (head, branch) = read_head(&git_dir)?;
@@ -71,12 +59,95 @@ pub fn clean_checkout(dir: &Path) -> Option<Probe> {
     if !index.worktree_matches(&top) || !nothing_untracked(&top, &index) {
         return None;
     }
-    Some(Probe {
+    Some(probe(top, git_dir, head, branch))
+}
+
+/// What the checkout at `dir` is and where HEAD points, whatever the state of its files.
+/// `None` says nothing: ask git.
+pub fn head(dir: &Path) -> Option<Probe> {
+    let (top, git_dir) = plain_checkout(dir)?;
+    let (head, branch) = read_head(&git_dir)?;
+    Some(probe(top, git_dir, head, branch))
+}
+
+/// The names of the local branches of the checkout at `dir`, as `git for-each-ref refs/heads/`
+/// lists them: loose refs and packed ones. `None` for anything unusual (a symbolic or broken
+/// ref, a name git would not accept): ask git.
+pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
+    let (_, git_dir) = plain_checkout(dir)?;
+    let mut names = BTreeSet::new();
+    let heads = git_dir.join("refs/heads");
+    let mut dirs = vec![String::new()];
+    while let Some(prefix) = dirs.pop() {
+        let listing = match std::fs::read_dir(heads.join(&prefix)) {
+            Ok(l) => l,
+            Err(e) if e.kind() == ErrorKind::NotFound && prefix.is_empty() => break,
+            Err(_) => return None,
+        };
+        for entry in listing {
+            let entry = entry.ok()?;
+            let name = format!("{prefix}{}", entry.file_name().to_str()?);
+            if entry.file_type().ok()?.is_dir() {
+                dirs.push(format!("{name}/"));
+                continue;
+            }
+            let content = std::fs::read(entry.path()).ok()?;
+            parse_oid(content.strip_suffix(b"\n").unwrap_or(&content))?;
+            if !super::valid_branch_name(&name) {
+                return None;
+            }
+            names.insert(name);
+        }
+    }
+    match std::fs::read_to_string(git_dir.join("packed-refs")) {
+        Ok(packed) => {
+            for line in packed.lines() {
+                if line.starts_with('#') || line.starts_with('^') {
+                    continue;
+                }
+                let (oid, name) = line.split_once(' ')?;
+                parse_oid(oid.as_bytes())?;
+                if let Some(branch) = name.strip_prefix("refs/heads/") {
+                    if !super::valid_branch_name(branch) {
+                        return None;
+                    }
+                    names.insert(branch.to_string());
+                }
+            }
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(_) => return None,
+    }
+    Some(names)
+}
+
+/// The top level and git dir of `dir`, when it is a checkout this module can read: its `.git` a
+/// folder of its own (not a linked worktree), owned like the checkout by this user, with a plain
+/// config.
+fn plain_checkout(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let top = std::path::absolute(dir).ok()?;
+    let git_dir = top.join(".git");
+    let meta = std::fs::symlink_metadata(&git_dir).ok()?;
+    // git refuses a repository that belongs to another user unless told it is safe; that
+    // judgement stays with git.
+    let uid = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
+        return None;
+    }
+    plain_config(&git_dir)?;
+    if git_dir.join("commondir").exists() {
+        return None;
+    }
+    Some((top, git_dir))
+}
+
+fn probe(top: PathBuf, git_dir: PathBuf, head: Option<Oid>, branch: Option<String>) -> Probe {
+    Probe {
         common_dir: git_dir,
         toplevel: top,
         head: head.map(|h| hex(&h)),
         branch,
-    })
+    }
 }
 
 /// `Some` when the repository's own config holds nothing that changes where the working tree
@@ -707,6 +778,60 @@ mod tests {
         }
     }
 
+    fn git_branches(d: &Path) -> BTreeSet<String> {
+        git(
+            d,
+            &[
+                "for-each-ref",
+                "--format=%(refname:lstrip=2)",
+                "refs/heads/",
+            ],
+        )
+        .lines()
+        .map(str::to_string)
+        .collect()
+    }
+
+    #[test]
+    fn branches_are_read_as_git_lists_them() {
+        let u = tempfile::tempdir().unwrap();
+        git(u.path(), &["init", "-q", "-b", "main"]);
+        assert_eq!(
+            branches(u.path()),
+            Some(BTreeSet::new()),
+            "no commit, no branch"
+        );
+
+        let t = repo();
+        let d = t.path();
+        for b in ["feature/a", "feature/deep/b", "fix-1"] {
+            git(d, &["branch", b]);
+        }
+        git(d, &["gc", "-q"]);
+        git(d, &["branch", "later"]);
+        git(d, &["branch", "-D", "-q", "fix-1"]);
+        let read = branches(d).expect("loose and packed refs");
+        assert_eq!(read, git_branches(d));
+        assert!(read.contains("feature/deep/b") && read.contains("later"));
+        assert!(!read.contains("fix-1"));
+
+        write(d.join(".git/refs/heads/broken"), "not a commit\n");
+        assert_eq!(branches(d), None, "a broken ref is left to git");
+    }
+
+    #[test]
+    fn head_is_read_whatever_the_state_of_the_files() {
+        let t = repo();
+        let d = t.path();
+        write(d.join("untracked"), "x");
+        assert!(read(d).is_none());
+        let p = head(d).expect("HEAD of a plain checkout");
+        assert_eq!(p.head, answer(d, &["rev-parse", "HEAD"]));
+        assert_eq!(p.branch.as_deref(), Some("main"));
+        git(d, &["config", "core.worktree", "/elsewhere"]);
+        assert!(head(d).is_none(), "left to git");
+    }
+
     #[test]
     fn a_linked_worktree_is_left_to_git() {
         let t = repo();
@@ -716,5 +841,6 @@ mod tests {
             &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()],
         );
         assert!(read(&wt).is_none());
+        assert!(head(&wt).is_none() && branches(&wt).is_none());
     }
 }

@@ -134,6 +134,16 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
     }
 }
 
+/// [`probe`], read from the checkout's own files where they tell it (a checkout whose `.git` is
+/// a plain folder), else asked of git. The top level is then the folder as named, not resolved
+/// through symbolic links.
+pub fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
+    match local::head(dir) {
+        Some(p) => Ok(p),
+        None => probe(dir),
+    }
+}
+
 /// A probe and a dirtiness check, for a checkout whose `.git` is a folder (so that it is its own
 /// top level and common dir): read from the checkout's files when they prove it clean, else from
 /// one `git status` call. `None` when that does not apply or git's answer is not understood; the
@@ -184,8 +194,12 @@ pub fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
     ))
 }
 
-/// Names of the local branches.
+/// Names of the local branches: read from the checkout's refs where they tell it, else asked of
+/// git.
 pub fn local_branches(dir: &Path) -> Result<BTreeSet<String>, GitError> {
+    if let Some(names) = local::branches(dir) {
+        return Ok(names);
+    }
     let text = checked(
         dir,
         &[

@@ -443,7 +443,7 @@ fn analyse(
                 known_dirty = Some(d);
                 Ok(p)
             })
-            .unwrap_or_else(|| git::probe(&l.path))
+            .unwrap_or_else(|| git::quick_probe(&l.path))
         {
             Ok(p) if same_dir(&p.toplevel, &l.path) => Some(p),
             Ok(p) => {
