@@ -165,7 +165,7 @@ pub struct ItemPlan {
     /// Whether the work branch exists already (a continuation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub continues: Option<bool>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
     /// For discovered items, the matched file.
     #[serde(skip_serializing_if = "Option::is_none")]
