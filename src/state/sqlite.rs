@@ -96,6 +96,26 @@ INSERT OR REPLACE INTO item_results_keyed
 DROP TABLE item_results;
 ALTER TABLE item_results_keyed RENAME TO item_results;
 "#,
+    // Events in a plain rowid table: an append fills the last page and starts a new one when it
+    // is full, where a keyed table rebalanced up to three sibling pages and their parent (a claim
+    // wrote five to six pages instead of three). A run reads its events back from the rowid it
+    // started at to the one it ended at.
+    r#"
+CREATE TABLE events_log (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at TEXT NOT NULL,
+    repo TEXT,
+    item TEXT,
+    body TEXT NOT NULL
+);
+INSERT INTO events_log (run_id, seq, at, repo, item, body)
+    SELECT run_id, seq, at, repo, item, body FROM events ORDER BY run_id, seq;
+DROP TABLE events;
+ALTER TABLE events_log RENAME TO events;
+ALTER TABLE runs ADD COLUMN first_event INTEGER;
+ALTER TABLE runs ADD COLUMN last_event INTEGER;
+"#,
 ];
 
 /// An event row waiting to be committed: (run, seq, at, repo, item, json).
@@ -312,9 +332,17 @@ impl SqliteLedger {
         let Some((plan, workers, run_dir, started_at)) = head else {
             return Ok(None);
         };
+        // Between the last event before the run began and the last one when it ended (a run
+        // that did not end, or one from before these bounds, is looked for to the end).
         let mut stmt = self
             .conn
-            .prepare("SELECT at, body FROM events WHERE run_id = ?1 ORDER BY seq")
+            .prepare(
+                "SELECT at, body FROM events
+                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
+                   AND rowid <= coalesce((SELECT last_event FROM runs WHERE id = ?1), 9223372036854775807)
+                   AND run_id = ?1
+                 ORDER BY seq",
+            )
             .map_err(|e| self.err(e))?;
         let mut events = Vec::new();
         let rows = stmt
@@ -568,8 +596,8 @@ impl Ledger for SqliteLedger {
         workers: u32,
         run_dir: &str,
     ) -> Result<()> {
-        self.write("INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        self.write("INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir, first_event)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, (SELECT coalesce(max(rowid), 0) FROM events))",
                 params![
                     run.id,
                     run.manifest,
@@ -598,7 +626,8 @@ impl Ledger for SqliteLedger {
         let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
         self.buffered.write(&tx).map_err(|e| db(&path, e))?;
         tx.execute(
-            "UPDATE runs SET ended_at = ?2, ending = ?3, cause = ?4 WHERE id = ?1",
+            "UPDATE runs SET ended_at = ?2, ending = ?3, cause = ?4,
+                 last_event = (SELECT max(rowid) FROM events) WHERE id = ?1",
             params![run_id, at, ending.as_str(), cause],
         )
         .map_err(|e| db(&path, e))?;
@@ -879,6 +908,79 @@ mod tests {
             .query_row("SELECT count(*) FROM item_results", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 2, "every result survives the migration");
+    }
+
+    /// The items of a run's replayed events, in order.
+    fn replayed(ledger: &SqliteLedger, run: &str) -> Vec<usize> {
+        let replay = ledger.run_events(run).unwrap().expect("the run is known");
+        replay
+            .events
+            .into_iter()
+            .map(|(_, ev)| match ev {
+                Event::ItemStarted { item } => item,
+                other => panic!("unexpected event {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn interleaved_runs_replay_their_own_events_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = SqliteLedger::open(&dir.path().join("state.db")).unwrap();
+        let started = |l: &mut SqliteLedger, run: &str, item| {
+            l.event(run, None, &Event::ItemStarted { item }, "now")
+                .unwrap();
+            l.flush().unwrap();
+        };
+        started(&mut l, "before", 99);
+        run(&mut l, "a");
+        started(&mut l, "a", 1);
+        run(&mut l, "b");
+        started(&mut l, "b", 10);
+        started(&mut l, "a", 2);
+        started(&mut l, "b", 11);
+        l.end_run("a", RunEnding::Drained, None, "now").unwrap();
+        started(&mut l, "b", 12);
+        started(&mut l, "a", 3);
+        assert_eq!(
+            replayed(&l, "a"),
+            [1, 2],
+            "what came after its end is not its own"
+        );
+        assert_eq!(replayed(&l, "b"), [10, 11, 12]);
+    }
+
+    #[test]
+    fn a_second_schema_ledger_is_migrated_with_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(MIGRATIONS[0]).unwrap();
+            c.execute_batch(MIGRATIONS[1]).unwrap();
+            c.execute_batch("PRAGMA user_version = 2").unwrap();
+            for id in ["a", "b"] {
+                c.execute(
+                    "INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid,
+                         started_by, started_at, workers, plan_json, run_dir)
+                     VALUES (?1, 'm', '/m.yaml', 'x', 'h', 1, 'me', 'then', 1, '{}', '/tmp')",
+                    [id],
+                )
+                .unwrap();
+            }
+            // Written out of order: the keyed table kept them by run and sequence.
+            for (run, seq, item) in [("b", 2, 11), ("a", 2, 2), ("a", 1, 1), ("b", 1, 10)] {
+                let body = serde_json::to_string(&Event::ItemStarted { item }).unwrap();
+                c.execute(
+                    "INSERT INTO events (run_id, seq, at, body) VALUES (?1, ?2, 'then', ?3)",
+                    params![run, seq, body],
+                )
+                .unwrap();
+            }
+        }
+        let l = SqliteLedger::open(&path).unwrap();
+        assert_eq!(replayed(&l, "a"), [1, 2]);
+        assert_eq!(replayed(&l, "b"), [10, 11]);
     }
 
     #[test]
