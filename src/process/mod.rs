@@ -280,35 +280,51 @@ fn start(
     let mut direct = census::DIRECT_CHILDREN
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    let stdin = null();
-    if let Some(null) = &stdin {
-        let stdio = [null.as_raw_fd(), out.as_raw_fd(), out.as_raw_fd()];
-        match launch::launch(program, args, &spec.env, &spec.cwd, stdio, spec.inherit_fd) {
-            Ok(l) => {
-                direct.push(l.pid);
-                return Ok(Child::Launched(l));
+    let launched = match null() {
+        Some(null) => {
+            let stdio = [null.as_raw_fd(), out.as_raw_fd(), out.as_raw_fd()];
+            match launch::launch(program, args, &spec.env, &spec.cwd, stdio, spec.inherit_fd) {
+                Ok(l) => Some(Child::Launched(l)),
+                Err(launch::LaunchError::Failed(e)) => return Err(e),
+                Err(launch::LaunchError::Unsupported) => None,
             }
-            Err(launch::LaunchError::Failed(e)) => return Err(e),
-            Err(launch::LaunchError::Unsupported) => {}
         }
+        None => None,
+    };
+    let child = match launched {
+        Some(c) => c,
+        None => start_std(program, args, spec, out)?,
+    };
+    if let Some(pid) = child.pid() {
+        direct.push(pid);
     }
+    Ok(child)
+}
+
+/// Start a child with the standard library (`posix_spawn`), where [`launch`] is not available.
+/// Called with the spawn lock held (see [`start`]): while the lease descriptor is inheritable for
+/// this child, no other child may be forked.
+fn start_std(
+    program: &std::path::Path,
+    args: &[String],
+    spec: &SpawnSpec,
+    out: OwnedFd,
+) -> std::io::Result<Child> {
+    let stdin = null()
+        .and_then(|f| f.try_clone().ok())
+        .map_or_else(Stdio::null, Stdio::from);
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(
-            stdin
-                .and_then(|f| f.try_clone().ok())
-                .map_or_else(Stdio::null, Stdio::from),
-        )
+        .stdin(stdin)
         .stderr(Stdio::from(out.try_clone()?))
         .stdout(Stdio::from(out))
         .process_group(0)
         .kill_on_drop(false);
-    // While the lease descriptor is inheritable for this child, no other child may be forked
-    // (the lock above). Without a `pre_exec` hook the standard library can use `posix_spawn`,
-    // which costs a small fraction of a `fork` of runner's address space.
+    // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
+    // fraction of a `fork` of runner's address space.
     if let Some(fd) = spec.inherit_fd {
         set_cloexec(fd, false);
     }
@@ -316,11 +332,7 @@ fn start(
     if let Some(fd) = spec.inherit_fd {
         set_cloexec(fd, true);
     }
-    let c = c?;
-    if let Some(pid) = c.id() {
-        direct.push(pid as i32);
-    }
-    Ok(Child::Std(c))
+    Ok(Child::Std(c?))
 }
 
 /// A pipe for a child's output: the write end blocking, as programs expect of their stdout; the
@@ -470,4 +482,65 @@ pub async fn end_tree(
     }
     let group_ok = settled || group_gone(pgid);
     group_ok && census::sweep(key.clone(), settled).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    /// The standard library's path, taken where `clone` cannot be: the same environment,
+    /// directory, process group and inherited lease descriptor as a launched child.
+    #[test]
+    fn the_fallback_spawn_gives_a_child_what_a_launched_one_gets() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = std::fs::File::create(dir.path().join("lock")).unwrap();
+        let fd = kept.as_raw_fd();
+        let script = format!(
+            "echo \"$ONLY $(pwd)\"; echo $$ $(cut -d' ' -f5 /proc/$$/stat); test -e /proc/$$/fd/{fd} && echo kept"
+        );
+        let spec = SpawnSpec {
+            argv: vec!["/bin/sh".into(), "-c".into(), script],
+            cwd: dir.path().to_path_buf(),
+            env: vec![("ONLY".into(), "this".into())],
+            log_path: dir.path().join("log"),
+            timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(1),
+            silence: None,
+            redactor: Arc::new(Redactor::default()),
+            inherit_fd: Some(fd),
+            census: CensusKey {
+                token: "t".into(),
+                repo: "r".into(),
+            },
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = rt.block_on(async {
+            let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+            let mut child = {
+                let _lock = census::DIRECT_CHILDREN.lock().unwrap();
+                start_std(std::path::Path::new("/bin/sh"), &spec.argv[1..], &spec, tx).unwrap()
+            };
+            assert!(child.wait().await.unwrap().success());
+            let mut out = String::new();
+            std::fs::File::from(rx).read_to_string(&mut out).unwrap();
+            out
+        });
+        let lines: Vec<&str> = out.lines().collect();
+        let cwd = dir.path().canonicalize().unwrap();
+        assert_eq!(lines[0], format!("this {}", cwd.display()), "{out}");
+        let ids: Vec<&str> = lines[1].split(' ').collect();
+        assert_eq!(ids[0], ids[1], "its own group: {out}");
+        assert_eq!(lines.get(2), Some(&"kept"), "{out}");
+        let flags = nix::fcntl::fcntl(&kept, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_ne!(
+            flags & libc::FD_CLOEXEC,
+            0,
+            "runner's own copy is close-on-exec again"
+        );
+    }
 }
