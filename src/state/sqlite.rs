@@ -873,14 +873,23 @@ mod tests {
         assert_eq!(l.claim(&key("y"), "b", &me).unwrap(), Claim::Claimed);
     }
 
+    /// A ledger as a runner that knew only the first `version` migrations left it.
+    fn at_schema(path: &Path, version: usize) -> Connection {
+        let c = Connection::open(path).unwrap();
+        for sql in &MIGRATIONS[..version] {
+            c.execute_batch(sql).unwrap();
+        }
+        c.execute_batch(&format!("PRAGMA user_version = {version}"))
+            .unwrap();
+        c
+    }
+
     #[test]
     fn a_first_schema_ledger_is_migrated_with_its_results() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         {
-            let c = Connection::open(&path).unwrap();
-            c.execute_batch(MIGRATIONS[0]).unwrap();
-            c.execute_batch("PRAGMA user_version = 1").unwrap();
+            let c = at_schema(&path, 1);
             for (run, outcome, at) in [
                 ("r1", "failed", "2026-01-01T00:00:00.000Z"),
                 ("r2", "completed", "2026-01-02T00:00:00.000Z"),
@@ -955,10 +964,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         {
-            let c = Connection::open(&path).unwrap();
-            c.execute_batch(MIGRATIONS[0]).unwrap();
-            c.execute_batch(MIGRATIONS[1]).unwrap();
-            c.execute_batch("PRAGMA user_version = 2").unwrap();
+            let c = at_schema(&path, 2);
             for id in ["a", "b"] {
                 c.execute(
                     "INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid,
