@@ -194,16 +194,22 @@ pub fn launch(
     // SAFETY: setpgid on the child just created; an error means it got there itself.
     unsafe { libc::setpgid(pid, pid) };
     if pidfd < 0 {
-        // Not to be had on a kernel that passed the probe in `unsupported`; the child cannot
-        // be waited for, so it is ended (it may have started its program: it is not started
-        // again another way).
+        // A kernel (or sandbox) that ignored `CLONE_PIDFD`: ask for one now. The child is not
+        // reaped yet, so its pid cannot name another process.
+        // SAFETY: pidfd_open on the child just created.
+        pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    }
+    if pidfd < 0 {
+        // The child cannot be waited for, so it is ended (it may have started its program: it
+        // is not started again another way).
+        let err = io::Error::last_os_error();
         // SAFETY: signalling and reaping the child just created.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
         drop((plan, stack));
-        return Err(failed(io::Error::other("the kernel returned no pidfd")));
+        return Err(failed(err));
     }
     // SAFETY: the kernel returned this descriptor for the new child; nothing else owns it.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
