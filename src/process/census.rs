@@ -335,7 +335,18 @@ mod tests {
         assert_eq!(children.len(), 2, "both children are listed");
         assert_eq!(scan_children(&mine, children.clone(), &[]).0, vec![pid]);
         assert_eq!(scan_children(&mine, children, &[pid]).0, Vec::<i32>::new());
-        assert_eq!(scan_all(&mine, false).unwrap().0, vec![pid]);
+        let found = scan_all(&mine, false).unwrap().0;
+        let described: Vec<String> = found
+            .iter()
+            .map(|p| {
+                let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                format!("{p} {:?} {:?}", String::from_utf8_lossy(&cmd), stat(*p))
+            })
+            .collect();
+        assert!(
+            found.contains(&pid) && !found.contains(&other_pid),
+            "a scan of every process found {described:?}; expected {pid} and not {other_pid}"
+        );
         for c in [&mut a, &mut b] {
             c.kill().unwrap();
             c.wait().unwrap();
