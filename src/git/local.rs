@@ -56,7 +56,9 @@ pub fn clean_checkout(dir: &Path) -> Option<Probe> {
     if staged {
         return None;
     }
-    if !index.worktree_matches(&top) || !nothing_untracked(&top, &index) {
+    // The walk first: in a checkout with build output it stops at once, before a stat of every
+    // tracked file.
+    if !nothing_untracked(&top, &index) || !index.worktree_matches(&top) {
         return None;
     }
     Some(probe(top, git_dir, head, branch))
@@ -536,8 +538,18 @@ fn varint(data: &[u8], at: &mut usize) -> Option<usize> {
 /// git might ignore), a nested repository, a socket or a fifo leaves the answer to git.
 fn nothing_untracked(top: &Path, index: &Index) -> bool {
     let tracked: HashSet<&[u8]> = index.entries.iter().map(|e| e.path.as_slice()).collect();
+    // Every folder that holds a tracked file, at any depth.
+    let mut tracked_dirs: HashSet<&[u8]> = HashSet::new();
+    for e in &index.entries {
+        for (i, _) in e.path.iter().enumerate().filter(|(_, b)| **b == b'/') {
+            tracked_dirs.insert(&e.path[..i]);
+        }
+    }
+    // Folders holding no tracked file are looked into first: any file there is untracked (build
+    // output, typically), and the answer is known at once.
     let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
-    while let Some(rel) = dirs.pop() {
+    let mut strays: Vec<Vec<u8>> = Vec::new();
+    while let Some(rel) = strays.pop().or_else(|| dirs.pop()) {
         let Ok(listing) = std::fs::read_dir(top.join(OsStr::from_bytes(&rel))) else {
             return false;
         };
@@ -559,7 +571,11 @@ fn nothing_untracked(top: &Path, index: &Index) -> bool {
                 return false;
             };
             if kind.is_dir() {
-                dirs.push(path);
+                if tracked_dirs.contains(path.as_slice()) {
+                    dirs.push(path);
+                } else {
+                    strays.push(path);
+                }
             } else if !((kind.is_file() || kind.is_symlink()) && tracked.contains(path.as_slice()))
             {
                 return false;
@@ -646,6 +662,10 @@ mod tests {
         let t = repo();
         let p = read(t.path()).expect("a committed checkout reads as clean");
         assert_eq!(p.branch.as_deref(), Some("main"));
+        // Folders hold nothing for git: empty ones are no change.
+        std::fs::create_dir_all(t.path().join("empty/deeper")).unwrap();
+        std::fs::create_dir_all(t.path().join("src/lib/empty")).unwrap();
+        read(t.path()).expect("empty folders are no change");
     }
 
     #[test]
