@@ -144,7 +144,8 @@ type Stamp = (u64, u64, u64, i64, i64);
 /// Each record path with its stamp and contents when last seen.
 type Seen = HashMap<PathBuf, (Stamp, Vec<u8>)>;
 
-static RECORDS_SEEN: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
+static RECORDS_SEEN: std::sync::LazyLock<std::sync::Mutex<Seen>> =
+    std::sync::LazyLock::new(Default::default);
 
 impl RecordsSeen {
     fn stamp(path: &Path) -> Option<Stamp> {
@@ -159,8 +160,7 @@ impl RecordsSeen {
             return false;
         };
         let seen = RECORDS_SEEN.lock().unwrap_or_else(|p| p.into_inner());
-        seen.as_ref()
-            .and_then(|m| m.get(path))
+        seen.get(path)
             .is_some_and(|(stamp, said)| *stamp == now && said == bytes)
     }
 
@@ -170,8 +170,7 @@ impl RecordsSeen {
             return;
         };
         let mut seen = RECORDS_SEEN.lock().unwrap_or_else(|p| p.into_inner());
-        seen.get_or_insert_with(HashMap::new)
-            .insert(path, (now, bytes));
+        seen.insert(path, (now, bytes));
     }
 }
 
