@@ -108,11 +108,10 @@ fn two_runners_together_never_share_a_repository() {
     assert_eq!(repo_overlap(&iv), None);
 }
 
-#[test]
-fn a_timed_out_gate_leaves_no_process_behind() {
+/// Drain one item whose only gate runs `gate` and times out after a second; every process
+/// named by `markers` must be gone afterwards. Returns the run's report.
+fn timed_out_gate_leaves_nothing(gate: &str, grace: &str, markers: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    // One child in the group, one escaped with setsid, one double-forked and detached.
-    let gate = "sleep 3117 & setsid sleep 3118 & (sh -c 'sleep 3119 &' &) ; sleep 3120";
     manifest(
         dir.path(),
         1,
@@ -120,16 +119,26 @@ fn a_timed_out_gate_leaves_no_process_behind() {
         1,
         "true",
         &format!(
-            "gates:\n  - name: slow\n    run: {}\n    timeout: 1s\n    grace: 500ms\n",
+            "gates:\n  - name: slow\n    run: {}\n    timeout: 1s\n    grace: {grace}\n",
             serde_json::to_string(gate).unwrap()
         ),
     );
     let out = apply(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    for marker in ["sleep 3117", "sleep 3118", "sleep 3119", "sleep 3120"] {
+    for marker in markers {
         assert!(processes_matching(marker).is_empty(), "`{marker}` survived");
     }
-    let report = latest_report(&dir.path().join("runner-reports"));
+    latest_report(&dir.path().join("runner-reports"))
+}
+
+#[test]
+fn a_timed_out_gate_leaves_no_process_behind() {
+    // One child in the group, one escaped with setsid, one double-forked and detached.
+    let report = timed_out_gate_leaves_nothing(
+        "sleep 3117 & setsid sleep 3118 & (sh -c 'sleep 3119 &' &) ; sleep 3120",
+        "500ms",
+        &["sleep 3117", "sleep 3118", "sleep 3119", "sleep 3120"],
+    );
     let item = &report["items"][0];
     assert_eq!(item["outcome"], "halted");
     assert_eq!(item["attempts"][0]["gates"][0]["result"], "timed-out");
@@ -137,26 +146,12 @@ fn a_timed_out_gate_leaves_no_process_behind() {
 
 #[test]
 fn a_hundred_escaped_processes_are_all_ended() {
-    let dir = tempfile::tempdir().unwrap();
     // More escapees than a scan examines on the event loop: the census takes the large path.
-    let gate = "for i in $(seq 100); do setsid sleep 3143 & done; sleep 3144";
-    manifest(
-        dir.path(),
-        1,
-        1,
-        1,
-        "true",
-        &format!(
-            "gates:\n  - name: many\n    run: {}\n    timeout: 1s\n    grace: 200ms\n",
-            serde_json::to_string(gate).unwrap()
-        ),
+    let report = timed_out_gate_leaves_nothing(
+        "for i in $(seq 100); do setsid sleep 3143 & done; sleep 3144",
+        "200ms",
+        &["sleep 3143", "sleep 3144"],
     );
-    let out = apply(dir.path(), &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    for marker in ["sleep 3143", "sleep 3144"] {
-        assert!(processes_matching(marker).is_empty(), "`{marker}` survived");
-    }
-    let report = latest_report(&dir.path().join("runner-reports"));
     assert_eq!(report["items"][0]["outcome"], "halted", "{report}");
 }
 
