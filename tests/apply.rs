@@ -646,3 +646,20 @@ fn a_worker_that_cannot_be_started_fails_its_item_with_the_reason() {
         "{report}"
     );
 }
+
+#[test]
+fn the_drain_runs_on_one_thread_once_the_plan_is_made() {
+    // Planning's pool of threads ends with the plan: while workers run, runner is one thread
+    // (so a census reads one list of children, and nothing idles beside the event loop).
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("threads.log");
+    let worker = format!("grep '^Threads:' /proc/$PPID/status >> {}", seen.display());
+    manifest(dir.path(), 4, 1, 1, &worker, "");
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(log.lines().count(), 4, "{log}");
+    for line in log.lines() {
+        assert_eq!(line.split_whitespace().nth(1), Some("1"), "{log}");
+    }
+}
