@@ -1,7 +1,7 @@
 //! The SQLite ledger: WAL mode, a busy timeout, numbered migrations, one writer per process.
 
 use super::*;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -270,10 +270,7 @@ impl SqliteLedger {
             )));
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| db(&self.path, e))?;
+            let tx = WriteTx::begin(&self.conn).map_err(|e| db(&self.path, e))?;
             // Another process may have migrated while this one waited for the write lock.
             let now: i64 = tx
                 .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -294,10 +291,10 @@ impl SqliteLedger {
         if self.buffered.events.is_empty() && !self.buffered.has_results() {
             return Ok(());
         }
-        let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
-        self.buffered.write(&tx).map_err(|e| db(&path, e))?;
-        tx.commit().map_err(|e| db(&path, e))
+        let path = &self.path;
+        let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(path, e))?;
+        tx.commit().map_err(|e| db(path, e))
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRow>> {
@@ -506,11 +503,10 @@ impl SqliteLedger {
     }
 }
 
-/// Run a statement through the connection's statement cache: the drain runs the same few
-/// statements thousands of times.
-/// An immediate write transaction whose `BEGIN` and `COMMIT` are cached statements: the claim
-/// path runs one per item, and `rusqlite::Transaction` parses both anew each time. Rolled back
-/// unless committed.
+/// An immediate write transaction (the write lock taken at `BEGIN`, so that it never fails
+/// halfway for want of it) whose `BEGIN` and `COMMIT` are cached statements: the claim path runs
+/// one per item, and `rusqlite::Transaction` parses both anew each time. Rolled back unless
+/// committed. Every write transaction of the ledger is one of these.
 struct WriteTx<'c> {
     conn: &'c Connection,
     committed: bool,
@@ -547,6 +543,8 @@ impl Drop for WriteTx<'_> {
     }
 }
 
+/// Run a statement through the connection's statement cache: the drain runs the same few
+/// statements thousands of times.
 fn exec(tx: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
     tx.prepare_cached(sql)?.execute(p)
 }
@@ -622,19 +620,19 @@ impl Ledger for SqliteLedger {
         cause: Option<&str>,
         at: &str,
     ) -> Result<()> {
-        let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| db(&path, e))?;
-        self.buffered.write(&tx).map_err(|e| db(&path, e))?;
+        let path = &self.path;
+        let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(path, e))?;
         tx.execute(
             "UPDATE runs SET ended_at = ?2, ending = ?3, cause = ?4,
                  last_event = (SELECT max(rowid) FROM events) WHERE id = ?1",
             params![run_id, at, ending.as_str(), cause],
         )
-        .map_err(|e| db(&path, e))?;
+        .map_err(|e| db(path, e))?;
         // Claims of this run that no result released (a cancelled item) go with it.
         tx.execute("DELETE FROM claims WHERE run_id = ?1", [run_id])
-            .map_err(|e| db(&path, e))?;
-        tx.commit().map_err(|e| db(&path, e))
+            .map_err(|e| db(path, e))?;
+        tx.commit().map_err(|e| db(path, e))
     }
 
     fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>> {
