@@ -4,7 +4,7 @@
 //! ledger) consume them. None of the consumers touches a process, and the engine knows none of
 //! them.
 
-use crate::engine::outcome::{GateResult, ItemOutcome, RunEnding, WorkerClass};
+use crate::vocab::{GateResult, ItemOutcome, RunEnding, WorkerClass};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -8,58 +8,46 @@
 //! spawned for the item, so the lock stays held for as long as any descendant keeps it open —
 //! even if runner itself is killed.
 
+use crate::support::fs::write_atomic;
+use crate::support::host::Holder;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 pub const LOCK_FILE: &str = "runner.lock";
 pub const RECORD_FILE: &str = "runner.lease.json";
 
-/// Who holds a lease.
+/// What a lease's record says: the process that holds (or last held) it, its run and the
+/// repository.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Holder {
-    pub host: String,
-    pub pid: u32,
-    /// Process start time in clock ticks since boot (`/proc/<pid>/stat` field 22): a pid is the
-    /// same process only if this matches too.
-    pub start_time: Option<u64>,
+pub struct Record {
+    #[serde(flatten)]
+    pub holder: Holder,
     pub run_id: String,
     pub repo: String,
 }
 
-impl Holder {
+impl Record {
     pub fn this_process(run_id: &str, repo: &str) -> Self {
-        static ME: std::sync::OnceLock<(String, u32, Option<u64>)> = std::sync::OnceLock::new();
-        let (host, pid, start_time) = ME.get_or_init(|| {
-            let pid = std::process::id();
-            (hostname(), pid, process_start_time(pid))
-        });
-        Holder {
-            host: host.clone(),
-            pid: *pid,
-            start_time: *start_time,
+        Record {
+            holder: Holder::this_process(),
             run_id: run_id.to_string(),
             repo: repo.to_string(),
         }
     }
 }
 
-pub fn hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "unknown".into())
-}
-
-/// Start time of `pid` in clock ticks since boot.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    // Fields after the command name start at field 3 (state); start time is field 22.
-    rest.split_whitespace().nth(19)?.parse().ok()
+impl std::fmt::Display for Record {
+    /// "run `ID` (pid N on HOST)"
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "run `{}` (pid {} on {})",
+            self.run_id, self.holder.pid, self.holder.host
+        )
+    }
 }
 
 /// A held lease. [`Lease::release`] releases the lock; dropping the lease releases it once no
@@ -82,7 +70,7 @@ pub enum LeaseError {
 impl Lease {
     /// Take the lease of the repository whose git common dir is `common_dir`, or `None` when
     /// another process holds it.
-    pub fn try_acquire(common_dir: &Path, holder: Holder) -> Result<Option<Lease>, LeaseError> {
+    pub fn try_acquire(common_dir: &Path, holder: Record) -> Result<Option<Lease>, LeaseError> {
         let path = common_dir.join(LOCK_FILE);
         let io = |source| LeaseError::Io {
             path: path.display().to_string(),
@@ -187,19 +175,8 @@ pub fn is_held(common_dir: &Path) -> bool {
 
 /// The holder recorded in a common dir, if any. The lock, not the record, says whether the
 /// lease is held ([`is_held`]): a released or killed holder leaves its record behind.
-pub fn read_record(path: &Path) -> Option<Holder> {
+pub fn read_record(path: &Path) -> Option<Record> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
-
-/// Write `bytes` to `path` through a temporary file in the same folder and a rename, so that no
-/// reader ever sees it half-written. (Not synced to disk: readers need wholeness, not
-/// durability across a power cut; the state ledger is what survives crashes.)
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -209,17 +186,17 @@ mod tests {
     #[test]
     fn one_holder_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let a = Lease::try_acquire(dir.path(), Holder::this_process("run-a", "r"))
+        let a = Lease::try_acquire(dir.path(), Record::this_process("run-a", "r"))
             .unwrap()
             .expect("free lease is taken");
         assert!(
-            Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r"))
+            Lease::try_acquire(dir.path(), Record::this_process("run-b", "r"))
                 .unwrap()
                 .is_none()
         );
         let rec = read_record(&dir.path().join(RECORD_FILE)).unwrap();
         assert_eq!(rec.run_id, "run-a");
-        assert!(rec.start_time.is_some());
+        assert!(rec.holder.start_time.is_some());
         assert!(is_held(dir.path()));
         a.release();
         assert!(!is_held(dir.path()));
@@ -228,7 +205,7 @@ mod tests {
             "run-a",
             "the last holder stays named"
         );
-        let b = Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r"))
+        let b = Lease::try_acquire(dir.path(), Record::this_process("run-b", "r"))
             .unwrap()
             .expect("a released lease is taken");
         assert_eq!(
@@ -241,13 +218,13 @@ mod tests {
     #[test]
     fn a_released_lease_is_free_though_a_copy_of_its_descriptor_lives_on() {
         let dir = tempfile::tempdir().unwrap();
-        let lease = Lease::try_acquire(dir.path(), Holder::this_process("run-a", "r"))
+        let lease = Lease::try_acquire(dir.path(), Record::this_process("run-a", "r"))
             .unwrap()
             .unwrap();
         // What a child started meanwhile holds until its `execve`.
         let copy = lease.file.try_clone().unwrap();
         lease.release();
-        let again = Lease::try_acquire(dir.path(), Holder::this_process("run-b", "r")).unwrap();
+        let again = Lease::try_acquire(dir.path(), Record::this_process("run-b", "r")).unwrap();
         assert!(again.is_some(), "released, yet still locked");
         drop(copy);
     }
@@ -256,7 +233,7 @@ mod tests {
     fn a_record_rewritten_by_another_holder_is_noticed() {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join(RECORD_FILE);
-        let holder = Holder::this_process("run-a", "r");
+        let holder = Record::this_process("run-a", "r");
         Lease::try_acquire(dir.path(), holder.clone())
             .unwrap()
             .unwrap()

@@ -1,18 +1,18 @@
-//! `runner apply M`: clone what is missing, plan, drain, report, and exit per SPEC §5.
+//! `runner apply M`: clone what is missing, plan, drain, report, and exit with the code the README documents.
 
 use super::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_STALLED, Ui, load};
 use crate::cli::ApplyArgs;
-use crate::engine::outcome::{ItemOutcome, RunEnding};
 use crate::engine::{self, RunCx, config};
 use crate::engine::{ClaimAnswer, RunSink};
 use crate::events::Event;
+use crate::ledger::sqlite::SqliteLedger;
+use crate::ledger::{Claim, Holder, ItemKey, Ledger, RunRow};
 use crate::manifest::{LoadedManifest, SourceKind};
 use crate::plan::history;
 use crate::plan::{self, PlanOptions, repos};
 use crate::process::output::Redactor;
 use crate::report::{self, ReportBuilder};
-use crate::state::sqlite::SqliteLedger;
-use crate::state::{Claim, Holder, ItemKey, Ledger, RunRow};
+use crate::vocab::{ItemOutcome, RunEnding};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         Ok(l) => l,
         Err(code) => return code,
     };
-    // A nested run inherits its parent's ceiling (SPEC §6).
+    // A nested run inherits its parent's ceiling (README, "Environment").
     let mut workers = plan::effective_workers(&loaded, args.workers);
     if let Some(max) = std::env::var("RUNNER_MAX_WORKERS")
         .ok()
@@ -117,7 +117,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         && std::io::stderr().is_terminal()
         && std::env::var("TERM").map_or(true, |t| t != "dumb")
         && std::env::var_os("CI").is_none();
-    let started_at = report::now();
+    let started_at = crate::support::clock::now();
     let keys: Vec<ItemKey> = plan
         .items
         .iter()
@@ -178,7 +178,12 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     let end = runtime.block_on(engine::drain(cx.clone(), &mut sink));
     if let Err(e) = sink
         .ledger
-        .end_run(&run_id, end.ending, end.cause.as_deref(), &report::now())
+        .end_run(
+            &run_id,
+            end.ending,
+            end.cause.as_deref(),
+            &crate::support::clock::now(),
+        )
         .and_then(|()| sink.ledger.checkpoint())
     {
         ui.error(e);
@@ -242,7 +247,7 @@ fn item_of(ev: &Event) -> Option<usize> {
 
 impl RunSink for ApplySink {
     fn event(&mut self, ev: &Event) {
-        let at = report::now();
+        let at = crate::support::clock::now();
         self.progress.on(ev);
         self.builder.on(ev, &at);
         let key = item_of(ev).and_then(|i| self.keys.get(i));
@@ -291,7 +296,7 @@ impl RunSink for ApplySink {
             &path.display().to_string(),
             &self.run_id,
             &format!("repository `{repo}`: {reason}"),
-            &report::now(),
+            &crate::support::clock::now(),
         );
         if let Err(e) = r {
             self.fail(e);

@@ -3,10 +3,10 @@
 
 use super::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, state_path, who};
 use crate::cli::{CancelArgs, PauseArgs, ReportArgs, ReportFormatArg, StatusArgs, UnlockArgs};
+use crate::ledger::sqlite::SqliteLedger;
+use crate::ledger::{Ledger, RunRow};
 use crate::plan::Plan;
 use crate::report::{self, ReportBuilder};
-use crate::state::sqlite::SqliteLedger;
-use crate::state::{Ledger, RunRow};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -26,7 +26,12 @@ fn open_existing(ui: &Ui, path: &Path) -> Result<SqliteLedger, i32> {
 }
 
 /// A looked-up run, or the exit code after saying why there is none.
-fn found<T>(ui: &Ui, r: crate::state::Result<Option<T>>, run: &str, path: &Path) -> Result<T, i32> {
+fn found<T>(
+    ui: &Ui,
+    r: crate::ledger::Result<Option<T>>,
+    run: &str,
+    path: &Path,
+) -> Result<T, i32> {
     match r {
         Ok(Some(v)) => Ok(v),
         Ok(None) => {
@@ -44,7 +49,7 @@ fn found<T>(ui: &Ui, r: crate::state::Result<Option<T>>, run: &str, path: &Path)
 struct Status {
     ledger: String,
     paused: Option<String>,
-    runs: Vec<RunStatus>,
+    runs: Vec<RunView>,
     running: Vec<Running>,
     held: Vec<Held>,
     quarantined: Vec<Quarantined>,
@@ -59,10 +64,10 @@ struct Quarantined {
 }
 
 #[derive(Serialize)]
-struct RunStatus {
+struct RunView {
     #[serde(flatten)]
     run: RunRow,
-    status: &'static str,
+    status: crate::ledger::RunStatus,
 }
 
 #[derive(Serialize)]
@@ -88,7 +93,7 @@ struct LeaseStatus {
     path: PathBuf,
     held: bool,
     /// The holder's record: the current holder while `held`, else the last one.
-    holder: Option<crate::lease::Holder>,
+    holder: Option<crate::lease::Record>,
 }
 
 pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
@@ -105,11 +110,11 @@ pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
         None => None,
     };
     let name = loaded.as_ref().map(|l| l.manifest.name.clone());
-    let result = (|| -> crate::state::Result<Status> {
+    let result = (|| -> crate::ledger::Result<Status> {
         let runs = ledger
             .recent_runs(name.as_deref(), 10)?
             .into_iter()
-            .map(|r| RunStatus {
+            .map(|r| RunView {
                 status: r.status(),
                 run: r,
             })
@@ -262,7 +267,7 @@ pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
         for l in &st.leases {
             let who = match (&l.held, &l.holder) {
                 (true, Some(h)) => {
-                    format!("held by run {} (pid {} on {})", h.run_id, h.pid, h.host)
+                    format!("held by {h}")
                 }
                 (true, None) => "held".to_string(),
                 (false, Some(h)) => format!("free (last held by run {})", h.run_id),
@@ -275,12 +280,12 @@ pub fn status(ui: &Ui, args: &StatusArgs) -> i32 {
 }
 
 /// Re-render a run's report by replaying its recorded events over its recorded plan.
-pub fn render(ledger: &SqliteLedger, run: &str) -> crate::state::Result<Option<report::Report>> {
+pub fn render(ledger: &SqliteLedger, run: &str) -> crate::ledger::Result<Option<report::Report>> {
     let Some(replay) = ledger.run_events(run)? else {
         return Ok(None);
     };
     let plan: Plan =
-        serde_json::from_str(&replay.plan_json).map_err(|e| crate::state::LedgerError::Db {
+        serde_json::from_str(&replay.plan_json).map_err(|e| crate::ledger::LedgerError::Db {
             path: "plan".into(),
             message: format!("unreadable plan of run `{run}`: {e}"),
         })?;
@@ -324,7 +329,7 @@ pub fn cancel(ui: &Ui, args: &CancelArgs) -> i32 {
         Ok(r) => r,
         Err(c) => return c,
     };
-    if run.status() != "live" {
+    if run.status() != crate::ledger::RunStatus::Live {
         ui.error(format_args!(
             "run `{}` is not live ({})",
             run.id,
@@ -332,7 +337,7 @@ pub fn cancel(ui: &Ui, args: &CancelArgs) -> i32 {
         ));
         return crate::commands::EXIT_FAILURES;
     }
-    if run.holder.host != crate::lease::hostname() {
+    if run.holder.host != crate::support::host::hostname() {
         ui.error(format_args!(
             "run `{}` runs on {}; cancel it there",
             run.id, run.holder.host
@@ -340,7 +345,12 @@ pub fn cancel(ui: &Ui, args: &CancelArgs) -> i32 {
         return crate::commands::EXIT_FAILURES;
     }
     // Who and why are recorded before the signal, so the run can name them as it ends.
-    if let Err(e) = ledger.request_stop(&run.id, &who(), args.reason.as_deref(), &report::now()) {
+    if let Err(e) = ledger.request_stop(
+        &run.id,
+        &who(),
+        args.reason.as_deref(),
+        &crate::support::clock::now(),
+    ) {
         ui.error(e);
         return EXIT_INTERNAL;
     }
@@ -372,7 +382,12 @@ pub fn pause(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
     let name = &loaded.manifest.name;
     let r = if on {
         ledger
-            .set_paused(name, &who(), args.reason.as_deref(), &report::now())
+            .set_paused(
+                name,
+                &who(),
+                args.reason.as_deref(),
+                &crate::support::clock::now(),
+            )
             .map(|()| {
                 eprintln!("runner: `{name}` is paused; running items finish, no new ones start")
             })
@@ -403,7 +418,7 @@ fn processes_in(repo: &Path) -> std::io::Result<Vec<i32>> {
 
 pub fn unlock(ui: &Ui, args: &UnlockArgs) -> i32 {
     let repo = std::path::absolute(&args.repo).unwrap_or_else(|_| args.repo.clone());
-    let repo = crate::manifest::load::normalize(&repo);
+    let repo = crate::support::fs::normalize(&repo);
     let probe = match crate::git::probe(&repo) {
         Ok(p) => p,
         Err(e) => {
@@ -418,9 +433,7 @@ pub fn unlock(ui: &Ui, args: &UnlockArgs) -> i32 {
         ui.error(format_args!(
             "the lease of `{}` is held{}; refusing while its processes live",
             repo.display(),
-            holder
-                .map(|h| format!(" by run `{}` (pid {} on {})", h.run_id, h.pid, h.host))
-                .unwrap_or_default()
+            holder.map(|h| format!(" by {h}")).unwrap_or_default()
         ));
         return crate::commands::EXIT_FAILURES;
     }

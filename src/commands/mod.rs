@@ -1,6 +1,6 @@
 //! One module per verb. Each returns the process exit code; `main` only maps it.
 //!
-//! Exit codes (SPEC §5 for `apply`; the others use the same meanings): 0 success, 1 the command
+//! Exit codes (the README's table; every verb uses the same meanings): 0 success, 1 the command
 //! ran but found failures, 2 bad invocation or invalid manifest, 3 stalled, 4 runner itself
 //! failed, 130/143 cancelled by SIGINT/SIGTERM.
 
@@ -141,5 +141,5 @@ pub fn who() -> String {
                 .unwrap_or(0);
             format!("uid {uid}")
         });
-    format!("{user}@{}", crate::lease::hostname())
+    format!("{user}@{}", crate::support::host::hostname())
 }

@@ -24,9 +24,9 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     };
     // The ledger is read as a snapshot: `plan` creates and changes no file.
     let state_path = super::state_path(&args.state, Some(&args.manifest));
-    match crate::state::sqlite::SqliteLedger::open_snapshot(&state_path) {
+    match crate::ledger::sqlite::SqliteLedger::open_snapshot(&state_path) {
         Ok(Some(ledger)) => {
-            use crate::state::Ledger;
+            use crate::ledger::Ledger;
             let name = &loaded.manifest.name;
             match (
                 ledger.past_outcomes(name),

@@ -1,8 +1,8 @@
 //! Worker failure classification: a pure function of how the process ended and its output tail.
 
-use super::outcome::WorkerClass;
 use crate::manifest::Models;
 use crate::process::Finished;
+use crate::vocab::WorkerClass;
 
 /// How much of the end of the output patterns are matched against: only the tail, so that a
 /// diff or transcript quoting "rate limit" early in a long run is not taken for a rate limit.

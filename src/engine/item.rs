@@ -5,15 +5,15 @@ use super::RunCx;
 use super::chain::{ChainStep, ModelChain};
 use super::classify::{ProviderPolicy, classify};
 use super::config::Effective;
-use super::outcome::{GateResult, ItemOutcome, WorkerClass};
 use super::stall::{HaltSignature, fingerprint};
 use crate::events::Event;
 use crate::git;
 use crate::manifest::CommandSpec;
-use crate::manifest::load::compile_glob;
+use crate::manifest::compile_glob;
 use crate::manifest::template;
 use crate::plan::{ItemPlan, RepoPlan};
 use crate::process::{self, CensusKey, Finished, SpawnSpec, Stop, output::last_lines};
+use crate::vocab::{GateResult, ItemOutcome, WorkerClass};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
@@ -508,7 +508,7 @@ fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<P
         last_lines(tail, 200, 32 * 1024)
     );
     std::fs::create_dir_all(&icx.logs).ok()?;
-    crate::lease::write_atomic(&path, text.as_bytes()).ok()?;
+    crate::support::fs::write_atomic(&path, text.as_bytes()).ok()?;
     Some(path)
 }
 

@@ -11,17 +11,16 @@ pub mod chain;
 pub mod classify;
 pub mod config;
 pub mod item;
-pub mod outcome;
 pub mod stall;
 
 use crate::events::Event;
-use crate::lease::{Holder, Lease};
+use crate::lease::{Lease, Record};
 use crate::manifest::LoadedManifest;
 use crate::plan::{ItemState, Plan};
 use crate::process::output::Redactor;
 use crate::process::{self, CensusKey, SpawnSpec, Stop};
+use crate::vocab::{ItemOutcome, RunEnding};
 use item::ItemRun;
-use outcome::{ItemOutcome, RunEnding};
 use stall::StallGuard;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -290,7 +289,7 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                     finish(sink, idx, outcome, Some(reason), Some(cause));
                     continue;
                 }
-                match acquire(&common, Holder::this_process(&cx.run_id, &repo_name)).await {
+                match acquire(&common, Record::this_process(&cx.run_id, &repo_name)).await {
                     Ok(Some(lease)) => {
                         queue.remove(pos);
                         blocked_since.remove(&repo_name);
@@ -320,10 +319,7 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                             let holder =
                                 crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
                             let detail = match holder {
-                                Some(h) => format!(
-                                    "leased by run `{}` (pid {} on {})",
-                                    h.run_id, h.pid, h.host
-                                ),
+                                Some(h) => format!("leased by {h}"),
                                 None => "its lease is held by another process".to_string(),
                             };
                             queue.retain(|&i| {
@@ -515,7 +511,7 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
 /// answer is asked again a few times over a short moment before it counts.
 async fn acquire(
     common: &std::path::Path,
-    holder: Holder,
+    holder: Record,
 ) -> Result<Option<Lease>, crate::lease::LeaseError> {
     for _ in 0..5 {
         if let Some(l) = Lease::try_acquire(common, holder.clone())? {

@@ -10,10 +10,12 @@ use super::diag::{ManifestError, Problem};
 use super::model::*;
 use super::template::{self, Context};
 use super::yaml::{self, Node, Span, Value};
+use crate::support::fs::normalize;
+use crate::support::hex;
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A manifest as loaded from a file, with where it came from.
@@ -103,10 +105,6 @@ pub fn load_file(path: &Path) -> Result<LoadedManifest, LoadError> {
         text,
         sha256,
     })
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Validate manifest bytes. `dir` is the folder relative paths resolve against (used only to
@@ -367,23 +365,6 @@ fn valid_env_name(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Lexically normalise a path (`a/./b/../c` -> `a/c`) without touching the disk.
-pub fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push("..");
-                }
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
 }
 
 /// A repository name derived from a url or bundle path: its last segment without `.git` or

@@ -3,7 +3,7 @@
 //! These types are the single description of the format: `schemas/manifest.schema.json` is
 //! generated from them, and the loader accepts exactly their keys (a test holds the two
 //! together). Optional keys stay `Option` so that the manifest can be echoed faithfully; the
-//! defaults of SPEC §1 live in the accessor methods, in one place.
+//! defaults documented in `docs/manifest.md` live in the accessor methods, in one place.
 
 use super::yaml::Span;
 use schemars::JsonSchema;

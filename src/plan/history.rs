@@ -4,10 +4,17 @@
 //! Shared by `plan` and `apply`, so `plan` shows exactly what `apply` would skip.
 
 use super::{HoldReason, ItemPlan, ItemState, Plan};
-use crate::engine::outcome::ItemOutcome;
-use crate::state::{ItemKey, PastOutcome};
+use crate::vocab::ItemKey;
+use crate::vocab::ItemOutcome;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+
+/// What a previous run left for an item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PastOutcome {
+    pub outcome: ItemOutcome,
+    pub run_id: String,
+}
 
 /// Which finished items `apply` runs again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -32,7 +39,7 @@ pub fn item_key(manifest: &str, it: &ItemPlan) -> ItemKey {
         manifest: manifest.to_string(),
         repo: it.repo.clone(),
         item: it.id.clone(),
-        def_hash: crate::manifest::load::hex(&hash[..16]),
+        def_hash: crate::support::hex(&hash[..16]),
     }
 }
 

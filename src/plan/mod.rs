@@ -10,9 +10,11 @@ pub mod history;
 pub mod repos;
 
 use crate::git::{self, Ancestry};
-use crate::manifest::load::{compile_glob, valid_item_id};
+use crate::manifest::compile_glob;
+use crate::manifest::load::valid_item_id;
 use crate::manifest::template;
 use crate::manifest::{LoadedManifest, ManifestError, Problem, SourceKind};
+pub use crate::vocab::{HoldReason, ItemState};
 use globset::{GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 use repos::Located;
@@ -22,65 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 pub const PLAN_SCHEMA: &str = "runner.plan/v1";
-
-/// What `plan` decided for one item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ItemState {
-    /// Will run.
-    Pending,
-    /// Completed by an earlier run; not run again unless asked.
-    Done,
-    /// Held back for a reason that may clear (see [`HoldReason`]).
-    Held,
-    /// Not run in this run (repository missing, or filtered out).
-    Skipped,
-}
-
-/// Why an item is not pending: exactly one reason per item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HoldReason {
-    RepoNotFound,
-    StaleBase,
-    RepoBusy,
-    DirtyTree,
-    Quarantined,
-    Paused,
-    Filtered,
-}
-
-impl HoldReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HoldReason::RepoNotFound => "repo-not-found",
-            HoldReason::StaleBase => "stale-base",
-            HoldReason::RepoBusy => "repo-busy",
-            HoldReason::DirtyTree => "dirty-tree",
-            HoldReason::Quarantined => "quarantined",
-            HoldReason::Paused => "paused",
-            HoldReason::Filtered => "filtered",
-        }
-    }
-    /// The state an item with this reason is in.
-    pub fn state(self) -> ItemState {
-        match self {
-            HoldReason::RepoNotFound | HoldReason::Filtered => ItemState::Skipped,
-            _ => ItemState::Held,
-        }
-    }
-}
-
-impl ItemState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ItemState::Pending => "pending",
-            ItemState::Done => "done",
-            ItemState::Held => "held",
-            ItemState::Skipped => "skipped",
-        }
-    }
-}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Plan {
@@ -392,7 +335,7 @@ fn digest(manifest_sha: &str, repos: &[RepoPlan], items: &[ItemPlan]) -> String 
         h.update(b"\0");
         h.update(i.reason.map_or("-", HoldReason::as_str).as_bytes());
     }
-    crate::manifest::load::hex(&h.finalize())
+    crate::support::hex(&h.finalize())
 }
 
 struct Analysed {

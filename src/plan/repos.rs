@@ -4,8 +4,9 @@
 //! marked not found (its items are skipped with `repo-not-found`); a `url` repository that has
 //! not been cloned yet is marked for cloning by `apply`.
 
-use crate::manifest::load::{compile_glob, normalize};
+use crate::manifest::compile_glob;
 use crate::manifest::{LoadedManifest, RepositorySpec, SourceKind};
+use crate::support::fs::normalize;
 use std::path::{Path, PathBuf};
 
 /// A repository entry resolved against the disk, before git is asked anything.

@@ -1,7 +1,7 @@
 //! `summary.md`: the run for people, PR comments and `$GITHUB_STEP_SUMMARY`.
 
 use super::Report;
-use crate::engine::outcome::ItemOutcome;
+use crate::vocab::ItemOutcome;
 
 fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
@@ -91,9 +91,7 @@ pub fn render(r: &Report) -> String {
                 ));
                 for g in &a.gates {
                     out.push_str(&format!("  - gate `{}`: {}\n", g.name, g.result.as_str()));
-                    if !g.output_tail.is_empty()
-                        && g.result != crate::engine::outcome::GateResult::Passed
-                    {
+                    if !g.output_tail.is_empty() && g.result != crate::vocab::GateResult::Passed {
                         out.push_str("\n```text\n");
                         out.push_str(&g.output_tail);
                         out.push_str("\n```\n\n");

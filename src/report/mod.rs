@@ -7,30 +7,15 @@
 
 pub mod markdown;
 
-use crate::engine::outcome::{GateResult, ItemOutcome, RunEnding, WorkerClass};
 use crate::events::Event;
 use crate::plan::{HoldReason, ItemState, Plan};
+use crate::vocab::{GateResult, ItemOutcome, RunEnding, WorkerClass};
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub const REPORT_SCHEMA: &str = "runner.report/v1";
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn timestamps_have_a_fixed_width_and_sort_as_time() {
-        let t = |s: &str| super::stamp(s.parse::<jiff::Timestamp>().unwrap());
-        let whole = t("2026-11-29T10:28:05Z");
-        let later = t("2026-11-29T10:28:05.123Z");
-        let round = t("2026-11-29T10:28:05.160Z");
-        assert_eq!(whole, "2026-11-29T10:28:05.000Z");
-        assert_eq!(round, "2026-11-29T10:28:05.160Z");
-        assert!(whole < later && later < round);
-        assert_eq!(super::now().len(), whole.len());
-    }
-}
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Report {
@@ -104,16 +89,6 @@ pub struct GateReport {
     pub duration_ms: u64,
     pub output_tail: String,
     pub log: Option<String>,
-}
-
-/// The current time as RFC 3339 UTC with exactly three fractional digits. Fixed width matters:
-/// the ledger compares these strings, and `…:05Z` must not sort after `…:05.123Z`.
-pub fn now() -> String {
-    stamp(jiff::Timestamp::now())
-}
-
-fn stamp(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 /// Consumes events into a [`Report`].
@@ -310,9 +285,9 @@ pub fn to_json(report: &Report) -> String {
 pub fn write(report: &Report, run_dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(run_dir)?;
     let json = to_json(report);
-    crate::lease::write_atomic(&run_dir.join("report.json"), json.as_bytes())?;
+    crate::support::fs::write_atomic(&run_dir.join("report.json"), json.as_bytes())?;
     let md = markdown::render(report);
-    crate::lease::write_atomic(&run_dir.join("summary.md"), md.as_bytes())?;
+    crate::support::fs::write_atomic(&run_dir.join("summary.md"), md.as_bytes())?;
     if let Some(parent) = run_dir.parent()
         && let Some(name) = run_dir.file_name()
     {

@@ -2,9 +2,9 @@
 //!
 //! A consumer of the event stream like the report builder; it never touches a process.
 
-use crate::engine::outcome::{GateResult, WorkerClass};
 use crate::events::Event;
 use crate::plan::{ItemState, Plan};
+use crate::vocab::{GateResult, WorkerClass};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::HashMap;
 use std::time::Duration;

@@ -10,50 +10,12 @@
 
 pub mod sqlite;
 
-use crate::engine::outcome::{ItemOutcome, RunEnding};
 use crate::events::Event;
-use serde::{Deserialize, Serialize};
-
-/// An item's identity across runs: the manifest's name, the repository, the item id, and a hash
-/// of the item's definition (so an edited item is new work).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ItemKey {
-    pub manifest: String,
-    pub repo: String,
-    pub item: String,
-    pub def_hash: String,
-}
-
-/// Who holds something: a process identified by host, pid and start time (pids are reused).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Holder {
-    pub host: String,
-    pub pid: u32,
-    pub start_time: Option<u64>,
-}
-
-impl Holder {
-    pub fn this_process() -> Self {
-        let l = crate::lease::Holder::this_process("", "");
-        Holder {
-            host: l.host,
-            pid: l.pid,
-            start_time: l.start_time,
-        }
-    }
-
-    /// Whether the holder is provably dead: on this host, and its pid is gone or now names a
-    /// process that started at another time. A holder on another host is never presumed dead.
-    pub fn is_dead(&self) -> bool {
-        if self.host != crate::lease::hostname() {
-            return false;
-        }
-        match crate::lease::process_start_time(self.pid) {
-            None => true,
-            Some(t) => self.start_time.is_some_and(|s| s != t),
-        }
-    }
-}
+pub use crate::plan::history::PastOutcome;
+pub use crate::support::host::Holder;
+pub use crate::vocab::ItemKey;
+use crate::vocab::{ItemOutcome, RunEnding};
+use serde::Serialize;
 
 /// A run as the ledger knows it.
 #[derive(Clone, Debug, Serialize)]
@@ -72,24 +34,45 @@ pub struct RunRow {
     pub stop_reason: Option<String>,
 }
 
-impl RunRow {
-    /// Ended, live, or died without ending.
-    pub fn status(&self) -> &'static str {
-        if self.ended_at.is_some() {
-            "ended"
-        } else if self.holder.is_dead() {
-            "died"
-        } else {
-            "live"
+/// Where a recorded run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    /// Its process still runs.
+    Live,
+    /// It recorded its ending.
+    Ended,
+    /// Its process is gone without having recorded an ending.
+    Died,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Live => "live",
+            RunStatus::Ended => "ended",
+            RunStatus::Died => "died",
         }
     }
 }
 
-/// What a previous run left for an item.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PastOutcome {
-    pub outcome: ItemOutcome,
-    pub run_id: String,
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl RunRow {
+    /// Ended, live, or died without ending.
+    pub fn status(&self) -> RunStatus {
+        if self.ended_at.is_some() {
+            RunStatus::Ended
+        } else if self.holder.is_dead() {
+            RunStatus::Died
+        } else {
+            RunStatus::Live
+        }
+    }
 }
 
 /// What is needed to re-render a run's report.

@@ -1,4 +1,7 @@
-//! The closed vocabularies of SPEC §3: item outcomes, gate results, worker classes, run endings.
+//! The closed vocabularies every layer shares: item outcomes, item states with their hold and
+//! skip reasons, gate results, worker classes, run endings, and the key that names an item across
+//! runs. Their spellings are the product's contract: reports, the ledger and
+//! scripts read them. This module imports nothing of runner's, so every other module may import it.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -113,4 +116,73 @@ impl RunEnding {
             RunEnding::Failed => "failed",
         }
     }
+}
+
+/// What `plan` decided for one item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ItemState {
+    /// Will run.
+    Pending,
+    /// Completed by an earlier run; not run again unless asked.
+    Done,
+    /// Held back for a reason that may clear (see [`HoldReason`]).
+    Held,
+    /// Not run in this run (repository missing, or filtered out).
+    Skipped,
+}
+
+/// Why an item is not pending: exactly one reason per item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HoldReason {
+    RepoNotFound,
+    StaleBase,
+    RepoBusy,
+    DirtyTree,
+    Quarantined,
+    Paused,
+    Filtered,
+}
+
+impl HoldReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::RepoNotFound => "repo-not-found",
+            HoldReason::StaleBase => "stale-base",
+            HoldReason::RepoBusy => "repo-busy",
+            HoldReason::DirtyTree => "dirty-tree",
+            HoldReason::Quarantined => "quarantined",
+            HoldReason::Paused => "paused",
+            HoldReason::Filtered => "filtered",
+        }
+    }
+    /// The state an item with this reason is in.
+    pub fn state(self) -> ItemState {
+        match self {
+            HoldReason::RepoNotFound | HoldReason::Filtered => ItemState::Skipped,
+            _ => ItemState::Held,
+        }
+    }
+}
+
+impl ItemState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemState::Pending => "pending",
+            ItemState::Done => "done",
+            ItemState::Held => "held",
+            ItemState::Skipped => "skipped",
+        }
+    }
+}
+
+/// An item's identity across runs: the manifest's name, the repository, the item id, and a hash
+/// of the item's definition (so an edited item is new work).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ItemKey {
+    pub manifest: String,
+    pub repo: String,
+    pub item: String,
+    pub def_hash: String,
 }

@@ -732,7 +732,7 @@ impl Ledger for SqliteLedger {
                 holder.host,
                 holder.pid,
                 holder.start_time.map(|t| t as i64),
-                crate::report::now()
+                crate::support::clock::now()
             ],
         )
         .map_err(|e| db(&path, e))?;
@@ -822,7 +822,7 @@ mod tests {
             cause: None,
         };
         ledger
-            .event(run, Some(&key(item)), &ev, &crate::report::now())
+            .event(run, Some(&key(item)), &ev, &crate::support::clock::now())
             .unwrap();
     }
 
@@ -836,7 +836,7 @@ mod tests {
                     manifest_sha256: "x".into(),
                     holder: Holder::this_process(),
                     started_by: "me".into(),
-                    started_at: crate::report::now(),
+                    started_at: crate::support::clock::now(),
                     ended_at: None,
                     ending: None,
                     cause: None,

@@ -1,0 +1,76 @@
+//! This host and the processes on it: who holds something, and whether that holder still lives.
+
+use serde::{Deserialize, Serialize};
+
+/// This machine's host name, or `unknown`.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22).
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // Fields after the command name start at field 3 (state); start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Who holds something (a lease, a claim, a run): a process named by host, pid and start time,
+/// since pids are reused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub host: String,
+    pub pid: u32,
+    /// Process start time in clock ticks since boot: a pid is the same process only if this
+    /// matches too.
+    pub start_time: Option<u64>,
+}
+
+impl Holder {
+    /// This process (read once).
+    pub fn this_process() -> Self {
+        static ME: std::sync::OnceLock<Holder> = std::sync::OnceLock::new();
+        ME.get_or_init(|| {
+            let pid = std::process::id();
+            Holder {
+                host: hostname(),
+                pid,
+                start_time: process_start_time(pid),
+            }
+        })
+        .clone()
+    }
+
+    /// Whether the holder is provably dead: on this host, and its pid is gone or now names a
+    /// process that started at another time. A holder on another host is never presumed dead.
+    pub fn is_dead(&self) -> bool {
+        if self.host != hostname() {
+            return false;
+        }
+        match process_start_time(self.pid) {
+            None => true,
+            Some(t) => self.start_time.is_some_and(|s| s != t),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_lives_and_a_reused_pid_is_dead() {
+        let me = Holder::this_process();
+        assert!(me.start_time.is_some());
+        assert!(!me.is_dead());
+        let mut reused = me.clone();
+        reused.start_time = me.start_time.map(|t| t + 1);
+        assert!(reused.is_dead(), "same pid, another start time");
+        let mut elsewhere = reused.clone();
+        elsewhere.host = format!("{}-other", me.host);
+        assert!(!elsewhere.is_dead(), "never presumed dead on another host");
+    }
+}
