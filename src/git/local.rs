@@ -44,7 +44,7 @@ const EMPTY_TREE: Oid = [
 /// (staged, unstaged or untracked). `None` says nothing either way.
 pub fn clean_checkout(dir: &Path) -> Option<Probe> {
     let (top, git_dir) = plain_checkout(dir)?;
-    if git_dir.join("info/grafts").exists() || git_dir.join("refs/replace").exists() {
+    if rewrites_history(&git_dir)? {
         return None;
     }
     let (head, branch) = read_head(&git_dir)?;
@@ -121,6 +121,19 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
         Err(_) => return None,
     }
     Some(names)
+}
+
+/// Whether grafts or replace refs (loose or packed) may change what git sees as history; `None`
+/// when that cannot be read.
+fn rewrites_history(git_dir: &Path) -> Option<bool> {
+    if git_dir.join("info/grafts").exists() || git_dir.join("refs/replace").exists() {
+        return Some(true);
+    }
+    match std::fs::read_to_string(git_dir.join("packed-refs")) {
+        Ok(packed) => Some(packed.lines().any(|l| l.contains(" refs/replace/"))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Some(false),
+        Err(_) => None,
+    }
 }
 
 /// The top level and git dir of `dir`, when it is a checkout this module can read: its `.git` a
@@ -788,6 +801,13 @@ mod tests {
             ("a replace ref", |d| {
                 let head = git(d, &["rev-parse", "HEAD"]);
                 git(d, &["update-ref", "refs/replace/x", head.trim()]);
+            }),
+            ("a packed replace ref", |d| {
+                let head = git(d, &["rev-parse", "HEAD"]);
+                git(d, &["update-ref", "refs/replace/x", head.trim()]);
+                git(d, &["pack-refs", "--all", "--prune"]);
+                let _ = std::fs::remove_dir_all(d.join(".git/refs/replace"));
+                assert!(!d.join(".git/refs/replace").exists());
             }),
         ];
         for (what, change) in changes {

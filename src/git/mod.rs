@@ -1,10 +1,11 @@
 //! Thin wrappers over the git command line.
 //!
-//! Every call runs `git -C <dir>` with a fixed locale, no prompts, stdin closed, and
-//! `GIT_OPTIONAL_LOCKS=0` so that read-only questions (status, rev-parse) never write to the
-//! repository: `runner plan` promises to write nothing. Variables that would redirect git to
-//! another repository (`GIT_DIR`, `GIT_WORK_TREE`, …) are removed, so a runner started from a git
-//! hook still looks at the repository it was asked about.
+//! Every call goes through one command builder: `git -C <dir>` with a fixed locale, no prompts,
+//! stdin closed, and `GIT_OPTIONAL_LOCKS=0` so that read-only questions (status, rev-parse) never
+//! write to the repository: `runner plan` promises to write nothing. Every `GIT_*` variable that
+//! changes git's answers (`GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_CONFIG_PARAMETERS`,
+//! `GIT_NO_REPLACE_OBJECTS`, …) is removed, so a runner started from a git hook or alias still
+//! gets git's own answers about the repository it was asked about.
 
 mod local;
 
@@ -24,28 +25,69 @@ pub enum GitError {
     },
 }
 
-const REDIRECTING_VARS: &[&str] = &[
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_NAMESPACE",
-    "GIT_CEILING_DIRECTORIES",
+/// Variables of git's own that runner's git calls keep: how to reach remotes and who a commit is
+/// by are the user's to set. Every other `GIT_*` variable in runner's environment is removed,
+/// because each of them can point git at another repository, index or object store, add
+/// configuration (`GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_COUNT`, set by `git -c` for hooks and
+/// aliases), or change which history git sees (`GIT_NO_REPLACE_OBJECTS`, `GIT_GRAFT_FILE`,
+/// `GIT_SHALLOW_FILE`): a runner started from a hook or an alias must still get the answers git
+/// gives about the repository it was asked about.
+const KEPT_GIT_VARS: &[&str] = &[
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_DATE",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH_VARIANT",
+    "GIT_ASKPASS",
+    "GIT_EXEC_PATH",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_HTTP_USER_AGENT",
+    "GIT_HTTP_PROXY_AUTHMETHOD",
+    "GIT_PROXY_COMMAND",
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_CAPATH",
+    "GIT_SSL_NO_VERIFY",
+    "GIT_TRACE",
+    "GIT_TRACE2",
+    "GIT_TRACE2_EVENT",
+    "GIT_TRACE2_PERF",
 ];
 
-/// A `git -C dir` command with runner's fixed settings.
-pub fn command(dir: &Path) -> Command {
+/// The `GIT_*` variables of runner's environment that its git calls drop (read once).
+fn dropped_git_vars() -> &'static [String] {
+    static DROPPED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    DROPPED.get_or_init(|| {
+        std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| k.starts_with("GIT_") && !KEPT_GIT_VARS.contains(&k.as_str()))
+            .collect()
+    })
+}
+
+/// A git command with runner's fixed settings: only the kept `GIT_*` variables, a fixed
+/// locale, no prompts, no optional locks, stdin closed.
+fn base_command() -> Command {
     let mut c = Command::new("git");
-    c.arg("-C").arg(dir);
-    for v in REDIRECTING_VARS {
+    for v in dropped_git_vars() {
         c.env_remove(v);
     }
     c.env("GIT_OPTIONAL_LOCKS", "0")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("LC_ALL", "C")
         .stdin(Stdio::null());
+    c
+}
+
+/// A `git -C dir` command with runner's fixed settings.
+pub fn command(dir: &Path) -> Command {
+    let mut c = base_command();
+    c.arg("-C").arg(dir);
     c
 }
 
@@ -385,12 +427,9 @@ pub fn clone(url: &str, dest: &Path) -> Result<(), GitError> {
         std::fs::create_dir_all(parent)?;
     }
     let out = crate::process::spawn_helper(
-        Command::new("git")
+        base_command()
             .args(["clone", "--quiet", "--no-hardlinks", url])
-            .arg(dest)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null()),
+            .arg(dest),
     )?;
     if !out.status.success() {
         return Err(failed("clone", dest, &out));

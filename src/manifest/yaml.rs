@@ -336,16 +336,25 @@ mod tests {
     }
 
     #[test]
-    fn probe_messages() {
-        for t in [
-            "a: [1, 2\n",
-            "a: 1\na: 2\n",
-            "a:\n  b: 1\n c: 2\n",
-            "a: *x\n",
-            "- a\nb: 1\n",
+    fn syntax_errors_say_what_and_where() {
+        for (text, says, line) in [
+            ("a: [1, 2\n", "unclosed", 1),
+            ("a: 1\na: 2\n", "duplicate", 2),
+            ("a:\n  b: 1\n c: 2\n", "expected key", 3),
+            ("a: *x\n", "unknown anchor", 1),
+            ("- a\nb: 1\n", "expected '-'", 2),
         ] {
-            let e = parse(t).unwrap_err();
-            eprintln!("{:?} => {:?}", t, e);
+            let e = parse(text).unwrap_err();
+            assert!(!e.message.trim().is_empty(), "{text:?}: no message");
+            assert!(
+                e.message.to_lowercase().contains(says),
+                "{text:?}: {:?} does not say {says:?}",
+                e.message
+            );
+            let span = e
+                .span
+                .unwrap_or_else(|| panic!("{text:?}: no place in {e:?}"));
+            assert_eq!(span.line, line, "{text:?}: {e:?}");
         }
     }
 }

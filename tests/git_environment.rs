@@ -1,0 +1,179 @@
+//! runner's own git calls give git's own answers about the repository they are asked about,
+//! whatever `GIT_*` variables runner was started with (as it is from a hook or an alias, where
+//! git itself sets `GIT_DIR`, `GIT_INDEX_FILE` or `GIT_CONFIG_PARAMETERS`).
+
+mod common;
+
+use common::{commit_file, git, repo, runner, stderr, stdout};
+use serde_json::Value;
+use std::path::Path;
+
+/// A repository whose checkout planning must ask git about (a config extension keeps the
+/// in-process reader out), with an item `in-place` without a branch, and an item `cont` that
+/// continues branch `work` and must contain marker tag `m`.
+fn fixture(root: &Path) -> std::path::PathBuf {
+    let r = repo(&root.join("r"));
+    git(&r, &["config", "extensions.worktreeConfig", "true"]);
+    std::fs::write(
+        root.join("manifest.yaml"),
+        r#"version: 1
+name: git-env
+repositories:
+  - path: r
+    critical_base: [m]
+worker:
+  run: ["true"]
+items:
+  - {repo: r, id: in-place}
+  - {repo: r, id: cont, branch: work}
+"#,
+    )
+    .unwrap();
+    r
+}
+
+fn plan(root: &Path, env: &[(&str, &str)]) -> Value {
+    let mut c = runner();
+    c.current_dir(root)
+        .args(["plan", "manifest.yaml", "--json"]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{env:?}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+fn item<'a>(plan: &'a Value, id: &str) -> &'a Value {
+    plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id)
+        .unwrap()
+}
+
+/// What a plan says about the repository and its items, without paths or digests.
+fn facts(plan: &Value) -> Value {
+    let r = &plan["repositories"][0];
+    serde_json::json!({
+        "status": r["status"],
+        "head": r["head"],
+        "base": r["base"],
+        "in-place": [item(plan, "in-place")["state"], item(plan, "in-place")["reason"]],
+        "cont": [item(plan, "cont")["state"], item(plan, "cont")["reason"]],
+    })
+}
+
+#[test]
+fn variables_that_redirect_git_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = fixture(dir.path());
+    git(&r, &["tag", "m"]);
+    git(&r, &["branch", "work"]);
+    let other = repo(&dir.path().join("other"));
+    commit_file(&other, "x", "other\n");
+    git(&other, &["checkout", "-q", "-b", "elsewhere"]);
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let want = facts(&plan(dir.path(), &[]));
+    assert_eq!(want["in-place"][0], "pending", "{want}");
+    assert_eq!(want["cont"][0], "pending", "{want}");
+    let other_git = other.join(".git").display().to_string();
+    let empty_s = empty.display().to_string();
+    let missing_index = dir.path().join("no-index").display().to_string();
+    let cases: [(&str, &str); 4] = [
+        // Another repository's head and branches.
+        ("GIT_DIR", &other_git),
+        // An empty work tree: every tracked file deleted.
+        ("GIT_WORK_TREE", &empty_s),
+        // An empty index: every file untracked.
+        ("GIT_INDEX_FILE", &missing_index),
+        // No objects: HEAD unreadable.
+        ("GIT_OBJECT_DIRECTORY", &empty_s),
+    ];
+    for (k, v) in cases {
+        assert_eq!(facts(&plan(dir.path(), &[(k, v)])), want, "with {k}={v}");
+    }
+}
+
+#[test]
+fn configuration_passed_by_a_parent_git_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = fixture(dir.path());
+    git(&r, &["tag", "m"]);
+    std::fs::write(r.join("untracked.txt"), "left behind\n").unwrap();
+    let ignore_all = dir.path().join("ignore-all");
+    std::fs::write(&ignore_all, "*\n").unwrap();
+    let want = facts(&plan(dir.path(), &[]));
+    assert_eq!(want["in-place"][1], "dirty-tree", "{want}");
+    // What `git -c core.excludesFile=…` hands to hooks and aliases it runs.
+    let param = format!("'core.excludesfile'='{}'", ignore_all.display());
+    let ignore = ignore_all.display().to_string();
+    for env in [
+        vec![("GIT_CONFIG_PARAMETERS", param.as_str())],
+        vec![
+            ("GIT_CONFIG_COUNT", "1"),
+            ("GIT_CONFIG_KEY_0", "core.excludesfile"),
+            ("GIT_CONFIG_VALUE_0", ignore.as_str()),
+        ],
+    ] {
+        assert_eq!(facts(&plan(dir.path(), &env)), want, "with {env:?}");
+    }
+}
+
+#[test]
+fn replace_refs_are_honoured_whatever_the_environment_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = fixture(dir.path());
+    // `work` does not contain `m`; a replace ref grafts `m` under its tip, so git's default
+    // answer is that it does.
+    git(&r, &["branch", "work"]);
+    git(&r, &["checkout", "-q", "-b", "side"]);
+    commit_file(&r, "marker.txt", "m\n");
+    git(&r, &["tag", "m"]);
+    git(&r, &["checkout", "-q", "main"]);
+    let tip = git(&r, &["rev-parse", "work"]);
+    git(&r, &["replace", "--graft", &tip, "m"]);
+    let want = facts(&plan(dir.path(), &[]));
+    assert_eq!(want["cont"][0], "pending", "{want}");
+    assert_eq!(
+        facts(&plan(dir.path(), &[("GIT_NO_REPLACE_OBJECTS", "1")])),
+        want
+    );
+    // Packed, the replace ref is still seen (the in-process reader must not answer here).
+    git(&r, &["pack-refs", "--all", "--prune"]);
+    assert_eq!(facts(&plan(dir.path(), &[])), want);
+}
+
+#[test]
+fn a_clone_lands_where_runner_puts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = repo(&dir.path().join("upstream"));
+    let bystander = repo(&dir.path().join("bystander"));
+    let before = git(&bystander, &["for-each-ref"]);
+    std::fs::write(
+        dir.path().join("manifest.yaml"),
+        r#"version: 1
+name: clone-env
+repositories:
+  - url: upstream
+worker:
+  run: ["true"]
+items:
+  - {repo: upstream, id: a}
+"#,
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(dir.path())
+        .args(["apply", "manifest.yaml"])
+        .env("GIT_DIR", bystander.join(".git"))
+        .env("GIT_WORK_TREE", &bystander)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let clone = dir.path().join(".runner/workspace/repos/upstream");
+    assert!(clone.join(".git/HEAD").is_file(), "no clone at {clone:?}");
+    assert_eq!(git(&bystander, &["for-each-ref"]), before);
+}
