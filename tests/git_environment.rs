@@ -149,7 +149,7 @@ fn replace_refs_are_honoured_whatever_the_environment_says() {
 #[test]
 fn a_clone_lands_where_runner_puts_it() {
     let dir = tempfile::tempdir().unwrap();
-    let upstream = repo(&dir.path().join("upstream"));
+    repo(&dir.path().join("upstream"));
     let bystander = repo(&dir.path().join("bystander"));
     let before = git(&bystander, &["for-each-ref"]);
     std::fs::write(
