@@ -1,0 +1,352 @@
+//! The effect loop: performs the [`Scheduler`]'s decisions and reports back what came of them.
+//!
+//! One loop on one task. It asks the scheduler what next and does it — reads the capacity probe,
+//! claims an item and takes its repository's lease, starts the item's task, records an item's
+//! result — and otherwise waits for an item to finish, a signal, or a lease to be asked for
+//! again. A finished item's lease is released only once its result is durable
+//! ([`RunSink::commit_results`]); a lease whose tree was not proven gone is kept until runner
+//! exits and the repository quarantined. Nothing here decides; nothing here blocks.
+
+use super::item::{self, ItemRun};
+use super::scheduler::{Admission, Decision, Finished, Scheduler, Settled, Setup, StopLevel};
+use super::{ClaimAnswer, DrainEnd, RunCx, RunSink, config};
+use crate::events::Event;
+use crate::lease::{Lease, Record};
+use crate::plan::ItemState;
+use crate::process::{self, CensusKey, SpawnSpec, Stop};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// The item tasks of a run, and the leases they hold.
+struct Pool {
+    tasks: JoinSet<(usize, ItemRun)>,
+    task_items: HashMap<tokio::task::Id, usize>,
+    leases: HashMap<usize, Lease>,
+    /// Leases of finished items, released once their results are durable.
+    settling: Vec<(String, Lease)>,
+    /// Leases kept because a tree was not proven gone: released only when runner exits.
+    kept: Vec<Lease>,
+}
+
+/// Drain the plan. `sink` receives every event, in order, on this task.
+pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
+    let (stop_tx, stop_rx) = watch::channel(Stop::Run);
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+
+    let queue: Vec<usize> = cx
+        .plan
+        .items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it.state == ItemState::Pending)
+        .map(|(i, _)| i)
+        .collect();
+    sink.event(&Event::RunStarted {
+        run_id: cx.run_id.clone(),
+        workers: cx.workers,
+        pending: queue.len(),
+    });
+    let m = &cx.loaded.manifest;
+    let mut sched = Scheduler::new(Setup {
+        repo_of: cx.plan.items.iter().map(|it| it.repo.clone()).collect(),
+        queue,
+        workers: cx.workers,
+        probe: m.capacity.as_ref().is_some_and(|c| c.probe.is_some()),
+        wait_for_locks: cx.wait_for_locks,
+        stall_after: m
+            .stall
+            .as_ref()
+            .and_then(|s| s.after)
+            .unwrap_or(crate::manifest::DEFAULT_STALL_AFTER),
+        clone_errors: cx.clone_errors.clone(),
+        nothing_found: cx.plan.items.is_empty(),
+    });
+    let mut pool = Pool {
+        tasks: JoinSet::new(),
+        task_items: HashMap::new(),
+        leases: HashMap::new(),
+        settling: Vec::new(),
+        kept: Vec::new(),
+    };
+
+    loop {
+        if let Some(f) = sink.failure() {
+            sched.ledger_failed(f);
+        }
+        let until = match sched.next(Instant::now()) {
+            Decision::Probe => {
+                // The probe may take a while: let finished items' repositories go first.
+                release_settled(sink, &mut pool, &mut sched);
+                let bound = probe(&cx, &stop_rx).await;
+                sched.probed(bound);
+                continue;
+            }
+            Decision::Admit(idx) => {
+                let answer = admit(&cx, sink, &mut pool, idx, &ev_tx, &stop_rx).await;
+                sched.admitted(idx, answer, Instant::now());
+                continue;
+            }
+            Decision::Settle(s) => {
+                finish(sink, s);
+                continue;
+            }
+            Decision::Done => break,
+            Decision::Wait { until } => until,
+        };
+        // Finished items' results became durable with the claims just made, or now; only then
+        // are their leases let go, and their repositories may take the next item at once.
+        if !pool.settling.is_empty() {
+            release_settled(sink, &mut pool, &mut sched);
+            continue;
+        }
+        let sleep = async {
+            match until {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(ev) = ev_rx.recv() => sink.event(&ev),
+            Some(joined) = pool.tasks.join_next(), if !pool.tasks.is_empty() => {
+                // Events sent before the task ended come first.
+                while let Ok(ev) = ev_rx.try_recv() {
+                    sink.event(&ev);
+                }
+                let (idx, run) = match joined {
+                    Ok((idx, run)) => {
+                        pool.task_items.retain(|_, i| *i != idx);
+                        (idx, run)
+                    }
+                    Err(e) => {
+                        // A panicked item task: record it as failed; the run goes on. Its
+                        // processes were not accounted for, so its repository is quarantined.
+                        let Some(idx) = pool.task_items.remove(&e.id()) else {
+                            continue;
+                        };
+                        (idx, ItemRun { outcome: crate::vocab::ItemOutcome::Failed, reason: None, cause: Some(format!("internal error: {e}")), progress: false, halt: None, tree_gone: false })
+                    }
+                };
+                item_ended(&cx, sink, &mut pool, &mut sched, idx, run);
+            }
+            _ = recv_signal(&mut sigint) => on_signal(&mut sched, libc::SIGINT, &stop_tx),
+            _ = recv_signal(&mut sigterm) => on_signal(&mut sched, libc::SIGTERM, &stop_tx),
+            _ = sleep => {}
+        }
+    }
+    while let Ok(ev) = ev_rx.try_recv() {
+        sink.event(&ev);
+    }
+    let signal = sched.stopped_by();
+    let stop_by = signal.and_then(|_| sink.stop_requested());
+    let (left, ending, cause) = sched.finish(stop_by);
+    for s in left {
+        finish(sink, s);
+    }
+    drop(pool);
+    sink.event(&Event::RunEnded {
+        ending,
+        cause: cause.clone(),
+    });
+    DrainEnd {
+        ending,
+        cause,
+        signal,
+    }
+}
+
+/// Claim item `idx`, take its repository's lease, and start it.
+async fn admit(
+    cx: &Arc<RunCx>,
+    sink: &mut dyn RunSink,
+    pool: &mut Pool,
+    idx: usize,
+    ev_tx: &mpsc::UnboundedSender<Event>,
+    stop_rx: &watch::Receiver<Stop>,
+) -> Admission {
+    let repo_name = &cx.plan.items[idx].repo;
+    let Some(repo) = cx.plan.repositories.iter().find(|r| &r.name == repo_name) else {
+        return Admission::Failed("repository missing from the plan".into());
+    };
+    // Planning found the repository; its git common dir (where the lease lives) came with it.
+    let Some(common) = &repo.common_dir else {
+        return Admission::Failed(format!(
+            "repository `{repo_name}` has no git common dir in the plan"
+        ));
+    };
+    match sink.claim(idx) {
+        ClaimAnswer::Claimed => {}
+        ClaimAnswer::Busy(run) => return Admission::ClaimedElsewhere { run },
+        ClaimAnswer::Done(run) => return Admission::DoneElsewhere { run },
+        ClaimAnswer::Paused(p) => return Admission::Paused(p),
+    }
+    match acquire(common, Record::this_process(&cx.run_id, repo_name)).await {
+        Ok(Some(lease)) => {
+            let fd = lease.fd();
+            pool.leases.insert(idx, lease);
+            let (cx2, tx, st) = (cx.clone(), ev_tx.clone(), stop_rx.clone());
+            let handle = pool
+                .tasks
+                .spawn(async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) });
+            pool.task_items.insert(handle.id(), idx);
+            Admission::Started
+        }
+        Ok(None) => Admission::LeaseBusy {
+            holder: crate::lease::read_record(&common.join(crate::lease::RECORD_FILE))
+                .map(|h| h.to_string()),
+        },
+        Err(e) => Admission::Failed(e.to_string()),
+    }
+}
+
+/// An item's task ended: record its result before its lease is let go (the next holder must
+/// see it); a lease whose tree was not proven gone is kept and the repository quarantined.
+fn item_ended(
+    cx: &RunCx,
+    sink: &mut dyn RunSink,
+    pool: &mut Pool,
+    sched: &mut Scheduler,
+    idx: usize,
+    run: ItemRun,
+) {
+    let repo = cx.plan.items[idx].repo.clone();
+    let tree_gone = run.tree_gone;
+    let settled = sched.finished(
+        idx,
+        Finished {
+            outcome: run.outcome,
+            reason: run.reason,
+            cause: run.cause,
+            progress: run.progress,
+            halt: run.halt,
+            tree_gone,
+        },
+    );
+    finish(sink, settled);
+    let Some(lease) = pool.leases.remove(&idx) else {
+        sched.released(&repo);
+        return;
+    };
+    if tree_gone {
+        pool.settling.push((repo, lease));
+    } else {
+        if let Some(r) = cx.plan.repositories.iter().find(|r| r.name == repo) {
+            sink.quarantine(
+                &repo,
+                &r.path,
+                "processes of an item could not be proven gone",
+            );
+        }
+        pool.kept.push(lease);
+    }
+}
+
+/// Read the capacity probe: an integer of free slots, clamped to 1..=workers. Anything else
+/// counts as 1 — never 0, never a stall.
+async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
+    let Some(cmd) = cx
+        .loaded
+        .manifest
+        .capacity
+        .as_ref()
+        .and_then(|c| c.probe.clone())
+    else {
+        return cx.workers;
+    };
+    // Validation admits no placeholder in the probe.
+    let argv = match config::command_argv(&cx.loaded, &cmd, |_| None) {
+        Ok(a) => a,
+        Err(_) => return 1,
+    };
+    let env = ["PATH", "HOME", "LANG"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    let fin = process::run(
+        SpawnSpec {
+            argv,
+            cwd: cx.loaded.dir.clone(),
+            env,
+            log_path: cx.run_dir.join("logs").join("probe.log"),
+            timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(1),
+            silence: None,
+            redactor: cx.redactor.clone(),
+            inherit_fd: None,
+            census: CensusKey {
+                token: cx.token.clone(),
+                repo: String::new(),
+            },
+        },
+        stop.clone(),
+    )
+    .await;
+    let n = if fin.success() {
+        fin.tail.trim().parse::<i64>().ok()
+    } else {
+        None
+    };
+    match n {
+        Some(n) => n.clamp(1, cx.workers as i64) as u32,
+        None => 1,
+    }
+}
+
+/// Take a repository's lease. A lock can be held for an instant by a process of runner's own
+/// that is between `fork` and `exec` (the descriptor is copied, then closed at exec), so a busy
+/// answer is asked again a few times over a short moment before it counts.
+async fn acquire(
+    common: &std::path::Path,
+    holder: Record,
+) -> Result<Option<Lease>, crate::lease::LeaseError> {
+    for _ in 0..5 {
+        if let Some(l) = Lease::try_acquire(common, holder.clone())? {
+            return Ok(Some(l));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Lease::try_acquire(common, holder)
+}
+
+/// Make the finished items' results durable, then release their leases and free their
+/// repositories.
+fn release_settled(sink: &mut dyn RunSink, pool: &mut Pool, sched: &mut Scheduler) {
+    if pool.settling.is_empty() {
+        return;
+    }
+    sink.commit_results();
+    for (repo, lease) in pool.settling.drain(..) {
+        lease.release();
+        sched.released(&repo);
+    }
+}
+
+fn finish(sink: &mut dyn RunSink, s: Settled) {
+    sink.event(&Event::ItemFinished {
+        item: s.item,
+        outcome: s.outcome,
+        reason: s.reason,
+        cause: s.cause,
+    });
+}
+
+async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+fn on_signal(sched: &mut Scheduler, sig: i32, stop: &watch::Sender<Stop>) {
+    let _ = stop.send(match sched.signal(sig) {
+        StopLevel::Graceful => Stop::Graceful,
+        StopLevel::Immediate => Stop::Immediate,
+    });
+}

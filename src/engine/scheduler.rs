@@ -1,0 +1,468 @@
+//! The scheduler: every decision of the drain, and no effect.
+//!
+//! Given the queue, the bound, which repositories are busy, blocked by another run's lease or
+//! quarantined, and whether admission has stopped (a signal, a stall, a pause, a ledger that
+//! failed), it answers one question again and again — what next? — with a [`Decision`]: read
+//! the capacity probe, admit an item (claim it and take its repository's lease), settle an item
+//! without running it, wait, or end. The effect loop in `engine::drain` performs each decision
+//! and reports what came of it ([`Scheduler::admitted`], [`Scheduler::finished`],
+//! [`Scheduler::released`], [`Scheduler::signal`], …). Time is handed in, never read, so the
+//! scheduler is tested without processes, clocks or files.
+//!
+//! Invariants (proptested below): never more items running than the bound; never two items of
+//! one repository at once, counting an item whose results are not yet durable; every pending item
+//! is decided exactly once; once admission stops, nothing new is admitted.
+
+use super::stall::{HaltSignature, StallGuard};
+use crate::vocab::{ItemOutcome, RunEnding};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+/// How often a lease another run holds is asked for again while waiting for it.
+pub const LEASE_RETRY: Duration = Duration::from_millis(100);
+
+/// What the effect loop is to do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Read the capacity probe and report it with [`Scheduler::probed`].
+    Probe,
+    /// Claim the item and take its repository's lease; report with [`Scheduler::admitted`].
+    Admit(usize),
+    /// The item leaves the queue with this result, without running (or it just finished).
+    Settle(Settled),
+    /// Nothing to do until an item finishes, a signal arrives or, when set, `until` passes.
+    Wait { until: Option<Instant> },
+    /// Nothing runs and nothing more will: the drain is over.
+    Done,
+}
+
+/// An item's result, as the run records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub item: usize,
+    pub outcome: ItemOutcome,
+    pub reason: Option<String>,
+    pub cause: Option<String>,
+}
+
+/// What came of an [`Decision::Admit`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Claimed and leased: the item runs.
+    Started,
+    /// A live run holds the item's claim.
+    ClaimedElsewhere { run: String },
+    /// Another run completed it meanwhile.
+    DoneElsewhere { run: String },
+    /// The manifest is paused (by whom, when, why): admit nothing more.
+    Paused(String),
+    /// Another process holds the repository's lease; `holder` says who, when known.
+    LeaseBusy { holder: Option<String> },
+    /// runner could not ask (a lease file that cannot be opened, …).
+    Failed(String),
+}
+
+/// How an item that ran ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    pub outcome: ItemOutcome,
+    pub reason: Option<String>,
+    pub cause: Option<String>,
+    /// A gate passed during the item, or it completed: the environment works.
+    pub progress: bool,
+    /// What the halt looked like, for the stall guard.
+    pub halt: Option<HaltSignature>,
+    /// Every process it started is proven gone.
+    pub tree_gone: bool,
+}
+
+/// What a signal asks of the running process trees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopLevel {
+    /// The first signal: end trees with their grace period.
+    Graceful,
+    /// A second signal: kill at once.
+    Immediate,
+}
+
+/// What the scheduler is given at the start.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The repository of every item of the plan, by item index.
+    pub repo_of: Vec<String>,
+    /// The pending items, in admission order.
+    pub queue: Vec<usize>,
+    pub workers: u32,
+    /// A capacity probe is configured: read it before each admission while items run.
+    pub probe: bool,
+    pub wait_for_locks: Option<Duration>,
+    pub stall_after: u32,
+    /// Repositories that could not be cloned, with the error.
+    pub clone_errors: HashMap<String, String>,
+    /// The plan holds no item at all.
+    pub nothing_found: bool,
+}
+
+/// A repository whose lease another process holds.
+#[derive(Clone, Copy, Debug)]
+struct Blocked {
+    since: Instant,
+    retry_at: Instant,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    repo_of: Vec<String>,
+    queue: Vec<usize>,
+    workers: u32,
+    probe: bool,
+    /// The probe's answer for the admission about to happen.
+    probed: Option<u32>,
+    wait_for_locks: Option<Duration>,
+    clone_errors: HashMap<String, String>,
+    nothing_found: bool,
+    running: HashMap<usize, String>,
+    /// Repositories with a running item, or a finished one whose lease is not yet released.
+    busy: HashSet<String>,
+    blocked: HashMap<String, Blocked>,
+    quarantined: HashSet<String>,
+    /// The item handed out with [`Decision::Admit`], until its answer comes.
+    admitting: Option<usize>,
+    outbox: VecDeque<Settled>,
+    guard: StallGuard,
+    stopping: Option<i32>,
+    stalled: Option<String>,
+    paused: Option<String>,
+    failed: Option<String>,
+}
+
+impl Scheduler {
+    pub fn new(s: Setup) -> Self {
+        Scheduler {
+            repo_of: s.repo_of,
+            queue: s.queue,
+            workers: s.workers.max(1),
+            probe: s.probe,
+            probed: None,
+            wait_for_locks: s.wait_for_locks,
+            clone_errors: s.clone_errors,
+            nothing_found: s.nothing_found,
+            running: HashMap::new(),
+            busy: HashSet::new(),
+            blocked: HashMap::new(),
+            quarantined: HashSet::new(),
+            admitting: None,
+            outbox: VecDeque::new(),
+            guard: StallGuard::new(s.stall_after),
+            stopping: None,
+            stalled: None,
+            paused: None,
+            failed: None,
+        }
+    }
+
+    /// Items running now.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether admission has stopped for good: a signal, a stall, a pause or a ledger failure.
+    pub fn halted(&self) -> bool {
+        self.stopping.is_some()
+            || self.stalled.is_some()
+            || self.paused.is_some()
+            || self.failed.is_some()
+    }
+
+    /// The next decision at `now`.
+    pub fn next(&mut self, now: Instant) -> Decision {
+        debug_assert!(self.admitting.is_none(), "an admission is unanswered");
+        if let Some(s) = self.outbox.pop_front() {
+            return Decision::Settle(s);
+        }
+        if !self.halted()
+            && let Some(d) = self.admission(now)
+        {
+            return d;
+        }
+        self.probed = None;
+        let waiting_for_lock = !self.halted()
+            && self
+                .queue
+                .iter()
+                .any(|&i| self.blocked.contains_key(&self.repo_of[i]));
+        if self.running.is_empty() && self.busy.is_empty() && !waiting_for_lock {
+            return Decision::Done;
+        }
+        let until = waiting_for_lock.then(|| {
+            let soonest = self
+                .queue
+                .iter()
+                .filter_map(|&i| self.blocked.get(&self.repo_of[i]))
+                .map(|b| b.retry_at)
+                .min()
+                .unwrap_or(now);
+            // A retry already due waits for a slot; ask again a little later, never spin.
+            if soonest > now {
+                soonest
+            } else {
+                now + LEASE_RETRY
+            }
+        });
+        Decision::Wait { until }
+    }
+
+    /// Admission: the first queued item whose repository is free and not waiting to be asked
+    /// again, while a slot is free.
+    fn admission(&mut self, now: Instant) -> Option<Decision> {
+        let bound = self.probed.unwrap_or(self.workers).min(self.workers);
+        if self.running.len() as u32 >= bound {
+            return None;
+        }
+        let pos = self.queue.iter().position(|&i| {
+            let repo = &self.repo_of[i];
+            !self.busy.contains(repo) && self.blocked.get(repo).is_none_or(|b| now >= b.retry_at)
+        })?;
+        let idx = self.queue[pos];
+        let repo = self.repo_of[idx].clone();
+        if self.quarantined.contains(&repo) {
+            self.queue.remove(pos);
+            return Some(settle(
+                idx,
+                ItemOutcome::Held,
+                Some("quarantined"),
+                Some("an earlier item's processes in this repository could not be proven gone"),
+            ));
+        }
+        if let Some(err) = self.clone_errors.get(&repo).cloned() {
+            self.queue.remove(pos);
+            let sig = HaltSignature {
+                stage: "clone".into(),
+                failure: super::stall::fingerprint(&err, None),
+            };
+            if let Some(c) = self.guard.halted(sig) {
+                self.stalled = Some(c);
+            }
+            return Some(settle(idx, ItemOutcome::Failed, None, Some(&err)));
+        }
+        if self.probe && !self.running.is_empty() && self.probed.is_none() {
+            return Some(Decision::Probe);
+        }
+        self.admitting = Some(idx);
+        Some(Decision::Admit(idx))
+    }
+
+    /// The capacity probe's answer: free provider slots (clamped to `1..=workers`).
+    pub fn probed(&mut self, bound: u32) {
+        self.probed = Some(bound.clamp(1, self.workers));
+    }
+
+    /// What came of admitting `item`.
+    pub fn admitted(&mut self, item: usize, answer: Admission, now: Instant) {
+        debug_assert_eq!(self.admitting, Some(item));
+        self.admitting = None;
+        self.probed = None;
+        let repo = self.repo_of[item].clone();
+        let leave = |s: &mut Self, outcome, reason: Option<&str>, cause: String| {
+            s.queue.retain(|&i| i != item);
+            s.outbox.push_back(Settled {
+                item,
+                outcome,
+                reason: reason.map(str::to_string),
+                cause: Some(cause),
+            });
+        };
+        match answer {
+            Admission::Started => {
+                self.queue.retain(|&i| i != item);
+                self.blocked.remove(&repo);
+                self.busy.insert(repo.clone());
+                self.running.insert(item, repo);
+            }
+            Admission::ClaimedElsewhere { run } => leave(
+                self,
+                ItemOutcome::Held,
+                Some("repo-busy"),
+                format!("claimed by live run `{run}`"),
+            ),
+            Admission::DoneElsewhere { run } => leave(
+                self,
+                ItemOutcome::Skipped,
+                Some("done"),
+                format!("completed by run `{run}`"),
+            ),
+            Admission::Paused(p) => self.paused = Some(p),
+            Admission::Failed(e) => leave(self, ItemOutcome::Failed, None, e),
+            Admission::LeaseBusy { holder } => {
+                let b = self.blocked.entry(repo.clone()).or_insert(Blocked {
+                    since: now,
+                    retry_at: now,
+                });
+                let within = self
+                    .wait_for_locks
+                    .is_some_and(|w| now.saturating_duration_since(b.since) < w);
+                if within {
+                    b.retry_at = now + LEASE_RETRY;
+                } else {
+                    // Every item of this repository is held: its lease belongs to another run.
+                    let detail = match holder {
+                        Some(h) => format!("leased by {h}"),
+                        None => "its lease is held by another process".to_string(),
+                    };
+                    let repo_of = &self.repo_of;
+                    let outbox = &mut self.outbox;
+                    self.queue.retain(|&i| {
+                        if repo_of[i] == repo {
+                            outbox.push_back(Settled {
+                                item: i,
+                                outcome: ItemOutcome::Held,
+                                reason: Some("repo-busy".into()),
+                                cause: Some(detail.clone()),
+                            });
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// An item that ran has ended: its result, and the stall guard fed. Its repository stays
+    /// busy until [`Scheduler::released`] when its tree is gone; otherwise the repository is
+    /// quarantined for the rest of the run.
+    pub fn finished(&mut self, item: usize, f: Finished) -> Settled {
+        let repo = self
+            .running
+            .remove(&item)
+            .unwrap_or_else(|| self.repo_of[item].clone());
+        let cause = if f.tree_gone {
+            f.cause
+        } else {
+            self.busy.remove(&repo);
+            self.quarantined.insert(repo.clone());
+            Some(format!(
+                "{}; its processes could not be proven gone, so repository `{repo}` is quarantined",
+                f.cause.unwrap_or_default()
+            ))
+        };
+        if f.progress {
+            self.guard.progress();
+        }
+        if matches!(f.outcome, ItemOutcome::Halted | ItemOutcome::Failed)
+            && let Some(sig) = f.halt
+            && let Some(c) = self.guard.halted(sig)
+            && self.stalled.is_none()
+        {
+            self.stalled = Some(c);
+        }
+        Settled {
+            item,
+            outcome: f.outcome,
+            reason: f.reason,
+            cause,
+        }
+    }
+
+    /// A finished item's result is durable and its repository's lease released.
+    pub fn released(&mut self, repo: &str) {
+        self.busy.remove(repo);
+    }
+
+    /// A stop signal arrived.
+    pub fn signal(&mut self, sig: i32) -> StopLevel {
+        if self.stopping.is_some() {
+            StopLevel::Immediate
+        } else {
+            self.stopping = Some(sig);
+            StopLevel::Graceful
+        }
+    }
+
+    /// The signal that stopped the run, if one did.
+    pub fn stopped_by(&self) -> Option<i32> {
+        self.stopping
+    }
+
+    /// runner can no longer record what it does.
+    pub fn ledger_failed(&mut self, why: String) {
+        if self.failed.is_none() {
+            self.failed = Some(why);
+        }
+    }
+
+    /// The end of the drain: what becomes of the items never admitted, and how the run ended.
+    /// `stop_by` names who asked for the stop, when a signal stopped the run.
+    pub fn finish(self, stop_by: Option<String>) -> (Vec<Settled>, RunEnding, Option<String>) {
+        let leftover_cause = match (&self.stopping, &self.stalled, &self.failed) {
+            (Some(sig), _, _) => format!(
+                "not started: the run was cancelled by {}",
+                super::signal_name(*sig)
+            ),
+            (None, Some(_), _) => "not started: the run stalled".to_string(),
+            (None, None, Some(_)) => "not started: runner could not record its work".to_string(),
+            _ => "not started".to_string(),
+        };
+        let held_paused = self.stopping.is_none()
+            && self.stalled.is_none()
+            && self.failed.is_none()
+            && self.paused.is_some();
+        let left = self
+            .queue
+            .iter()
+            .map(|&item| match &self.paused {
+                Some(p) if held_paused => Settled {
+                    item,
+                    outcome: ItemOutcome::Held,
+                    reason: Some("paused".into()),
+                    cause: Some(p.clone()),
+                },
+                _ => Settled {
+                    item,
+                    outcome: ItemOutcome::Cancelled,
+                    reason: None,
+                    cause: Some(leftover_cause.clone()),
+                },
+            })
+            .collect();
+        let (ending, cause) = if let Some(sig) = self.stopping {
+            let who = match stop_by {
+                Some(by) => format!("cancelled by {by} ({})", super::signal_name(sig)),
+                None => format!("cancelled by {} (unattributed)", super::signal_name(sig)),
+            };
+            (RunEnding::Cancelled, Some(who))
+        } else if let Some(f) = self.failed {
+            (RunEnding::Failed, Some(f))
+        } else if let Some(c) = self.stalled {
+            (RunEnding::Stalled, Some(c))
+        } else if let Some(p) = self.paused {
+            (RunEnding::Paused, Some(p))
+        } else if self.nothing_found {
+            (
+                RunEnding::NothingFound,
+                Some("no work item was found in any repository".to_string()),
+            )
+        } else {
+            (RunEnding::Drained, None)
+        };
+        (left, ending, cause)
+    }
+}
+
+fn settle(
+    item: usize,
+    outcome: ItemOutcome,
+    reason: Option<&'static str>,
+    cause: Option<&str>,
+) -> Decision {
+    Decision::Settle(Settled {
+        item,
+        outcome,
+        reason: reason.map(str::to_string),
+        cause: cause.map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests;

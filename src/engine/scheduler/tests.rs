@@ -1,0 +1,304 @@
+//! The scheduler against a simulated world: random plans, bounds, claim and lease answers, finish
+//! orders, probes and signals, with no process, clock or file.
+
+use super::*;
+use proptest::prelude::*;
+
+fn setup(repos: &[u8], workers: u32) -> Setup {
+    Setup {
+        repo_of: repos.iter().map(|r| format!("r{r}")).collect(),
+        queue: (0..repos.len()).collect(),
+        workers,
+        probe: false,
+        wait_for_locks: None,
+        stall_after: 3,
+        clone_errors: HashMap::new(),
+        nothing_found: repos.is_empty(),
+    }
+}
+
+fn done(outcome: ItemOutcome) -> Finished {
+    Finished {
+        outcome,
+        reason: None,
+        cause: None,
+        progress: outcome == ItemOutcome::Completed,
+        halt: None,
+        tree_gone: true,
+    }
+}
+
+#[test]
+fn admits_in_order_one_per_repository_up_to_the_bound() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0, 0, 1, 2], 2));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    // Item 1 shares r0 with a running item: item 2 goes first.
+    assert_eq!(s.next(t), Decision::Admit(2));
+    s.admitted(2, Admission::Started, t);
+    assert_eq!(s.next(t), Decision::Wait { until: None });
+    let settled = s.finished(0, done(ItemOutcome::Completed));
+    assert_eq!(settled.outcome, ItemOutcome::Completed);
+    // r0 is busy until its result is durable and its lease released.
+    assert_eq!(s.next(t), Decision::Admit(3));
+    s.admitted(3, Admission::Started, t);
+    assert_eq!(s.next(t), Decision::Wait { until: None });
+    s.released("r0");
+    s.finished(2, done(ItemOutcome::Completed));
+    s.released("r1");
+    assert_eq!(s.next(t), Decision::Admit(1));
+}
+
+#[test]
+fn a_lease_held_elsewhere_is_waited_for_then_held() {
+    let t = Instant::now();
+    let mut st = setup(&[0, 0, 1], 2);
+    st.wait_for_locks = Some(Duration::from_secs(1));
+    let mut s = Scheduler::new(st);
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::LeaseBusy { holder: None }, t);
+    // The other repository goes on meanwhile.
+    assert_eq!(s.next(t), Decision::Admit(2));
+    s.admitted(2, Admission::Started, t);
+    assert_eq!(
+        s.next(t),
+        Decision::Wait {
+            until: Some(t + LEASE_RETRY)
+        }
+    );
+    let later = t + Duration::from_secs(2);
+    assert_eq!(s.next(later), Decision::Admit(0));
+    s.admitted(
+        0,
+        Admission::LeaseBusy {
+            holder: Some("run `x` (pid 1 on h)".into()),
+        },
+        later,
+    );
+    for item in [0, 1] {
+        let Decision::Settle(st) = s.next(later) else {
+            panic!("item {item} not held")
+        };
+        assert_eq!((st.item, st.outcome), (item, ItemOutcome::Held));
+        assert_eq!(st.reason.as_deref(), Some("repo-busy"));
+        assert_eq!(st.cause.as_deref(), Some("leased by run `x` (pid 1 on h)"));
+    }
+    assert_eq!(s.next(later), Decision::Wait { until: None });
+}
+
+#[test]
+fn the_probe_is_read_before_each_admission_while_items_run() {
+    let t = Instant::now();
+    let mut st = setup(&[0, 1, 2], 3);
+    st.probe = true;
+    let mut s = Scheduler::new(st);
+    assert_eq!(s.next(t), Decision::Admit(0), "nothing runs: no probe");
+    s.admitted(0, Admission::Started, t);
+    assert_eq!(s.next(t), Decision::Probe);
+    s.probed(1);
+    assert_eq!(s.next(t), Decision::Wait { until: None });
+    assert_eq!(s.next(t), Decision::Probe, "read again on the next pass");
+    s.probed(7);
+    assert_eq!(s.next(t), Decision::Admit(1));
+}
+
+#[test]
+fn a_stop_admits_nothing_more_and_cancels_the_rest() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0, 1, 2], 1));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    assert_eq!(s.signal(libc::SIGTERM), StopLevel::Graceful);
+    assert_eq!(s.signal(libc::SIGTERM), StopLevel::Immediate);
+    assert_eq!(s.next(t), Decision::Wait { until: None });
+    s.finished(0, done(ItemOutcome::Cancelled));
+    s.released("r0");
+    assert_eq!(s.next(t), Decision::Done);
+    let (left, ending, cause) = s.finish(Some("alice".into()));
+    assert_eq!(ending, RunEnding::Cancelled);
+    assert_eq!(cause.as_deref(), Some("cancelled by alice (SIGTERM)"));
+    assert_eq!(
+        left.iter().map(|l| (l.item, l.outcome)).collect::<Vec<_>>(),
+        vec![(1, ItemOutcome::Cancelled), (2, ItemOutcome::Cancelled)]
+    );
+}
+
+#[test]
+fn a_pause_holds_what_is_left() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0, 1], 2));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Paused("paused by bob".into()), t);
+    assert_eq!(s.next(t), Decision::Done);
+    let (left, ending, _) = s.finish(None);
+    assert_eq!(ending, RunEnding::Paused);
+    assert!(
+        left.iter()
+            .all(|l| l.outcome == ItemOutcome::Held && l.reason.as_deref() == Some("paused"))
+    );
+    assert_eq!(left.len(), 2);
+}
+
+#[test]
+fn an_unproven_stop_quarantines_the_repository() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0, 0], 1));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    let mut f = done(ItemOutcome::Failed);
+    f.tree_gone = false;
+    let settled = s.finished(0, f);
+    assert!(settled.cause.unwrap().contains("quarantined"));
+    let Decision::Settle(st) = s.next(t) else {
+        panic!()
+    };
+    assert_eq!((st.item, st.reason.as_deref()), (1, Some("quarantined")));
+}
+
+#[test]
+fn nothing_found_is_not_drained() {
+    let mut s = Scheduler::new(setup(&[], 2));
+    assert_eq!(s.next(Instant::now()), Decision::Done);
+    assert_eq!(s.finish(None).1, RunEnding::NothingFound);
+}
+
+/// One simulated drain: `answers` drives every choice the world makes.
+fn simulate(
+    repos: Vec<u8>,
+    workers: u32,
+    probe: bool,
+    wait: bool,
+    answers: Vec<u8>,
+    stop_at: Option<usize>,
+) {
+    let mut st = setup(&repos, workers);
+    st.probe = probe;
+    st.wait_for_locks = wait.then(|| Duration::from_millis(500));
+    if repos.contains(&3) {
+        st.clone_errors
+            .insert("r3".into(), "fatal: repository not found".into());
+    }
+    let mut s = Scheduler::new(st);
+    let mut answers = answers.into_iter();
+    let mut pick = |n: u8| answers.next().map_or(0, |a| a % n);
+    let mut now = Instant::now();
+    let mut decided = vec![0u32; repos.len()];
+    let mut running: HashMap<usize, String> = HashMap::new();
+    let mut settling: Vec<String> = Vec::new();
+    let mut stopped = false;
+    let mut bound = workers;
+    for step in 0.. {
+        assert!(step < 100_000, "the drain does not end");
+        if Some(step) == stop_at && !stopped {
+            s.signal(libc::SIGTERM);
+            stopped = true;
+        }
+        match s.next(now) {
+            Decision::Probe => {
+                bound = u32::from(pick(5));
+                s.probed(bound);
+                bound = bound.clamp(1, workers);
+            }
+            Decision::Admit(i) => {
+                assert!(!stopped, "item {i} admitted after the stop");
+                let repo = format!("r{}", repos[i]);
+                let answer = match pick(10) {
+                    0 => Admission::ClaimedElsewhere {
+                        run: "other".into(),
+                    },
+                    1 => Admission::DoneElsewhere {
+                        run: "other".into(),
+                    },
+                    2 | 3 => Admission::LeaseBusy { holder: None },
+                    4 if pick(4) == 0 => Admission::Failed("no lease file".into()),
+                    5 if pick(8) == 0 => Admission::Paused("paused".into()),
+                    _ => Admission::Started,
+                };
+                if matches!(answer, Admission::Paused(_)) {
+                    stopped = true;
+                }
+                if answer == Admission::Started {
+                    assert!(
+                        (running.len() as u32)
+                            < workers.min(if probe && !running.is_empty() {
+                                bound
+                            } else {
+                                workers
+                            }),
+                        "more than the bound"
+                    );
+                    assert!(
+                        !running.values().any(|r| *r == repo) && !settling.contains(&repo),
+                        "two items of {repo} at once"
+                    );
+                    running.insert(i, repo);
+                }
+                s.admitted(i, answer, now);
+            }
+            Decision::Settle(x) => decided[x.item] += 1,
+            Decision::Wait { until } => {
+                if !settling.is_empty() {
+                    for r in settling.drain(..) {
+                        s.released(&r);
+                    }
+                } else if !running.is_empty() {
+                    let mut keys: Vec<usize> = running.keys().copied().collect();
+                    keys.sort();
+                    let i = keys[usize::from(pick(keys.len() as u8))];
+                    let repo = running.remove(&i).unwrap();
+                    let outcome = [
+                        ItemOutcome::Completed,
+                        ItemOutcome::Halted,
+                        ItemOutcome::Failed,
+                    ][usize::from(pick(3))];
+                    let mut f = done(outcome);
+                    f.tree_gone = pick(20) != 0;
+                    f.halt = (outcome != ItemOutcome::Completed).then(|| HaltSignature {
+                        stage: "gate `test`".into(),
+                        failure: "boom".into(),
+                    });
+                    if f.tree_gone {
+                        settling.push(repo);
+                    }
+                    let x = s.finished(i, f);
+                    assert_eq!(x.item, i);
+                    decided[i] += 1;
+                } else {
+                    let until = until.expect("waits for nothing with nothing running");
+                    assert!(until > now, "a wait that spins");
+                    now = until;
+                }
+                if s.halted() {
+                    stopped = true;
+                }
+            }
+            Decision::Done => break,
+        }
+    }
+    assert!(running.is_empty(), "done while items run");
+    let (left, _, _) = s.finish(None);
+    for l in left {
+        decided[l.item] += 1;
+    }
+    assert!(
+        decided.iter().all(|&n| n == 1),
+        "every item decided exactly once: {decided:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn every_item_is_decided_once_within_the_bound_and_its_repository(
+        repos in proptest::collection::vec(0u8..5, 0..24),
+        workers in 1u32..5,
+        probe in any::<bool>(),
+        wait in any::<bool>(),
+        answers in proptest::collection::vec(any::<u8>(), 0..200),
+        stop_at in proptest::option::of(0usize..60),
+    ) {
+        simulate(repos, workers, probe, wait, answers, stop_at);
+    }
+}
