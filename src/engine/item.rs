@@ -3,6 +3,7 @@
 
 use super::RunCx;
 use super::chain::{ChainStep, ModelChain};
+use super::child_env::{Role, RunnerVars, child_env};
 use super::classify::{ProviderPolicy, classify};
 use super::config::Effective;
 use super::stall::{HaltSignature, fingerprint};
@@ -554,47 +555,42 @@ async fn spawn(
         }
     };
 
-    let mut env: Vec<(String, String)> = Vec::new();
-    for name in icx.eff.env_pass.iter().chain(icx.eff.secrets.iter()) {
-        if let Ok(v) = std::env::var(name)
-            && !env.iter().any(|(k, _)| k == name)
-        {
-            env.push((name.clone(), v));
-        }
-    }
-    if gate.is_none() {
-        for (k, v) in &icx.eff.worker.env {
-            let v = template::render(v, lookup).unwrap_or_else(|_| v.clone());
-            env.retain(|(name, _)| name != k);
-            env.push((k.clone(), v));
-        }
-    }
-    let role = if gate.is_some() { "gate" } else { "worker" };
-    env.extend([
-        ("RUNNER_RUN_ID".to_string(), cx.run_id.clone()),
-        ("RUNNER_REPO".to_string(), item.repo.clone()),
-        ("RUNNER_REPO_PATH".to_string(), workdir.clone()),
-        ("RUNNER_ITEM".to_string(), item.id.clone()),
-        (
-            "RUNNER_MODEL".to_string(),
-            model.unwrap_or_default().to_string(),
-        ),
-        ("RUNNER_ATTEMPT".to_string(), n.to_string()),
-        ("RUNNER_ROLE".to_string(), role.to_string()),
-        ("RUNNER_TOKEN".to_string(), cx.token.clone()),
-        ("RUNNER_MAX_WORKERS".to_string(), cx.workers.to_string()),
-    ]);
-    if let Some(g) = gate {
-        env.push(("RUNNER_GATE".to_string(), g.to_string()));
-    }
-    if n > 1
-        && let Some(f) = feedback
-    {
-        env.push((
-            "RUNNER_FEEDBACK".to_string(),
-            f.to_string_lossy().to_string(),
-        ));
-    }
+    let worker_env: Vec<(String, String)> = if gate.is_none() {
+        icx.eff
+            .worker
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let v = template::render(v, lookup).unwrap_or_else(|_| v.clone());
+                (k.clone(), v)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let env = child_env(
+        |name| std::env::var(name).ok(),
+        &icx.eff.env_pass,
+        &icx.eff.secrets,
+        &worker_env,
+        &RunnerVars {
+            run_id: &cx.run_id,
+            repo: &item.repo,
+            repo_path: &workdir,
+            item: &item.id,
+            model,
+            attempt: n,
+            role: if gate.is_some() {
+                Role::Gate
+            } else {
+                Role::Worker
+            },
+            gate,
+            token: &cx.token,
+            max_workers: cx.workers,
+            feedback,
+        },
+    );
     process::run(
         SpawnSpec {
             argv,

@@ -11,6 +11,7 @@
 //! knows none of the consumers behind it.
 
 pub mod chain;
+pub mod child_env;
 pub mod classify;
 pub mod config;
 mod drain;

@@ -7,6 +7,7 @@
 //! which finishes first.
 
 pub mod history;
+pub mod holds;
 pub mod repos;
 
 use crate::git::{self, Ancestry};
@@ -486,38 +487,32 @@ fn analyse(
     if needs_dirty {
         repo.dirty = known_dirty.or_else(|| git::is_dirty(&l.path).ok());
     }
-    for it in &mut items {
-        let (reason, detail) = if !repo_selected
-            || item_filter.is_some_and(|g| !g.is_match(it.id.as_str()))
+    // The facts first (the only git questions), then each item's hold, decided purely.
+    let mut facts = holds::RepoFacts {
+        status: Some(repo.status),
+        note: repo.note.clone(),
+        dirty: repo.dirty,
+        branches,
+        stale: HashMap::new(),
+    };
+    let selected =
+        |it: &ItemPlan| repo_selected && item_filter.is_none_or(|g| g.is_match(it.id.as_str()));
+    for it in &items {
+        if let Some(b) = &it.branch
+            && holds::needs_marker_check(&facts, selected(it), Some(b))
+            && !facts.stale.contains_key(b)
         {
-            (Some(HoldReason::Filtered), None)
-        } else if repo.status == RepoStatus::NotFound {
-            (Some(HoldReason::RepoNotFound), repo.note.clone())
-        } else if !found {
-            (None, None)
-        } else if let Some(b) = &it.branch {
-            let exists = branches.as_ref().is_some_and(|s| s.contains(b));
-            it.continues = Some(exists);
-            if exists {
-                stale_base(&l.path, b, &spec.critical_base)
-            } else {
-                (None, None)
-            }
-        } else if repo.dirty != Some(false) {
-            let detail = match repo.dirty {
-                Some(_) => {
-                    "the checkout has uncommitted changes; give the item a `branch` to work in a worktree"
-                }
-                None => "cannot tell whether the checkout has uncommitted changes",
-            };
-            (Some(HoldReason::DirtyTree), Some(detail.to_string()))
-        } else {
-            (None, None)
-        };
-        if let Some(r) = reason {
+            let lacks = missing_markers(&l.path, b, &spec.critical_base);
+            facts.stale.insert(b.clone(), lacks);
+        }
+    }
+    for it in &mut items {
+        let h = holds::hold(&facts, selected(it), it.branch.as_deref());
+        it.continues = h.continues;
+        if let Some(r) = h.reason {
             it.state = r.state();
             it.reason = Some(r);
-            it.detail = detail;
+            it.detail = h.detail;
         }
     }
     Analysed {
@@ -531,19 +526,6 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,
-    }
-}
-
-/// Check a continued branch against the repository's critical-base markers. Fail closed: a
-/// marker that cannot be resolved, or a git error, holds the item.
-fn stale_base(
-    dir: &Path,
-    branch: &str,
-    markers: &[String],
-) -> (Option<HoldReason>, Option<String>) {
-    match missing_markers(dir, branch, markers) {
-        Some(detail) => (Some(HoldReason::StaleBase), Some(detail)),
-        None => (None, None),
     }
 }
 
