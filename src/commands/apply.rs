@@ -175,7 +175,9 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     };
-    let end = runtime.block_on(engine::drain(cx.clone(), &mut sink));
+    let end = crate::support::blocking::as_event_loop(|| {
+        runtime.block_on(engine::drain(cx.clone(), &mut sink))
+    });
     if let Err(e) = sink
         .ledger
         .end_run(

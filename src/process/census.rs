@@ -27,6 +27,8 @@ const QUIET_SCANS: u32 = 3;
 const SCAN_GAP: Duration = Duration::from_millis(5);
 /// Longest time spent ending escaped descendants.
 const SWEEP_DEADLINE: Duration = Duration::from_secs(10);
+/// The longest pause before looking again at a child that shows no environment yet.
+const UNSURE_PAUSE_MAX: Duration = Duration::from_micros(3200);
 
 pub fn signal_group(pgid: i32, sig: Signal) {
     let _ = killpg(Pid::from_raw(pgid), sig);
@@ -82,8 +84,29 @@ fn stat(pid: i32) -> Option<(i32, char)> {
 /// any escaped subtree is a child of runner: a scan looks only at runner's children, as the
 /// kernel lists them in `/proc/self/task/<tid>/children`. Without the subreaper role, or
 /// without those lists, every process is examined.
-pub fn scan(key: &CensusKey) -> std::io::Result<(Vec<i32>, bool)> {
+pub fn scan(key: &CensusKey) -> std::io::Result<Scan> {
     scan_within(key, usize::MAX).unwrap_or_else(|| scan_all(key, true))
+}
+
+/// What one scan found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Processes carrying the key.
+    pub found: Vec<i32>,
+    /// An orphan died while the scan ran: its children may have moved behind it.
+    pub disturbed: bool,
+    /// runner's own children that showed no environment yet (in the middle of `execve`).
+    pub unsure: Vec<i32>,
+}
+
+impl Scan {
+    fn look(&mut self, pid: i32, c: Carries) {
+        match c {
+            Carries::Yes => self.found.push(pid),
+            Carries::No => {}
+            Carries::Unsure => self.unsure.push(pid),
+        }
+    }
 }
 
 /// Most of runner's children a scan examines on the event loop itself; more (a worker that
@@ -92,7 +115,7 @@ const INLINE_CHILDREN: usize = 64;
 
 /// A scan of runner's children, unless there are more than `budget` of them, or runner is not
 /// the subreaper, or the kernel does not list children (`None`: scan every process instead).
-fn scan_within(key: &CensusKey, budget: usize) -> Option<std::io::Result<(Vec<i32>, bool)>> {
+fn scan_within(key: &CensusKey, budget: usize) -> Option<std::io::Result<Scan>> {
     if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
         return Some(scan_all(key, false));
     }
@@ -105,9 +128,8 @@ fn scan_within(key: &CensusKey, budget: usize) -> Option<std::io::Result<(Vec<i3
 
 /// Examine runner's children, except the direct children runner spawned itself (item leaders
 /// and helpers it waits for: not escapees). A dead one is reaped.
-fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> (Vec<i32>, bool) {
-    let mut found = Vec::new();
-    let mut disturbed = false;
+fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> Scan {
+    let mut scan = Scan::default();
     for pid in children {
         if direct.contains(&pid) {
             continue;
@@ -116,19 +138,18 @@ fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> (Vec<i3
             waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)),
             Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
         ) {
-            disturbed = true;
-        } else if carries_key(pid, key, || true) {
-            found.push(pid);
+            scan.disturbed = true;
+        } else {
+            scan.look(pid, carries_key(pid, key, || true));
         }
     }
-    (found, disturbed)
+    scan
 }
 
 /// Examine every process; as subreaper, reap the dead orphans runner adopted.
-fn scan_all(key: &CensusKey, adopting: bool) -> std::io::Result<(Vec<i32>, bool)> {
+fn scan_all(key: &CensusKey, adopting: bool) -> std::io::Result<Scan> {
     let me = std::process::id() as i32;
-    let mut found = Vec::new();
-    let mut disturbed = false;
+    let mut scan = Scan::default();
     for pid in proc_pids()? {
         if pid == me {
             continue;
@@ -138,12 +159,22 @@ fn scan_all(key: &CensusKey, adopting: bool) -> std::io::Result<(Vec<i32>, bool)
             && DIRECT_CHILDREN.lock().is_ok_and(|d| !d.contains(&pid))
         {
             reap(pid);
-            disturbed = true;
-        } else if carries_key(pid, key, || stat(pid).is_some_and(|(ppid, _)| ppid == me)) {
-            found.push(pid);
+            scan.disturbed = true;
+        } else {
+            let ours = || stat(pid).is_some_and(|(ppid, _)| ppid == me);
+            scan.look(pid, carries_key(pid, key, ours));
         }
     }
-    Ok((found, disturbed))
+    Ok(scan)
+}
+
+/// What one look at a process's environment tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carries {
+    Yes,
+    No,
+    /// One of runner's own children shows no environment yet: look again shortly.
+    Unsure,
 }
 
 /// Whether `pid`'s environment carries the run token and repository of `key`. A process gone
@@ -152,21 +183,14 @@ fn scan_all(key: &CensusKey, adopting: bool) -> std::io::Result<(Vec<i32>, bool)
 /// A process shows no environment at all for an instant in the middle of `execve` (the kernel
 /// lets a `vfork` parent go before it has laid out the new environment: measured here, 5% of
 /// reads made right after a spawn returned came back empty, for up to 5 ms). So when one of
-/// runner's own children (`ours`) shows none, it is asked again, for up to about 6 ms, before it
-/// counts as carrying nothing.
-fn carries_key(pid: i32, key: &CensusKey, ours: impl Fn() -> bool) -> bool {
-    let mut pause = Duration::from_micros(100);
-    let mut asked_ours = false;
-    loop {
-        match environ_carries(pid, key) {
-            Some(carries) => return carries,
-            None if pause <= Duration::from_micros(3200) && (asked_ours || ours()) => {
-                asked_ours = true;
-                std::thread::sleep(pause);
-                pause *= 2;
-            }
-            None => return false,
-        }
+/// runner's own children (`ours`) shows none, the answer is [`Carries::Unsure`], and the sweep
+/// looks again after a timer (never a sleep on the loop) before it counts as carrying nothing.
+fn carries_key(pid: i32, key: &CensusKey, ours: impl Fn() -> bool) -> Carries {
+    match environ_carries(pid, key) {
+        Some(true) => Carries::Yes,
+        Some(false) => Carries::No,
+        None if ours() => Carries::Unsure,
+        None => Carries::No,
     }
 }
 
@@ -264,6 +288,9 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
     let fast = settled && SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
     let mut quiet = 0;
     let mut needed = if fast { 1 } else { QUIET_SCANS };
+    // Looks again at children caught in the middle of `execve`: 0.1 ms, doubling, about 6 ms in
+    // all, after which an empty environment counts as carrying nothing.
+    let mut unsure_pause = Duration::from_micros(100);
     while Instant::now() < until {
         // A large scan (every process of a busy machine, or hundreds of escapees) takes a
         // while: not on the event loop.
@@ -281,8 +308,21 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
                     .unwrap_or_else(|e| Err(std::io::Error::other(e)))
             }
         };
+        if let Ok(scan) = &scanned
+            && scan.found.is_empty()
+            && !scan.unsure.is_empty()
+            && unsure_pause <= UNSURE_PAUSE_MAX
+        {
+            tokio::time::sleep(unsure_pause).await;
+            unsure_pause *= 2;
+            continue;
+        }
         match scanned {
-            Ok((pids, disturbed)) if pids.is_empty() => {
+            Ok(Scan {
+                found: pids,
+                disturbed,
+                ..
+            }) if pids.is_empty() => {
                 if disturbed {
                     needed = QUIET_SCANS;
                     quiet = 0;
@@ -293,7 +333,7 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
                     return true;
                 }
             }
-            Ok((pids, _)) => {
+            Ok(Scan { found: pids, .. }) => {
                 needed = QUIET_SCANS;
                 quiet = 0;
                 for pid in pids {
@@ -359,9 +399,15 @@ mod tests {
             .filter(|p| [pid, other_pid].contains(p))
             .collect();
         assert_eq!(children.len(), 2, "both children are listed");
-        assert_eq!(scan_children(&mine, children.clone(), &[]).0, vec![pid]);
-        assert_eq!(scan_children(&mine, children, &[pid]).0, Vec::<i32>::new());
-        let found = scan_all(&mine, false).unwrap().0;
+        assert_eq!(
+            settled_scan(|| scan_children(&mine, children.clone(), &[])),
+            vec![pid]
+        );
+        assert_eq!(
+            settled_scan(|| scan_children(&mine, children.clone(), &[pid])),
+            Vec::<i32>::new()
+        );
+        let found = settled_scan(|| scan_all(&mine, false).unwrap());
         let described: Vec<String> = found
             .iter()
             .map(|p| {
@@ -379,7 +425,20 @@ mod tests {
             c.wait().unwrap();
             unregister(c.id() as i32);
         }
-        assert!(scan_all(&mine, false).unwrap().0.is_empty());
+        assert!(scan_all(&mine, false).unwrap().found.is_empty());
+    }
+
+    /// What a scan finds once no child is caught in the middle of `execve` any more (as the
+    /// sweep looks again after a timer).
+    fn settled_scan(scan: impl Fn() -> Scan) -> Vec<i32> {
+        for _ in 0..100 {
+            let s = scan();
+            if s.unsure.is_empty() {
+                return s.found;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("a child showed no environment for 100 looks")
     }
 
     /// Right after a spawn returns, a child's environment can still be missing (the kernel
@@ -390,7 +449,7 @@ mod tests {
         for _ in 0..200 {
             let mut c = sleeper(&k);
             let pid = c.id() as i32;
-            let (found, _) = scan_children(&k, vec![pid], &[]);
+            let found = settled_scan(|| scan_children(&k, vec![pid], &[]));
             c.kill().unwrap();
             c.wait().unwrap();
             unregister(pid);
@@ -413,11 +472,21 @@ mod tests {
             c
         };
         let pid = c.id() as i32;
-        let started = Instant::now();
-        assert!(!carries_key(pid, &k, || true));
-        assert!(
-            started.elapsed() < Duration::from_millis(100),
-            "asked again for a moment only"
+        // Wait until it has reached `sleep` (its command line is laid out with its environment).
+        while !std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"/bin/sleep"))
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            carries_key(pid, &k, || true),
+            Carries::Unsure,
+            "one of runner's own: looked at again"
+        );
+        assert_eq!(
+            carries_key(pid, &k, || false),
+            Carries::No,
+            "anyone else's: nothing"
         );
         c.kill().unwrap();
         c.wait().unwrap();
@@ -438,10 +507,10 @@ mod tests {
         while stat(pid).is_some_and(|(_, s)| s != 'Z') {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let (found, disturbed) = scan_children(&k, vec![pid], &[]);
+        let scan = scan_children(&k, vec![pid], &[]);
         unregister(pid);
-        assert!(found.is_empty());
-        assert!(disturbed);
+        assert!(scan.found.is_empty());
+        assert!(scan.disturbed);
         assert!(stat(pid).is_none(), "reaped");
     }
 }

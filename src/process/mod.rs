@@ -413,6 +413,12 @@ fn set_cloexec(fd: i32, on: bool) {
 /// The helper is registered as a direct child until it is waited for, so that a census never
 /// reaps it as an orphan and steals its exit status.
 pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+    if cfg!(debug_assertions) {
+        crate::support::blocking::blocking(&format!(
+            "waiting for `{}`",
+            cmd.get_program().to_string_lossy()
+        ));
+    }
     let child = {
         let mut direct = census::DIRECT_CHILDREN
             .lock()

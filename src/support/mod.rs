@@ -2,6 +2,7 @@
 //! identity, hex. Like [`crate::vocab`], this module imports nothing of runner's, so any module
 //! may import it without an arrow pointing up.
 
+pub mod blocking;
 pub mod clock;
 pub mod fs;
 pub mod host;
