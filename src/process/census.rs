@@ -59,6 +59,30 @@ fn reap(pid: i32) {
 /// children are forked at once, so a descriptor made inheritable for one child reaches no other.
 pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
+/// Direct children reaped while [`DIRECT_CHILDREN`] was held elsewhere (a spawn in progress):
+/// taken out of it by the next holder, so that the event loop never waits for the lock.
+static REAPED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// A direct child has been reaped: it is no longer one.
+pub fn forget_direct(pid: i32) {
+    match DIRECT_CHILDREN.try_lock() {
+        Ok(mut d) => d.retain(|p| *p != pid),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().retain(|p| *p != pid),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            REAPED.lock().unwrap_or_else(|p| p.into_inner()).push(pid)
+        }
+    }
+}
+
+/// Take [`DIRECT_CHILDREN`] out of `direct` the children reaped while it was held elsewhere.
+pub fn settle_reaped(direct: &mut Vec<i32>) {
+    let mut reaped = REAPED.lock().unwrap_or_else(|p| p.into_inner());
+    if !reaped.is_empty() {
+        direct.retain(|p| !reaped.contains(p));
+        reaped.clear();
+    }
+}
+
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Record that runner is a child subreaper: every orphan of a spawned tree is then re-parented
@@ -85,7 +109,7 @@ fn stat(pid: i32) -> Option<(i32, char)> {
 /// kernel lists them in `/proc/self/task/<tid>/children`. Without the subreaper role, or
 /// without those lists, every process is examined.
 pub fn scan(key: &CensusKey) -> std::io::Result<Scan> {
-    scan_within(key, usize::MAX).unwrap_or_else(|| scan_all(key, true))
+    scan_within(key, usize::MAX, true).unwrap_or_else(|| scan_all(key, true))
 }
 
 /// What one scan found.
@@ -115,13 +139,26 @@ const INLINE_CHILDREN: usize = 64;
 
 /// A scan of runner's children, unless there are more than `budget` of them, or runner is not
 /// the subreaper, or the kernel does not list children (`None`: scan every process instead).
-fn scan_within(key: &CensusKey, budget: usize) -> Option<std::io::Result<Scan>> {
+///
+/// With `wait` false (on the event loop), a spawn lock held elsewhere (a child being started on
+/// the spawner thread) is not waited for: `None`, and the caller scans on the blocking pool.
+fn scan_within(key: &CensusKey, budget: usize, wait: bool) -> Option<std::io::Result<Scan>> {
     if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
         return Some(scan_all(key, false));
     }
     // Held for the whole scan: a helper forked meanwhile is registered before it can be
     // listed, and no direct child is reaped behind the runtime's back.
-    let direct = DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
+    let direct = if wait {
+        DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
+    } else {
+        match DIRECT_CHILDREN.try_lock() {
+            Ok(d) => d,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    };
+    let mut direct = direct;
+    settle_reaped(&mut direct);
     let children = own_children()?;
     (children.len() <= budget).then(|| Ok(scan_children(key, children, &direct)))
 }
@@ -295,7 +332,7 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
         // A large scan (every process of a busy machine, or hundreds of escapees) takes a
         // while: not on the event loop.
         let inline = if small_scans() {
-            scan_within(&key, INLINE_CHILDREN)
+            scan_within(&key, INLINE_CHILDREN, false)
         } else {
             None
         };

@@ -13,6 +13,7 @@
 pub mod census;
 mod launch;
 pub mod output;
+mod spawner;
 
 use output::{Collector, Redactor};
 use std::os::fd::OwnedFd;
@@ -124,7 +125,14 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
             return fin;
         }
     };
-    let mut child = match start(&program, args, &spec, out) {
+    let started_child = if spawn_mode_thread() {
+        spawner::spawn(program.clone(), args.to_vec(), spec.clone(), out)
+            .await
+            .map(Child::Std)
+    } else {
+        start(&program, args, &spec, out)
+    };
+    let mut child = match started_child {
         Ok(c) => c,
         Err(e) => {
             fin.spawn_error = Some(format!("cannot start `{}`: {e}", program.display()));
@@ -199,10 +207,8 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         fin.exit = st.code();
         fin.signal = st.signal();
     }
-    if let Some(pid) = pgid
-        && let Ok(mut direct) = census::DIRECT_CHILDREN.lock()
-    {
-        direct.retain(|p| *p != pid);
+    if let Some(pid) = pgid {
+        census::forget_direct(pid);
     }
     // Whatever the reason it ended, nothing it started may outlive it.
     let immediate = *stop.borrow() == Stop::Immediate;
@@ -301,6 +307,13 @@ fn start(
     Ok(child)
 }
 
+/// Which design starts workers and gates: `RUNNER_SPAWN=thread` the standard library's spawn on a
+/// thread of its own, else the direct `clone`. Read once.
+fn spawn_mode_thread() -> bool {
+    static THREAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *THREAD.get_or_init(|| std::env::var("RUNNER_SPAWN").is_ok_and(|v| v == "thread"))
+}
+
 /// Start a child with the standard library (`posix_spawn`), where [`launch`] is not available.
 /// Called with the spawn lock held (see [`start`]): while the lease descriptor is inheritable for
 /// this child, no other child may be forked.
@@ -310,6 +323,16 @@ fn start_std(
     spec: &SpawnSpec,
     out: OwnedFd,
 ) -> std::io::Result<Child> {
+    start_std_child(program, args, spec, out).map(Child::Std)
+}
+
+/// [`start_std`]'s child, before it is wrapped.
+fn start_std_child(
+    program: &std::path::Path,
+    args: &[String],
+    spec: &SpawnSpec,
+    out: OwnedFd,
+) -> std::io::Result<tokio::process::Child> {
     let stdin = null()
         .and_then(|f| f.try_clone().ok())
         .map_or_else(Stdio::null, Stdio::from);
@@ -332,7 +355,7 @@ fn start_std(
     if let Some(fd) = spec.inherit_fd {
         set_cloexec(fd, true);
     }
-    Ok(Child::Std(c?))
+    c
 }
 
 /// A pipe for a child's output: the write end blocking, as programs expect of their stdout; the
