@@ -35,7 +35,7 @@ time_runner() {
   local t0 t1
   rm -rf "$work/out" "$work/.runner"
   t0=$(now)
-  RUNNER_SPAWN=${1:-clone} "$bin" apply "$work/manifest.yaml" -j 2 --no-progress --report-dir "$work/out" 2> /dev/null
+  "$bin" apply "$work/manifest.yaml" -j 2 --no-progress --report-dir "$work/out" 2> /dev/null
   t1=$(now)
   echo $(( (t1 - t0) / 1000000 ))
 }
@@ -51,17 +51,14 @@ time_runner > /dev/null
 done_count=$(grep -o '"completed": [0-9]*' "$work/out/latest/report.json" | head -1 | awk '{print $2}')
 [ "$done_count" -eq "$items" ] || { echo "expected $items completed items, found $done_count" >&2; exit 1; }
 # Alternate the two, so that a noisy moment of a shared machine weighs on both alike.
-rs=(); ts=(); xs=()
+rs=(); xs=()
 for _ in $(seq "$runs"); do
-  rs+=("$(time_runner clone)")
-  ts+=("$(time_runner thread)")
+  rs+=("$(time_runner)")
   xs+=("$(time_xargs)")
 done
 r=$(printf '%s\n' "${rs[@]}" | median)
-t=$(printf '%s\n' "${ts[@]}" | median)
 x=$(printf '%s\n' "${xs[@]}" | median)
 echo "items: $items over $repos repositories, -j 2, runs: $runs (median)"
-echo "runner apply (clone):   ${r} ms"
-echo "runner apply (thread):  ${t} ms"
-echo "xargs -P 2:             ${x} ms"
-awk -v r="$r" -v t="$t" -v x="$x" 'BEGIN { printf "ratio clone/xargs: %.2fx, thread/xargs: %.2fx, thread/clone: %.2fx\n", r / x, t / x, t / r }'
+echo "runner apply:   ${r} ms"
+echo "xargs -P 2:     ${x} ms"
+awk -v r="$r" -v x="$x" 'BEGIN { printf "ratio runner/xargs: %.2fx\n", r / x }'

@@ -1,10 +1,16 @@
 //! runner: a declarative batch runner driven by YAML job manifests.
 //!
-//! The flow runs one way: `manifest` (text -> validated model) -> `plan` (model + disk -> items
-//! with states, shared by `plan` and `apply`) -> `engine` (the pool, one run per repository) ->
-//! `events` -> consumers (`report`, `ui`). `process` is the one place that spawns; `git` the thin
-//! adapter over the git command line; `lease` the per-repository lock; `commands` holds one
-//! module per verb; `cli` the argument types.
+//! The module list below is the architecture, top floor first; an import only ever points down
+//! (`tests/architecture.rs` fails on one that points up). `cli` holds the argument types and
+//! `commands` one module per verb. `ui` (progress) and `report` consume the event stream;
+//! `ledger` is the SQLite state behind the engine's `RunSink`. `engine` runs the drain: a pure
+//! `scheduler` decides, a thin loop performs. `plan` turns the manifest and the repositories into
+//! items with states, shared by `plan` and `apply`. `git` is the one command builder over git,
+//! `process` the one place that spawns (and the only module allowed `unsafe`), `lease` the
+//! per-repository lock, `manifest` the validated model. `events`, `vocab` (the closed
+//! vocabularies) and `support` (atomic writes, clock, host identity) sit at the bottom.
+
+#![deny(unsafe_code)]
 
 pub mod cli;
 pub mod commands;

@@ -59,8 +59,9 @@ fn reap(pid: i32) {
 /// children are forked at once, so a descriptor made inheritable for one child reaches no other.
 pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
-/// Direct children reaped while [`DIRECT_CHILDREN`] was held elsewhere (a spawn in progress):
-/// taken out of it by the next holder, so that the event loop never waits for the lock.
+/// Direct children reaped while [`DIRECT_CHILDREN`] was held elsewhere (a helper being spawned
+/// on the blocking pool): taken out of it by the next holder, so that the event loop never waits
+/// for the lock.
 static REAPED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 /// A direct child has been reaped: it is no longer one.
@@ -74,13 +75,21 @@ pub fn forget_direct(pid: i32) {
     }
 }
 
-/// Take [`DIRECT_CHILDREN`] out of `direct` the children reaped while it was held elsewhere.
-pub fn settle_reaped(direct: &mut Vec<i32>) {
+/// Take out of `direct` the children reaped while it was held elsewhere.
+fn settle_reaped(direct: &mut Vec<i32>) {
     let mut reaped = REAPED.lock().unwrap_or_else(|p| p.into_inner());
     if !reaped.is_empty() {
         direct.retain(|p| !reaped.contains(p));
         reaped.clear();
     }
+}
+
+/// Hold [`DIRECT_CHILDREN`] (the spawn lock), up to date. Not on the event loop while another
+/// thread may hold it for long (see [`scan_within`]).
+pub fn lock_direct() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    let mut direct = DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
+    settle_reaped(&mut direct);
+    direct
 }
 
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -140,8 +149,8 @@ const INLINE_CHILDREN: usize = 64;
 /// A scan of runner's children, unless there are more than `budget` of them, or runner is not
 /// the subreaper, or the kernel does not list children (`None`: scan every process instead).
 ///
-/// With `wait` false (on the event loop), a spawn lock held elsewhere (a child being started on
-/// the spawner thread) is not waited for: `None`, and the caller scans on the blocking pool.
+/// With `wait` false (on the event loop), a spawn lock held elsewhere (a git helper being started
+/// on the blocking pool) is not waited for: `None`, and the caller scans on the blocking pool.
 fn scan_within(key: &CensusKey, budget: usize, wait: bool) -> Option<std::io::Result<Scan>> {
     if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
         return Some(scan_all(key, false));
@@ -149,16 +158,16 @@ fn scan_within(key: &CensusKey, budget: usize, wait: bool) -> Option<std::io::Re
     // Held for the whole scan: a helper forked meanwhile is registered before it can be
     // listed, and no direct child is reaped behind the runtime's back.
     let direct = if wait {
-        DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
+        lock_direct()
     } else {
-        match DIRECT_CHILDREN.try_lock() {
+        let mut d = match DIRECT_CHILDREN.try_lock() {
             Ok(d) => d,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
-        }
+        };
+        settle_reaped(&mut d);
+        d
     };
-    let mut direct = direct;
-    settle_reaped(&mut direct);
     let children = own_children()?;
     (children.len() <= budget).then(|| Ok(scan_children(key, children, &direct)))
 }
@@ -191,10 +200,7 @@ fn scan_all(key: &CensusKey, adopting: bool) -> std::io::Result<Scan> {
         if pid == me {
             continue;
         }
-        if adopting
-            && stat(pid) == Some((me, 'Z'))
-            && DIRECT_CHILDREN.lock().is_ok_and(|d| !d.contains(&pid))
-        {
+        if adopting && stat(pid) == Some((me, 'Z')) && !lock_direct().contains(&pid) {
             reap(pid);
             scan.disturbed = true;
         } else {

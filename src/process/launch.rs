@@ -307,6 +307,12 @@ impl Drop for Launched {
 }
 
 /// A raw system call: no libc wrapper, so nothing is written to runner's `errno`.
+///
+/// # Safety
+///
+/// `n` must be a system call of this architecture and `a` its arguments as the kernel expects
+/// them: every pointer among them valid for what that call reads or writes. Made by the child
+/// between `clone` and `execve`, it must touch no memory of runner's but the [`Plan`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
     let ret: isize;
@@ -327,6 +333,11 @@ unsafe fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
     ret
 }
 
+/// As on x86-64.
+///
+/// # Safety
+///
+/// As for the x86-64 `sys`: a valid system call with valid arguments.
 #[cfg(target_arch = "aarch64")]
 unsafe fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
     let ret: isize;
@@ -345,6 +356,11 @@ unsafe fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
     ret
 }
 
+/// No raw system calls here: `launch` reports itself unsupported before any is made.
+///
+/// # Safety
+///
+/// Always safe to call; `unsafe` only to match the other architectures.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 unsafe fn sys(_n: libc::c_long, _a: [usize; 4]) -> isize {
     -(libc::ENOSYS as isize)
@@ -431,8 +447,28 @@ fn fail(status: RawFd, r: isize) -> ! {
         );
         sys(libc::SYS_exit_group, [127, 0, 0, 0]);
     }
-    #[allow(clippy::empty_loop)]
+    #[expect(
+        clippy::empty_loop,
+        reason = "`exit_group` does not return; nothing else may run in the child"
+    )]
     loop {}
+}
+
+/// Set or clear `FD_CLOEXEC` on `fd`, a descriptor this process owns (the lease, made
+/// inheritable for one child at a time under the spawn lock).
+pub(super) fn set_cloexec(fd: i32, on: bool) {
+    // SAFETY: fcntl on a descriptor this process owns; no memory is touched.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            let flags = if on {
+                flags | libc::FD_CLOEXEC
+            } else {
+                flags & !libc::FD_CLOEXEC
+            };
+            libc::fcntl(fd, libc::F_SETFD, flags);
+        }
+    }
 }
 
 #[cfg(test)]

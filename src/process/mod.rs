@@ -11,9 +11,12 @@
 //! are re-parented to runner instead of init; that is what lets it reap and account for them.
 
 pub mod census;
+#[expect(
+    unsafe_code,
+    reason = "the one module of runner that may: raw process creation, see its comment"
+)]
 mod launch;
 pub mod output;
-mod spawner;
 
 use output::{Collector, Redactor};
 use std::os::fd::OwnedFd;
@@ -125,14 +128,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
             return fin;
         }
     };
-    let started_child = if spawn_mode_thread() {
-        spawner::spawn(program.clone(), args.to_vec(), spec.clone(), out)
-            .await
-            .map(Child::Std)
-    } else {
-        start(&program, args, &spec, out)
-    };
-    let mut child = match started_child {
+    let mut child = match start(&program, args, &spec, out) {
         Ok(c) => c,
         Err(e) => {
             fin.spawn_error = Some(format!("cannot start `{}`: {e}", program.display()));
@@ -283,9 +279,7 @@ fn start(
     out: OwnedFd,
 ) -> std::io::Result<Child> {
     use std::os::fd::AsRawFd;
-    let mut direct = census::DIRECT_CHILDREN
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut direct = census::lock_direct();
     let launched = match null() {
         Some(null) => {
             let stdio = [null.as_raw_fd(), out.as_raw_fd(), out.as_raw_fd()];
@@ -307,13 +301,6 @@ fn start(
     Ok(child)
 }
 
-/// Which design starts workers and gates: `RUNNER_SPAWN=thread` the standard library's spawn on a
-/// thread of its own, else the direct `clone`. Read once.
-fn spawn_mode_thread() -> bool {
-    static THREAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *THREAD.get_or_init(|| std::env::var("RUNNER_SPAWN").is_ok_and(|v| v == "thread"))
-}
-
 /// Start a child with the standard library (`posix_spawn`), where [`launch`] is not available.
 /// Called with the spawn lock held (see [`start`]): while the lease descriptor is inheritable for
 /// this child, no other child may be forked.
@@ -323,16 +310,6 @@ fn start_std(
     spec: &SpawnSpec,
     out: OwnedFd,
 ) -> std::io::Result<Child> {
-    start_std_child(program, args, spec, out).map(Child::Std)
-}
-
-/// [`start_std`]'s child, before it is wrapped.
-fn start_std_child(
-    program: &std::path::Path,
-    args: &[String],
-    spec: &SpawnSpec,
-    out: OwnedFd,
-) -> std::io::Result<tokio::process::Child> {
     let stdin = null()
         .and_then(|f| f.try_clone().ok())
         .map_or_else(Stdio::null, Stdio::from);
@@ -349,13 +326,13 @@ fn start_std_child(
     // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
     // fraction of a `fork` of runner's address space.
     if let Some(fd) = spec.inherit_fd {
-        set_cloexec(fd, false);
+        launch::set_cloexec(fd, false);
     }
     let c = cmd.spawn();
     if let Some(fd) = spec.inherit_fd {
-        set_cloexec(fd, true);
+        launch::set_cloexec(fd, true);
     }
-    c
+    Ok(Child::Std(c?))
 }
 
 /// A pipe for a child's output: the write end blocking, as programs expect of their stdout; the
@@ -415,20 +392,6 @@ fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> 
     Some(found)
 }
 
-fn set_cloexec(fd: i32, on: bool) {
-    // SAFETY: fcntl on a descriptor this process owns; no memory is touched.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags >= 0 {
-            let flags = if on {
-                flags | libc::FD_CLOEXEC
-            } else {
-                flags & !libc::FD_CLOEXEC
-            };
-            libc::fcntl(fd, libc::F_SETFD, flags);
-        }
-    }
-}
 
 /// Spawn a short-lived helper (git) under the same lock as every other spawn, so that it never
 /// inherits a lease descriptor made inheritable for a worker.
@@ -443,18 +406,14 @@ pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::pro
         ));
     }
     let child = {
-        let mut direct = census::DIRECT_CHILDREN
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut direct = census::lock_direct();
         let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
         direct.push(child.id() as i32);
         child
     };
     let pid = child.id() as i32;
     let out = child.wait_with_output();
-    if let Ok(mut direct) = census::DIRECT_CHILDREN.lock() {
-        direct.retain(|p| *p != pid);
-    }
+    census::forget_direct(pid);
     out
 }
 

@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests: the built binary, real git repositories in temp
 //! dirs, manifests written to disk.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "each test binary uses some of these helpers; `expect` would fail in those using all"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
