@@ -392,7 +392,6 @@ fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> 
     Some(found)
 }
 
-
 /// Spawn a short-lived helper (git) under the same lock as every other spawn, so that it never
 /// inherits a lease descriptor made inheritable for a worker.
 ///
