@@ -10,8 +10,23 @@ pub struct Cli {
     /// When to use colour on stderr.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
     pub color: ColorChoice,
+    /// Log more of what runner decides and why (`-v` info, `-vv` debug, `-vvv` trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Log less (`-q` errors only, `-qq` nothing).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose")]
+    pub quiet: u8,
+    /// The format of diagnostic logs on stderr (`RUNNER_LOG` filters them).
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text, global = true)]
+    pub log_format: LogFormatArg,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -84,7 +84,10 @@ impl Lease {
             .map_err(io)?;
         match file.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::debug!(lock = %path.display(), "lease held by another process");
+                return Ok(None);
+            }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
         // The record is informational; failing to write it does not give up the lock. A run
@@ -103,6 +106,7 @@ impl Lease {
                 RecordsSeen::saw(record, bytes);
             }
         }
+        tracing::debug!(lock = %path.display(), run = %holder.run_id, repo = %holder.repo, "lease taken");
         Ok(Some(Lease { file }))
     }
 

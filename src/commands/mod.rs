@@ -45,6 +45,15 @@ impl Ui {
         Ui { color }
     }
 
+    /// Print a warning line on stderr.
+    pub fn warn(&self, msg: impl std::fmt::Display) {
+        if self.color {
+            eprintln!("\x1b[1;33mwarning\x1b[0m: {msg}");
+        } else {
+            eprintln!("warning: {msg}");
+        }
+    }
+
     /// Print an error line on stderr.
     pub fn error(&self, msg: impl std::fmt::Display) {
         if self.color {
@@ -58,6 +67,13 @@ impl Ui {
 /// Run the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
     let ui = Ui::new(cli.color);
+    let format = match cli.log_format {
+        crate::cli::LogFormatArg::Text => crate::ui::log::LogFormat::Text,
+        crate::cli::LogFormatArg::Json => crate::ui::log::LogFormat::Json,
+    };
+    if let Some(w) = crate::ui::log::init(cli.verbose, cli.quiet, format, ui.color) {
+        ui.warn(w);
+    }
     if let Ok(role) = std::env::var("RUNNER_ROLE")
         && !ROLES.contains(&role.as_str())
     {

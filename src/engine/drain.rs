@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tracing::{Instrument, debug, info, trace};
 
 /// The item tasks of a run, and the leases they hold.
 struct Pool {
@@ -33,6 +34,17 @@ struct Pool {
 
 /// Drain the plan. `sink` receives every event, in order, on this task.
 pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
+    let span = tracing::info_span!("run", run = %cx.run_id);
+    drain_in_span(cx, sink).instrument(span).await
+}
+
+/// `repo/id` of an item, for logs.
+fn label(cx: &RunCx, idx: usize) -> String {
+    let it = &cx.plan.items[idx];
+    format!("{}/{}", it.repo, it.id)
+}
+
+async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
@@ -84,20 +96,35 @@ pub async fn drain(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                 // The probe may take a while: let finished items' repositories go first.
                 release_settled(sink, &mut pool, &mut sched);
                 let bound = probe(&cx, &stop_rx).await;
+                debug!(bound, running = sched.running(), "capacity probe read");
                 sched.probed(bound);
                 continue;
             }
             Decision::Admit(idx) => {
                 let answer = admit(&cx, sink, &mut pool, idx, &ev_tx, &stop_rx).await;
+                debug!(item = %label(&cx, idx), ?answer, running = sched.running(), "admission");
                 sched.admitted(idx, answer, Instant::now());
                 continue;
             }
             Decision::Settle(s) => {
+                debug!(
+                    item = %label(&cx, s.item),
+                    outcome = s.outcome.as_str(),
+                    reason = s.reason.as_deref(),
+                    cause = s.cause.as_deref(),
+                    "item settled"
+                );
                 finish(sink, s);
                 continue;
             }
-            Decision::Done => break,
-            Decision::Wait { until } => until,
+            Decision::Done => {
+                debug!("nothing runs and nothing more will: the drain is over");
+                break;
+            }
+            Decision::Wait { until } => {
+                trace!(running = sched.running(), ?until, "waiting");
+                until
+            }
         };
         // Finished items' results became durable with the claims just made, or now; only then
         // are their leases let go, and their repositories may take the next item at once.
@@ -190,9 +217,11 @@ async fn admit(
             let fd = lease.fd();
             pool.leases.insert(idx, lease);
             let (cx2, tx, st) = (cx.clone(), ev_tx.clone(), stop_rx.clone());
-            let handle = pool
-                .tasks
-                .spawn(async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) });
+            let span =
+                tracing::info_span!("item", repo = %repo_name, item = %cx.plan.items[idx].id);
+            let handle = pool.tasks.spawn(
+                async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) }.instrument(span),
+            );
             pool.task_items.insert(handle.id(), idx);
             Admission::Started
         }
@@ -216,6 +245,13 @@ fn item_ended(
 ) {
     let repo = cx.plan.items[idx].repo.clone();
     let tree_gone = run.tree_gone;
+    debug!(
+        item = %label(cx, idx),
+        outcome = run.outcome.as_str(),
+        tree_gone,
+        progress = run.progress,
+        "item ended"
+    );
     let settled = sched.finished(
         idx,
         Finished {
@@ -321,6 +357,7 @@ fn release_settled(sink: &mut dyn RunSink, pool: &mut Pool, sched: &mut Schedule
     }
     sink.commit_results();
     for (repo, lease) in pool.settling.drain(..) {
+        debug!(%repo, "results durable: lease released");
         lease.release();
         sched.released(&repo);
     }
@@ -345,7 +382,9 @@ async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
 }
 
 fn on_signal(sched: &mut Scheduler, sig: i32, stop: &watch::Sender<Stop>) {
-    let _ = stop.send(match sched.signal(sig) {
+    let level = sched.signal(sig);
+    info!(signal = super::signal_name(sig), ?level, "stop requested");
+    let _ = stop.send(match level {
         StopLevel::Graceful => Stop::Graceful,
         StopLevel::Immediate => Stop::Immediate,
     });

@@ -18,6 +18,7 @@ use crate::vocab::{GateResult, ItemOutcome, WorkerClass};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 /// Lines of a failing gate's output kept in the report.
 const REPORT_TAIL_LINES: usize = 40;
@@ -210,6 +211,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             n,
             model: model.clone(),
         });
+        let attempt_span = tracing::debug_span!("attempt", n, model = model.as_deref());
         let log = icx.logs.join(format!("{n}-worker.log"));
         let silence = icx
             .eff
@@ -230,8 +232,10 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             icx.eff.worker.grace(),
             silence,
         )
+        .instrument(attempt_span.clone())
         .await;
         let class = classify(&fin, &policy);
+        tracing::debug!(parent: &attempt_span, class = class.as_str(), exit = fin.exit, "worker finished");
         run.tree_gone &= fin.tree_gone;
         let _ = icx.events.send(Event::WorkerFinished {
             item: icx.idx,
@@ -299,6 +303,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                     feedback.as_deref(),
                     start.as_deref(),
                 )
+                .instrument(attempt_span.clone())
                 .await
                 {
                     GatesOutcome::Passed { any_passed } => {
@@ -458,6 +463,7 @@ async fn gates(
             gate.grace(),
             None,
         )
+        .instrument(tracing::debug_span!("gate", gate = %gate.name))
         .await;
         let result = if fin.cancelled {
             GateResult::NotRun
@@ -468,6 +474,7 @@ async fn gates(
         } else {
             GateResult::Failed
         };
+        tracing::debug!(gate = %gate.name, result = result.as_str(), exit = fin.exit, "gate finished");
         let tail = match &fin.spawn_error {
             Some(e) => e.clone(),
             None => last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES),

@@ -373,10 +373,12 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
                     quiet += 1;
                 }
                 if quiet >= needed {
+                    tracing::trace!(repo = %key.repo, quiet, "census: tree proven gone");
                     return true;
                 }
             }
             Ok(Scan { found: pids, .. }) => {
+                tracing::debug!(?pids, repo = %key.repo, "census: ending escaped processes");
                 needed = QUIET_SCANS;
                 quiet = 0;
                 for pid in pids {
@@ -393,6 +395,7 @@ pub async fn sweep(key: CensusKey, settled: bool) -> bool {
             tokio::time::sleep(SCAN_GAP).await;
         }
     }
+    tracing::debug!(repo = %key.repo, "census: tree not proven gone before the deadline");
     false
 }
 

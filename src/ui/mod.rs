@@ -2,6 +2,8 @@
 //!
 //! A consumer of the event stream like the report builder; it never touches a process.
 
+pub mod log;
+
 use crate::events::Event;
 use crate::plan::{ItemState, Plan};
 use crate::vocab::{GateResult, WorkerClass};
@@ -50,6 +52,7 @@ impl Progress {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             overall.enable_steady_tick(Duration::from_millis(200));
+            log::set_bars(Some(multi.clone()));
             Bars {
                 multi,
                 overall,
@@ -205,6 +208,7 @@ impl Progress {
                 if let Some(b) = &self.bars {
                     b.overall.finish_and_clear();
                     let _ = b.multi.clear();
+                    log::set_bars(None);
                 }
                 let mut msg = format!("run ended: {}", ending.as_str());
                 if let Some(c) = cause {
