@@ -5,9 +5,13 @@
 //! failed, 130/143 cancelled by SIGINT/SIGTERM.
 
 pub mod apply;
-pub mod ledger;
+pub mod cancel;
+pub mod pause;
 pub mod plan;
+pub mod report;
 pub mod schema;
+pub mod status;
+pub mod unlock;
 pub mod validate;
 
 use crate::cli::{Cli, ColorChoice, Command};
@@ -87,12 +91,12 @@ pub fn run(cli: Cli) -> i32 {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
         Command::Plan(args) => plan::run(&ui, &args),
         Command::Apply(args) => apply::run(&ui, &args),
-        Command::Status(args) => ledger::status(&ui, &args),
-        Command::Report(args) => ledger::report(&ui, &args),
-        Command::Cancel(args) => ledger::cancel(&ui, &args),
-        Command::Pause(args) => ledger::pause(&ui, &args, true),
-        Command::Resume(args) => ledger::pause(&ui, &args, false),
-        Command::Unlock(args) => ledger::unlock(&ui, &args),
+        Command::Status(args) => status::run(&ui, &args),
+        Command::Report(args) => report::run(&ui, &args),
+        Command::Cancel(args) => cancel::run(&ui, &args),
+        Command::Pause(args) => pause::run(&ui, &args, true),
+        Command::Resume(args) => pause::run(&ui, &args, false),
+        Command::Unlock(args) => unlock::run(&ui, &args),
         Command::Schema { report } => schema::run_schema(report),
         Command::Completions { shell } => schema::run_completions(shell),
     }
@@ -158,4 +162,42 @@ pub fn who() -> String {
             format!("uid {uid}")
         });
     format!("{user}@{}", crate::support::host::hostname())
+}
+
+/// Open the ledger, which must exist: reading commands never create one.
+pub(crate) fn open_existing(
+    ui: &Ui,
+    path: &Path,
+) -> Result<crate::ledger::sqlite::SqliteLedger, i32> {
+    if !path.exists() {
+        ui.error(format_args!(
+            "no state ledger at `{}`; give the manifest or `--state`",
+            path.display()
+        ));
+        return Err(EXIT_INVALID);
+    }
+    crate::ledger::sqlite::SqliteLedger::open(path).map_err(|e| {
+        ui.error(e);
+        EXIT_INTERNAL
+    })
+}
+
+/// A looked-up run, or the exit code after saying why there is none.
+pub(crate) fn found<T>(
+    ui: &Ui,
+    r: crate::ledger::Result<Option<T>>,
+    run: &str,
+    path: &Path,
+) -> Result<T, i32> {
+    match r {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => {
+            ui.error(format_args!("no run `{run}` in `{}`", path.display()));
+            Err(EXIT_INVALID)
+        }
+        Err(e) => {
+            ui.error(e);
+            Err(EXIT_INTERNAL)
+        }
+    }
 }

@@ -46,7 +46,7 @@ use tokio::io::unix::AsyncFd;
 
 /// What the child needs, laid out before `clone` and kept unchanged until it has called
 /// `execve`.
-struct Plan {
+struct ChildImage {
     program: CString,
     /// Owned here for the pointers below.
     _argv: Vec<CString>,
@@ -60,9 +60,9 @@ struct Plan {
     status: RawFd,
 }
 
-// SAFETY: the pointers point into the plan's own strings, which move with it (the heap buffers
+// SAFETY: the pointers point into the image's own strings, which move with it (the heap buffers
 // of a `CString` stay put) and are never changed.
-unsafe impl Send for Plan {}
+unsafe impl Send for ChildImage {}
 
 /// The child's stack, in 16-byte words (its alignment).
 type Stack = Box<[MaybeUninit<u128>]>;
@@ -93,8 +93,8 @@ pub struct Launched {
     pidfd: AsyncFd<OwnedFd>,
     /// Closes when the child calls `execve`; holds an error number when it failed before.
     status: OwnedFd,
-    /// The plan and the stack, until the child no longer uses them.
-    memory: Option<(Box<Plan>, Stack)>,
+    /// The image and the stack, until the child no longer uses them.
+    memory: Option<(Box<ChildImage>, Stack)>,
 }
 
 /// Why no child was created: `Unsupported` means the caller should start it another way.
@@ -137,7 +137,7 @@ pub fn launch(
     let (status_rx, status_tx) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
             .map_err(|e| failed(e.into()))?;
-    let mut plan = Box::new(Plan {
+    let mut image = Box::new(ChildImage {
         program: c(program.as_os_str().as_bytes().to_vec())?,
         argv_ptrs: argv
             .iter()
@@ -158,7 +158,7 @@ pub fn launch(
     });
     let mut stack = take_stack();
     let mut pidfd: libc::c_int = -1;
-    // SAFETY: the child runs `child` on `stack` with `plan`, both kept alive and unchanged until
+    // SAFETY: the child runs `child` on `stack` with `image`, both kept alive and unchanged until
     // it has called `execve` or exited (see `Launched`); `child` makes raw system calls only.
     // All signals are blocked across `clone` so that no handler runs in the child before it has
     // reset them, and the mask is restored in runner right after.
@@ -172,7 +172,7 @@ pub fn launch(
             child,
             top,
             libc::CLONE_VM | libc::CLONE_PIDFD | libc::SIGCHLD,
-            (&raw mut *plan).cast::<c_void>(),
+            (&raw mut *image).cast::<c_void>(),
             &mut pidfd as *mut libc::c_int,
         );
         let err = io::Error::last_os_error();
@@ -208,7 +208,7 @@ pub fn launch(
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
-        drop((plan, stack));
+        drop((image, stack));
         return Err(failed(err));
     }
     // SAFETY: the kernel returned this descriptor for the new child; nothing else owns it.
@@ -219,7 +219,7 @@ pub fn launch(
             pid,
             pidfd,
             status: status_rx,
-            memory: Some((plan, stack)),
+            memory: Some((image, stack)),
         }),
         Err(e) => {
             // Not to be waited for asynchronously: end the child, reap it, and only then let go
@@ -229,7 +229,7 @@ pub fn launch(
                 libc::kill(pid, libc::SIGKILL);
                 libc::waitpid(pid, std::ptr::null_mut(), 0);
             }
-            drop((plan, stack));
+            drop((image, stack));
             Err(LaunchError::Failed(e.into()))
         }
     }
@@ -263,7 +263,7 @@ impl Launched {
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         loop {
             if let Some(status) = self.try_wait()? {
-                // Gone: nothing uses the plan or the stack any more.
+                // Gone: nothing uses the image or the stack any more.
                 if let Some((_, stack)) = self.memory.take() {
                     return_stack(stack);
                 }
@@ -298,7 +298,7 @@ impl Launched {
 
 impl Drop for Launched {
     fn drop(&mut self) {
-        // Not known to be gone: the child may still run on this stack and read this plan, so
+        // Not known to be gone: the child may still run on this stack and read this image, so
         // they are never freed.
         if let Some(memory) = self.memory.take() {
             std::mem::forget(memory);
@@ -312,7 +312,7 @@ impl Drop for Launched {
 ///
 /// `n` must be a system call of this architecture and `a` its arguments as the kernel expects
 /// them: every pointer among them valid for what that call reads or writes. Made by the child
-/// between `clone` and `execve`, it must touch no memory of runner's but the [`Plan`].
+/// between `clone` and `execve`, it must touch no memory of runner's but the [`ChildImage`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
     let ret: isize;
@@ -368,15 +368,15 @@ unsafe fn sys(_n: libc::c_long, _a: [usize; 4]) -> isize {
 
 /// The child, between `clone` and `execve`. Raw system calls only: see the module comment.
 extern "C" fn child(arg: *mut c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `Plan` that `launch` keeps alive and unchanged for the child.
-    let plan = unsafe { &*arg.cast::<Plan>() };
+    // SAFETY: `arg` is the `ChildImage` that `launch` keeps alive and unchanged for the child.
+    let image = unsafe { &*arg.cast::<ChildImage>() };
     let check = |r: isize| {
         if r < 0 {
-            fail(plan.status, r)
+            fail(image.status, r)
         }
     };
     // SAFETY: raw system calls on the child's own signal table, descriptors and directory,
-    // with pointers into `plan` and this stack frame.
+    // with pointers into `image` and this stack frame.
     unsafe {
         // The kernel's `struct sigaction`: handler, flags, restorer, mask; only the handler is
         // read, and an all-zero one is the default disposition with no flags.
@@ -399,20 +399,20 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
             }
         }
         check(sys(libc::SYS_setpgid, [0, 0, 0, 0]));
-        for (target, &fd) in plan.stdio.iter().enumerate() {
+        for (target, &fd) in image.stdio.iter().enumerate() {
             if fd as usize == target {
                 check(sys(libc::SYS_fcntl, [target, libc::F_SETFD as usize, 0, 0]));
             } else {
                 check(sys(libc::SYS_dup3, [fd as usize, target, 0, 0]));
             }
         }
-        if let Some(fd) = plan.inherit {
+        if let Some(fd) = image.inherit {
             check(sys(
                 libc::SYS_fcntl,
                 [fd as usize, libc::F_SETFD as usize, 0, 0],
             ));
         }
-        check(sys(libc::SYS_chdir, [plan.cwd.as_ptr() as usize, 0, 0, 0]));
+        check(sys(libc::SYS_chdir, [image.cwd.as_ptr() as usize, 0, 0, 0]));
         let empty = 0u64;
         check(sys(
             libc::SYS_rt_sigprocmask,
@@ -426,13 +426,13 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
         let r = sys(
             libc::SYS_execve,
             [
-                plan.program.as_ptr() as usize,
-                plan.argv_ptrs.as_ptr() as usize,
-                plan.env_ptrs.as_ptr() as usize,
+                image.program.as_ptr() as usize,
+                image.argv_ptrs.as_ptr() as usize,
+                image.env_ptrs.as_ptr() as usize,
                 0,
             ],
         );
-        fail(plan.status, r)
+        fail(image.status, r)
     }
 }
 

@@ -1,0 +1,51 @@
+//! `runner cancel RUN`: stop a live run (SIGTERM), recording who asked and why.
+
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, open_existing, state_path, who};
+use crate::cli::CancelArgs;
+
+pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
+    let path = state_path(&args.state, args.manifest.as_deref());
+    let mut ledger = match open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let run = match found(ui, ledger.run(&args.run), &args.run, &path) {
+        Ok(r) => r,
+        Err(c) => return c,
+    };
+    if run.status() != crate::ledger::RunStatus::Live {
+        ui.error(format_args!(
+            "run `{}` is not live ({})",
+            run.id,
+            run.status()
+        ));
+        return crate::commands::EXIT_FAILURES;
+    }
+    if run.holder.host != crate::support::host::hostname() {
+        ui.error(format_args!(
+            "run `{}` runs on {}; cancel it there",
+            run.id, run.holder.host
+        ));
+        return crate::commands::EXIT_FAILURES;
+    }
+    // Who and why are recorded before the signal, so the run can name them as it ends.
+    if let Err(e) = ledger.request_stop(
+        &run.id,
+        &who(),
+        args.reason.as_deref(),
+        &crate::support::clock::now(),
+    ) {
+        ui.error(e);
+        return EXIT_INTERNAL;
+    }
+    let pid = nix::unistd::Pid::from_raw(run.holder.pid as i32);
+    if let Err(e) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
+        ui.error(format_args!("cannot signal pid {}: {e}", run.holder.pid));
+        return EXIT_INTERNAL;
+    }
+    eprintln!(
+        "runner: asked run {} (pid {}) to stop",
+        run.id, run.holder.pid
+    );
+    EXIT_OK
+}

@@ -1,0 +1,48 @@
+//! `runner report RUN`: a past run's report, re-rendered from the events the ledger recorded.
+
+use super::{EXIT_OK, Ui, found, open_existing, state_path};
+use crate::cli::{ReportArgs, ReportFormatArg};
+use crate::ledger::sqlite::SqliteLedger;
+use crate::plan::Plan;
+use crate::report::{self, ReportBuilder};
+use std::path::Path;
+
+/// Re-render a run's report by replaying its recorded events over its recorded plan.
+pub fn render(ledger: &SqliteLedger, run: &str) -> crate::ledger::Result<Option<report::Report>> {
+    let Some(replay) = ledger.run_events(run)? else {
+        return Ok(None);
+    };
+    let plan: Plan =
+        serde_json::from_str(&replay.plan_json).map_err(|e| crate::ledger::LedgerError::Db {
+            path: "plan".into(),
+            message: format!("unreadable plan of run `{run}`: {e}"),
+        })?;
+    let mut b = ReportBuilder::new(
+        &plan,
+        run,
+        Path::new(&replay.run_dir),
+        replay.workers,
+        &replay.started_at,
+    );
+    for (at, ev) in &replay.events {
+        b.on(ev, at);
+    }
+    Ok(Some(b.report().clone()))
+}
+
+pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
+    let path = state_path(&args.state, args.manifest.as_deref());
+    let ledger = match open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let rep = match found(ui, render(&ledger, &args.run), &args.run, &path) {
+        Ok(r) => r,
+        Err(c) => return c,
+    };
+    match args.format {
+        ReportFormatArg::Json => print!("{}", report::to_json(&rep)),
+        ReportFormatArg::Markdown => print!("{}", report::markdown::render(&rep)),
+    }
+    EXIT_OK
+}

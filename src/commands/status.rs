@@ -1,0 +1,242 @@
+//! `runner status [M]`: live and recent runs, running and held items, leases, quarantines and
+//! pauses, for people or (`--json`) machines.
+
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, open_existing, state_path};
+use crate::cli::StatusArgs;
+use crate::ledger::{Ledger, RunRow};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Serialize)]
+struct Status {
+    ledger: String,
+    paused: Option<String>,
+    runs: Vec<RunView>,
+    running: Vec<Running>,
+    held: Vec<Held>,
+    quarantined: Vec<Quarantined>,
+    leases: Vec<LeaseStatus>,
+}
+
+#[derive(Serialize)]
+struct Quarantined {
+    path: String,
+    run_id: String,
+    reason: String,
+}
+
+#[derive(Serialize)]
+struct RunView {
+    #[serde(flatten)]
+    run: RunRow,
+    status: crate::ledger::RunStatus,
+}
+
+#[derive(Serialize)]
+struct Running {
+    run_id: String,
+    repo: String,
+    item: String,
+    pid: u32,
+    host: String,
+}
+
+#[derive(Serialize)]
+struct Held {
+    repo: String,
+    item: String,
+    reason: String,
+    cause: Option<String>,
+}
+
+#[derive(Serialize)]
+struct LeaseStatus {
+    repo: String,
+    path: PathBuf,
+    held: bool,
+    /// The holder's record: the current holder while `held`, else the last one.
+    holder: Option<crate::lease::Record>,
+}
+
+pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
+    let path = state_path(&args.state, args.manifest.as_deref());
+    let ledger = match open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let loaded = match &args.manifest {
+        Some(m) => match super::load(ui, m) {
+            Ok(l) => Some(l),
+            Err(c) => return c,
+        },
+        None => None,
+    };
+    let name = loaded.as_ref().map(|l| l.manifest.name.clone());
+    let result = (|| -> crate::ledger::Result<Status> {
+        let runs = ledger
+            .recent_runs(name.as_deref(), 10)?
+            .into_iter()
+            .map(|r| RunView {
+                status: r.status(),
+                run: r,
+            })
+            .collect();
+        let running = ledger
+            .live_claims()?
+            .into_iter()
+            .map(|(run_id, repo, item, h)| Running {
+                run_id,
+                repo,
+                item,
+                pid: h.pid,
+                host: h.host,
+            })
+            .collect();
+        let held = match &name {
+            Some(n) => ledger
+                .held_items(n)?
+                .into_iter()
+                .map(|(repo, item, reason, cause)| Held {
+                    repo,
+                    item,
+                    reason,
+                    cause,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let paused = match &name {
+            Some(n) => ledger.paused(n)?,
+            None => None,
+        };
+        let mut leases = Vec::new();
+        if let Some(l) = &loaded {
+            for r in crate::plan::repos::locate(l) {
+                if let Ok(p) = crate::git::probe(&r.path) {
+                    leases.push(LeaseStatus {
+                        repo: r.name,
+                        path: r.path,
+                        held: crate::lease::is_held(&p.common_dir),
+                        holder: crate::lease::read_record(
+                            &p.common_dir.join(crate::lease::RECORD_FILE),
+                        ),
+                    });
+                }
+            }
+        }
+        let quarantined = ledger
+            .quarantines()?
+            .into_iter()
+            .map(|(path, run_id, reason)| Quarantined {
+                path,
+                run_id,
+                reason,
+            })
+            .collect();
+        Ok(Status {
+            ledger: path.display().to_string(),
+            paused,
+            runs,
+            running,
+            held,
+            quarantined,
+            leases,
+        })
+    })();
+    let st = match result {
+        Ok(s) => s,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&st).unwrap_or_default());
+        return EXIT_OK;
+    }
+    println!("ledger {}", st.ledger);
+    if let Some(p) = &st.paused {
+        println!("PAUSED: {p}");
+    }
+    println!("\nruns (newest first):");
+    if st.runs.is_empty() {
+        println!("  none");
+    }
+    for r in &st.runs {
+        let mut line = format!(
+            "  {}  {:<6} {}  started {} by {} (pid {} on {})",
+            r.run.id,
+            r.status,
+            r.run.manifest,
+            r.run.started_at,
+            r.run.started_by,
+            r.run.holder.pid,
+            r.run.holder.host
+        );
+        if let Some(e) = &r.run.ending {
+            line.push_str(&format!("  ended {e}"));
+        }
+        if let Some(c) = &r.run.cause {
+            line.push_str(&format!(" — {c}"));
+        }
+        if let Some(by) = &r.run.stop_requested_by {
+            line.push_str(&format!(
+                "  [stop asked by {by}{}]",
+                r.run
+                    .stop_reason
+                    .as_ref()
+                    .map(|x| format!(": {x}"))
+                    .unwrap_or_default()
+            ));
+        }
+        println!("{line}");
+    }
+    println!("\nrunning items:");
+    if st.running.is_empty() {
+        println!("  none");
+    }
+    for r in &st.running {
+        println!(
+            "  {}/{}  run {} (pid {} on {})",
+            r.repo, r.item, r.run_id, r.pid, r.host
+        );
+    }
+    println!("\nquarantined repositories:");
+    if st.quarantined.is_empty() {
+        println!("  none");
+    }
+    for q in &st.quarantined {
+        println!("  {}  {} (run {})", q.path, q.reason, q.run_id);
+    }
+    if name.is_some() {
+        println!("\nheld items (latest run):");
+        if st.held.is_empty() {
+            println!("  none");
+        }
+        for h in &st.held {
+            println!(
+                "  {}/{}  {}{}",
+                h.repo,
+                h.item,
+                h.reason,
+                h.cause
+                    .as_ref()
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default()
+            );
+        }
+        println!("\nleases:");
+        for l in &st.leases {
+            let who = match (&l.held, &l.holder) {
+                (true, Some(h)) => {
+                    format!("held by {h}")
+                }
+                (true, None) => "held".to_string(),
+                (false, Some(h)) => format!("free (last held by run {})", h.run_id),
+                (false, None) => "free".to_string(),
+            };
+            println!("  {}  {who}", l.repo);
+        }
+    }
+    EXIT_OK
+}

@@ -1,0 +1,70 @@
+//! `runner unlock REPO`: an operator's release of a repository's lease and quarantine, refused
+//! while any process runner started there lives.
+
+use super::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, state_path};
+use crate::cli::UnlockArgs;
+use crate::ledger::sqlite::SqliteLedger;
+use std::path::Path;
+
+/// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`). `Err`
+/// when `/proc` cannot be read: then nothing can be proven.
+fn processes_in(repo: &Path) -> std::io::Result<Vec<i32>> {
+    let prefix = format!("RUNNER_REPO_PATH={}", repo.display());
+    crate::process::census::pids_where(|var| var.starts_with(prefix.as_bytes()))
+}
+
+pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
+    let repo = std::path::absolute(&args.repo).unwrap_or_else(|_| args.repo.clone());
+    let repo = crate::support::fs::normalize(&repo);
+    let probe = match crate::git::probe(&repo) {
+        Ok(p) => p,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INVALID;
+        }
+    };
+    // The lease's descriptor lives on in every process spawned for the repository: a held lock
+    // means one of them still runs.
+    if crate::lease::is_held(&probe.common_dir) {
+        let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
+        ui.error(format_args!(
+            "the lease of `{}` is held{}; refusing while its processes live",
+            repo.display(),
+            holder.map(|h| format!(" by {h}")).unwrap_or_default()
+        ));
+        return crate::commands::EXIT_FAILURES;
+    }
+    match processes_in(&repo) {
+        Ok(pids) if pids.is_empty() => {}
+        Ok(pids) => {
+            ui.error(format_args!(
+                "processes of runner still work in `{}` (pids {pids:?}); refusing",
+                repo.display()
+            ));
+            return crate::commands::EXIT_FAILURES;
+        }
+        Err(e) => {
+            ui.error(format_args!(
+                "cannot take a census of processes: {e}; refusing"
+            ));
+            return EXIT_INTERNAL;
+        }
+    }
+    let path = state_path(&args.state, args.manifest.as_deref());
+    if path.exists() {
+        let mut ledger = match SqliteLedger::open(&path) {
+            Ok(l) => l,
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
+        };
+        if let Err(e) = ledger.release_quarantine(&repo.display().to_string()) {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    }
+    let _ = std::fs::remove_file(probe.common_dir.join(crate::lease::RECORD_FILE));
+    eprintln!("runner: `{}` is released", repo.display());
+    EXIT_OK
+}
