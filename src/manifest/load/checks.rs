@@ -1,0 +1,374 @@
+//! The cross-section checks: items against repositories, template variables against the items
+//! that use them, and repository overrides that must narrow, never widen, the top level.
+
+use super::*;
+
+impl Cx {
+    /// Items must name a declared repository (or one a `glob` entry could match) and be unique
+    /// within it.
+    pub(super) fn check_items(
+        &mut self,
+        repos: &[RepositorySpec],
+        items: &[ItemSpec],
+        node: Option<&Node>,
+    ) {
+        let item_nodes: &[Node] = match node.map(|n| &n.value) {
+            Some(Value::Seq(v)) => v,
+            _ => &[],
+        };
+        let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+        let scopes = RepoScopes::new(repos);
+        for (i, item) in items.iter().enumerate() {
+            let p = index("items", i);
+            let field_span = |key: &str| -> Span {
+                item_nodes
+                    .iter()
+                    .find(|n| n.span == item.span)
+                    .and_then(|n| match &n.value {
+                        Value::Map(e) => e
+                            .iter()
+                            .find(|(k, _)| k.value_str() == key)
+                            .map(|(_, v)| v.span),
+                        _ => None,
+                    })
+                    .unwrap_or(item.span)
+            };
+            if scopes.of(&item.repo).is_none() {
+                let mut known: Vec<&str> = repos.iter().filter_map(|r| r.name.as_deref()).collect();
+                known.dedup();
+                let help = match suggest(&item.repo, &known) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None if known.is_empty() => "declare it under `repositories`".to_string(),
+                    None => format!("declared repositories: {}", known.join(", ")),
+                };
+                self.err_help(
+                    "undeclared-repo",
+                    &child(&p, "repo"),
+                    field_span("repo"),
+                    format!(
+                        "item names repository `{}`, which is not declared",
+                        item.repo
+                    ),
+                    help,
+                );
+            }
+            if let Some(first) = seen.insert((&item.repo, &item.id), i) {
+                self.err(
+                    "duplicate",
+                    &child(&p, "id"),
+                    field_span("id"),
+                    format!(
+                        "item `{}` of repository `{}` is already defined at `items[{first}]`",
+                        item.id, item.repo
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Every `{item.<var>}` a worker or gate template uses must be defined by every item that
+    /// will render it: explicit items of the repositories it applies to, and every discovery.
+    pub(super) fn check_item_vars(
+        &mut self,
+        repos: &[RepositorySpec],
+        items: Option<&Vec<ItemSpec>>,
+        discover: Option<&Vec<DiscoverSpec>>,
+    ) {
+        let uses = std::mem::take(&mut self.uses);
+        let scopes = RepoScopes::new(repos);
+        for u in &uses {
+            for var in &u.vars {
+                let mut missing: Vec<String> = Vec::new();
+                for item in items.into_iter().flatten() {
+                    let Some(scope) = scopes.of(&item.repo) else {
+                        continue;
+                    };
+                    if applies(&u.owner, scope, repos) && !item.vars.contains_key(var) {
+                        missing.push(format!("item `{}/{}`", item.repo, item.id));
+                    }
+                }
+                for (di, d) in discover.into_iter().flatten().enumerate() {
+                    let reaches = (0..repos.len()).any(|r| applies(&u.owner, r, repos));
+                    if reaches && !d.vars.contains_key(var) {
+                        missing.push(format!("`discover[{di}]`"));
+                    }
+                }
+                if !missing.is_empty() {
+                    let n = missing.len();
+                    let listed = if n > 3 {
+                        format!("{} and {} more", missing[..3].join(", "), n - 3)
+                    } else {
+                        missing.join(", ")
+                    };
+                    self.err_help(
+                        "undefined-var",
+                        &u.path,
+                        u.span,
+                        format!("`{{item.{var}}}` is not defined by {listed}"),
+                        format!(
+                            "define `{var}` in the `vars` of every item this template runs for"
+                        ),
+                    );
+                }
+            }
+        }
+        self.uses = uses;
+    }
+
+    /// Repository overrides may narrow the top level, never widen it.
+    pub(super) fn check_overrides(
+        &mut self,
+        repos: &[RepositorySpec],
+        worker: Option<&Worker>,
+        gates: Option<&Vec<Gate>>,
+        models: Option<&Models>,
+        env: Option<&EnvPolicy>,
+        root: &Node,
+    ) {
+        let repo_nodes: Vec<&Node> = match &root.value {
+            Value::Map(e) => e
+                .iter()
+                .find(|(k, _)| k.value_str() == "repositories")
+                .and_then(|(_, v)| match &v.value {
+                    Value::Seq(s) => Some(s.iter().collect()),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        for (i, r) in repos.iter().enumerate() {
+            let p = index("repositories", i);
+            let rnode = repo_nodes.iter().find(|n| n.span == r.span).copied();
+            let at = |path: &[&str]| -> Span {
+                rnode
+                    .and_then(|n| n.lookup(path))
+                    .map_or(r.span, |n| n.span)
+            };
+            let widened = "a repository may narrow the top level but never widen it";
+            if let (Some(w), Some(top)) = (&r.worker, worker) {
+                if let Some(t) = w.timeout
+                    && t.0 > top.timeout()
+                {
+                    self.err_help(
+                        "widened-override",
+                        &format!("{p}.worker.timeout"),
+                        at(&["worker", "timeout"]),
+                        format!(
+                            "{} exceeds the top-level worker timeout of {}",
+                            format_duration(t.0),
+                            format_duration(top.timeout())
+                        ),
+                        widened,
+                    );
+                }
+                if let Some(g) = w.grace
+                    && g.0 > top.grace()
+                {
+                    self.err_help(
+                        "widened-override",
+                        &format!("{p}.worker.grace"),
+                        at(&["worker", "grace"]),
+                        format!(
+                            "{} exceeds the top-level worker grace of {}",
+                            format_duration(g.0),
+                            format_duration(top.grace())
+                        ),
+                        widened,
+                    );
+                }
+                if let Some(a) = w.attempts
+                    && a > top.attempts()
+                {
+                    self.err_help(
+                        "widened-override",
+                        &format!("{p}.worker.attempts"),
+                        at(&["worker", "attempts"]),
+                        format!("{a} attempts exceed the top level's {}", top.attempts()),
+                        widened,
+                    );
+                }
+            }
+            if let Some(rg) = &r.gates {
+                let top_gates = gates.map(Vec::as_slice).unwrap_or(&[]);
+                let ceiling = top_gates
+                    .iter()
+                    .map(Gate::timeout)
+                    .max()
+                    .unwrap_or(DEFAULT_GATE_TIMEOUT);
+                let grace_ceiling = top_gates
+                    .iter()
+                    .map(Gate::grace)
+                    .max()
+                    .unwrap_or(DEFAULT_GRACE);
+                for (gi, g) in rg.iter().enumerate() {
+                    let same = top_gates.iter().find(|t| t.name == g.name);
+                    let (limit, what) = match same {
+                        Some(t) => (
+                            t.timeout(),
+                            format!("the top-level `{}` gate's timeout", t.name),
+                        ),
+                        None => (ceiling, "the longest top-level gate timeout".to_string()),
+                    };
+                    if g.timeout() > limit {
+                        let gis = gi.to_string();
+                        self.err_help(
+                            "widened-override",
+                            &format!("{p}.gates[{gi}].timeout"),
+                            at(&["gates", &gis, "timeout"]),
+                            format!(
+                                "{} exceeds {what} of {}",
+                                format_duration(g.timeout()),
+                                format_duration(limit)
+                            ),
+                            widened,
+                        );
+                    }
+                    let glimit = same.map_or(grace_ceiling, Gate::grace);
+                    if g.grace() > glimit {
+                        let gis = gi.to_string();
+                        self.err_help(
+                            "widened-override",
+                            &format!("{p}.gates[{gi}].grace"),
+                            at(&["gates", &gis, "grace"]),
+                            format!(
+                                "grace {} exceeds the top level's {}",
+                                format_duration(g.grace()),
+                                format_duration(glimit)
+                            ),
+                            widened,
+                        );
+                    }
+                }
+            }
+            if let Some(rm) = &r.models {
+                match models {
+                    None => self.err_help(
+                        "widened-override",
+                        &format!("{p}.models"),
+                        at(&["models"]),
+                        "the top level names no models, so a repository cannot add any",
+                        widened,
+                    ),
+                    Some(top) => {
+                        let chain = top.chain();
+                        for (mi, model) in rm.chain().iter().enumerate() {
+                            if !chain.contains(model) {
+                                let key: Vec<String> = if mi == 0 {
+                                    vec!["primary".into()]
+                                } else {
+                                    vec!["fallbacks".into(), (mi - 1).to_string()]
+                                };
+                                let keyr: Vec<&str> = std::iter::once("models")
+                                    .chain(key.iter().map(String::as_str))
+                                    .collect();
+                                self.err_help(
+                                    "widened-override",
+                                    &format!("{p}.models"),
+                                    at(&keyr),
+                                    format!(
+                                        "model `{model}` is not in the top-level chain ({})",
+                                        chain.join(", ")
+                                    ),
+                                    widened,
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(re) = &r.env {
+                let top_pass = env
+                    .map(EnvPolicy::pass)
+                    .unwrap_or_else(|| DEFAULT_ENV_PASS.iter().map(|s| s.to_string()).collect());
+                let top_secrets = env.map(|e| e.secrets.clone()).unwrap_or_default();
+                for (vi, v) in re.pass.iter().flatten().enumerate() {
+                    if !top_pass.contains(v) {
+                        let vis = vi.to_string();
+                        self.err_help(
+                            "widened-override",
+                            &format!("{p}.env.pass[{vi}]"),
+                            at(&["env", "pass", &vis]),
+                            format!("`{v}` is not passed by the top level"),
+                            widened,
+                        );
+                    }
+                }
+                for (vi, v) in re.secrets.iter().enumerate() {
+                    if !top_secrets.contains(v) {
+                        let vis = vi.to_string();
+                        self.err_help(
+                            "widened-override",
+                            &format!("{p}.env.secrets[{vi}]"),
+                            at(&["env", "secrets", &vis]),
+                            format!("`{v}` is not a top-level secret"),
+                            widened,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn valid_var_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The index of the repository entry an item's `repo` refers to: a named entry, or else the first
+/// `glob` entry whose last segment could match that name. Globs are compiled once, not per item.
+pub struct RepoScopes<'a> {
+    repos: &'a [RepositorySpec],
+    /// Per entry, the matcher of its glob's last segment (`None` for `**`, which matches all).
+    globs: Vec<Option<Option<GlobMatcher>>>,
+}
+
+impl<'a> RepoScopes<'a> {
+    pub fn new(repos: &'a [RepositorySpec]) -> Self {
+        let globs = repos
+            .iter()
+            .map(|r| {
+                r.glob.as_deref().and_then(|g| {
+                    let last = g.trim_end_matches('/').rsplit('/').next().unwrap_or(g);
+                    if last == "**" {
+                        Some(None)
+                    } else {
+                        Glob::new(last).ok().map(|gl| Some(gl.compile_matcher()))
+                    }
+                })
+            })
+            .collect();
+        RepoScopes { repos, globs }
+    }
+
+    pub fn of(&self, name: &str) -> Option<usize> {
+        if let Some(i) = self
+            .repos
+            .iter()
+            .position(|r| r.name.as_deref() == Some(name))
+        {
+            return Some(i);
+        }
+        self.globs.iter().position(|g| match g {
+            Some(None) => true,
+            Some(Some(m)) => m.is_match(name),
+            None => false,
+        })
+    }
+}
+
+/// Does a template of `owner` render for items of repository entry `scope`?
+pub(super) fn applies(owner: &Owner, scope: usize, repos: &[RepositorySpec]) -> bool {
+    match owner {
+        Owner::Repo(r, _) => *r == scope,
+        Owner::Top(field) => {
+            let r = &repos[scope];
+            match field {
+                Field::WorkerRun => r.worker.as_ref().is_none_or(|w| w.run.is_none()),
+                Field::WorkerEnv(k) => r.worker.as_ref().is_none_or(|w| !w.env.contains_key(k)),
+                Field::Gates => r.gates.is_none(),
+            }
+        }
+    }
+}

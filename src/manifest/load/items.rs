@@ -1,0 +1,126 @@
+//! `items` and `discover`: explicit work items and the rules that find them in repositories.
+
+use super::checks::valid_var_name;
+use super::*;
+
+impl Cx {
+    pub(super) fn items(&mut self, node: &Node) -> Option<Vec<ItemSpec>> {
+        let nodes = self.list(node, "items")?;
+        let mut out = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let p = index("items", i);
+            let Some(m) = self.map(n, &p, ITEM_KEYS) else {
+                continue;
+            };
+            let repo = self
+                .required(&m, &p, "repo")
+                .and_then(|v| self.nonempty(v, &child(&p, "repo")));
+            let id = self.required(&m, &p, "id").and_then(|v| {
+                let ip = child(&p, "id");
+                let s = self.scalar_text(v, &ip)?;
+                if !valid_item_id(&s) {
+                    self.err_help("invalid-id", &ip, v.span, format!("item id `{s}` is not valid"), "ids use letters, digits and `.`, `_`, `/`, `-`, with no empty, `.` or `..` segment");
+                    return Some(s);
+                }
+                Some(s)
+            });
+            let branch = m.get("branch").and_then(|v| {
+                let bp = child(&p, "branch");
+                let s = self.nonempty(v, &bp)?;
+                self.template(v, &bp, &s, Context::Branch);
+                Some(s)
+            });
+            let vars = m.get("vars").map(|v| {
+                self.str_map(
+                    v,
+                    &child(&p, "vars"),
+                    valid_var_name,
+                    "is not a valid variable name (letters, digits, `_`, `-`)",
+                )
+            });
+            if let (Some(repo), Some(id)) = (repo, id) {
+                out.push(ItemSpec {
+                    repo,
+                    id,
+                    branch,
+                    vars: vars.flatten().unwrap_or_default(),
+                    span: n.span,
+                });
+            }
+        }
+        Some(out)
+    }
+
+    pub(super) fn discover(&mut self, node: &Node) -> Option<Vec<DiscoverSpec>> {
+        let nodes = self.list(node, "discover")?;
+        let mut out = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let p = index("discover", i);
+            let Some(m) = self.map(n, &p, DISCOVER_KEYS) else {
+                continue;
+            };
+            let glob = self.required(&m, &p, "glob").and_then(|v| {
+                let gp = child(&p, "glob");
+                let g = self.nonempty(v, &gp)?;
+                if g.starts_with('/') || g.split('/').any(|s| s == "..") {
+                    self.err(
+                        "invalid-glob",
+                        &gp,
+                        v.span,
+                        format!("`{g}` must stay inside the repository (relative, without `..`)"),
+                    );
+                    return None;
+                }
+                if let Err(e) = compile_glob(&g) {
+                    self.err(
+                        "invalid-glob",
+                        &gp,
+                        v.span,
+                        format!("`{g}` is not a valid glob: {e}"),
+                    );
+                    return None;
+                }
+                Some(g)
+            });
+            let id = self.required(&m, &p, "id").and_then(|v| {
+                let ip = child(&p, "id");
+                let s = self.nonempty(v, &ip)?;
+                self.template(v, &ip, &s, Context::Discover);
+                Some(s)
+            });
+            let branch = m.get("branch").and_then(|v| {
+                let bp = child(&p, "branch");
+                let s = self.nonempty(v, &bp)?;
+                self.template(v, &bp, &s, Context::DiscoverBranch);
+                Some(s)
+            });
+            let vars = m.get("vars").and_then(|v| {
+                let vp = child(&p, "vars");
+                let map = self.str_map(
+                    v,
+                    &vp,
+                    valid_var_name,
+                    "is not a valid variable name (letters, digits, `_`, `-`)",
+                )?;
+                if let Value::Map(entries) = &v.value {
+                    for (k, val) in entries {
+                        if let (Value::Str(key), Some(text)) = (&k.value, map.get(k.value_str())) {
+                            self.template(val, &child(&vp, key), text, Context::Discover);
+                        }
+                    }
+                }
+                Some(map)
+            });
+            if let (Some(glob), Some(id)) = (glob, id) {
+                out.push(DiscoverSpec {
+                    glob,
+                    id,
+                    branch,
+                    vars: vars.unwrap_or_default(),
+                    span: n.span,
+                });
+            }
+        }
+        Some(out)
+    }
+}

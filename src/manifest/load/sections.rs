@@ -1,0 +1,462 @@
+//! The top level and the sections without cross-references: `capacity`, `models`, `worker`,
+//! `gates`, `env`, `reports`.
+
+use super::*;
+
+impl Cx {
+    pub(super) fn manifest(&mut self, root: &Node) -> Option<Manifest> {
+        let m = self.map(root, "", TOP_KEYS)?;
+        let version = self.required(&m, "", "version").and_then(|n| {
+            let v = self.int(n, "version", i128::MIN, i128::MAX)?;
+            if v != 1 {
+                self.err(
+                    "unsupported-version",
+                    "version",
+                    n.span,
+                    format!("version {v} is not supported; this runner reads version 1"),
+                );
+                return None;
+            }
+            Some(1)
+        });
+        let name = self.required(&m, "", "name").and_then(|n| {
+            let s = self.nonempty(n, "name")?;
+            if s.chars().any(char::is_control) || s.len() > 100 {
+                self.err(
+                    "invalid-value",
+                    "name",
+                    n.span,
+                    "must be at most 100 characters without control characters",
+                );
+                return None;
+            }
+            Some(s)
+        });
+        let capacity = m.get("capacity").map(|n| self.capacity(n));
+        let models = m.get("models").map(|n| self.models(n, "models"));
+        let has_models = matches!(models, Some(Some(_)));
+        let worker = self
+            .required(&m, "", "worker")
+            .and_then(|n| self.worker(n, "worker", has_models, None));
+        let gates = m
+            .get("gates")
+            .map(|n| self.gates(n, "gates", has_models, None));
+        let env = m.get("env").map(|n| self.env(n, "env"));
+        let repositories = self
+            .required(&m, "", "repositories")
+            .and_then(|n| self.repositories(n, has_models));
+        let items = m.get("items").map(|n| self.items(n));
+        let discover = m.get("discover").map(|n| self.discover(n));
+        let stall = m.get("stall").and_then(|n| {
+            let s = self.map(n, "stall", STALL_KEYS)?;
+            let after = s
+                .get("after")
+                .map(|a| self.u32(a, "stall.after", 1, 10_000));
+            Some(Stall {
+                after: after.flatten(),
+            })
+        });
+        let reports = m.get("reports").and_then(|n| self.reports(n));
+        let workspace = m
+            .get("workspace")
+            .and_then(|n| self.nonempty(n, "workspace"));
+
+        // Cross-checks over whatever parsed.
+        if let (Some(repos), Some(Some(items))) = (&repositories, &items) {
+            self.check_items(repos, items, m.get("items"));
+        }
+        if let Some(repos) = &repositories {
+            self.check_overrides(
+                repos,
+                worker.as_ref(),
+                gates.as_ref().and_then(|g| g.as_ref()),
+                models.as_ref().and_then(|m| m.as_ref()),
+                env.as_ref().and_then(|e| e.as_ref()),
+                root,
+            );
+            self.check_item_vars(
+                repos,
+                items.as_ref().and_then(|i| i.as_ref()),
+                discover.as_ref().and_then(|d| d.as_ref()),
+            );
+        }
+
+        if !self.problems.is_empty() {
+            return None;
+        }
+        Some(Manifest {
+            version: version?,
+            name: name?,
+            capacity: capacity.flatten(),
+            repositories: repositories?,
+            models: models.flatten(),
+            worker: worker?,
+            gates: gates.flatten().unwrap_or_default(),
+            items: items.flatten().unwrap_or_default(),
+            discover: discover.flatten().unwrap_or_default(),
+            env: env.flatten(),
+            stall,
+            reports,
+            workspace,
+        })
+    }
+
+    pub(super) fn capacity(&mut self, node: &Node) -> Option<Capacity> {
+        let m = self.map(node, "capacity", CAPACITY_KEYS)?;
+        let workers = m.get("workers").map(|n| {
+            if let Value::Int(0) = n.value {
+                self.err_help(
+                    "invalid-value",
+                    "capacity.workers",
+                    n.span,
+                    "`workers: 0` would never run anything",
+                    "omit `workers` to use the number of CPUs",
+                );
+                return None;
+            }
+            self.u32(n, "capacity.workers", 1, 1024)
+        });
+        let probe = m.get("probe").map(|n| {
+            let c = self.command(n, "capacity.probe")?;
+            for part in c.parts() {
+                if let Err(e) = template::placeholders(part).and_then(|p| match p.first() {
+                    Some(name) => Err(format!(
+                        "unknown placeholder `{{{name}}}`; the probe takes no placeholders"
+                    )),
+                    None => Ok(()),
+                }) {
+                    self.err("unknown-placeholder", "capacity.probe", n.span, e);
+                }
+            }
+            Some(c)
+        });
+        Some(Capacity {
+            workers: workers.flatten(),
+            probe: probe.flatten(),
+        })
+    }
+
+    pub(super) fn models(&mut self, node: &Node, path: &str) -> Option<Models> {
+        let m = self.map(node, path, MODELS_KEYS)?;
+        let primary = self.required(&m, path, "primary").and_then(|n| {
+            let p = child(path, "primary");
+            if let Value::Null = n.value {
+                self.err(
+                    "empty-chain",
+                    &p,
+                    n.span,
+                    "the model chain is empty: name a primary model",
+                );
+                return None;
+            }
+            let s = self.string(n, &p)?;
+            if s.trim().is_empty() {
+                self.err(
+                    "empty-chain",
+                    &p,
+                    n.span,
+                    "the model chain is empty: name a primary model",
+                );
+                return None;
+            }
+            Some(s)
+        });
+        let fallbacks = m.get("fallbacks").map(|n| {
+            let p = child(path, "fallbacks");
+            let list = self.string_list(n, &p, "model")?;
+            if let (Some(primary), Value::Seq(nodes)) = (&primary, &n.value) {
+                for (i, f) in list.iter().enumerate() {
+                    if f == primary {
+                        self.err(
+                            "duplicate",
+                            &index(&p, i),
+                            nodes[i].span,
+                            format!(
+                                "model `{f}` is already the primary; a chain names each model once"
+                            ),
+                        );
+                    }
+                }
+            }
+            Some(list)
+        });
+        let threshold = m
+            .get("threshold")
+            .map(|n| self.u32(n, &child(path, "threshold"), 1, 100));
+        let provider_failure = m.get("provider_failure").map(|n| {
+            let p = child(path, "provider_failure");
+            let pf = self.map(n, &p, PROVIDER_FAILURE_KEYS)?;
+            let exit_codes = pf.get("exit_codes").map(|n| {
+                let ep = child(&p, "exit_codes");
+                let nodes = self.list(n, &ep)?;
+                let mut out = Vec::new();
+                for (i, c) in nodes.iter().enumerate() {
+                    let code = self.int(c, &index(&ep, i), 1, 255)? as i32;
+                    if out.contains(&code) {
+                        self.err(
+                            "duplicate",
+                            &index(&ep, i),
+                            c.span,
+                            format!("exit code {code} is listed twice"),
+                        );
+                    }
+                    out.push(code);
+                }
+                Some(out)
+            });
+            let patterns = pf
+                .get("patterns")
+                .map(|n| self.string_list(n, &child(&p, "patterns"), "pattern"));
+            let silence = pf
+                .get("silence")
+                .map(|n| self.duration(n, &child(&p, "silence"), false));
+            Some(ProviderFailure {
+                exit_codes: exit_codes.flatten(),
+                patterns: patterns.flatten().unwrap_or_default(),
+                silence: silence.flatten(),
+            })
+        });
+        Some(Models {
+            primary: primary?,
+            fallbacks: fallbacks.flatten().unwrap_or_default(),
+            threshold: threshold.flatten(),
+            provider_failure: provider_failure.flatten(),
+        })
+    }
+
+    pub(super) fn worker(
+        &mut self,
+        node: &Node,
+        path: &str,
+        models: bool,
+        repo: Option<usize>,
+    ) -> Option<Worker> {
+        let m = self.map(node, path, WORKER_KEYS)?;
+        let run_node = if repo.is_some() {
+            m.get("run")
+        } else {
+            self.required(&m, path, "run")
+        };
+        let run = run_node.and_then(|n| {
+            let p = child(path, "run");
+            let cmd = self.command(n, &p)?;
+            let owner = match repo {
+                Some(r) => Owner::Repo(r, Field::WorkerRun),
+                None => Owner::Top(Field::WorkerRun),
+            };
+            self.command_templates(n, &p, &cmd, models, owner);
+            Some(cmd)
+        });
+        let timeout = m
+            .get("timeout")
+            .map(|n| self.duration(n, &child(path, "timeout"), false));
+        let grace = m
+            .get("grace")
+            .map(|n| self.duration(n, &child(path, "grace"), true));
+        let env = m.get("env").map(|n| {
+            let p = child(path, "env");
+            let env = self.str_map(
+                n,
+                &p,
+                valid_env_name,
+                "is not a valid environment variable name",
+            )?;
+            if let Value::Map(entries) = &n.value {
+                for (k, v) in entries {
+                    let Value::Str(key) = &k.value else { continue };
+                    let Some(val) = env.get(key) else { continue };
+                    let vp = child(&p, key);
+                    let vars = self.template(v, &vp, val, Context::Command { models });
+                    if !vars.is_empty() {
+                        let field = Field::WorkerEnv(key.clone());
+                        let owner = match repo {
+                            Some(r) => Owner::Repo(r, field),
+                            None => Owner::Top(field),
+                        };
+                        self.uses.push(TemplateUse {
+                            owner,
+                            path: vp,
+                            span: v.span,
+                            vars,
+                        });
+                    }
+                }
+            }
+            Some(env)
+        });
+        let attempts = m
+            .get("attempts")
+            .map(|n| self.u32(n, &child(path, "attempts"), 1, 100));
+        // A repository override may omit `run`; the caller keeps it apart from a full worker.
+        let run = match (run, repo) {
+            (Some(r), _) => r,
+            (None, Some(_)) if run_node.is_none() => CommandSpec::Argv(Vec::new()),
+            (None, _) => return None,
+        };
+        Some(Worker {
+            run,
+            timeout: timeout.flatten(),
+            grace: grace.flatten(),
+            env: env.flatten().unwrap_or_default(),
+            attempts: attempts.flatten(),
+        })
+    }
+
+    pub(super) fn gates(
+        &mut self,
+        node: &Node,
+        path: &str,
+        models: bool,
+        repo: Option<usize>,
+    ) -> Option<Vec<Gate>> {
+        let nodes = self.list(node, path)?;
+        let mut out = Vec::new();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let p = index(path, i);
+            let Some(g) = self.map(n, &p, GATE_KEYS) else {
+                continue;
+            };
+            let name = self.required(&g, &p, "name").and_then(|nn| {
+                let np = child(&p, "name");
+                let s = self.nonempty(nn, &np)?;
+                if !valid_name(&s) {
+                    self.err(
+                        "invalid-value",
+                        &np,
+                        nn.span,
+                        format!("gate name `{s}` may use only letters, digits, `.`, `_` and `-`"),
+                    );
+                    return None;
+                }
+                if let Some(first) = names.insert(s.clone(), i) {
+                    self.err(
+                        "duplicate",
+                        &np,
+                        nn.span,
+                        format!("gate `{s}` is already defined at `{path}[{first}]`"),
+                    );
+                }
+                Some(s)
+            });
+            let run = self.required(&g, &p, "run").and_then(|rn| {
+                let rp = child(&p, "run");
+                let cmd = self.command(rn, &rp)?;
+                let owner = match repo {
+                    Some(r) => Owner::Repo(r, Field::Gates),
+                    None => Owner::Top(Field::Gates),
+                };
+                self.command_templates(rn, &rp, &cmd, models, owner);
+                Some(cmd)
+            });
+            let timeout = g
+                .get("timeout")
+                .map(|n| self.duration(n, &child(&p, "timeout"), false));
+            let grace = g
+                .get("grace")
+                .map(|n| self.duration(n, &child(&p, "grace"), true));
+            let paths = g.get("paths").map(|n| {
+                let pp = child(&p, "paths");
+                let list = self.string_list(n, &pp, "path glob")?;
+                if let Value::Seq(nodes) = &n.value {
+                    for (j, glob) in list.iter().enumerate() {
+                        if let Err(e) = compile_glob(glob) {
+                            self.err(
+                                "invalid-glob",
+                                &index(&pp, j),
+                                nodes[j].span,
+                                format!("`{glob}` is not a valid glob: {e}"),
+                            );
+                        }
+                    }
+                }
+                Some(list)
+            });
+            let required = g
+                .get("required")
+                .map(|n| self.boolean(n, &child(&p, "required")));
+            if let (Some(name), Some(run)) = (name, run) {
+                out.push(Gate {
+                    name,
+                    run,
+                    timeout: timeout.flatten(),
+                    grace: grace.flatten(),
+                    paths: paths.flatten().unwrap_or_default(),
+                    required: required.flatten(),
+                });
+            }
+        }
+        Some(out)
+    }
+
+    pub(super) fn env(&mut self, node: &Node, path: &str) -> Option<EnvPolicy> {
+        let m = self.map(node, path, ENV_KEYS)?;
+        let names = |cx: &mut Cx, key: &str| -> Option<Vec<String>> {
+            let n = m.get(key)?;
+            let p = child(path, key);
+            let list = cx.string_list(n, &p, "variable")?;
+            if let Value::Seq(nodes) = &n.value {
+                for (i, v) in list.iter().enumerate() {
+                    if !valid_env_name(v) {
+                        cx.err(
+                            "invalid-value",
+                            &index(&p, i),
+                            nodes[i].span,
+                            format!("`{v}` is not a valid environment variable name"),
+                        );
+                    }
+                }
+            }
+            Some(list)
+        };
+        let pass = names(self, "pass");
+        let secrets = names(self, "secrets");
+        Some(EnvPolicy {
+            pass,
+            secrets: secrets.unwrap_or_default(),
+        })
+    }
+
+    pub(super) fn reports(&mut self, node: &Node) -> Option<Reports> {
+        let m = self.map(node, "reports", REPORTS_KEYS)?;
+        let dir = m.get("dir").and_then(|n| self.nonempty(n, "reports.dir"));
+        let formats = m.get("formats").and_then(|n| {
+            let nodes = self.list(n, "reports.formats")?;
+            if nodes.is_empty() {
+                self.err(
+                    "invalid-value",
+                    "reports.formats",
+                    n.span,
+                    "name at least one format",
+                );
+                return None;
+            }
+            let mut out = Vec::new();
+            for (i, f) in nodes.iter().enumerate() {
+                let p = index("reports.formats", i);
+                let s = self.string(f, &p)?;
+                let Some(fmt) = ReportFormat::ALL.into_iter().find(|x| x.name() == s) else {
+                    self.err_help(
+                        "invalid-value",
+                        &p,
+                        f.span,
+                        format!("unknown report format `{s}`"),
+                        "formats: json, markdown, junit, html",
+                    );
+                    continue;
+                };
+                if out.contains(&fmt) {
+                    self.err(
+                        "duplicate",
+                        &p,
+                        f.span,
+                        format!("format `{s}` is listed twice"),
+                    );
+                }
+                out.push(fmt);
+            }
+            Some(out)
+        });
+        Some(Reports { dir, formats })
+    }
+}
