@@ -674,3 +674,25 @@ fn the_drain_runs_on_one_thread_once_the_plan_is_made() {
         assert_eq!(line.split_whitespace().nth(1), Some("1"), "{log}");
     }
 }
+
+#[test]
+fn a_report_that_cannot_be_written_is_exit_4_not_a_silent_success() {
+    let dir = tempfile::tempdir().unwrap();
+    manifest(dir.path(), 1, 1, 1, "true", "");
+    // `latest` cannot be replaced by a link: a folder with something in it stands there.
+    let latest = dir.path().join("runner-reports/latest");
+    std::fs::create_dir_all(&latest).unwrap();
+    std::fs::write(latest.join("keep"), "").unwrap();
+    let out = apply(dir.path(), &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("was not written"), "{err}");
+    assert!(err.contains("latest"), "the failing path is named: {err}");
+    // The item's verdict is unchanged and recorded.
+    let status = run_in(dir.path(), &["status", "m.yaml", "--json"]);
+    assert!(
+        stdout(&status).contains("\"ending\": \"drained\""),
+        "{}",
+        stdout(&status)
+    );
+}

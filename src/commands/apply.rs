@@ -137,7 +137,13 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         stop_requested_by: None,
         stop_reason: None,
     };
-    let plan_json = serde_json::to_string(&plan).unwrap_or_default();
+    let plan_json = match serde_json::to_string(&plan) {
+        Ok(j) => j,
+        Err(e) => {
+            ui.error(format_args!("cannot encode the plan for the ledger: {e}"));
+            return EXIT_INTERNAL;
+        }
+    };
     if let Err(e) = ledger.begin_run(&row, &plan_json, workers, &run_dir.display().to_string()) {
         ui.error(e);
         return EXIT_INTERNAL;
@@ -193,12 +199,14 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             .get_or_insert_with(|| "the ledger failed".into());
     }
     let report = sink.builder.report();
-    // A report that fails to write never changes the verdict.
+    // A report that fails to write never changes an item's verdict, and is never a silent
+    // success: the run exits 4.
     if let Err(e) = report::write(report, &run_dir) {
         ui.error(format_args!(
-            "cannot write the report to `{}`: {e}",
-            run_dir.display()
+            "the report of run `{run_id}` was not written: {e}"
         ));
+        sink.failure
+            .get_or_insert_with(|| "the report could not be written".into());
     } else {
         eprintln!("runner: report in {}", run_dir.join("summary.md").display());
     }

@@ -1,6 +1,6 @@
 //! `runner report RUN`: a past run's report, re-rendered from the events the ledger recorded.
 
-use super::{EXIT_OK, Ui, found, open_existing, state_path};
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, open_existing, state_path};
 use crate::cli::{ReportArgs, ReportFormatArg};
 use crate::ledger::sqlite::SqliteLedger;
 use crate::plan::Plan;
@@ -12,11 +12,13 @@ pub fn render(ledger: &SqliteLedger, run: &str) -> crate::ledger::Result<Option<
     let Some(replay) = ledger.run_events(run)? else {
         return Ok(None);
     };
-    let plan: Plan =
-        serde_json::from_str(&replay.plan_json).map_err(|e| crate::ledger::LedgerError::Db {
-            path: "plan".into(),
-            message: format!("unreadable plan of run `{run}`: {e}"),
-        })?;
+    let plan: Plan = serde_json::from_str(&replay.plan_json).map_err(|source| {
+        crate::ledger::LedgerError::Record {
+            path: ledger.path().display().to_string(),
+            what: format!("plan of run `{run}`"),
+            source,
+        }
+    })?;
     let mut b = ReportBuilder::new(
         &plan,
         run,
@@ -41,7 +43,13 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
         Err(c) => return c,
     };
     match args.format {
-        ReportFormatArg::Json => print!("{}", report::to_json(&rep)),
+        ReportFormatArg::Json => match report::to_json(&rep) {
+            Ok(json) => print!("{json}"),
+            Err(e) => {
+                ui.error(format_args!("cannot encode the report: {e}"));
+                return EXIT_INTERNAL;
+            }
+        },
         ReportFormatArg::Markdown => print!("{}", report::markdown::render(&rep)),
     }
     EXIT_OK

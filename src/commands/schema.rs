@@ -5,7 +5,13 @@ use clap::CommandFactory;
 
 pub fn run_schema(report: bool) -> i32 {
     if report {
-        print!("{}", crate::report::report_schema_json());
+        match crate::report::report_schema_json() {
+            Ok(s) => print!("{s}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report schema: {e}");
+                return super::EXIT_INTERNAL;
+            }
+        }
     } else {
         print!("{}", crate::manifest::schema::manifest_schema_json());
     }

@@ -151,8 +151,16 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&st).unwrap_or_default());
-        return EXIT_OK;
+        return match serde_json::to_string_pretty(&st) {
+            Ok(json) => {
+                println!("{json}");
+                EXIT_OK
+            }
+            Err(e) => {
+                ui.error(format_args!("cannot encode the status: {e}"));
+                EXIT_INTERNAL
+            }
+        };
     }
     println!("ledger {}", st.ledger);
     if let Some(p) = &st.paused {

@@ -90,7 +90,7 @@ pub async fn run_item(
         }
         Err(Prepared::Failed(e)) => {
             let mut r = ItemRun::end(ItemOutcome::Failed);
-            r.cause = Some(e);
+            r.cause = Some(e.to_string());
             r.halt = Some(HaltSignature {
                 stage: "git".into(),
                 failure: fingerprint(r.cause.as_deref().unwrap_or(""), None),
@@ -116,14 +116,27 @@ pub async fn run_item(
         && let Err(e) = finish_branch(&icx).await
     {
         run.outcome = ItemOutcome::Failed;
-        run.cause = Some(e);
+        run.cause = Some(e.to_string());
     }
     run
 }
 
 enum Prepared {
     Held(&'static str, String),
-    Failed(String),
+    Failed(ItemError),
+}
+
+/// What keeps runner from running or finishing an item (its outcome is then `failed`).
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error(transparent)]
+    Git(#[from] git::GitError),
+    /// A task on the blocking pool ended without an answer (it panicked or was cancelled).
+    #[error("a git task of the item ended early: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// A value of `worker.env` whose template cannot be filled.
+    #[error("`worker.env.{name}`: {message}")]
+    Template { name: String, message: String },
 }
 
 /// Where the item runs: its worktree on the work branch, or the repository itself.
@@ -142,7 +155,7 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf
         .join(&item.id);
     tokio::task::spawn_blocking(move || {
         let exists = git::local_branches(&repo_path)
-            .map_err(|e| Prepared::Failed(e.to_string()))?
+            .map_err(|e| Prepared::Failed(e.into()))?
             .contains(&branch);
         if exists {
             // Checked again just before the attempt: the branch may have moved since the plan.
@@ -151,24 +164,24 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf
             }
         }
         git::ensure_worktree(&repo_path, &wt, &branch, &base, exists)
-            .map_err(|e| Prepared::Failed(e.to_string()))?;
+            .map_err(|e| Prepared::Failed(e.into()))?;
         Ok(wt)
     })
     .await
-    .map_err(|e| Prepared::Failed(e.to_string()))?
+    .map_err(|e| Prepared::Failed(e.into()))?
 }
 
 /// Commit what the worker left uncommitted on the branch, then remove the worktree.
-async fn finish_branch(icx: &ItemCx<'_>) -> Result<(), String> {
+async fn finish_branch(icx: &ItemCx<'_>) -> Result<(), ItemError> {
     let dir = icx.workdir.clone();
     let repo = icx.repo.path.clone();
     let msg = format!("runner: {}", icx.item.id);
     tokio::task::spawn_blocking(move || {
-        git::commit_all(&dir, &msg).map_err(|e| e.to_string())?;
-        git::remove_worktree(&repo, &dir).map_err(|e| e.to_string())
+        git::commit_all(&dir, &msg)?;
+        git::remove_worktree(&repo, &dir)
     })
-    .await
-    .map_err(|e| e.to_string())?
+    .await?
+    .map_err(ItemError::from)
 }
 
 /// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
@@ -563,15 +576,28 @@ async fn spawn(
     };
 
     let worker_env: Vec<(String, String)> = if gate.is_none() {
-        icx.eff
+        let rendered = icx
+            .eff
             .worker
             .env
             .iter()
-            .map(|(k, v)| {
-                let v = template::render(v, lookup).unwrap_or_else(|_| v.clone());
-                (k.clone(), v)
+            .map(|(k, v)| match template::render(v, lookup) {
+                Ok(v) => Ok((k.clone(), v)),
+                Err(message) => Err(ItemError::Template {
+                    name: k.clone(),
+                    message,
+                }),
             })
-            .collect()
+            .collect::<Result<_, _>>();
+        match rendered {
+            Ok(env) => env,
+            Err(e) => {
+                return Finished {
+                    spawn_error: Some(e.to_string()),
+                    ..Finished::default()
+                };
+            }
+        }
     } else {
         Vec::new()
     };

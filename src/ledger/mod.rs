@@ -100,8 +100,23 @@ pub enum Claim {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    #[error("state ledger `{path}`: {source}")]
+    Db {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The ledger is readable but not usable by this runner (a newer schema, no WAL mode).
     #[error("state ledger `{path}`: {message}")]
-    Db { path: String, message: String },
+    Unusable { path: String, message: String },
+    /// A record the ledger holds does not decode.
+    #[error("state ledger `{path}`: unreadable {what}: {source}")]
+    Record {
+        path: String,
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("cannot create the state folder `{path}`: {source}")]
     Io {
         path: String,

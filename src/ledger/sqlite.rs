@@ -205,8 +205,20 @@ impl SqliteLedger {
         Ok(ledger)
     }
 
-    fn err(&self, e: impl std::fmt::Display) -> LedgerError {
+    /// The ledger's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: rusqlite::Error) -> LedgerError {
         db(&self.path, e)
+    }
+
+    fn unusable(&self, message: String) -> LedgerError {
+        LedgerError::Unusable {
+            path: self.path.display().to_string(),
+            message,
+        }
     }
 
     /// Every row of a query, through the statement cache.
@@ -252,7 +264,7 @@ impl SqliteLedger {
             }
         };
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(self.err(format!("cannot switch to WAL mode (got `{mode}`)")));
+            return Err(self.unusable(format!("cannot switch to WAL mode (got `{mode}`)")));
         }
         // WAL with NORMAL sync survives any crash of runner itself; only a power cut can lose
         // the last commits.
@@ -264,7 +276,7 @@ impl SqliteLedger {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         if version as usize > MIGRATIONS.len() {
-            return Err(self.err(format!(
+            return Err(self.unusable(format!(
                 "it was written by a newer runner (schema {version}, this runner knows {})",
                 MIGRATIONS.len()
             )));
@@ -349,8 +361,11 @@ impl SqliteLedger {
             .map_err(|e| self.err(e))?;
         for row in rows {
             let (at, body) = row.map_err(|e| self.err(e))?;
-            let ev: Event = serde_json::from_str(&body)
-                .map_err(|e| self.err(format!("unreadable event of run `{id}`: {e}")))?;
+            let ev: Event = serde_json::from_str(&body).map_err(|source| LedgerError::Record {
+                path: self.path.display().to_string(),
+                what: format!("event of run `{id}`"),
+                source,
+            })?;
             events.push((at, ev));
         }
         Ok(Some(RunReplay {
@@ -558,10 +573,10 @@ fn query<T>(
     tx.prepare_cached(sql)?.query_row(p, f)
 }
 
-fn db(path: &Path, e: impl std::fmt::Display) -> LedgerError {
+fn db(path: &Path, source: rusqlite::Error) -> LedgerError {
     LedgerError::Db {
         path: path.display().to_string(),
-        message: e.to_string(),
+        source,
     }
 }
 
@@ -742,7 +757,11 @@ impl Ledger for SqliteLedger {
 
     fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
         self.seq += 1;
-        let body = serde_json::to_string(ev).map_err(|e| self.err(e))?;
+        let body = serde_json::to_string(ev).map_err(|source| LedgerError::Record {
+            path: self.path.display().to_string(),
+            what: "event to record".into(),
+            source,
+        })?;
         self.buffered.events.push((
             run_id.to_string(),
             self.seq,

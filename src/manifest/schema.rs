@@ -9,9 +9,8 @@ pub fn manifest_schema_json() -> String {
     let schema = schemars::schema_for!(Manifest);
     let mut value = schema.to_value();
     drop_null(&mut value);
-    let mut s = serde_json::to_string_pretty(&value).unwrap_or_default();
-    s.push('\n');
-    s
+    // A `Value` always encodes: its alternate display is the pretty JSON.
+    format!("{value:#}\n")
 }
 
 /// The loader rejects `key: null` for optional keys (omit the key instead), so the schema must

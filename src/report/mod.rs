@@ -275,44 +275,65 @@ impl ReportBuilder {
     }
 }
 
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot encode the report: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("cannot write `{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// `report.json`'s text.
-pub fn to_json(report: &Report) -> String {
-    serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
+pub fn to_json(report: &Report) -> Result<String, serde_json::Error> {
+    Ok(serde_json::to_string_pretty(report)? + "\n")
 }
 
 /// Write `report.json` and `summary.md` into `run_dir`, then point `latest` at it. Returns the
 /// first error; what was written stays whole.
-pub fn write(report: &Report, run_dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(run_dir)?;
-    let json = to_json(report);
-    crate::support::fs::write_atomic(&run_dir.join("report.json"), json.as_bytes())?;
+pub fn write(report: &Report, run_dir: &Path) -> Result<(), ReportError> {
+    let at = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReportError::Io { path, source }
+    };
+    std::fs::create_dir_all(run_dir).map_err(at(run_dir))?;
+    let json = to_json(report)?;
+    let json_path = run_dir.join("report.json");
+    crate::support::fs::write_atomic(&json_path, json.as_bytes()).map_err(at(&json_path))?;
     let md = markdown::render(report);
-    crate::support::fs::write_atomic(&run_dir.join("summary.md"), md.as_bytes())?;
+    let md_path = run_dir.join("summary.md");
+    crate::support::fs::write_atomic(&md_path, md.as_bytes()).map_err(at(&md_path))?;
     if let Some(parent) = run_dir.parent()
         && let Some(name) = run_dir.file_name()
     {
         let tmp = parent.join(format!(".latest-{}", std::process::id()));
+        // A leftover of an earlier process with this pid; absent as a rule.
         let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(name, &tmp)?;
-        std::fs::rename(&tmp, parent.join("latest"))?;
+        std::os::unix::fs::symlink(name, &tmp).map_err(at(&tmp))?;
+        let latest = parent.join("latest");
+        std::fs::rename(&tmp, &latest).map_err(at(&latest))?;
     }
     if let Ok(summary) = std::env::var("GITHUB_STEP_SUMMARY")
         && !summary.is_empty()
     {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
+        let path = PathBuf::from(summary);
+        std::fs::OpenOptions::new()
             .append(true)
             .create(true)
-            .open(summary)?;
-        f.write_all(md.as_bytes())?;
+            .open(&path)
+            .and_then(|mut f| f.write_all(md.as_bytes()))
+            .map_err(at(&path))?;
     }
     Ok(())
 }
 
 /// The report's JSON Schema, as checked in at `schemas/report.schema.json`.
-pub fn report_schema_json() -> String {
+pub fn report_schema_json() -> Result<String, serde_json::Error> {
     let schema = schemars::schema_for!(Report);
-    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
-    s.push('\n');
-    s
+    Ok(serde_json::to_string_pretty(&schema)? + "\n")
 }
