@@ -8,7 +8,7 @@
 //! exits and the repository quarantined. Nothing here decides; nothing here blocks.
 
 use super::item::{self, ItemRun};
-use super::scheduler::{Admission, Decision, Finished, Scheduler, Settled, Setup, StopLevel};
+use super::scheduler::{Admission, Decision, Scheduler, Settled, Setup, StopLevel};
 use super::{ClaimAnswer, DrainEnd, RunCx, RunSink, config};
 use crate::events::Event;
 use crate::lease::{Lease, Record};
@@ -156,7 +156,10 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                         let Some(idx) = pool.task_items.remove(&e.id()) else {
                             continue;
                         };
-                        (idx, ItemRun { outcome: crate::vocab::ItemOutcome::Failed, reason: None, cause: Some(format!("internal error: {e}")), progress: false, halt: None, tree_gone: false })
+                        let mut run = ItemRun::ended(crate::vocab::ItemOutcome::Failed);
+                        run.cause = Some(format!("internal error: {e}"));
+                        run.tree_gone = false;
+                        (idx, run)
                     }
                 };
                 item_ended(&cx, sink, &mut pool, &mut sched, idx, run);
@@ -252,17 +255,7 @@ fn item_ended(
         progress = run.progress,
         "item ended"
     );
-    let settled = sched.finished(
-        idx,
-        Finished {
-            outcome: run.outcome,
-            reason: run.reason,
-            cause: run.cause,
-            progress: run.progress,
-            halt: run.halt,
-            tree_gone,
-        },
-    );
+    let settled = sched.finished(idx, run);
     finish(sink, settled);
     let Some(lease) = pool.leases.remove(&idx) else {
         sched.released(&repo);

@@ -24,32 +24,8 @@ use tracing::Instrument;
 const REPORT_TAIL_LINES: usize = 40;
 const REPORT_TAIL_BYTES: usize = 4096;
 
-/// How an item ended, for the scheduler.
-#[derive(Debug)]
-pub struct ItemRun {
-    pub outcome: ItemOutcome,
-    pub reason: Option<String>,
-    pub cause: Option<String>,
-    /// A gate passed during the item, or it completed: the environment works.
-    pub progress: bool,
-    /// What the halt looked like, for the stall guard.
-    pub halt: Option<HaltSignature>,
-    /// Every process it started is proven gone.
-    pub tree_gone: bool,
-}
-
-impl ItemRun {
-    fn end(outcome: ItemOutcome) -> Self {
-        ItemRun {
-            outcome,
-            reason: None,
-            cause: None,
-            progress: false,
-            halt: None,
-            tree_gone: true,
-        }
-    }
-}
+/// How an item ended: what the scheduler is told.
+pub use super::scheduler::Finished as ItemRun;
 
 struct ItemCx<'a> {
     cx: &'a RunCx,
@@ -73,7 +49,7 @@ pub async fn run_item(
 ) -> ItemRun {
     let item = &cx.plan.items[idx];
     let Some(repo) = cx.plan.repositories.iter().find(|r| r.name == item.repo) else {
-        let mut r = ItemRun::end(ItemOutcome::Failed);
+        let mut r = ItemRun::ended(ItemOutcome::Failed);
         r.cause = Some(format!("repository `{}` is not in the plan", item.repo));
         return r;
     };
@@ -83,13 +59,13 @@ pub async fn run_item(
     let workdir = match prepare(&cx, repo, item).await {
         Ok(w) => w,
         Err(Prepared::Held(reason, detail)) => {
-            let mut r = ItemRun::end(ItemOutcome::Held);
+            let mut r = ItemRun::ended(ItemOutcome::Held);
             r.reason = Some(reason.into());
             r.cause = Some(detail);
             return r;
         }
         Err(Prepared::Failed(e)) => {
-            let mut r = ItemRun::end(ItemOutcome::Failed);
+            let mut r = ItemRun::ended(ItemOutcome::Failed);
             r.cause = Some(e.to_string());
             r.halt = Some(HaltSignature {
                 stage: "git".into(),
@@ -210,7 +186,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
     let mut used = 0u32;
     let mut n = 0u32;
     let mut feedback: Option<PathBuf> = None;
-    let mut run = ItemRun::end(ItemOutcome::Halted);
+    let mut run = ItemRun::ended(ItemOutcome::Halted);
     loop {
         if used >= max_attempts {
             run.outcome = ItemOutcome::Halted;

@@ -76,6 +76,20 @@ pub struct Finished {
     pub tree_gone: bool,
 }
 
+impl Finished {
+    /// An item that ended with `outcome`, nothing else known yet.
+    pub fn ended(outcome: ItemOutcome) -> Self {
+        Finished {
+            outcome,
+            reason: None,
+            cause: None,
+            progress: false,
+            halt: None,
+            tree_gone: true,
+        }
+    }
+}
+
 /// What a signal asks of the running process trees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopLevel {
