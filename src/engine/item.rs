@@ -6,7 +6,7 @@ use super::chain::{ChainStep, ModelChain};
 use super::child_env::{Role, RunnerVars, child_env};
 use super::classify::{ProviderPolicy, classify};
 use super::config::Effective;
-use super::stall::{HaltSignature, fingerprint};
+use super::stall::HaltSignature;
 use crate::events::Event;
 use crate::git;
 use crate::manifest::CommandSpec;
@@ -67,10 +67,11 @@ pub async fn run_item(
         Err(Prepared::Failed(e)) => {
             let mut r = ItemRun::ended(ItemOutcome::Failed);
             r.cause = Some(e.to_string());
-            r.halt = Some(HaltSignature {
-                stage: "git".into(),
-                failure: fingerprint(r.cause.as_deref().unwrap_or(""), None),
-            });
+            r.halt = Some(HaltSignature::of(
+                "git",
+                r.cause.as_deref().unwrap_or(""),
+                None,
+            ));
             return r;
         }
     };
@@ -237,10 +238,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         if let Some(e) = &fin.spawn_error {
             run.outcome = ItemOutcome::Failed;
             run.cause = Some(e.clone());
-            run.halt = Some(HaltSignature {
-                stage: "worker".into(),
-                failure: e.clone(),
-            });
+            run.halt = Some(HaltSignature::described("worker", e));
             return run;
         }
         match class {
@@ -257,10 +255,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                         "every model of the chain failed for the provider's reasons ({})",
                         chain.tried().join(", ")
                     ));
-                    run.halt = Some(HaltSignature {
-                        stage: "worker (provider)".into(),
-                        failure: fingerprint(&fin.tail, fin.exit),
-                    });
+                    run.halt = Some(HaltSignature::of("worker (provider)", &fin.tail, fin.exit));
                     return run;
                 }
             },
@@ -276,10 +271,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                     format!("worker failed ({})", exit_text(&fin))
                 };
                 run.cause = Some(what);
-                run.halt = Some(HaltSignature {
-                    stage: "worker".into(),
-                    failure: fingerprint(&fin.tail, fin.exit),
-                });
+                run.halt = Some(HaltSignature::of("worker", &fin.tail, fin.exit));
                 feedback = write_feedback(icx, n, "worker", &fin.tail);
             }
             WorkerClass::Ok => {
@@ -321,13 +313,11 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                         } else {
                             format!("gate `{gate}` failed ({})", exit_text(&fin))
                         });
-                        run.halt = Some(HaltSignature {
-                            stage: format!("gate `{gate}`"),
-                            failure: if timed_out {
-                                "timed out".into()
-                            } else {
-                                fingerprint(&fin.tail, fin.exit)
-                            },
+                        let stage = format!("gate `{gate}`");
+                        run.halt = Some(if timed_out {
+                            HaltSignature::described(stage, "timed out")
+                        } else {
+                            HaltSignature::of(stage, &fin.tail, fin.exit)
                         });
                         feedback = write_feedback(icx, n, &gate, &fin.tail);
                     }

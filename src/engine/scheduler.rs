@@ -13,7 +13,7 @@
 //! one repository at once, counting an item whose results are not yet durable; every pending item
 //! is decided exactly once; once admission stops, nothing new is admitted.
 
-use super::stall::{HaltSignature, StallGuard};
+use super::stall::{HaltSignature, Observed, StallGuard};
 use crate::vocab::{ItemOutcome, RunEnding};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -250,11 +250,14 @@ impl Scheduler {
         }
         if let Some(err) = self.clone_errors.get(&repo).cloned() {
             self.queue.remove(pos);
-            let sig = HaltSignature {
-                stage: "clone".into(),
-                failure: super::stall::fingerprint(&err, None),
+            let seen = Observed {
+                outcome: ItemOutcome::Failed,
+                progress: false,
+                halt: Some(HaltSignature::of("clone", &err, None)),
             };
-            if let Some(c) = self.guard.halted(sig) {
+            if let Some(c) = self.guard.observe(&seen)
+                && self.stalled.is_none()
+            {
                 self.stalled = Some(c);
             }
             return Some(settle(idx, ItemOutcome::Failed, None, Some(&err)));
@@ -361,12 +364,12 @@ impl Scheduler {
                 f.cause.unwrap_or_default()
             ))
         };
-        if f.progress {
-            self.guard.progress();
-        }
-        if matches!(f.outcome, ItemOutcome::Halted | ItemOutcome::Failed)
-            && let Some(sig) = f.halt
-            && let Some(c) = self.guard.halted(sig)
+        let seen = Observed {
+            outcome: f.outcome,
+            progress: f.progress,
+            halt: f.halt,
+        };
+        if let Some(c) = self.guard.observe(&seen)
             && self.stalled.is_none()
         {
             self.stalled = Some(c);

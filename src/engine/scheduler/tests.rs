@@ -254,10 +254,8 @@ fn simulate(
                     ][usize::from(pick(3))];
                     let mut f = done(outcome);
                     f.tree_gone = pick(20) != 0;
-                    f.halt = (outcome != ItemOutcome::Completed).then(|| HaltSignature {
-                        stage: "gate `test`".into(),
-                        failure: "boom".into(),
-                    });
+                    f.halt = (outcome != ItemOutcome::Completed)
+                        .then(|| HaltSignature::described("gate `test`", "boom"));
                     if f.tree_gone {
                         settling.push(repo);
                     }
