@@ -143,6 +143,8 @@ pub enum HoldReason {
     Quarantined,
     Paused,
     Filtered,
+    /// Claimed by another live run, which runs it.
+    Taken,
 }
 
 impl HoldReason {
@@ -155,12 +157,15 @@ impl HoldReason {
             HoldReason::Quarantined => "quarantined",
             HoldReason::Paused => "paused",
             HoldReason::Filtered => "filtered",
+            HoldReason::Taken => "taken",
         }
     }
     /// The state an item with this reason is in.
     pub fn state(self) -> ItemState {
         match self {
-            HoldReason::RepoNotFound | HoldReason::Filtered => ItemState::Skipped,
+            HoldReason::RepoNotFound | HoldReason::Filtered | HoldReason::Taken => {
+                ItemState::Skipped
+            }
             _ => ItemState::Held,
         }
     }

@@ -85,3 +85,161 @@ items:
     );
     assert_eq!(report_item(&report, "id", "c")["outcome"], "cancelled");
 }
+
+/// Repositories `r0..` with the given items each, a worker that records its start and end and
+/// sleeps `secs`, and `workers` slots.
+fn queue_fixture(root: &Path, items: &[&[&str]], secs: &str, workers: u32) -> std::path::PathBuf {
+    let log = root.join("runs.log");
+    let mut m =
+        format!("version: 1\nname: queue\ncapacity: {{workers: {workers}}}\nrepositories:\n");
+    for r in 0..items.len() {
+        repo(&root.join(format!("r{r}")));
+        m.push_str(&format!("  - path: r{r}\n"));
+    }
+    m.push_str(&format!(
+        "worker:\n  run: 'echo \"start $RUNNER_REPO $RUNNER_ITEM $RUNNER_RUN_ID\" >> {log}; sleep {secs}; echo \"end $RUNNER_REPO $RUNNER_ITEM\" >> {log}'\nitems:\n",
+        log = log.display()
+    ));
+    for (r, ids) in items.iter().enumerate() {
+        for id in *ids {
+            m.push_str(&format!("  - {{repo: r{r}, id: {id}}}\n"));
+        }
+    }
+    std::fs::write(root.join("m.yaml"), m).unwrap();
+    log
+}
+
+fn spawn_apply(root: &Path) -> std::process::Child {
+    common::runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// How often each `repo/item` started, from the worker's log.
+fn starts(log: &Path) -> std::collections::BTreeMap<String, usize> {
+    let mut n = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first() == Some(&"start") {
+            *n.entry(format!("{}/{}", f[1], f[2])).or_insert(0) += 1;
+        }
+    }
+    n
+}
+
+fn assert_each_ran_once(log: &Path, want: &[&str], outs: &[std::process::Output]) {
+    let seen = starts(log);
+    let detail = || {
+        outs.iter()
+            .map(|o| stderr(o))
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    for w in want {
+        assert_eq!(
+            seen.get(*w),
+            Some(&1),
+            "{w} ran {:?} times: {seen:?}\n{}",
+            seen.get(*w),
+            detail()
+        );
+    }
+    assert_eq!(seen.len(), want.len(), "{seen:?}");
+    for o in outs {
+        assert_eq!(o.status.code(), Some(0), "{}", detail());
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(report["counts"]["held"], 0, "{report:#}");
+    }
+}
+
+#[test]
+fn two_overlapping_drains_run_every_item_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = queue_fixture(dir.path(), &[&["a", "b"], &["c"], &["d"]], "2", 2);
+    let first = spawn_apply(dir.path());
+    // The second starts while the first is working, as a cron drain that outlived its interval.
+    assert!(common::wait_for(20, || starts(&log).len() >= 2));
+    let second = spawn_apply(dir.path());
+    let outs = [
+        first.wait_with_output().unwrap(),
+        second.wait_with_output().unwrap(),
+    ];
+    assert_each_ran_once(&log, &["r0/a", "r0/b", "r1/c", "r2/d"], &outs);
+    // What one run left to the other it reports as `taken` or `done`, never as held.
+    let reasons: Vec<String> = outs
+        .iter()
+        .flat_map(|o| {
+            let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            r["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|i| i["outcome"] == "skipped")
+                .map(|i| i["reason"].as_str().unwrap_or("").to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        reasons.len(),
+        4,
+        "each item skipped by the run that did not run it: {reasons:?}"
+    );
+    assert!(
+        reasons.iter().all(|r| r == "taken" || r == "done"),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn four_drains_started_together_share_one_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = queue_fixture(
+        dir.path(),
+        &[&["a", "b"], &["c", "d"], &["e"], &["f"]],
+        "0.3",
+        2,
+    );
+    let runs: Vec<_> = (0..4).map(|_| spawn_apply(dir.path())).collect();
+    let outs: Vec<_> = runs
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    assert_each_ran_once(
+        &log,
+        &["r0/a", "r0/b", "r1/c", "r1/d", "r2/e", "r3/f"],
+        &outs,
+    );
+}
+
+#[test]
+fn plan_shows_an_item_another_live_run_works_on_as_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = queue_fixture(dir.path(), &[&["a"], &["b"]], "3", 1);
+    let run = spawn_apply(dir.path());
+    assert!(common::wait_for(20, || starts(&log).len() == 1));
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let running = starts(&log).into_keys().next().unwrap();
+    let (repo, id) = running.split_once('/').unwrap();
+    let it = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["repo"] == repo && i["id"] == id)
+        .unwrap();
+    assert_eq!(it["state"], "skipped", "{it}");
+    assert_eq!(it["reason"], "taken", "{it}");
+    assert!(
+        it["detail"]
+            .as_str()
+            .unwrap()
+            .contains("claimed by live run"),
+        "{it}"
+    );
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

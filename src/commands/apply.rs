@@ -87,8 +87,16 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     };
+    let claims = match ledger.live_claims_of(&loaded.manifest.name) {
+        Ok(c) => c,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
     history::apply(&mut plan, &past, args.rerun, paused.as_deref());
     history::quarantine(&mut plan, &quarantined);
+    history::taken(&mut plan, &claims);
 
     let run_id = new_run_id();
     let reports_dir = match &args.report_dir {
@@ -268,18 +276,26 @@ impl RunSink for ApplySink {
 
     fn claim(&mut self, item: usize) -> ClaimAnswer {
         let Some(key) = self.keys.get(item).cloned() else {
-            return ClaimAnswer::Busy("an unknown run".into());
+            return ClaimAnswer::Failed(format!("item {item} is not in the plan"));
         };
         match self.ledger.claim(&key, &self.run_id, &self.holder) {
             Ok(Claim::Claimed) => ClaimAnswer::Claimed,
-            Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Busy(run_id),
-            Ok(Claim::AlreadyDone { run_id }) => ClaimAnswer::Done(run_id),
+            Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Taken(run_id),
+            Ok(Claim::AlreadyDone { run_id, outcome }) => ClaimAnswer::Done {
+                run: run_id,
+                outcome,
+            },
             Ok(Claim::Paused(by)) => ClaimAnswer::Paused(by),
             Err(e) => {
+                let why = e.to_string();
                 self.fail(e);
-                ClaimAnswer::Busy("none: the ledger failed".into())
+                ClaimAnswer::Failed(why)
             }
         }
+    }
+
+    fn live_run(&mut self, run_id: &str) -> bool {
+        run_id != self.run_id && self.ledger.run_is_live(run_id).unwrap_or(false)
     }
 
     fn commit_results(&mut self) {

@@ -32,8 +32,9 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
                 ledger.past_outcomes(name),
                 ledger.paused(name),
                 ledger.quarantines(),
+                ledger.live_claims_of(name),
             ) {
-                (Ok(past), Ok(paused), Ok(q)) => {
+                (Ok(past), Ok(paused), Ok(q), Ok(claims)) => {
                     crate::plan::history::apply(
                         &mut plan,
                         &past.into_iter().collect(),
@@ -41,8 +42,9 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
                         paused.as_deref(),
                     );
                     crate::plan::history::quarantine(&mut plan, &q);
+                    crate::plan::history::taken(&mut plan, &claims);
                 }
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
                     ui.error(e);
                     return if args.detailed_exitcode {
                         EXIT_FAILURES

@@ -209,31 +209,40 @@ async fn admit(
             "repository `{repo_name}` has no git common dir in the plan"
         ));
     };
-    match sink.claim(idx) {
-        ClaimAnswer::Claimed => {}
-        ClaimAnswer::Busy(run) => return Admission::ClaimedElsewhere { run },
-        ClaimAnswer::Done(run) => return Admission::DoneElsewhere { run },
-        ClaimAnswer::Paused(p) => return Admission::Paused(p),
-    }
-    match acquire(common, Record::this_process(&cx.run_id, repo_name)).await {
-        Ok(Some(lease)) => {
-            let fd = lease.fd();
-            pool.leases.insert(idx, lease);
-            let (cx2, tx, st) = (cx.clone(), ev_tx.clone(), stop_rx.clone());
-            let span =
-                tracing::info_span!("item", repo = %repo_name, item = %cx.plan.items[idx].id);
-            let handle = pool.tasks.spawn(
-                async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) }.instrument(span),
-            );
-            pool.task_items.insert(handle.id(), idx);
-            Admission::Started
+    // The lease first, then the claim: a claim is never held without the lease, so an item
+    // another run has claimed is one that run is working on.
+    let lease = match acquire(common, Record::this_process(&cx.run_id, repo_name)).await {
+        Ok(Some(lease)) => lease,
+        Ok(None) => {
+            let holder = crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
+            let cooperating = holder.as_ref().is_some_and(|h| sink.live_run(&h.run_id));
+            return Admission::LeaseBusy {
+                holder: holder.map(|h| h.to_string()),
+                cooperating,
+            };
         }
-        Ok(None) => Admission::LeaseBusy {
-            holder: crate::lease::read_record(&common.join(crate::lease::RECORD_FILE))
-                .map(|h| h.to_string()),
-        },
-        Err(e) => Admission::Failed(e.to_string()),
+        Err(e) => return Admission::Failed(e.to_string()),
+    };
+    let not_ours = match sink.claim(idx) {
+        ClaimAnswer::Claimed => None,
+        ClaimAnswer::Taken(run) => Some(Admission::ClaimedElsewhere { run }),
+        ClaimAnswer::Done { run, outcome } => Some(Admission::DoneElsewhere { run, outcome }),
+        ClaimAnswer::Paused(p) => Some(Admission::Paused(p)),
+        ClaimAnswer::Failed(e) => Some(Admission::Failed(e)),
+    };
+    if let Some(answer) = not_ours {
+        lease.release();
+        return answer;
     }
+    let fd = lease.fd();
+    pool.leases.insert(idx, lease);
+    let (cx2, tx, st) = (cx.clone(), ev_tx.clone(), stop_rx.clone());
+    let span = tracing::info_span!("item", repo = %repo_name, item = %cx.plan.items[idx].id);
+    let handle = pool
+        .tasks
+        .spawn(async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) }.instrument(span));
+    pool.task_items.insert(handle.id(), idx);
+    Admission::Started
 }
 
 /// An item's task ended: record its result before its lease is let go (the next holder must

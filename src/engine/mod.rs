@@ -38,9 +38,12 @@ pub trait RunSink {
     /// Record an event. An `ItemFinished` is the item's result, which may wait for the next
     /// claim or [`RunSink::commit_results`] to become durable.
     fn event(&mut self, ev: &Event);
-    /// Claim an item for this run before it starts (which also makes the results recorded so
-    /// far durable).
+    /// Claim an item for this run before it starts, its repository's lease already held (which
+    /// also makes the results recorded so far durable).
     fn claim(&mut self, item: usize) -> ClaimAnswer;
+    /// Whether `run_id` is a live run of this ledger: a lease it holds will be let go, and its
+    /// items are worth waiting for rather than holding as `repo-busy`.
+    fn live_run(&mut self, run_id: &str) -> bool;
     /// Make every result recorded so far durable; a repository's lease is released only after.
     fn commit_results(&mut self);
     /// Who asked this run to stop, and why, if anyone did.
@@ -57,11 +60,16 @@ pub trait RunSink {
 pub enum ClaimAnswer {
     Claimed,
     /// A live run works on it.
-    Busy(String),
-    /// Another run completed it meanwhile.
-    Done(String),
+    Taken(String),
+    /// Another run finished it meanwhile: the run, and the outcome.
+    Done {
+        run: String,
+        outcome: String,
+    },
     /// The manifest is paused (by whom, when, why): admit nothing more.
     Paused(String),
+    /// The ledger could not answer.
+    Failed(String),
 }
 
 /// Everything a run needs, fixed before it starts.

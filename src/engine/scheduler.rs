@@ -50,14 +50,19 @@ pub struct Settled {
 pub enum Admission {
     /// Claimed and leased: the item runs.
     Started,
-    /// A live run holds the item's claim.
+    /// A live run holds the item's claim: it is working on it.
     ClaimedElsewhere { run: String },
-    /// Another run completed it meanwhile.
-    DoneElsewhere { run: String },
+    /// Another run finished it meanwhile, with `outcome`.
+    DoneElsewhere { run: String, outcome: String },
     /// The manifest is paused (by whom, when, why): admit nothing more.
     Paused(String),
     /// Another process holds the repository's lease; `holder` says who, when known.
-    LeaseBusy { holder: Option<String> },
+    /// `cooperating`: the holder is a live run of the same ledger, which lets it go when its item
+    /// ends: waited for, however long, since it or this run will run what is left.
+    LeaseBusy {
+        holder: Option<String>,
+        cooperating: bool,
+    },
     /// runner could not ask (a lease file that cannot be opened, …).
     Failed(String),
 }
@@ -298,26 +303,30 @@ impl Scheduler {
             }
             Admission::ClaimedElsewhere { run } => leave(
                 self,
-                ItemOutcome::Held,
-                Some("repo-busy"),
-                format!("claimed by live run `{run}`"),
+                ItemOutcome::Skipped,
+                Some("taken"),
+                format!("claimed by live run `{run}`, which runs it"),
             ),
-            Admission::DoneElsewhere { run } => leave(
+            Admission::DoneElsewhere { run, outcome } => leave(
                 self,
                 ItemOutcome::Skipped,
                 Some("done"),
-                format!("completed by run `{run}`"),
+                format!("{outcome} by run `{run}` meanwhile"),
             ),
             Admission::Paused(p) => self.paused = Some(p),
             Admission::Failed(e) => leave(self, ItemOutcome::Failed, None, e),
-            Admission::LeaseBusy { holder } => {
+            Admission::LeaseBusy {
+                holder,
+                cooperating,
+            } => {
                 let b = self.blocked.entry(repo.clone()).or_insert(Blocked {
                     since: now,
                     retry_at: now,
                 });
-                let within = self
-                    .wait_for_locks
-                    .is_some_and(|w| now.saturating_duration_since(b.since) < w);
+                let within = cooperating
+                    || self
+                        .wait_for_locks
+                        .is_some_and(|w| now.saturating_duration_since(b.since) < w);
                 if within {
                     b.retry_at = now + LEASE_RETRY;
                 } else {

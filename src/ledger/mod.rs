@@ -92,8 +92,8 @@ pub enum Claim {
     Claimed,
     /// A live run holds it.
     HeldBy { run_id: String },
-    /// Another run completed it since this run planned.
-    AlreadyDone { run_id: String },
+    /// Another run finished it (completed, halted or failed) since this run started.
+    AlreadyDone { run_id: String, outcome: String },
     /// The manifest is paused: by whom, when and why.
     Paused(String),
 }
@@ -160,4 +160,8 @@ pub trait Ledger {
     fn commit_results(&mut self) -> Result<()>;
     /// Whether the manifest is paused, and by whom and why.
     fn paused(&self, manifest: &str) -> Result<Option<String>>;
+    /// The items of `manifest` claimed by a live run, with that run.
+    fn live_claims_of(&self, manifest: &str) -> Result<Vec<(ItemKey, String)>>;
+    /// Whether `run_id` is a run of this ledger whose process still lives.
+    fn run_is_live(&self, run_id: &str) -> Result<bool>;
 }

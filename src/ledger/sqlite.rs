@@ -390,7 +390,16 @@ impl SqliteLedger {
             .replace('%', "%25")
             .replace('?', "%3f")
             .replace('#', "%23");
-        let uri = format!("file:{escaped}?immutable=1");
+        // With no write-ahead log beside it (no run has it open), the file alone is the whole
+        // ledger and is read as immutable: nothing is created. With one, a live run's commits
+        // are in it and must be seen (a claim, a result): read-only through the log.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let uri = if Path::new(&wal).exists() {
+            format!("file:{escaped}?mode=ro")
+        } else {
+            format!("file:{escaped}?immutable=1")
+        };
         let conn = Connection::open_with_flags(
             uri,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
@@ -686,6 +695,40 @@ impl Ledger for SqliteLedger {
         Ok(last.into_iter().collect())
     }
 
+    fn live_claims_of(&self, manifest: &str) -> Result<Vec<(ItemKey, String)>> {
+        let rows = self.rows(
+            "SELECT repo, item, def_hash, run_id, host, pid, start_time FROM claims WHERE manifest = ?1",
+            [manifest],
+            |r| {
+                Ok((
+                    ItemKey {
+                        manifest: manifest.to_string(),
+                        repo: r.get(0)?,
+                        item: r.get(1)?,
+                        def_hash: r.get(2)?,
+                    },
+                    r.get::<_, String>(3)?,
+                    Holder {
+                        host: r.get(4)?,
+                        pid: r.get(5)?,
+                        start_time: r.get::<_, Option<i64>>(6)?.map(|t| t as u64),
+                    },
+                ))
+            },
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter(|(_, _, h)| !h.is_dead())
+            .map(|(k, run, _)| (k, run))
+            .collect())
+    }
+
+    fn run_is_live(&self, run_id: &str) -> Result<bool> {
+        Ok(self
+            .run(run_id)?
+            .is_some_and(|r| r.status() == super::RunStatus::Live))
+    }
+
     fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
         let path = self.path.clone();
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(&path, e))?;
@@ -724,16 +767,19 @@ impl Ledger for SqliteLedger {
             )
             .map_err(|e| db(&path, e))?;
         }
-        let done: Option<String> = query(&tx,
-                "SELECT run_id FROM item_results WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND outcome = 'completed' AND run_id != ?5 AND ended_at > (SELECT started_at FROM runs WHERE id = ?5) LIMIT 1",
+        let done: Option<(String, String)> = query(&tx,
+                "SELECT run_id, outcome FROM item_results WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND outcome IN ('completed', 'halted', 'failed') AND run_id != ?5 AND ended_at > (SELECT started_at FROM runs WHERE id = ?5) ORDER BY ended_at DESC LIMIT 1",
                 params![key.manifest, key.repo, key.item, key.def_hash, run_id],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
             .map_err(|e| db(&path, e))?;
-        if let Some(other) = done {
+        if let Some((other, outcome)) = done {
             tx.commit().map_err(|e| db(&path, e))?;
-            return Ok(Claim::AlreadyDone { run_id: other });
+            return Ok(Claim::AlreadyDone {
+                run_id: other,
+                outcome,
+            });
         }
         exec(&tx,
             "INSERT INTO claims (manifest, repo, item, def_hash, run_id, host, pid, start_time, claimed_at)

@@ -43,7 +43,8 @@ pub fn item_key(manifest: &str, it: &ItemPlan) -> ItemKey {
     }
 }
 
-/// Mark pending items done (or held as paused) from the ledger's history.
+/// Mark items done (or held as paused) from the ledger's history. An earlier outcome wins over
+/// a hold: an item an earlier run finished is `done`, whatever its checkout looks like now.
 pub fn apply(
     plan: &mut Plan,
     past: &HashMap<ItemKey, PastOutcome>,
@@ -52,7 +53,7 @@ pub fn apply(
 ) {
     let manifest = plan.manifest.name.clone();
     for it in &mut plan.items {
-        if it.state != ItemState::Pending {
+        if !matches!(it.state, ItemState::Pending | ItemState::Held) {
             continue;
         }
         if let Some(p) = past.get(&item_key(&manifest, it)) {
@@ -62,6 +63,7 @@ pub fn apply(
             };
             if !again {
                 it.state = ItemState::Done;
+                it.reason = None;
                 it.detail = Some(match p.outcome {
                     ItemOutcome::Completed => format!("completed in run `{}`", p.run_id),
                     o => format!(
@@ -73,10 +75,34 @@ pub fn apply(
                 continue;
             }
         }
+        if it.state != ItemState::Pending {
+            continue;
+        }
         if let Some(why) = paused {
             it.state = ItemState::Held;
             it.reason = Some(HoldReason::Paused);
             it.detail = Some(why.to_string());
+        }
+    }
+    plan.recount();
+}
+
+/// Skip the pending items another live run has claimed (`(item, run)` from the ledger): that
+/// run is working on them.
+pub fn taken(plan: &mut Plan, claims: &[(ItemKey, String)]) {
+    if claims.is_empty() {
+        return;
+    }
+    let manifest = plan.manifest.name.clone();
+    for it in &mut plan.items {
+        if it.state != ItemState::Pending {
+            continue;
+        }
+        let key = item_key(&manifest, it);
+        if let Some((_, run)) = claims.iter().find(|(k, _)| *k == key) {
+            it.state = ItemState::Skipped;
+            it.reason = Some(HoldReason::Taken);
+            it.detail = Some(format!("claimed by live run `{run}`, which runs it"));
         }
     }
     plan.recount();

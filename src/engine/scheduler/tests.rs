@@ -57,7 +57,14 @@ fn a_lease_held_elsewhere_is_waited_for_then_held() {
     st.wait_for_locks = Some(Duration::from_secs(1));
     let mut s = Scheduler::new(st);
     assert_eq!(s.next(t), Decision::Admit(0));
-    s.admitted(0, Admission::LeaseBusy { holder: None }, t);
+    s.admitted(
+        0,
+        Admission::LeaseBusy {
+            holder: None,
+            cooperating: false,
+        },
+        t,
+    );
     // The other repository goes on meanwhile.
     assert_eq!(s.next(t), Decision::Admit(2));
     s.admitted(2, Admission::Started, t);
@@ -73,6 +80,7 @@ fn a_lease_held_elsewhere_is_waited_for_then_held() {
         0,
         Admission::LeaseBusy {
             holder: Some("run `x` (pid 1 on h)".into()),
+            cooperating: false,
         },
         later,
     );
@@ -101,6 +109,47 @@ fn the_probe_is_read_before_each_admission_while_items_run() {
     assert_eq!(s.next(t), Decision::Probe, "read again on the next pass");
     s.probed(7);
     assert_eq!(s.next(t), Decision::Admit(1));
+}
+
+#[test]
+fn a_lease_another_live_run_holds_is_waited_for_without_a_window() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0], 1));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    let busy = Admission::LeaseBusy {
+        holder: Some("run `b`".into()),
+        cooperating: true,
+    };
+    s.admitted(0, busy.clone(), t);
+    let much_later = t + Duration::from_secs(3600);
+    assert_eq!(
+        s.next(much_later),
+        Decision::Admit(0),
+        "asked again, not held"
+    );
+    s.admitted(0, busy, much_later);
+    assert!(matches!(
+        s.next(much_later),
+        Decision::Wait { until: Some(_) }
+    ));
+    let later_still = much_later + LEASE_RETRY;
+    assert_eq!(s.next(later_still), Decision::Admit(0));
+    s.admitted(
+        0,
+        Admission::DoneElsewhere {
+            run: "b".into(),
+            outcome: "completed".into(),
+        },
+        later_still,
+    );
+    let Decision::Settle(st) = s.next(later_still) else {
+        panic!()
+    };
+    assert_eq!(
+        (st.outcome, st.reason.as_deref()),
+        (ItemOutcome::Skipped, Some("done"))
+    );
+    assert_eq!(s.next(later_still), Decision::Done);
 }
 
 #[test]
@@ -209,8 +258,12 @@ fn simulate(
                     },
                     1 => Admission::DoneElsewhere {
                         run: "other".into(),
+                        outcome: "completed".into(),
                     },
-                    2 | 3 => Admission::LeaseBusy { holder: None },
+                    2 | 3 => Admission::LeaseBusy {
+                        holder: None,
+                        cooperating: pick(2) == 0,
+                    },
                     4 if pick(4) == 0 => Admission::Failed("no lease file".into()),
                     5 if pick(8) == 0 => Admission::Paused("paused".into()),
                     _ => Admission::Started,
