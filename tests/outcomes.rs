@@ -133,12 +133,7 @@ fn starts(log: &Path) -> std::collections::BTreeMap<String, usize> {
 
 fn assert_each_ran_once(log: &Path, want: &[&str], outs: &[std::process::Output]) {
     let seen = starts(log);
-    let detail = || {
-        outs.iter()
-            .map(|o| stderr(o))
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    };
+    let detail = || outs.iter().map(stderr).collect::<Vec<_>>().join("\n---\n");
     for w in want {
         assert_eq!(
             seen.get(*w),
