@@ -238,3 +238,76 @@ fn plan_shows_an_item_another_live_run_works_on_as_taken() {
     let out = run.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+#[test]
+fn the_last_line_gives_the_counts_and_the_reason_for_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        err.lines().last().unwrap(),
+        "runner: 1 completed, 3 halted — exit 1: an item halted, failed or was held",
+        "{err}"
+    );
+    // Again: everything is done, nothing pending.
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.lines().last().unwrap(),
+        "runner: 4 skipped (done 4) — exit 0: nothing was pending",
+        "{err}"
+    );
+}
+
+#[test]
+fn items_held_at_plan_time_are_named_on_stderr_and_in_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    std::fs::write(dir.path().join("r/untracked.txt"), "x\n").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("runner: 4 items held at plan time:"), "{err}");
+    assert!(
+        err.contains("runner:   r/a (dirty-tree): the checkout has uncommitted changes"),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(
+            "runner: 4 held (dirty-tree 4) — exit 1: an item halted, failed or was held\n"
+        ),
+        "{err}"
+    );
+    let summary =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
+    assert!(summary.contains("## Held"), "{summary}");
+    assert!(
+        summary.contains("- `r/d` — dirty-tree: the checkout has uncommitted changes"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_run_started_on_a_paused_manifest_ends_paused_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    let out = run_in(
+        dir.path(),
+        &["pause", "m.yaml", "--reason", "provider outage"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "paused", "{report:#}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("runner: 4 held (paused 4) — exit 1: the manifest is paused ("),
+        "{last}"
+    );
+    assert!(last.contains("provider outage"), "{last}");
+}

@@ -165,6 +165,32 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         holder: row.holder.clone(),
         failure: None,
     };
+    // Items that will not run for a reason the user can clear: named before the drain starts.
+    let held: Vec<String> = plan
+        .items
+        .iter()
+        .filter(|it| it.state == crate::plan::ItemState::Held)
+        .map(|it| {
+            format!(
+                "runner:   {}/{} ({}){}",
+                it.repo,
+                it.id,
+                it.reason.map_or("held", |r| r.as_str()),
+                it.detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    if !held.is_empty() {
+        eprintln!(
+            "runner: {} item{} held at plan time:\n{}",
+            held.len(),
+            if held.len() == 1 { "" } else { "s" },
+            held.join("\n")
+        );
+    }
     let cx = Arc::new(RunCx {
         loaded,
         plan,
@@ -176,6 +202,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         wait_for_locks: args.wait_for_locks,
         redactor,
         clone_errors,
+        paused: paused.clone(),
     });
 
     crate::process::become_subreaper();
@@ -226,9 +253,14 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     }
     if let Some(f) = &sink.failure {
         ui.error(f);
-        return EXIT_INTERNAL;
     }
-    exit_code(end.ending, end.signal, report)
+    let (code, why) = verdict(end.ending, end.signal, report, sink.failure.as_deref());
+    // The last line: what happened, and why the exit code is what it is.
+    eprintln!(
+        "runner: {} — exit {code}: {why}",
+        report::counts_line(report)
+    );
+    code
 }
 
 /// The run's consumers and durable decisions: progress, report, ledger.
@@ -330,19 +362,52 @@ impl RunSink for ApplySink {
     }
 }
 
-fn exit_code(ending: RunEnding, signal: Option<i32>, report: &report::Report) -> i32 {
+/// The exit code of a run, and its reason in words.
+fn verdict(
+    ending: RunEnding,
+    signal: Option<i32>,
+    report: &report::Report,
+    failure: Option<&str>,
+) -> (i32, String) {
+    if let Some(f) = failure {
+        return (EXIT_INTERNAL, f.to_string());
+    }
     match ending {
-        RunEnding::Cancelled => 128 + signal.unwrap_or(libc::SIGINT),
-        RunEnding::Stalled => EXIT_STALLED,
-        RunEnding::Failed => EXIT_INTERNAL,
-        _ => {
+        RunEnding::Cancelled => {
+            let sig = signal.unwrap_or(libc::SIGINT);
+            (
+                128 + sig,
+                format!("cancelled by {}", engine::signal_name(sig)),
+            )
+        }
+        RunEnding::Stalled => (EXIT_STALLED, "the run stalled".into()),
+        RunEnding::Failed => (EXIT_INTERNAL, "runner could not continue".into()),
+        RunEnding::Paused => (
+            EXIT_FAILURES,
+            format!(
+                "the manifest is paused ({}); `runner resume` lifts it",
+                report.cause.as_deref().unwrap_or("no reason given")
+            ),
+        ),
+        RunEnding::NothingFound => (EXIT_OK, "no work item was found".into()),
+        RunEnding::Drained => {
             let bad = report.items.iter().any(|i| {
                 matches!(
                     i.outcome,
                     ItemOutcome::Halted | ItemOutcome::Failed | ItemOutcome::Held
                 )
             });
-            if bad { EXIT_FAILURES } else { EXIT_OK }
+            if bad {
+                (EXIT_FAILURES, "an item halted, failed or was held".into())
+            } else if report
+                .items
+                .iter()
+                .any(|i| i.outcome == ItemOutcome::Completed)
+            {
+                (EXIT_OK, "every pending item completed".into())
+            } else {
+                (EXIT_OK, "nothing was pending".into())
+            }
         }
     }
 }

@@ -78,6 +78,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             .unwrap_or(crate::manifest::DEFAULT_STALL_AFTER),
         clone_errors: cx.clone_errors.clone(),
         nothing_found: cx.plan.items.is_empty(),
+        paused: cx.paused.clone(),
     });
     let mut pool = Pool {
         tasks: JoinSet::new(),

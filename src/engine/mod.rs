@@ -87,6 +87,8 @@ pub struct RunCx {
     pub redactor: Arc<Redactor>,
     /// Repositories that could not be cloned, with the (redacted) git error.
     pub clone_errors: HashMap<String, String>,
+    /// The manifest was paused when the run started: by whom, when, why.
+    pub paused: Option<String>,
 }
 
 /// How the drain ended.

@@ -120,6 +120,8 @@ pub struct Setup {
     pub clone_errors: HashMap<String, String>,
     /// The plan holds no item at all.
     pub nothing_found: bool,
+    /// The manifest was paused when the run started (by whom, when, why): it ends `paused`.
+    pub paused: Option<String>,
 }
 
 /// A repository whose lease another process holds.
@@ -175,7 +177,7 @@ impl Scheduler {
             guard: StallGuard::new(s.stall_after),
             stopping: None,
             stalled: None,
-            paused: None,
+            paused: s.paused,
             failed: None,
         }
     }

@@ -66,6 +66,26 @@ pub fn render(r: &Report) -> String {
             cell(&detail)
         ));
     }
+    let held: Vec<_> = r
+        .items
+        .iter()
+        .filter(|i| i.outcome == ItemOutcome::Held)
+        .collect();
+    if !held.is_empty() {
+        out.push_str("\n## Held\n\n");
+        for it in held {
+            out.push_str(&format!(
+                "- `{}/{}` — {}{}\n",
+                it.repo,
+                it.id,
+                it.reason.as_deref().unwrap_or("held"),
+                it.cause
+                    .as_deref()
+                    .map(|c| format!(": {}", cell(c)))
+                    .unwrap_or_default()
+            ));
+        }
+    }
     let failing: Vec<_> = r
         .items
         .iter()

@@ -275,6 +275,41 @@ impl ReportBuilder {
     }
 }
 
+/// The counts of a run in one line, every outcome that occurred, with the reasons of held and
+/// skipped items: `8 completed, 1 halted, 2 held (stale-base 1, dirty-tree 1)`.
+pub fn counts_line(report: &Report) -> String {
+    let mut parts = Vec::new();
+    for outcome in ItemOutcome::ALL {
+        let items: Vec<&ItemReport> = report
+            .items
+            .iter()
+            .filter(|i| i.outcome == outcome)
+            .collect();
+        if items.is_empty() {
+            continue;
+        }
+        let mut part = format!("{} {}", items.len(), outcome.as_str());
+        if matches!(outcome, ItemOutcome::Held | ItemOutcome::Skipped) {
+            let mut reasons: Vec<(&str, usize)> = Vec::new();
+            for i in &items {
+                let r = i.reason.as_deref().unwrap_or("no reason");
+                match reasons.iter_mut().find(|(name, _)| *name == r) {
+                    Some((_, n)) => *n += 1,
+                    None => reasons.push((r, 1)),
+                }
+            }
+            let list: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            part.push_str(&format!(" ({})", list.join(", ")));
+        }
+        parts.push(part);
+    }
+    if parts.is_empty() {
+        "no items".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
