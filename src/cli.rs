@@ -199,7 +199,7 @@ pub struct PauseArgs {
 
 #[derive(Debug, Args)]
 pub struct UnlockArgs {
-    /// The repository's folder.
+    /// The repository's folder, or with `--manifest` its name there.
     pub repo: PathBuf,
     /// The manifest whose ledger to update (or give `--state`).
     #[arg(long)]

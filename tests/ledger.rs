@@ -450,11 +450,10 @@ fn a_corrupt_ledger_is_exit_4_and_left_untouched() {
 fn a_quarantined_repository_is_held_until_unlocked() {
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path(), 2, 1, 2, "0");
-    // A first run creates the ledger.
-    assert_eq!(
-        apply(dir.path(), &["--items", "none"]).status.code(),
-        Some(0)
-    );
+    // A pause and its lifting create the ledger.
+    for verb in ["pause", "resume"] {
+        assert_eq!(run_in(dir.path(), &[verb, "m.yaml"]).status.code(), Some(0));
+    }
     let r0 = std::fs::canonicalize(dir.path().join("r0")).unwrap();
     {
         let db = rusqlite::Connection::open(dir.path().join(".runner/state.db")).unwrap();

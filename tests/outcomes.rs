@@ -311,3 +311,89 @@ fn a_run_started_on_a_paused_manifest_ends_paused_and_says_so() {
     );
     assert!(last.contains("provider outage"), "{last}");
 }
+
+#[test]
+fn a_filter_that_matches_nothing_is_an_error_naming_what_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--only", "rr"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("`--only rr` matches no repository; known: `r`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_in(
+        dir.path(),
+        &["plan", "m.yaml", "--items", "z*", "--detailed-exitcode"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an error under --detailed-exitcode"
+    );
+    assert!(
+        stderr(&out).contains("`--items z*` matches no item id; known: `a`, `b`, `c`, `d`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--only", "rr"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!dir.path().join(".runner").exists() || !dir.path().join("runner-reports").exists());
+}
+
+#[test]
+fn a_relative_program_that_does_not_exist_fails_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        m.replace(r#"run: ["true"]"#, r#"run: ["./agent.sh", "{item}"]"#),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("program-not-found"), "{err}");
+    assert!(
+        err.contains("`./agent.sh` does not exist in the manifest's folder"),
+        "{err}"
+    );
+    std::fs::write(dir.path().join("agent.sh"), "#!/bin/sh\n").unwrap();
+    assert_eq!(
+        run_in(dir.path(), &["validate", "m.yaml"]).status.code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_bound_above_the_manifests_is_lowered_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress", "-j", "8"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: `-j 8` is above the manifest's bound; running at most 1 at once"),
+        "{err}"
+    );
+    assert!(err.contains("up to 1 at once"), "{err}");
+}
+
+#[test]
+fn unlock_takes_a_repositorys_name_with_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.yaml");
+    let m = m.to_str().unwrap();
+    let out = run_in(elsewhere.path(), &["unlock", "r", "--manifest", m]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_in(elsewhere.path(), &["unlock", "nope", "--manifest", m]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("its repositories: r"),
+        "{}",
+        stderr(&out)
+    );
+}

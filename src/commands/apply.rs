@@ -25,6 +25,13 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     };
     // A nested run inherits its parent's ceiling (README, "Environment").
     let mut workers = plan::effective_workers(&loaded, args.workers);
+    if let Some(j) = args.workers
+        && j > workers
+    {
+        ui.warn(format_args!(
+            "`-j {j}` is above the manifest's bound; running at most {workers} at once (`-j` only lowers `capacity.workers`)"
+        ));
+    }
     if let Some(max) = std::env::var("RUNNER_MAX_WORKERS")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())

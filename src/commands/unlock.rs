@@ -13,9 +13,37 @@ fn processes_in(repo: &Path) -> std::io::Result<Vec<i32>> {
     crate::process::census::pids_where(|var| var.starts_with(prefix.as_bytes()))
 }
 
+/// The folder `REPO` names: a path, or with `--manifest` also a repository's name in it.
+fn repo_folder(ui: &Ui, args: &UnlockArgs) -> Result<std::path::PathBuf, i32> {
+    let given = std::path::absolute(&args.repo).unwrap_or_else(|_| args.repo.clone());
+    let given = crate::support::fs::normalize(&given);
+    let Some(m) = &args.manifest else {
+        return Ok(given);
+    };
+    let loaded = super::load(ui, m)?;
+    let name = args.repo.to_string_lossy();
+    let located = crate::plan::repos::locate(&loaded);
+    if let Some(l) = located.iter().find(|l| l.name == name) {
+        return Ok(crate::support::fs::normalize(&l.path));
+    }
+    if given.exists() {
+        return Ok(given);
+    }
+    let mut names: Vec<&str> = located.iter().map(|l| l.name.as_str()).collect();
+    names.sort();
+    ui.error(format_args!(
+        "`{name}` is neither a repository of `{}` nor a folder; its repositories: {}",
+        m.display(),
+        names.join(", ")
+    ));
+    Err(EXIT_INVALID)
+}
+
 pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
-    let repo = std::path::absolute(&args.repo).unwrap_or_else(|_| args.repo.clone());
-    let repo = crate::support::fs::normalize(&repo);
+    let repo = match repo_folder(ui, args) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let probe = match crate::git::probe(&repo) {
         Ok(p) => p,
         Err(e) => {

@@ -132,6 +132,40 @@ pub enum PlanError {
     Invalid(ManifestError),
     #[error("bad filter `{glob}`: {message}")]
     Filter { glob: String, message: String },
+    /// A filter that matches nothing: a typo, most likely.
+    #[error("`{flag} {glob}` matches no {what}; known: {known}")]
+    NoMatch {
+        flag: &'static str,
+        glob: String,
+        what: &'static str,
+        known: String,
+    },
+}
+
+/// Names for a message: the first 20, then how many more.
+fn listing(names: &[&str]) -> String {
+    if names.is_empty() {
+        return "none".into();
+    }
+    let shown: Vec<String> = names.iter().take(20).map(|n| format!("`{n}`")).collect();
+    match names.len().saturating_sub(20) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
+/// The first of `globs` that matches none of `names`.
+fn unmatched<'a>(globs: &'a [String], names: &[&str]) -> Option<&'a String> {
+    globs.iter().find(|g| {
+        let Ok(m) = globset::GlobBuilder::new(g)
+            .literal_separator(false)
+            .build()
+            .map(|g| g.compile_matcher())
+        else {
+            return false;
+        };
+        !names.iter().any(|n| m.is_match(n))
+    })
 }
 
 fn globset(globs: &[String]) -> Result<Option<GlobSet>, PlanError> {
@@ -257,6 +291,31 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
 
     if !problems.is_empty() {
         return Err(PlanError::Invalid(loaded.error(problems)));
+    }
+
+    // A filter that selects nothing is a mistake to name, not an empty plan to report.
+    let mut repo_names: Vec<&str> = located.iter().map(|l| l.name.as_str()).collect();
+    repo_names.extend(loaded.manifest.items.iter().map(|i| i.repo.as_str()));
+    repo_names.sort();
+    repo_names.dedup();
+    if let Some(g) = unmatched(&opts.only, &repo_names) {
+        return Err(PlanError::NoMatch {
+            flag: "--only",
+            glob: g.clone(),
+            what: "repository",
+            known: listing(&repo_names),
+        });
+    }
+    let mut ids: Vec<&str> = per_repo.iter().flatten().map(|i| i.id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    if let Some(g) = unmatched(&opts.items, &ids) {
+        return Err(PlanError::NoMatch {
+            flag: "--items",
+            glob: g.clone(),
+            what: "item id",
+            known: listing(&ids),
+        });
     }
 
     // Round-robin over repositories: one run per repository at a time, so interleaving lets the

@@ -4,6 +4,67 @@
 use super::*;
 
 impl Cx {
+    /// A relative program path (`./worker.sh`, `bin/agent`) resolves against the manifest's
+    /// folder; one that is not there would fail every item at `apply`, so it is a problem now.
+    /// Programs named by a template or looked up on `PATH`, and string commands (which `sh`
+    /// reads), are left to run time.
+    pub(super) fn check_programs(&mut self, root: &Node, m: &Manifest) {
+        let mut commands: Vec<(Vec<String>, &CommandSpec)> =
+            vec![(vec!["worker".into(), "run".into()], &m.worker.run)];
+        for (i, g) in m.gates.iter().enumerate() {
+            commands.push((vec!["gates".into(), i.to_string(), "run".into()], &g.run));
+        }
+        if let Some(p) = m.capacity.as_ref().and_then(|c| c.probe.as_ref()) {
+            commands.push((vec!["capacity".into(), "probe".into()], p));
+        }
+        for (r, repo) in m.repositories.iter().enumerate() {
+            let at = |rest: &[&str]| {
+                let mut v = vec!["repositories".to_string(), r.to_string()];
+                v.extend(rest.iter().map(|s| s.to_string()));
+                v
+            };
+            if let Some(run) = repo.worker.as_ref().and_then(|w| w.run.as_ref()) {
+                commands.push((at(&["worker", "run"]), run));
+            }
+            for (i, g) in repo.gates.iter().flatten().enumerate() {
+                commands.push((at(&["gates", &i.to_string(), "run"]), &g.run));
+            }
+        }
+        for (path, cmd) in commands {
+            let CommandSpec::Argv(argv) = cmd else {
+                continue;
+            };
+            let Some(program) = argv.first() else {
+                continue;
+            };
+            if !program.contains('/') || program.starts_with('/') || program.contains('{') {
+                continue;
+            }
+            let resolved = normalize(&self.dir.join(program));
+            if resolved.exists() {
+                continue;
+            }
+            let mut key: Vec<&str> = path.iter().map(String::as_str).collect();
+            let whole = key.join(".");
+            key.push("0");
+            let span = root
+                .lookup(&key)
+                .or_else(|| root.lookup(&key[..key.len() - 1]))
+                .map(|n| n.span)
+                .unwrap_or_default();
+            self.err_help(
+                "program-not-found",
+                &whole,
+                span,
+                format!(
+                    "`{program}` does not exist in the manifest's folder (`{}`)",
+                    resolved.display()
+                ),
+                "a relative program path resolves against the manifest's folder; give a path from there, an absolute path, or a name to look up on `PATH`",
+            );
+        }
+    }
+
     /// Items must name a declared repository (or one a `glob` entry could match) and be unique
     /// within it.
     pub(super) fn check_items(

@@ -4,7 +4,8 @@
 //! the whole document is cross-checked (duplicate names and ids, items naming undeclared
 //! repositories, template placeholders against the items that use them, repository overrides
 //! that would widen the top level). Checks run on whatever parts parsed, so one mistake does not
-//! hide another. Nothing here touches the disk beyond reading the manifest itself.
+//! hide another. Nothing here touches the disk beyond reading the manifest itself and checking
+//! that relative program paths exist.
 
 mod checks;
 mod items;
@@ -186,6 +187,9 @@ pub fn load_str(text: &str, dir: &Path) -> Result<Manifest, Vec<Problem>> {
         uses: Vec::new(),
     };
     let manifest = cx.manifest(&root);
+    if let Some(m) = &manifest {
+        cx.check_programs(&root, m);
+    }
     cx.problems
         .sort_by_key(|p| p.span.map_or((0, 0), |s| (s.line, s.column)));
     if cx.problems.is_empty() {
