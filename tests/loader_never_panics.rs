@@ -42,7 +42,10 @@ fn load(bytes: &[u8]) {
 
 #[test]
 fn the_reference_manifest_is_valid() {
-    let r = load_bytes(VALID.as_bytes(), "ok.yaml", Path::new("/tmp"));
+    // Its probe, a relative program, must exist beside it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("free-slots.sh"), "#!/bin/sh\necho 2\n").unwrap();
+    let r = load_bytes(VALID.as_bytes(), "ok.yaml", dir.path());
     assert!(
         r.is_ok(),
         "{}",
