@@ -214,9 +214,10 @@ fn detailed_exitcode_tells_pending_from_nothing_to_do() {
             "manifest.yaml",
             "--detailed-exitcode",
             "--items",
-            "nothing-matches",
+            "fix-login",
         ],
     );
+    // Only an item held `stale-base` is selected: nothing to do.
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     std::fs::write(dir.path().join("bad.yaml"), "version: 1\n").unwrap();
     let out = run_in(dir.path(), &["plan", "bad.yaml", "--detailed-exitcode"]);
