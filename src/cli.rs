@@ -155,19 +155,22 @@ pub struct StatusArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormatArg {
+    /// `report.json`: the whole report, for machines.
     Json,
+    /// `summary.md`: for people, pull requests and CI step summaries.
     Markdown,
 }
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The run id.
+    /// The run id, or `latest` for the most recent run (of `--manifest`, when given).
     pub run: String,
     /// The manifest whose ledger to read (or give `--state`).
     #[arg(long)]
     pub manifest: Option<PathBuf>,
     #[command(flatten)]
     pub state: StateArgs,
+    /// Which rendering to print.
     #[arg(long, value_enum, default_value_t = ReportFormatArg::Json)]
     pub format: ReportFormatArg,
 }

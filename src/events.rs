@@ -34,8 +34,11 @@ pub enum Event {
         exit: Option<i32>,
         class: WorkerClass,
         duration: Duration,
-        /// The worker's log, when it printed anything.
+        /// The worker's log.
         log: Option<PathBuf>,
+        /// The end of its output, when it did not succeed.
+        #[serde(default)]
+        output_tail: String,
     },
     GateStarted {
         item: ItemIndex,

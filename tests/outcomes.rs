@@ -397,3 +397,74 @@ fn unlock_takes_a_repositorys_name_with_its_manifest() {
         stderr(&out)
     );
 }
+
+#[test]
+fn reports_speak_plainly_and_every_process_has_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        r#"version: 1
+name: texts
+capacity: {workers: 1}
+repositories: [{path: r}]
+models: {primary: m1, fallbacks: [m2], threshold: 2, provider_failure: {exit_codes: [75]}}
+worker:
+  run: 'if [ "$RUNNER_ITEM" = ok ]; then exit 0; fi; if [ "$RUNNER_MODEL" = m1 ]; then echo "rate limited"; exit 75; fi; echo "broke at line 3"; exit 2'
+  attempts: 1
+gates:
+  - {name: quiet, run: ["true"]}
+items:
+  - {repo: r, id: bad}
+  - {repo: r, id: ok}
+"#,
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let reports = dir.path().join("runner-reports");
+    let summary = std::fs::read_to_string(reports.join("latest/summary.md")).unwrap();
+    for internal in ["Some(", "None", "`-`", "1 items", "1 workers", "attempt 0"] {
+        assert!(!summary.contains(internal), "`{internal}` in:\n{summary}");
+    }
+    assert!(summary.contains("**2 items:**"), "{summary}");
+    assert!(summary.contains("| 1 (+2 provider retries) |"), "{summary}");
+    assert!(summary.contains("worker failed (exit 2,"), "{summary}");
+    assert!(
+        summary.contains("broke at line 3"),
+        "the failing worker's tail: {summary}"
+    );
+    let report = latest_report(&reports);
+    let bad = report_item(&report, "id", "bad");
+    let last = bad["attempts"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["worker"]["output_tail"], "broke at line 3", "{bad:#}");
+    // Every worker and gate that ran has a log file, empty or not.
+    let run_dir = reports.join(report["run_id"].as_str().unwrap());
+    let mut logs = 0;
+    for it in report["items"].as_array().unwrap() {
+        for a in it["attempts"].as_array().unwrap() {
+            let mut paths = vec![a["worker"]["log"].clone()];
+            paths.extend(
+                a["gates"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|g| g["log"].clone()),
+            );
+            for p in paths {
+                let p = p.as_str().unwrap_or_else(|| panic!("no log in {a:#}"));
+                assert!(run_dir.join(p).is_file(), "{p} missing");
+                logs += 1;
+            }
+        }
+    }
+    assert_eq!(
+        logs, 5,
+        "three worker passes of `bad`, worker and gate of `ok`"
+    );
+    // `latest` names the most recent run.
+    let again = run_in(dir.path(), &["report", "latest", "--manifest", "m.yaml"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["run_id"], report["run_id"]);
+}

@@ -38,7 +38,31 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
         Ok(l) => l,
         Err(c) => return c,
     };
-    let rep = match found(ui, render(&ledger, &args.run), &args.run, &path) {
+    let run = if args.run == "latest" {
+        let name = match &args.manifest {
+            Some(m) => match super::load(ui, m) {
+                Ok(l) => Some(l.manifest.name),
+                Err(c) => return c,
+            },
+            None => None,
+        };
+        match ledger.recent_runs(name.as_deref(), 1) {
+            Ok(runs) => match runs.into_iter().next() {
+                Some(r) => r.id,
+                None => {
+                    ui.error(format_args!("no run recorded in `{}`", path.display()));
+                    return super::EXIT_INVALID;
+                }
+            },
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
+        }
+    } else {
+        args.run.clone()
+    };
+    let rep = match found(ui, render(&ledger, &run), &run, &path) {
         Ok(r) => r,
         Err(c) => return c,
     };

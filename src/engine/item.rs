@@ -233,7 +233,12 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             exit: fin.exit,
             class,
             duration: fin.duration,
-            log: fin.any_output.then_some(log),
+            log: fin.logged.then_some(log),
+            output_tail: match (&fin.spawn_error, class) {
+                (Some(e), _) => e.clone(),
+                (None, WorkerClass::Ok) => String::new(),
+                (None, _) => last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES),
+            },
         });
         if let Some(e) = &fin.spawn_error {
             run.outcome = ItemOutcome::Failed;
@@ -466,7 +471,7 @@ async fn gates(
             reason: fin.cancelled.then(|| "the run was cancelled".to_string()),
             duration: fin.duration,
             output_tail: tail,
-            log: fin.any_output.then_some(log),
+            log: fin.logged.then_some(log),
         });
         if fin.cancelled {
             return GatesOutcome::Cancelled;

@@ -77,8 +77,10 @@ pub struct Finished {
     /// The redacted last part of its output.
     pub tail: String,
     pub output_bytes: u64,
-    /// Whether it printed anything at all (and so has a log file).
+    /// Whether it printed anything at all.
     pub any_output: bool,
+    /// Whether its log file was written (empty when it printed nothing).
+    pub logged: bool,
     /// Whether the whole tree was proven gone afterwards.
     pub tree_gone: bool,
 }
@@ -232,6 +234,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.tail = snap.tail;
     fin.output_bytes = snap.bytes;
     fin.any_output = snap.bytes > 0;
+    fin.logged = snap.logged;
     fin.duration = started.elapsed();
     fin
 }

@@ -136,6 +136,16 @@ impl Collector {
         if !rest.is_empty() {
             self.emit(&mut st, &rest);
         }
+        // Every process has its log, an empty one when it printed nothing: a report never
+        // points at a log that is not there, nor leaves one out.
+        if st.log.is_none()
+            && let Some(path) = st.log_path.take()
+        {
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            st.log = std::fs::File::create(&path).ok();
+        }
         if let Some(log) = st.log.as_mut() {
             let _ = log.flush();
         }

@@ -7,16 +7,27 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
+/// `1 item`, `2 items`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn fence(out: &mut String, tail: &str) {
+    out.push_str("\n```text\n");
+    out.push_str(tail.trim_end());
+    out.push_str("\n```\n\n");
+}
+
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let ending = r.ending.map_or("unfinished", |e| e.as_str());
     out.push_str(&format!("# runner: `{}` — {ending}\n\n", r.manifest.name));
     out.push_str(&format!(
-        "Run `{}` · started {} · ended {} · up to {} workers\n\n",
+        "Run `{}` · started {} · ended {} · up to {} at once\n\n",
         r.run_id,
         r.started_at,
-        r.ended_at.as_deref().unwrap_or("-"),
-        r.capacity.workers
+        r.ended_at.as_deref().unwrap_or("still running"),
+        count(r.capacity.workers as usize, "item", "items")
     ));
     if let Some(c) = &r.cause {
         out.push_str(&format!("**Cause:** {}\n\n", cell(c)));
@@ -28,8 +39,8 @@ pub fn render(r: &Report) -> String {
         .map(|(o, n)| format!("{n} {}", o.as_str()))
         .collect();
     out.push_str(&format!(
-        "**{} items:** {}\n\n",
-        r.items.len(),
+        "**{}:** {}\n\n",
+        count(r.items.len(), "item", "items"),
         if counts.is_empty() {
             "none".to_string()
         } else {
@@ -41,6 +52,11 @@ pub fn render(r: &Report) -> String {
     }
     out.push_str("| repository | item | outcome | model | attempts | detail |\n");
     out.push_str("|---|---|---|---|---|---|\n");
+    let provider = |a: &super::AttemptReport| {
+        a.worker
+            .as_ref()
+            .is_some_and(|w| w.class == crate::vocab::WorkerClass::Provider)
+    };
     for it in &r.items {
         let detail = match (&it.reason, &it.cause) {
             (Some(r), Some(c)) => format!("{r}: {c}"),
@@ -62,7 +78,18 @@ pub fn render(r: &Report) -> String {
             cell(&it.id),
             mark,
             cell(it.model.as_deref().unwrap_or("")),
-            it.attempts.len(),
+            {
+                // Passes the provider failed do not use up attempts: counted apart.
+                let retries = it.attempts.iter().filter(|a| provider(a)).count();
+                let attempts = it.attempts.len() - retries;
+                match retries {
+                    0 => attempts.to_string(),
+                    n => format!(
+                        "{attempts} (+{})",
+                        count(n, "provider retry", "provider retries")
+                    ),
+                }
+            },
             cell(&detail)
         ));
     }
@@ -97,24 +124,30 @@ pub fn render(r: &Report) -> String {
             out.push_str(&format!("\n### {}/{}\n\n", it.repo, it.id));
             for a in &it.attempts {
                 let w = a.worker.as_ref().map_or("not run".to_string(), |w| {
+                    let exit = w
+                        .exit
+                        .map_or("no exit code".to_string(), |c| format!("exit {c}"));
                     format!(
-                        "worker {} (exit {:?}, {} ms)",
+                        "worker {} ({exit}, {:.1} s)",
                         w.class.as_str(),
-                        w.exit,
-                        w.duration_ms
+                        w.duration_ms as f64 / 1000.0
                     )
                 });
-                out.push_str(&format!(
-                    "- attempt {} on `{}`: {w}\n",
-                    a.n,
-                    a.model.as_deref().unwrap_or("-")
-                ));
+                let on = a
+                    .model
+                    .as_deref()
+                    .map(|m| format!(" on `{m}`"))
+                    .unwrap_or_default();
+                out.push_str(&format!("- pass {}{on}: {w}\n", a.n));
+                if let Some(w) = &a.worker
+                    && !w.output_tail.is_empty()
+                {
+                    fence(&mut out, &w.output_tail);
+                }
                 for g in &a.gates {
                     out.push_str(&format!("  - gate `{}`: {}\n", g.name, g.result.as_str()));
                     if !g.output_tail.is_empty() && g.result != crate::vocab::GateResult::Passed {
-                        out.push_str("\n```text\n");
-                        out.push_str(&g.output_tail);
-                        out.push_str("\n```\n\n");
+                        fence(&mut out, &g.output_tail);
                     }
                 }
             }

@@ -77,8 +77,10 @@ pub struct WorkerReport {
     pub exit: Option<i32>,
     pub class: WorkerClass,
     pub duration_ms: u64,
-    /// Relative to the run's report folder; absent when the worker printed nothing.
+    /// Relative to the run's report folder (an empty file when the worker printed nothing).
     pub log: Option<String>,
+    /// The end of its output when it did not succeed (empty otherwise).
+    pub output_tail: String,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -200,6 +202,7 @@ impl ReportBuilder {
                 class,
                 duration,
                 log,
+                output_tail,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if let Some(a) = self.attempt(*item, *n) {
@@ -208,6 +211,7 @@ impl ReportBuilder {
                         class: *class,
                         duration_ms: duration.as_millis() as u64,
                         log,
+                        output_tail: output_tail.clone(),
                     });
                 }
             }

@@ -90,7 +90,11 @@ impl Progress {
             return;
         };
         let (n, model, gate) = self.state.get(&item).cloned().unwrap_or_default();
-        let mut msg = format!("{} · attempt {n}", self.name(item));
+        let mut msg = if n == 0 {
+            format!("{} · starting", self.name(item))
+        } else {
+            format!("{} · attempt {n}", self.name(item))
+        };
         if let Some(m) = model {
             msg.push_str(&format!(" · {m}"));
         }
@@ -143,10 +147,10 @@ impl Progress {
                 // Plain logs name what went wrong; what went right is in the item's last line.
                 if self.bars.is_none() && *class != WorkerClass::Ok {
                     self.line(&format!(
-                        "{} attempt {n}: worker {} (exit {}, {:.1}s)",
+                        "{} attempt {n}: worker {} ({}, {:.1}s)",
                         self.name(*item),
                         class.as_str(),
-                        exit.map_or("-".to_string(), |c| c.to_string()),
+                        exit.map_or("no exit code".to_string(), |c| format!("exit {c}")),
                         duration.as_secs_f64()
                     ));
                 }
