@@ -468,3 +468,25 @@ items:
     let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(again["run_id"], report["run_id"]);
 }
+
+#[test]
+fn status_shows_the_holds_decided_at_plan_time() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    std::fs::write(dir.path().join("r/untracked.txt"), "x\n").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(
+        text.contains(
+            "held items (latest run):\n  r/a  dirty-tree: the checkout has uncommitted changes"
+        ),
+        "{text}"
+    );
+    let json = run_in(dir.path(), &["status", "m.yaml", "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(st["schema"], "runner.status/v1");
+    let held = st["held"].as_array().unwrap();
+    assert_eq!(held.len(), 4, "{st:#}");
+    assert!(held.iter().all(|h| h["reason"] == "dirty-tree"), "{st:#}");
+}

@@ -163,6 +163,22 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         ui.error(e);
         return EXIT_INTERNAL;
     }
+    // Holds decided at plan time are the run's results too: recorded, so `status` shows them.
+    for (i, it) in plan.items.iter().enumerate() {
+        if it.state != crate::plan::ItemState::Held {
+            continue;
+        }
+        let ev = Event::ItemFinished {
+            item: i,
+            outcome: ItemOutcome::Held,
+            reason: it.reason.map(|r| r.as_str().to_string()),
+            cause: it.detail.clone(),
+        };
+        if let Err(e) = ledger.event(&run_id, Some(&keys[i]), &ev, &started_at) {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    }
     let mut sink = ApplySink {
         progress: crate::ui::Progress::new(&plan, fancy, ui.color),
         builder: ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),

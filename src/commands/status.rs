@@ -7,8 +7,13 @@ use crate::ledger::{Ledger, RunRow};
 use serde::Serialize;
 use std::path::PathBuf;
 
+/// The tag of `status --json`'s format.
+pub const STATUS_SCHEMA: &str = "runner.status/v1";
+
 #[derive(Serialize)]
 struct Status {
+    /// Always [`STATUS_SCHEMA`].
+    schema: &'static str,
     ledger: String,
     paused: Option<String>,
     runs: Vec<RunView>,
@@ -134,6 +139,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             })
             .collect();
         Ok(Status {
+            schema: STATUS_SCHEMA,
             ledger: path.display().to_string(),
             paused,
             runs,
