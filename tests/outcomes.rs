@@ -490,3 +490,45 @@ fn status_shows_the_holds_decided_at_plan_time() {
     assert_eq!(held.len(), 4, "{st:#}");
     assert!(held.iter().all(|h| h["reason"] == "dirty-tree"), "{st:#}");
 }
+
+#[test]
+fn a_new_branch_is_forked_only_from_a_base_holding_every_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    common::git(&r, &["checkout", "-q", "-b", "fix"]);
+    common::commit_file(&r, "SECURITY.md", "patched\n");
+    common::git(&r, &["tag", "v2"]);
+    common::git(&r, &["checkout", "-q", "main"]);
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        r#"version: 1
+name: markers
+repositories: [{path: r, critical_base: [v2]}]
+worker: {run: ["true"]}
+items: [{repo: r, id: new, branch: "runner/new"}]
+"#,
+    )
+    .unwrap();
+    let plan = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let it = &plan["items"][0];
+    assert_eq!(
+        (it["state"].as_str(), it["reason"].as_str()),
+        (Some("held"), Some("stale-base")),
+        "{it}"
+    );
+    assert!(
+        it["detail"].as_str().unwrap().contains("base `main`"),
+        "{it}"
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        common::git(&r, &["branch", "--list", "runner/new"]).is_empty(),
+        "a branch was forked from a stale base"
+    );
+    // Once the base holds the marker, the item runs.
+    common::git(&r, &["merge", "-q", "--ff-only", "fix"]);
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

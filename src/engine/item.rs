@@ -134,11 +134,15 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf
         let exists = git::local_branches(&repo_path)
             .map_err(|e| Prepared::Failed(e.into()))?
             .contains(&branch);
-        if exists {
-            // Checked again just before the attempt: the branch may have moved since the plan.
-            if let Some(detail) = crate::plan::missing_markers(&repo_path, &branch, &markers) {
-                return Err(Prepared::Held("stale-base", detail));
-            }
+        // Checked again just before the attempt: the branch or the base may have moved since
+        // the plan.
+        let tip = if exists {
+            crate::plan::Tip::Branch(&branch)
+        } else {
+            crate::plan::Tip::Base(&base)
+        };
+        if let Some(detail) = crate::plan::missing_markers(&repo_path, tip, &markers) {
+            return Err(Prepared::Held("stale-base", detail));
         }
         git::ensure_worktree(&repo_path, &wt, &branch, &base, exists)
             .map_err(|e| Prepared::Failed(e.into()))?;

@@ -262,21 +262,21 @@ pub enum Ancestry {
     Unresolvable,
 }
 
-/// `git merge-base --is-ancestor marker branch`, with an unknown marker told apart.
-pub fn ancestry(dir: &Path, marker: &str, branch: &str) -> Result<Ancestry, GitError> {
+/// `git merge-base --is-ancestor marker rev`, with an unknown marker told apart. `rev` is
+/// anything git resolves to a commit (`refs/heads/x`, `main`, `HEAD`, an id).
+pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitError> {
     let commit = format!("{marker}^{{commit}}");
     let resolved = run(dir, &["rev-parse", "--verify", "-q", &commit])?;
     if !resolved.status.success() {
         return Ok(Ancestry::Unresolvable);
     }
     let sha = String::from_utf8_lossy(&resolved.stdout).trim().to_string();
-    let branch_ref = format!("refs/heads/{branch}");
-    let out = run(dir, &["merge-base", "--is-ancestor", &sha, &branch_ref])?;
+    let out = run(dir, &["merge-base", "--is-ancestor", &sha, rev])?;
     match out.status.code() {
         Some(0) => Ok(Ancestry::Contained),
         Some(1) => Ok(Ancestry::Missing),
         _ => Err(failed(
-            format!("merge-base --is-ancestor {marker} {branch}"),
+            format!("merge-base --is-ancestor {marker} {rev}"),
             dir,
             &out,
         )),

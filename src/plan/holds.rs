@@ -5,7 +5,8 @@
 //! item's hold is decided here, with no I/O, in one fixed order: filtered, repository not found,
 //! not yet cloned (pending: `apply` clones it), then for a branch item the critical base of a
 //! continued branch, and for an in-place item the state of the checkout. Exactly one reason per
-//! item, or none.
+//! item, or none. A branch item's markers are checked on its branch when it exists, and on the
+//! base it would be forked from when it does not.
 
 use super::RepoStatus;
 use crate::vocab::HoldReason;
@@ -24,6 +25,9 @@ pub struct RepoFacts {
     /// For each existing branch that was checked: the markers it lacks, or `None` when it
     /// contains them all.
     pub stale: HashMap<String, Option<String>>,
+    /// The markers the base lacks, from which new branches are forked (`Some(None)`: none);
+    /// `None` when it was not checked.
+    pub base_stale: Option<Option<String>>,
 }
 
 /// The decision for one item.
@@ -45,6 +49,14 @@ pub fn needs_marker_check(repo: &RepoFacts, selected: bool, branch: Option<&str>
     selected
         && repo.status == Some(RepoStatus::Found)
         && branch.is_some_and(|b| repo.branches.as_ref().is_some_and(|s| s.contains(b)))
+}
+
+/// Whether the item's branch is new, so that the base it would be forked from must be checked
+/// against the markers: what planning asks git before calling [`hold`].
+pub fn needs_base_check(repo: &RepoFacts, selected: bool, branch: Option<&str>) -> bool {
+    selected
+        && repo.status == Some(RepoStatus::Found)
+        && branch.is_some_and(|b| !repo.branches.as_ref().is_some_and(|s| s.contains(b)))
 }
 
 /// Decide an item's hold. `selected`: the item passes `--only` and `--items`.
@@ -72,14 +84,16 @@ pub fn hold(repo: &RepoFacts, selected: bool, branch: Option<&str>) -> Hold {
     match branch {
         Some(b) => {
             let exists = repo.branches.as_ref().is_some_and(|s| s.contains(b));
+            // A branch, continued or new, never checked is held: fail closed.
             let stale = if exists {
-                // A continued branch never checked is held: fail closed.
                 repo.stale
                     .get(b)
                     .cloned()
                     .unwrap_or_else(|| Some(format!("branch `{b}` was not checked")))
             } else {
-                None
+                repo.base_stale.clone().unwrap_or_else(|| {
+                    Some(format!("the base of new branch `{b}` was not checked"))
+                })
             };
             Hold {
                 reason: stale.is_some().then_some(HoldReason::StaleBase),
@@ -105,6 +119,7 @@ mod tests {
             status: Some(RepoStatus::Found),
             dirty: Some(false),
             branches: Some(["old".to_string()].into()),
+            base_stale: Some(None),
             ..RepoFacts::default()
         }
     }
@@ -149,6 +164,8 @@ mod tests {
             exists in any::<bool>(),
             checked in any::<bool>(),
             lacks in any::<bool>(),
+            base_checked in any::<bool>(),
+            base_lacks in any::<bool>(),
             selected in any::<bool>(),
             branch_item in any::<bool>(),
         ) {
@@ -157,6 +174,9 @@ mod tests {
             if checked {
                 r.stale.insert("b".into(), lacks.then(|| "lacks".to_string()));
             }
+            if base_checked {
+                r.base_stale = Some(base_lacks.then(|| "base lacks".to_string()));
+            }
             let branch = branch_item.then_some("b");
             let want = if !selected {
                 Some(HoldReason::Filtered)
@@ -164,8 +184,10 @@ mod tests {
                 Some(HoldReason::RepoNotFound)
             } else if st == Some(RepoStatus::ToClone) {
                 None
+            } else if branch_item && exists {
+                (!checked || lacks).then_some(HoldReason::StaleBase)
             } else if branch_item {
-                (exists && (!checked || lacks)).then_some(HoldReason::StaleBase)
+                (!base_checked || base_lacks).then_some(HoldReason::StaleBase)
             } else {
                 (dirty != Some(false)).then_some(HoldReason::DirtyTree)
             };
@@ -175,6 +197,10 @@ mod tests {
             prop_assert_eq!(
                 needs_marker_check(&r, selected, branch),
                 selected && st == Some(RepoStatus::Found) && branch_item && exists
+            );
+            prop_assert_eq!(
+                needs_base_check(&r, selected, branch),
+                selected && st == Some(RepoStatus::Found) && branch_item && !exists
             );
         }
     }

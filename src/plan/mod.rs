@@ -553,6 +553,7 @@ fn analyse(
         dirty: repo.dirty,
         branches,
         stale: HashMap::new(),
+        base_stale: None,
     };
     let selected =
         |it: &ItemPlan| repo_selected && item_filter.is_none_or(|g| g.is_match(it.id.as_str()));
@@ -561,9 +562,21 @@ fn analyse(
             && holds::needs_marker_check(&facts, selected(it), Some(b))
             && !facts.stale.contains_key(b)
         {
-            let lacks = missing_markers(&l.path, b, &spec.critical_base);
+            let lacks = missing_markers(&l.path, Tip::Branch(b), &spec.critical_base);
             facts.stale.insert(b.clone(), lacks);
         }
+    }
+    // A new branch is forked from the base: the base must hold every marker too.
+    if items
+        .iter()
+        .any(|it| holds::needs_base_check(&facts, selected(it), it.branch.as_deref()))
+    {
+        let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
+        facts.base_stale = Some(missing_markers(
+            &l.path,
+            Tip::Base(&base),
+            &spec.critical_base,
+        ));
     }
     for it in &mut items {
         let h = holds::hold(&facts, selected(it), it.branch.as_deref());
@@ -588,19 +601,38 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Which `critical_base` markers the existing `branch` lacks, as a detail naming them, or `None`
-/// when it contains them all. Shared by `plan` and the check just before an attempt.
-pub fn missing_markers(dir: &Path, branch: &str, markers: &[String]) -> Option<String> {
+/// What the `critical_base` markers are checked against.
+#[derive(Clone, Copy, Debug)]
+pub enum Tip<'a> {
+    /// An existing work branch, continued.
+    Branch(&'a str),
+    /// The base a new work branch is forked from (a branch, tag, commit or `HEAD`).
+    Base(&'a str),
+}
+
+/// Which `critical_base` markers `tip` lacks, as a detail naming them, or `None` when it
+/// contains them all. Shared by `plan` and the checks just before an attempt.
+pub fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> Option<String> {
+    if markers.is_empty() {
+        return None;
+    }
+    let (rev, what) = match tip {
+        Tip::Branch(b) => (format!("refs/heads/{b}"), format!("branch `{b}`")),
+        Tip::Base(b) => (
+            b.to_string(),
+            format!("base `{b}`, from which the new branch would be forked,"),
+        ),
+    };
     let mut missing = Vec::new();
     for marker in markers {
-        match git::ancestry(dir, marker, branch) {
+        match git::ancestry(dir, marker, &rev) {
             Ok(Ancestry::Contained) => {}
             Ok(Ancestry::Missing) => missing.push(format!("`{marker}`")),
             Ok(Ancestry::Unresolvable) => missing.push(format!("`{marker}` (unresolvable)")),
             Err(e) => missing.push(format!("`{marker}` ({e})")),
         }
     }
-    (!missing.is_empty()).then(|| format!("branch `{branch}` lacks {}", missing.join(", ")))
+    (!missing.is_empty()).then(|| format!("{what} lacks {}", missing.join(", ")))
 }
 
 /// Literal folder prefix of a glob, and how deep below it a match can be (`None`: unbounded).
