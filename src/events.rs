@@ -56,6 +56,22 @@ pub enum Event {
         output_tail: String,
         log: Option<PathBuf>,
     },
+    /// What a completed item's work left in git, just before it finishes.
+    Work {
+        item: ItemIndex,
+        /// The commit the item produced (by runner or by the worker); `None` when its branch did
+        /// not move.
+        commit: Option<String>,
+        files: u64,
+        insertions: u64,
+        deletions: u64,
+        /// The worker changed nothing.
+        no_change: bool,
+        /// No required gate ran and passed.
+        unverified: bool,
+        /// Files left uncommitted (`worker.commit: false`).
+        uncommitted: Vec<String>,
+    },
     ItemFinished {
         item: ItemIndex,
         outcome: ItemOutcome,

@@ -660,19 +660,41 @@ fn a_worker_that_cannot_be_started_fails_its_item_with_the_reason() {
 
 #[test]
 fn the_drain_runs_on_one_thread_once_the_plan_is_made() {
-    // Planning's pool of threads ends with the plan: while workers run, runner is one thread
-    // (so a census reads one list of children, and nothing idles beside the event loop).
+    // Planning's pool of threads ends with the plan: while workers run, runner is its event
+    // loop and, at most, the blocking pool's threads that ask git (so a census reads few lists
+    // of children, and nothing of planning idles beside the loop).
     let dir = tempfile::tempdir().unwrap();
     let seen = dir.path().join("threads.log");
-    let worker = format!("grep '^Threads:' /proc/$PPID/status >> {}", seen.display());
+    let worker = format!(
+        "for t in /proc/$PPID/task/*; do echo \"$(basename $t) $(cat $t/comm)\"; done >> {}; echo --- >> {}",
+        seen.display(),
+        seen.display()
+    );
     manifest(dir.path(), 4, 1, 1, &worker, "");
     let out = apply(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let log = std::fs::read_to_string(&seen).unwrap();
-    assert_eq!(log.lines().count(), 4, "{log}");
-    for line in log.lines() {
-        assert_eq!(line.split_whitespace().nth(1), Some("1"), "{log}");
+    assert_eq!(log.matches("---").count(), 4, "{log}");
+    for line in log.lines().filter(|l| *l != "---") {
+        let (tid, name) = line.split_once(' ').unwrap();
+        let main = log
+            .lines()
+            .find(|l| l.ends_with(" runner"))
+            .map(|l| l.split_once(' ').unwrap().0);
+        assert!(
+            name == "runner-blocking" || (name == "runner" && Some(tid) == main),
+            "a thread other than the loop and the blocking pool: {line}\n{log}"
+        );
     }
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.ends_with(" runner"))
+            .map(|l| l.split_once(' ').unwrap().0)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        1,
+        "{log}"
+    );
 }
 
 #[test]

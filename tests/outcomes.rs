@@ -248,7 +248,7 @@ fn the_last_line_gives_the_counts_and_the_reason_for_the_exit_code() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         err.lines().last().unwrap(),
-        "runner: 1 completed, 3 halted — exit 1: an item halted, failed or was held",
+        "runner: 1 completed (no-change 1), 3 halted — exit 1: an item halted, failed or was held",
         "{err}"
     );
     // Again: everything is done, nothing pending.
@@ -531,4 +531,139 @@ items: [{repo: r, id: new, branch: "runner/new"}]
     common::git(&r, &["merge", "-q", "--ff-only", "fix"]);
     let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// One repository `r` and one item `a` without a branch, with the given worker and gates.
+fn work_fixture(root: &Path, worker: &str, extra: &str) -> std::path::PathBuf {
+    let r = repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: work\nrepositories: [{{path: r}}]\nworker:\n  run: {}\n{extra}items: [{{repo: r, id: a}}]\n",
+            serde_json::to_string(worker).unwrap()
+        ),
+    )
+    .unwrap();
+    r
+}
+
+#[test]
+fn an_in_place_item_commits_its_work_and_then_plans_as_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = work_fixture(dir.path(), "echo fixed > fix.txt", "");
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(common::git(&r, &["log", "-1", "--format=%s"]), "runner: a");
+    assert_eq!(
+        common::git(&r, &["status", "--porcelain"]),
+        "",
+        "the checkout is left clean"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let a = report_item(&report, "id", "a");
+    assert_eq!(
+        a["commit"],
+        common::git(&r, &["rev-parse", "HEAD"]).as_str(),
+        "{a:#}"
+    );
+    assert_eq!(a["diffstat"]["files"], 1);
+    assert_eq!(a["diffstat"]["insertions"], 1);
+    assert_eq!(
+        a["marks"],
+        serde_json::json!(["unverified"]),
+        "no gate checked it: {a:#}"
+    );
+    let out = run_in(
+        dir.path(),
+        &["plan", "m.yaml", "--json", "--detailed-exitcode"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["items"][0]["state"], "done", "{plan:#}");
+}
+
+#[test]
+fn the_commit_holds_the_tree_as_the_worker_left_it_not_the_gates_byproducts() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = work_fixture(
+        dir.path(),
+        "echo 'def f(): return 1' > lib.py",
+        "gates:\n  - name: test\n    run: 'mkdir -p __pycache__ && echo bytecode > __pycache__/lib.pyc && echo more >> lib.py'\n",
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let files = common::git(&r, &["show", "--name-only", "--format=", "HEAD"]);
+    assert_eq!(files, "lib.py", "the commit holds: {files}");
+    assert_eq!(
+        common::git(&r, &["show", "HEAD:lib.py"]),
+        "def f(): return 1",
+        "the gate's edit is not in the commit"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert!(
+        report_item(&report, "id", "a")["marks"]
+            .as_array()
+            .is_none_or(|m| m.is_empty()),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_worker_that_moves_head_fails_its_attempt_and_nothing_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = work_fixture(
+        dir.path(),
+        "git checkout -q -b elsewhere && echo x > x.txt",
+        "",
+    );
+    let start = common::git(&r, &["rev-parse", "HEAD"]);
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let a = report_item(&report, "id", "a");
+    assert_eq!(a["outcome"], "halted", "{a:#}");
+    assert!(
+        a["cause"]
+            .as_str()
+            .unwrap()
+            .contains("HEAD moved from `main` to `elsewhere`"),
+        "{a:#}"
+    );
+    // runner committed nowhere: neither the item's branch nor the one the worker moved to.
+    for b in ["main", "elsewhere"] {
+        assert_eq!(common::git(&r, &["rev-parse", b]), start, "{b} moved");
+    }
+}
+
+#[test]
+fn a_pass_that_changes_nothing_is_marked_and_with_require_change_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    work_fixture(dir.path(), "true", "gates: [{name: ok, run: [\"true\"]}]\n");
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let a = report_item(&report, "id", "a");
+    assert_eq!(a["marks"], serde_json::json!(["no-change"]), "{a:#}");
+    assert!(a["commit"].is_null(), "{a:#}");
+    assert!(
+        stderr(&out).contains("1 completed (no-change 1)"),
+        "{}",
+        stderr(&out)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    work_fixture(
+        dir.path(),
+        "true",
+        "  require_change: true\ngates: [{name: ok, run: [\"true\"]}]\n",
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let a = report_item(&report, "id", "a");
+    assert_eq!(a["outcome"], "halted");
+    assert!(
+        a["cause"].as_str().unwrap().contains("changed nothing"),
+        "{a:#}"
+    );
 }

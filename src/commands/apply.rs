@@ -229,8 +229,12 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     });
 
     crate::process::become_subreaper();
+    // One event loop on this thread; git questions on a blocking pool whose threads are named
+    // for what they are and end soon after their work.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .thread_name("runner-blocking")
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .build()
     {
         Ok(r) => r,
@@ -313,6 +317,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::WorkerFinished { item, .. }
         | Event::GateStarted { item, .. }
         | Event::GateFinished { item, .. }
+        | Event::Work { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }

@@ -38,6 +38,8 @@ struct ItemCx<'a> {
     lease_fd: i32,
     events: &'a mpsc::UnboundedSender<Event>,
     stop: watch::Receiver<Stop>,
+    /// Where the work started; `None` in a repository without a commit.
+    anchor: Option<Anchor>,
 }
 
 pub async fn run_item(
@@ -75,6 +77,25 @@ pub async fn run_item(
             return r;
         }
     };
+    let dir = workdir.clone();
+    let anchor = blocking(move || -> Result<Option<Anchor>, git::GitError> {
+        let probe = git::quick_probe(&dir)?;
+        Ok(probe.head.map(|start| Anchor {
+            branch: probe.branch,
+            start,
+        }))
+    })
+    .await
+    .and_then(|r| r.map_err(ItemError::from));
+    let anchor = match anchor {
+        Ok(a) => a,
+        Err(e) => {
+            let mut r = ItemRun::ended(ItemOutcome::Failed);
+            r.cause = Some(e.to_string());
+            r.halt = Some(HaltSignature::described("git", &e.to_string()));
+            return r;
+        }
+    };
     let icx = ItemCx {
         cx: &cx,
         idx,
@@ -86,14 +107,19 @@ pub async fn run_item(
         lease_fd,
         events: &events,
         stop,
+        anchor,
     };
-    let mut run = attempts(&icx).await;
-    if run.outcome == ItemOutcome::Completed
-        && item.branch.is_some()
-        && let Err(e) = finish_branch(&icx).await
-    {
-        run.outcome = ItemOutcome::Failed;
-        run.cause = Some(e.to_string());
+    let (mut run, snap, unverified) = attempts(&icx).await;
+    if run.outcome == ItemOutcome::Completed {
+        match finish_work(&icx, snap, unverified).await {
+            Ok(work) => {
+                let _ = events.send(work);
+            }
+            Err(e) => {
+                run.outcome = ItemOutcome::Failed;
+                run.cause = Some(e.to_string());
+            }
+        }
     }
     run
 }
@@ -152,22 +178,161 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf
     .map_err(|e| Prepared::Failed(e.into()))?
 }
 
-/// Commit what the worker left uncommitted on the branch, then remove the worktree.
-async fn finish_branch(icx: &ItemCx<'_>) -> Result<(), ItemError> {
+/// A completed item's work: the snapshot of its passing attempt committed (on the work branch,
+/// or on the checked-out branch for an item without one) unless `worker.commit: false`; a
+/// completed item's worktree removed (its branch keeps the work). Returns what it left.
+async fn finish_work(
+    icx: &ItemCx<'_>,
+    snap: Option<Snapshot>,
+    unverified: bool,
+) -> Result<Event, ItemError> {
     let dir = icx.workdir.clone();
     let repo = icx.repo.path.clone();
-    let msg = format!("runner: {}", icx.item.id);
-    tokio::task::spawn_blocking(move || {
-        git::commit_all(&dir, &msg)?;
-        git::remove_worktree(&repo, &dir)
+    let anchor = icx.anchor.clone();
+    let commit = icx.eff.worker.commit();
+    let in_worktree = icx.item.branch.is_some();
+    let message = format!("runner: {}", icx.item.id);
+    let idx = icx.idx;
+    blocking(move || -> Result<Event, ItemError> {
+        let (Some(anchor), Some(snap)) = (anchor, snap) else {
+            // A repository without a commit: nothing to compare or commit against.
+            return Ok(Event::Work {
+                item: idx,
+                commit: None,
+                files: 0,
+                insertions: 0,
+                deletions: 0,
+                no_change: false,
+                unverified,
+                uncommitted: Vec::new(),
+            });
+        };
+        let head = match git::quick_probe(&dir)?.head {
+            Some(h) => h,
+            None => git::head(&dir)?,
+        };
+        let mut last = head.clone();
+        let mut uncommitted = Vec::new();
+        if let Some(tree) = &snap.tree
+            && *tree != git::tree_of(&dir, &head)?
+        {
+            match (&anchor.branch, commit) {
+                (Some(branch), true) => {
+                    last = git::commit_tree_on(&dir, tree, &head, branch, &message)?;
+                    if !in_worktree {
+                        git::reset_index(&dir)?;
+                    }
+                }
+                _ => uncommitted = git::uncommitted(&dir)?,
+            }
+        }
+        if in_worktree && uncommitted.is_empty() {
+            git::remove_worktree(&repo, &dir)?;
+        }
+        let (files, insertions, deletions) = if last == anchor.start {
+            (0, 0, 0)
+        } else {
+            git::diffstat(&repo, &anchor.start, &last)?
+        };
+        Ok(Event::Work {
+            item: idx,
+            commit: (last != anchor.start).then_some(last),
+            files,
+            insertions,
+            deletions,
+            no_change: !snap.changed,
+            unverified,
+            uncommitted,
+        })
     })
     .await?
-    .map_err(ItemError::from)
+}
+
+/// Where an item's work must stay: the branch it runs on and the commit it started from.
+#[derive(Clone, Debug)]
+struct Anchor {
+    branch: Option<String>,
+    start: String,
+}
+
+/// What a passing attempt left: the tree of its working tree before the gates ran.
+#[derive(Clone, Debug)]
+struct Snapshot {
+    /// The tree to commit; `None` when the checkout was proven clean (nothing to commit).
+    tree: Option<String>,
+    /// The worker changed something (committed or not) since the item started.
+    changed: bool,
+}
+
+/// Run `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ItemError> {
+    Ok(tokio::task::spawn_blocking(f).await?)
+}
+
+/// Check where the worker (or a gate) left HEAD: on the item's branch, descending from the
+/// commit the item started from, containing every critical-base marker. `Err` says what moved.
+fn check_head(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<String, String> {
+    // Read from the checkout's files where they tell it; else asked of git.
+    let probe = git::quick_probe(dir).map_err(|e| format!("HEAD cannot be read: {e}"))?;
+    let head = probe.head.ok_or("HEAD names no commit any more")?;
+    let branch = probe.branch;
+    if branch != anchor.branch {
+        let name = |b: &Option<String>| {
+            b.as_ref()
+                .map_or("a detached HEAD".to_string(), |b| format!("`{b}`"))
+        };
+        return Err(format!(
+            "HEAD moved from {} to {}; nothing is committed",
+            name(&anchor.branch),
+            name(&branch)
+        ));
+    }
+    if head != anchor.start
+        && !git::is_ancestor(dir, &anchor.start, &head).map_err(|e| e.to_string())?
+    {
+        return Err(format!(
+            "HEAD `{}` no longer descends from `{}`, where the item started; nothing is committed",
+            short(&head),
+            short(&anchor.start)
+        ));
+    }
+    let tip = match &anchor.branch {
+        Some(b) => crate::plan::Tip::Branch(b),
+        None => crate::plan::Tip::Base("HEAD"),
+    };
+    if let Some(lacks) = crate::plan::missing_markers(dir, tip, markers) {
+        return Err(format!("{lacks}; nothing is committed"));
+    }
+    Ok(head)
+}
+
+fn short(id: &str) -> &str {
+    id.get(..10).unwrap_or(id)
+}
+
+/// After a worker pass: HEAD where it belongs, and the tree it left.
+fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snapshot, String> {
+    let head = check_head(dir, anchor, markers)?;
+    // The common case needs no git: a checkout its files prove clean has nothing to commit.
+    if git::proven_clean(dir).is_some_and(|p| p.head.as_deref() == Some(head.as_str())) {
+        return Ok(Snapshot {
+            tree: None,
+            changed: head != anchor.start,
+        });
+    }
+    let tree = git::snapshot_tree(dir).map_err(|e| e.to_string())?;
+    let start_tree = git::tree_of(dir, &anchor.start).map_err(|e| e.to_string())?;
+    Ok(Snapshot {
+        changed: tree != start_tree || head != anchor.start,
+        tree: Some(tree),
+    })
 }
 
 /// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
-/// is exhausted.
-async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
+/// is exhausted. A completed item comes back with the snapshot of its passing attempt.
+async fn attempts(icx: &ItemCx<'_>) -> (ItemRun, Option<Snapshot>, bool) {
     let max_attempts = icx.eff.worker.attempts();
     let policy = ProviderPolicy::from_models(icx.eff.models.as_ref());
     let mut chain = ModelChain::new(
@@ -188,6 +353,9 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
     } else {
         None
     };
+    let markers = icx.cx.loaded.manifest.repositories[icx.repo.entry]
+        .critical_base
+        .clone();
     let mut used = 0u32;
     let mut n = 0u32;
     let mut feedback: Option<PathBuf> = None;
@@ -196,7 +364,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         if used >= max_attempts {
             run.outcome = ItemOutcome::Halted;
             run.reason = Some("attempts-exhausted".into());
-            return run;
+            return (run, None, false);
         }
         n += 1;
         let model = chain.current().map(str::to_string);
@@ -248,12 +416,12 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             run.outcome = ItemOutcome::Failed;
             run.cause = Some(e.clone());
             run.halt = Some(HaltSignature::described("worker", e));
-            return run;
+            return (run, None, false);
         }
         match class {
             WorkerClass::Cancelled => {
                 run.outcome = ItemOutcome::Cancelled;
-                return run;
+                return (run, None, false);
             }
             WorkerClass::Provider => match chain.provider_failure() {
                 ChainStep::Stay | ChainStep::Moved => continue,
@@ -265,7 +433,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                         chain.tried().join(", ")
                     ));
                     run.halt = Some(HaltSignature::of("worker (provider)", &fin.tail, fin.exit));
-                    return run;
+                    return (run, None, false);
                 }
             },
             WorkerClass::Timeout | WorkerClass::Failed => {
@@ -286,6 +454,36 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             WorkerClass::Ok => {
                 chain.other_outcome();
                 used += 1;
+                // Where the worker left HEAD, and what it changed, before any gate runs.
+                let snap = match &icx.anchor {
+                    Some(anchor) => {
+                        let (dir, a, m) = (icx.workdir.clone(), anchor.clone(), markers.clone());
+                        match blocking(move || after_worker(&dir, &a, &m)).await {
+                            Ok(Ok(s)) => Some(s),
+                            Ok(Err(why)) => {
+                                attempt_failed(icx, &mut run, &mut feedback, n, "worker", why);
+                                continue;
+                            }
+                            Err(e) => {
+                                attempt_failed(
+                                    icx,
+                                    &mut run,
+                                    &mut feedback,
+                                    n,
+                                    "worker",
+                                    e.to_string(),
+                                );
+                                continue;
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                if icx.eff.worker.require_change() && snap.as_ref().is_some_and(|s| !s.changed) {
+                    let why = "the worker changed nothing (`worker.require_change`)".to_string();
+                    attempt_failed(icx, &mut run, &mut feedback, n, "worker", why);
+                    continue;
+                }
                 match gates(
                     icx,
                     n,
@@ -296,18 +494,36 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 .instrument(attempt_span.clone())
                 .await
                 {
-                    GatesOutcome::Passed { any_passed } => {
+                    GatesOutcome::Passed {
+                        any_passed,
+                        verified,
+                    } => {
                         run.progress |= any_passed;
+                        // The gates must not have moved HEAD either.
+                        if let Some(anchor) = &icx.anchor {
+                            let (dir, a, m) =
+                                (icx.workdir.clone(), anchor.clone(), markers.clone());
+                            let moved = match blocking(move || check_head(&dir, &a, &m)).await {
+                                Ok(Ok(_)) => None,
+                                Ok(Err(why)) => Some(why),
+                                Err(e) => Some(e.to_string()),
+                            };
+                            if let Some(why) = moved {
+                                let why = format!("after the gates: {why}");
+                                attempt_failed(icx, &mut run, &mut feedback, n, "gates", why);
+                                continue;
+                            }
+                        }
                         run.outcome = ItemOutcome::Completed;
                         run.progress = true;
                         run.reason = None;
                         run.cause = None;
                         run.halt = None;
-                        return run;
+                        return (run, snap, !verified);
                     }
                     GatesOutcome::Cancelled => {
                         run.outcome = ItemOutcome::Cancelled;
-                        return run;
+                        return (run, None, false);
                     }
                     GatesOutcome::Failed {
                         gate,
@@ -336,6 +552,21 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
     }
 }
 
+/// An attempt failed for a reason of runner's finding (HEAD moved, nothing changed): it counts
+/// as a failed attempt, and the next one is told why.
+fn attempt_failed(
+    icx: &ItemCx<'_>,
+    run: &mut ItemRun,
+    feedback: &mut Option<PathBuf>,
+    n: u32,
+    stage: &str,
+    why: String,
+) {
+    run.halt = Some(HaltSignature::described(stage, &why));
+    *feedback = write_feedback(icx, n, stage, &why);
+    run.cause = Some(why);
+}
+
 fn exit_text(f: &Finished) -> String {
     match (f.exit, f.signal) {
         (Some(c), _) => format!("exit code {c}"),
@@ -347,6 +578,8 @@ fn exit_text(f: &Finished) -> String {
 enum GatesOutcome {
     Passed {
         any_passed: bool,
+        /// A required gate ran and passed: the work was checked.
+        verified: bool,
     },
     Failed {
         gate: String,
@@ -391,6 +624,7 @@ async fn gates(
         None
     };
     let mut any_passed = false;
+    let mut verified = false;
     let mut decided: Option<(String, Finished, bool)> = None;
     // A gate that did not run: its result and why, with no output and no time.
     let unrun = |gate: &str, result: GateResult, reason: &str| {
@@ -482,12 +716,16 @@ async fn gates(
         }
         if result == GateResult::Passed {
             any_passed = true;
+            verified |= gate.required();
         } else if gate.required() {
             decided = Some((gate.name.clone(), fin, result == GateResult::TimedOut));
         }
     }
     match decided {
-        None => GatesOutcome::Passed { any_passed },
+        None => GatesOutcome::Passed {
+            any_passed,
+            verified,
+        },
         Some((gate, fin, timed_out)) => GatesOutcome::Failed {
             gate,
             fin,

@@ -186,6 +186,12 @@ pub fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
     }
 }
 
+/// HEAD of the checkout at `dir` when its own files prove it has no uncommitted change (a plain
+/// checkout, nothing staged, modified or untracked); `None` says nothing either way.
+pub fn proven_clean(dir: &Path) -> Option<Probe> {
+    local::clean_checkout(dir)
+}
+
 /// A probe and a dirtiness check, for a checkout whose `.git` is a folder (so that it is its own
 /// top level and common dir): read from the checkout's files when they prove it clean, else from
 /// one `git status` call. `None` when that does not apply or git's answer is not understood; the
@@ -407,6 +413,161 @@ pub fn commit_all(dir: &Path, message: &str) -> Result<bool, GitError> {
         return Err(failed("commit", dir, &out));
     }
     Ok(true)
+}
+
+/// The branch HEAD is on in `dir`, `None` when detached.
+pub fn current_branch(dir: &Path) -> Result<Option<String>, GitError> {
+    let out = run(dir, &["symbolic-ref", "-q", "HEAD"])?;
+    if !out.status.success() {
+        return Ok(None);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .strip_prefix("refs/heads/")
+        .map(str::to_string))
+}
+
+/// Whether commit `a` is an ancestor of (or equal to) `b`.
+pub fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
+    let out = run(dir, &["merge-base", "--is-ancestor", a, b])?;
+    match out.status.code() {
+        Some(0) => Ok(true),
+        Some(1) => Ok(false),
+        _ => Err(failed(
+            format!("merge-base --is-ancestor {a} {b}"),
+            dir,
+            &out,
+        )),
+    }
+}
+
+/// The tree of commit `rev`.
+pub fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
+    Ok(
+        checked(dir, &["rev-parse", "--verify", &format!("{rev}^{{tree}}")])?
+            .trim()
+            .to_string(),
+    )
+}
+
+/// The tree of the working tree of `dir` as it stands (tracked changes, deletions and untracked
+/// files that are not ignored), written to the object store through a temporary index: the
+/// checkout's own index and files are left as they are.
+pub fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
+    let index = checked(
+        dir,
+        &["rev-parse", "--path-format=absolute", "--git-path", "index"],
+    )?;
+    let tmp = tempfile::NamedTempFile::new()?;
+    // Starting from the checkout's index keeps its stat data: only changed files are hashed.
+    if let Err(e) = std::fs::copy(index.trim(), tmp.path())
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(e.into());
+    }
+    let with_index = |args: &[&str]| -> Result<String, GitError> {
+        let out = crate::process::spawn_helper(
+            command(dir).env("GIT_INDEX_FILE", tmp.path()).args(args),
+        )?;
+        if !out.status.success() {
+            return Err(failed(args.join(" "), dir, &out));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    with_index(&["add", "-A"])?;
+    with_index(&["write-tree"])
+}
+
+/// Whether `dir`'s repository names who commits (`user.name` and `user.email`).
+fn has_identity(dir: &Path) -> bool {
+    ["user.name", "user.email"]
+        .iter()
+        .all(|k| run(dir, &["config", "--get", k]).is_ok_and(|o| o.status.success()))
+        || (std::env::var_os("GIT_AUTHOR_NAME").is_some()
+            && std::env::var_os("GIT_AUTHOR_EMAIL").is_some()
+            && std::env::var_os("GIT_COMMITTER_NAME").is_some()
+            && std::env::var_os("GIT_COMMITTER_EMAIL").is_some())
+}
+
+/// The identity runner commits under when the repository names none.
+pub const DEFAULT_IDENTITY: (&str, &str) = ("runner", "runner@localhost");
+
+/// Commit `tree` on top of `parent` with `message` and move `branch` to it, but only if the
+/// branch is still at `parent` (compare and swap). The repository's configured identity is used;
+/// without one, [`DEFAULT_IDENTITY`]. Returns the new commit.
+pub fn commit_tree_on(
+    dir: &Path,
+    tree: &str,
+    parent: &str,
+    branch: &str,
+    message: &str,
+) -> Result<String, GitError> {
+    let mut cmd = command(dir);
+    if !has_identity(dir) {
+        cmd.args([
+            "-c",
+            &format!("user.name={}", DEFAULT_IDENTITY.0),
+            "-c",
+            &format!("user.email={}", DEFAULT_IDENTITY.1),
+        ]);
+    }
+    cmd.args(["commit-tree", tree, "-p", parent, "-m", message]);
+    let out = crate::process::spawn_helper(&mut cmd)?;
+    if !out.status.success() {
+        return Err(failed("commit-tree", dir, &out));
+    }
+    let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let refname = format!("refs/heads/{branch}");
+    let msg = format!("runner: {message}");
+    let out = crate::process::spawn_helper(command(dir).env("GIT_OPTIONAL_LOCKS", "1").args([
+        "update-ref",
+        "-m",
+        &msg,
+        &refname,
+        &commit,
+        parent,
+    ]))?;
+    if !out.status.success() {
+        return Err(failed(format!("update-ref {refname}"), dir, &out));
+    }
+    Ok(commit)
+}
+
+/// Make the index of `dir` match HEAD again, leaving the files as they are.
+pub fn reset_index(dir: &Path) -> Result<(), GitError> {
+    let out = crate::process::spawn_helper(
+        command(dir)
+            .env("GIT_OPTIONAL_LOCKS", "1")
+            .args(["reset", "--quiet"]),
+    )?;
+    if !out.status.success() {
+        return Err(failed("reset", dir, &out));
+    }
+    Ok(())
+}
+
+/// Files changed, lines inserted and deleted between commits `from` and `to`.
+pub fn diffstat(dir: &Path, from: &str, to: &str) -> Result<(u64, u64, u64), GitError> {
+    let text = checked(dir, &["diff", "--numstat", "--no-renames", from, to])?;
+    let (mut files, mut ins, mut del) = (0, 0, 0);
+    for line in text.lines() {
+        let mut f = line.split('\t');
+        files += 1;
+        // Binary files show `-`: they count as a file, not as lines.
+        ins += f.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        del += f.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Ok((files, ins, del))
+}
+
+/// Paths with uncommitted changes in `dir` (tracked or untracked), as `git status` names them.
+pub fn uncommitted(dir: &Path) -> Result<Vec<String>, GitError> {
+    let text = checked(dir, &["status", "--porcelain", "--untracked-files=all"])?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.get(3..))
+        .map(str::to_string)
+        .collect())
 }
 
 /// Bring a runner-owned clone up to date with its origin: fetch, then fast-forward the

@@ -212,9 +212,22 @@ pub struct Worker {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub attempts: Option<u32>,
+    /// Commit what the worker left (as it stood before the gates ran) when the item completes:
+    /// on the work branch, or for an item without one on the checked-out branch (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<bool>,
+    /// A pass that changed nothing is a failed attempt (default false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_change: Option<bool>,
 }
 
 impl Worker {
+    pub fn commit(&self) -> bool {
+        self.commit.unwrap_or(true)
+    }
+    pub fn require_change(&self) -> bool {
+        self.require_change.unwrap_or(false)
+    }
     pub fn timeout(&self) -> Duration {
         self.timeout.map_or(DEFAULT_WORKER_TIMEOUT, |d| d.0)
     }

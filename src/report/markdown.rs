@@ -72,6 +72,35 @@ pub fn render(r: &Report) -> String {
             ItemOutcome::Held => "⏸️ held",
             ItemOutcome::Cancelled => "⛔ cancelled",
         };
+        let mark = if it.marks.is_empty() {
+            mark.to_string()
+        } else {
+            format!("{mark} ({})", it.marks.join(", "))
+        };
+        let mut detail = detail;
+        if let Some(c) = &it.commit {
+            let stat = it.diffstat.as_ref().map_or(String::new(), |d| {
+                format!(
+                    ": {}, +{} −{}",
+                    count(d.files as usize, "file", "files"),
+                    d.insertions,
+                    d.deletions
+                )
+            });
+            let sep = if detail.is_empty() { "" } else { "; " };
+            detail = format!("{detail}{sep}commit `{}`{stat}", &c[..c.len().min(10)]);
+        }
+        if !it.uncommitted.is_empty() {
+            let sep = if detail.is_empty() { "" } else { "; " };
+            detail = format!(
+                "{detail}{sep}left uncommitted: {}",
+                it.uncommitted
+                    .iter()
+                    .map(|f| format!("`{f}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} |\n",
             cell(&it.repo),

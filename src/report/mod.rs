@@ -61,6 +61,24 @@ pub struct ItemReport {
     pub started_at: Option<String>,
     pub ended_at: Option<String>,
     pub attempts: Vec<AttemptReport>,
+    /// The commit a completed item produced; absent when its branch did not move.
+    pub commit: Option<String>,
+    /// What that work changed, from the commit the item started at.
+    pub diffstat: Option<Diffstat>,
+    /// `no-change` (the worker changed nothing), `unverified` (no required gate ran and
+    /// passed): a completion that is not a checked change says so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<String>,
+    /// Files left uncommitted (`worker.commit: false`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uncommitted: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Diffstat {
+    pub files: u64,
+    pub insertions: u64,
+    pub deletions: u64,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -130,6 +148,10 @@ impl ReportBuilder {
                     started_at: None,
                     ended_at: None,
                     attempts: Vec::new(),
+                    commit: None,
+                    diffstat: None,
+                    marks: Vec::new(),
+                    uncommitted: Vec::new(),
                 }
             })
             .collect();
@@ -178,6 +200,31 @@ impl ReportBuilder {
     pub fn on(&mut self, ev: &Event, at: &str) {
         match ev {
             Event::RunStarted { .. } => {}
+            Event::Work {
+                item,
+                commit,
+                files,
+                insertions,
+                deletions,
+                no_change,
+                unverified,
+                uncommitted,
+            } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.commit = commit.clone();
+                    it.diffstat = Some(Diffstat {
+                        files: *files,
+                        insertions: *insertions,
+                        deletions: *deletions,
+                    });
+                    it.marks = [(*no_change, "no-change"), (*unverified, "unverified")]
+                        .iter()
+                        .filter(|(on, _)| *on)
+                        .map(|(_, m)| m.to_string())
+                        .collect();
+                    it.uncommitted = uncommitted.clone();
+                }
+            }
             Event::ItemStarted { item } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.started_at = Some(at.to_string());
@@ -293,6 +340,21 @@ pub fn counts_line(report: &Report) -> String {
             continue;
         }
         let mut part = format!("{} {}", items.len(), outcome.as_str());
+        if outcome == ItemOutcome::Completed {
+            let marks: Vec<String> = ["no-change", "unverified"]
+                .iter()
+                .filter_map(|m| {
+                    let n = items
+                        .iter()
+                        .filter(|i| i.marks.iter().any(|x| x == m))
+                        .count();
+                    (n > 0).then(|| format!("{m} {n}"))
+                })
+                .collect();
+            if !marks.is_empty() {
+                part.push_str(&format!(" ({})", marks.join(", ")));
+            }
+        }
         if matches!(outcome, ItemOutcome::Held | ItemOutcome::Skipped) {
             let mut reasons: Vec<(&str, usize)> = Vec::new();
             for i in &items {

@@ -117,6 +117,7 @@ impl Progress {
                     if *pending == 1 { "" } else { "s" }
                 ));
             }
+            Event::Work { .. } => {}
             Event::ItemStarted { item } => {
                 self.state.insert(*item, (0, None, None));
                 if let Some(b) = &mut self.bars {

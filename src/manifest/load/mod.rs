@@ -235,7 +235,16 @@ const REPOSITORY_KEYS: &[&str] = &[
 ];
 const MODELS_KEYS: &[&str] = &["primary", "fallbacks", "threshold", "provider_failure"];
 const PROVIDER_FAILURE_KEYS: &[&str] = &["exit_codes", "patterns", "silence"];
-const WORKER_KEYS: &[&str] = &["run", "timeout", "grace", "env", "attempts"];
+const WORKER_KEYS: &[&str] = &[
+    "run",
+    "timeout",
+    "grace",
+    "env",
+    "attempts",
+    "commit",
+    "require_change",
+];
+const WORKER_OVERRIDE_KEYS: &[&str] = &["run", "timeout", "grace", "env", "attempts"];
 const GATE_KEYS: &[&str] = &["name", "run", "timeout", "grace", "paths", "required"];
 const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];
 const DISCOVER_KEYS: &[&str] = &["glob", "id", "branch", "vars"];
@@ -252,7 +261,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("Models", MODELS_KEYS),
     ("ProviderFailure", PROVIDER_FAILURE_KEYS),
     ("Worker", WORKER_KEYS),
-    ("WorkerOverride", WORKER_KEYS),
+    ("WorkerOverride", WORKER_OVERRIDE_KEYS),
     ("Gate", GATE_KEYS),
     ("ItemSpec", ITEM_KEYS),
     ("DiscoverSpec", DISCOVER_KEYS),

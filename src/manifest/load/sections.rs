@@ -231,7 +231,12 @@ impl Cx {
         models: bool,
         repo: Option<usize>,
     ) -> Option<Worker> {
-        let m = self.map(node, path, WORKER_KEYS)?;
+        let keys = if repo.is_some() {
+            WORKER_OVERRIDE_KEYS
+        } else {
+            WORKER_KEYS
+        };
+        let m = self.map(node, path, keys)?;
         let run_node = if repo.is_some() {
             m.get("run")
         } else {
@@ -287,6 +292,12 @@ impl Cx {
         let attempts = m
             .get("attempts")
             .map(|n| self.u32(n, &child(path, "attempts"), 1, 100));
+        let commit = m
+            .get("commit")
+            .and_then(|n| self.boolean(n, &child(path, "commit")));
+        let require_change = m
+            .get("require_change")
+            .and_then(|n| self.boolean(n, &child(path, "require_change")));
         // A repository override may omit `run`; the caller keeps it apart from a full worker.
         let run = match (run, repo) {
             (Some(r), _) => r,
@@ -299,6 +310,8 @@ impl Cx {
             grace: grace.flatten(),
             env: env.flatten().unwrap_or_default(),
             attempts: attempts.flatten(),
+            commit,
+            require_change,
         })
     }
 
