@@ -109,19 +109,7 @@ pub async fn run_item(
         stop,
         anchor,
     };
-    let (mut run, snap, unverified) = attempts(&icx).await;
-    if run.outcome == ItemOutcome::Completed {
-        match finish_work(&icx, snap, unverified).await {
-            Ok(work) => {
-                let _ = events.send(work);
-            }
-            Err(e) => {
-                run.outcome = ItemOutcome::Failed;
-                run.cause = Some(e.to_string());
-            }
-        }
-    }
-    run
+    attempts(&icx).await
 }
 
 enum Prepared {
@@ -181,11 +169,15 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf
 /// A completed item's work: the snapshot of its passing attempt committed (on the work branch,
 /// or on the checked-out branch for an item without one) unless `worker.commit: false`; a
 /// completed item's worktree removed (its branch keeps the work). Returns what it left.
+///
+/// HEAD is checked first, as after the worker: `Ok(Err(_))` says what the gates moved.
 async fn finish_work(
     icx: &ItemCx<'_>,
     snap: Option<Snapshot>,
     unverified: bool,
-) -> Result<Event, ItemError> {
+    markers: &[String],
+) -> Result<Result<Event, String>, ItemError> {
+    let markers = markers.to_vec();
     let dir = icx.workdir.clone();
     let repo = icx.repo.path.clone();
     let anchor = icx.anchor.clone();
@@ -193,10 +185,10 @@ async fn finish_work(
     let in_worktree = icx.item.branch.is_some();
     let message = format!("runner: {}", icx.item.id);
     let idx = icx.idx;
-    blocking(move || -> Result<Event, ItemError> {
+    blocking(move || -> Result<Result<Event, String>, ItemError> {
         let (Some(anchor), Some(snap)) = (anchor, snap) else {
             // A repository without a commit: nothing to compare or commit against.
-            return Ok(Event::Work {
+            return Ok(Ok(Event::Work {
                 item: idx,
                 commit: None,
                 files: 0,
@@ -205,11 +197,11 @@ async fn finish_work(
                 no_change: false,
                 unverified,
                 uncommitted: Vec::new(),
-            });
+            }));
         };
-        let head = match git::quick_probe(&dir)?.head {
-            Some(h) => h,
-            None => git::head(&dir)?,
+        let head = match check_head(&dir, &anchor, &markers) {
+            Ok(h) => h,
+            Err(moved) => return Ok(Err(moved)),
         };
         let mut last = head.clone();
         let mut uncommitted = Vec::new();
@@ -234,7 +226,7 @@ async fn finish_work(
         } else {
             git::diffstat(&repo, &anchor.start, &last)?
         };
-        Ok(Event::Work {
+        Ok(Ok(Event::Work {
             item: idx,
             commit: (last != anchor.start).then_some(last),
             files,
@@ -243,7 +235,7 @@ async fn finish_work(
             no_change: !snap.changed,
             unverified,
             uncommitted,
-        })
+        }))
     })
     .await?
 }
@@ -331,8 +323,8 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
 }
 
 /// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
-/// is exhausted. A completed item comes back with the snapshot of its passing attempt.
-async fn attempts(icx: &ItemCx<'_>) -> (ItemRun, Option<Snapshot>, bool) {
+/// is exhausted.
+async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
     let max_attempts = icx.eff.worker.attempts();
     let policy = ProviderPolicy::from_models(icx.eff.models.as_ref());
     let mut chain = ModelChain::new(
@@ -364,7 +356,7 @@ async fn attempts(icx: &ItemCx<'_>) -> (ItemRun, Option<Snapshot>, bool) {
         if used >= max_attempts {
             run.outcome = ItemOutcome::Halted;
             run.reason = Some("attempts-exhausted".into());
-            return (run, None, false);
+            return run;
         }
         n += 1;
         let model = chain.current().map(str::to_string);
@@ -416,12 +408,12 @@ async fn attempts(icx: &ItemCx<'_>) -> (ItemRun, Option<Snapshot>, bool) {
             run.outcome = ItemOutcome::Failed;
             run.cause = Some(e.clone());
             run.halt = Some(HaltSignature::described("worker", e));
-            return (run, None, false);
+            return run;
         }
         match class {
             WorkerClass::Cancelled => {
                 run.outcome = ItemOutcome::Cancelled;
-                return (run, None, false);
+                return run;
             }
             WorkerClass::Provider => match chain.provider_failure() {
                 ChainStep::Stay | ChainStep::Moved => continue,
@@ -433,7 +425,7 @@ async fn attempts(icx: &ItemCx<'_>) -> (ItemRun, Option<Snapshot>, bool) {
                         chain.tried().join(", ")
                     ));
                     run.halt = Some(HaltSignature::of("worker (provider)", &fin.tail, fin.exit));
-                    return (run, None, false);
+                    return run;
                 }
             },
             WorkerClass::Timeout | WorkerClass::Failed => {
@@ -499,19 +491,20 @@ async fn attempts(icx: &ItemCx<'_>) -> (ItemRun, Option<Snapshot>, bool) {
                         verified,
                     } => {
                         run.progress |= any_passed;
-                        // The gates must not have moved HEAD either.
-                        if let Some(anchor) = &icx.anchor {
-                            let (dir, a, m) =
-                                (icx.workdir.clone(), anchor.clone(), markers.clone());
-                            let moved = match blocking(move || check_head(&dir, &a, &m)).await {
-                                Ok(Ok(_)) => None,
-                                Ok(Err(why)) => Some(why),
-                                Err(e) => Some(e.to_string()),
-                            };
-                            if let Some(why) = moved {
-                                let why = format!("after the gates: {why}");
+                        // The gates must not have moved HEAD either; then the work is kept.
+                        match finish_work(icx, snap, !verified, &markers).await {
+                            Ok(Ok(work)) => {
+                                let _ = icx.events.send(work);
+                            }
+                            Ok(Err(moved)) => {
+                                let why = format!("after the gates: {moved}");
                                 attempt_failed(icx, &mut run, &mut feedback, n, "gates", why);
                                 continue;
+                            }
+                            Err(e) => {
+                                run.outcome = ItemOutcome::Failed;
+                                run.cause = Some(e.to_string());
+                                return run;
                             }
                         }
                         run.outcome = ItemOutcome::Completed;
@@ -519,11 +512,11 @@ async fn attempts(icx: &ItemCx<'_>) -> (ItemRun, Option<Snapshot>, bool) {
                         run.reason = None;
                         run.cause = None;
                         run.halt = None;
-                        return (run, snap, !verified);
+                        return run;
                     }
                     GatesOutcome::Cancelled => {
                         run.outcome = ItemOutcome::Cancelled;
-                        return (run, None, false);
+                        return run;
                     }
                     GatesOutcome::Failed {
                         gate,
