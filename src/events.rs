@@ -56,6 +56,17 @@ pub enum Event {
         output_tail: String,
         log: Option<PathBuf>,
     },
+    /// The item runs in a worktree of runner's, kept until it completes.
+    Worktree {
+        item: ItemIndex,
+        path: PathBuf,
+    },
+    /// What an earlier run left uncommitted in the item's worktree, saved as a patch before
+    /// this run started from the branch's committed state.
+    Leftovers {
+        item: ItemIndex,
+        patch: PathBuf,
+    },
     /// What a completed item's work left in git, just before it finishes.
     Work {
         item: ItemIndex,

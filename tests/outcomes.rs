@@ -667,3 +667,74 @@ fn a_pass_that_changes_nothing_is_marked_and_with_require_change_fails() {
         "{a:#}"
     );
 }
+
+#[test]
+fn a_rerun_starts_from_the_branch_not_from_a_halted_runs_leftovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let seen = dir.path().join("feedback.log");
+    let flag = dir.path().join("gate-passes");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: rerun
+repositories: [{{path: r}}]
+worker:
+  run: 'echo edit >> notes.txt; echo "attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]" >> {seen}; if [ -n "$RUNNER_FEEDBACK" ]; then cat "$RUNNER_FEEDBACK" >> {seen}; fi'
+gates:
+  - name: check
+    run: 'test -e {flag} || (echo "the check is not ready yet"; exit 1)'
+items: [{{repo: r, id: a, branch: "runner/a"}}]
+"#,
+            seen = seen.display(),
+            flag = flag.display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let a = report_item(&report, "id", "a");
+    assert_eq!(a["outcome"], "halted");
+    let wt = a["worktree"]
+        .as_str()
+        .expect("a halted item's worktree is named");
+    assert!(
+        Path::new(wt).join("notes.txt").is_file(),
+        "the worktree is kept: {a:#}"
+    );
+
+    std::fs::write(&flag, "").unwrap();
+    let out = run_in(
+        dir.path(),
+        &["apply", "m.yaml", "--no-progress", "--rerun", "failed"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The edit is applied once: the rerun started from the branch's committed state.
+    assert_eq!(common::git(&r, &["show", "runner/a:notes.txt"]), "edit");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let a = report_item(&report, "id", "a");
+    assert_eq!(a["outcome"], "completed", "{a:#}");
+    assert!(
+        a["worktree"].is_null(),
+        "a completed item's worktree is removed: {a:#}"
+    );
+    assert!(!Path::new(wt).exists());
+    let run_dir = dir
+        .path()
+        .join("runner-reports")
+        .join(report["run_id"].as_str().unwrap());
+    let patch = std::fs::read_to_string(run_dir.join(a["leftovers"].as_str().unwrap())).unwrap();
+    assert!(patch.contains("+edit"), "{patch}");
+    // Attempt 1 of the rerun was told how the previous run failed.
+    let log = std::fs::read_to_string(&seen).unwrap();
+    let rerun = log
+        .lines()
+        .skip_while(|l| !l.contains("feedback=[]"))
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(rerun.contains("attempt 1 feedback=[/"), "{log}");
+    assert!(rerun.contains("the check is not ready yet"), "{log}");
+}

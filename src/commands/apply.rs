@@ -188,6 +188,24 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         holder: row.holder.clone(),
         failure: None,
     };
+    // Items run again after a halt or failure: the previous run's last word on them.
+    let mut previous_feedback = HashMap::new();
+    for (i, it) in plan.items.iter().enumerate() {
+        if it.state != crate::plan::ItemState::Pending {
+            continue;
+        }
+        let Some(p) = past.get(&sink.keys[i]) else {
+            continue;
+        };
+        if p.outcome == ItemOutcome::Completed {
+            continue;
+        }
+        if let Ok(Some(dir)) = sink.ledger.run_dir(&p.run_id)
+            && let Some(f) = last_feedback(&PathBuf::from(dir), &it.repo, &it.id)
+        {
+            previous_feedback.insert(i, f);
+        }
+    }
     // Items that will not run for a reason the user can clear: named before the drain starts.
     let held: Vec<String> = plan
         .items
@@ -226,6 +244,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         redactor,
         clone_errors,
         paused: paused.clone(),
+        previous_feedback,
     });
 
     crate::process::become_subreaper();
@@ -318,6 +337,8 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::GateStarted { item, .. }
         | Event::GateFinished { item, .. }
         | Event::Work { item, .. }
+        | Event::Worktree { item, .. }
+        | Event::Leftovers { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }
@@ -388,6 +409,21 @@ impl RunSink for ApplySink {
             self.fail(e);
         }
     }
+}
+
+/// The last feedback file an earlier run wrote for an item (`logs/<repo>/<item>/<n>-feedback.txt`
+/// under its report folder).
+fn last_feedback(run_dir: &std::path::Path, repo: &str, item: &str) -> Option<PathBuf> {
+    let dir = run_dir.join("logs").join(repo).join(item);
+    std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let n: u32 = name.strip_suffix("-feedback.txt")?.parse().ok()?;
+            Some((n, dir.join(name)))
+        })
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, p)| p)
 }
 
 /// The exit code of a run, and its reason in words.

@@ -2,7 +2,7 @@
 //!
 //! A child gets exactly: the variables of runner's own environment named in `env.pass` or
 //! `env.secrets` (those that are set), then the worker's `env` (workers only), then the
-//! `RUNNER_*` set. Each name appears once; a later source wins over an earlier one, so no entry
+//! `RUNNER_*` set (`RUNNER_FEEDBACK` when there is a failure to hand on). Each name appears once; a later source wins over an earlier one, so no entry
 //! of `env.pass` or `worker.env` can stand in for a `RUNNER_*` variable. (Duplicates would be
 //! ambiguous: `getenv` returns the first, a shell the last.)
 
@@ -29,7 +29,8 @@ pub struct RunnerVars<'a> {
     pub gate: Option<&'a str>,
     pub token: &'a str,
     pub max_workers: u32,
-    /// The previous attempt's failure, handed to attempts after the first.
+    /// How the previous attempt failed (of this run, or of the previous run for a rerun's
+    /// first attempt).
     pub feedback: Option<&'a Path>,
 }
 
@@ -73,9 +74,7 @@ pub fn child_env(
     if let Some(g) = v.gate {
         set("RUNNER_GATE", g.to_string());
     }
-    if v.attempt > 1
-        && let Some(f) = v.feedback
-    {
+    if let Some(f) = v.feedback {
         set("RUNNER_FEEDBACK", f.to_string_lossy().to_string());
     }
     env
@@ -144,9 +143,9 @@ mod tests {
     }
 
     #[test]
-    fn feedback_is_handed_on_from_the_second_attempt() {
+    fn feedback_is_handed_on_when_there_is_some() {
         let f = Path::new("/logs/1-feedback.txt");
-        let first = child_env(|_| None, &[], &[], &[], &vars(Role::Worker, 1, Some(f)));
+        let first = child_env(|_| None, &[], &[], &[], &vars(Role::Worker, 1, None));
         assert!(!first.iter().any(|(k, _)| k == "RUNNER_FEEDBACK"));
         let second = child_env(|_| None, &[], &[], &[], &vars(Role::Worker, 2, Some(f)));
         assert!(

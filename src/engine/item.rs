@@ -59,7 +59,45 @@ pub async fn run_item(
     let eff = super::config::effective(&cx.loaded, repo.entry);
     let logs = cx.run_dir.join("logs").join(&repo.name).join(&item.id);
     let workdir = match prepare(&cx, repo, item).await {
-        Ok(w) => w,
+        Ok((w, state)) => {
+            if item.branch.is_some() {
+                let _ = events.send(Event::Worktree {
+                    item: idx,
+                    path: w.clone(),
+                });
+            }
+            if let git::Worktree::Reused {
+                leftovers: Some(patch),
+            } = state
+            {
+                let path = cx
+                    .run_dir
+                    .join("leftovers")
+                    .join(&repo.name)
+                    .join(format!("{}.patch", item.id));
+                let saved = path
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| crate::support::fs::write_atomic(&path, patch.as_bytes()));
+                match saved {
+                    Ok(()) => {
+                        let _ = events.send(Event::Leftovers {
+                            item: idx,
+                            patch: path,
+                        });
+                    }
+                    Err(e) => {
+                        let mut r = ItemRun::ended(ItemOutcome::Failed);
+                        r.cause = Some(format!(
+                            "cannot save what an earlier run left in the worktree to `{}`: {e}",
+                            path.display()
+                        ));
+                        return r;
+                    }
+                }
+            }
+            w
+        }
         Err(Prepared::Held(reason, detail)) => {
             let mut r = ItemRun::ended(ItemOutcome::Held);
             r.reason = Some(reason.into());
@@ -131,9 +169,13 @@ pub enum ItemError {
 }
 
 /// Where the item runs: its worktree on the work branch, or the repository itself.
-async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf, Prepared> {
+async fn prepare(
+    cx: &RunCx,
+    repo: &RepoPlan,
+    item: &ItemPlan,
+) -> Result<(PathBuf, git::Worktree), Prepared> {
     let Some(branch) = item.branch.clone() else {
-        return Ok(repo.path.clone());
+        return Ok((repo.path.clone(), git::Worktree::Fresh));
     };
     let spec = &cx.loaded.manifest.repositories[repo.entry];
     let markers = spec.critical_base.clone();
@@ -158,9 +200,9 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<PathBuf
         if let Some(detail) = crate::plan::missing_markers(&repo_path, tip, &markers) {
             return Err(Prepared::Held("stale-base", detail));
         }
-        git::ensure_worktree(&repo_path, &wt, &branch, &base, exists)
+        let state = git::ensure_worktree(&repo_path, &wt, &branch, &base, exists)
             .map_err(|e| Prepared::Failed(e.into()))?;
-        Ok(wt)
+        Ok((wt, state))
     })
     .await
     .map_err(|e| Prepared::Failed(e.into()))?
@@ -350,7 +392,13 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         .clone();
     let mut used = 0u32;
     let mut n = 0u32;
-    let mut feedback: Option<PathBuf> = None;
+    // A rerun's first attempt is told how the previous run's last attempt failed.
+    let mut feedback: Option<PathBuf> = icx.cx.previous_feedback.get(&icx.idx).and_then(|prev| {
+        let here = icx.logs.join("0-feedback.txt");
+        std::fs::create_dir_all(&icx.logs).ok()?;
+        std::fs::copy(prev, &here).ok()?;
+        Some(here)
+    });
     let mut run = ItemRun::ended(ItemOutcome::Halted);
     loop {
         if used >= max_attempts {

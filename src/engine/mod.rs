@@ -89,6 +89,8 @@ pub struct RunCx {
     pub clone_errors: HashMap<String, String>,
     /// The manifest was paused when the run started: by whom, when, why.
     pub paused: Option<String>,
+    /// For items run again after a halt or failure: the previous run's last feedback file.
+    pub previous_feedback: HashMap<usize, PathBuf>,
 }
 
 /// How the drain ended.

@@ -352,19 +352,36 @@ pub fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
 
 /// Check out `branch` in a worktree at `path`: continued when the branch exists, created from
 /// `base` when not. An existing worktree at `path` on that branch is reused.
+/// Where an item's worktree stands after [`ensure_worktree`]: created fresh, or kept from an
+/// earlier run (with what that run left uncommitted, as a patch, when it left anything).
+#[derive(Debug)]
+pub enum Worktree {
+    Fresh,
+    Reused { leftovers: Option<String> },
+}
+
 pub fn ensure_worktree(
     repo: &Path,
     path: &Path,
     branch: &str,
     base: &str,
     exists: bool,
-) -> Result<(), GitError> {
+) -> Result<Worktree, GitError> {
     if path.join(".git").exists() {
         let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
         if on == branch {
-            return Ok(());
+            // Kept from an earlier run: every run starts from the branch's committed state, and
+            // what the earlier run left is handed back as a patch.
+            let patch = if is_dirty(path)? {
+                let p = leftovers_patch(path)?;
+                reset_worktree(path)?;
+                (!p.is_empty()).then_some(p)
+            } else {
+                None
+            };
+            return Ok(Worktree::Reused { leftovers: patch });
         }
         let p = path.to_string_lossy().to_string();
         checked(repo, &["worktree", "remove", "--force", &p])?;
@@ -382,7 +399,7 @@ pub fn ensure_worktree(
             &["worktree", "add", "--quiet", "-b", branch, &p, base],
         )?;
     }
-    Ok(())
+    Ok(Worktree::Fresh)
 }
 
 /// Remove a worktree runner created (its branch keeps the work).
@@ -568,6 +585,31 @@ pub fn uncommitted(dir: &Path) -> Result<Vec<String>, GitError> {
         .filter_map(|l| l.get(3..))
         .map(str::to_string)
         .collect())
+}
+
+/// What is uncommitted in `dir` (tracked changes and untracked files that are not ignored), as
+/// a patch against HEAD that `git apply` takes back; empty when nothing is. Reads through a
+/// temporary index: the checkout is left as it is.
+pub fn leftovers_patch(dir: &Path) -> Result<String, GitError> {
+    let tree = snapshot_tree(dir)?;
+    let text = checked(dir, &["diff", "--binary", "HEAD", &tree])?;
+    Ok(text)
+}
+
+/// Bring a runner-owned worktree back to its branch's committed state: uncommitted changes and
+/// untracked files (not ignored ones) are removed.
+pub fn reset_worktree(dir: &Path) -> Result<(), GitError> {
+    for args in [
+        &["reset", "--quiet", "--hard", "HEAD"][..],
+        &["clean", "--quiet", "-d", "--force"][..],
+    ] {
+        let out =
+            crate::process::spawn_helper(command(dir).env("GIT_OPTIONAL_LOCKS", "1").args(args))?;
+        if !out.status.success() {
+            return Err(failed(args.join(" "), dir, &out));
+        }
+    }
+    Ok(())
 }
 
 /// Bring a runner-owned clone up to date with its origin: fetch, then fast-forward the

@@ -205,6 +205,14 @@ impl SqliteLedger {
         Ok(ledger)
     }
 
+    /// The report folder of run `id`, as it recorded it.
+    pub fn run_dir(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .rows("SELECT run_dir FROM runs WHERE id = ?1", [id], |r| r.get(0))?
+            .into_iter()
+            .next())
+    }
+
     /// The ledger's file.
     pub fn path(&self) -> &Path {
         &self.path

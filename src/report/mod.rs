@@ -72,6 +72,13 @@ pub struct ItemReport {
     /// Files left uncommitted (`worker.commit: false`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub uncommitted: Vec<String>,
+    /// The worktree the item ran in, while it is kept (an item that did not complete).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    /// What an earlier run left uncommitted in that worktree, saved as a patch before this run
+    /// started from the branch's committed state (relative to the run's report folder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leftovers: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -152,6 +159,8 @@ impl ReportBuilder {
                     diffstat: None,
                     marks: Vec::new(),
                     uncommitted: Vec::new(),
+                    worktree: None,
+                    leftovers: None,
                 }
             })
             .collect();
@@ -200,6 +209,17 @@ impl ReportBuilder {
     pub fn on(&mut self, ev: &Event, at: &str) {
         match ev {
             Event::RunStarted { .. } => {}
+            Event::Worktree { item, path } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.worktree = Some(path.display().to_string());
+                }
+            }
+            Event::Leftovers { item, patch } => {
+                let rel = self.rel(patch);
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.leftovers = Some(rel);
+                }
+            }
             Event::Work {
                 item,
                 commit,
@@ -223,6 +243,10 @@ impl ReportBuilder {
                         .map(|(_, m)| m.to_string())
                         .collect();
                     it.uncommitted = uncommitted.clone();
+                    // A completed item's worktree is removed unless work was left in it.
+                    if uncommitted.is_empty() {
+                        it.worktree = None;
+                    }
                 }
             }
             Event::ItemStarted { item } => {

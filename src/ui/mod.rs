@@ -117,7 +117,12 @@ impl Progress {
                     if *pending == 1 { "" } else { "s" }
                 ));
             }
-            Event::Work { .. } => {}
+            Event::Work { .. } | Event::Worktree { .. } => {}
+            Event::Leftovers { item, patch } => self.line(&format!(
+                "{}: what an earlier run left in its worktree is saved in {} and removed",
+                self.name(*item),
+                patch.display()
+            )),
             Event::ItemStarted { item } => {
                 self.state.insert(*item, (0, None, None));
                 if let Some(b) = &mut self.bars {
