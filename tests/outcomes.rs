@@ -738,3 +738,41 @@ items: [{{repo: r, id: a, branch: "runner/a"}}]
     assert!(rerun.contains("attempt 1 feedback=[/"), "{log}");
     assert!(rerun.contains("the check is not ready yet"), "{log}");
 }
+
+#[test]
+fn a_gate_that_ran_too_few_tests_fails_however_it_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    work_fixture(
+        dir.path(),
+        "true",
+        "gates:\n  - name: test\n    run: 'echo \"test a ... ok\"; echo \"test b ... ok\"; exit 0'\n    min_tests: {count: 3, pattern: '^test .* ok$'}\n",
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let a = report_item(&report, "id", "a");
+    assert_eq!(a["outcome"], "halted", "{a:#}");
+    let cause = a["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("gate `test` failed: 2 tests ran (lines matching `^test .* ok$`), fewer than `min_tests.count` 3"),
+        "{cause}"
+    );
+    // Enough tests, and it passes.
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    std::fs::write(dir.path().join("m.yaml"), m.replace("count: 3", "count: 2")).unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress", "--rerun", "failed"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_min_tests_pattern_that_is_not_a_regular_expression_fails_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    work_fixture(
+        dir.path(),
+        "true",
+        "gates:\n  - {name: test, run: 'true', min_tests: {count: 1, pattern: 'ok ('}}\n",
+    );
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("is not a regular expression"), "{}", stderr(&out));
+}

@@ -321,6 +321,7 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
                 token: cx.token.clone(),
                 repo: String::new(),
             },
+            count_lines: None,
         },
         stop.clone(),
     )

@@ -571,13 +571,17 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                         fin,
                         any_passed,
                         timed_out,
+                        why,
                     } => {
                         run.progress |= any_passed;
                         run.tree_gone &= fin.tree_gone;
                         run.cause = Some(if timed_out {
                             format!("gate `{gate}` timed out")
                         } else {
-                            format!("gate `{gate}` failed ({})", exit_text(&fin))
+                            match why {
+                                Some(w) => format!("gate `{gate}` failed: {w}"),
+                                None => format!("gate `{gate}` failed ({})", exit_text(&fin)),
+                            }
                         });
                         let stage = format!("gate `{gate}`");
                         run.halt = Some(if timed_out {
@@ -627,6 +631,8 @@ enum GatesOutcome {
         fin: Finished,
         any_passed: bool,
         timed_out: bool,
+        /// Why it failed, when its exit does not say (too few tests).
+        why: Option<String>,
     },
     Cancelled,
 }
@@ -666,7 +672,7 @@ async fn gates(
     };
     let mut any_passed = false;
     let mut verified = false;
-    let mut decided: Option<(String, Finished, bool)> = None;
+    let mut decided: Option<(String, Finished, bool, Option<String>)> = None;
     // A gate that did not run: its result and why, with no output and no time.
     let unrun = |gate: &str, result: GateResult, reason: &str| {
         let _ = icx.events.send(Event::GateFinished {
@@ -719,7 +725,7 @@ async fn gates(
             &gate.run,
             n,
             model,
-            Some(&gate.name),
+            Some(gate),
             feedback,
             log.clone(),
             gate.timeout(),
@@ -737,6 +743,27 @@ async fn gates(
         } else {
             GateResult::Failed
         };
+        // Too few tests ran: a suite an agent emptied does not pass, however it exited.
+        let too_few = gate.min_tests.as_ref().and_then(|m| {
+            (result == GateResult::Passed && fin.counted < u64::from(m.count)).then(|| {
+                format!(
+                    "{} test{} ran (lines matching `{}`), fewer than `min_tests.count` {}",
+                    fin.counted,
+                    if fin.counted == 1 { "" } else { "s" },
+                    m.pattern,
+                    m.count
+                )
+            })
+        });
+        let result = if too_few.is_some() {
+            GateResult::Failed
+        } else {
+            result
+        };
+        let mut fin = fin;
+        if let Some(why) = &too_few {
+            fin.tail.push_str(&format!("\nrunner: {why}\n"));
+        }
         tracing::debug!(gate = %gate.name, result = result.as_str(), exit = fin.exit, "gate finished");
         let tail = match &fin.spawn_error {
             Some(e) => e.clone(),
@@ -747,7 +774,10 @@ async fn gates(
             n,
             gate: gate.name.clone(),
             result,
-            reason: fin.cancelled.then(|| "the run was cancelled".to_string()),
+            reason: fin
+                .cancelled
+                .then(|| "the run was cancelled".to_string())
+                .or(too_few.clone()),
             duration: fin.duration,
             output_tail: tail,
             log: fin.logged.then_some(log),
@@ -759,7 +789,12 @@ async fn gates(
             any_passed = true;
             verified |= gate.required();
         } else if gate.required() {
-            decided = Some((gate.name.clone(), fin, result == GateResult::TimedOut));
+            decided = Some((
+                gate.name.clone(),
+                fin,
+                result == GateResult::TimedOut,
+                too_few,
+            ));
         }
     }
     match decided {
@@ -767,11 +802,12 @@ async fn gates(
             any_passed,
             verified,
         },
-        Some((gate, fin, timed_out)) => GatesOutcome::Failed {
+        Some((gate, fin, timed_out, why)) => GatesOutcome::Failed {
             gate,
             fin,
             any_passed,
             timed_out,
+            why,
         },
     }
 }
@@ -796,13 +832,19 @@ async fn spawn(
     cmd: &CommandSpec,
     n: u32,
     model: Option<&str>,
-    gate: Option<&str>,
+    gate: Option<&crate::manifest::Gate>,
     feedback: Option<&Path>,
     log: PathBuf,
     timeout: std::time::Duration,
     grace: std::time::Duration,
     silence: Option<std::time::Duration>,
 ) -> Finished {
+    // Validation has compiled the pattern once already.
+    let count_lines = gate
+        .and_then(|g| g.min_tests.as_ref())
+        .and_then(|m| regex::Regex::new(&m.pattern).ok())
+        .map(Arc::new);
+    let gate_name = gate.map(|g| g.name.as_str());
     let cx = icx.cx;
     let item = icx.item;
     let workdir = icx.workdir.to_string_lossy().to_string();
@@ -867,12 +909,12 @@ async fn spawn(
             item: &item.id,
             model,
             attempt: n,
-            role: if gate.is_some() {
+            role: if gate_name.is_some() {
                 Role::Gate
             } else {
                 Role::Worker
             },
-            gate,
+            gate: gate_name,
             token: &cx.token,
             max_workers: cx.workers,
             feedback,
@@ -893,6 +935,7 @@ async fn spawn(
                 token: cx.token.clone(),
                 repo: item.repo.clone(),
             },
+            count_lines,
         },
         icx.stop.clone(),
     )

@@ -273,6 +273,20 @@ pub struct Gate {
     /// A gate with `required: false` is reported but never decides (default true).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
+    /// The least number of tests the gate must have run: output lines matching `pattern`
+    /// (fewer, and the gate fails, however it exited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_tests: Option<MinTests>,
+}
+
+/// A floor on the tests a gate ran, counted from its output.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct MinTests {
+    #[schemars(range(min = 1))]
+    pub count: u32,
+    /// A regular expression; each output line it matches counts one test.
+    pub pattern: String,
 }
 
 impl Gate {

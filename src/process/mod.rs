@@ -58,6 +58,8 @@ pub struct SpawnSpec {
     /// for as long as any descendant that did not close it.
     pub inherit_fd: Option<i32>,
     pub census: CensusKey,
+    /// Output lines matching this are counted (a gate's `min_tests`).
+    pub count_lines: Option<Arc<regex::Regex>>,
 }
 
 /// How a process ended.
@@ -81,6 +83,8 @@ pub struct Finished {
     pub any_output: bool,
     /// Whether its log file was written (empty when it printed nothing).
     pub logged: bool,
+    /// Output lines matching [`SpawnSpec::count_lines`].
+    pub counted: u64,
     /// Whether the whole tree was proven gone afterwards.
     pub tree_gone: bool,
 }
@@ -139,7 +143,8 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         }
     };
     let pgid = child.pid();
-    let collector = Collector::new(Some(spec.log_path.clone()), spec.redactor.clone());
+    let collector = Collector::new(Some(spec.log_path.clone()), spec.redactor.clone())
+        .counting(spec.count_lines.clone());
     let readers = vec![tokio::spawn(pump(rx, collector.clone()))];
 
     let deadline = tokio::time::Instant::now() + spec.timeout;
@@ -235,6 +240,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.output_bytes = snap.bytes;
     fin.any_output = snap.bytes > 0;
     fin.logged = snap.logged;
+    fin.counted = snap.counted;
     fin.duration = started.elapsed();
     fin
 }
@@ -504,6 +510,7 @@ mod tests {
                 token: "t".into(),
                 repo: "r".into(),
             },
+            count_lines: None,
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

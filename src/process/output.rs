@@ -51,6 +51,8 @@ struct State {
     tail: VecDeque<u8>,
     bytes: u64,
     last: Instant,
+    /// Lines matching the counter so far.
+    counted: u64,
 }
 
 /// Shared sink for both pipes of one process.
@@ -58,6 +60,7 @@ struct State {
 pub struct Collector {
     state: Arc<Mutex<State>>,
     redactor: Arc<Redactor>,
+    counter: Option<Arc<regex::Regex>>,
 }
 
 pub struct Snapshot {
@@ -65,6 +68,8 @@ pub struct Snapshot {
     pub bytes: u64,
     /// Whether a log file was written.
     pub logged: bool,
+    /// Output lines that matched the counter.
+    pub counted: u64,
 }
 
 impl Collector {
@@ -77,8 +82,10 @@ impl Collector {
                 tail: VecDeque::new(),
                 bytes: 0,
                 last: Instant::now(),
+                counted: 0,
             })),
             redactor,
+            counter: None,
         }
     }
 
@@ -98,7 +105,20 @@ impl Collector {
         self.emit(&mut st, &lines);
     }
 
+    /// Count the output lines matching `counter` (whole lines, as written: before redaction).
+    pub fn counting(mut self, counter: Option<Arc<regex::Regex>>) -> Self {
+        self.counter = counter;
+        self
+    }
+
     fn emit(&self, st: &mut State, bytes: &[u8]) {
+        if let Some(re) = &self.counter {
+            let raw = String::from_utf8_lossy(bytes);
+            st.counted += raw
+                .lines()
+                .filter(|l| re.is_match(l.trim_end_matches('\r')))
+                .count() as u64;
+        }
         let text = self.redactor.redact(&String::from_utf8_lossy(bytes));
         if st.log.is_none()
             && let Some(path) = st.log_path.take()
@@ -130,6 +150,7 @@ impl Collector {
                 tail: String::new(),
                 bytes: 0,
                 logged: false,
+                counted: 0,
             };
         };
         let rest: Vec<u8> = std::mem::take(&mut st.pending);
@@ -154,6 +175,7 @@ impl Collector {
             tail: String::from_utf8_lossy(&bytes).into_owned(),
             bytes: st.bytes,
             logged: st.log.is_some(),
+            counted: st.counted,
         }
     }
 }

@@ -245,7 +245,16 @@ const WORKER_KEYS: &[&str] = &[
     "require_change",
 ];
 const WORKER_OVERRIDE_KEYS: &[&str] = &["run", "timeout", "grace", "env", "attempts"];
-const GATE_KEYS: &[&str] = &["name", "run", "timeout", "grace", "paths", "required"];
+const GATE_KEYS: &[&str] = &[
+    "name",
+    "run",
+    "timeout",
+    "grace",
+    "paths",
+    "required",
+    "min_tests",
+];
+const MIN_TESTS_KEYS: &[&str] = &["count", "pattern"];
 const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];
 const DISCOVER_KEYS: &[&str] = &["glob", "id", "branch", "vars"];
 const ENV_KEYS: &[&str] = &["pass", "secrets"];
@@ -263,6 +272,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("Worker", WORKER_KEYS),
     ("WorkerOverride", WORKER_OVERRIDE_KEYS),
     ("Gate", GATE_KEYS),
+    ("MinTests", MIN_TESTS_KEYS),
     ("ItemSpec", ITEM_KEYS),
     ("DiscoverSpec", DISCOVER_KEYS),
     ("EnvPolicy", ENV_KEYS),

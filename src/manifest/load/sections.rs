@@ -388,6 +388,33 @@ impl Cx {
             let required = g
                 .get("required")
                 .map(|n| self.boolean(n, &child(&p, "required")));
+            let min_tests = g.get("min_tests").and_then(|n| {
+                let mp = child(&p, "min_tests");
+                let m = self.map(n, &mp, MIN_TESTS_KEYS)?;
+                let count = self
+                    .required(&m, &mp, "count")
+                    .and_then(|c| self.u32(c, &child(&mp, "count"), 1, u32::MAX));
+                let pattern = self.required(&m, &mp, "pattern").and_then(|pn| {
+                    let pp = child(&mp, "pattern");
+                    let text = self.nonempty(pn, &pp)?;
+                    match regex::Regex::new(&text) {
+                        Ok(_) => Some(text),
+                        Err(e) => {
+                            self.err(
+                                "invalid-pattern",
+                                &pp,
+                                pn.span,
+                                format!("`{text}` is not a regular expression: {e}"),
+                            );
+                            None
+                        }
+                    }
+                });
+                Some(MinTests {
+                    count: count?,
+                    pattern: pattern?,
+                })
+            });
             if let (Some(name), Some(run)) = (name, run) {
                 out.push(Gate {
                     name,
@@ -396,6 +423,7 @@ impl Cx {
                     grace: grace.flatten(),
                     paths: paths.flatten().unwrap_or_default(),
                     required: required.flatten(),
+                    min_tests,
                 });
             }
         }
