@@ -760,7 +760,10 @@ fn a_gate_that_ran_too_few_tests_fails_however_it_exited() {
     // Enough tests, and it passes.
     let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
     std::fs::write(dir.path().join("m.yaml"), m.replace("count: 3", "count: 2")).unwrap();
-    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress", "--rerun", "failed"]);
+    let out = run_in(
+        dir.path(),
+        &["apply", "m.yaml", "--no-progress", "--rerun", "failed"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
@@ -774,5 +777,64 @@ fn a_min_tests_pattern_that_is_not_a_regular_expression_fails_validation() {
     );
     let out = run_in(dir.path(), &["validate", "m.yaml"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("is not a regular expression"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not a regular expression"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_rule_that_matches_nothing_is_a_warning_and_an_unreadable_folder_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("checkouts/svc-a"));
+    common::commit_file(&r, "tasks/one/task.md", "one\n");
+    // A folder the glob's walk cannot get through: a link back to where it started.
+    std::os::unix::fs::symlink("..", dir.path().join("checkouts/loop")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        r#"version: 1
+name: warn
+repositories:
+  - glob: "checkouts/*"
+  - glob: "elsewhere/*"
+worker: {run: ["true"]}
+discover:
+  - {glob: "tasks/*/task.md", id: "{match.parent}"}
+  - {glob: "changes/*/proposal.md", id: "{match.parent}"}
+"#,
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: `repositories[1].glob` `elsewhere/*` matches no git checkout"),
+        "{err}"
+    );
+    let out = run_in(dir.path(), &["plan", "m.yaml"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "warning: `discover[1]` `changes/*/proposal.md` matches no file in any repository"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("`repositories[0].glob` `checkouts/*`: cannot read"),
+        "{err}"
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("matches no file")),
+        "{report:#}"
+    );
+    let summary =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
+    assert!(summary.contains("## Warnings"), "{summary}");
 }

@@ -125,7 +125,12 @@ pub fn plan(
     opts: &crate::plan::PlanOptions,
 ) -> Option<crate::plan::Plan> {
     match crate::plan::plan(loaded, opts) {
-        Ok(p) => Some(p),
+        Ok(p) => {
+            for w in &p.warnings {
+                ui.warn(w);
+            }
+            Some(p)
+        }
         Err(crate::plan::PlanError::Invalid(e)) => {
             eprint!("{}", e.render(ui.color));
             None

@@ -8,6 +8,10 @@ pub fn run(ui: &Ui, path: &Path) -> i32 {
         Ok(l) => l,
         Err(code) => return code,
     };
+    // A repository glob that matches nothing is not wrong, but rarely meant.
+    for w in crate::plan::repos::locate_noting(&loaded).1 {
+        ui.warn(w);
+    }
     let m = &loaded.manifest;
     println!(
         "`{}` is valid: manifest `{}`, {} repositor{}, {} item{}, {} discovery rule{}",

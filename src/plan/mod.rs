@@ -38,6 +38,10 @@ pub struct Plan {
     /// In admission order.
     pub items: Vec<ItemPlan>,
     pub counts: BTreeMap<ItemState, usize>,
+    /// What the user should hear though nothing is wrong enough to stop: a rule that matches
+    /// nothing, a folder that could not be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -211,7 +215,7 @@ pub fn effective_workers(loaded: &LoadedManifest, cli: Option<u32>) -> u32 {
 pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let only = globset(&opts.only)?;
     let item_filter = globset(&opts.items)?;
-    let located = repos::locate(loaded);
+    let (located, located_notes) = repos::locate_noting(loaded);
     let mut problems = Vec::new();
 
     // Two sources naming one repository would let two runs share a checkout.
@@ -253,10 +257,27 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
 
     let mut repositories = Vec::with_capacity(analysed.len());
     let mut per_repo: Vec<Vec<ItemPlan>> = Vec::with_capacity(analysed.len());
+    let mut warnings = located_notes;
+    let mut matched = vec![0usize; loaded.manifest.discover.len()];
+    let any_found = analysed.iter().any(|a| a.repo.status == RepoStatus::Found);
     for a in analysed {
         problems.extend(a.problems);
+        warnings.extend(a.notes);
+        for (total, n) in matched.iter_mut().zip(&a.matched) {
+            *total += n;
+        }
         repositories.push(a.repo);
         per_repo.push(a.items);
+    }
+    if any_found {
+        for (i, (d, n)) in loaded.manifest.discover.iter().zip(&matched).enumerate() {
+            if *n == 0 {
+                warnings.push(format!(
+                    "`discover[{i}]` `{}` matches no file in any repository",
+                    d.glob
+                ));
+            }
+        }
     }
 
     // Explicit items whose repository no source produced.
@@ -361,6 +382,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
         repositories,
         items,
         counts,
+        warnings,
     })
 }
 
@@ -402,6 +424,10 @@ struct Analysed {
     repo: RepoPlan,
     items: Vec<ItemPlan>,
     problems: Vec<Problem>,
+    /// What the user should hear: folders that could not be read.
+    notes: Vec<String>,
+    /// Files each `discover` rule matched here.
+    matched: Vec<usize>,
 }
 
 /// One repository: ask git, discover items, compute each item's state.
@@ -530,8 +556,10 @@ fn analyse(
             }
         })
         .collect();
+    let mut notes = Vec::new();
+    let mut matched = vec![0; m.discover.len()];
     if repo.status == RepoStatus::Found && !m.discover.is_empty() {
-        discover(loaded, l, &mut items, &mut problems);
+        matched = discover(loaded, l, &mut items, &mut problems, &mut notes);
     }
 
     let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()));
@@ -591,6 +619,8 @@ fn analyse(
         repo,
         items,
         problems,
+        notes,
+        matched,
     }
 }
 
@@ -658,12 +688,15 @@ fn glob_root(glob: &str) -> (PathBuf, Option<usize>) {
 }
 
 /// Discover items in one repository: every file matching a `discover` glob becomes an item.
+/// Returns how many files each rule matched; a folder it could not read is noted.
 fn discover(
     loaded: &LoadedManifest,
     l: &Located,
     items: &mut Vec<ItemPlan>,
     problems: &mut Vec<Problem>,
-) {
+    notes: &mut Vec<String>,
+) -> Vec<usize> {
+    let mut matched = vec![0; loaded.manifest.discover.len()];
     let m = &loaded.manifest;
     let mut ids: HashMap<String, String> = items
         .iter()
@@ -685,7 +718,17 @@ fn discover(
         let mut matches = Vec::new();
         let mut it = walker.into_iter();
         while let Some(entry) = it.next() {
-            let Ok(entry) = entry else { continue };
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    let at = e.path().unwrap_or(&root).display().to_string();
+                    notes.push(format!(
+                        "`discover[{di}]` in repository `{}`: cannot read `{at}`: {e}",
+                        l.name
+                    ));
+                    continue;
+                }
+            };
             if entry.file_type().is_dir() {
                 if entry.file_name() == ".git" {
                     it.skip_current_dir();
@@ -701,6 +744,7 @@ fn discover(
             }
         }
         matches.sort();
+        matched[di] = matches.len();
         for rel in matches {
             let p = Path::new(&rel);
             let dir = p
@@ -838,6 +882,7 @@ fn discover(
             }
         }
     }
+    matched
 }
 
 #[cfg(test)]

@@ -53,8 +53,15 @@ pub fn redact_url(url: &str) -> String {
 
 /// Expand every entry in manifest order; glob matches sorted by path.
 pub fn locate(loaded: &LoadedManifest) -> Vec<Located> {
+    locate_noting(loaded).0
+}
+
+/// [`locate`], with what a user should hear about it: a glob that matches no checkout, a folder
+/// that could not be read while expanding one.
+pub fn locate_noting(loaded: &LoadedManifest) -> (Vec<Located>, Vec<String>) {
     let workspace = workspace_dir(loaded);
     let mut out = Vec::new();
+    let mut notes = Vec::new();
     for (entry, spec) in loaded.manifest.repositories.iter().enumerate() {
         match spec.source_kind() {
             SourceKind::Path => {
@@ -81,7 +88,16 @@ pub fn locate(loaded: &LoadedManifest) -> Vec<Located> {
             }
             SourceKind::Glob => {
                 let glob = spec.glob.as_deref().unwrap_or_default();
-                for path in expand_glob(&loaded.dir, glob) {
+                let (paths, errors) = expand_glob_noting(&loaded.dir, glob);
+                for e in errors {
+                    notes.push(format!("`repositories[{entry}].glob` `{glob}`: {e}"));
+                }
+                if paths.is_empty() {
+                    notes.push(format!(
+                        "`repositories[{entry}].glob` `{glob}` matches no git checkout"
+                    ));
+                }
+                for path in paths {
                     let name = path
                         .file_name()
                         .and_then(|f| f.to_str())
@@ -98,7 +114,7 @@ pub fn locate(loaded: &LoadedManifest) -> Vec<Located> {
             }
         }
     }
-    out
+    (out, notes)
 }
 
 fn name_of(spec: &RepositorySpec) -> String {
@@ -115,10 +131,16 @@ fn has_glob_meta(s: &str) -> bool {
 
 /// Every git checkout (a folder with a `.git` entry) matching `glob`, relative to `dir`.
 pub fn expand_glob(dir: &Path, glob: &str) -> Vec<PathBuf> {
+    expand_glob_noting(dir, glob).0
+}
+
+/// [`expand_glob`], with every folder that could not be read on the way (not nothing there:
+/// something runner could not see).
+pub fn expand_glob_noting(dir: &Path, glob: &str) -> (Vec<PathBuf>, Vec<String>) {
     let full = normalize(&dir.join(glob));
     let full_str = full.to_string_lossy().to_string();
     let Ok(matcher) = compile_glob(&full_str) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let mut base = PathBuf::new();
     let mut rest = 0usize;
@@ -138,9 +160,9 @@ pub fn expand_glob(dir: &Path, glob: &str) -> Vec<PathBuf> {
     }
     if rest == 0 {
         return if is_checkout(&full) {
-            vec![full]
+            (vec![full], Vec::new())
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
     }
     let mut walker = walkdir::WalkDir::new(&base).min_depth(1).follow_links(true);
@@ -148,9 +170,19 @@ pub fn expand_glob(dir: &Path, glob: &str) -> Vec<PathBuf> {
         walker = walker.max_depth(rest);
     }
     let mut found = Vec::new();
+    let mut errors = Vec::new();
     let mut it = walker.into_iter();
     while let Some(entry) = it.next() {
-        let Ok(entry) = entry else { continue };
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                let at = e
+                    .path()
+                    .map_or_else(|| base.display().to_string(), |p| p.display().to_string());
+                errors.push(format!("cannot read `{at}`: {e}"));
+                continue;
+            }
+        };
         if !entry.file_type().is_dir() {
             continue;
         }
@@ -166,7 +198,7 @@ pub fn expand_glob(dir: &Path, glob: &str) -> Vec<PathBuf> {
         }
     }
     found.sort();
-    found
+    (found, errors)
 }
 
 #[cfg(test)]

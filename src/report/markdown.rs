@@ -47,6 +47,13 @@ pub fn render(r: &Report) -> String {
             counts.join(", ")
         }
     ));
+    if !r.warnings.is_empty() {
+        out.push_str("## Warnings\n\n");
+        for w in &r.warnings {
+            out.push_str(&format!("- {}\n", cell(w)));
+        }
+        out.push('\n');
+    }
     if r.items.is_empty() {
         return out;
     }

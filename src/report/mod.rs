@@ -34,6 +34,9 @@ pub struct Report {
     /// Items per outcome; every outcome is present.
     pub counts: BTreeMap<ItemOutcome, usize>,
     pub items: Vec<ItemReport>,
+    /// What planning warned of: a rule that matches nothing, a folder that could not be read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -181,6 +184,7 @@ impl ReportBuilder {
                 capacity: CapacityInfo { workers },
                 counts: BTreeMap::new(),
                 items,
+                warnings: plan.warnings.clone(),
             },
             run_dir: run_dir.to_path_buf(),
         };
