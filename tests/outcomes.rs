@@ -838,3 +838,26 @@ discover:
         std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
     assert!(summary.contains("## Warnings"), "{summary}");
 }
+
+#[test]
+fn with_commit_off_the_work_is_left_and_its_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = work_fixture(dir.path(), "echo fixed > fix.txt", "  commit: false\n");
+    let start = common::git(&r, &["rev-parse", "HEAD"]);
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        common::git(&r, &["rev-parse", "HEAD"]),
+        start,
+        "nothing committed"
+    );
+    assert_eq!(common::git(&r, &["status", "--porcelain"]), "?? fix.txt");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(
+        report_item(&report, "id", "a")["uncommitted"],
+        serde_json::json!(["fix.txt"])
+    );
+    let summary =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
+    assert!(summary.contains("left uncommitted: `fix.txt`"), "{summary}");
+}
