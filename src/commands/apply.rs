@@ -32,11 +32,28 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             "`-j {j}` is above the manifest's bound; running at most {workers} at once (`-j` only lowers `capacity.workers`)"
         ));
     }
-    if let Some(max) = std::env::var("RUNNER_MAX_WORKERS")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
-        workers = workers.min(max.max(1));
+    // Inside a worker or gate the parent's ceiling holds, and it fails closed: a ceiling that
+    // cannot be read is no licence to run unbounded, or anywhere.
+    let nested = std::env::var_os("RUNNER_ROLE").is_some();
+    match std::env::var("RUNNER_MAX_WORKERS") {
+        Ok(v) => match v.parse::<u32>() {
+            Ok(max) => workers = workers.min(max.max(1)),
+            Err(_) => {
+                ui.error(format_args!(
+                    "`RUNNER_MAX_WORKERS` is `{v}`, not a number: the ceiling a nested run inherits cannot be read"
+                ));
+                return EXIT_INVALID;
+            }
+        },
+        Err(_) if nested => {
+            ui.error("`RUNNER_ROLE` is set but `RUNNER_MAX_WORKERS` is not: the ceiling a nested run inherits cannot be read");
+            return EXIT_INVALID;
+        }
+        Err(_) => {}
+    }
+    if nested && std::env::var_os("RUNNER_REPO_PATH").is_none() {
+        ui.error("`RUNNER_ROLE` is set but `RUNNER_REPO_PATH` is not: the repository a nested run is confined to is unknown");
+        return EXIT_INVALID;
     }
     let clone_errors = clone_missing(&loaded);
     let opts = PlanOptions {
@@ -293,7 +310,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     }
     if args.json {
         match serde_json::to_string_pretty(report) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => ui.error(format_args!("cannot encode the report: {e}")),
         }
     }

@@ -4,6 +4,18 @@
 //! ran but found failures, 2 bad invocation or invalid manifest, 3 stalled, 4 runner itself
 //! failed, 130/143 cancelled by SIGINT/SIGTERM.
 
+/// Print on standard output. A reader that went away (`runner plan m.yaml | head -1`) ends the
+/// output quietly and the command's own exit code stands; nothing panics.
+macro_rules! out {
+    ($($t:tt)*) => { $crate::commands::write_out(format_args!($($t)*), false) };
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    () => { $crate::commands::write_out(format_args!(""), true) };
+    ($($t:tt)*) => { $crate::commands::write_out(format_args!($($t)*), true) };
+}
+
 pub mod apply;
 pub mod cancel;
 pub mod pause;
@@ -86,6 +98,23 @@ pub fn run(cli: Cli) -> i32 {
             ROLES.join(", ")
         ));
         return EXIT_INVALID;
+    }
+    // Steering runs is for operators: a worker or gate that could cancel, pause or unlock would
+    // steer the very run it belongs to.
+    if let Ok(role) = std::env::var("RUNNER_ROLE") {
+        let verb = match &cli.command {
+            Command::Cancel(_) => Some("cancel"),
+            Command::Pause(_) => Some("pause"),
+            Command::Resume(_) => Some("resume"),
+            Command::Unlock(_) => Some("unlock"),
+            _ => None,
+        };
+        if let Some(verb) = verb {
+            ui.error(format_args!(
+                "`runner {verb}` is refused inside a {role} (`RUNNER_ROLE` is set): runs are steered by their operators"
+            ));
+            return EXIT_INVALID;
+        }
     }
     match cli.command {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
@@ -203,6 +232,28 @@ pub(crate) fn found<T>(
         Err(e) => {
             ui.error(e);
             Err(EXIT_INTERNAL)
+        }
+    }
+}
+
+/// What [`out!`] and [`outln!`] do: write to standard output; a closed pipe ends the output
+/// quietly, any other failure is said once on stderr.
+pub fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static FAILED: AtomicBool = AtomicBool::new(false);
+    if FAILED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut o = std::io::stdout().lock();
+    let r = o
+        .write_fmt(args)
+        .and_then(|()| if newline { o.write_all(b"\n") } else { Ok(()) })
+        .and_then(|()| o.flush());
+    if let Err(e) = r {
+        FAILED.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to standard output: {e}");
         }
     }
 }

@@ -66,14 +66,14 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     }
     if args.json {
         match serde_json::to_string_pretty(&plan) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => {
                 ui.error(format_args!("cannot encode the plan: {e}"));
                 return error_code;
             }
         }
     } else {
-        print!("{}", render_table(&plan, &loaded.display_path));
+        out!("{}", render_table(&plan, &loaded.display_path));
     }
     let pending = plan.counts.get(&ItemState::Pending).copied().unwrap_or(0);
     if args.detailed_exitcode && pending > 0 {

@@ -68,13 +68,13 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
     };
     match args.format {
         ReportFormatArg::Json => match report::to_json(&rep) {
-            Ok(json) => print!("{json}"),
+            Ok(json) => out!("{json}"),
             Err(e) => {
                 ui.error(format_args!("cannot encode the report: {e}"));
                 return EXIT_INTERNAL;
             }
         },
-        ReportFormatArg::Markdown => print!("{}", report::markdown::render(&rep)),
+        ReportFormatArg::Markdown => out!("{}", report::markdown::render(&rep)),
     }
     EXIT_OK
 }

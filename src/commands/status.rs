@@ -159,7 +159,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
     if args.json {
         return match serde_json::to_string_pretty(&st) {
             Ok(json) => {
-                println!("{json}");
+                outln!("{json}");
                 EXIT_OK
             }
             Err(e) => {
@@ -168,13 +168,15 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             }
         };
     }
-    println!("ledger {}", st.ledger);
+    // Everything below but the headings is recorded text: escaped before it reaches a terminal.
+    let safe = crate::support::text::printable;
+    outln!("ledger {}", safe(&st.ledger));
     if let Some(p) = &st.paused {
-        println!("PAUSED: {p}");
+        outln!("PAUSED: {}", safe(p));
     }
-    println!("\nruns (newest first):");
+    outln!("\nruns (newest first):");
     if st.runs.is_empty() {
-        println!("  none");
+        outln!("  none");
     }
     for r in &st.runs {
         let mut line = format!(
@@ -203,43 +205,52 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                     .unwrap_or_default()
             ));
         }
-        println!("{line}");
+        outln!("{}", safe(&line));
     }
-    println!("\nrunning items:");
+    outln!("\nrunning items:");
     if st.running.is_empty() {
-        println!("  none");
+        outln!("  none");
     }
     for r in &st.running {
-        println!(
-            "  {}/{}  run {} (pid {} on {})",
-            r.repo, r.item, r.run_id, r.pid, r.host
+        outln!(
+            "  {}",
+            safe(&format!(
+                "{}/{}  run {} (pid {} on {})",
+                r.repo, r.item, r.run_id, r.pid, r.host
+            ))
         );
     }
-    println!("\nquarantined repositories:");
+    outln!("\nquarantined repositories:");
     if st.quarantined.is_empty() {
-        println!("  none");
+        outln!("  none");
     }
     for q in &st.quarantined {
-        println!("  {}  {} (run {})", q.path, q.reason, q.run_id);
+        outln!(
+            "  {}",
+            safe(&format!("{}  {} (run {})", q.path, q.reason, q.run_id))
+        );
     }
     if name.is_some() {
-        println!("\nheld items (latest run):");
+        outln!("\nheld items (latest run):");
         if st.held.is_empty() {
-            println!("  none");
+            outln!("  none");
         }
         for h in &st.held {
-            println!(
-                "  {}/{}  {}{}",
-                h.repo,
-                h.item,
-                h.reason,
-                h.cause
-                    .as_ref()
-                    .map(|c| format!(": {c}"))
-                    .unwrap_or_default()
+            outln!(
+                "  {}",
+                safe(&format!(
+                    "{}/{}  {}{}",
+                    h.repo,
+                    h.item,
+                    h.reason,
+                    h.cause
+                        .as_ref()
+                        .map(|c| format!(": {c}"))
+                        .unwrap_or_default()
+                ))
             );
         }
-        println!("\nleases:");
+        outln!("\nleases:");
         for l in &st.leases {
             let who = match (&l.held, &l.holder) {
                 (true, Some(h)) => {
@@ -249,7 +260,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                 (false, Some(h)) => format!("free (last held by run {})", h.run_id),
                 (false, None) => "free".to_string(),
             };
-            println!("  {}  {who}", l.repo);
+            outln!("  {}", safe(&format!("{}  {who}", l.repo)));
         }
     }
     EXIT_OK

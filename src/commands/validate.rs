@@ -13,7 +13,7 @@ pub fn run(ui: &Ui, path: &Path) -> i32 {
         ui.warn(w);
     }
     let m = &loaded.manifest;
-    println!(
+    outln!(
         "`{}` is valid: manifest `{}`, {} repositor{}, {} item{}, {} discovery rule{}",
         loaded.display_path,
         m.name,

@@ -50,6 +50,8 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
     let mut sigterm =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    // A closed terminal or SSH session: stopped like SIGTERM, never killed outright.
+    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
 
     let queue: Vec<usize> = cx
         .plan
@@ -167,6 +169,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             }
             _ = recv_signal(&mut sigint) => on_signal(&mut sched, libc::SIGINT, &stop_tx),
             _ = recv_signal(&mut sigterm) => on_signal(&mut sched, libc::SIGTERM, &stop_tx),
+            _ = recv_signal(&mut sighup) => on_signal(&mut sched, libc::SIGHUP, &stop_tx),
             _ = sleep => {}
         }
     }

@@ -104,6 +104,7 @@ pub struct DrainEnd {
 
 pub fn signal_name(sig: i32) -> &'static str {
     match sig {
+        libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
         _ => "a signal",

@@ -82,6 +82,12 @@ pub fn load_file(path: &Path) -> Result<LoadedManifest, LoadError> {
             "it is a folder, not a file",
         )));
     }
+    // A FIFO or a device never ends, or ends somewhere else: refused before a byte is read.
+    if !meta.is_file() {
+        return Err(read_err(std::io::Error::other(
+            "it is not a regular file (a device, a FIFO or a socket)",
+        )));
+    }
     if meta.len() > yaml::MAX_MANIFEST_BYTES as u64 {
         let text: Arc<str> = Arc::from("");
         return Err(LoadError::Invalid(ManifestError {
@@ -98,7 +104,31 @@ pub fn load_file(path: &Path) -> Result<LoadedManifest, LoadError> {
             )],
         }));
     }
-    let bytes = std::fs::read(path).map_err(read_err)?;
+    // Never more than the limit and one byte, whatever the file claims its size to be.
+    let mut bytes = Vec::new();
+    {
+        use std::io::Read;
+        std::fs::File::open(path)
+            .and_then(|f| {
+                f.take(yaml::MAX_MANIFEST_BYTES as u64 + 1)
+                    .read_to_end(&mut bytes)
+            })
+            .map_err(read_err)?;
+    }
+    if bytes.len() > yaml::MAX_MANIFEST_BYTES {
+        return Err(LoadError::Invalid(ManifestError {
+            file: display_path,
+            text: Arc::from(""),
+            problems: vec![Problem::new(
+                "too-large",
+                "",
+                format!(
+                    "the manifest is over {} bytes, the limit",
+                    yaml::MAX_MANIFEST_BYTES
+                ),
+            )],
+        }));
+    }
     let abs = std::path::absolute(path).map_err(read_err)?;
     let abs = normalize(&abs);
     let dir = abs.parent().map(Path::to_path_buf).unwrap_or_default();

@@ -1,0 +1,193 @@
+//! Hostile and unlucky surroundings: a reader that went away, a device given as a manifest,
+//! control characters in recorded text, a closed terminal, runner's control verbs run from inside
+//! a worker. The built binary, real pipes, real signals.
+
+mod common;
+
+use common::{repo, run_in, runner, stderr};
+use std::path::Path;
+
+fn fixture(root: &Path) {
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: hostile\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+}
+
+/// Run runner with its standard output a pipe whose reader is already gone.
+fn with_closed_stdout(root: &Path, args: &[&str]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    runner()
+        .current_dir(root)
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_reader_that_went_away_ends_output_quietly_with_the_commands_own_code() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    for (args, code) in [
+        (&["plan", "m.yaml"][..], 0),
+        (&["plan", "m.yaml", "--json"][..], 0),
+        (&["plan", "m.yaml", "--detailed-exitcode"][..], 2),
+        (&["validate", "m.yaml"][..], 0),
+        (&["schema"][..], 0),
+        (&["completions", "bash"][..], 0),
+        (&["apply", "m.yaml", "--no-progress", "--json"][..], 0),
+        (&["status", "m.yaml"][..], 0),
+    ] {
+        let out = with_closed_stdout(dir.path(), args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(
+            !err.contains("internal error") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_terminal_stops_the_run_like_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let started = dir.path().join("started");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: hup\nrepositories: [{{path: r}}]\nworker:\n  run: 'touch {}; sleep 4127'\n  grace: 2s\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}]\n",
+            started.display()
+        ),
+    )
+    .unwrap();
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_for(20, || started.exists()));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(129), "{err}");
+    assert!(
+        common::processes_matching("sleep 4127").is_empty(),
+        "a worker outlived the hangup"
+    );
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "cancelled");
+    assert!(
+        report["cause"].as_str().unwrap().contains("SIGHUP"),
+        "{report:#}"
+    );
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .contains("exit 129: cancelled by SIGHUP"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_device_or_fifo_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(dir.path(), &["validate", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    let fifo = dir.path().join("m.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // Nobody writes the FIFO: reading it would block for ever.
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn steering_verbs_are_refused_inside_a_worker_and_the_ceiling_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    for args in [
+        &["pause", "m.yaml"][..],
+        &["resume", "m.yaml"][..],
+        &["cancel", "some-run", "--manifest", "m.yaml"][..],
+        &["unlock", "r"][..],
+    ] {
+        let out = runner()
+            .current_dir(dir.path())
+            .args(args)
+            .env("RUNNER_ROLE", "worker")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&out).contains("is refused inside a worker"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let r = dir.path().join("r");
+    for (max, path) in [
+        (Some("lots"), Some(&r)),
+        (None, Some(&r)),
+        (Some("2"), None),
+    ] {
+        let mut c = runner();
+        c.current_dir(dir.path())
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env("RUNNER_ROLE", "worker")
+            .env_remove("RUNNER_MAX_WORKERS")
+            .env_remove("RUNNER_REPO_PATH");
+        if let Some(m) = max {
+            c.env("RUNNER_MAX_WORKERS", m);
+        }
+        if let Some(p) = path {
+            c.env("RUNNER_REPO_PATH", p);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{max:?} {path:?}: {}",
+            stderr(&out)
+        );
+        assert!(!dir.path().join("runner-reports").exists(), "it ran");
+    }
+}
+
+#[test]
+fn recorded_text_reaches_the_terminal_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let reason = "maintenance\u{1b}[2J\u{1b}]0;owned\u{7}\nrunner: all clear";
+    let out = run_in(dir.path(), &["pause", "m.yaml", "--reason", reason]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_in(dir.path(), &["status", "m.yaml"]);
+    let text = common::stdout(&out);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains("maintenance\\u{1b}[2J"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("runner: all clear")),
+        "{text}"
+    );
+}
