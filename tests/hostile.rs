@@ -191,3 +191,68 @@ fn recorded_text_reaches_the_terminal_escaped() {
         "{text}"
     );
 }
+
+/// Every file under `dir`, read whole.
+fn every_file(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(b) = std::fs::read(&p) {
+                out.push((p, b));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn secrets_printed_in_pieces_never_reach_a_file_runner_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let token = "tok-3f9a1c7e5b";
+    let pem =
+        "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w\nA0BAQEFAASCBKcwggSjAgE\n-----END KEY-----";
+    let in_env = "envkey-77d41e0a9";
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: secrets
+repositories: [{{path: r}}]
+env: {{pass: [PATH], secrets: [AGENT_TOKEN, DEPLOY_PEM]}}
+worker:
+  env: {{SERVICE_API_KEY: {in_env}}}
+  run: 'printf "token=tok-3f9"; sleep 0.2; printf "a1c7e5b done\n"; printf "%s\n" "$DEPLOY_PEM"; echo "$SERVICE_API_KEY"; exit 1'
+items: [{{repo: r, id: a}}]
+"#
+        ),
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress", "--json"])
+        .env("AGENT_TOKEN", token)
+        .env("DEPLOY_PEM", pem)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let mut needles: Vec<&str> = vec![token, in_env];
+    needles.extend(pem.lines().filter(|l| l.len() >= 4));
+    let mut files = every_file(&dir.path().join("runner-reports"));
+    files.extend(every_file(&dir.path().join(".runner")));
+    files.push(("stdout".into(), out.stdout.clone()));
+    files.push(("stderr".into(), out.stderr.clone()));
+    let mut seen_log = false;
+    for (path, bytes) in &files {
+        let text = String::from_utf8_lossy(bytes);
+        seen_log |= text.contains("token=*** done");
+        for n in &needles {
+            assert!(!text.contains(n), "`{n}` in {}", path.display());
+        }
+    }
+    assert!(seen_log, "the worker's output was logged, redacted");
+}

@@ -501,10 +501,25 @@ fn new_run_id() -> String {
     format!("{stamp}-{}", &rand[..6])
 }
 
-/// Values to redact: every variable named as a secret, and every passed variable whose name
-/// says it is one (`TOKEN`, `SECRET`, `PASSWORD`, `KEY`).
+/// Values to redact: every variable named as a secret, every passed variable whose name says it
+/// is one (`TOKEN`, `SECRET`, `PASSWORD`, `KEY`), and every value the manifest sets in
+/// `worker.env` under such a name.
 fn redactor(loaded: &LoadedManifest) -> Redactor {
     let mut names: Vec<String> = Vec::new();
+    let mut values: Vec<String> = Vec::new();
+    let mut worker_envs = vec![&loaded.manifest.worker.env];
+    for spec in &loaded.manifest.repositories {
+        if let Some(w) = &spec.worker {
+            worker_envs.push(&w.env);
+        }
+    }
+    for env in worker_envs {
+        values.extend(
+            env.iter()
+                .filter(|(k, _)| config::looks_secret(k))
+                .map(|(_, v)| v.clone()),
+        );
+    }
     for entry in 0..loaded.manifest.repositories.len() {
         let eff = config::effective(loaded, entry);
         names.extend(eff.secrets.iter().cloned());
@@ -517,7 +532,8 @@ fn redactor(loaded: &LoadedManifest) -> Redactor {
     }
     names.sort();
     names.dedup();
-    Redactor::new(names.iter().filter_map(|n| std::env::var(n).ok()))
+    values.extend(names.iter().filter_map(|n| std::env::var(n).ok()));
+    Redactor::new(values)
 }
 
 /// Clone every `url` repository not yet in the workspace, and fetch the ones that are. Failures

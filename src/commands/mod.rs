@@ -2,7 +2,7 @@
 //!
 //! Exit codes (the README's table; every verb uses the same meanings): 0 success, 1 the command
 //! ran but found failures, 2 bad invocation or invalid manifest, 3 stalled, 4 runner itself
-//! failed, 130/143 cancelled by SIGINT/SIGTERM.
+//! failed, 129/130/143 cancelled by SIGHUP/SIGINT/SIGTERM.
 
 /// Print on standard output. A reader that went away (`runner plan m.yaml | head -1`) ends the
 /// output quietly and the command's own exit code stands; nothing panics.

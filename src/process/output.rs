@@ -21,15 +21,59 @@ pub struct Redactor {
 }
 
 impl Redactor {
+    /// Each value is a secret, and so is each line of a multi-line one (a PEM key is printed
+    /// and read line by line).
     pub fn new(values: impl IntoIterator<Item = String>) -> Self {
-        let mut secrets: Vec<String> = values
-            .into_iter()
-            .filter(|v| v.len() >= MIN_SECRET_LEN)
-            .collect();
+        let mut secrets: Vec<String> = Vec::new();
+        for v in values {
+            if v.contains('\n') {
+                secrets.extend(
+                    v.lines()
+                        .map(|l| l.trim_end_matches('\r').to_string())
+                        .filter(|l| l.trim().len() >= MIN_SECRET_LEN),
+                );
+            }
+            secrets.push(v);
+        }
+        secrets.retain(|v| v.len() >= MIN_SECRET_LEN);
         // Longest first, so a secret containing another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
         Redactor { secrets }
+    }
+
+    /// Where `buf` (a partial line) may be cut so that no secret is split: before a suffix that
+    /// could be the start of a secret still arriving, and before any secret the cut would
+    /// straddle; never inside a character.
+    pub fn safe_cut(&self, buf: &[u8]) -> usize {
+        let mut cut = buf.len();
+        // The longest suffix that is a proper prefix of a secret.
+        for s in &self.secrets {
+            let s = s.as_bytes();
+            for k in (1..s.len().min(buf.len() + 1)).rev() {
+                if buf.ends_with(&s[..k]) {
+                    cut = cut.min(buf.len() - k);
+                    break;
+                }
+            }
+        }
+        // A whole secret across the cut moves the cut to its start.
+        loop {
+            let straddled = self.secrets.iter().find_map(|s| {
+                let s = s.as_bytes();
+                (cut.saturating_sub(s.len() - 1)..cut).find(|&p| {
+                    p + s.len() <= buf.len() && p + s.len() > cut && buf[p..].starts_with(s)
+                })
+            });
+            match straddled {
+                Some(p) => cut = p,
+                None => break,
+            }
+        }
+        while cut > 0 && cut < buf.len() && (buf[cut] & 0xC0) == 0x80 {
+            cut -= 1;
+        }
+        cut
     }
 
     pub fn redact(&self, text: &str) -> String {
@@ -61,6 +105,8 @@ pub struct Collector {
     state: Arc<Mutex<State>>,
     redactor: Arc<Redactor>,
     counter: Option<Arc<regex::Regex>>,
+    /// A partial line longer than this is written out without waiting for its end.
+    max_line: usize,
 }
 
 pub struct Snapshot {
@@ -86,6 +132,7 @@ impl Collector {
             })),
             redactor,
             counter: None,
+            max_line: MAX_PENDING_LINE,
         }
     }
 
@@ -98,11 +145,25 @@ impl Collector {
         st.pending.extend_from_slice(chunk);
         let cut = match st.pending.iter().rposition(|b| *b == b'\n') {
             Some(i) => i + 1,
-            None if st.pending.len() > MAX_PENDING_LINE => st.pending.len(),
+            None if st.pending.len() > self.max_line => {
+                // A line too long to wait for is written in part, but never a part of a secret:
+                // what could be the start of one is held back until the rest of it comes.
+                let cut = self.redactor.safe_cut(&st.pending);
+                if cut == 0 {
+                    return;
+                }
+                cut
+            }
             None => return,
         };
         let lines: Vec<u8> = st.pending.drain(..cut).collect();
         self.emit(&mut st, &lines);
+    }
+
+    /// Cut partial lines longer than `n` bytes (instead of 64 KiB).
+    pub fn with_line_limit(mut self, n: usize) -> Self {
+        self.max_line = n;
+        self
     }
 
     /// Count the output lines matching `counter` (whole lines, as written: before redaction).
@@ -230,6 +291,49 @@ mod tests {
         let log = std::fs::read_to_string(&path).unwrap();
         assert_eq!(log, "token *** here\nnext");
         assert_eq!(snap.tail, log);
+    }
+
+    #[test]
+    fn each_line_of_a_multi_line_secret_is_a_secret() {
+        let key = "-----BEGIN KEY-----\nMIIEvQIBADANBgkq\nhkiG9w0BAQEFAASC\n-----END KEY-----";
+        let r = Redactor::new([key.to_string()]);
+        let text = "got hkiG9w0BAQEFAASC from the agent";
+        assert_eq!(r.redact(text), "got *** from the agent");
+    }
+
+    proptest::proptest! {
+        /// Any secret, any output around it, any split into chunks, long lines cut: the secret
+        /// (and each line of a multi-line one) never reaches the log or the tail.
+        #[test]
+        fn a_secret_never_reaches_the_log_however_it_arrives(
+            secret in "[a-zA-Z0-9+/=]{4,24}(\n[a-zA-Z0-9+/=]{4,24}){0,2}",
+            before in "[ a-z\n]{0,40}",
+            after in "[ a-z\n]{0,40}",
+            cuts in proptest::collection::vec(0usize..200, 0..8),
+            line_limit in 8usize..64,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("log");
+            let c = Collector::new(Some(path.clone()), Arc::new(Redactor::new([secret.clone()])))
+                .with_line_limit(line_limit);
+            let text = format!("{before}{secret}{after}{secret}");
+            let bytes = text.as_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort();
+            let mut at = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                c.push(&bytes[at..cut.max(at)]);
+                at = cut.max(at);
+            }
+            let snap = c.finish();
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            for shown in [&log, &snap.tail] {
+                proptest::prop_assert!(!shown.contains(&secret), "{:?} in {:?}", secret, shown);
+                for line in secret.lines() {
+                    proptest::prop_assert!(!shown.contains(line), "{:?} in {:?}", line, shown);
+                }
+            }
+        }
     }
 
     #[test]
