@@ -256,3 +256,47 @@ items: [{{repo: r, id: a}}]
     }
     assert!(seen_log, "the worker's output was logged, redacted");
 }
+
+#[test]
+fn a_hostile_folder_name_or_value_is_never_shell_syntax() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("checkouts/svc-ok"));
+    repo(&dir.path().join("checkouts/svc $(touch PWNED)"));
+    let seen = dir.path().join("seen.txt");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: hostile
+repositories: [{{glob: "checkouts/svc*"}}]
+worker:
+  run: 'echo {{repo}} {{item.task}} >> {seen}'
+items:
+  - {{repo: svc-ok, id: a, vars: {{task: "fix; touch PWNED2 && echo $(touch PWNED3) 'quoted'"}}}}
+"#,
+            seen = seen.display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("whose folder name is not a valid repository name"),
+        "{err}"
+    );
+    for f in ["PWNED", "PWNED2", "PWNED3"] {
+        let hits: Vec<_> = every_file(dir.path())
+            .into_iter()
+            .filter(|(p, _)| p.file_name().is_some_and(|n| n == f))
+            .collect();
+        assert!(
+            hits.is_empty(),
+            "{f} was created: a value ran as shell syntax"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "svc-ok fix; touch PWNED2 && echo $(touch PWNED3) 'quoted'\n"
+    );
+}

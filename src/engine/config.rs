@@ -83,10 +83,21 @@ pub fn command_argv(
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<String>, String> {
     let mut argv = match cmd {
-        CommandSpec::Shell(s) => vec!["sh".into(), "-c".into(), template::render(s, &lookup)?],
+        // Each value is shell-quoted, `{raw:NAME}` excepted: a value is never shell syntax.
+        CommandSpec::Shell(s) => {
+            let quoted = |name: &str| match name.strip_prefix(template::RAW) {
+                Some(raw) => lookup(raw),
+                None => lookup(name).map(|v| template::shell_quote(&v)),
+            };
+            vec!["sh".into(), "-c".into(), template::render(s, quoted)?]
+        }
         CommandSpec::Argv(v) => v
             .iter()
-            .map(|p| template::render(p, &lookup))
+            .map(|p| {
+                template::render(p, |name| {
+                    lookup(name.strip_prefix(template::RAW).unwrap_or(name))
+                })
+            })
             .collect::<Result<_, _>>()?,
     };
     if let Some(first) = argv.first_mut()

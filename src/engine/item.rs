@@ -877,12 +877,14 @@ async fn spawn(
             .worker
             .env
             .iter()
-            .map(|(k, v)| match template::render(v, lookup) {
-                Ok(v) => Ok((k.clone(), v)),
-                Err(message) => Err(ItemError::Template {
-                    name: k.clone(),
-                    message,
-                }),
+            .map(|(k, v)| {
+                match template::render(v, |n| lookup(n.strip_prefix(template::RAW).unwrap_or(n))) {
+                    Ok(v) => Ok((k.clone(), v)),
+                    Err(message) => Err(ItemError::Template {
+                        name: k.clone(),
+                        message,
+                    }),
+                }
             })
             .collect::<Result<_, _>>();
         match rendered {

@@ -8,5 +8,5 @@ pub mod template;
 pub mod yaml;
 
 pub use diag::{ManifestError, Problem};
-pub use load::{LoadError, LoadedManifest, compile_glob, load_file};
+pub use load::{LoadError, LoadedManifest, compile_glob, load_file, valid_name};
 pub use model::*;

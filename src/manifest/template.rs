@@ -94,6 +94,24 @@ pub fn render(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Str
     Ok(out)
 }
 
+/// The prefix of a placeholder whose value a string `run` takes as written (`{raw:item.flags}`).
+pub const RAW: &str = "raw:";
+
+/// `value` quoted for `sh` where it needs to be: as is when it holds only characters no shell
+/// gives a meaning to, else in single quotes (a `'` inside written as `'\''`), as GNU parallel
+/// does. A value can then never be more than one word of the command, whatever it holds.
+pub fn shell_quote(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c));
+    if plain {
+        value.to_string()
+    } else {
+        format!("'{}'", value.replace('\'', "'\\''"))
+    }
+}
+
 /// Where a template is used, which decides the placeholders it may name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Context {
@@ -113,6 +131,16 @@ pub const MATCH_NAMES: &[&str] = &["path", "dir", "name", "stem", "parent"];
 /// Check one placeholder name against a context. `Ok(Some(var))` means `{item.var}`, which the
 /// caller must check against the items using the template.
 pub fn check_placeholder(name: &str, ctx: Context) -> Result<Option<String>, String> {
+    // `{raw:NAME}`: a command's value inserted as written, not shell-quoted.
+    let name = match (name.strip_prefix(RAW), ctx) {
+        (Some(rest), Context::Command { .. }) => rest,
+        (Some(_), _) => {
+            return Err(format!(
+                "`{{{name}}}`: `{RAW}` is only for commands, where values are otherwise shell-quoted"
+            ));
+        }
+        (None, _) => name,
+    };
     if let Some(var) = name.strip_prefix("item.") {
         if var.is_empty() {
             return Err("`{item.}` names no variable".into());
@@ -174,6 +202,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn shell_quoting_keeps_a_value_one_word() {
+        assert_eq!(shell_quote("done/fix-1.txt"), "done/fix-1.txt");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("svc $(touch PWNED)"), "'svc $(touch PWNED)'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("printf %s {}", shell_quote("x'; echo $HOME `id` \"y\"")),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "x'; echo $HOME `id` \"y\""
+        );
+    }
+
+    #[test]
     fn parses_placeholders_and_literal_braces() {
         assert_eq!(
             parse("a {model} {{b}} {item.task}").unwrap(),
@@ -202,6 +250,11 @@ mod tests {
     fn contexts_limit_names() {
         let cmd = Context::Command { models: true };
         assert_eq!(check_placeholder("model", cmd), Ok(None));
+        assert_eq!(
+            check_placeholder("raw:item.task", cmd),
+            Ok(Some("task".into()))
+        );
+        assert!(check_placeholder("raw:item", Context::Branch).is_err());
         assert_eq!(check_placeholder("item.task", cmd), Ok(Some("task".into())));
         assert!(check_placeholder("modle", cmd).is_err());
         assert!(check_placeholder("match.path", cmd).is_err());

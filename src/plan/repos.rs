@@ -103,6 +103,15 @@ pub fn locate_noting(loaded: &LoadedManifest) -> (Vec<Located>, Vec<String>) {
                         .and_then(|f| f.to_str())
                         .unwrap_or_default()
                         .to_string();
+                    // Names from folders obey the rule declared names do: a name is inserted
+                    // into commands, branches and paths.
+                    if !crate::manifest::valid_name(&name) {
+                        notes.push(format!(
+                            "`repositories[{entry}].glob` `{glob}` matched `{}`, whose folder name is not a valid repository name (letters, digits, `.`, `_`, `-`); skipped",
+                            crate::support::text::printable(&path.display().to_string())
+                        ));
+                        continue;
+                    }
                     out.push(Located {
                         name,
                         entry,

@@ -402,7 +402,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-fn valid_name(s: &str) -> bool {
+/// The rule every repository name obeys: `[A-Za-z0-9._-]`, not starting with a dot.
+pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && !s.starts_with('.')
         && s.len() <= 100
