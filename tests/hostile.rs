@@ -300,3 +300,46 @@ items:
         "svc-ok fix; touch PWNED2 && echo $(touch PWNED3) 'quoted'\n"
     );
 }
+
+#[test]
+fn branch_names_git_refuses_or_that_name_no_branch_of_its_own_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    for bad in ["a b", "../../x", "x.lock", "-b", "HEAD", "refs/heads/x"] {
+        std::fs::write(
+            dir.path().join("m.yaml"),
+            format!(
+                "version: 1\nname: b\nrepositories: [{{path: r}}]\nworker: {{run: [\"true\"]}}\nitems: [{{repo: r, id: a, branch: {}}}]\n",
+                serde_json::to_string(bad).unwrap()
+            ),
+        )
+        .unwrap();
+        let out = run_in(dir.path(), &["validate", "m.yaml"]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("invalid-branch"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
+    // The branch the checkout is on passes validation (it depends on the disk) and is refused
+    // by plan, with the reason.
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: b\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a, branch: main}]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        run_in(dir.path(), &["validate", "m.yaml"]).status.code(),
+        Some(0)
+    );
+    let out = run_in(dir.path(), &["plan", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("which the checkout"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -295,26 +295,7 @@ pub fn is_dirty(dir: &Path) -> Result<bool, GitError> {
     Ok(!text.trim().is_empty())
 }
 
-/// Is `name` acceptable as a branch name? Mirrors the rules of `git check-ref-format --branch`
-/// without spawning git for each item.
-pub fn valid_branch_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('-')
-        && !name.starts_with('/')
-        && !name.ends_with('/')
-        && !name.ends_with('.')
-        && !name.ends_with(".lock")
-        && !name.contains("..")
-        && !name.contains("//")
-        && !name.contains("@{")
-        && name != "@"
-        && !name
-            .chars()
-            .any(|c| c.is_control() || " ~^:?*[\\".contains(c))
-        && name
-            .split('/')
-            .all(|seg| !seg.starts_with('.') && !seg.ends_with(".lock"))
-}
+pub use crate::support::refname::valid_branch_name;
 
 /// Whether `path` holds a `.git` entry (a checkout or a linked worktree), without spawning git.
 pub fn looks_like_checkout(path: &Path) -> bool {
@@ -638,20 +619,4 @@ pub fn clone(url: &str, dest: &Path) -> Result<(), GitError> {
         return Err(failed("clone", dest, &out));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn branch_names() {
-        assert!(valid_branch_name("runner/fix-login"));
-        assert!(valid_branch_name("feature/a.b_c-1"));
-        for bad in [
-            "", "-x", "a..b", "a b", "a~1", "x.lock", "a/", "/a", "a//b", "a/.b", "@", "a@{b",
-        ] {
-            assert!(!valid_branch_name(bad), "{bad}");
-        }
-    }
 }

@@ -521,21 +521,20 @@ fn analyse(
                 })
             });
             let branch = match branch {
-                Some(Ok(b)) if git::valid_branch_name(&b) => Some(b),
-                Some(Ok(b)) => {
-                    problems.push(
-                        Problem::new(
-                            "invalid-branch",
-                            "items",
-                            format!(
-                                "item `{}` would use branch `{b}`, which git does not accept",
-                                it.id
-                            ),
-                        )
-                        .at(it.span),
-                    );
-                    None
-                }
+                Some(Ok(b)) => match crate::support::refname::work_branch_problem(&b) {
+                    None => Some(b),
+                    Some(why) => {
+                        problems.push(
+                            Problem::new(
+                                "invalid-branch",
+                                "items",
+                                format!("item `{}` would use branch `{b}`: {why}", it.id),
+                            )
+                            .at(it.span),
+                        );
+                        None
+                    }
+                },
                 Some(Err(e)) => {
                     problems.push(Problem::new("invalid-template", "items", e).at(it.span));
                     None
@@ -562,6 +561,23 @@ fn analyse(
         matched = discover(loaded, l, &mut items, &mut problems, &mut notes);
     }
 
+    // A work branch runs in a worktree of its own: the branch the checkout itself is on cannot be
+    // one (git refuses to check a branch out twice, and runner never works in the user's place).
+    if let Some(current) = probe.as_ref().and_then(|p| p.branch.as_deref()) {
+        for it in &items {
+            if it.branch.as_deref() == Some(current) {
+                problems.push(Problem::new(
+                    "checked-out-branch",
+                    "items",
+                    format!(
+                        "item `{}` would work on branch `{current}`, which the checkout `{}` itself is on; give it a branch of its own, or no `branch` to work in the checkout",
+                        it.id,
+                        l.path.display()
+                    ),
+                ));
+            }
+        }
+    }
     let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()));
     let found = repo.status == RepoStatus::Found;
     let needs_branches = found && items.iter().any(|i| i.branch.is_some());
@@ -835,7 +851,9 @@ fn discover(
                         }
                     });
                     match r {
-                        Ok(b) if git::valid_branch_name(&b) => Some(b),
+                        Ok(b) if crate::support::refname::work_branch_problem(&b).is_none() => {
+                            Some(b)
+                        }
                         Ok(b) => {
                             problems.push(
                                 Problem::new(

@@ -28,6 +28,12 @@ impl Cx {
                 let bp = child(&p, "branch");
                 let s = self.nonempty(v, &bp)?;
                 self.template(v, &bp, &s, Context::Branch);
+                // Without placeholders the name is final: checked now, not at plan time.
+                if !s.contains('{')
+                    && let Some(why) = crate::support::refname::work_branch_problem(&s)
+                {
+                    self.err("invalid-branch", &bp, v.span, why);
+                }
                 Some(s)
             });
             let vars = m.get("vars").map(|v| {
