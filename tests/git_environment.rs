@@ -177,3 +177,25 @@ items:
     assert!(clone.join(".git/HEAD").is_file(), "no clone at {clone:?}");
     assert_eq!(git(&bystander, &["for-each-ref"]), before);
 }
+
+#[test]
+fn runners_own_git_calls_run_no_hook_of_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let ran = dir.path().join("hook-ran");
+    let hook = r.join(".git/hooks/post-checkout");
+    std::fs::write(&hook, format!("#!/bin/sh\ntouch {}\n", ran.display())).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("manifest.yaml"),
+        "version: 1\nname: hooks\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a, branch: \"runner/a\"}]\n",
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(dir.path())
+        .args(["apply", "manifest.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!ran.exists(), "the repository's post-checkout hook ran");
+}

@@ -343,3 +343,36 @@ fn branch_names_git_refuses_or_that_name_no_branch_of_its_own_are_errors() {
     let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn discovery_never_follows_a_link_out_of_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    std::fs::write(dir.path().join("outside.md"), "not yours\n").unwrap();
+    std::fs::create_dir_all(r.join("tasks/inside")).unwrap();
+    std::fs::create_dir_all(r.join("tasks/escape")).unwrap();
+    std::fs::write(r.join("tasks/inside/task.md"), "yours\n").unwrap();
+    std::os::unix::fs::symlink("../../../outside.md", r.join("tasks/escape/task.md")).unwrap();
+    common::git(&r, &["add", "."]);
+    common::git(&r, &["commit", "-q", "-m", "tasks"]);
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: d\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\ndiscover: [{glob: \"tasks/*/task.md\", id: \"{match.parent}\"}]\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["inside"]);
+    assert!(
+        stderr(&out).contains("`tasks/escape/task.md` is a link that leads outside the repository"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -70,10 +70,18 @@ fn dropped_git_vars() -> &'static [String] {
     })
 }
 
-/// A git command with runner's fixed settings: only the kept `GIT_*` variables, a fixed
-/// locale, no prompts, no optional locks, stdin closed.
+/// A git command with runner's fixed settings: no hooks and no fsmonitor, only the kept `GIT_*`
+/// variables, a fixed locale, no prompts, no optional locks, stdin closed.
 fn base_command() -> Command {
     let mut c = Command::new("git");
+    // runner's own git calls run none of the repository's code: no hooks (`worktree add` would
+    // run `post-checkout`), no filesystem monitor daemon.
+    c.args([
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+    ]);
     for v in dropped_git_vars() {
         c.env_remove(v);
     }

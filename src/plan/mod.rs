@@ -713,6 +713,7 @@ fn discover(
     notes: &mut Vec<String>,
 ) -> Vec<usize> {
     let mut matched = vec![0; loaded.manifest.discover.len()];
+    let repo_root = std::fs::canonicalize(&l.path).ok();
     let m = &loaded.manifest;
     let mut ids: HashMap<String, String> = items
         .iter()
@@ -756,6 +757,21 @@ fn discover(
             };
             let rel = rel.to_string_lossy().replace('\\', "/");
             if matcher.is_match(&rel) {
+                // Discovery never leaves the repository: a link that resolves outside it (or
+                // nowhere) is not work to hand a worker.
+                if entry.path_is_symlink() {
+                    let inside = match (std::fs::canonicalize(entry.path()), &repo_root) {
+                        (Ok(target), Some(root)) => target.starts_with(root),
+                        _ => false,
+                    };
+                    if !inside {
+                        notes.push(format!(
+                            "`discover[{di}]` in repository `{}`: `{rel}` is a link that leads outside the repository; skipped",
+                            l.name
+                        ));
+                        continue;
+                    }
+                }
                 matches.push(rel);
             }
         }
