@@ -491,3 +491,79 @@ fn a_quarantined_repository_is_held_until_unlocked() {
         serde_json::from_str(&stdout(&run_in(dir.path(), &["plan", "m.yaml", "--json"]))).unwrap();
     assert_eq!(plan["counts"]["pending"], 2);
 }
+
+#[test]
+fn an_empty_ledger_file_is_not_a_new_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 1, 1, 1, "0");
+    std::fs::create_dir_all(dir.path().join(".runner")).unwrap();
+    std::fs::write(dir.path().join(".runner/state.db"), "").unwrap();
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the file is empty"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::metadata(dir.path().join(".runner/state.db"))
+            .unwrap()
+            .len(),
+        0
+    );
+    assert!(!dir.path().join("times.log").exists(), "nothing ran");
+}
+
+#[test]
+fn a_damaged_ledger_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 2, 3, 2, "0");
+    assert_eq!(apply(dir.path(), &[]).status.code(), Some(0));
+    let db = dir.path().join(".runner/state.db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    assert!(bytes.len() > 3 * 4096, "a ledger of a few pages");
+    // A page of the item results overwritten with noise.
+    let page = bytes.len() / 4096 - 1;
+    for b in &mut bytes[page * 4096 + 8..page * 4096 + 4000] {
+        *b = 0x5a;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    let out = apply(dir.path(), &["--rerun", "all"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("damaged"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&db).unwrap(), bytes, "the ledger was changed");
+}
+
+#[test]
+fn a_state_path_in_a_missing_folder_is_an_error_not_a_new_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 1, 1, 1, "0");
+    let deep = dir.path().join("no/such/folder/state.db");
+    let out = apply(dir.path(), &["--state", deep.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(!dir.path().join("no").exists(), "folders were made");
+}
+
+#[test]
+fn a_ledger_deleted_during_a_run_stops_it_with_exit_4() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 1, 3, 1, "0.5");
+    let child = runner()
+        .current_dir(dir.path())
+        .args(apply_args(&[]))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = dir.path().join("times.log");
+    assert!(wait_for(20, || std::fs::read_to_string(&log)
+        .is_ok_and(|t| t.contains("start"))));
+    std::fs::remove_file(dir.path().join(".runner/state.db")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("deleted or replaced"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -117,7 +117,7 @@ pub enum LedgerError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("cannot create the state folder `{path}`: {source}")]
+    #[error("state ledger: `{path}`: {source}")]
     Io {
         path: String,
         #[source]

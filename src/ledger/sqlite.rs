@@ -176,6 +176,14 @@ pub struct SqliteLedger {
     path: PathBuf,
     buffered: Buffered,
     seq: i64,
+    /// Device and inode of the file opened: a ledger deleted or replaced under a run is noticed.
+    identity: Option<(u64, u64)>,
+}
+
+/// Device and inode of `path`.
+fn identity_of(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn outcome_from(s: &str) -> Option<ItemOutcome> {
@@ -185,24 +193,112 @@ fn outcome_from(s: &str) -> Option<ItemOutcome> {
 impl SqliteLedger {
     /// Open (creating when absent) the ledger at `path`. A ledger that is locked past the busy
     /// timeout, unreadable or corrupt is an error; nothing is deleted or overwritten to "fix" it.
+    ///
+    /// Only the ledger's own folder is created (`.runner` beside the manifest), never a chain of
+    /// them: a `--state` in a folder that does not exist is an error. An existing file that is
+    /// empty is a ledger that lost its contents, not a new one, and one that fails SQLite's quick
+    /// check is corrupt: both are refused, untouched, since either would run completed work
+    /// again.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
+            && !dir.is_dir()
         {
-            std::fs::create_dir_all(dir).map_err(|source| LedgerError::Io {
-                path: dir.display().to_string(),
-                source,
-            })?;
+            match std::fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(LedgerError::Io {
+                        path: dir.display().to_string(),
+                        source,
+                    });
+                }
+            }
         }
+        if !path.exists() {
+            Self::create(path)?;
+        }
+        let existed = match std::fs::metadata(path) {
+            Ok(m) if m.len() == 0 => {
+                return Err(LedgerError::Unusable {
+                    path: path.display().to_string(),
+                    message: "the file is empty: a ledger that lost its contents, not a new one (every completed item would run again); move it aside to start a new ledger".into(),
+                });
+            }
+            Ok(_) => true,
+            Err(_) => false,
+        };
         let conn = Connection::open(path).map_err(|e| db(path, e))?;
         let mut ledger = SqliteLedger {
             conn,
             path: path.to_path_buf(),
             buffered: Buffered::default(),
             seq: 0,
+            identity: None,
         };
+        if existed {
+            ledger.quick_check()?;
+        }
         ledger.setup()?;
+        ledger.identity = identity_of(path);
         Ok(ledger)
+    }
+
+    /// Make a new ledger at `path`, whole: built beside it under another name and linked into
+    /// place only if nothing is there yet, so that no process ever sees a half-made ledger (and
+    /// an empty file can only be one that lost its contents). Another runner creating it at the
+    /// same moment is not an error: its ledger is the one.
+    fn create(path: &Path) -> Result<()> {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let io = |source| LedgerError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".state-new-")
+            .tempfile_in(dir)
+            .map_err(io)?;
+        {
+            let conn = Connection::open(tmp.path()).map_err(|e| db(path, e))?;
+            let mut fresh = SqliteLedger {
+                conn,
+                path: tmp.path().to_path_buf(),
+                buffered: Buffered::default(),
+                seq: 0,
+                identity: None,
+            };
+            fresh.setup()?;
+        }
+        match std::fs::hard_link(tmp.path(), path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    /// SQLite's quick check: a damaged page is refused before anything is read from it.
+    fn quick_check(&self) -> Result<()> {
+        let rows: Vec<String> = self.rows("PRAGMA quick_check", [], |r| r.get(0))?;
+        if rows.len() == 1 && rows[0] == "ok" {
+            return Ok(());
+        }
+        Err(self.unusable(format!(
+            "it is damaged (SQLite's quick check: {}); nothing was changed",
+            rows.join("; ")
+        )))
+    }
+
+    /// The ledger is still the file this run opened: not deleted, not replaced.
+    fn still_there(&self) -> Result<()> {
+        if self.identity.is_some() && identity_of(&self.path) != self.identity {
+            return Err(self.unusable(
+                "the file was deleted or replaced while this run used it; what it records is no longer kept".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The report folder of run `id`, as it recorded it.
@@ -311,6 +407,7 @@ impl SqliteLedger {
         if self.buffered.events.is_empty() && !self.buffered.has_results() {
             return Ok(());
         }
+        self.still_there()?;
         let path = &self.path;
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
         self.buffered.write(&tx).map_err(|e| db(path, e))?;
@@ -418,6 +515,7 @@ impl SqliteLedger {
             path: path.to_path_buf(),
             buffered: Buffered::default(),
             seq: 0,
+            identity: None,
         };
         let version: i64 = ledger
             .conn
@@ -738,6 +836,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
+        self.still_there()?;
         let path = self.path.clone();
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(&path, e))?;
         self.buffered.write(&tx).map_err(|e| db(&path, e))?;
