@@ -56,6 +56,12 @@ pub enum Event {
         output_tail: String,
         log: Option<PathBuf>,
     },
+    /// Before the item started, processes a dead run had left in its repository were ended.
+    Reaped {
+        item: ItemIndex,
+        run: String,
+        pids: Vec<i32>,
+    },
     /// The item runs in a worktree of runner's, kept until it completes.
     Worktree {
         item: ItemIndex,

@@ -27,14 +27,19 @@ pub struct Record {
     pub holder: Holder,
     pub run_id: String,
     pub repo: String,
+    /// The run's token, in the environment of every process it started: how the next run finds
+    /// them if this one dies.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
 }
 
 impl Record {
-    pub fn this_process(run_id: &str, repo: &str) -> Self {
+    pub fn this_process(run_id: &str, repo: &str, token: &str) -> Self {
         Record {
             holder: Holder::this_process(),
             run_id: run_id.to_string(),
             repo: repo.to_string(),
+            token: token.to_string(),
         }
     }
 }
@@ -190,11 +195,11 @@ mod tests {
     #[test]
     fn one_holder_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let a = Lease::try_acquire(dir.path(), Record::this_process("run-a", "r"))
+        let a = Lease::try_acquire(dir.path(), Record::this_process("run-a", "r", "t"))
             .unwrap()
             .expect("free lease is taken");
         assert!(
-            Lease::try_acquire(dir.path(), Record::this_process("run-b", "r"))
+            Lease::try_acquire(dir.path(), Record::this_process("run-b", "r", "t"))
                 .unwrap()
                 .is_none()
         );
@@ -209,7 +214,7 @@ mod tests {
             "run-a",
             "the last holder stays named"
         );
-        let b = Lease::try_acquire(dir.path(), Record::this_process("run-b", "r"))
+        let b = Lease::try_acquire(dir.path(), Record::this_process("run-b", "r", "t"))
             .unwrap()
             .expect("a released lease is taken");
         assert_eq!(
@@ -222,13 +227,14 @@ mod tests {
     #[test]
     fn a_released_lease_is_free_though_a_copy_of_its_descriptor_lives_on() {
         let dir = tempfile::tempdir().unwrap();
-        let lease = Lease::try_acquire(dir.path(), Record::this_process("run-a", "r"))
+        let lease = Lease::try_acquire(dir.path(), Record::this_process("run-a", "r", "t"))
             .unwrap()
             .unwrap();
         // What a child started meanwhile holds until its `execve`.
         let copy = lease.file.try_clone().unwrap();
         lease.release();
-        let again = Lease::try_acquire(dir.path(), Record::this_process("run-b", "r")).unwrap();
+        let again =
+            Lease::try_acquire(dir.path(), Record::this_process("run-b", "r", "t")).unwrap();
         assert!(again.is_some(), "released, yet still locked");
         drop(copy);
     }
@@ -237,7 +243,7 @@ mod tests {
     fn a_record_rewritten_by_another_holder_is_noticed() {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join(RECORD_FILE);
-        let holder = Record::this_process("run-a", "r");
+        let holder = Record::this_process("run-a", "r", "t");
         Lease::try_acquire(dir.path(), holder.clone())
             .unwrap()
             .unwrap()

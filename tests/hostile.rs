@@ -376,3 +376,60 @@ fn discovery_never_follows_a_link_out_of_the_repository() {
         stderr(&out)
     );
 }
+
+#[test]
+fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let again = dir.path().join("again");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: crash\nrepositories: [{{path: r}}]\nworker:\n  run: 'test -e {again} && exit 0; setsid sleep 4711 & sleep 4712'\nitems: [{{repo: r, id: a}}]\n",
+            again = again.display()
+        ),
+    )
+    .unwrap();
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_for(20, || {
+        !common::processes_matching("sleep 4711").is_empty()
+            && !common::processes_matching("sleep 4712").is_empty()
+    }));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
+    assert!(
+        !common::processes_matching("sleep 4711").is_empty(),
+        "the escapee lives on"
+    );
+    std::fs::write(&again, "").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        common::processes_matching("sleep 4711").is_empty(),
+        "left alive: {err}"
+    );
+    assert!(
+        common::processes_matching("sleep 4712").is_empty(),
+        "left alive: {err}"
+    );
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("that dead run")),
+        "{report:#}"
+    );
+    assert_eq!(
+        common::report_item(&report, "id", "a")["outcome"],
+        "completed"
+    );
+}

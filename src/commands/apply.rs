@@ -355,6 +355,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::GateFinished { item, .. }
         | Event::Work { item, .. }
         | Event::Worktree { item, .. }
+        | Event::Reaped { item, .. }
         | Event::Leftovers { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
@@ -390,6 +391,14 @@ impl RunSink for ApplySink {
                 ClaimAnswer::Failed(why)
             }
         }
+    }
+
+    fn ended(&mut self, run_id: &str) -> bool {
+        self.ledger
+            .run(run_id)
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.status() == crate::ledger::RunStatus::Ended)
     }
 
     fn live_run(&mut self, run_id: &str) -> bool {

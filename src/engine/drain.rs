@@ -30,6 +30,8 @@ struct Pool {
     settling: Vec<(String, Lease)>,
     /// Leases kept because a tree was not proven gone: released only when runner exits.
     kept: Vec<Lease>,
+    /// Tokens of dead runs whose leftovers were ended (or found gone) already.
+    reaped: std::collections::HashSet<String>,
 }
 
 /// Drain the plan. `sink` receives every event, in order, on this task.
@@ -88,6 +90,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         leases: HashMap::new(),
         settling: Vec::new(),
         kept: Vec::new(),
+        reaped: Default::default(),
     };
 
     loop {
@@ -213,9 +216,44 @@ async fn admit(
             "repository `{repo_name}` has no git common dir in the plan"
         ));
     };
+    // A run that died (killed, the machine's power) left its processes behind, perhaps still
+    // working here: they are ended before anything starts in the repository.
+    let record = crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
+    if let Some(prev) = record
+        && prev.run_id != cx.run_id
+        && !prev.token.is_empty()
+        && !pool.reaped.contains(&prev.token)
+        && prev.holder.is_dead()
+        && !sink.ended(&prev.run_id)
+    {
+        match crate::process::census::end_token(&prev.token, Duration::from_secs(5)).await {
+            Ok(pids) => {
+                pool.reaped.insert(prev.token.clone());
+                if !pids.is_empty() {
+                    tracing::info!(run = %prev.run_id, ?pids, repo = %repo_name, "ended processes a dead run left");
+                    sink.event(&Event::Reaped {
+                        item: idx,
+                        run: prev.run_id.clone(),
+                        pids,
+                    });
+                }
+            }
+            Err(left) => {
+                return Admission::Failed(format!(
+                    "processes {left:?} that dead run `{}` left in repository `{repo_name}` could not be ended",
+                    prev.run_id
+                ));
+            }
+        }
+    }
     // The lease first, then the claim: a claim is never held without the lease, so an item
     // another run has claimed is one that run is working on.
-    let lease = match acquire(common, Record::this_process(&cx.run_id, repo_name)).await {
+    let lease = match acquire(
+        common,
+        Record::this_process(&cx.run_id, repo_name, &cx.token),
+    )
+    .await
+    {
         Ok(Some(lease)) => lease,
         Ok(None) => {
             let holder = crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));

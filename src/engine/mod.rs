@@ -44,6 +44,9 @@ pub trait RunSink {
     /// Whether `run_id` is a live run of this ledger: a lease it holds will be let go, and its
     /// items are worth waiting for rather than holding as `repo-busy`.
     fn live_run(&mut self, run_id: &str) -> bool;
+    /// Whether `run_id` recorded its ending (its processes were then proven gone or its
+    /// repositories quarantined): nothing of it is left to end.
+    fn ended(&mut self, run_id: &str) -> bool;
     /// Make every result recorded so far durable; a repository's lease is released only after.
     fn commit_results(&mut self);
     /// Who asked this run to stop, and why, if anyone did.

@@ -299,6 +299,59 @@ fn own_children() -> Option<Vec<i32>> {
     Some(pids)
 }
 
+/// End every process whose environment carries run token `token`, wherever it is (what a dead
+/// run left behind): SIGTERM, up to `grace` to go, then SIGKILL, until scans find none.
+/// Returns the pids that were found, or `Err` with those still there at the deadline.
+pub async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, Vec<i32>> {
+    let needle = format!("RUNNER_TOKEN={token}").into_bytes();
+    let scan = move || {
+        let n = needle.clone();
+        async move {
+            tokio::task::spawn_blocking(move || pids_where(|v| v == n.as_slice()))
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    };
+    let Some(first) = scan().await else {
+        return Err(Vec::new());
+    };
+    if first.is_empty() {
+        return Ok(first);
+    }
+    for &pid in &first {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        tokio::time::sleep(SCAN_GAP * 4).await;
+        if scan().await.is_some_and(|p| p.is_empty()) {
+            return Ok(first);
+        }
+    }
+    let deadline = Instant::now() + SWEEP_DEADLINE;
+    let mut quiet = 0;
+    while Instant::now() < deadline {
+        match scan().await {
+            Some(left) if left.is_empty() => {
+                quiet += 1;
+                if quiet >= QUIET_SCANS {
+                    return Ok(first);
+                }
+            }
+            Some(left) => {
+                quiet = 0;
+                for pid in left {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+            }
+            None => quiet = 0,
+        }
+        tokio::time::sleep(SCAN_GAP).await;
+    }
+    Err(scan().await.unwrap_or_default())
+}
+
 /// Every process (but runner itself) with an environment variable for which `matches` holds,
 /// looked up in `/proc/<pid>/environ`.
 pub fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {

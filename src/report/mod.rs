@@ -213,6 +213,19 @@ impl ReportBuilder {
     pub fn on(&mut self, ev: &Event, at: &str) {
         match ev {
             Event::RunStarted { .. } => {}
+            Event::Reaped { item, run, pids } => {
+                let repo = self
+                    .report
+                    .items
+                    .get(*item)
+                    .map_or(String::new(), |i| i.repo.clone());
+                self.report.warnings.push(format!(
+                    "ended {} process{} that dead run `{run}` had left in repository `{repo}` (pids {})",
+                    pids.len(),
+                    if pids.len() == 1 { "" } else { "es" },
+                    pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+                ));
+            }
             Event::Worktree { item, path } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.worktree = Some(path.display().to_string());

@@ -118,6 +118,10 @@ impl Progress {
                 ));
             }
             Event::Work { .. } | Event::Worktree { .. } => {}
+            Event::Reaped { run, pids, .. } => self.line(&format!(
+                "ended {} process(es) that dead run {run} had left: {pids:?}",
+                pids.len()
+            )),
             Event::Leftovers { item, patch } => self.line(&format!(
                 "{}: what an earlier run left in its worktree is saved in {} and removed",
                 self.name(*item),
