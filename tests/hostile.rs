@@ -404,6 +404,13 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     let _ = child.wait_with_output();
+    // The worker itself (the shell), runner's direct child, dies with runner: a parent-death
+    // signal...
+    assert!(
+        common::wait_for(10, || common::processes_matching("& sleep 4712").is_empty()),
+        "the worker outlived runner"
+    );
+    // ...while what it started lives on until the next run ends it.
     assert!(
         !common::processes_matching("sleep 4711").is_empty(),
         "the escapee lives on"

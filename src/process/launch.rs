@@ -58,6 +58,9 @@ struct ChildImage {
     stdio: [RawFd; 3],
     inherit: Option<RawFd>,
     status: RawFd,
+    /// runner's pid: the child checks, after asking for a parent-death signal, that its parent
+    /// is still runner (had runner died in between, the request would be for the wrong parent).
+    parent: usize,
 }
 
 // SAFETY: the pointers point into the image's own strings, which move with it (the heap buffers
@@ -152,6 +155,7 @@ pub fn launch(
             .collect(),
         _env: env,
         cwd: c(cwd.as_os_str().as_bytes().to_vec())?,
+        parent: std::process::id() as usize,
         stdio,
         inherit,
         status: status_tx.as_raw_fd(),
@@ -399,6 +403,20 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
             }
         }
         check(sys(libc::SYS_setpgid, [0, 0, 0, 0]));
+        // Killed if runner dies (its processes are then the next run's to end, by token), and
+        // no start-up race: a parent already gone means runner died before this line.
+        check(sys(
+            libc::SYS_prctl,
+            [
+                libc::PR_SET_PDEATHSIG as usize,
+                libc::SIGKILL as usize,
+                0,
+                0,
+            ],
+        ));
+        if sys(libc::SYS_getppid, [0, 0, 0, 0]) as usize != image.parent {
+            sys(libc::SYS_exit_group, [127, 0, 0, 0]);
+        }
         for (target, &fd) in image.stdio.iter().enumerate() {
             if fd as usize == target {
                 check(sys(libc::SYS_fcntl, [target, libc::F_SETFD as usize, 0, 0]));
