@@ -545,11 +545,7 @@ impl SqliteLedger {
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
-                    Holder {
-                        host: r.get(3)?,
-                        pid: r.get(4)?,
-                        start_time: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
-                    },
+                    holder_at(r, 3)?,
                 ))
             },
         )?;
@@ -695,17 +691,22 @@ fn db(path: &Path, source: rusqlite::Error) -> LedgerError {
     }
 }
 
+/// The holder stored in columns `at` (host), `at + 1` (pid) and `at + 2` (start time) of `r`.
+fn holder_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Holder> {
+    Ok(Holder {
+        host: r.get(at)?,
+        pid: r.get(at + 1)?,
+        start_time: r.get::<_, Option<i64>>(at + 2)?.map(|t| t as u64),
+    })
+}
+
 fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
         id: r.get(0)?,
         manifest: r.get(1)?,
         manifest_path: r.get(2)?,
         manifest_sha256: r.get(3)?,
-        holder: Holder {
-            host: r.get(4)?,
-            pid: r.get(5)?,
-            start_time: r.get::<_, Option<i64>>(6)?.map(|t| t as u64),
-        },
+        holder: holder_at(r, 4)?,
         started_by: r.get(7)?,
         started_at: r.get(8)?,
         ended_at: r.get(9)?,
@@ -814,11 +815,7 @@ impl Ledger for SqliteLedger {
                         def_hash: r.get(2)?,
                     },
                     r.get::<_, String>(3)?,
-                    Holder {
-                        host: r.get(4)?,
-                        pid: r.get(5)?,
-                        start_time: r.get::<_, Option<i64>>(6)?.map(|t| t as u64),
-                    },
+                    holder_at(r, 4)?,
                 ))
             },
         )?;
@@ -850,11 +847,7 @@ impl Ledger for SqliteLedger {
                 |r| {
                     Ok((
                         r.get(0)?,
-                        Holder {
-                            host: r.get(1)?,
-                            pid: r.get(2)?,
-                            start_time: r.get::<_, Option<i64>>(3)?.map(|t| t as u64),
-                        },
+                        holder_at(r, 1)?,
                     ))
                 },
             )
