@@ -415,6 +415,13 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
         !common::processes_matching("sleep 4711").is_empty(),
         "the escapee lives on"
     );
+    // `status` and `unlock` name what keeps the lease.
+    let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(status.contains("live on and keep the lease"), "{status}");
+    assert!(status.contains("sleep 4711"), "{status}");
+    let out = run_in(dir.path(), &["unlock", "r", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("`sleep 4711`"), "{}", stderr(&out));
     std::fs::write(&again, "").unwrap();
     let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
     let err = stderr(&out);

@@ -61,6 +61,15 @@ struct LeaseStatus {
     held: bool,
     /// The holder's record: the current holder while `held`, else the last one.
     holder: Option<crate::lease::Record>,
+    /// While a dead holder's lease is still held: the processes of its run that keep it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    survivors: Vec<Survivor>,
+}
+
+#[derive(Serialize)]
+struct Survivor {
+    pid: i32,
+    command: String,
 }
 
 pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
@@ -118,13 +127,24 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         if let Some(l) = &loaded {
             for r in crate::plan::repos::locate(l) {
                 if let Ok(p) = crate::git::probe(&r.path) {
+                    let held = crate::lease::is_held(&p.common_dir);
+                    let holder =
+                        crate::lease::read_record(&p.common_dir.join(crate::lease::RECORD_FILE));
+                    let survivors = match &holder {
+                        Some(h) if held && h.holder.is_dead() && !h.token.is_empty() => {
+                            crate::process::census::survivors(&h.token)
+                                .into_iter()
+                                .map(|(pid, command)| Survivor { pid, command })
+                                .collect()
+                        }
+                        _ => Vec::new(),
+                    };
                     leases.push(LeaseStatus {
                         repo: r.name,
                         path: r.path,
-                        held: crate::lease::is_held(&p.common_dir),
-                        holder: crate::lease::read_record(
-                            &p.common_dir.join(crate::lease::RECORD_FILE),
-                        ),
+                        held,
+                        holder,
+                        survivors,
                     });
                 }
             }
@@ -261,6 +281,14 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                 (false, None) => "free".to_string(),
             };
             outln!("  {}", safe(&format!("{}  {who}", l.repo)));
+            if !l.survivors.is_empty() {
+                outln!(
+                    "    its run is dead; these processes of it live on and keep the lease (the next run ends them):"
+                );
+                for p in &l.survivors {
+                    outln!("      {}", safe(&format!("{}  {}", p.pid, p.command)));
+                }
+            }
         }
     }
     EXIT_OK

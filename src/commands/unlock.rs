@@ -55,8 +55,25 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
     // means one of them still runs.
     if crate::lease::is_held(&probe.common_dir) {
         let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
+        let survivors = holder
+            .as_ref()
+            .filter(|h| !h.token.is_empty())
+            .map(|h| crate::process::census::survivors(&h.token))
+            .unwrap_or_default();
+        let named = if survivors.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; its processes: {}",
+                survivors
+                    .iter()
+                    .map(|(pid, cmd)| format!("{pid} `{}`", crate::support::text::printable(cmd)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
         ui.error(format_args!(
-            "the lease of `{}` is held{}; refusing while its processes live",
+            "the lease of `{}` is held{}{named}; refusing while its processes live",
             repo.display(),
             holder.map(|h| format!(" by {h}")).unwrap_or_default()
         ));

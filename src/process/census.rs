@@ -299,6 +299,21 @@ fn own_children() -> Option<Vec<i32>> {
     Some(pids)
 }
 
+/// The processes whose environment carries run token `token`, with their command lines: what a
+/// run left behind, for `status` and `unlock` to name.
+pub fn survivors(token: &str) -> Vec<(i32, String)> {
+    let needle = format!("RUNNER_TOKEN={token}").into_bytes();
+    pids_where(|v| v == needle.as_slice())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (pid, cmd.trim_end().to_string())
+        })
+        .collect()
+}
+
 /// End every process whose environment carries run token `token`, wherever it is (what a dead
 /// run left behind): SIGTERM, up to `grace` to go, then SIGKILL, until scans find none.
 /// Returns the pids that were found, or `Err` with those still there at the deadline.
