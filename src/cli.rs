@@ -204,6 +204,9 @@ pub struct PauseArgs {
 pub struct UnlockArgs {
     /// The repository's folder, or with `--manifest` its name there.
     pub repo: PathBuf,
+    /// Why; recorded with who lifted the quarantine and when.
+    #[arg(long)]
+    pub reason: Option<String>,
     /// The manifest whose ledger to update (or give `--state`).
     #[arg(long)]
     pub manifest: Option<PathBuf>,

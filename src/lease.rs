@@ -18,6 +18,52 @@ use std::path::{Path, PathBuf};
 
 pub const LOCK_FILE: &str = "runner.lock";
 pub const RECORD_FILE: &str = "runner.lease.json";
+/// A repository's quarantine: kept with the repository, so every manifest and every ledger sees
+/// it, and lifted (not deleted) by `runner unlock`, which records who, when and why.
+pub const QUARANTINE_FILE: &str = "runner.quarantine.json";
+
+/// A repository's quarantine record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub run_id: String,
+    pub reason: String,
+    pub at: String,
+    /// Set once an operator lifted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifted: Option<Lifted>,
+}
+
+/// Who lifted a quarantine, when and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lifted {
+    pub by: String,
+    pub at: String,
+    pub why: Option<String>,
+}
+
+/// Quarantine the repository whose git common dir is `common_dir`.
+pub fn quarantine(common_dir: &Path, q: &Quarantine) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(q).map_err(std::io::Error::other)?;
+    write_atomic(&common_dir.join(QUARANTINE_FILE), &bytes)
+}
+
+/// The quarantine in force on the repository, if any (a lifted one is not).
+pub fn quarantined(common_dir: &Path) -> Option<Quarantine> {
+    let q: Quarantine =
+        serde_json::from_slice(&std::fs::read(common_dir.join(QUARANTINE_FILE)).ok()?).ok()?;
+    q.lifted.is_none().then_some(q)
+}
+
+/// Lift the repository's quarantine, recording who, when and why; `Ok(false)` when none was in
+/// force.
+pub fn lift(common_dir: &Path, lifted: Lifted) -> std::io::Result<bool> {
+    let Some(mut q) = quarantined(common_dir) else {
+        return Ok(false);
+    };
+    q.lifted = Some(lifted);
+    quarantine(common_dir, &q)?;
+    Ok(true)
+}
 
 /// What a lease's record says: the process that holds (or last held) it, its run and the
 /// repository.

@@ -567,3 +567,53 @@ fn a_ledger_deleted_during_a_run_stops_it_with_exit_4() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_quarantine_lives_with_the_repository_for_every_manifest_and_is_lifted_with_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 1, 1, 1, "0");
+    let r0 = std::fs::canonicalize(dir.path().join("r0")).unwrap();
+    std::fs::write(
+        r0.join(".git/runner.quarantine.json"),
+        r#"{"run_id": "old-run", "reason": "repository `r0`: processes of an item could not be proven gone", "at": "2026-01-01T00:00:00.000Z"}"#,
+    )
+    .unwrap();
+    // Another manifest, with a ledger of its own, over the same repository.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(
+        other.join("m.yaml"),
+        format!(
+            "version: 1\nname: other\nrepositories: [{{path: {}}}]\nworker: {{run: [\"true\"]}}\nitems: [{{repo: r0, id: x}}]\n",
+            r0.display()
+        ),
+    )
+    .unwrap();
+    for root in [dir.path(), other.as_path()] {
+        let plan: Value =
+            serde_json::from_str(&stdout(&run_in(root, &["plan", "m.yaml", "--json"]))).unwrap();
+        assert_eq!(plan["items"][0]["reason"], "quarantined", "{plan:#}");
+    }
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = run_in(
+        elsewhere.path(),
+        &[
+            "unlock",
+            r0.to_str().unwrap(),
+            "--reason",
+            "checked by hand",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("quarantine"), "{}", stderr(&out));
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(r0.join(".git/runner.quarantine.json")).unwrap())
+            .unwrap();
+    assert_eq!(record["lifted"]["why"], "checked by hand", "{record:#}");
+    assert!(record["lifted"]["by"].as_str().unwrap().contains('@'));
+    for root in [dir.path(), other.as_path()] {
+        let plan: Value =
+            serde_json::from_str(&stdout(&run_in(root, &["plan", "m.yaml", "--json"]))).unwrap();
+        assert_eq!(plan["items"][0]["state"], "pending", "{plan:#}");
+    }
+}

@@ -119,6 +119,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         }
     };
     history::apply(&mut plan, &past, args.rerun, paused.as_deref());
+    let quarantined = super::quarantines_of(&plan, quarantined);
     history::quarantine(&mut plan, &quarantined);
     history::taken(&mut plan, &claims);
 

@@ -257,3 +257,19 @@ pub fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
         }
     }
 }
+
+/// The quarantines in force for `plan`'s repositories: those kept with each repository (seen by
+/// every manifest), and those this ledger recorded; as `(path, run, reason)`.
+pub fn quarantines_of(
+    plan: &crate::plan::Plan,
+    mut recorded: Vec<(String, String, String)>,
+) -> Vec<(String, String, String)> {
+    for r in &plan.repositories {
+        if let Some(common) = &r.common_dir
+            && let Some(q) = crate::lease::quarantined(common)
+        {
+            recorded.push((r.path.display().to_string(), q.run_id, q.reason));
+        }
+    }
+    recorded
+}

@@ -41,6 +41,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
                         args.rerun,
                         paused.as_deref(),
                     );
+                    let q = super::quarantines_of(&plan, q);
                     crate::plan::history::quarantine(&mut plan, &q);
                     crate::plan::history::taken(&mut plan, &claims);
                 }
@@ -54,7 +55,11 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
                 }
             }
         }
-        Ok(None) => {}
+        Ok(None) => {
+            // No ledger yet: quarantines kept with the repositories still hold.
+            let q = super::quarantines_of(&plan, Vec::new());
+            crate::plan::history::quarantine(&mut plan, &q);
+        }
         Err(e) => {
             ui.error(e);
             return if args.detailed_exitcode {

@@ -124,9 +124,17 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             None => None,
         };
         let mut leases = Vec::new();
+        let mut kept_with_repos = Vec::new();
         if let Some(l) = &loaded {
             for r in crate::plan::repos::locate(l) {
                 if let Ok(p) = crate::git::probe(&r.path) {
+                    if let Some(q) = crate::lease::quarantined(&p.common_dir) {
+                        kept_with_repos.push(Quarantined {
+                            path: r.path.display().to_string(),
+                            run_id: q.run_id,
+                            reason: q.reason,
+                        });
+                    }
                     let held = crate::lease::is_held(&p.common_dir);
                     let holder =
                         crate::lease::read_record(&p.common_dir.join(crate::lease::RECORD_FILE));
@@ -149,7 +157,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                 }
             }
         }
-        let quarantined = ledger
+        let mut quarantined: Vec<Quarantined> = ledger
             .quarantines()?
             .into_iter()
             .map(|(path, run_id, reason)| Quarantined {
@@ -158,6 +166,11 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                 reason,
             })
             .collect();
+        for q in kept_with_repos {
+            if !quarantined.iter().any(|k| k.path == q.path) {
+                quarantined.push(q);
+            }
+        }
         Ok(Status {
             schema: STATUS_SCHEMA,
             ledger: path.display().to_string(),

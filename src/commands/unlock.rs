@@ -109,6 +109,28 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     }
+    let lifted = crate::lease::lift(
+        &probe.common_dir,
+        crate::lease::Lifted {
+            by: super::who(),
+            at: crate::support::clock::now(),
+            why: args.reason.clone(),
+        },
+    );
+    match lifted {
+        Ok(true) => eprintln!(
+            "runner: the quarantine of `{}` is lifted (recorded with who, when and why)",
+            repo.display()
+        ),
+        Ok(false) => {}
+        Err(e) => {
+            ui.error(format_args!(
+                "cannot lift the quarantine of `{}`: {e}",
+                repo.display()
+            ));
+            return EXIT_INTERNAL;
+        }
+    }
     let _ = std::fs::remove_file(probe.common_dir.join(crate::lease::RECORD_FILE));
     eprintln!("runner: `{}` is released", repo.display());
     EXIT_OK

@@ -316,11 +316,20 @@ fn item_ended(
         pool.settling.push((repo, lease));
     } else {
         if let Some(r) = cx.plan.repositories.iter().find(|r| r.name == repo) {
-            sink.quarantine(
-                &repo,
-                &r.path,
-                "processes of an item could not be proven gone",
-            );
+            let reason = "processes of an item could not be proven gone";
+            // Kept with the repository, where every manifest's run sees it; and in the ledger.
+            if let Some(common) = &r.common_dir {
+                let q = crate::lease::Quarantine {
+                    run_id: cx.run_id.clone(),
+                    reason: format!("repository `{repo}`: {reason}"),
+                    at: crate::support::clock::now(),
+                    lifted: None,
+                };
+                if let Err(e) = crate::lease::quarantine(common, &q) {
+                    tracing::error!(%repo, "cannot record the quarantine: {e}");
+                }
+            }
+            sink.quarantine(&repo, &r.path, reason);
         }
         pool.kept.push(lease);
     }
