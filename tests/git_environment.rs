@@ -199,3 +199,74 @@ fn runners_own_git_calls_run_no_hook_of_the_repository() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!ran.exists(), "the repository's post-checkout hook ran");
 }
+
+#[test]
+fn a_hung_git_fails_its_item_never_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    repo(&dir.path().join("s"));
+    // A git that hangs on `worktree add` (a stuck filter, a dead network mount), and is itself
+    // otherwise.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v git"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let fake = bin.join("git");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *\"worktree add\"*) exec sleep 5127;; esac\nexec {} \"$@\"\n",
+            real.trim()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("manifest.yaml"),
+        "version: 1\nname: hung\nrepositories: [{path: r}, {path: s}]\nworker: {run: [\"true\"]}\nitems:\n  - {repo: r, id: a, branch: \"runner/a\"}\n  - {repo: s, id: b}\n",
+    )
+    .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = runner()
+        .current_dir(dir.path())
+        .args(["apply", "manifest.yaml", "--no-progress", "--json"])
+        .env("PATH", &path)
+        .env("RUNNER_GIT_TIMEOUT", "1s")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items = report["items"].as_array().unwrap();
+    let a = items.iter().find(|i| i["id"] == "a").unwrap();
+    assert_eq!(a["outcome"], "failed", "{a:#}");
+    assert!(
+        a["cause"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within 1 s"),
+        "{a:#}"
+    );
+    let b = items.iter().find(|i| i["id"] == "b").unwrap();
+    assert_eq!(
+        b["outcome"], "completed",
+        "the rest of the run goes on: {b:#}"
+    );
+    assert!(
+        common::processes_matching("sleep 5127").is_empty(),
+        "the hung git was left"
+    );
+    let bad = runner()
+        .current_dir(dir.path())
+        .args(["plan", "manifest.yaml"])
+        .env("RUNNER_GIT_TIMEOUT", "soon")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -83,6 +83,18 @@ impl Ui {
 /// Run the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
     let ui = Ui::new(cli.color);
+    // How long runner's own git calls may take (a clone over a slow link may need more).
+    if let Ok(v) = std::env::var("RUNNER_GIT_TIMEOUT") {
+        match crate::manifest::parse_duration(&v) {
+            Ok(d) if !d.is_zero() => crate::process::set_helper_timeout(d),
+            _ => {
+                ui.error(format_args!(
+                    "`RUNNER_GIT_TIMEOUT` is `{v}`, not a duration such as `10m`"
+                ));
+                return EXIT_INVALID;
+            }
+        }
+    }
     let format = match cli.log_format {
         crate::cli::LogFormatArg::Text => crate::ui::log::LogFormat::Text,
         crate::cli::LogFormatArg::Json => crate::ui::log::LogFormat::Json,

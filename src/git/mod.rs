@@ -15,6 +15,13 @@ use std::process::{Command, Output, Stdio};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
+    #[error("`git {args}` in `{dir}` {source}")]
+    TimedOut {
+        args: String,
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot run `git`: {0}")]
     Spawn(#[from] std::io::Error),
     #[error("`git {args}` failed in `{dir}`: {stderr}")]
@@ -100,7 +107,20 @@ pub fn command(dir: &Path) -> Command {
 }
 
 fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
-    Ok(crate::process::spawn_helper(command(dir).args(args))?)
+    crate::process::spawn_helper(command(dir).args(args)).map_err(|e| timed_out(e, args, dir))
+}
+
+/// A helper that ran out of time, named with its arguments; any other error as it is.
+fn timed_out(e: std::io::Error, args: &[&str], dir: &Path) -> GitError {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        GitError::TimedOut {
+            args: args.join(" "),
+            dir: dir.display().to_string(),
+            source: e,
+        }
+    } else {
+        GitError::Spawn(e)
+    }
 }
 
 /// The error of a git call that exited unsuccessfully, with what it printed on stderr.

@@ -401,28 +401,87 @@ fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> 
     Some(found)
 }
 
+/// How long a helper (git) may take before it is ended: `RUNNER_GIT_TIMEOUT` when set (see
+/// [`set_helper_timeout`]), else 10 minutes (a clone of a large repository over a slow link).
+static HELPER_TIMEOUT: std::sync::Mutex<Duration> = std::sync::Mutex::new(Duration::from_secs(600));
+
+/// Set how long a helper may take.
+pub fn set_helper_timeout(d: Duration) {
+    *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner()) = d;
+}
+
 /// Spawn a short-lived helper (git) under the same lock as every other spawn, so that it never
-/// inherits a lease descriptor made inheritable for a worker.
+/// inherits a lease descriptor made inheritable for a worker, and wait for it — at most the
+/// helper timeout: then its whole process group is killed and the answer is an error of kind
+/// `TimedOut`. A hung git fails what asked it, never the run.
 ///
 /// The helper is registered as a direct child until it is waited for, so that a census never
 /// reaps it as an orphan and steals its exit status.
 pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
     if cfg!(debug_assertions) {
         crate::support::blocking::blocking(&format!(
             "waiting for `{}`",
             cmd.get_program().to_string_lossy()
         ));
     }
-    let child = {
+    let timeout = *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = {
         let mut direct = census::lock_direct();
-        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()?;
         direct.push(child.id() as i32);
         child
     };
     let pid = child.id() as i32;
-    let out = child.wait_with_output();
+    // A watchdog ends the helper's group at the deadline; the pipes then close and the reads
+    // below end.
+    let (done, deadline) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let expired = matches!(
+            deadline.recv_timeout(timeout),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        );
+        if expired {
+            census::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        expired
+    });
+    let mut stderr_pipe = child.stderr.take();
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(e) = stderr_pipe.as_mut() {
+            let _ = e.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let mut stdout = Vec::new();
+    if let Some(o) = child.stdout.as_mut() {
+        let _ = o.read_to_end(&mut stdout);
+    }
+    let stderr = err_reader.join().unwrap_or_default();
+    let status = child.wait();
+    drop(done);
+    let expired = watchdog.join().unwrap_or(false);
     census::forget_direct(pid);
-    out
+    if expired {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "did not finish within {} s; it was ended",
+                timeout.as_secs_f64()
+            ),
+        ));
+    }
+    Ok(std::process::Output {
+        status: status?,
+        stdout,
+        stderr,
+    })
 }
 
 /// Resolves once the run asks for an immediate stop (never, if the sender is gone).
