@@ -108,7 +108,11 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
         .iter()
         .filter(|r| r.status == RepoStatus::ToClone)
         .count();
-    let mut repo_line = format!("{} repositories", plan.repositories.len());
+    let n_repos = plan.repositories.len();
+    let mut repo_line = format!(
+        "{n_repos} repositor{}",
+        if n_repos == 1 { "y" } else { "ies" }
+    );
     if missing > 0 {
         repo_line.push_str(&format!(", {missing} not found"));
     }
@@ -116,8 +120,9 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
         repo_line.push_str(&format!(", {to_clone} to clone"));
     }
     out.push_str(&format!(
-        "{repo_line}; {} items: {} pending, {} done, {} held, {} skipped\n",
+        "{repo_line}; {} item{}: {} pending, {} done, {} held, {} skipped\n",
         plan.items.len(),
+        if plan.items.len() == 1 { "" } else { "s" },
         count(ItemState::Pending),
         count(ItemState::Done),
         count(ItemState::Held),
