@@ -207,6 +207,10 @@ pub struct UnlockArgs {
     /// Why; recorded with who lifted the quarantine and when.
     #[arg(long)]
     pub reason: Option<String>,
+    /// End the processes a dead holder left that keep the lease (a live holder is still
+    /// refused).
+    #[arg(long)]
+    pub kill: bool,
     /// The manifest whose ledger to update (or give `--state`).
     #[arg(long)]
     pub manifest: Option<PathBuf>,

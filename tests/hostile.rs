@@ -447,3 +447,37 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
         "completed"
     );
 }
+
+#[test]
+fn unlock_with_kill_ends_what_a_dead_holder_left() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid sleep 5311 & sleep 5312'\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_for(20, || {
+        !common::processes_matching("sleep 5311").is_empty()
+    }));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
+    let out = run_in(dir.path(), &["unlock", "r", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(1), "refused without --kill");
+    let out = run_in(
+        dir.path(),
+        &["unlock", "r", "--manifest", "m.yaml", "--kill"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ended"), "{}", stderr(&out));
+    assert!(common::processes_matching("sleep 5311").is_empty());
+    assert!(common::processes_matching("sleep 5312").is_empty());
+}

@@ -53,6 +53,37 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
     };
     // The lease's descriptor lives on in every process spawned for the repository: a held lock
     // means one of them still runs.
+    // `--kill`: a dead holder's leftovers are ended first (a live holder's never).
+    if args.kill
+        && crate::lease::is_held(&probe.common_dir)
+        && let Some(h) =
+            crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE))
+        && h.holder.is_dead()
+        && !h.token.is_empty()
+    {
+        let ended = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+            .and_then(|rt| {
+                rt.block_on(crate::process::census::end_token(
+                    &h.token,
+                    std::time::Duration::from_secs(5),
+                ))
+                .map_err(|left| format!("processes {left:?} could not be ended"))
+            });
+        match ended {
+            Ok(pids) => eprintln!(
+                "runner: ended {} process(es) that dead run `{}` left: {pids:?}",
+                pids.len(),
+                h.run_id
+            ),
+            Err(e) => {
+                ui.error(format_args!("cannot end what run `{}` left: {e}", h.run_id));
+                return crate::commands::EXIT_FAILURES;
+            }
+        }
+    }
     if crate::lease::is_held(&probe.common_dir) {
         let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
         let survivors = holder
