@@ -377,6 +377,24 @@ fn discovery_never_follows_a_link_out_of_the_repository() {
     );
 }
 
+/// Start `apply m.yaml` in `root`, wait until processes matching every one of `running` live,
+/// then `kill -9` runner and reap it.
+fn kill_runner_while(root: &Path, running: &[&str]) {
+    let child = runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_for(20, || running
+        .iter()
+        .all(|m| !common::processes_matching(m).is_empty())));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
+}
+
 #[test]
 fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
     let dir = tempfile::tempdir().unwrap();
@@ -390,20 +408,7 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
         ),
     )
     .unwrap();
-    let child = runner()
-        .current_dir(dir.path())
-        .args(["apply", "m.yaml", "--no-progress"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(common::wait_for(20, || {
-        !common::processes_matching("sleep 4711").is_empty()
-            && !common::processes_matching("sleep 4712").is_empty()
-    }));
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-    let _ = child.wait_with_output();
+    kill_runner_while(dir.path(), &["sleep 4711", "sleep 4712"]);
     // The worker itself (the shell), runner's direct child, dies with runner: a parent-death
     // signal...
     assert!(
@@ -457,19 +462,7 @@ fn unlock_with_kill_ends_what_a_dead_holder_left() {
         "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid sleep 5311 & sleep 5312'\nitems: [{repo: r, id: a}]\n",
     )
     .unwrap();
-    let child = runner()
-        .current_dir(dir.path())
-        .args(["apply", "m.yaml", "--no-progress"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(common::wait_for(20, || {
-        !common::processes_matching("sleep 5311").is_empty()
-    }));
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-    let _ = child.wait_with_output();
+    kill_runner_while(dir.path(), &["sleep 5311"]);
     let out = run_in(dir.path(), &["unlock", "r", "--manifest", "m.yaml"]);
     assert_eq!(out.status.code(), Some(1), "refused without --kill");
     let out = run_in(

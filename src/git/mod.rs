@@ -418,41 +418,6 @@ pub fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
     Ok(())
 }
 
-/// Commit everything uncommitted in `dir` with `message`; `Ok(false)` when there was nothing.
-pub fn commit_all(dir: &Path, message: &str) -> Result<bool, GitError> {
-    if !is_dirty(dir)? {
-        return Ok(false);
-    }
-    checked(dir, &["add", "-A"])?;
-    let out = crate::process::spawn_helper(
-        command(dir)
-            .args([
-                "-c",
-                "user.name=runner",
-                "-c",
-                "user.email=runner@localhost",
-            ])
-            .args(["commit", "--quiet", "--no-verify", "-m", message])
-            .env("GIT_OPTIONAL_LOCKS", "1"),
-    )?;
-    if !out.status.success() {
-        return Err(failed("commit", dir, &out));
-    }
-    Ok(true)
-}
-
-/// The branch HEAD is on in `dir`, `None` when detached.
-pub fn current_branch(dir: &Path) -> Result<Option<String>, GitError> {
-    let out = run(dir, &["symbolic-ref", "-q", "HEAD"])?;
-    if !out.status.success() {
-        return Ok(None);
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .strip_prefix("refs/heads/")
-        .map(str::to_string))
-}
-
 /// Whether commit `a` is an ancestor of (or equal to) `b`.
 pub fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
     let out = run(dir, &["merge-base", "--is-ancestor", a, b])?;

@@ -88,7 +88,7 @@ pub fn locate_noting(loaded: &LoadedManifest) -> (Vec<Located>, Vec<String>) {
             }
             SourceKind::Glob => {
                 let glob = spec.glob.as_deref().unwrap_or_default();
-                let (paths, errors) = expand_glob_noting(&loaded.dir, glob);
+                let (paths, errors) = expand_glob(&loaded.dir, glob);
                 for e in errors {
                     notes.push(format!("`repositories[{entry}].glob` `{glob}`: {e}"));
                 }
@@ -138,14 +138,10 @@ fn has_glob_meta(s: &str) -> bool {
     s.contains(['*', '?', '[', '{'])
 }
 
-/// Every git checkout (a folder with a `.git` entry) matching `glob`, relative to `dir`.
-pub fn expand_glob(dir: &Path, glob: &str) -> Vec<PathBuf> {
-    expand_glob_noting(dir, glob).0
-}
-
-/// [`expand_glob`], with every folder that could not be read on the way (not nothing there:
-/// something runner could not see).
-pub fn expand_glob_noting(dir: &Path, glob: &str) -> (Vec<PathBuf>, Vec<String>) {
+/// Every git checkout (a folder with a `.git` entry) matching `glob`, relative to `dir`, with
+/// every folder that could not be read on the way (not nothing there: something runner could
+/// not see).
+pub fn expand_glob(dir: &Path, glob: &str) -> (Vec<PathBuf>, Vec<String>) {
     let full = normalize(&dir.join(glob));
     let full_str = full.to_string_lossy().to_string();
     let Ok(matcher) = compile_glob(&full_str) else {
