@@ -4,10 +4,18 @@
 //! ledger) consume them. None of the consumers touches a process, and the engine knows none of
 //! them.
 
-use crate::vocab::{GateResult, ItemOutcome, RunEnding, WorkerClass};
+use crate::vocab::{Containment, GateResult, ItemOutcome, RunEnding, WorkerClass};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// How a run contains the processes of its items.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ContainmentInfo {
+    pub mode: Containment,
+    /// The run's cgroup, or why cgroups are not used.
+    pub detail: String,
+}
 
 /// Items are named by their index in the plan's item list.
 pub type ItemIndex = usize;
@@ -19,6 +27,10 @@ pub enum Event {
         run_id: String,
         workers: u32,
         pending: usize,
+        /// How the run keeps each item's processes together (absent from runs recorded before
+        /// runner said so).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        containment: Option<ContainmentInfo>,
     },
     ItemStarted {
         item: ItemIndex,

@@ -77,6 +77,10 @@ pub struct Record {
     /// them if this one dies.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token: String,
+    /// The item's cgroups, when the run contains items in cgroups (the unified one first):
+    /// whatever a dead holder left is in them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<std::path::PathBuf>,
 }
 
 impl Record {
@@ -86,7 +90,14 @@ impl Record {
             run_id: run_id.to_string(),
             repo: repo.to_string(),
             token: token.to_string(),
+            cgroups: Vec::new(),
         }
+    }
+
+    /// The same record, naming the item's cgroups.
+    pub fn in_cgroups(mut self, dirs: Vec<std::path::PathBuf>) -> Self {
+        self.cgroups = dirs;
+        self
     }
 }
 

@@ -191,3 +191,24 @@ pub struct ItemKey {
     pub item: String,
     pub def_hash: String,
 }
+
+/// How a run keeps the processes of each item together, so that it can end all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Containment {
+    /// A cgroup per item: nothing the item starts can leave it (`setsid`, double forks and a
+    /// cleared environment included), and it is ended at once.
+    Cgroup,
+    /// A process group per process, runner as child subreaper, and a census of the run token
+    /// in every process's environment.
+    ProcessGroup,
+}
+
+impl Containment {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Containment::Cgroup => "cgroup",
+            Containment::ProcessGroup => "process-group",
+        }
+    }
+}

@@ -380,19 +380,8 @@ fn discovery_never_follows_a_link_out_of_the_repository() {
 /// Start `apply m.yaml` in `root`, wait until processes matching every one of `running` live,
 /// then `kill -9` runner and reap it.
 fn kill_runner_while(root: &Path, running: &[&str]) {
-    let child = runner()
-        .current_dir(root)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(common::wait_for(20, || running
-        .iter()
-        .all(|m| !common::processes_matching(m).is_empty())));
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-    let _ = child.wait_with_output();
+    // Killed while in process-group mode: what it left is found by its token alone.
+    common::kill_runner_while(root, &[("RUNNER_CONTAINMENT", "process-group")], running);
 }
 
 #[test]

@@ -124,6 +124,26 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     history::taken(&mut plan, &claims);
 
     let run_id = new_run_id();
+    // How each item's processes are kept together: a cgroup each where the machine allows it.
+    let contained = {
+        use crate::process::cgroup::{Contained, Want};
+        let limits = loaded
+            .manifest
+            .worker
+            .limits
+            .map(|l| l.0)
+            .unwrap_or_default();
+        let set_up = Want::parse(std::env::var("RUNNER_CONTAINMENT").ok().as_deref())
+            .and_then(|want| Contained::set_up(&run_id, want, limits));
+        match set_up {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                ui.error(format_args!("{e}; nothing ran"));
+                return EXIT_INVALID;
+            }
+        }
+    };
+    tracing::info!(containment = %contained.describe(), "processes are contained");
     let reports_dir = match &args.report_dir {
         Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
         None => loaded.resolve(
@@ -169,6 +189,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         cause: None,
         stop_requested_by: None,
         stop_reason: None,
+        containment: Some(contained.describe()),
     };
     let plan_json = match serde_json::to_string(&plan) {
         Ok(j) => j,
@@ -263,6 +284,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         clone_errors,
         paused: paused.clone(),
         previous_feedback,
+        contained: contained.clone(),
     });
 
     crate::process::become_subreaper();

@@ -239,6 +239,11 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             ));
         }
         outln!("{}", safe(&line));
+        if let Some(c) = &r.run.containment
+            && r.status == crate::ledger::RunStatus::Live
+        {
+            outln!("      processes contained by {}", safe(c));
+        }
     }
     outln!("\nrunning items:");
     if st.running.is_empty() {

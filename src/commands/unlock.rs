@@ -59,18 +59,15 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         && let Some(h) =
             crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE))
         && h.holder.is_dead()
-        && !h.token.is_empty()
+        && (!h.token.is_empty() || !h.cgroups.is_empty())
     {
         let ended = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())
             .and_then(|rt| {
-                rt.block_on(crate::process::census::end_token(
-                    &h.token,
-                    std::time::Duration::from_secs(5),
-                ))
-                .map_err(|left| format!("processes {left:?} could not be ended"))
+                rt.block_on(crate::engine::end_left(&h))
+                    .map_err(|left| format!("processes {left:?} could not be ended"))
             });
         match ended {
             Ok(pids) => eprintln!(

@@ -30,8 +30,8 @@ struct Pool {
     settling: Vec<(String, Lease)>,
     /// Leases kept because a tree was not proven gone: released only when runner exits.
     kept: Vec<Lease>,
-    /// Tokens of dead runs whose leftovers were ended (or found gone) already.
-    reaped: std::collections::HashSet<String>,
+    /// Dead runs and repositories whose leftovers were ended (or found gone) already.
+    reaped: std::collections::HashSet<(String, String)>,
 }
 
 /// Drain the plan. `sink` receives every event, in order, on this task.
@@ -67,6 +67,10 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         run_id: cx.run_id.clone(),
         workers: cx.workers,
         pending: queue.len(),
+        containment: Some(crate::events::ContainmentInfo {
+            mode: cx.contained.mode,
+            detail: cx.contained.detail(),
+        }),
     });
     let m = &cx.loaded.manifest;
     let mut sched = Scheduler::new(Setup {
@@ -185,6 +189,9 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     for s in left {
         finish(sink, s);
     }
+    // Orphans no item could claim (they cleared their environment while several items ran)
+    // end with the run.
+    process::census::end_adopted(Duration::from_secs(2)).await;
     drop(pool);
     sink.event(&Event::RunEnded {
         ending,
@@ -195,6 +202,19 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         cause,
         signal,
     }
+}
+
+/// End what dead run `prev` left: the processes in the item's cgroup (when it had one) and every
+/// process carrying its token, wherever it is. The pids found, or `Err` with those left.
+pub async fn end_left(prev: &Record) -> Result<Vec<i32>, Vec<i32>> {
+    let grace = Duration::from_secs(5);
+    let mut found = crate::process::cgroup::end_left(&prev.cgroups, grace).await?;
+    if !prev.token.is_empty() {
+        found.extend(crate::process::census::end_token(&prev.token, grace).await?);
+    }
+    found.sort_unstable();
+    found.dedup();
+    Ok(found)
 }
 
 /// Claim item `idx`, take its repository's lease, and start it.
@@ -221,14 +241,16 @@ async fn admit(
     let record = crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
     if let Some(prev) = record
         && prev.run_id != cx.run_id
-        && !prev.token.is_empty()
-        && !pool.reaped.contains(&prev.token)
+        && (!prev.token.is_empty() || !prev.cgroups.is_empty())
+        && !pool
+            .reaped
+            .contains(&(prev.run_id.clone(), repo_name.clone()))
         && prev.holder.is_dead()
         && !sink.ended(&prev.run_id)
     {
-        match crate::process::census::end_token(&prev.token, Duration::from_secs(5)).await {
+        match end_left(&prev).await {
             Ok(pids) => {
-                pool.reaped.insert(prev.token.clone());
+                pool.reaped.insert((prev.run_id.clone(), repo_name.clone()));
                 if !pids.is_empty() {
                     tracing::info!(run = %prev.run_id, ?pids, repo = %repo_name, "ended processes a dead run left");
                     sink.event(&Event::Reaped {
@@ -250,7 +272,8 @@ async fn admit(
     // another run has claimed is one that run is working on.
     let lease = match acquire(
         common,
-        Record::this_process(&cx.run_id, repo_name, &cx.token),
+        Record::this_process(&cx.run_id, repo_name, &cx.token)
+            .in_cgroups(cx.contained.item_dirs(repo_name)),
     )
     .await
     {
@@ -372,6 +395,7 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
                 repo: String::new(),
             },
             count_lines: None,
+            cgroup: None,
         },
         stop.clone(),
     )

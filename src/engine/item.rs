@@ -36,6 +36,8 @@ struct ItemCx<'a> {
     workdir: PathBuf,
     logs: PathBuf,
     lease_fd: i32,
+    /// The item's cgroup, when the run contains items in cgroups.
+    cgroup: Option<Arc<crate::process::cgroup::ItemCgroup>>,
     events: &'a mpsc::UnboundedSender<Event>,
     stop: watch::Receiver<Stop>,
     /// Where the work started; `None` in a repository without a commit.
@@ -134,6 +136,15 @@ pub async fn run_item(
             return r;
         }
     };
+    // Made on the loop: a directory in the cgroup file system, held in memory by the kernel.
+    let cgroup = match cx.contained.item(&repo.name) {
+        Ok(c) => c.map(Arc::new),
+        Err(e) => {
+            let mut r = ItemRun::ended(ItemOutcome::Failed);
+            r.cause = Some(e.to_string());
+            return r;
+        }
+    };
     let icx = ItemCx {
         cx: &cx,
         idx,
@@ -143,6 +154,7 @@ pub async fn run_item(
         workdir,
         logs,
         lease_fd,
+        cgroup,
         events: &events,
         stop,
         anchor,
@@ -938,6 +950,7 @@ async fn spawn(
                 repo: item.repo.clone(),
             },
             count_lines,
+            cgroup: icx.cgroup.clone(),
         },
         icx.stop.clone(),
     )

@@ -19,7 +19,7 @@ pub mod item;
 pub mod scheduler;
 pub mod stall;
 
-pub use drain::drain;
+pub use drain::{drain, end_left};
 
 use crate::events::Event;
 use crate::manifest::LoadedManifest;
@@ -94,6 +94,8 @@ pub struct RunCx {
     pub paused: Option<String>,
     /// For items run again after a halt or failure: the previous run's last feedback file.
     pub previous_feedback: HashMap<usize, PathBuf>,
+    /// How each item's processes are kept together (a cgroup each, or process groups).
+    pub contained: Arc<crate::process::cgroup::Contained>,
 }
 
 /// How the drain ended.

@@ -32,6 +32,9 @@ pub struct RunRow {
     pub cause: Option<String>,
     pub stop_requested_by: Option<String>,
     pub stop_reason: Option<String>,
+    /// How the run contains its items' processes: "cgroup (<path>)" or "process-group (<why>)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containment: Option<String>,
 }
 
 /// Where a recorded run stands.

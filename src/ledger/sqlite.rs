@@ -116,6 +116,10 @@ ALTER TABLE events_log RENAME TO events;
 ALTER TABLE runs ADD COLUMN first_event INTEGER;
 ALTER TABLE runs ADD COLUMN last_event INTEGER;
 "#,
+    // How the run contains its items' processes, for `status`.
+    r#"
+ALTER TABLE runs ADD COLUMN containment TEXT;
+"#,
 ];
 
 /// An event row waiting to be committed: (run, seq, at, repo, item, json).
@@ -417,7 +421,7 @@ impl SqliteLedger {
     pub fn run(&self, id: &str) -> Result<Option<RunRow>> {
         self.conn
             .query_row(
-                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason FROM runs WHERE id = ?1",
+                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE id = ?1",
                 [id],
                 row_to_run,
             )
@@ -427,7 +431,7 @@ impl SqliteLedger {
 
     /// The most recent runs, newest first (of one manifest, when given).
     pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
-        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason FROM runs WHERE ?1 IS NULL OR manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
+        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE ?1 IS NULL OR manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
         Ok(rows)
     }
 
@@ -714,6 +718,7 @@ fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         cause: r.get(11)?,
         stop_requested_by: r.get(12)?,
         stop_reason: r.get(13)?,
+        containment: r.get(14)?,
     })
 }
 
@@ -725,8 +730,8 @@ impl Ledger for SqliteLedger {
         workers: u32,
         run_dir: &str,
     ) -> Result<()> {
-        self.write("INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir, first_event)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, (SELECT coalesce(max(rowid), 0) FROM events))",
+        self.write("INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir, containment, first_event)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, (SELECT coalesce(max(rowid), 0) FROM events))",
                 params![
                     run.id,
                     run.manifest,
@@ -739,7 +744,8 @@ impl Ledger for SqliteLedger {
                     run.started_at,
                     workers,
                     plan_json,
-                    run_dir
+                    run_dir,
+                    run.containment
                 ])?;
         Ok(())
     }
@@ -1007,6 +1013,7 @@ mod tests {
                     cause: None,
                     stop_requested_by: None,
                     stop_reason: None,
+                    containment: None,
                 },
                 "{}",
                 1,

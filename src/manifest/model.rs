@@ -219,6 +219,62 @@ pub struct Worker {
     /// A pass that changed nothing is a failed attempt (default false).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub require_change: Option<bool>,
+    /// What the processes of one item (worker and gates) may use together, enforced by the
+    /// item's cgroup: `apply` refuses to start where cgroups cannot enforce them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<WorkerLimits>,
+}
+
+/// `worker.limits`: `{memory: 4G, pids: 512, cpu: 2}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkerLimits(pub crate::support::limits::Limits);
+
+impl Serialize for WorkerLimits {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let l = &self.0;
+        let mut m = s.serialize_map(None)?;
+        if let Some(b) = l.memory {
+            m.serialize_entry("memory", &crate::support::limits::format_size(b))?;
+        }
+        if let Some(p) = l.pids {
+            m.serialize_entry("pids", &p)?;
+        }
+        if let Some(c) = l.cpu {
+            m.serialize_entry("cpu", &c)?;
+        }
+        m.end()
+    }
+}
+
+impl JsonSchema for WorkerLimits {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "WorkerLimits".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "memory": {
+                    "description": "Memory for the item's processes together: bytes, or with a unit in powers of 1024 (`512M`, `4G`).",
+                    "type": ["string", "integer"],
+                    "pattern": "^[0-9]+ *([KMGTkmgt](i?[Bb])?|[Bb])?$",
+                    "minimum": 1
+                },
+                "pids": {
+                    "description": "Processes and threads at once.",
+                    "type": "integer",
+                    "minimum": 1
+                },
+                "cpu": {
+                    "description": "CPUs' worth of time: `1.5` is one and a half CPUs.",
+                    "type": "number",
+                    "exclusiveMinimum": 0
+                }
+            }
+        })
+    }
 }
 
 impl Worker {

@@ -21,6 +21,39 @@ pub struct CensusKey {
     pub repo: String,
 }
 
+/// The keys of the processes running now (a worker, gate or probe each), with how many of
+/// each: an orphan runner adopts that carries no token of this run (its environment was
+/// cleared) belongs to the only item running, when only one is.
+static RUNNING: std::sync::Mutex<Vec<CensusKey>> = std::sync::Mutex::new(Vec::new());
+
+/// While this lives, a process of `key` runs.
+pub struct Running(CensusKey);
+
+impl Running {
+    pub fn new(key: &CensusKey) -> Running {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(key.clone());
+        Running(key.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = running.iter().position(|k| *k == self.0) {
+            running.swap_remove(i);
+        }
+    }
+}
+
+/// Whether `key`'s item is the only one with a process running.
+fn only_running(key: &CensusKey) -> bool {
+    let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+    !running.is_empty() && running.iter().all(|k| k == key)
+}
+
 /// Quiet scans in a row before a tree counts as gone.
 const QUIET_SCANS: u32 = 3;
 /// Pause between scans.
@@ -174,8 +207,14 @@ fn scan_within(key: &CensusKey, budget: usize, wait: bool) -> Option<std::io::Re
 
 /// Examine runner's children, except the direct children runner spawned itself (item leaders
 /// and helpers it waits for: not escapees). A dead one is reaped.
+///
+/// Every other child is an orphan runner adopted from a tree it started. One carrying this
+/// run's token belongs to the item its repository names; one carrying none (it cleared its
+/// environment: `setsid env -i …`) belongs to `key`'s item when that is the only item with a
+/// process running. Those it cannot place are ended when the run ends ([`end_adopted`]).
 fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> Scan {
     let mut scan = Scan::default();
+    let sole = only_running(key);
     for pid in children {
         if direct.contains(&pid) {
             continue;
@@ -186,10 +225,77 @@ fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> Scan {
         ) {
             scan.disturbed = true;
         } else {
-            scan.look(pid, carries_key(pid, key, || true));
+            // An empty environment (cleared, or in the middle of `execve`) carries no token.
+            let carries = match carries_key(pid, key, || true) {
+                Carries::No | Carries::Unsure if sole && !carries_token(pid, &key.token) => {
+                    Carries::Yes
+                }
+                c => c,
+            };
+            scan.look(pid, carries);
         }
     }
     scan
+}
+
+/// Whether `pid`'s environment carries run token `token` at all (for any repository).
+fn carries_token(pid: i32, token: &str) -> bool {
+    let needle = format!("RUNNER_TOKEN={token}");
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+}
+
+/// End every orphan runner adopted that is still alive, and reap it: what no item could claim
+/// (it cleared its environment while several items ran) goes when the run ends. SIGTERM, up to
+/// `grace` to go, then SIGKILL. Returns the pids that were found.
+pub async fn end_adopted(grace: Duration) -> Vec<i32> {
+    if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
+        return Vec::new();
+    }
+    let adopted = || -> Vec<i32> {
+        let direct = lock_direct();
+        own_children()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| !direct.contains(p))
+            .filter(|&p| {
+                if matches!(
+                    waitpid(Pid::from_raw(p), Some(WaitPidFlag::WNOHANG)),
+                    Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+                ) {
+                    return false;
+                }
+                true
+            })
+            .collect()
+    };
+    let first = tokio::task::spawn_blocking(adopted)
+        .await
+        .unwrap_or_default();
+    if first.is_empty() {
+        return first;
+    }
+    tracing::info!(pids = ?first, "ending processes the run adopted and no item claimed");
+    for &pid in &first {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let until = Instant::now() + grace + SWEEP_DEADLINE;
+    let kill_at = Instant::now() + grace;
+    while Instant::now() < until {
+        tokio::time::sleep(SCAN_GAP * 4).await;
+        let left = tokio::task::spawn_blocking(adopted)
+            .await
+            .unwrap_or_default();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() >= kill_at {
+            for pid in left {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+    first
 }
 
 /// Examine every process; as subreaper, reap the dead orphans runner adopted.

@@ -61,7 +61,15 @@ struct ChildImage {
     /// runner's pid: the child checks, after asking for a parent-death signal, that its parent
     /// is still runner (had runner died in between, the request would be for the wrong parent).
     parent: usize,
+    /// `cgroup.procs` files the child writes `0` to (moving itself there) before anything else:
+    /// the first `join_len` of them.
+    join: [RawFd; MAX_JOIN],
+    join_len: usize,
 }
+
+/// Most cgroups a child joins: one of the unified hierarchy and one per v1 controller that
+/// enforces a limit.
+pub const MAX_JOIN: usize = 4;
 
 // SAFETY: the pointers point into the image's own strings, which move with it (the heap buffers
 // of a `CString` stay put) and are never changed.
@@ -108,8 +116,10 @@ pub enum LaunchError {
 
 /// Create a child running `program` (also its `argv[0]`) with `args`, exactly the environment
 /// `env`, in `cwd`, with copies of `stdio` as its standard input, output and error, in a process
-/// group of its own, keeping `inherit` open across `execve`. The descriptors need only be open
-/// during this call: the child gets a copy of the descriptor table.
+/// group of its own, keeping `inherit` open across `execve`, after moving itself into the
+/// cgroups whose `cgroup.procs` files are open as `join` (before it starts anything, so that
+/// nothing it starts is outside them). The descriptors need only be open during this call: the
+/// child gets a copy of the descriptor table.
 pub fn launch(
     program: &Path,
     args: &[String],
@@ -117,10 +127,18 @@ pub fn launch(
     cwd: &Path,
     stdio: [RawFd; 3],
     inherit: Option<RawFd>,
+    join: &[RawFd],
 ) -> Result<Launched, LaunchError> {
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) || unsupported() {
         return Err(LaunchError::Unsupported);
     }
+    if join.len() > MAX_JOIN {
+        return Err(LaunchError::Failed(io::Error::other(format!(
+            "a child joins at most {MAX_JOIN} cgroups"
+        ))));
+    }
+    let mut join_fds = [-1; MAX_JOIN];
+    join_fds[..join.len()].copy_from_slice(join);
     let failed = LaunchError::Failed;
     let c = |b: Vec<u8>| CString::new(b).map_err(|e| failed(io::Error::other(e)));
     let argv: Vec<CString> = std::iter::once(Ok(c(program.as_os_str().as_bytes().to_vec())?))
@@ -159,6 +177,8 @@ pub fn launch(
         stdio,
         inherit,
         status: status_tx.as_raw_fd(),
+        join: join_fds,
+        join_len: join.len(),
     });
     let mut stack = take_stack();
     let mut pidfd: libc::c_int = -1;
@@ -382,6 +402,13 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
     // SAFETY: raw system calls on the child's own signal table, descriptors and directory,
     // with pointers into `image` and this stack frame.
     unsafe {
+        // Into the item's cgroups first: whatever this child becomes or starts is inside them.
+        for &fd in &image.join[..image.join_len] {
+            check(sys(
+                libc::SYS_write,
+                [fd as usize, b"0".as_ptr() as usize, 1, 0],
+            ));
+        }
         // The kernel's `struct sigaction`: handler, flags, restorer, mask; only the handler is
         // read, and an all-zero one is the default disposition with no flags.
         let default = [0usize; 4];
@@ -489,6 +516,28 @@ pub(super) fn set_cloexec(fd: i32, on: bool) {
     }
 }
 
+/// For a child the standard library starts: move it into the cgroups whose `cgroup.procs`
+/// files are open as `join` before it runs its program, as [`launch`] does. (The hook makes the
+/// standard library fork rather than use `posix_spawn`; only children that join a cgroup pay
+/// for that.)
+pub(super) fn join_before_exec(cmd: &mut tokio::process::Command, join: Vec<RawFd>) {
+    if join.is_empty() {
+        return;
+    }
+    // SAFETY: the hook runs in the forked child before `execve` and makes only `write` calls on
+    // descriptors the child inherited, with a static buffer.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &join {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,7 +567,7 @@ mod tests {
                 .collect();
             let stdio = [null.as_raw_fd(), tx.as_raw_fd(), tx.as_raw_fd()];
             let mut child =
-                registered(|| launch(Path::new(program), &args, &env, cwd, stdio, inherit));
+                registered(|| launch(Path::new(program), &args, &env, cwd, stdio, inherit, &[]));
             drop(tx);
             let status = child.wait().await.unwrap();
             unregister(child.pid);
@@ -598,6 +647,7 @@ mod tests {
                     Path::new("/"),
                     [fd, fd, fd],
                     None,
+                    &[],
                 )
             });
             // SAFETY: signalling the group of the child just launched.

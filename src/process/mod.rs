@@ -11,6 +11,7 @@
 //! are re-parented to runner instead of init; that is what lets it reap and account for them.
 
 pub mod census;
+pub mod cgroup;
 #[expect(
     unsafe_code,
     reason = "the one module of runner that may: raw process creation, see its comment"
@@ -60,6 +61,9 @@ pub struct SpawnSpec {
     pub census: CensusKey,
     /// Output lines matching this are counted (a gate's `min_tests`).
     pub count_lines: Option<Arc<regex::Regex>>,
+    /// The item's cgroup: the child moves itself in before it runs its program, and the tree
+    /// is ended through it.
+    pub cgroup: Option<Arc<cgroup::ItemCgroup>>,
 }
 
 /// How a process ended.
@@ -143,6 +147,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         }
     };
     let pgid = child.pid();
+    let _running = census::Running::new(&spec.census);
     let collector = Collector::new(Some(spec.log_path.clone()), spec.redactor.clone())
         .counting(spec.count_lines.clone());
     let readers = vec![tokio::spawn(pump(rx, collector.clone()))];
@@ -225,6 +230,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
                     spec.grace
                 },
                 &spec.census,
+                spec.cgroup.as_deref(),
                 Some(&stop),
             )
             .await
@@ -288,11 +294,25 @@ fn start(
     out: OwnedFd,
 ) -> std::io::Result<Child> {
     use std::os::fd::AsRawFd;
+    let join = spec
+        .cgroup
+        .as_ref()
+        .map(|c| c.join_fds())
+        .unwrap_or_default();
     let mut direct = census::lock_direct();
     let launched = match null() {
         Some(null) => {
             let stdio = [null.as_raw_fd(), out.as_raw_fd(), out.as_raw_fd()];
-            match launch::launch(program, args, &spec.env, &spec.cwd, stdio, spec.inherit_fd) {
+            let launched = launch::launch(
+                program,
+                args,
+                &spec.env,
+                &spec.cwd,
+                stdio,
+                spec.inherit_fd,
+                &join,
+            );
+            match launched {
                 Ok(l) => Some(Child::Launched(l)),
                 Err(launch::LaunchError::Failed(e)) => return Err(e),
                 Err(launch::LaunchError::Unsupported) => None,
@@ -332,6 +352,9 @@ fn start_std(
         .stdout(Stdio::from(out))
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(c) = &spec.cgroup {
+        launch::join_before_exec(&mut cmd, c.join_fds());
+    }
     // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
     // fraction of a `fork` of runner's address space.
     if let Some(fd) = spec.inherit_fd {
@@ -506,15 +529,20 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, c: Collector) {
     }
 }
 
-/// End every process of group `pgid` and every escaped descendant named by `key`. Returns
-/// whether the tree was proven gone. Every wait here has a deadline.
+/// End every process of group `pgid` and every escaped descendant: every member of the item's
+/// cgroup when there is one, else every process named by `key`. Returns whether the tree was
+/// proven gone. Every wait here has a deadline.
 pub async fn end_tree(
     pgid: i32,
     grace: Duration,
     key: &CensusKey,
+    cgroup: Option<&cgroup::ItemCgroup>,
     stop: Option<&watch::Receiver<Stop>>,
 ) -> bool {
     use nix::sys::signal::Signal;
+    if let Some(cg) = cgroup {
+        return end_cgroup(pgid, grace, key, cg, stop).await;
+    }
     let group_gone = |g| {
         census::reap_group(g);
         !census::group_alive(g)
@@ -537,6 +565,40 @@ pub async fn end_tree(
     }
     let group_ok = settled || group_gone(pgid);
     group_ok && census::sweep(key.clone(), settled).await
+}
+
+/// [`end_tree`] for an item in a cgroup: the leader's group and every member get SIGTERM, then,
+/// after the grace period, the cgroup is killed as one. The census sweep that follows only reaps
+/// what runner adopted.
+async fn end_cgroup(
+    pgid: i32,
+    grace: Duration,
+    key: &CensusKey,
+    cg: &cgroup::ItemCgroup,
+    stop: Option<&watch::Receiver<Stop>>,
+) -> bool {
+    use nix::sys::signal::Signal;
+    census::reap_group(pgid);
+    let mut empty = cg.populated() == Some(false);
+    if !empty {
+        census::signal_group(pgid, Signal::SIGTERM);
+        cg.signal(Signal::SIGTERM);
+        let until = Instant::now() + grace;
+        let hurry = || stop.is_some_and(|s| *s.borrow() == Stop::Immediate);
+        while Instant::now() < until && !hurry() {
+            census::reap_group(pgid);
+            if cg.populated() == Some(false) {
+                empty = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !empty {
+            empty = cg.kill(Duration::from_secs(5)).await;
+        }
+    }
+    census::reap_group(pgid);
+    empty && census::sweep(key.clone(), true).await
 }
 
 #[cfg(test)]
@@ -570,6 +632,7 @@ mod tests {
                 repo: "r".into(),
             },
             count_lines: None,
+            cgroup: None,
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -31,6 +31,9 @@ pub struct Report {
     /// Why the run ended as it did (stall cause, signal), when it is not plain.
     pub cause: Option<String>,
     pub capacity: CapacityInfo,
+    /// How each item's processes were kept together: a cgroup each, or process groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containment: Option<crate::events::ContainmentInfo>,
     /// Items per outcome; every outcome is present.
     pub counts: BTreeMap<ItemOutcome, usize>,
     pub items: Vec<ItemReport>,
@@ -169,6 +172,7 @@ impl ReportBuilder {
             .collect();
         let mut b = ReportBuilder {
             report: Report {
+                containment: None,
                 schema: REPORT_SCHEMA.into(),
                 run_id: run_id.into(),
                 manifest: ManifestInfo {
@@ -212,7 +216,9 @@ impl ReportBuilder {
     /// replaying the ledger's events reproduces the report exactly.
     pub fn on(&mut self, ev: &Event, at: &str) {
         match ev {
-            Event::RunStarted { .. } => {}
+            Event::RunStarted { containment, .. } => {
+                self.report.containment = containment.clone();
+            }
             Event::Reaped { item, run, pids } => {
                 let repo = self
                     .report

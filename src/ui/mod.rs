@@ -111,6 +111,7 @@ impl Progress {
                 run_id,
                 workers,
                 pending,
+                ..
             } => {
                 self.line(&format!(
                     "run {run_id}: {pending} pending item{}, up to {workers} at once",

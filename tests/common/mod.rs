@@ -13,8 +13,29 @@ pub fn runner() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
     c.env("NO_COLOR", "1")
         .env_remove("RUNNER_ROLE")
-        .env_remove("RUNNER_STATE");
+        .env_remove("RUNNER_STATE")
+        .env_remove("RUNNER_CONTAINMENT")
+        .env_remove("RUNNER_CGROUP");
     c
+}
+
+/// Start `runner apply m.yaml` in `root` with `env`, wait until a process matching each of
+/// `running` is alive, then SIGKILL runner.
+pub fn kill_runner_while(root: &Path, env: &[(&str, &str)], running: &[&str]) {
+    let child = runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(20, || running
+        .iter()
+        .all(|m| !processes_matching(m).is_empty())));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
 }
 
 pub fn run_in(dir: &Path, args: &[&str]) -> Output {

@@ -273,7 +273,9 @@ const WORKER_KEYS: &[&str] = &[
     "attempts",
     "commit",
     "require_change",
+    "limits",
 ];
+const LIMITS_KEYS: &[&str] = &["memory", "pids", "cpu"];
 const WORKER_OVERRIDE_KEYS: &[&str] = &["run", "timeout", "grace", "env", "attempts"];
 const GATE_KEYS: &[&str] = &[
     "name",

@@ -298,6 +298,9 @@ impl Cx {
         let require_change = m
             .get("require_change")
             .and_then(|n| self.boolean(n, &child(path, "require_change")));
+        let limits = m
+            .get("limits")
+            .and_then(|n| self.limits(n, &child(path, "limits")));
         // A repository override may omit `run`; the caller keeps it apart from a full worker.
         let run = match (run, repo) {
             (Some(r), _) => r,
@@ -312,7 +315,57 @@ impl Cx {
             attempts: attempts.flatten(),
             commit,
             require_change,
+            limits,
         })
+    }
+
+    /// `worker.limits`.
+    fn limits(&mut self, node: &Node, path: &str) -> Option<WorkerLimits> {
+        let m = self.map(node, path, LIMITS_KEYS)?;
+        let mut limits = crate::support::limits::Limits::default();
+        if let Some(n) = m.get("memory") {
+            let p = child(path, "memory");
+            let parsed = match &n.value {
+                Value::Int(i) if *i >= 1 => u64::try_from(*i).map_err(|_| "is too large".into()),
+                Value::Int(i) => Err(format!("must be at least 1 byte, found {i}")),
+                Value::Str(s) => crate::support::limits::parse_size(s),
+                _ => {
+                    self.wrong_type(n, &p, "a size such as `4G`");
+                    return None;
+                }
+            };
+            match parsed {
+                Ok(0) => self.err("invalid-value", &p, n.span, "must be at least 1 byte"),
+                Ok(b) => limits.memory = Some(b),
+                Err(e) => self.err("invalid-value", &p, n.span, e),
+            }
+        }
+        if let Some(n) = m.get("pids") {
+            let p = child(path, "pids");
+            limits.pids = self.int(n, &p, 1, 4_194_304).map(|i| i as u64);
+        }
+        if let Some(n) = m.get("cpu") {
+            let p = child(path, "cpu");
+            let cpus = match n.value {
+                Value::Int(i) => Some(i as f64),
+                Value::Float(f) => Some(f),
+                _ => {
+                    self.wrong_type(n, &p, "a number of CPUs such as `2` or `0.5`");
+                    None
+                }
+            };
+            match cpus {
+                Some(c) if c > 0.0 && c <= 4096.0 => limits.cpu = Some(c),
+                Some(c) => self.err(
+                    "invalid-value",
+                    &p,
+                    n.span,
+                    format!("must be more than 0 and at most 4096 CPUs, found {c}"),
+                ),
+                None => {}
+            }
+        }
+        (!limits.is_empty()).then_some(WorkerLimits(limits))
     }
 
     pub(super) fn gates(

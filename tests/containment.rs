@@ -1,0 +1,257 @@
+//! Containment of each item's processes, in both modes: a cgroup per item (where the machine
+//! lets runner make one) and process groups with the token census. Processes are found in
+//! `/proc`; cgroups in the cgroup file system.
+
+mod common;
+
+use common::{processes_matching, repo, run_in, runner, stderr, wait_for};
+use std::path::Path;
+use std::process::Output;
+
+const CGROUP: (&str, &str) = ("RUNNER_CONTAINMENT", "cgroup");
+const GROUPS: (&str, &str) = ("RUNNER_CONTAINMENT", "process-group");
+
+/// Whether runner can contain items in cgroups here. Where it cannot, the cgroup tests say so
+/// and pass, except in CI (this kind of machine can: they must run there).
+fn cgroups_usable() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    write_manifest(dir.path(), "true", "");
+    let out = apply_with(dir.path(), &[CGROUP]);
+    if out.status.code() == Some(0) {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "cgroup containment is not available in CI: {}",
+        stderr(&out)
+    );
+    eprintln!("skipped: cgroups are not usable here: {}", stderr(&out));
+    false
+}
+
+fn write_manifest(root: &Path, worker: &str, extra: &str) {
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: contain\nrepositories: [{{path: r}}]\nworker:\n  run: {}\n{extra}items: [{{repo: r, id: a}}]\n",
+            serde_json::to_string(worker).unwrap()
+        ),
+    )
+    .unwrap();
+}
+
+fn apply_with(root: &Path, env: &[(&str, &str)]) -> Output {
+    runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn worker_log(root: &Path) -> String {
+    item_log(root, "a")
+}
+
+/// Everything logged for item `id` of repository `r` in the latest run.
+fn item_log(root: &Path, id: &str) -> String {
+    let reports = root.join("runner-reports");
+    let latest = std::fs::read_dir(&reports)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .max()
+        .unwrap();
+    let logs = latest.join("logs/r").join(id);
+    let mut text = String::new();
+    for e in std::fs::read_dir(logs).unwrap().flatten() {
+        text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+    }
+    text
+}
+
+/// Item `a`'s worker leaves a process that left its session and cleared its environment (and
+/// waits a moment so that the escape is complete before it ends); item `b`, next in the same
+/// repository, looks for it.
+fn escape_with_cleared_environment(root: &Path, env: (&str, &str), marker: &str) {
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: contain\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}]\nworker:\n  run: 'if [ {{item}} = a ]; then setsid env -i sleep {marker} & sleep 0.3; elif ps -eo args | grep -q \"^sleep {marker}\"; then echo STILL-ALIVE; fi'\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}]\n"
+        ),
+    )
+    .unwrap();
+    let out = apply_with(root, &[env]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !item_log(root, "b").contains("STILL-ALIVE"),
+        "the escapee outlived its item in {} mode",
+        env.1
+    );
+    assert!(processes_matching(&format!("sleep {marker}")).is_empty());
+}
+
+#[test]
+fn an_escapee_with_a_cleared_environment_ends_with_its_item_in_process_group_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    escape_with_cleared_environment(dir.path(), GROUPS, "7301");
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["containment"]["mode"], "process-group", "{report}");
+}
+
+#[test]
+fn an_escapee_with_a_cleared_environment_ends_with_its_item_in_cgroup_mode() {
+    if !cgroups_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    escape_with_cleared_environment(dir.path(), CGROUP, "7302");
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["containment"]["mode"], "cgroup", "{report}");
+    // The run's cgroup is gone with it.
+    let cgroup = report["containment"]["detail"].as_str().unwrap();
+    assert!(!Path::new(cgroup).exists(), "{cgroup} was left behind");
+}
+
+#[test]
+fn escapees_no_item_can_claim_end_with_the_run() {
+    // Two items run at once, and each leaves a process with a cleared environment in the root
+    // folder: neither can be told apart by environment or directory. They go when the run ends.
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    repo(&dir.path().join("s"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: two\ncapacity: {workers: 2}\nrepositories: [{path: r}, {path: s}]\nworker:\n  run: 'cd / && setsid env -i sleep 7303 & sleep 1'\nitems: [{repo: r, id: a}, {repo: s, id: b}]\n",
+    )
+    .unwrap();
+    let out = apply_with(dir.path(), &[GROUPS]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(processes_matching("sleep 7303").is_empty(), "left alive");
+}
+
+#[test]
+fn each_item_runs_in_a_cgroup_of_its_own_and_status_says_so() {
+    if !cgroups_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    write_manifest(dir.path(), "cat /proc/self/cgroup; sleep 7304", "");
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(20, || !processes_matching("sleep 7304").is_empty()));
+    let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(
+        status.contains("processes contained by cgroup ("),
+        "{status}"
+    );
+    for pid in processes_matching("sleep 7304") {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let log = worker_log(dir.path());
+    let unified = log
+        .lines()
+        .find(|l| l.starts_with("0::"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        unified.contains("/runner-") && unified.ends_with("/repo-r"),
+        "{unified}"
+    );
+}
+
+#[test]
+fn limits_are_enforced_per_item() {
+    if !cgroups_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    // Allocating a 256 MiB buffer under a 64 MiB limit is fatal; 40 processes under a limit of
+    // 16 cannot all start.
+    write_manifest(
+        dir.path(),
+        "dd if=/dev/zero of=/dev/null bs=256M count=1 2>/dev/null; echo dd=$?; for i in $(seq 40); do sleep 2 & done; wait",
+        "  limits: {memory: 64M, pids: 16}\n",
+    );
+    let out = apply_with(dir.path(), &[]);
+    let log = worker_log(dir.path());
+    assert!(log.contains("dd=137"), "not killed for memory: {log}");
+    assert!(
+        log.to_lowercase().contains("fork"),
+        "forks were not limited: {log}\n{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn limits_are_refused_where_they_cannot_be_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    write_manifest(dir.path(), "true", "  limits: {memory: 1G}\n");
+    let out = apply_with(dir.path(), &[GROUPS]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("`worker.limits` needs a cgroup per item"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !dir.path().join("runner-reports").exists(),
+        "nothing ran, nothing was written"
+    );
+    // A size that is not one is a manifest error with its place.
+    write_manifest(dir.path(), "true", "  limits: {memory: 4X}\n");
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("worker.limits.memory"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_cgroup_run_killed_mid_item_is_cleaned_up_by_the_next() {
+    if !cgroups_usable() {
+        return;
+    }
+    // A process with a cleared environment carries no token: only the dead run's cgroup, named
+    // in the lease record, finds it.
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let again = dir.path().join("again");
+    write_manifest(
+        dir.path(),
+        &format!(
+            "test -e {} && exit 0; setsid env -i sleep 7305 & sleep 7306",
+            again.display()
+        ),
+        "",
+    );
+    common::kill_runner_while(dir.path(), &[CGROUP], &["sleep 7305", "sleep 7306"]);
+    assert!(
+        !processes_matching("sleep 7305").is_empty(),
+        "the escapee outlives the killed runner until the next run"
+    );
+    std::fs::write(&again, "").unwrap();
+    let out = apply_with(dir.path(), &[CGROUP]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(processes_matching("sleep 7305").is_empty(), "left alive");
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    let warnings = report["warnings"].to_string();
+    assert!(warnings.contains("that dead run"), "{report:#}");
+}
