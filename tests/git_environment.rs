@@ -270,3 +270,107 @@ fn a_hung_git_fails_its_item_never_the_run() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn runners_own_git_calls_run_no_filter_of_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    std::fs::write(r.join(".gitattributes"), "*.txt filter=spy\n").unwrap();
+    commit_file(&r, "a.txt", "text\n");
+    // Configured after the commits above, which would run it: a filter that records every
+    // time git runs it, and that git must not do without.
+    let ran = dir.path().join("filter-ran");
+    for key in ["clean", "smudge"] {
+        git(
+            &r,
+            &[
+                "config",
+                &format!("filter.spy.{key}"),
+                &format!("echo {key} >> {}; cat", ran.display()),
+            ],
+        );
+    }
+    git(&r, &["config", "filter.spy.required", "true"]);
+    // A worktree is checked out (smudge), the worker's change is snapshotted and committed
+    // (clean), and the tree's state is asked about (status, diff).
+    std::fs::write(
+        dir.path().join("manifest.yaml"),
+        "version: 1\nname: filters\nrepositories: [{path: r}]\nworker: {run: 'echo more >> a.txt'}\nitems: [{repo: r, id: a, branch: \"runner/a\"}]\n",
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(dir.path())
+        .args(["apply", "manifest.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !ran.exists(),
+        "the repository's filter ran: {}",
+        std::fs::read_to_string(&ran).unwrap_or_default()
+    );
+    assert_eq!(
+        git(&r, &["show", "runner/a:a.txt"]),
+        "text\nmore",
+        "the work is committed as the worker left it"
+    );
+}
+
+#[test]
+fn a_stop_ends_runners_own_git_calls_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    // A git that hangs on `worktree add` well past the default deadline of ten minutes.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v git"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let fake = bin.join("git");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *\"worktree add\"*) exec sleep 5128;; esac\nexec {} \"$@\"\n",
+            real.trim()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("manifest.yaml"),
+        "version: 1\nname: stop\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a, branch: \"runner/a\"}]\n",
+    )
+    .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["apply", "manifest.yaml", "--no-progress", "--json"])
+        .env("PATH", &path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_for(20, || !common::processes_matching(
+        "sleep 5128"
+    )
+    .is_empty()));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert!(
+        common::processes_matching("sleep 5128").is_empty(),
+        "the git call outlived the stop"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["items"][0]["outcome"], "cancelled", "{report:#}");
+}

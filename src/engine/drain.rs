@@ -462,6 +462,8 @@ async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
 fn on_signal(sched: &mut Scheduler, sig: i32, stop: &watch::Sender<Stop>) {
     let level = sched.signal(sig);
     info!(signal = super::signal_name(sig), ?level, "stop requested");
+    // runner's own git calls in flight end too (a clone of a large repository, a hung filter).
+    process::stop_helpers();
     let _ = stop.send(match level {
         StopLevel::Graceful => Stop::Graceful,
         StopLevel::Immediate => Stop::Immediate,

@@ -106,6 +106,10 @@ pub async fn run_item(
             r.cause = Some(detail);
             return r;
         }
+        Err(Prepared::Failed(_)) if *stop.borrow() != Stop::Run => {
+            // Its git call was ended by the stop: not a verdict on the item.
+            return ItemRun::ended(ItemOutcome::Cancelled);
+        }
         Err(Prepared::Failed(e)) => {
             let mut r = ItemRun::ended(ItemOutcome::Failed);
             r.cause = Some(e.to_string());
@@ -129,6 +133,7 @@ pub async fn run_item(
     .and_then(|r| r.map_err(ItemError::from));
     let anchor = match anchor {
         Ok(a) => a,
+        Err(_) if *stop.borrow() != Stop::Run => return ItemRun::ended(ItemOutcome::Cancelled),
         Err(e) => {
             let mut r = ItemRun::ended(ItemOutcome::Failed);
             r.cause = Some(e.to_string());

@@ -99,20 +99,76 @@ fn base_command() -> Command {
     c
 }
 
-/// A `git -C dir` command with runner's fixed settings.
+/// A `git -C dir` command with runner's fixed settings, and the repository's filter drivers
+/// (git LFS and the like: programs that `.gitattributes` runs on every checkout, add and status)
+/// turned off, so that no program of the repository's runs outside an item.
 pub fn command(dir: &Path) -> Command {
     let mut c = base_command();
+    for name in filter_drivers(dir) {
+        for key in ["clean", "smudge", "process"] {
+            c.arg("-c").arg(format!("filter.{name}.{key}="));
+        }
+        c.arg("-c").arg(format!("filter.{name}.required=false"));
+    }
     c.arg("-C").arg(dir);
     c
+}
+
+/// The names of the filter drivers configured for the repository at `dir` (its own, global and
+/// system configuration), looked up once per folder.
+fn filter_drivers(dir: &Path) -> Vec<String> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static SEEN: Mutex<Option<HashMap<PathBuf, Vec<String>>>> = Mutex::new(None);
+    if let Ok(seen) = SEEN.lock()
+        && let Some(names) = seen.as_ref().and_then(|m| m.get(dir))
+    {
+        return names.clone();
+    }
+    let mut lookup = base_command();
+    lookup.arg("-C").arg(dir).args([
+        "config",
+        "--null",
+        "--get-regexp",
+        r"^filter\..*\.(clean|smudge|process)$",
+    ]);
+    // Exit 1 is "no such keys"; anything else (not a repository yet) is not remembered.
+    let out = crate::process::spawn_helper(&mut lookup).ok();
+    let answered = out
+        .as_ref()
+        .is_some_and(|o| matches!(o.status.code(), Some(0 | 1)));
+    let mut names: Vec<String> = out
+        .map(|o| o.stdout)
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter_map(|entry| {
+            let key = entry.split(|b| *b == b'\n').next()?;
+            let key = std::str::from_utf8(key).ok()?;
+            let rest = key.strip_prefix("filter.")?;
+            let (name, _) = rest.rsplit_once('.')?;
+            Some(name.to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    if answered && let Ok(mut seen) = SEEN.lock() {
+        seen.get_or_insert_with(HashMap::new)
+            .insert(dir.to_path_buf(), names.clone());
+    }
+    names
 }
 
 fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
     crate::process::spawn_helper(command(dir).args(args)).map_err(|e| timed_out(e, args, dir))
 }
 
-/// A helper that ran out of time, named with its arguments; any other error as it is.
+/// A helper that ran out of time or was ended by a stop, named with its arguments; any other
+/// error as it is.
 fn timed_out(e: std::io::Error, args: &[&str], dir: &Path) -> GitError {
-    if e.kind() == std::io::ErrorKind::TimedOut {
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+    ) {
         GitError::TimedOut {
             args: args.join(" "),
             dir: dir.display().to_string(),
@@ -340,10 +396,19 @@ pub fn head(dir: &Path) -> Result<String, GitError> {
 /// Files changed in `dir` since `since` (committed or not), plus untracked files, relative to
 /// the working tree root.
 pub fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitError> {
-    let mut files: BTreeSet<String> = checked(dir, &["diff", "--name-only", since])?
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let mut files: BTreeSet<String> = checked(
+        dir,
+        &[
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--name-only",
+            since,
+        ],
+    )?
+    .lines()
+    .map(str::to_string)
+    .collect();
     files.extend(
         checked(dir, &["ls-files", "--others", "--exclude-standard"])?
             .lines()
@@ -539,7 +604,18 @@ pub fn reset_index(dir: &Path) -> Result<(), GitError> {
 
 /// Files changed, lines inserted and deleted between commits `from` and `to`.
 pub fn diffstat(dir: &Path, from: &str, to: &str) -> Result<(u64, u64, u64), GitError> {
-    let text = checked(dir, &["diff", "--numstat", "--no-renames", from, to])?;
+    let text = checked(
+        dir,
+        &[
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--numstat",
+            "--no-renames",
+            from,
+            to,
+        ],
+    )?;
     let (mut files, mut ins, mut del) = (0, 0, 0);
     for line in text.lines() {
         let mut f = line.split('\t');
@@ -566,7 +642,17 @@ pub fn uncommitted(dir: &Path) -> Result<Vec<String>, GitError> {
 /// temporary index: the checkout is left as it is.
 pub fn leftovers_patch(dir: &Path) -> Result<String, GitError> {
     let tree = snapshot_tree(dir)?;
-    let text = checked(dir, &["diff", "--binary", "HEAD", &tree])?;
+    let text = checked(
+        dir,
+        &[
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--binary",
+            "HEAD",
+            &tree,
+        ],
+    )?;
     Ok(text)
 }
 

@@ -433,6 +433,20 @@ pub fn set_helper_timeout(d: Duration) {
     *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner()) = d;
 }
 
+/// Counts the run's stops: a helper started before the latest one is ended. (Helpers started
+/// after it, to wind the run down, are not.)
+static STOPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How long a helper has, once the run stops, to end on SIGTERM (git then removes its lock
+/// files) before it is killed.
+const HELPER_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The run is stopping: end every helper still running (SIGTERM, then SIGKILL after a short
+/// grace). What asked for one gets an error of kind `Interrupted`.
+pub fn stop_helpers() {
+    STOPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Spawn a short-lived helper (git) under the same lock as every other spawn, so that it never
 /// inherits a lease descriptor made inheritable for a worker, and wait for it — at most the
 /// helper timeout: then its whole process group is killed and the answer is an error of kind
@@ -450,6 +464,7 @@ pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::pro
         ));
     }
     let timeout = *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner());
+    let stops = STOPS.load(std::sync::atomic::Ordering::SeqCst);
     let mut child = {
         let mut direct = census::lock_direct();
         let child = cmd
@@ -461,18 +476,32 @@ pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::pro
         child
     };
     let pid = child.id() as i32;
-    // A watchdog ends the helper's group at the deadline; the pipes then close and the reads
-    // below end.
-    let (done, deadline) = std::sync::mpsc::channel::<()>();
+    // A watchdog ends the helper's group at the deadline, or when the run stops; the pipes
+    // then close and the reads below end.
+    let (done, finished) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
-        let expired = matches!(
-            deadline.recv_timeout(timeout),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-        );
-        if expired {
-            census::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        use std::sync::atomic::Ordering;
+        use std::sync::mpsc::RecvTimeoutError;
+        let deadline = Instant::now() + timeout;
+        let slice = Duration::from_millis(50);
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                census::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                return Some(std::io::ErrorKind::TimedOut);
+            }
+            if STOPS.load(Ordering::SeqCst) != stops {
+                census::signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+                if let Err(RecvTimeoutError::Timeout) = finished.recv_timeout(HELPER_STOP_GRACE) {
+                    census::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+                return Some(std::io::ErrorKind::Interrupted);
+            }
+            match finished.recv_timeout(slice.min(deadline - now)) {
+                Err(RecvTimeoutError::Timeout) => continue,
+                _ => return None,
+            }
         }
-        expired
     });
     let mut stderr_pipe = child.stderr.take();
     let err_reader = std::thread::spawn(move || {
@@ -489,16 +518,25 @@ pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::pro
     let stderr = err_reader.join().unwrap_or_default();
     let status = child.wait();
     drop(done);
-    let expired = watchdog.join().unwrap_or(false);
+    let ended = watchdog.join().unwrap_or(None);
     census::forget_direct(pid);
-    if expired {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "did not finish within {} s; it was ended",
-                timeout.as_secs_f64()
-            ),
-        ));
+    match ended {
+        Some(std::io::ErrorKind::TimedOut) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "did not finish within {} s; it was ended",
+                    timeout.as_secs_f64()
+                ),
+            ));
+        }
+        Some(kind) => {
+            return Err(std::io::Error::new(
+                kind,
+                "was ended because the run is stopping",
+            ));
+        }
+        None => {}
     }
     Ok(std::process::Output {
         status: status?,
