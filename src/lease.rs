@@ -172,6 +172,24 @@ impl Lease {
         Ok(Some(Lease { file }))
     }
 
+    /// Re-enter the lease a parent run holds: for a run started inside one of its workers or
+    /// gates (`parent_token` is that run's `RUNNER_TOKEN`). Granted only when the lease is held,
+    /// its record names that very token, and its holder is a live ancestor of this process;
+    /// `None` otherwise. The parent keeps the lock and its record: this lease writes nothing
+    /// and releasing it releases nothing.
+    pub fn reenter(common_dir: &Path, parent_token: &str) -> Option<Lease> {
+        if parent_token.is_empty() || !is_held(common_dir) {
+            return None;
+        }
+        let record = read_record(&common_dir.join(RECORD_FILE))?;
+        if record.token != parent_token || !crate::support::host::is_ancestor(&record.holder) {
+            return None;
+        }
+        let file = File::open(common_dir.join(LOCK_FILE)).ok()?;
+        tracing::debug!(run = %record.run_id, repo = %record.repo, "lease re-entered from a parent run");
+        Some(Lease { file })
+    }
+
     /// The lock's descriptor, to be kept open in spawned processes.
     pub fn fd(&self) -> i32 {
         self.file.as_raw_fd()

@@ -556,6 +556,103 @@ fn a_nested_runner_may_not_leave_its_parents_repository() {
 }
 
 #[test]
+fn a_nested_runner_reenters_its_parents_lease() {
+    // The parent's worker runs another manifest's drain in the same repository: it works under
+    // the lease its parent holds instead of waiting for it (with `--wait-for-locks`, forever).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("inner.yaml"),
+        "version: 1\nname: inner\nrepositories: [{path: r0}]\nworker: {run: \"echo nested > nested.txt\"}\nitems: [{repo: r0, id: x, branch: runner/x}]\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_runner");
+    let result = dir.path().join("nested-exit.txt");
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        &format!(
+            "{bin} apply {} --no-progress --wait-for-locks 20s; echo $? > {}",
+            dir.path().join("inner.yaml").display(),
+            result.display()
+        ),
+        "",
+    );
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&result).unwrap().trim(), "0");
+    let r = dir.path().join("r0");
+    assert_eq!(
+        git(&r, &["show", "runner/x:nested.txt"]),
+        "nested",
+        "the nested run did its work"
+    );
+    // The parent's record of the lease is its own still.
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(r.join(".git/runner.lease.json")).unwrap()).unwrap();
+    assert_eq!(record["repo"], "r0");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(record["run_id"], report["run_id"]);
+}
+
+#[test]
+fn a_forged_token_does_not_reenter_a_lease() {
+    // Another process that presents the holder's token, but does not descend from the holder,
+    // is held `repo-busy` like anyone else.
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r0"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: long\nrepositories: [{path: r0}]\nworker: {run: \"sleep 6123\"}\nitems: [{repo: r0, id: a}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("inner.yaml"),
+        "version: 1\nname: inner\nrepositories: [{path: r0}]\nworker: {run: \"true\"}\nitems: [{repo: r0, id: x, branch: runner/x}]\n",
+    )
+    .unwrap();
+    let mut parent = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_for(20, || !processes_matching("sleep 6123").is_empty()));
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(r.join(".git/runner.lease.json")).unwrap()).unwrap();
+    let token = record["token"].as_str().unwrap().to_string();
+    let out = runner()
+        .current_dir(dir.path())
+        // A ledger of its own: a run of the same ledger would wait for the holder instead.
+        .args([
+            "apply",
+            "inner.yaml",
+            "--no-progress",
+            "--json",
+            "--state",
+            "other.db",
+        ])
+        .env("RUNNER_ROLE", "worker")
+        .env("RUNNER_TOKEN", &token)
+        .env("RUNNER_REPO_PATH", &r)
+        .env("RUNNER_MAX_WORKERS", "1")
+        .output()
+        .unwrap();
+    for pid in processes_matching("sleep 6123") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = parent.wait();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["items"][0]["reason"], "repo-busy", "{report:#}");
+}
+
+#[test]
 fn the_capacity_probe_lowers_the_bound_and_an_unreadable_probe_counts_as_one() {
     for probe in ["echo 1", "echo not-a-number", "exit 3"] {
         let dir = tempfile::tempdir().unwrap();

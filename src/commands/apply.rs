@@ -285,6 +285,8 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         paused: paused.clone(),
         previous_feedback,
         contained: contained.clone(),
+        parent_token: std::env::var_os("RUNNER_ROLE")
+            .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
     });
 
     crate::process::become_subreaper();

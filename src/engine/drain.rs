@@ -278,6 +278,14 @@ async fn admit(
     .await
     {
         Ok(Some(lease)) => lease,
+        Ok(None)
+            if let Some(lease) = cx
+                .parent_token
+                .as_deref()
+                .and_then(|t| Lease::reenter(common, t)) =>
+        {
+            lease
+        }
         Ok(None) => {
             let holder = crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
             let cooperating = holder.as_ref().is_some_and(|h| sink.live_run(&h.run_id));

@@ -96,6 +96,9 @@ pub struct RunCx {
     pub previous_feedback: HashMap<usize, PathBuf>,
     /// How each item's processes are kept together (a cgroup each, or process groups).
     pub contained: Arc<crate::process::cgroup::Contained>,
+    /// For a run started inside a worker or gate: that run's token, with which this one may
+    /// re-enter the lease it holds on their repository.
+    pub parent_token: Option<String>,
 }
 
 /// How the drain ended.

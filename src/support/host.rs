@@ -57,9 +57,50 @@ impl Holder {
     }
 }
 
+/// Whether the holder is a live ancestor of this process (its parent, or its parent's, and so
+/// on), on this host.
+pub fn is_ancestor(holder: &Holder) -> bool {
+    if holder.host != hostname() || holder.is_dead() {
+        return false;
+    }
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let mut pid = std::process::id();
+    // A chain of processes is never longer than the pids there are; this bounds a loop on a
+    // `/proc` that changes under the walk.
+    for _ in 0..4096 {
+        match parent_of(pid) {
+            Some(p) if p == holder.pid => return true,
+            Some(p) if p > 1 => pid = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ancestry_is_walked_to_the_holder() {
+        let parent = Holder {
+            host: hostname(),
+            pid: std::os::unix::process::parent_id(),
+            start_time: process_start_time(std::os::unix::process::parent_id()),
+        };
+        assert!(is_ancestor(&parent));
+        assert!(
+            !is_ancestor(&Holder::this_process()),
+            "not its own ancestor"
+        );
+        let mut stale = parent.clone();
+        stale.start_time = stale.start_time.map(|t| t + 1);
+        assert!(!is_ancestor(&stale), "a reused pid is not the ancestor");
+    }
 
     #[test]
     fn this_process_lives_and_a_reused_pid_is_dead() {
