@@ -108,9 +108,24 @@ fn two_runners_together_never_share_a_repository() {
     assert_eq!(repo_overlap(&iv), None);
 }
 
-/// Drain one item whose only gate runs `gate` and times out after a second; every process
-/// named by `markers` must be gone afterwards. Returns the run's report.
+/// Drain one item whose only gate runs `gate` and times out after a second, in each mode of
+/// containment (a cgroup per item where the machine allows it, and process groups with the
+/// token census); every process named by `markers` must be gone afterwards. Returns the last
+/// run's report.
 fn timed_out_gate_leaves_nothing(gate: &str, grace: &str, markers: &[&str]) -> Value {
+    let mut last = Value::Null;
+    for mode in ["auto", "process-group"] {
+        last = timed_out_gate_leaves_nothing_in(mode, gate, grace, markers);
+    }
+    last
+}
+
+fn timed_out_gate_leaves_nothing_in(
+    mode: &str,
+    gate: &str,
+    grace: &str,
+    markers: &[&str],
+) -> Value {
     let dir = tempfile::tempdir().unwrap();
     manifest(
         dir.path(),
@@ -123,10 +138,18 @@ fn timed_out_gate_leaves_nothing(gate: &str, grace: &str, markers: &[&str]) -> V
             serde_json::to_string(gate).unwrap()
         ),
     );
-    let out = apply(dir.path(), &[]);
+    let out = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("RUNNER_CONTAINMENT", mode)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     for marker in markers {
-        assert!(processes_matching(marker).is_empty(), "`{marker}` survived");
+        assert!(
+            processes_matching(marker).is_empty(),
+            "`{marker}` survived in {mode} mode"
+        );
     }
     latest_report(&dir.path().join("runner-reports"))
 }
