@@ -255,3 +255,71 @@ fn a_cgroup_run_killed_mid_item_is_cleaned_up_by_the_next() {
     let warnings = report["warnings"].to_string();
     assert!(warnings.contains("that dead run"), "{report:#}");
 }
+
+#[test]
+fn a_killed_runs_empty_cgroup_is_removed_by_a_later_run() {
+    if !cgroups_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    // An argv: the worker is `sleep` itself, runner's direct child, which dies with runner.
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: contain\nrepositories: [{path: r}]\nworker:\n  run: [sleep, \"7307\"]\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env(CGROUP.0, CGROUP.1)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert!(wait_for(20, || !processes_matching("sleep 7307").is_empty()));
+    let worker = processes_matching("sleep 7307")[0];
+    let cgroup = std::fs::read_to_string(format!("/proc/{worker}/cgroup")).unwrap();
+    let item = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap()
+        .to_string();
+    let run = Path::new(&item).parent().unwrap().to_path_buf();
+    assert!(
+        run.to_string_lossy().ends_with(&format!(".{pid}")),
+        "{run:?} names its owner"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait_with_output();
+    // The worker dies with runner; its cgroup, empty, stays behind.
+    assert!(wait_for(10, || processes_matching("sleep 7307").is_empty()));
+    let mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(" - cgroup2 "))
+        .map(|l| l.split(' ').nth(4).unwrap().to_string())
+        .unwrap();
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        .unwrap();
+    let on_disk = Path::new(&mount).join(run.strip_prefix("/").unwrap());
+    assert!(
+        on_disk.exists() || !own.is_empty(),
+        "{on_disk:?} should be left by the killed run"
+    );
+    // Any later run under the same parent removes it.
+    let other = tempfile::tempdir().unwrap();
+    repo(&other.path().join("r"));
+    write_manifest(other.path(), "true", "");
+    let out = apply_with(other.path(), &[CGROUP]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!on_disk.exists(), "{on_disk:?} was left behind");
+}

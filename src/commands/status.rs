@@ -139,8 +139,8 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                     let holder =
                         crate::lease::read_record(&p.common_dir.join(crate::lease::RECORD_FILE));
                     let survivors = match &holder {
-                        Some(h) if held && h.holder.is_dead() && !h.token.is_empty() => {
-                            crate::process::census::survivors(&h.token)
+                        Some(h) if held && h.holder.is_dead() => {
+                            crate::process::census::survivors(&h.token, &h.cgroups)
                                 .into_iter()
                                 .map(|(pid, command)| Survivor { pid, command })
                                 .collect()

@@ -85,8 +85,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
         let survivors = holder
             .as_ref()
-            .filter(|h| !h.token.is_empty())
-            .map(|h| crate::process::census::survivors(&h.token))
+            .map(|h| crate::process::census::survivors(&h.token, &h.cgroups))
             .unwrap_or_default();
         let named = if survivors.is_empty() {
             String::new()

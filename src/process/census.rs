@@ -405,13 +405,22 @@ fn own_children() -> Option<Vec<i32>> {
     Some(pids)
 }
 
-/// The processes whose environment carries run token `token`, with their command lines: what a
-/// run left behind, for `status` and `unlock` to name.
-pub fn survivors(token: &str) -> Vec<(i32, String)> {
+/// What a dead run left behind, with command lines, for `status` and `unlock` to name: the
+/// processes whose environment carries its token `token`, and those in its item cgroups
+/// `cgroups` (as its lease record names them).
+pub fn survivors(token: &str, cgroups: &[std::path::PathBuf]) -> Vec<(i32, String)> {
     let needle = format!("RUNNER_TOKEN={token}").into_bytes();
-    pids_where(|v| v == needle.as_slice())
-        .unwrap_or_default()
-        .into_iter()
+    let mut pids = if token.is_empty() {
+        Vec::new()
+    } else {
+        pids_where(|v| v == needle.as_slice()).unwrap_or_default()
+    };
+    if let Some(unified) = cgroups.first() {
+        pids.extend(super::cgroup::members(unified));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids.into_iter()
         .map(|pid| {
             let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");

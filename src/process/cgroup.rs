@@ -526,6 +526,52 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The name of run `run_id`'s cgroup: `runner-<run id>.<pid>`, the pid telling a later run
+/// whether its owner still lives.
+fn run_dir_name(run_id: &str) -> String {
+    format!("runner-{run_id}.{}", std::process::id())
+}
+
+/// Remove the empty cgroups that runs which died left under `parent` (a run killed before it
+/// could remove its own). A cgroup with processes left in it stays (the kernel refuses to remove
+/// it): the next run in its repository ends them and says so, through the lease record that
+/// names it.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = name
+            .strip_prefix("runner-")
+            .and_then(|n| n.rsplit_once('.'))
+            .and_then(|(_, pid)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| !r.trim_start().starts_with(['Z', 'X']))
+            })
+            .unwrap_or(false);
+        // A cgroup with a process in it cannot be removed: `rmdir` refuses, and it stays.
+        if alive {
+            continue;
+        }
+        if let Ok(items) = std::fs::read_dir(entry.path()) {
+            for item in items.flatten() {
+                if item.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(item.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(entry.path());
+    }
+}
+
 /// Create the run's cgroup in the unified hierarchy, or say why it cannot be.
 fn unified_run_dir(m: &Mounts, run_id: &str) -> Result<PathBuf, String> {
     let parent = match std::env::var_os("RUNNER_CGROUP") {
@@ -541,7 +587,8 @@ fn unified_run_dir(m: &Mounts, run_id: &str) -> Result<PathBuf, String> {
             Mounts::place(mount, root, own)
         }
     };
-    let dir = parent.join(format!("runner-{run_id}"));
+    remove_stale(&parent);
+    let dir = parent.join(run_dir_name(run_id));
     std::fs::create_dir(&dir).map_err(|e| {
         format!(
             "cgroup `{}` cannot be created: {e} (set RUNNER_CGROUP to a cgroup delegated to this user)",
@@ -596,7 +643,9 @@ fn v1_run_dir(m: &Mounts, c: Controller, run_id: &str) -> Result<PathBuf, String
     let Some((_, own)) = m.own.iter().find(|(list, _)| has(list)) else {
         return Err("this process has no cgroup in its hierarchy".into());
     };
-    let dir = Mounts::place(mount, root, own).join(format!("runner-{run_id}"));
+    let parent = Mounts::place(mount, root, own);
+    remove_stale(&parent);
+    let dir = parent.join(run_dir_name(run_id));
     std::fs::create_dir(&dir)
         .map_err(|e| format!("cgroup `{}` cannot be created: {e}", dir.display()))?;
     Ok(dir)

@@ -18,6 +18,17 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether `pid` has exited and waits to be reaped: dead, though `/proc` still lists it.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false)
+}
+
 /// Who holds something (a lease, a claim, a run): a process named by host, pid and start time,
 /// since pids are reused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +63,7 @@ impl Holder {
         }
         match process_start_time(self.pid) {
             None => true,
+            Some(_) if is_zombie(self.pid) => true,
             Some(t) => self.start_time.is_some_and(|s| s != t),
         }
     }
@@ -84,6 +96,30 @@ pub fn is_ancestor(holder: &Holder) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exited_process_not_yet_reaped_is_dead() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let holder = Holder {
+            host: hostname(),
+            pid,
+            start_time: process_start_time(pid),
+        };
+        assert!(!holder.is_dead());
+        child.kill().unwrap();
+        // Killed, and not waited for: a zombie that `/proc` still lists.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !is_zombie(pid) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(process_start_time(pid).is_some(), "still listed");
+        assert!(holder.is_dead(), "a zombie holds nothing");
+        child.wait().unwrap();
+    }
 
     #[test]
     fn ancestry_is_walked_to_the_holder() {
