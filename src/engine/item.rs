@@ -143,7 +143,7 @@ pub async fn run_item(
     };
     // Made on the loop: a directory in the cgroup file system, held in memory by the kernel.
     let cgroup = match cx.contained.item(&repo.name) {
-        Ok(c) => c.map(Arc::new),
+        Ok(c) => c,
         Err(e) => {
             let mut r = ItemRun::ended(ItemOutcome::Failed);
             r.cause = Some(e.to_string());

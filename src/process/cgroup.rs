@@ -27,6 +27,7 @@ use crate::vocab::Containment;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a run asks for (`RUNNER_CONTAINMENT`).
@@ -139,6 +140,10 @@ pub struct Contained {
     limits: Limits,
     /// Why cgroups are not used, when they are not.
     pub why_not: Option<String>,
+    /// Each repository's item cgroup, made for its first item and kept for the next ones
+    /// (creating and removing a cgroup costs the kernel more than the rest of an item's
+    /// bookkeeping); removed when the run ends.
+    items: std::sync::Mutex<std::collections::HashMap<String, Arc<ItemCgroup>>>,
 }
 
 impl Contained {
@@ -150,6 +155,7 @@ impl Contained {
             v1: Vec::new(),
             limits: Limits::default(),
             why_not: Some(why.into()),
+            items: Default::default(),
         }
     }
 
@@ -189,6 +195,7 @@ impl Contained {
             v1: Vec::new(),
             limits,
             why_not: None,
+            items: Default::default(),
         };
         for c in Controller::needed(&limits) {
             if enable_unified(&run, c).is_ok() {
@@ -235,11 +242,21 @@ impl Contained {
             .collect()
     }
 
-    /// Make item `repo`'s cgroups, with the run's limits: `None` without cgroups.
-    pub fn item(&self, repo: &str) -> io::Result<Option<ItemCgroup>> {
+    /// Item `repo`'s cgroups, with the run's limits, made on first use: `None` without cgroups.
+    pub fn item(&self, repo: &str) -> io::Result<Option<Arc<ItemCgroup>>> {
         if self.run.is_none() {
             return Ok(None);
         }
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = items.get(repo) {
+            return Ok(Some(c.clone()));
+        }
+        let made = Arc::new(self.make_item(repo)?);
+        items.insert(repo.to_string(), made.clone());
+        Ok(Some(made))
+    }
+
+    fn make_item(&self, repo: &str) -> io::Result<ItemCgroup> {
         let dirs = self.item_dirs(repo);
         let mut procs = Vec::new();
         for (i, dir) in dirs.iter().enumerate() {
@@ -280,7 +297,7 @@ impl Contained {
                 })?;
             procs.push(OwnedFd::from(f));
         }
-        Ok(Some(ItemCgroup { dirs, procs }))
+        Ok(ItemCgroup { dirs, procs })
     }
 
     /// Remove the run's cgroups (each once empty; a cgroup with processes left stays).
@@ -293,6 +310,9 @@ impl Contained {
 
 impl Drop for Contained {
     fn drop(&mut self) {
+        // The item cgroups first (each removes itself once the last user lets go), then the
+        // run's.
+        self.items.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.remove();
     }
 }
