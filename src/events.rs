@@ -39,6 +39,18 @@ pub enum Event {
         item: ItemIndex,
         n: u32,
         model: Option<String>,
+        /// How long the item rested before this attempt (back-off after a provider failure,
+        /// and waiting for a slot after it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waited: Option<Duration>,
+    },
+    /// A provider-class failure: the item rests for `wait` before attempt `n + 1`, its slot
+    /// free for other items meanwhile. `hinted`: the wait is the one the provider asked for.
+    Resting {
+        item: ItemIndex,
+        n: u32,
+        wait: Duration,
+        hinted: bool,
     },
     WorkerFinished {
         item: ItemIndex,

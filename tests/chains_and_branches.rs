@@ -36,7 +36,7 @@ fn the_chain_falls_back_after_threshold_provider_failures_and_each_item_starts_o
 name: chain
 capacity: {workers: 1}
 repositories: [{path: r0}, {path: r1}]
-models: {primary: model-a, fallbacks: [model-b], threshold: 2}
+models: {primary: model-a, fallbacks: [model-b], threshold: 2, backoff: {initial: 20ms, max: 100ms}}
 worker:
   run: ["sh", "-c", "test \"$RUNNER_MODEL\" = model-b || exit 75", "agent", "{model}"]
   attempts: 1
@@ -68,7 +68,7 @@ fn an_exhausted_chain_halts_with_fallback_exhausted() {
     repo(&dir.path().join("r0"));
     write(
         dir.path(),
-        "version: 1\nname: x\nrepositories: [{path: r0}]\nmodels: {primary: a, fallbacks: [b], threshold: 1}\nworker: {run: \"exit 75\"}\nitems: [{repo: r0, id: i}]\n",
+        "version: 1\nname: x\nrepositories: [{path: r0}]\nmodels: {primary: a, fallbacks: [b], threshold: 1, backoff: {initial: 20ms, max: 100ms}}\nworker: {run: \"exit 75\"}\nitems: [{repo: r0, id: i}]\n",
     );
     let out = apply(dir.path());
     assert_eq!(out.status.code(), Some(1));

@@ -408,7 +408,7 @@ fn reports_speak_plainly_and_every_process_has_its_log() {
 name: texts
 capacity: {workers: 1}
 repositories: [{path: r}]
-models: {primary: m1, fallbacks: [m2], threshold: 2, provider_failure: {exit_codes: [75]}}
+models: {primary: m1, fallbacks: [m2], threshold: 2, provider_failure: {exit_codes: [75]}, backoff: {initial: 20ms, max: 100ms}}
 worker:
   run: 'if [ "$RUNNER_ITEM" = ok ]; then exit 0; fi; if [ "$RUNNER_MODEL" = m1 ]; then echo "rate limited"; exit 75; fi; echo "broke at line 3"; exit 2'
   attempts: 1

@@ -382,6 +382,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Worktree { item, .. }
         | Event::Reaped { item, .. }
         | Event::Leftovers { item, .. }
+        | Event::Resting { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }

@@ -59,7 +59,7 @@ pub fn classify(f: &Finished, policy: &ProviderPolicy) -> WorkerClass {
     }
 }
 
-fn tail_window(s: &str) -> &str {
+pub(super) fn tail_window(s: &str) -> &str {
     if s.len() <= PATTERN_WINDOW {
         return s;
     }

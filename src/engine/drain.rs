@@ -32,6 +32,10 @@ struct Pool {
     kept: Vec<Lease>,
     /// Dead runs and repositories whose leftovers were ended (or found gone) already.
     reaped: std::collections::HashSet<(String, String)>,
+    /// Where item tasks ask to rest between attempts.
+    rest_tx: mpsc::UnboundedSender<item::Rest>,
+    /// Resting items, each woken through its sender when it may go on.
+    resting: HashMap<usize, tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Drain the plan. `sink` receives every event, in order, on this task.
@@ -49,6 +53,7 @@ fn label(cx: &RunCx, idx: usize) -> String {
 async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let (rest_tx, mut rest_rx) = mpsc::unbounded_channel::<item::Rest>();
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
     let mut sigterm =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -95,6 +100,8 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         settling: Vec::new(),
         kept: Vec::new(),
         reaped: Default::default(),
+        rest_tx,
+        resting: HashMap::new(),
     };
 
     loop {
@@ -108,6 +115,13 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                 let bound = probe(&cx, &stop_rx).await;
                 debug!(bound, running = sched.running(), "capacity probe read");
                 sched.probed(bound);
+                continue;
+            }
+            Decision::Resume(idx) => {
+                debug!(item = %label(&cx, idx), "rest over: the item goes on");
+                if let Some(wake) = pool.resting.remove(&idx) {
+                    let _ = wake.send(());
+                }
                 continue;
             }
             Decision::Admit(idx) => {
@@ -150,6 +164,16 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         };
         tokio::select! {
             Some(ev) = ev_rx.recv() => sink.event(&ev),
+            Some(rest) = rest_rx.recv() => {
+                // Events sent before the request (the attempt that failed) come first.
+                while let Ok(ev) = ev_rx.try_recv() {
+                    sink.event(&ev);
+                }
+                let until = Instant::now() + rest.wait;
+                debug!(item = %label(&cx, rest.item), wait_ms = rest.wait.as_millis() as u64, "item rests");
+                sched.rest(rest.item, until);
+                pool.resting.insert(rest.item, rest.wake);
+            }
             Some(joined) = pool.tasks.join_next(), if !pool.tasks.is_empty() => {
                 // Events sent before the task ended come first.
                 while let Ok(ev) = ev_rx.try_recv() {
@@ -309,11 +333,16 @@ async fn admit(
     }
     let fd = lease.fd();
     pool.leases.insert(idx, lease);
-    let (cx2, tx, st) = (cx.clone(), ev_tx.clone(), stop_rx.clone());
+    let (cx2, tx, st, rest) = (
+        cx.clone(),
+        ev_tx.clone(),
+        stop_rx.clone(),
+        pool.rest_tx.clone(),
+    );
     let span = tracing::info_span!("item", repo = %repo_name, item = %cx.plan.items[idx].id);
-    let handle = pool
-        .tasks
-        .spawn(async move { (idx, item::run_item(cx2, idx, fd, tx, st).await) }.instrument(span));
+    let handle = pool.tasks.spawn(
+        async move { (idx, item::run_item(cx2, idx, fd, tx, rest, st).await) }.instrument(span),
+    );
     pool.task_items.insert(handle.id(), idx);
     Admission::Started
 }

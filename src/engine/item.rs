@@ -27,6 +27,15 @@ const REPORT_TAIL_BYTES: usize = 4096;
 /// How an item ended: what the scheduler is told.
 pub use super::scheduler::Finished as ItemRun;
 
+/// An item asks to rest for `wait` before its next attempt, freeing its slot; it goes on when
+/// `wake` is sent (or the run stops).
+#[derive(Debug)]
+pub struct Rest {
+    pub item: usize,
+    pub wait: std::time::Duration,
+    pub wake: tokio::sync::oneshot::Sender<()>,
+}
+
 struct ItemCx<'a> {
     cx: &'a RunCx,
     idx: usize,
@@ -36,6 +45,8 @@ struct ItemCx<'a> {
     workdir: PathBuf,
     logs: PathBuf,
     lease_fd: i32,
+    /// Where the item asks to rest between attempts.
+    rest: mpsc::UnboundedSender<Rest>,
     /// The item's cgroup, when the run contains items in cgroups.
     cgroup: Option<Arc<crate::process::cgroup::ItemCgroup>>,
     events: &'a mpsc::UnboundedSender<Event>,
@@ -49,6 +60,7 @@ pub async fn run_item(
     idx: usize,
     lease_fd: i32,
     events: mpsc::UnboundedSender<Event>,
+    rest: mpsc::UnboundedSender<Rest>,
     stop: watch::Receiver<Stop>,
 ) -> ItemRun {
     let item = &cx.plan.items[idx];
@@ -159,6 +171,7 @@ pub async fn run_item(
         workdir,
         logs,
         lease_fd,
+        rest,
         cgroup,
         events: &events,
         stop,
@@ -383,6 +396,47 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
 
 /// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
 /// is exhausted.
+/// Rest `wait` after attempt `n` failed for the provider's reasons, the item's slot free
+/// meanwhile: until the drain lets it go on. `false` when the run stopped instead.
+async fn rest(icx: &ItemCx<'_>, n: u32, wait: std::time::Duration, tail: &str) -> bool {
+    if wait.is_zero() {
+        return true;
+    }
+    let _ = icx.events.send(Event::Resting {
+        item: icx.idx,
+        n,
+        wait,
+        hinted: super::backoff::retry_hint(tail).is_some(),
+    });
+    let (wake, woken) = tokio::sync::oneshot::channel();
+    if icx
+        .rest
+        .send(Rest {
+            item: icx.idx,
+            wait,
+            wake,
+        })
+        .is_err()
+    {
+        return false;
+    }
+    let mut stop = icx.stop.clone();
+    let stopped = async move {
+        loop {
+            if *stop.borrow_and_update() != Stop::Run {
+                return;
+            }
+            if stop.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        r = woken => r.is_ok() && *icx.stop.borrow() == Stop::Run,
+        () = stopped => false,
+    }
+}
+
 async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
     let max_attempts = icx.eff.worker.attempts();
     let policy = ProviderPolicy::from_models(icx.eff.models.as_ref());
@@ -417,6 +471,19 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         Some(here)
     });
     let mut run = ItemRun::ended(ItemOutcome::Halted);
+    // Provider failures in a row, for the back-off; and when the last rest began.
+    let mut provider_streak = 0u32;
+    let mut rested_since: Option<std::time::Instant> = None;
+    let backoff = {
+        let (initial, max) = icx.eff.models.as_ref().map_or(
+            (
+                crate::manifest::DEFAULT_BACKOFF_INITIAL,
+                crate::manifest::DEFAULT_BACKOFF_MAX,
+            ),
+            |m| m.backoff(),
+        );
+        super::backoff::Backoff { initial, max }
+    };
     loop {
         if used >= max_attempts {
             run.outcome = ItemOutcome::Halted;
@@ -429,6 +496,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             item: icx.idx,
             n,
             model: model.clone(),
+            waited: rested_since.take().map(|t| t.elapsed()),
         });
         let attempt_span = tracing::debug_span!("attempt", n, model = model.as_deref());
         let log = icx.logs.join(format!("{n}-worker.log"));
@@ -481,7 +549,16 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 return run;
             }
             WorkerClass::Provider => match chain.provider_failure() {
-                ChainStep::Stay | ChainStep::Moved => continue,
+                ChainStep::Stay | ChainStep::Moved => {
+                    provider_streak += 1;
+                    let wait = backoff.delay(provider_streak, &fin.tail, super::backoff::unit());
+                    rested_since = Some(std::time::Instant::now());
+                    if !rest(icx, n, wait, &fin.tail).await {
+                        run.outcome = ItemOutcome::Cancelled;
+                        return run;
+                    }
+                    continue;
+                }
                 ChainStep::Exhausted => {
                     run.outcome = ItemOutcome::Halted;
                     run.reason = Some("fallback-exhausted".into());
@@ -495,6 +572,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             },
             WorkerClass::Timeout | WorkerClass::Failed => {
                 chain.other_outcome();
+                provider_streak = 0;
                 used += 1;
                 let what = if class == WorkerClass::Timeout {
                     format!(
@@ -510,6 +588,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             }
             WorkerClass::Ok => {
                 chain.other_outcome();
+                provider_streak = 0;
                 used += 1;
                 // Where the worker left HEAD, and what it changed, before any gate runs.
                 let snap = match &icx.anchor {

@@ -10,6 +10,7 @@
 //! kills at once. Everything the engine learns goes out as [`Event`]s through a [`RunSink`]; it
 //! knows none of the consumers behind it.
 
+pub mod backoff;
 pub mod chain;
 pub mod child_env;
 pub mod classify;

@@ -9,6 +9,11 @@
 //! [`Scheduler::released`], [`Scheduler::signal`], …). Time is handed in, never read, so the
 //! scheduler is tested without processes, clocks or files.
 //!
+//! An item whose worker failed for the provider's reasons rests before its next attempt
+//! ([`Scheduler::rest`]): its slot is free for other items meanwhile, its repository stays its
+//! own, and when its rest is over it takes the next free slot before any new item
+//! ([`Decision::Resume`]).
+//!
 //! Invariants (proptested below): never more items running than the bound; never two items of
 //! one repository at once, counting an item whose results are not yet durable; every pending item
 //! is decided exactly once; once admission stops, nothing new is admitted.
@@ -28,6 +33,8 @@ pub enum Decision {
     Probe,
     /// Claim the item and take its repository's lease; report with [`Scheduler::admitted`].
     Admit(usize),
+    /// A resting item's rest is over and a slot is free: let it go on (it runs again).
+    Resume(usize),
     /// The item leaves the queue with this result, without running (or it just finished).
     Settle(Settled),
     /// Nothing to do until an item finishes, a signal arrives or, when set, `until` passes.
@@ -143,6 +150,8 @@ pub struct Scheduler {
     clone_errors: HashMap<String, String>,
     nothing_found: bool,
     running: HashMap<usize, String>,
+    /// Items resting between attempts: their repository, and until when.
+    resting: HashMap<usize, (String, Instant)>,
     /// Repositories with a running item, or a finished one whose lease is not yet released.
     busy: HashSet<String>,
     blocked: HashMap<String, Blocked>,
@@ -169,6 +178,7 @@ impl Scheduler {
             clone_errors: s.clone_errors,
             nothing_found: s.nothing_found,
             running: HashMap::new(),
+            resting: HashMap::new(),
             busy: HashSet::new(),
             blocked: HashMap::new(),
             quarantined: HashSet::new(),
@@ -201,6 +211,16 @@ impl Scheduler {
         if let Some(s) = self.outbox.pop_front() {
             return Decision::Settle(s);
         }
+        // A rested item goes on before anything new starts; under a stop at once, so that it
+        // ends.
+        if let Some(item) = self.due_rest(now) {
+            let repo = self
+                .resting
+                .remove(&item)
+                .map_or_else(|| self.repo_of[item].clone(), |(r, _)| r);
+            self.running.insert(item, repo);
+            return Decision::Resume(item);
+        }
         if !self.halted()
             && let Some(d) = self.admission(now)
         {
@@ -215,6 +235,13 @@ impl Scheduler {
         if self.running.is_empty() && self.busy.is_empty() && !waiting_for_lock {
             return Decision::Done;
         }
+        // The earliest rest still to come (one already due waits for a slot: an item ending).
+        let rest = self
+            .resting
+            .values()
+            .map(|(_, until)| *until)
+            .filter(|until| *until > now)
+            .min();
         let until = waiting_for_lock.then(|| {
             let soonest = self
                 .queue
@@ -230,7 +257,39 @@ impl Scheduler {
                 now + LEASE_RETRY
             }
         });
+        let until = match (until, rest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Decision::Wait { until }
+    }
+
+    /// The resting item to go on now: the one whose rest ended first, when a slot is free (under
+    /// a stop, every resting item, whatever the slots: it only ends).
+    fn due_rest(&self, now: Instant) -> Option<usize> {
+        let bound = self.probed.unwrap_or(self.workers).min(self.workers);
+        let stopping = self.stopping.is_some();
+        if !stopping && self.running.len() as u32 >= bound {
+            return None;
+        }
+        self.resting
+            .iter()
+            .filter(|(_, (_, until))| stopping || *until <= now)
+            .min_by_key(|(i, (_, until))| (*until, **i))
+            .map(|(i, _)| *i)
+    }
+
+    /// Running item `item` rests until `until` before its next attempt: its slot is free
+    /// meanwhile; its repository stays busy.
+    pub fn rest(&mut self, item: usize, until: Instant) {
+        if let Some(repo) = self.running.remove(&item) {
+            self.resting.insert(item, (repo, until));
+        }
+    }
+
+    /// Items resting now.
+    pub fn resting(&self) -> usize {
+        self.resting.len()
     }
 
     /// Admission: the first queued item whose repository is free and not waiting to be asked
@@ -364,6 +423,7 @@ impl Scheduler {
         let repo = self
             .running
             .remove(&item)
+            .or_else(|| self.resting.remove(&item).map(|(r, _)| r))
             .unwrap_or_else(|| self.repo_of[item].clone());
         let cause = if f.tree_gone {
             f.cause

@@ -164,9 +164,40 @@ pub struct Models {
     pub threshold: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_failure: Option<ProviderFailure>,
+    /// The rest between provider-class failures of one item: exponential with full jitter
+    /// (default `{initial: 10s, max: 10m}`); a retry hint in the output is honoured up to `max`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<BackoffSpec>,
 }
 
+/// `models.backoff`.
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct BackoffSpec {
+    /// The longest first rest (default 10s; `0s` turns back-off off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial: Option<DurationSpec>,
+    /// The longest rest ever (default 10m).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<DurationSpec>,
+}
+
+/// Default `models.backoff.initial`.
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+/// Default `models.backoff.max`.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(600);
+
 impl Models {
+    /// `models.backoff` with its defaults: (initial, max).
+    pub fn backoff(&self) -> (Duration, Duration) {
+        let b = self.backoff.as_ref();
+        (
+            b.and_then(|b| b.initial)
+                .map_or(DEFAULT_BACKOFF_INITIAL, |d| d.0),
+            b.and_then(|b| b.max).map_or(DEFAULT_BACKOFF_MAX, |d| d.0),
+        )
+    }
+
     /// The chain in the order it is tried.
     pub fn chain(&self) -> Vec<&str> {
         std::iter::once(self.primary.as_str())

@@ -98,6 +98,9 @@ pub struct Diffstat {
 pub struct AttemptReport {
     pub n: u32,
     pub model: Option<String>,
+    /// How long the item rested before this attempt, after a provider failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
     pub started_at: String,
     pub worker: Option<WorkerReport>,
     pub gates: Vec<GateReport>,
@@ -277,12 +280,19 @@ impl ReportBuilder {
                     it.started_at = Some(at.to_string());
                 }
             }
-            Event::AttemptStarted { item, n, model } => {
+            Event::Resting { .. } => {}
+            Event::AttemptStarted {
+                item,
+                n,
+                model,
+                waited,
+            } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.model = model.clone();
                     it.attempts.push(AttemptReport {
                         n: *n,
                         model: model.clone(),
+                        waited_ms: waited.map(|w| w.as_millis() as u64),
                         started_at: at.to_string(),
                         worker: None,
                         gates: Vec::new(),

@@ -143,7 +143,20 @@ impl Progress {
                 }
                 self.refresh(*item);
             }
-            Event::AttemptStarted { item, n, model } => {
+            Event::Resting {
+                item,
+                n,
+                wait,
+                hinted,
+            } => {
+                self.line(&format!(
+                    "{} attempt {n}: the provider failed; resting {:.1}s before the next{}",
+                    self.name(*item),
+                    wait.as_secs_f64(),
+                    if *hinted { " (as it asked)" } else { "" }
+                ));
+            }
+            Event::AttemptStarted { item, n, model, .. } => {
                 self.state.insert(*item, (*n, model.clone(), None));
                 self.refresh(*item);
             }

@@ -207,6 +207,45 @@ fn an_unproven_stop_quarantines_the_repository() {
 }
 
 #[test]
+fn a_resting_item_frees_its_slot_and_takes_the_next_one_first() {
+    let t = Instant::now();
+    let ms = Duration::from_millis;
+    // Two slots; items 0 and 1 rest, 2 and 3 take their slots, 4 waits its turn.
+    let mut s = Scheduler::new(setup(&[0, 1, 2, 3, 4], 2));
+    for i in [0, 1] {
+        assert_eq!(s.next(t), Decision::Admit(i));
+        s.admitted(i, Admission::Started, t);
+    }
+    s.rest(0, t + ms(5));
+    s.rest(1, t + ms(5));
+    for i in [2, 3] {
+        assert_eq!(s.next(t), Decision::Admit(i));
+        s.admitted(i, Admission::Started, t);
+    }
+    // Rests over, every slot taken: nothing goes on, nothing new starts.
+    assert_eq!(s.next(t + ms(10)), Decision::Wait { until: None });
+    let x = s.finished(2, done(ItemOutcome::Completed));
+    assert_eq!(x.item, 2);
+    s.released("r2");
+    // The freed slot goes to a rested item before item 4.
+    assert_eq!(s.next(t + ms(10)), Decision::Resume(0));
+    assert_eq!(s.next(t + ms(10)), Decision::Wait { until: None });
+    assert_eq!(s.resting(), 1);
+    // While it rests, its repository is its own: a wait until its rest is over, not the end.
+    let mut s = Scheduler::new(setup(&[0], 1));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    s.rest(0, t + ms(50));
+    assert_eq!(
+        s.next(t),
+        Decision::Wait {
+            until: Some(t + ms(50))
+        }
+    );
+    assert_eq!(s.next(t + ms(50)), Decision::Resume(0));
+}
+
+#[test]
 fn nothing_found_is_not_drained() {
     let mut s = Scheduler::new(setup(&[], 2));
     assert_eq!(s.next(Instant::now()), Decision::Done);
@@ -235,6 +274,7 @@ fn simulate(
     let mut now = Instant::now();
     let mut decided = vec![0u32; repos.len()];
     let mut running: HashMap<usize, String> = HashMap::new();
+    let mut resting: HashMap<usize, (String, Instant)> = HashMap::new();
     let mut settling: Vec<String> = Vec::new();
     let mut stopped = false;
     let mut bound = workers;
@@ -283,7 +323,9 @@ fn simulate(
                         "more than the bound"
                     );
                     assert!(
-                        !running.values().any(|r| *r == repo) && !settling.contains(&repo),
+                        !running.values().any(|r| *r == repo)
+                            && !resting.values().any(|(r, _)| *r == repo)
+                            && !settling.contains(&repo),
                         "two items of {repo} at once"
                     );
                     running.insert(i, repo);
@@ -291,8 +333,29 @@ fn simulate(
                 s.admitted(i, answer, now);
             }
             Decision::Settle(x) => decided[x.item] += 1,
+            Decision::Resume(i) => {
+                let (repo, until) = resting.remove(&i).expect("only a resting item goes on");
+                if !s.halted() || s.stopped_by().is_none() {
+                    assert!(until <= now, "item {i} went on before its rest was over");
+                    assert!((running.len() as u32) < workers, "more than the bound");
+                }
+                running.insert(i, repo);
+            }
             Decision::Wait { until } => {
-                if !settling.is_empty() {
+                if !running.is_empty() {
+                    // Time passes while items run: rests come due with every slot taken.
+                    now += Duration::from_millis(u64::from(pick(20)));
+                }
+                if !running.is_empty() && pick(4) == 1 {
+                    // A provider failure: the item rests, its slot free.
+                    let mut keys: Vec<usize> = running.keys().copied().collect();
+                    keys.sort();
+                    let i = keys[usize::from(pick(keys.len() as u8))];
+                    let repo = running.remove(&i).unwrap();
+                    let until = now + Duration::from_millis(u64::from(pick(50)));
+                    s.rest(i, until);
+                    resting.insert(i, (repo, until));
+                } else if !settling.is_empty() {
                     for r in settling.drain(..) {
                         s.released(&r);
                     }
@@ -329,6 +392,7 @@ fn simulate(
         }
     }
     assert!(running.is_empty(), "done while items run");
+    assert!(resting.is_empty(), "done while items rest");
     let (left, _, _) = s.finish(None);
     for l in left {
         decided[l.item] += 1;

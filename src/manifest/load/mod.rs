@@ -263,7 +263,14 @@ const REPOSITORY_KEYS: &[&str] = &[
     "models",
     "env",
 ];
-const MODELS_KEYS: &[&str] = &["primary", "fallbacks", "threshold", "provider_failure"];
+const MODELS_KEYS: &[&str] = &[
+    "primary",
+    "fallbacks",
+    "threshold",
+    "provider_failure",
+    "backoff",
+];
+const BACKOFF_KEYS: &[&str] = &["initial", "max"];
 const PROVIDER_FAILURE_KEYS: &[&str] = &["exit_codes", "patterns", "silence"];
 const WORKER_KEYS: &[&str] = &[
     "run",

@@ -216,11 +216,39 @@ impl Cx {
                 silence: silence.flatten(),
             })
         });
+        let backoff = m.get("backoff").and_then(|n| {
+            let p = child(path, "backoff");
+            let b = self.map(n, &p, BACKOFF_KEYS)?;
+            let initial = b
+                .get("initial")
+                .and_then(|n| self.duration(n, &child(&p, "initial"), true));
+            let max = b
+                .get("max")
+                .and_then(|n| self.duration(n, &child(&p, "max"), true));
+            let (i, x) = (
+                initial.map_or(DEFAULT_BACKOFF_INITIAL, |d| d.0),
+                max.map_or(DEFAULT_BACKOFF_MAX, |d| d.0),
+            );
+            if i > x {
+                self.err(
+                    "invalid-value",
+                    &p,
+                    n.span,
+                    format!(
+                        "`initial` ({}) is longer than `max` ({})",
+                        format_duration(i),
+                        format_duration(x)
+                    ),
+                );
+            }
+            Some(BackoffSpec { initial, max })
+        });
         Some(Models {
             primary: primary?,
             fallbacks: fallbacks.flatten().unwrap_or_default(),
             threshold: threshold.flatten(),
             provider_failure: provider_failure.flatten(),
+            backoff,
         })
     }
 

@@ -1,0 +1,134 @@
+//! Provider failures as a run of real agents meets them: rests between attempts (back-off and
+//! retry hints) that free the item's slot.
+
+mod common;
+
+use common::{latest_report, repo, report_item, run_in, stderr};
+use std::path::Path;
+
+/// Lines `<tag> <start ns> <end ns>` a worker appended to `log`.
+fn stamps(log: &Path) -> Vec<(String, u128, u128)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.to_string(),
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn a_rate_limited_item_rests_as_asked_and_frees_its_slot_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("a"));
+    repo(&dir.path().join("b"));
+    let log = dir.path().join("times.log");
+    // Item `limited` is rate limited on its first two attempts (asking for a second's rest);
+    // item `other`, in another repository, needs the one slot meanwhile.
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: backoff
+capacity: {{workers: 1}}
+repositories: [{{path: a}}, {{path: b}}]
+models:
+  primary: m1
+  threshold: 5
+  provider_failure: {{patterns: ["rate limit exceeded"]}}
+  backoff: {{initial: 1s, max: 5s}}
+worker:
+  run: |
+    s=$(date +%s%N)
+    if [ "$RUNNER_ITEM" = other ]; then sleep 0.3; echo "other $s $(date +%s%N)" >> {log}; exit 0; fi
+    echo "limited $s $s" >> {log}
+    if [ "$RUNNER_ATTEMPT" -lt 3 ]; then echo "Error: rate limit exceeded. Retry after 1s"; exit 1; fi
+items:
+  - {{repo: a, id: limited}}
+  - {{repo: b, id: other}}
+"#,
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("resting 1.0s before the next (as it asked)"),
+        "{err}"
+    );
+    let st = stamps(&log);
+    let limited: Vec<u128> = st
+        .iter()
+        .filter(|s| s.0 == "limited")
+        .map(|s| s.1)
+        .collect();
+    assert_eq!(limited.len(), 3, "{st:?}");
+    for pair in limited.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 1_000_000_000,
+            "attempts {} ms apart, under the second asked for",
+            (pair[1] - pair[0]) / 1_000_000
+        );
+    }
+    // The other item ran in the freed slot, inside the first rest.
+    let other = st.iter().find(|s| s.0 == "other").expect("other ran");
+    assert!(
+        other.1 > limited[0] && other.2 < limited[1],
+        "the other item did not run while `limited` rested: {st:?}"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let item = report_item(&report, "id", "limited");
+    assert_eq!(item["outcome"], "completed", "{item:#}");
+    let attempts = item["attempts"].as_array().unwrap();
+    assert!(attempts[0].get("waited_ms").is_none(), "{item:#}");
+    for a in &attempts[1..] {
+        assert!(a["waited_ms"].as_u64().unwrap() >= 1000, "{item:#}");
+    }
+}
+
+#[test]
+fn a_stop_ends_a_resting_item_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("a"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        r#"version: 1
+name: rest-stop
+repositories: [{path: a}]
+models: {primary: m1, threshold: 5, backoff: {initial: 10m, max: 10m}}
+worker:
+  run: 'echo "overloaded; retry after 600s"; exit 75'
+items: [{repo: a, id: x}]
+"#,
+    )
+    .unwrap();
+    let child = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The item is resting once its report says so.
+    assert!(common::wait_for(20, || {
+        let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+        status.contains("a/x")
+    }));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["items"][0]["outcome"], "cancelled", "{report:#}");
+}
