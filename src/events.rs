@@ -17,6 +17,25 @@ pub struct ContainmentInfo {
     pub detail: String,
 }
 
+/// What a worker reported it used, in `$RUNNER_USAGE`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Usage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cost_usd += other.cost_usd;
+    }
+}
+
 /// Items are named by their index in the plan's item list.
 pub type ItemIndex = usize;
 
@@ -43,6 +62,13 @@ pub enum Event {
         /// and waiting for a slot after it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         waited: Option<Duration>,
+    },
+    /// What attempt `n`'s worker reported it used.
+    Usage {
+        item: ItemIndex,
+        n: u32,
+        model: Option<String>,
+        usage: Usage,
     },
     /// A provider-class failure: the item rests for `wait` before attempt `n + 1`, its slot
     /// free for other items meanwhile. `hinted`: the wait is the one the provider asked for.

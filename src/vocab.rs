@@ -103,6 +103,8 @@ pub enum RunEnding {
     Paused,
     /// runner itself could not continue.
     Failed,
+    /// The manifest's budget was spent: nothing new was admitted.
+    Budget,
 }
 
 impl RunEnding {
@@ -114,6 +116,7 @@ impl RunEnding {
             RunEnding::Cancelled => "cancelled",
             RunEnding::Paused => "paused",
             RunEnding::Failed => "failed",
+            RunEnding::Budget => "budget",
         }
     }
 }

@@ -132,3 +132,68 @@ items: [{repo: a, id: x}]
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["items"][0]["outcome"], "cancelled", "{report:#}");
 }
+
+#[test]
+fn the_budget_stops_admission_once_reported_usage_reaches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut repos = String::new();
+    let mut items = String::new();
+    for i in 0..6 {
+        repo(&dir.path().join(format!("r{i}")));
+        repos.push_str(&format!("  - path: r{i}\n"));
+        items.push_str(&format!("  - {{repo: r{i}, id: i{i}}}\n"));
+    }
+    // Each worker says it cost a dollar.
+    let script = dir.path().join("usage.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho '{\"input_tokens\": 1000, \"output_tokens\": 200, \"cost_usd\": 1.0}' > \"$RUNNER_USAGE\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: budget
+capacity: {{workers: 1}}
+repositories:
+{repos}models: {{primary: m1}}
+worker:
+  run: ["./usage.sh"]
+budget: {{cost_usd: 3}}
+items:
+{items}"#
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("the budget was spent"), "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "budget", "{report:#}");
+    let items = report["items"].as_array().unwrap();
+    let ran = items.iter().filter(|i| i["outcome"] == "completed").count();
+    assert_eq!(ran, 3, "exactly three items ran: {report:#}");
+    for i in items.iter().filter(|i| i["outcome"] != "completed") {
+        assert_eq!(i["outcome"], "cancelled");
+        assert_eq!(i["cause"], "not started: the budget was spent");
+    }
+    assert_eq!(report["usage"]["total"]["cost_usd"], 3.0, "{report:#}");
+    assert_eq!(report["usage"]["total"]["input_tokens"], 3000);
+    assert_eq!(report["usage"]["by_model"]["m1"]["output_tokens"], 600);
+    assert_eq!(
+        report_item(&report, "id", "i0")["usage"]["cost_usd"],
+        1.0,
+        "{report:#}"
+    );
+    let summary =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
+    assert!(summary.contains("**Usage:** $3.00"), "{summary}");
+    let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(
+        status.contains("[$3.00, 3000 in / 600 out tokens]"),
+        "{status}"
+    );
+}

@@ -383,6 +383,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Reaped { item, .. }
         | Event::Leftovers { item, .. }
         | Event::Resting { item, .. }
+        | Event::Usage { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }
@@ -497,6 +498,13 @@ fn verdict(
             )
         }
         RunEnding::Stalled => (EXIT_STALLED, "the run stalled".into()),
+        RunEnding::Budget => (
+            super::EXIT_BUDGET,
+            format!(
+                "the budget was spent ({})",
+                report.cause.as_deref().unwrap_or("no cost given")
+            ),
+        ),
         RunEnding::Failed => (EXIT_INTERNAL, "runner could not continue".into()),
         RunEnding::Paused => (
             EXIT_FAILURES,

@@ -36,6 +36,7 @@ pub const EXIT_FAILURES: i32 = 1;
 pub const EXIT_INVALID: i32 = 2;
 pub const EXIT_STALLED: i32 = 3;
 pub const EXIT_INTERNAL: i32 = 4;
+pub const EXIT_BUDGET: i32 = 5;
 
 /// The closed vocabulary of `RUNNER_ROLE`, set for every process runner spawns.
 pub const ROLES: &[&str] = &["worker", "gate"];

@@ -35,6 +35,9 @@ struct RunView {
     #[serde(flatten)]
     run: RunRow,
     status: crate::ledger::RunStatus,
+    /// What its workers reported they used so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<crate::events::Usage>,
 }
 
 #[derive(Serialize)]
@@ -92,6 +95,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             .into_iter()
             .map(|r| RunView {
                 status: r.status(),
+                usage: ledger.usage_of(&r.id).ok().flatten(),
                 run: r,
             })
             .collect();
@@ -227,6 +231,12 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         }
         if let Some(c) = &r.run.cause {
             line.push_str(&format!(" — {c}"));
+        }
+        if let Some(u) = &r.usage {
+            line.push_str(&format!(
+                "  [${:.2}, {} in / {} out tokens]",
+                u.cost_usd, u.input_tokens, u.output_tokens
+            ));
         }
         if let Some(by) = &r.run.stop_requested_by {
             line.push_str(&format!(

@@ -32,6 +32,8 @@ pub struct RunnerVars<'a> {
     /// How the previous attempt failed (of this run, or of the previous run for a rerun's
     /// first attempt).
     pub feedback: Option<&'a Path>,
+    /// Where a worker may write what it used (`RUNNER_USAGE`).
+    pub usage: Option<&'a Path>,
 }
 
 /// The child's environment. `outer` reads runner's own environment; `worker_env` is the
@@ -77,6 +79,9 @@ pub fn child_env(
     if let Some(f) = v.feedback {
         set("RUNNER_FEEDBACK", f.to_string_lossy().to_string());
     }
+    if let Some(u) = v.usage {
+        set("RUNNER_USAGE", u.to_string_lossy().to_string());
+    }
     env
 }
 
@@ -111,6 +116,7 @@ mod tests {
             token: "tok",
             max_workers: 3,
             feedback,
+            usage: None,
         }
     }
 

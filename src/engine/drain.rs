@@ -93,6 +93,8 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         nothing_found: cx.plan.items.is_empty(),
         paused: cx.paused.clone(),
     });
+    // What the workers reported they spent, against the manifest's budget.
+    let mut spent = 0.0f64;
     let mut pool = Pool {
         tasks: JoinSet::new(),
         task_items: HashMap::new(),
@@ -163,11 +165,11 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             }
         };
         tokio::select! {
-            Some(ev) = ev_rx.recv() => sink.event(&ev),
+            Some(ev) = ev_rx.recv() => pass(&cx, sink, &mut sched, &mut spent, &ev),
             Some(rest) = rest_rx.recv() => {
                 // Events sent before the request (the attempt that failed) come first.
                 while let Ok(ev) = ev_rx.try_recv() {
-                    sink.event(&ev);
+                    pass(&cx, sink, &mut sched, &mut spent, &ev);
                 }
                 let until = Instant::now() + rest.wait;
                 debug!(item = %label(&cx, rest.item), wait_ms = rest.wait.as_millis() as u64, "item rests");
@@ -177,7 +179,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             Some(joined) = pool.tasks.join_next(), if !pool.tasks.is_empty() => {
                 // Events sent before the task ended come first.
                 while let Ok(ev) = ev_rx.try_recv() {
-                    sink.event(&ev);
+                    pass(&cx, sink, &mut sched, &mut spent, &ev);
                 }
                 let (idx, run) = match joined {
                     Ok((idx, run)) => {
@@ -205,7 +207,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         }
     }
     while let Ok(ev) = ev_rx.try_recv() {
-        sink.event(&ev);
+        pass(&cx, sink, &mut sched, &mut spent, &ev);
     }
     let signal = sched.stopped_by();
     let stop_by = signal.and_then(|_| sink.stop_requested());
@@ -493,6 +495,25 @@ async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
             s.recv().await;
         }
         None => std::future::pending::<()>().await,
+    }
+}
+
+/// Hand an item's event on to the sink; a worker's reported cost counts against the budget,
+/// and once it is spent nothing new is admitted.
+fn pass(cx: &RunCx, sink: &mut dyn RunSink, sched: &mut Scheduler, spent: &mut f64, ev: &Event) {
+    sink.event(ev);
+    if let Event::Usage { usage, .. } = ev
+        && let Some(budget) = cx.loaded.manifest.budget
+    {
+        *spent += usage.cost_usd;
+        if *spent >= budget.cost_usd && !sched.budget_spent_already() {
+            let cause = format!(
+                "workers reported ${spent:.2} of the ${:.2} budget",
+                budget.cost_usd
+            );
+            info!(%cause, "budget spent: no new item starts");
+            sched.budget_spent(cause);
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use super::child_env::{Role, RunnerVars, child_env};
 use super::classify::{ProviderPolicy, classify};
 use super::config::Effective;
 use super::stall::HaltSignature;
-use crate::events::Event;
+use crate::events::{Event, Usage};
 use crate::git;
 use crate::manifest::CommandSpec;
 use crate::manifest::compile_glob;
@@ -396,6 +396,35 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
 
 /// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
 /// is exhausted.
+/// Where attempt `n`'s worker may write what it used.
+fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
+    icx.logs.join(format!("{n}-usage.json"))
+}
+
+/// What a worker wrote to `$RUNNER_USAGE`: a JSON object with `input_tokens`, `output_tokens`
+/// and `cost_usd` (each optional; other fields are ignored). Nothing when it wrote nothing; a
+/// file that is not such an object is logged and ignored.
+fn read_usage(path: &Path) -> Option<Usage> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(64 * 1024)
+        .read_to_string(&mut text)
+        .ok()?;
+    match serde_json::from_str::<Usage>(&text) {
+        Ok(u) if u.cost_usd.is_finite() && u.cost_usd >= 0.0 => Some(u),
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "a usage file with a negative or infinite cost is ignored");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "a usage file that is not a JSON object of numbers is ignored");
+            None
+        }
+    }
+}
+
 /// Rest `wait` after attempt `n` failed for the provider's reasons, the item's slot free
 /// meanwhile: until the drain lets it go on. `false` when the run stopped instead.
 async fn rest(icx: &ItemCx<'_>, n: u32, wait: std::time::Duration, tail: &str) -> bool {
@@ -522,6 +551,14 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         .instrument(attempt_span.clone())
         .await;
         let class = classify(&fin, &policy);
+        if let Some(usage) = read_usage(&usage_path(icx, n)) {
+            let _ = icx.events.send(Event::Usage {
+                item: icx.idx,
+                n,
+                model: model.clone(),
+                usage,
+            });
+        }
         tracing::debug!(parent: &attempt_span, class = class.as_str(), exit = fin.exit, "worker finished");
         run.tree_gone &= fin.tree_gone;
         let _ = icx.events.send(Event::WorkerFinished {
@@ -995,6 +1032,11 @@ async fn spawn(
     } else {
         Vec::new()
     };
+    // A worker may say what it used; the folder is there for it to write into.
+    let usage = gate.is_none().then(|| usage_path(icx, n));
+    if usage.is_some() {
+        let _ = std::fs::create_dir_all(&icx.logs);
+    }
     let env = child_env(
         |name| std::env::var(name).ok(),
         &icx.eff.env_pass,
@@ -1016,6 +1058,7 @@ async fn spawn(
             token: &cx.token,
             max_workers: cx.workers,
             feedback,
+            usage: usage.as_deref(),
         },
     );
     process::run(

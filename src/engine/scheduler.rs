@@ -164,6 +164,8 @@ pub struct Scheduler {
     stalled: Option<String>,
     paused: Option<String>,
     failed: Option<String>,
+    /// The budget was spent (how much of what).
+    budget: Option<String>,
 }
 
 impl Scheduler {
@@ -189,6 +191,7 @@ impl Scheduler {
             stalled: None,
             paused: s.paused,
             failed: None,
+            budget: None,
         }
     }
 
@@ -203,6 +206,16 @@ impl Scheduler {
             || self.stalled.is_some()
             || self.paused.is_some()
             || self.failed.is_some()
+            || self.budget.is_some()
+    }
+
+    /// The workers' reported usage reached the manifest's budget: admit nothing more.
+    pub fn budget_spent(&mut self, cause: String) {
+        self.budget.get_or_insert(cause);
+    }
+
+    pub fn budget_spent_already(&self) -> bool {
+        self.budget.is_some()
     }
 
     /// The next decision at `now`.
@@ -490,11 +503,13 @@ impl Scheduler {
             ),
             (None, Some(_), _) => "not started: the run stalled".to_string(),
             (None, None, Some(_)) => "not started: runner could not record its work".to_string(),
+            _ if self.budget.is_some() => "not started: the budget was spent".to_string(),
             _ => "not started".to_string(),
         };
         let held_paused = self.stopping.is_none()
             && self.stalled.is_none()
             && self.failed.is_none()
+            && self.budget.is_none()
             && self.paused.is_some();
         let left = self
             .queue
@@ -524,6 +539,8 @@ impl Scheduler {
             (RunEnding::Failed, Some(f))
         } else if let Some(c) = self.stalled {
             (RunEnding::Stalled, Some(c))
+        } else if let Some(b) = self.budget {
+            (RunEnding::Budget, Some(b))
         } else if let Some(p) = self.paused {
             (RunEnding::Paused, Some(p))
         } else if self.nothing_found {

@@ -435,6 +435,30 @@ impl SqliteLedger {
         Ok(rows)
     }
 
+    /// What run `id`'s workers reported they used so far (as far as it is recorded), or `None`
+    /// when they reported nothing.
+    pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT body FROM events
+                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
+                   AND run_id = ?1 AND body LIKE '{\"event\":\"usage\"%'",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?;
+        let mut total: Option<crate::events::Usage> = None;
+        for body in rows {
+            let body = body.map_err(|e| self.err(e))?;
+            if let Ok(Event::Usage { usage, .. }) = serde_json::from_str::<Event>(&body) {
+                total.get_or_insert_with(Default::default).add(&usage);
+            }
+        }
+        Ok(total)
+    }
+
     /// The plan snapshot, worker bound, report folder and events of a run, for re-rendering
     /// its report.
     pub fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {

@@ -52,6 +52,9 @@ pub struct Manifest {
     pub env: Option<EnvPolicy>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stall: Option<Stall>,
+    /// Stop admitting new items once the usage workers report reaches this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reports: Option<Reports>,
     /// Where `url:` repositories are cloned and work-branch worktrees live
@@ -443,6 +446,16 @@ impl EnvPolicy {
             None => DEFAULT_ENV_PASS.iter().map(|s| s.to_string()).collect(),
         }
     }
+}
+
+/// `budget`: what a run may spend, as its workers report it in `$RUNNER_USAGE`.
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Budget {
+    /// US dollars: once the reported cost reaches it, no new item starts (items running finish)
+    /// and the run ends `budget` (exit 5).
+    #[schemars(range(min = 0))]
+    pub cost_usd: f64,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]

@@ -47,6 +47,21 @@ pub fn render(r: &Report) -> String {
             counts.join(", ")
         }
     ));
+    if let Some(u) = &r.usage {
+        out.push_str(&format!(
+            "**Usage:** ${:.2} · {} input tokens · {} output tokens",
+            u.total.cost_usd, u.total.input_tokens, u.total.output_tokens
+        ));
+        if u.by_model.len() > 1 {
+            let per: Vec<String> = u
+                .by_model
+                .iter()
+                .map(|(m, x)| format!("{} ${:.2}", cell(m), x.cost_usd))
+                .collect();
+            out.push_str(&format!(" ({})", per.join(", ")));
+        }
+        out.push_str("\n\n");
+    }
     if !r.warnings.is_empty() {
         out.push_str("## Warnings\n\n");
         for w in &r.warnings {

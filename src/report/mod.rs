@@ -34,12 +34,22 @@ pub struct Report {
     /// How each item's processes were kept together: a cgroup each, or process groups.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub containment: Option<crate::events::ContainmentInfo>,
+    /// What the run's workers reported they used: in all, and per model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageInfo>,
     /// Items per outcome; every outcome is present.
     pub counts: BTreeMap<ItemOutcome, usize>,
     pub items: Vec<ItemReport>,
     /// What planning warned of: a rule that matches nothing, a folder that could not be read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+pub struct UsageInfo {
+    pub total: crate::events::Usage,
+    /// Keyed by model (`-` for a worker run without one).
+    pub by_model: BTreeMap<String, crate::events::Usage>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -85,6 +95,9 @@ pub struct ItemReport {
     /// started from the branch's committed state (relative to the run's report folder).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leftovers: Option<String>,
+    /// What its workers reported they used, over every attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::events::Usage>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -170,12 +183,14 @@ impl ReportBuilder {
                     uncommitted: Vec::new(),
                     worktree: None,
                     leftovers: None,
+                    usage: None,
                 }
             })
             .collect();
         let mut b = ReportBuilder {
             report: Report {
                 containment: None,
+                usage: None,
                 schema: REPORT_SCHEMA.into(),
                 run_id: run_id.into(),
                 manifest: ManifestInfo {
@@ -281,6 +296,19 @@ impl ReportBuilder {
                 }
             }
             Event::Resting { .. } => {}
+            Event::Usage {
+                item, model, usage, ..
+            } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.usage.get_or_insert_with(Default::default).add(usage);
+                }
+                let run = self.report.usage.get_or_insert_with(Default::default);
+                run.total.add(usage);
+                run.by_model
+                    .entry(model.clone().unwrap_or_else(|| "-".into()))
+                    .or_default()
+                    .add(usage);
+            }
             Event::AttemptStarted {
                 item,
                 n,

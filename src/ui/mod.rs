@@ -118,7 +118,7 @@ impl Progress {
                     if *pending == 1 { "" } else { "s" }
                 ));
             }
-            Event::Work { .. } | Event::Worktree { .. } => {}
+            Event::Work { .. } | Event::Worktree { .. } | Event::Usage { .. } => {}
             Event::Reaped { run, pids, .. } => self.line(&format!(
                 "ended {} process(es) that dead run {run} had left: {pids:?}",
                 pids.len()

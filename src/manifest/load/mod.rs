@@ -247,9 +247,11 @@ const TOP_KEYS: &[&str] = &[
     "discover",
     "env",
     "stall",
+    "budget",
     "reports",
     "workspace",
 ];
+const BUDGET_KEYS: &[&str] = &["cost_usd"];
 const CAPACITY_KEYS: &[&str] = &["workers", "probe"];
 const REPOSITORY_KEYS: &[&str] = &[
     "name",

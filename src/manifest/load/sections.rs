@@ -56,6 +56,28 @@ impl Cx {
                 after: after.flatten(),
             })
         });
+        let budget = m.get("budget").and_then(|n| {
+            let b = self.map(n, "budget", BUDGET_KEYS)?;
+            let c = self.required(&b, "budget", "cost_usd")?;
+            let cost = match c.value {
+                Value::Int(i) => i as f64,
+                Value::Float(f) => f,
+                _ => {
+                    self.wrong_type(c, "budget.cost_usd", "an amount of US dollars such as `50`");
+                    return None;
+                }
+            };
+            if !(cost.is_finite() && cost > 0.0) {
+                self.err(
+                    "invalid-value",
+                    "budget.cost_usd",
+                    c.span,
+                    format!("must be more than 0, found {cost}"),
+                );
+                return None;
+            }
+            Some(Budget { cost_usd: cost })
+        });
         let reports = m.get("reports").and_then(|n| self.reports(n));
         let workspace = m
             .get("workspace")
@@ -96,6 +118,7 @@ impl Cx {
             discover: discover.flatten().unwrap_or_default(),
             env: env.flatten(),
             stall,
+            budget,
             reports,
             workspace,
         })
