@@ -63,6 +63,13 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         waited: Option<Duration>,
     },
+    /// `failures` provider failures of `model` within the window (the last one on this item):
+    /// items that start from now on begin on the next model of their chain, until it is quiet.
+    ModelDemoted {
+        item: ItemIndex,
+        model: String,
+        failures: usize,
+    },
     /// What attempt `n`'s worker reported it used.
     Usage {
         item: ItemIndex,

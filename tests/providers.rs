@@ -197,3 +197,52 @@ items:
         "{status}"
     );
 }
+
+#[test]
+fn after_the_threshold_new_items_start_on_the_next_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut repos = String::new();
+    let mut items = String::new();
+    for i in 0..4 {
+        repo(&dir.path().join(format!("r{i}")));
+        repos.push_str(&format!("  - path: r{i}\n"));
+        items.push_str(&format!("  - {{repo: r{i}, id: i{i}}}\n"));
+    }
+    // The primary's provider is down for everyone; the fallback works.
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: health
+capacity: {{workers: 1}}
+repositories:
+{repos}models: {{primary: m1, fallbacks: [m2], threshold: 2, backoff: {{initial: 10ms, max: 20ms}}}}
+worker:
+  run: 'if [ "$RUNNER_MODEL" = m1 ]; then echo "503 overloaded"; exit 75; fi'
+items:
+{items}"#
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    // The first two items met the outage (the second started in the slot the first left while
+    // it rested); the items started after the demotion begin on the fallback.
+    let first = report_item(&report, "id", "i0");
+    let models: Vec<&str> = first["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["m1", "m1", "m2"], "{first:#}");
+    for id in ["i2", "i3"] {
+        let it = report_item(&report, "id", id);
+        assert_eq!(it["attempts"][0]["model"], "m2", "{it:#}");
+        assert_eq!(it["attempts"].as_array().unwrap().len(), 1, "{it:#}");
+    }
+    assert_eq!(report["demoted"][0]["model"], "m1", "{report:#}");
+    assert_eq!(report["demoted"][0]["failures"], 2);
+}

@@ -271,6 +271,15 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             held.join("\n")
         );
     }
+    let health = engine::health::Health::new(
+        loaded
+            .manifest
+            .models
+            .as_ref()
+            .map_or(crate::manifest::DEFAULT_THRESHOLD, |m| m.threshold()),
+        engine::health::WINDOW,
+        engine::health::QUIET,
+    );
     let cx = Arc::new(RunCx {
         loaded,
         plan,
@@ -285,6 +294,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         paused: paused.clone(),
         previous_feedback,
         contained: contained.clone(),
+        health: std::sync::Mutex::new(health),
         parent_token: std::env::var_os("RUNNER_ROLE")
             .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
     });
@@ -384,6 +394,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Leftovers { item, .. }
         | Event::Resting { item, .. }
         | Event::Usage { item, .. }
+        | Event::ModelDemoted { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }

@@ -39,6 +39,12 @@ impl ModelChain {
         self.models.len().max(1)
     }
 
+    /// Begin on model `pos` of the chain instead of the primary (the run found the models before
+    /// it failing): the models before it count as tried.
+    pub fn start_at(&mut self, pos: usize) {
+        self.pos = pos.min(self.len().saturating_sub(1));
+    }
+
     pub fn exhausted(&self) -> bool {
         self.pos >= self.len()
     }

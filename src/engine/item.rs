@@ -490,6 +490,17 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
     let markers = icx.cx.loaded.manifest.repositories[icx.repo.entry]
         .critical_base
         .clone();
+    // Models the run found failing are skipped by items that start now.
+    if let Some(models) = icx.eff.models.as_ref() {
+        let names: Vec<String> = models.chain().into_iter().map(str::to_string).collect();
+        let start = icx
+            .cx
+            .health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .start(&names, std::time::Instant::now());
+        chain.start_at(start);
+    }
     let mut used = 0u32;
     let mut n = 0u32;
     // A rerun's first attempt is told how the previous run's last attempt failed.
@@ -585,7 +596,24 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 run.outcome = ItemOutcome::Cancelled;
                 return run;
             }
-            WorkerClass::Provider => match chain.provider_failure() {
+            WorkerClass::Provider => match {
+                if let Some(m) = model.as_deref() {
+                    let demoted = icx
+                        .cx
+                        .health
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .failed(m, std::time::Instant::now());
+                    if let Some(failures) = demoted {
+                        let _ = icx.events.send(Event::ModelDemoted {
+                            item: icx.idx,
+                            model: m.to_string(),
+                            failures,
+                        });
+                    }
+                }
+                chain.provider_failure()
+            } {
                 ChainStep::Stay | ChainStep::Moved => {
                     provider_streak += 1;
                     let wait = backoff.delay(provider_streak, &fin.tail, super::backoff::unit());

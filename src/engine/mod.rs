@@ -16,6 +16,7 @@ pub mod child_env;
 pub mod classify;
 pub mod config;
 mod drain;
+pub mod health;
 pub mod item;
 pub mod scheduler;
 pub mod stall;
@@ -100,6 +101,8 @@ pub struct RunCx {
     /// For a run started inside a worker or gate: that run's token, with which this one may
     /// re-enter the lease it holds on their repository.
     pub parent_token: Option<String>,
+    /// The run's view of each model's provider, shared by its items.
+    pub health: std::sync::Mutex<health::Health>,
 }
 
 /// How the drain ended.

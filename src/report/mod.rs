@@ -37,12 +37,24 @@ pub struct Report {
     /// What the run's workers reported they used: in all, and per model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageInfo>,
+    /// Models the run demoted for provider failures across items.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub demoted: Vec<Demotion>,
     /// Items per outcome; every outcome is present.
     pub counts: BTreeMap<ItemOutcome, usize>,
     pub items: Vec<ItemReport>,
     /// What planning warned of: a rule that matches nothing, a folder that could not be read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Demotion {
+    pub model: String,
+    /// RFC 3339.
+    pub at: String,
+    /// Provider failures of the model within the window.
+    pub failures: usize,
 }
 
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]
@@ -189,6 +201,7 @@ impl ReportBuilder {
             .collect();
         let mut b = ReportBuilder {
             report: Report {
+                demoted: Vec::new(),
                 containment: None,
                 usage: None,
                 schema: REPORT_SCHEMA.into(),
@@ -296,6 +309,18 @@ impl ReportBuilder {
                 }
             }
             Event::Resting { .. } => {}
+            Event::ModelDemoted {
+                model, failures, ..
+            } => {
+                self.report.demoted.push(Demotion {
+                    model: model.clone(),
+                    at: at.to_string(),
+                    failures: *failures,
+                });
+                self.report.warnings.push(format!(
+                    "model `{model}` failed for the provider's reasons {failures} times: items started after {at} began on the next model of their chain"
+                ));
+            }
             Event::Usage {
                 item, model, usage, ..
             } => {

@@ -119,6 +119,11 @@ impl Progress {
                 ));
             }
             Event::Work { .. } | Event::Worktree { .. } | Event::Usage { .. } => {}
+            Event::ModelDemoted {
+                model, failures, ..
+            } => self.line(&format!(
+                "model {model} failed for the provider's reasons {failures} times: new items start on the next model"
+            )),
             Event::Reaped { run, pids, .. } => self.line(&format!(
                 "ended {} process(es) that dead run {run} had left: {pids:?}",
                 pids.len()
