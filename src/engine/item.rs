@@ -396,6 +396,27 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
 
 /// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
 /// is exhausted.
+/// A provider-class failure on `model`: the run's view of the model learns of it (saying so
+/// when that demotes the model), and the item's chain takes the step it calls for.
+fn provider_failed(icx: &ItemCx<'_>, model: Option<&str>, chain: &mut ModelChain) -> ChainStep {
+    if let Some(m) = model {
+        let demoted = icx
+            .cx
+            .health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failed(m, std::time::Instant::now());
+        if let Some(failures) = demoted {
+            let _ = icx.events.send(Event::ModelDemoted {
+                item: icx.idx,
+                model: m.to_string(),
+                failures,
+            });
+        }
+    }
+    chain.provider_failure()
+}
+
 /// Where attempt `n`'s worker may write what it used.
 fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
     icx.logs.join(format!("{n}-usage.json"))
@@ -596,24 +617,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 run.outcome = ItemOutcome::Cancelled;
                 return run;
             }
-            WorkerClass::Provider => match {
-                if let Some(m) = model.as_deref() {
-                    let demoted = icx
-                        .cx
-                        .health
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .failed(m, std::time::Instant::now());
-                    if let Some(failures) = demoted {
-                        let _ = icx.events.send(Event::ModelDemoted {
-                            item: icx.idx,
-                            model: m.to_string(),
-                            failures,
-                        });
-                    }
-                }
-                chain.provider_failure()
-            } {
+            WorkerClass::Provider => match provider_failed(icx, model.as_deref(), &mut chain) {
                 ChainStep::Stay | ChainStep::Moved => {
                     provider_streak += 1;
                     let wait = backoff.delay(provider_streak, &fin.tail, super::backoff::unit());
