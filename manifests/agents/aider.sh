@@ -1,0 +1,34 @@
+#!/bin/sh
+# runner worker adapter for aider (`aider`).
+#
+# Written against aider 0.86 as documented in November 2026: `--message TEXT` (or
+# `--message-file FILE`) does one thing and exits; `--model`; `--yes-always` answers every
+# confirmation; `--no-auto-commits` leaves committing to runner; it edits only files of the git
+# repository it runs in (runner's checkout or worktree). Provider errors come through litellm
+# (`RateLimitError`, `InternalServerError ... Overloaded`, `AuthenticationError`), and a summary
+# line `Tokens: 12k sent, 1.5k received. Cost: $0.05 message, $0.05 session.` gives the usage.
+#
+#   worker:
+#     run: ["./agents/aider.sh", "{model}", "{item.task}"]
+#
+# $1: model (e.g. sonnet, gpt-5); $2: the task, a task file in the repository or its text.
+set -u
+. "$(dirname "$0")/common.sh"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pretty \
+  --message "$(task_text "$2")" < /dev/null > "$out" 2>&1
+code=$?
+cat "$out"
+# "12k" / "1.5k" / "900" tokens, "$0.05 session".
+tokens() {
+  printf '%s' "$1" | awk '{ n = $1; if (n ~ /k$/) { sub(/k$/, "", n); n = n * 1000 } printf "%d", n }'
+}
+line=$(grep -E '^Tokens: ' "$out" | tail -1)
+if [ -n "$line" ]; then
+  sent=$(printf '%s' "$line" | sed -n 's/^Tokens: \([0-9.k]*\) sent.*/\1/p')
+  received=$(printf '%s' "$line" | sed -n 's/.*, \([0-9.k]*\) received.*/\1/p')
+  cost=$(printf '%s' "$line" | sed -n 's/.*\$\([0-9.]*\) session.*/\1/p')
+  write_usage "$(tokens "$sent")" "$(tokens "$received")" "$cost"
+fi
+finish "$code" "$out"

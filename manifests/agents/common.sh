@@ -1,0 +1,53 @@
+# Shared by runner's agent adapters (sourced, not run). POSIX sh; needs only grep, sed, tail.
+#
+# An adapter runs one agent CLI headless on one task, prints what the agent printed, writes
+# what the agent reported it used to $RUNNER_USAGE, and exits so that runner can tell the
+# provider's failures from the agent's:
+#   0   the agent finished
+#   75  the provider failed (rate limit, overload, quota, authentication): runner rests and
+#       retries, then moves along the model chain (EX_TEMPFAIL, runner's default provider code)
+#   any other non-zero code: the agent itself failed (runner counts an attempt)
+
+# The task: the contents of $1 when it names a readable file (a task file of the item), else $1
+# itself.
+task_text() {
+  if [ -f "$1" ] && [ -r "$1" ]; then cat "$1"; else printf '%s\n' "$1"; fi
+}
+
+# The last value of JSON number field "$1" in file $2 (flat matching: good for the one-object
+# and one-event-per-line outputs agents print).
+json_number() {
+  tr -d '\n' < "$2" | sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\([0-9][0-9.eE+-]*\).*/\1/p"
+}
+
+# Write $RUNNER_USAGE from input tokens $1, output tokens $2 and cost $3 (each may be empty).
+write_usage() {
+  [ -n "${RUNNER_USAGE:-}" ] || return 0
+  [ -n "$1$2$3" ] || return 0
+  printf '{"input_tokens": %s, "output_tokens": %s, "cost_usd": %s}\n' \
+    "${1:-0}" "${2:-0}" "${3:-0}" > "$RUNNER_USAGE"
+}
+
+# Exit as runner should read it: agent exit code $1, agent output in file $2.
+finish() {
+  code=$1
+  [ "$code" -eq 0 ] && exit 0
+  tail=$(tail -c 4096 "$2")
+  kind=
+  if printf '%s' "$tail" | grep -Eiq 'rate.?limit|too many requests|\b429\b'; then
+    kind="rate limit"
+  elif printf '%s' "$tail" | grep -Eiq 'overloaded|\b529\b|\b503\b|service unavailable|server (is )?busy|try again later'; then
+    kind="overload"
+  elif printf '%s' "$tail" | grep -Eiq 'quota|resource.?exhausted|credit balance|billing|insufficient.?funds'; then
+    kind="quota"
+  elif printf '%s' "$tail" | grep -Eiq '\b401\b|\b403\b|unauthori[sz]ed|invalid.{0,20}(api.?key|x-api-key)|api key (is )?(missing|not valid)|authenticat|not logged in|/login'; then
+    kind="authentication"
+  fi
+  if [ -n "$kind" ]; then
+    echo "runner adapter: the provider failed ($kind)"
+    exit 75
+  fi
+  # The agent's own failure; 75 is kept for the provider.
+  [ "$code" -eq 75 ] && exit 1
+  exit "$code"
+}

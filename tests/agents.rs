@@ -1,0 +1,356 @@
+//! The shipped manifests validate, and each agent adapter under `manifests/agents/` reads its
+//! CLI's outcomes right: run against a stub of the CLI that replays outputs in the style the
+//! CLI's documentation and error messages show, every provider trouble (rate limit, overload,
+//! quota, authentication) exits 75, a crash exits with a failure of its own, and a success
+//! exits 0 with the usage the agent reported written to `$RUNNER_USAGE`.
+
+mod common;
+
+use common::{run_in, stderr};
+use std::path::{Path, PathBuf};
+
+fn manifests() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests")
+}
+
+#[test]
+fn every_shipped_manifest_validates() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(manifests()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        seen += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.lines().take_while(|l| l.starts_with('#')).count() >= 5,
+            "{} opens with a header saying what it is for and how to adapt it",
+            path.display()
+        );
+        let out = run_in(&manifests(), &["validate", path.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            stderr(&out)
+        );
+    }
+    assert!(seen >= 4, "the four common jobs at least: found {seen}");
+}
+
+/// One replayed outcome: what the CLI prints and its exit code.
+struct Replay {
+    scenario: &'static str,
+    output: &'static str,
+    exit: i32,
+}
+
+/// What runner should read from the adapter's exit code.
+#[derive(Debug, PartialEq)]
+enum Read {
+    Ok,
+    Provider,
+    Failed,
+}
+
+fn expected(scenario: &str) -> Read {
+    match scenario {
+        "success" => Read::Ok,
+        "crash" => Read::Failed,
+        _ => Read::Provider,
+    }
+}
+
+fn replays(agent: &str) -> Vec<Replay> {
+    let r = |scenario, output, exit| Replay {
+        scenario,
+        output,
+        exit,
+    };
+    match agent {
+        "claude" => vec![
+            r(
+                "success",
+                r#"{"type":"result","subtype":"success","is_error":false,"result":"Fixed the test.","total_cost_usd":0.4213,"usage":{"input_tokens":12034,"output_tokens":1820}}"#,
+                0,
+            ),
+            r(
+                "rate-limit",
+                r#"API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 50,000 input tokens per minute."}}"#,
+                1,
+            ),
+            r(
+                "overload",
+                r#"API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                1,
+            ),
+            r(
+                "quota",
+                "Credit balance is too low to access the Anthropic API.",
+                1,
+            ),
+            r("auth", "Invalid API key · Please run /login", 1),
+            r(
+                "crash",
+                "TypeError: Cannot read properties of undefined (reading 'map')\n    at cli.js:12:5",
+                1,
+            ),
+        ],
+        "codex" => vec![
+            r(
+                "success",
+                "{\"type\":\"thread.started\"}\n{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":24763,\"cached_input_tokens\":24448,\"output_tokens\":122}}",
+                0,
+            ),
+            r(
+                "rate-limit",
+                "ERROR: exceeded retry limit, last status: 429 Too Many Requests",
+                1,
+            ),
+            r("overload", "stream error: 503 Service Unavailable", 1),
+            r(
+                "quota",
+                "ERROR: You exceeded your current quota, please check your plan and billing details.",
+                1,
+            ),
+            r(
+                "auth",
+                "ERROR: unexpected status 401 Unauthorized: Incorrect API key provided",
+                1,
+            ),
+            r(
+                "crash",
+                "thread 'main' panicked at codex-rs/exec/src/lib.rs:88:5:\nno such file",
+                101,
+            ),
+        ],
+        "gemini" => vec![
+            r(
+                "success",
+                r#"{"response":"Done.","stats":{"models":{"gemini-2.5-pro":{"tokens":{"prompt":5120,"candidates":640,"total":5760}}}}}"#,
+                0,
+            ),
+            r(
+                "rate-limit",
+                "[API Error: got status: 429 Too Many Requests. Please retry in 37.2s.]",
+                1,
+            ),
+            r(
+                "overload",
+                "[API Error: The model is overloaded. Please try again later.]",
+                1,
+            ),
+            r(
+                "quota",
+                "Quota exceeded for quota metric 'Generate Content API requests per day'",
+                1,
+            ),
+            r(
+                "auth",
+                "Error authenticating: API key not valid. Please pass a valid API key.",
+                1,
+            ),
+            r(
+                "crash",
+                "Error: ENOENT: no such file or directory, open 'x'",
+                42,
+            ),
+        ],
+        "aider" => vec![
+            r(
+                "success",
+                "Applied edit to src/lib.rs\nTokens: 12k sent, 1.5k received. Cost: $0.05 message, $0.07 session.",
+                0,
+            ),
+            r(
+                "rate-limit",
+                "litellm.RateLimitError: AnthropicException - rate_limit_error: Number of request tokens has exceeded your per-minute rate limit",
+                1,
+            ),
+            r(
+                "overload",
+                "litellm.InternalServerError: AnthropicException - Overloaded",
+                1,
+            ),
+            r(
+                "quota",
+                "litellm.RateLimitError: OpenAIException - insufficient_quota: You exceeded your current quota",
+                1,
+            ),
+            r(
+                "auth",
+                "litellm.AuthenticationError: AnthropicException - invalid x-api-key",
+                1,
+            ),
+            r(
+                "crash",
+                "Traceback (most recent call last):\n  File \"aider/main.py\", line 9\nValueError: bad edit format",
+                1,
+            ),
+        ],
+        "opencode" => vec![
+            r("success", "Updated 2 files.", 0),
+            r("rate-limit", "AI_APICallError: Rate limit exceeded", 1),
+            r("overload", "AI_APICallError: Overloaded", 1),
+            r("quota", "AI_APICallError: quota exceeded for this key", 1),
+            r(
+                "auth",
+                "AI_LoadAPIKeyError: Anthropic API key is missing.",
+                1,
+            ),
+            r("crash", "Segmentation fault (core dumped)", 139),
+        ],
+        other => panic!("no replays for {other}"),
+    }
+}
+
+/// The usage a successful replay of `agent` reports.
+fn expected_usage(agent: &str) -> Option<serde_json::Value> {
+    let u = |i: u64, o: u64, c: f64| {
+        Some(serde_json::json!({"input_tokens": i, "output_tokens": o, "cost_usd": c}))
+    };
+    match agent {
+        "claude" => u(12034, 1820, 0.4213),
+        "codex" => u(24763, 122, 0.0),
+        "gemini" => u(5120, 640, 0.0),
+        "aider" => u(12000, 1500, 0.07),
+        _ => None,
+    }
+}
+
+/// Run `agent`'s adapter against a stub CLI replaying `replay`, in a scratch repository.
+/// Returns how runner reads it, what it printed, and the usage it wrote.
+fn run_adapter(agent: &str, replay: &Replay) -> (Read, String, Option<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let cli = if agent == "claude" { "claude" } else { agent };
+    let stub = bin.join(cli);
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\necho \"$*\" > \"$STUB_ARGS\"\ncat \"$STUB_OUTPUT\"\nexit \"$STUB_EXIT\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let output = dir.path().join("output");
+    std::fs::write(&output, format!("{}\n", replay.output)).unwrap();
+    std::fs::write(dir.path().join("task.md"), "Fix the flaky test.\n").unwrap();
+    let usage = dir.path().join("usage.json");
+    let args = dir.path().join("args");
+    let out = std::process::Command::new(manifests().join(format!("agents/{agent}.sh")))
+        .args(["some-model", "task.md"])
+        .current_dir(dir.path())
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("STUB_OUTPUT", &output)
+        .env("STUB_EXIT", replay.exit.to_string())
+        .env("STUB_ARGS", &args)
+        .env("RUNNER_USAGE", &usage)
+        .output()
+        .unwrap();
+    let read = match out.status.code() {
+        Some(0) => Read::Ok,
+        Some(75) => Read::Provider,
+        _ => Read::Failed,
+    };
+    let passed = std::fs::read_to_string(&args).unwrap_or_default();
+    assert!(
+        passed.contains("some-model") && passed.contains("Fix the flaky test."),
+        "{agent}: the model and the task text reach the CLI: {passed}"
+    );
+    let usage = std::fs::read_to_string(&usage)
+        .ok()
+        .map(|t| serde_json::from_str(&t).unwrap());
+    (
+        read,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        usage,
+    )
+}
+
+#[test]
+fn each_adapter_reads_its_clis_outcomes() {
+    for agent in ["claude", "codex", "gemini", "aider", "opencode"] {
+        for replay in replays(agent) {
+            let (read, printed, usage) = run_adapter(agent, &replay);
+            assert_eq!(
+                read,
+                expected(replay.scenario),
+                "{agent} {}: printed {printed}",
+                replay.scenario
+            );
+            assert!(
+                printed.contains(replay.output.lines().next().unwrap()),
+                "{agent} {}: the CLI's output is passed on: {printed}",
+                replay.scenario
+            );
+            if replay.scenario == "success" {
+                let numbers = |u: Option<serde_json::Value>| {
+                    u.map(|u| {
+                        (
+                            u["input_tokens"].as_u64(),
+                            u["output_tokens"].as_u64(),
+                            u["cost_usd"].as_f64(),
+                        )
+                    })
+                };
+                assert_eq!(
+                    numbers(usage),
+                    numbers(expected_usage(agent)),
+                    "{agent}: usage"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_adapter_drives_a_real_drain_with_back_off_and_usage() {
+    // The claude adapter in a manifest, its CLI stubbed: rate limited once, then done.
+    let dir = tempfile::tempdir().unwrap();
+    common::repo(&dir.path().join("r"));
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let count = dir.path().join("count");
+    std::fs::write(
+        bin.join("claude"),
+        format!(
+            "#!/bin/sh\nn=$(cat {c} 2>/dev/null || echo 0); echo $((n+1)) > {c}\nif [ \"$n\" = 0 ]; then echo 'API Error: 429 rate_limit_error. Retry after 1s'; exit 1; fi\necho done > done.txt\necho '{{\"is_error\":false,\"total_cost_usd\":0.25,\"usage\":{{\"input_tokens\":100,\"output_tokens\":10}}}}'\n",
+            c = count.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("claude"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: agent\nrepositories: [{{path: r}}]\nmodels: {{primary: m1, threshold: 3}}\nworker:\n  run: [\"{}\", \"{{model}}\", \"Write done.txt\"]\nenv: {{pass: [PATH, HOME]}}\nitems: [{{repo: r, id: a}}]\n",
+            manifests().join("agents/claude.sh").display()
+        ),
+    )
+    .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    let item = &report["items"][0];
+    assert_eq!(
+        item["attempts"][0]["worker"]["class"], "provider",
+        "{item:#}"
+    );
+    assert!(item["attempts"][1]["waited_ms"].as_u64().unwrap() >= 1000);
+    assert_eq!(item["usage"]["cost_usd"], 0.25, "{item:#}");
+}
