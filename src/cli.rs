@@ -59,6 +59,8 @@ pub enum Command {
     Resume(PauseArgs),
     /// Release a repository's lease and quarantine; refuses while any process of it lives.
     Unlock(UnlockArgs),
+    /// Write a commented starter manifest for the checkouts in a folder.
+    Init(InitArgs),
     /// Print the manifest JSON Schema.
     Schema {
         /// Print the schema of `report.json` instead.
@@ -198,6 +200,19 @@ pub struct PauseArgs {
     pub reason: Option<String>,
     #[command(flatten)]
     pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The folder whose git checkouts become the manifest's repositories (default: here).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Where to write the manifest, relative to the folder.
+    #[arg(long, short, default_value = "runner.yaml")]
+    pub output: PathBuf,
+    /// Replace a manifest (and adapter scripts) already there.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

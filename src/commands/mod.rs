@@ -18,6 +18,7 @@ macro_rules! outln {
 
 pub mod apply;
 pub mod cancel;
+pub mod init;
 pub mod pause;
 pub mod plan;
 pub mod report;
@@ -131,6 +132,7 @@ pub fn run(cli: Cli) -> i32 {
     }
     match cli.command {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
+        Command::Init(args) => init::run(&ui, &args),
         Command::Plan(args) => plan::run(&ui, &args),
         Command::Apply(args) => apply::run(&ui, &args),
         Command::Status(args) => status::run(&ui, &args),
