@@ -70,6 +70,18 @@ pub enum Event {
         model: String,
         failures: usize,
     },
+    /// A completed item's work branch was published (pushed, and its pull request opened or
+    /// updated), or `error` says what failed; the branch is kept either way.
+    Published {
+        item: ItemIndex,
+        remote: String,
+        branch: String,
+        pushed: bool,
+        /// The commit the branch pointed at.
+        head: Option<String>,
+        url: Option<String>,
+        error: Option<String>,
+    },
     /// What attempt `n`'s worker reported it used.
     Usage {
         item: ItemIndex,

@@ -271,6 +271,23 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             held.join("\n")
         );
     }
+    // Pull requests earlier runs opened for these items: publishing updates them.
+    let published = match sink.ledger.publications_of(&loaded.manifest.name) {
+        Ok(p) => plan
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, it)| {
+                p.get(&(it.repo.clone(), it.id.clone()))
+                    .and_then(|(_, _, url)| url.clone())
+                    .map(|u| (i, u))
+            })
+            .collect(),
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
     let health = engine::health::Health::new(
         loaded
             .manifest
@@ -295,6 +312,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         previous_feedback,
         contained: contained.clone(),
         health: std::sync::Mutex::new(health),
+        published,
         parent_token: std::env::var_os("RUNNER_ROLE")
             .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
     });
@@ -395,6 +413,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Resting { item, .. }
         | Event::Usage { item, .. }
         | Event::ModelDemoted { item, .. }
+        | Event::Published { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }
@@ -532,8 +551,17 @@ fn verdict(
                     ItemOutcome::Halted | ItemOutcome::Failed | ItemOutcome::Held
                 )
             });
+            let unpublished = report
+                .items
+                .iter()
+                .any(|i| i.publish.as_ref().is_some_and(|p| p.error.is_some()));
             if bad {
                 (EXIT_FAILURES, "an item halted, failed or was held".into())
+            } else if unpublished {
+                (
+                    EXIT_FAILURES,
+                    "a completed item's work could not be published (its branch is kept)".into(),
+                )
             } else if report
                 .items
                 .iter()

@@ -177,7 +177,74 @@ pub async fn run_item(
         stop,
         anchor,
     };
-    attempts(&icx).await
+    let run = attempts(&icx).await;
+    if run.outcome == ItemOutcome::Completed
+        && let (Some(publish), Some(branch)) = (&cx.loaded.manifest.publish, &item.branch)
+    {
+        publish_item(&icx, publish, branch).await;
+    }
+    run
+}
+
+/// Publish a completed item's work branch, and say what came of it.
+async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, branch: &str) {
+    let cx = icx.cx;
+    let start = icx.anchor.as_ref().map(|a| a.start.clone());
+    let (dir, b) = (icx.repo.path.clone(), branch.to_string());
+    let stat = match start {
+        Some(s) => blocking(move || git::diffstat(&dir, &s, &format!("refs/heads/{b}")))
+            .await
+            .ok()
+            .and_then(Result::ok),
+        None => None,
+    };
+    let mut body = format!(
+        "Work item `{}` in `{}`, done by runner (run `{}`).\n",
+        icx.item.id, icx.item.repo, cx.run_id
+    );
+    if let Some((files, ins, del)) = stat {
+        body.push_str(&format!(
+            "\n{files} file(s) changed, {ins} insertion(s), {del} deletion(s).\n"
+        ));
+    }
+    if let Some(task) = icx.item.vars.get("task") {
+        body.push_str(&format!("\nTask: {task}\n"));
+    }
+    let env: Vec<(String, String)> = icx
+        .eff
+        .env_pass
+        .iter()
+        .chain(&icx.eff.secrets)
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+        .collect();
+    let outcome = super::publish::publish(
+        super::publish::Request {
+            loaded: &cx.loaded,
+            publish,
+            repo: &icx.item.repo,
+            repo_path: &icx.repo.path,
+            item: &icx.item.id,
+            branch,
+            previous_url: cx.published.get(&icx.idx).map(String::as_str),
+            title: format!("runner: {}", icx.item.id),
+            body,
+            env,
+            logs: icx.logs.clone(),
+            token: &cx.token,
+            redactor: cx.redactor.clone(),
+        },
+        icx.stop.clone(),
+    )
+    .await;
+    let _ = icx.events.send(Event::Published {
+        item: icx.idx,
+        remote: publish.remote().to_string(),
+        branch: branch.to_string(),
+        pushed: outcome.pushed,
+        head: outcome.head,
+        url: outcome.url,
+        error: outcome.error,
+    });
 }
 
 enum Prepared {

@@ -18,6 +18,7 @@ pub mod config;
 mod drain;
 pub mod health;
 pub mod item;
+pub mod publish;
 pub mod scheduler;
 pub mod stall;
 
@@ -101,6 +102,8 @@ pub struct RunCx {
     /// For a run started inside a worker or gate: that run's token, with which this one may
     /// re-enter the lease it holds on their repository.
     pub parent_token: Option<String>,
+    /// Pull requests earlier runs opened, by item: the publish command updates them.
+    pub published: HashMap<usize, String>,
     /// The run's view of each model's provider, shared by its items.
     pub health: std::sync::Mutex<health::Health>,
 }

@@ -393,6 +393,22 @@ pub fn head(dir: &Path) -> Result<String, GitError> {
         .to_string())
 }
 
+/// The commit local branch `branch` of the repository at `dir` points at.
+pub fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
+    let rev = format!("refs/heads/{branch}^{{commit}}");
+    Ok(checked(dir, &["rev-parse", "--verify", "--quiet", &rev])?
+        .trim()
+        .to_string())
+}
+
+/// Push local branch `branch` of the repository at `dir` to the branch of the same name on
+/// `remote`, as a fast-forward (a push that would rewrite the remote's branch is rejected and
+/// reported, never forced). Credentials come from the user's git configuration; nothing prompts.
+pub fn push(dir: &Path, remote: &str, branch: &str) -> Result<(), GitError> {
+    let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
+    checked(dir, &["push", "--porcelain", "--", remote, &spec]).map(|_| ())
+}
+
 /// Files changed in `dir` since `since` (committed or not), plus untracked files, relative to
 /// the working tree root.
 pub fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitError> {

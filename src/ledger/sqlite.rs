@@ -2,6 +2,7 @@
 
 use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -433,6 +434,50 @@ impl SqliteLedger {
     pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
         let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE ?1 IS NULL OR manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
         Ok(rows)
+    }
+
+    /// The latest successful publication of each item of `manifest`, by (repository, item id):
+    /// (branch, commit, pull request URL).
+    #[allow(clippy::type_complexity)]
+    pub fn publications_of(
+        &self,
+        manifest: &str,
+    ) -> Result<HashMap<(String, String), (String, Option<String>, Option<String>)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
+                 WHERE r.manifest = ?1 AND e.body LIKE '{\"event\":\"published\"%'
+                 ORDER BY e.rowid",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([manifest], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = HashMap::new();
+        for row in rows {
+            let (repo, item, body) = row.map_err(|e| self.err(e))?;
+            let (Some(repo), Some(item)) = (repo, item) else {
+                continue;
+            };
+            if let Ok(Event::Published {
+                branch,
+                head,
+                url,
+                error: None,
+                ..
+            }) = serde_json::from_str::<Event>(&body)
+            {
+                out.insert((repo, item), (branch, head, url));
+            }
+        }
+        Ok(out)
     }
 
     /// What run `id`'s workers reported they used so far (as far as it is recorded), or `None`

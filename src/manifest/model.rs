@@ -55,6 +55,9 @@ pub struct Manifest {
     /// Stop admitting new items once the usage workers report reaches this.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// Push each completed work branch and open or update its pull request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publish: Option<Publish>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reports: Option<Reports>,
     /// Where `url:` repositories are cloned and work-branch worktrees live
@@ -447,6 +450,43 @@ impl EnvPolicy {
         }
     }
 }
+
+/// `publish`: what becomes of a completed item's work branch.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Publish {
+    /// Push the branch to `remote` (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub push: Option<bool>,
+    /// The remote to push to (default `origin`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// Opens or updates the pull request, in the repository's checkout, after the push: e.g.
+    /// `gh pr create --fill --head {branch}`. Templates: `{branch}`, `{item}`, `{repo}`,
+    /// `{remote}`; its environment adds `RUNNER_BRANCH`, `RUNNER_REMOTE`, `RUNNER_PR_TITLE`,
+    /// `RUNNER_PR_BODY` (a file: the item's summary and diff stat) and, when an earlier run opened
+    /// one, `RUNNER_PR_URL`. The last URL it prints is the pull request's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr: Option<CommandSpec>,
+    /// Longest the pull-request command may take (default 2m).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSpec>,
+}
+
+impl Publish {
+    pub fn push(&self) -> bool {
+        self.push.unwrap_or(true)
+    }
+    pub fn remote(&self) -> &str {
+        self.remote.as_deref().unwrap_or("origin")
+    }
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(Duration::from_secs(120), |d| d.0)
+    }
+}
+
+/// Placeholders `publish.pr` may use.
+pub const PUBLISH_VARS: &[&str] = &["branch", "item", "repo", "remote"];
 
 /// `budget`: what a run may spend, as its workers report it in `$RUNNER_USAGE`.
 #[derive(Clone, Copy, Debug, Serialize, JsonSchema)]

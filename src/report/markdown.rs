@@ -80,12 +80,24 @@ pub fn render(r: &Report) -> String {
             .is_some_and(|w| w.class == crate::vocab::WorkerClass::Provider)
     };
     for it in &r.items {
-        let detail = match (&it.reason, &it.cause) {
+        let mut detail = match (&it.reason, &it.cause) {
             (Some(r), Some(c)) => format!("{r}: {c}"),
             (Some(r), None) => r.clone(),
             (None, Some(c)) => c.clone(),
             (None, None) => String::new(),
         };
+        if let Some(p) = &it.publish {
+            let what = match (&p.error, &p.url) {
+                (Some(e), _) => format!("not published: {e}"),
+                (None, Some(u)) => format!("pull request: {u}"),
+                (None, None) => format!("pushed `{}` to `{}`", p.branch, p.remote),
+            };
+            if detail.is_empty() {
+                detail = what;
+            } else {
+                detail = format!("{detail}; {what}");
+            }
+        }
         let mark = match it.outcome {
             ItemOutcome::Completed => "✅ completed",
             ItemOutcome::Halted => "❌ halted",

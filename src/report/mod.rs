@@ -49,6 +49,19 @@ pub struct Report {
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct PublishReport {
+    pub remote: String,
+    pub branch: String,
+    pub pushed: bool,
+    /// The commit published.
+    pub head: Option<String>,
+    /// The pull request.
+    pub url: Option<String>,
+    /// What failed (the branch is kept).
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Demotion {
     pub model: String,
     /// RFC 3339.
@@ -107,6 +120,9 @@ pub struct ItemReport {
     /// started from the branch's committed state (relative to the run's report folder).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leftovers: Option<String>,
+    /// What became of its work branch, when the manifest publishes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publish: Option<PublishReport>,
     /// What its workers reported they used, over every attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::events::Usage>,
@@ -195,6 +211,7 @@ impl ReportBuilder {
                     uncommitted: Vec::new(),
                     worktree: None,
                     leftovers: None,
+                    publish: None,
                     usage: None,
                 }
             })
@@ -309,6 +326,26 @@ impl ReportBuilder {
                 }
             }
             Event::Resting { .. } => {}
+            Event::Published {
+                item,
+                remote,
+                branch,
+                pushed,
+                head,
+                url,
+                error,
+            } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.publish = Some(PublishReport {
+                        remote: remote.clone(),
+                        branch: branch.clone(),
+                        pushed: *pushed,
+                        head: head.clone(),
+                        url: url.clone(),
+                        error: error.clone(),
+                    });
+                }
+            }
             Event::ModelDemoted {
                 model, failures, ..
             } => {

@@ -119,6 +119,17 @@ impl Progress {
                 ));
             }
             Event::Work { .. } | Event::Worktree { .. } | Event::Usage { .. } => {}
+            Event::Published {
+                item,
+                branch,
+                url,
+                error,
+                ..
+            } => self.line(&match (error, url) {
+                (Some(e), _) => format!("{} not published: {e}", self.name(*item)),
+                (None, Some(u)) => format!("{} published `{branch}`: {u}", self.name(*item)),
+                (None, None) => format!("{} published `{branch}`", self.name(*item)),
+            }),
             Event::ModelDemoted {
                 model, failures, ..
             } => self.line(&format!(

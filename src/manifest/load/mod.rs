@@ -248,10 +248,12 @@ const TOP_KEYS: &[&str] = &[
     "env",
     "stall",
     "budget",
+    "publish",
     "reports",
     "workspace",
 ];
 const BUDGET_KEYS: &[&str] = &["cost_usd"];
+const PUBLISH_KEYS: &[&str] = &["push", "remote", "pr", "timeout"];
 const CAPACITY_KEYS: &[&str] = &["workers", "probe"];
 const REPOSITORY_KEYS: &[&str] = &[
     "name",

@@ -78,6 +78,7 @@ impl Cx {
             }
             Some(Budget { cost_usd: cost })
         });
+        let publish = m.get("publish").and_then(|n| self.publish(n));
         let reports = m.get("reports").and_then(|n| self.reports(n));
         let workspace = m
             .get("workspace")
@@ -119,8 +120,60 @@ impl Cx {
             env: env.flatten(),
             stall,
             budget,
+            publish,
             reports,
             workspace,
+        })
+    }
+
+    fn publish(&mut self, node: &Node) -> Option<Publish> {
+        let m = self.map(node, "publish", PUBLISH_KEYS)?;
+        let push = m.get("push").and_then(|n| self.boolean(n, "publish.push"));
+        let remote = m.get("remote").and_then(|n| {
+            let r = self.nonempty(n, "publish.remote")?;
+            if r.starts_with('-') || r.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                self.err(
+                    "invalid-value",
+                    "publish.remote",
+                    n.span,
+                    format!("`{r}` is not a remote's name"),
+                );
+                return None;
+            }
+            Some(r)
+        });
+        let pr = m.get("pr").and_then(|n| {
+            let c = self.command(n, "publish.pr")?;
+            for part in c.parts() {
+                let bad = template::placeholders(part).and_then(|p| {
+                    match p.iter().find(|v| {
+                        !PUBLISH_VARS.contains(&v.strip_prefix(template::RAW).unwrap_or(v))
+                    }) {
+                        Some(v) => Err(format!(
+                            "unknown placeholder `{{{v}}}`; here you may use {}",
+                            PUBLISH_VARS
+                                .iter()
+                                .map(|v| format!("`{{{v}}}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )),
+                        None => Ok(()),
+                    }
+                });
+                if let Err(e) = bad {
+                    self.err("unknown-placeholder", "publish.pr", n.span, e);
+                }
+            }
+            Some(c)
+        });
+        let timeout = m
+            .get("timeout")
+            .and_then(|n| self.duration(n, "publish.timeout", false));
+        Some(Publish {
+            push,
+            remote,
+            pr,
+            timeout,
         })
     }
 
