@@ -159,10 +159,7 @@ pub fn last_url(text: &str) -> Option<String> {
     text.split_whitespace()
         .rev()
         .find(|w| w.starts_with("https://") || w.starts_with("http://"))
-        .map(|w| {
-            w.trim_end_matches(|c: char| matches!(c, '.' | ',' | ')' | '"' | '\''))
-                .to_string()
-        })
+        .map(|w| w.trim_end_matches(['.', ',', ')', '"', '\'']).to_string())
 }
 
 #[cfg(test)]

@@ -111,7 +111,6 @@ pub fn render(r: &Report) -> String {
         } else {
             format!("{mark} ({})", it.marks.join(", "))
         };
-        let mut detail = detail;
         if let Some(c) = &it.commit {
             let stat = it.diffstat.as_ref().map_or(String::new(), |d| {
                 format!(
