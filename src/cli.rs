@@ -61,6 +61,9 @@ pub enum Command {
     Unlock(UnlockArgs),
     /// Write a commented starter manifest for the checkouts in a folder.
     Init(InitArgs),
+    /// Publish the work branches of items earlier runs completed and did not publish (or that
+    /// moved since): push them and open or update their pull requests.
+    Publish(PublishArgs),
     /// Print the manifest JSON Schema.
     Schema {
         /// Print the schema of `report.json` instead.
@@ -198,6 +201,16 @@ pub struct PauseArgs {
     /// Why; recorded with who asked.
     #[arg(long)]
     pub reason: Option<String>,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// The manifest (its `publish` section says how).
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub filter: FilterArgs,
     #[command(flatten)]
     pub state: StateArgs,
 }

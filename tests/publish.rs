@@ -151,3 +151,46 @@ fn a_rejected_push_is_reported_and_the_branch_kept() {
         "{b:#}"
     );
 }
+
+#[test]
+fn publish_catches_up_on_items_earlier_runs_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fixture(root);
+    // The first run's manifest does not publish.
+    let m = std::fs::read_to_string(root.join("m.yaml")).unwrap();
+    let without = m.replace(
+        "publish:\n  remote: origin\n  pr: [\"./pr.sh\", \"{branch}\"]\n",
+        "",
+    );
+    assert_ne!(m, without);
+    std::fs::write(root.join("m.yaml"), &without).unwrap();
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_in(root, &["publish", "m.yaml"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "no publish section: {}",
+        stderr(&out)
+    );
+    std::fs::write(root.join("m.yaml"), &m).unwrap();
+    let out = run_in(root, &["publish", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("2 published, 0 already up to date, 0 failed"),
+        "{err}"
+    );
+    assert_eq!(
+        git(&root.join("remote.git"), &["rev-parse", "work/b"]),
+        git(&root.join("r"), &["rev-parse", "work/b"])
+    );
+    assert_eq!(calls(root).len(), 2);
+    // Nothing moved: nothing to do, and no pull request is opened twice.
+    let out = run_in(root, &["publish", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("0 published, 2 already up to date"), "{err}");
+    assert_eq!(calls(root).len(), 2);
+}

@@ -586,7 +586,7 @@ fn new_run_id() -> String {
 /// Values to redact: every variable named as a secret, every passed variable whose name says it
 /// is one (`TOKEN`, `SECRET`, `PASSWORD`, `KEY`), and every value the manifest sets in
 /// `worker.env` under such a name.
-fn redactor(loaded: &LoadedManifest) -> Redactor {
+pub(super) fn redactor(loaded: &LoadedManifest) -> Redactor {
     let mut names: Vec<String> = Vec::new();
     let mut values: Vec<String> = Vec::new();
     let mut worker_envs = vec![&loaded.manifest.worker.env];

@@ -21,6 +21,7 @@ pub mod cancel;
 pub mod init;
 pub mod pause;
 pub mod plan;
+pub mod publish;
 pub mod report;
 pub mod schema;
 pub mod status;
@@ -133,6 +134,7 @@ pub fn run(cli: Cli) -> i32 {
     match cli.command {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
         Command::Init(args) => init::run(&ui, &args),
+        Command::Publish(args) => publish::run(&ui, &args),
         Command::Plan(args) => plan::run(&ui, &args),
         Command::Apply(args) => apply::run(&ui, &args),
         Command::Status(args) => status::run(&ui, &args),

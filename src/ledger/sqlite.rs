@@ -436,6 +436,11 @@ impl SqliteLedger {
         Ok(rows)
     }
 
+    /// Write everything recorded so far, events included, now.
+    pub fn flush_all(&mut self) -> Result<()> {
+        self.flush()
+    }
+
     /// The latest successful publication of each item of `manifest`, by (repository, item id):
     /// (branch, commit, pull request URL).
     #[allow(clippy::type_complexity)]

@@ -1,0 +1,158 @@
+//! `runner publish M`: publish what earlier runs completed and did not publish — a manifest that
+//! gained a `publish` section, a push that was rejected, a branch that moved since.
+
+use super::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, load};
+use crate::cli::PublishArgs;
+use crate::events::Event;
+use crate::ledger::Ledger;
+use crate::plan::PlanOptions;
+use crate::vocab::ItemOutcome;
+use std::sync::Arc;
+
+pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
+    let loaded = match load(ui, &args.manifest) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let Some(publish) = loaded.manifest.publish.clone() else {
+        ui.error(format_args!(
+            "`{}` has no `publish` section: nothing says where to publish",
+            args.manifest.display()
+        ));
+        return EXIT_INVALID;
+    };
+    let opts = PlanOptions {
+        only: args.filter.only.clone(),
+        items: args.filter.items.clone(),
+    };
+    let Some(plan) = super::plan(ui, &loaded, &opts) else {
+        return EXIT_INVALID;
+    };
+    let path = super::state_path(&args.state, Some(&args.manifest));
+    let mut ledger = match super::open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let name = loaded.manifest.name.clone();
+    let (past, published) = match (ledger.past_outcomes(&name), ledger.publications_of(&name)) {
+        (Ok(p), Ok(q)) => (
+            p.into_iter().collect::<std::collections::HashMap<_, _>>(),
+            q,
+        ),
+        (Err(e), _) | (_, Err(e)) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            ui.error(format_args!("cannot start the runtime: {e}"));
+            return EXIT_INTERNAL;
+        }
+    };
+    crate::process::become_subreaper();
+    let redactor = Arc::new(super::apply::redactor(&loaded));
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(crate::process::Stop::Run);
+    let (mut done, mut failed, mut current) = (0usize, 0usize, 0usize);
+    for it in &plan.items {
+        let Some(branch) = &it.branch else { continue };
+        let key = crate::plan::history::item_key(&name, it);
+        let Some(past) = past.get(&key) else { continue };
+        if past.outcome != ItemOutcome::Completed {
+            continue;
+        }
+        let Some(repo) = plan.repositories.iter().find(|r| r.name == it.repo) else {
+            continue;
+        };
+        let before = published.get(&(it.repo.clone(), it.id.clone()));
+        let tip = crate::git::branch_tip(&repo.path, branch).ok();
+        if tip.is_none() {
+            ui.warn(format_args!(
+                "{}/{}: branch `{branch}` is gone; nothing to publish",
+                it.repo, it.id
+            ));
+            continue;
+        }
+        if let Some((_, head, _)) = before
+            && head.is_some()
+            && *head == tip
+        {
+            current += 1;
+            continue;
+        }
+        let eff = crate::engine::config::effective(&loaded, repo.entry);
+        let env: Vec<(String, String)> = eff
+            .env_pass
+            .iter()
+            .chain(&eff.secrets)
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+            .collect();
+        let logs = std::env::temp_dir().join(format!("runner-publish-{token}"));
+        let outcome = crate::support::blocking::as_event_loop(|| {
+            runtime.block_on(crate::engine::publish::publish(
+                crate::engine::publish::Request {
+                    loaded: &loaded,
+                    publish: &publish,
+                    repo: &it.repo,
+                    repo_path: &repo.path,
+                    item: &it.id,
+                    branch,
+                    previous_url: before.and_then(|(_, _, u)| u.as_deref()),
+                    title: format!("runner: {}", it.id),
+                    body: format!(
+                        "Work item `{}` in `{}`, completed by runner (run `{}`).\n",
+                        it.id, it.repo, past.run_id
+                    ),
+                    env,
+                    logs: logs.join(&it.repo).join(&it.id),
+                    token: &token,
+                    redactor: redactor.clone(),
+                },
+                stop_rx.clone(),
+            ))
+        });
+        let ev = Event::Published {
+            item: 0,
+            remote: publish.remote().to_string(),
+            branch: branch.clone(),
+            pushed: outcome.pushed,
+            head: outcome.head.clone(),
+            url: outcome.url.clone(),
+            error: outcome.error.clone(),
+        };
+        // Recorded with the run that completed the item: the next publish and apply see it.
+        if let Err(e) = ledger
+            .event(&past.run_id, Some(&key), &ev, &crate::support::clock::now())
+            .and_then(|()| ledger.flush_all())
+        {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+        match (&outcome.error, &outcome.url) {
+            (Some(e), _) => {
+                failed += 1;
+                ui.error(format_args!("{}/{}: {e}", it.repo, it.id));
+            }
+            (None, url) => {
+                done += 1;
+                eprintln!(
+                    "runner: {}/{} published `{branch}`{}",
+                    it.repo,
+                    it.id,
+                    url.as_deref().map(|u| format!(": {u}")).unwrap_or_default()
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&logs);
+    }
+    eprintln!(
+        "runner: {done} published, {current} already up to date, {failed} failed — exit {}",
+        if failed > 0 { EXIT_FAILURES } else { EXIT_OK }
+    );
+    if failed > 0 { EXIT_FAILURES } else { EXIT_OK }
+}
