@@ -5,6 +5,7 @@
 //! a temporary file and renamed into `<reports.dir>/<run-id>/`, and `latest` is pointed at it
 //! last. A report that fails to write never changes the run's verdict or exit code.
 
+pub mod junit;
 pub mod markdown;
 
 use crate::events::Event;
@@ -541,7 +542,7 @@ pub fn to_json(report: &Report) -> Result<String, serde_json::Error> {
     Ok(serde_json::to_string_pretty(report)? + "\n")
 }
 
-/// Write `report.json` and `summary.md` into `run_dir`, then point `latest` at it. Returns the
+/// Write `report.json`, `summary.md` and `junit.xml` into `run_dir`, then point `latest` at it. Returns the
 /// first error; what was written stays whole.
 pub fn write(report: &Report, run_dir: &Path) -> Result<(), ReportError> {
     let at = |path: &Path| {
@@ -555,6 +556,12 @@ pub fn write(report: &Report, run_dir: &Path) -> Result<(), ReportError> {
     let md = markdown::render(report);
     let md_path = run_dir.join("summary.md");
     crate::support::fs::write_atomic(&md_path, md.as_bytes()).map_err(at(&md_path))?;
+    let junit_path = run_dir.join("junit.xml");
+    let xml = junit::render(report).map_err(|e| ReportError::Io {
+        path: junit_path.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    crate::support::fs::write_atomic(&junit_path, xml.as_bytes()).map_err(at(&junit_path))?;
     if let Some(parent) = run_dir.parent()
         && let Some(name) = run_dir.file_name()
     {

@@ -1,0 +1,60 @@
+//! `junit.xml`: one testsuite per repository, one testcase per item, read back by a JUnit reader.
+
+mod common;
+
+use common::{repo, run_in, stderr};
+
+#[test]
+fn junit_has_a_suite_per_repository_and_a_case_per_item() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    repo(&dir.path().join("s"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        r#"version: 1
+name: junit
+repositories: [{path: r}, {path: s}, {path: missing}]
+worker:
+  run: 'echo "worked on $RUNNER_ITEM"'
+gates:
+  - name: test
+    run: 'if [ "$RUNNER_ITEM" = bad ]; then echo "assertion failed: 1 == 2 <at> lib.rs:7"; exit 1; fi'
+items:
+  - {repo: r, id: good}
+  - {repo: r, id: bad}
+  - {repo: s, id: other}
+  - {repo: missing, id: gone}
+"#,
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let xml = std::fs::read_to_string(dir.path().join("runner-reports/latest/junit.xml")).unwrap();
+    let report =
+        quick_junit::Report::deserialize_from_str(&xml).unwrap_or_else(|e| panic!("{e}: {xml}"));
+    let suites: Vec<&str> = report.test_suites.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(suites, ["missing", "r", "s"], "{xml}");
+    let r = &report.test_suites[1];
+    assert_eq!((r.tests, r.failures), (2, 1), "{xml}");
+    let bad = r
+        .test_cases
+        .iter()
+        .find(|c| c.name.as_str() == "bad")
+        .unwrap();
+    match &bad.status {
+        quick_junit::TestCaseStatus::NonSuccess { description, .. } => {
+            let d = description.as_ref().map(|d| d.as_str()).unwrap_or_default();
+            assert!(
+                d.contains("assertion failed: 1 == 2 <at> lib.rs:7"),
+                "{xml}"
+            );
+        }
+        other => panic!("bad is a failure: {other:?}"),
+    }
+    let gone = &report.test_suites[0].test_cases[0];
+    assert!(
+        matches!(gone.status, quick_junit::TestCaseStatus::Skipped { .. }),
+        "{xml}"
+    );
+    assert!(xml.contains("&lt;at&gt;"), "text is escaped: {xml}");
+}
