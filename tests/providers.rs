@@ -116,12 +116,11 @@ items: [{repo: a, id: x}]
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The item is resting once its report says so.
+    // `status` shows the item resting, and until when.
     assert!(common::wait_for(20, || {
         let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
-        status.contains("a/x")
+        status.contains("a/x") && status.contains("resting after a provider failure until")
     }));
-    std::thread::sleep(std::time::Duration::from_millis(500));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -428,6 +428,12 @@ impl RunSink for ApplySink {
         if let Err(e) = self.ledger.event(&self.run_id, key, ev, &at) {
             self.fail(e);
         }
+        // A rest can last minutes: recorded at once, so that `status` shows it.
+        if matches!(ev, Event::Resting { .. })
+            && let Err(e) = self.ledger.flush_all()
+        {
+            self.fail(e);
+        }
     }
 
     fn claim(&mut self, item: usize) -> ClaimAnswer {

@@ -47,6 +47,9 @@ struct Running {
     item: String,
     pid: u32,
     host: String,
+    /// After a provider failure, the item rests (its slot free) until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resting_until: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -103,6 +106,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             .live_claims()?
             .into_iter()
             .map(|(run_id, repo, item, h)| Running {
+                resting_until: ledger.resting_until(&run_id, &repo, &item).ok().flatten(),
                 run_id,
                 repo,
                 item,
@@ -263,8 +267,16 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         outln!(
             "  {}",
             safe(&format!(
-                "{}/{}  run {} (pid {} on {})",
-                r.repo, r.item, r.run_id, r.pid, r.host
+                "{}/{}  run {} (pid {} on {}){}",
+                r.repo,
+                r.item,
+                r.run_id,
+                r.pid,
+                r.host,
+                r.resting_until
+                    .as_deref()
+                    .map(|u| format!("  resting after a provider failure until {u}"))
+                    .unwrap_or_default()
             ))
         );
     }

@@ -436,6 +436,34 @@ impl SqliteLedger {
         Ok(rows)
     }
 
+    /// Until when item `item` of `repo` in run `run_id` rests, when its latest event is a rest
+    /// (RFC 3339).
+    pub fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
+                 ORDER BY rowid DESC LIMIT 1",
+                params![run_id, repo, item],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some((at, body)) = latest else {
+            return Ok(None);
+        };
+        let Ok(Event::Resting { wait, .. }) = serde_json::from_str::<Event>(&body) else {
+            return Ok(None);
+        };
+        let Ok(at) = at.parse::<jiff::Timestamp>() else {
+            return Ok(None);
+        };
+        let until = jiff::SignedDuration::try_from(wait)
+            .ok()
+            .and_then(|w| at.checked_add(w).ok());
+        Ok(until.map(crate::support::clock::stamp))
+    }
+
     /// Write everything recorded so far, events included, now.
     pub fn flush_all(&mut self) -> Result<()> {
         self.flush()
