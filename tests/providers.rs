@@ -245,3 +245,43 @@ items:
     assert_eq!(report["demoted"][0]["model"], "m1", "{report:#}");
     assert_eq!(report["demoted"][0]["failures"], 2);
 }
+
+#[test]
+fn without_a_hint_rests_stay_within_the_configured_back_off() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("a"));
+    let log = dir.path().join("times.log");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: jitter
+repositories: [{{path: a}}]
+models:
+  primary: m1
+  threshold: 5
+  provider_failure: {{patterns: ["rate limit exceeded"]}}
+  backoff: {{initial: 300ms, max: 500ms}}
+worker:
+  run: |
+    s=$(date +%s%N)
+    echo "limited $s $s" >> {log}
+    if [ "$RUNNER_ATTEMPT" -lt 4 ]; then echo "rate limit exceeded"; exit 1; fi
+items: [{{repo: a, id: x}}]
+"#,
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stamps(&log).len(), 4);
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let attempts = report["items"][0]["attempts"].as_array().unwrap().clone();
+    // The k-th rest is drawn from [0, min(max, initial × 2^(k-1))]: 300, 500, 500 ms at most,
+    // plus what it takes to start the next attempt (generously bounded: a shared machine).
+    for (a, cap) in attempts[1..].iter().zip([300u64, 500, 500]) {
+        let waited = a["waited_ms"].as_u64().unwrap_or(0);
+        assert!(waited <= cap + 3000, "rested {waited} ms, cap {cap}: {a:#}");
+    }
+}
