@@ -164,6 +164,8 @@ pub enum ReportFormatArg {
     Json,
     /// `summary.md`: for people, pull requests and CI step summaries.
     Markdown,
+    /// `junit.xml`: for CI test tabs.
+    Junit,
 }
 
 #[derive(Debug, Args)]

@@ -58,3 +58,54 @@ items:
     );
     assert!(xml.contains("&lt;at&gt;"), "text is escaped: {xml}");
 }
+
+#[test]
+fn in_github_actions_failures_are_annotated_where_their_output_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    common::commit_file(&r, "src/lib.rs", "fn x() {}\n");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        r#"version: 1
+name: annotate
+repositories: [{path: r}, {path: missing}]
+worker: {run: "true"}
+gates:
+  - name: test
+    run: 'echo "thread main panicked at src/lib.rs:7:5: boom"; exit 101'
+items:
+  - {repo: r, id: bad}
+  - {repo: missing, id: gone}
+"#,
+    )
+    .unwrap();
+    let out = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_WORKSPACE", dir.path())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("::error title=runner%3A r/bad halted,file=r/src/lib.rs,line=7::"),
+        "{err}"
+    );
+    // The same report, re-rendered from the ledger as JUnit, says the same.
+    let again = run_in(
+        dir.path(),
+        &[
+            "report",
+            "latest",
+            "--manifest",
+            "m.yaml",
+            "--format",
+            "junit",
+        ],
+    );
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let written =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/junit.xml")).unwrap();
+    assert_eq!(common::stdout(&again).trim_end(), written.trim_end());
+}

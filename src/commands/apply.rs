@@ -297,6 +297,12 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         engine::health::WINDOW,
         engine::health::QUIET,
     );
+    // Where each repository is, for annotations naming a file in it.
+    let repo_paths: HashMap<String, PathBuf> = plan
+        .repositories
+        .iter()
+        .map(|r| (r.name.clone(), r.path.clone()))
+        .collect();
     let cx = Arc::new(RunCx {
         loaded,
         plan,
@@ -361,6 +367,9 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     } else {
         eprintln!("runner: report in {}", run_dir.join("summary.md").display());
     }
+    if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
+        github_annotations(report, &repo_paths);
+    }
     if args.json {
         match serde_json::to_string_pretty(report) {
             Ok(s) => outln!("{s}"),
@@ -377,6 +386,82 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         report::counts_line(report)
     );
     code
+}
+
+/// GitHub Actions annotations on stderr: an error for each halted or failed item, a warning for
+/// each held one, at the file and line its failing output names when that file is in the
+/// repository.
+fn github_annotations(report: &report::Report, repos: &HashMap<String, PathBuf>) {
+    // Workflow-command escaping of a property value and of a message.
+    let data = |s: &str| {
+        s.replace('%', "%25")
+            .replace('\r', "%0D")
+            .replace('\n', "%0A")
+    };
+    let prop = |s: &str| data(s).replace(':', "%3A").replace(',', "%2C");
+    let place = regex::Regex::new(r"([A-Za-z0-9_./-]+\.[A-Za-z0-9]+):([0-9]+)").ok();
+    let mut lines = String::new();
+    for it in &report.items {
+        let level = match it.outcome {
+            ItemOutcome::Halted | ItemOutcome::Failed => "error",
+            ItemOutcome::Held => "warning",
+            _ => continue,
+        };
+        let tail = it
+            .attempts
+            .last()
+            .map(|a| {
+                a.gates
+                    .iter()
+                    .map(|g| g.output_tail.as_str())
+                    .chain(a.worker.iter().map(|w| w.output_tail.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        let mut props = vec![format!(
+            "title={}",
+            prop(&format!(
+                "runner: {}/{} {}",
+                it.repo,
+                it.id,
+                it.outcome.as_str()
+            ))
+        )];
+        if let (Some(re), Some(root)) = (&place, repos.get(&it.repo))
+            && let Some((file, line)) = re.captures_iter(&tail).find_map(|c| {
+                let f = c.get(1)?.as_str().trim_start_matches("./");
+                let line = c.get(2)?.as_str().to_string();
+                root.join(f).is_file().then(|| (f.to_string(), line))
+            })
+        {
+            // Relative to the workflow's workspace (or here), as GitHub expects.
+            let full = root.join(&file);
+            let base = std::env::var_os("GITHUB_WORKSPACE")
+                .map(PathBuf::from)
+                .or_else(|| std::env::current_dir().ok());
+            let shown = base
+                .and_then(|b| full.strip_prefix(b).ok().map(std::path::Path::to_path_buf))
+                .unwrap_or(full);
+            props.push(format!("file={}", prop(&shown.display().to_string())));
+            props.push(format!("line={line}"));
+        }
+        let message = match (&it.reason, &it.cause) {
+            (Some(r), Some(c)) => format!("{r}: {c}"),
+            (Some(r), None) => r.clone(),
+            (None, Some(c)) => c.clone(),
+            (None, None) => it.outcome.as_str().to_string(),
+        };
+        lines.push_str(&format!(
+            "::{level} {}::{}\n",
+            props.join(","),
+            data(&message)
+        ));
+    }
+    if !lines.is_empty() {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(lines.as_bytes());
+    }
 }
 
 /// The run's consumers and durable decisions: progress, report, ledger.

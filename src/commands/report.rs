@@ -75,6 +75,13 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
             }
         },
         ReportFormatArg::Markdown => out!("{}", report::markdown::render(&rep)),
+        ReportFormatArg::Junit => match report::junit::render(&rep) {
+            Ok(xml) => out!("{xml}"),
+            Err(e) => {
+                ui.error(format_args!("cannot encode the report as JUnit: {e}"));
+                return EXIT_INTERNAL;
+            }
+        },
     }
     EXIT_OK
 }
