@@ -67,8 +67,11 @@ pub enum Command {
     /// Print the manifest JSON Schema.
     Schema {
         /// Print the schema of `report.json` instead.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "events")]
         report: bool,
+        /// Print the schema of an `apply --events` line instead.
+        #[arg(long)]
+        events: bool,
     },
     /// Print shell completions.
     Completions {
@@ -121,6 +124,10 @@ pub struct ApplyArgs {
     /// Print the final report JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Write every event of the run as it happens, one JSON object per line
+    /// (`schemas/events.schema.json`), to FILE, or to stdout with `-`.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
     /// Plain line logs even on a terminal.
     #[arg(long)]
     pub no_progress: bool,

@@ -39,7 +39,7 @@ impl Usage {
 /// Items are named by their index in the plan's item list.
 pub type ItemIndex = usize;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
     RunStarted {
@@ -168,4 +168,32 @@ pub enum Event {
         ending: RunEnding,
         cause: Option<String>,
     },
+}
+
+/// The tag of `apply --events`' format.
+pub const EVENTS_SCHEMA: &str = "runner.events/v1";
+
+/// One line of `apply --events`: an event with its run, its place in the run and its time.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EventLine {
+    /// Always `runner.events/v1`.
+    pub schema: String,
+    pub run_id: String,
+    /// 1, 2, … in the order the run recorded them.
+    pub seq: u64,
+    /// RFC 3339.
+    pub at: String,
+    /// The item's repository and id, for an item's event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item_id: Option<String>,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// The JSON Schema of an `apply --events` line, as checked in at `schemas/events.schema.json`.
+pub fn events_schema_json() -> Result<String, serde_json::Error> {
+    let schema = schemars::schema_for!(EventLine);
+    Ok(serde_json::to_string_pretty(&schema)? + "\n")
 }

@@ -218,7 +218,31 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     }
+    // The event stream: stdout (`-`), or a file created now (an error before anything runs).
+    let events: Option<EventsOut> = match args.events.as_deref() {
+        None => None,
+        Some(p) if p == std::path::Path::new("-") => {
+            if args.json {
+                ui.error("`--events -` and `--json` both want stdout: give `--events` a file");
+                return EXIT_INVALID;
+            }
+            Some(EventsOut::Stdout)
+        }
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Some(EventsOut::File(std::io::BufWriter::new(f), p.to_path_buf())),
+            Err(e) => {
+                ui.error(format_args!(
+                    "cannot create the events file `{}`: {e}",
+                    p.display()
+                ));
+                return EXIT_INVALID;
+            }
+        },
+    };
     let mut sink = ApplySink {
+        events,
+        events_seq: 0,
+        events_failed: None,
         progress: crate::ui::Progress::new(&plan, fancy, ui.color),
         builder: ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
         ledger,
@@ -355,6 +379,10 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         sink.failure
             .get_or_insert_with(|| "the ledger failed".into());
     }
+    if let Some(e) = sink.events_failed.take() {
+        ui.error(&e);
+        sink.failure.get_or_insert(e);
+    }
     let report = sink.builder.report();
     // A report that fails to write never changes an item's verdict, and is never a silent
     // success: the run exits 4.
@@ -464,8 +492,18 @@ fn github_annotations(report: &report::Report, repos: &HashMap<String, PathBuf>)
     }
 }
 
+/// Where `--events` lines go.
+enum EventsOut {
+    Stdout,
+    File(std::io::BufWriter<std::fs::File>, PathBuf),
+}
+
 /// The run's consumers and durable decisions: progress, report, ledger.
 struct ApplySink {
+    events: Option<EventsOut>,
+    events_seq: u64,
+    /// Why the event stream stopped, when it could not be written.
+    events_failed: Option<String>,
     progress: crate::ui::Progress,
     builder: ReportBuilder,
     ledger: SqliteLedger,
@@ -510,6 +548,45 @@ impl RunSink for ApplySink {
         self.progress.on(ev);
         self.builder.on(ev, &at);
         let key = item_of(ev).and_then(|i| self.keys.get(i));
+        if self.events.is_some() {
+            self.events_seq += 1;
+            let line = crate::events::EventLine {
+                schema: crate::events::EVENTS_SCHEMA.into(),
+                run_id: self.run_id.clone(),
+                seq: self.events_seq,
+                at: at.clone(),
+                repo: key.map(|k| k.repo.clone()),
+                item_id: key.map(|k| k.item.clone()),
+                event: ev.clone(),
+            };
+            let written = serde_json::to_string(&line)
+                .map_err(std::io::Error::other)
+                .and_then(|json| match &mut self.events {
+                    Some(EventsOut::Stdout) => {
+                        use std::io::Write;
+                        let mut out = std::io::stdout().lock();
+                        writeln!(out, "{json}").and_then(|()| out.flush())
+                    }
+                    Some(EventsOut::File(f, _)) => {
+                        use std::io::Write;
+                        writeln!(f, "{json}").and_then(|()| f.flush())
+                    }
+                    None => Ok(()),
+                });
+            if let Err(e) = written {
+                let whereto = match &self.events {
+                    Some(EventsOut::File(_, p)) => format!("`{}`", p.display()),
+                    _ => "stdout".into(),
+                };
+                // A closed stdout ends the stream quietly; a file that cannot be written is a
+                // failure of runner's, told at the end (exit 4), without stopping the drain.
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    self.events_failed =
+                        Some(format!("the event stream to {whereto} stopped: {e}"));
+                }
+                self.events = None;
+            }
+        }
         if let Err(e) = self.ledger.event(&self.run_id, key, ev, &at) {
             self.fail(e);
         }

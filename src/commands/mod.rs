@@ -143,7 +143,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Pause(args) => pause::run(&ui, &args, true),
         Command::Resume(args) => pause::run(&ui, &args, false),
         Command::Unlock(args) => unlock::run(&ui, &args),
-        Command::Schema { report } => schema::run_schema(report),
+        Command::Schema { report, events } => schema::run_schema(report, events),
         Command::Completions { shell } => schema::run_completions(shell),
     }
 }

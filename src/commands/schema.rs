@@ -3,8 +3,16 @@
 use super::EXIT_OK;
 use clap::CommandFactory;
 
-pub fn run_schema(report: bool) -> i32 {
-    if report {
+pub fn run_schema(report: bool, events: bool) -> i32 {
+    if events {
+        match crate::events::events_schema_json() {
+            Ok(s) => out!("{s}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the events schema: {e}");
+                return super::EXIT_INTERNAL;
+            }
+        }
+    } else if report {
         match crate::report::report_schema_json() {
             Ok(s) => out!("{s}"),
             Err(e) => {
