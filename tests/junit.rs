@@ -109,3 +109,34 @@ items:
         std::fs::read_to_string(dir.path().join("runner-reports/latest/junit.xml")).unwrap();
     assert_eq!(common::stdout(&again).trim_end(), written.trim_end());
 }
+
+#[test]
+fn report_formats_are_honoured_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: formats\nrepositories: [{path: r}]\nworker: {run: \"true\"}\nreports: {formats: [junit]}\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let latest = dir.path().join("runner-reports/latest");
+    assert!(latest.join("junit.xml").is_file());
+    assert!(!latest.join("report.json").exists());
+    assert!(!latest.join("summary.md").exists());
+    // The ledger still has it all: any format can be rendered again.
+    let md = run_in(
+        dir.path(),
+        &[
+            "report",
+            "latest",
+            "--manifest",
+            "m.yaml",
+            "--format",
+            "markdown",
+        ],
+    );
+    assert_eq!(md.status.code(), Some(0), "{}", stderr(&md));
+    assert!(common::stdout(&md).contains("1 completed"));
+}

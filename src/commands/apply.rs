@@ -383,17 +383,43 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         ui.error(&e);
         sink.failure.get_or_insert(e);
     }
+    // `reports.formats`, exactly; every one by default.
+    let listed = cx
+        .loaded
+        .manifest
+        .reports
+        .as_ref()
+        .and_then(|r| r.formats.clone());
+    let formats = match &listed {
+        None => report::Formats::default(),
+        Some(f) => report::Formats {
+            json: f.contains(&crate::manifest::ReportFormat::Json),
+            markdown: f.contains(&crate::manifest::ReportFormat::Markdown),
+            junit: f.contains(&crate::manifest::ReportFormat::Junit),
+        },
+    };
+    if listed
+        .as_ref()
+        .is_some_and(|f| f.contains(&crate::manifest::ReportFormat::Html))
+    {
+        ui.warn("`reports.formats` lists `html`, which this version of runner does not write");
+    }
     let report = sink.builder.report();
     // A report that fails to write never changes an item's verdict, and is never a silent
     // success: the run exits 4.
-    if let Err(e) = report::write(report, &run_dir) {
+    if let Err(e) = report::write(report, &run_dir, formats) {
         ui.error(format_args!(
             "the report of run `{run_id}` was not written: {e}"
         ));
         sink.failure
             .get_or_insert_with(|| "the report could not be written".into());
     } else {
-        eprintln!("runner: report in {}", run_dir.join("summary.md").display());
+        let shown = if formats.markdown {
+            run_dir.join("summary.md")
+        } else {
+            run_dir.clone()
+        };
+        eprintln!("runner: report in {}", shown.display());
     }
     if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
         github_annotations(report, &repo_paths);

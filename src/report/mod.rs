@@ -542,26 +542,50 @@ pub fn to_json(report: &Report) -> Result<String, serde_json::Error> {
     Ok(serde_json::to_string_pretty(report)? + "\n")
 }
 
-/// Write `report.json`, `summary.md` and `junit.xml` into `run_dir`, then point `latest` at it. Returns the
-/// first error; what was written stays whole.
-pub fn write(report: &Report, run_dir: &Path) -> Result<(), ReportError> {
+/// Which files a run's report folder gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Formats {
+    pub json: bool,
+    pub markdown: bool,
+    pub junit: bool,
+}
+
+impl Default for Formats {
+    fn default() -> Self {
+        Formats {
+            json: true,
+            markdown: true,
+            junit: true,
+        }
+    }
+}
+
+/// Write the report in `formats` into `run_dir` (`report.json`, `summary.md`, `junit.xml`), then
+/// point `latest` at it. Returns the first error; what was written stays whole.
+pub fn write(report: &Report, run_dir: &Path, formats: Formats) -> Result<(), ReportError> {
     let at = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ReportError::Io { path, source }
     };
     std::fs::create_dir_all(run_dir).map_err(at(run_dir))?;
-    let json = to_json(report)?;
-    let json_path = run_dir.join("report.json");
-    crate::support::fs::write_atomic(&json_path, json.as_bytes()).map_err(at(&json_path))?;
+    if formats.json {
+        let json = to_json(report)?;
+        let json_path = run_dir.join("report.json");
+        crate::support::fs::write_atomic(&json_path, json.as_bytes()).map_err(at(&json_path))?;
+    }
     let md = markdown::render(report);
-    let md_path = run_dir.join("summary.md");
-    crate::support::fs::write_atomic(&md_path, md.as_bytes()).map_err(at(&md_path))?;
-    let junit_path = run_dir.join("junit.xml");
-    let xml = junit::render(report).map_err(|e| ReportError::Io {
-        path: junit_path.clone(),
-        source: std::io::Error::other(e),
-    })?;
-    crate::support::fs::write_atomic(&junit_path, xml.as_bytes()).map_err(at(&junit_path))?;
+    if formats.markdown {
+        let md_path = run_dir.join("summary.md");
+        crate::support::fs::write_atomic(&md_path, md.as_bytes()).map_err(at(&md_path))?;
+    }
+    if formats.junit {
+        let junit_path = run_dir.join("junit.xml");
+        let xml = junit::render(report).map_err(|e| ReportError::Io {
+            path: junit_path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        crate::support::fs::write_atomic(&junit_path, xml.as_bytes()).map_err(at(&junit_path))?;
+    }
     if let Some(parent) = run_dir.parent()
         && let Some(name) = run_dir.file_name()
     {
