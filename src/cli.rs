@@ -196,6 +196,12 @@ pub struct CancelArgs {
     /// Why; recorded with who asked.
     #[arg(long)]
     pub reason: Option<String>,
+    /// Return once the run has ended, with its ending.
+    #[arg(long)]
+    pub wait: bool,
+    /// With `--wait`: give up after this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg, requires = "wait")]
+    pub timeout: Option<std::time::Duration>,
     /// The manifest whose ledger to read (or give `--state`).
     #[arg(long)]
     pub manifest: Option<PathBuf>,
@@ -210,6 +216,12 @@ pub struct PauseArgs {
     /// Why; recorded with who asked.
     #[arg(long)]
     pub reason: Option<String>,
+    /// (`pause`) Return once no item of the manifest runs any more.
+    #[arg(long)]
+    pub wait: bool,
+    /// With `--wait`: give up after this long (the pause stays), listing what still runs.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg, requires = "wait")]
+    pub timeout: Option<std::time::Duration>,
     #[command(flatten)]
     pub state: StateArgs,
 }

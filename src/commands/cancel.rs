@@ -47,5 +47,37 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
         "runner: asked run {} (pid {}) to stop",
         run.id, run.holder.pid
     );
-    EXIT_OK
+    if !args.wait {
+        return EXIT_OK;
+    }
+    let until = args.timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        match ledger.run(&run.id) {
+            Ok(Some(r)) if r.status() != crate::ledger::RunStatus::Live => {
+                eprintln!(
+                    "runner: run {} {}{}",
+                    r.id,
+                    match r.status() {
+                        crate::ledger::RunStatus::Died => "died without recording its end".into(),
+                        _ => format!("ended {}", r.ending.as_deref().unwrap_or("")),
+                    },
+                    r.cause
+                        .as_deref()
+                        .map(|c| format!(" — {}", crate::support::text::printable(c)))
+                        .unwrap_or_default()
+                );
+                return EXIT_OK;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
+        }
+        if until.is_some_and(|u| std::time::Instant::now() >= u) {
+            ui.error(format_args!("run `{}` has not ended yet", run.id));
+            return crate::commands::EXIT_FAILURES;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

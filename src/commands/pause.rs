@@ -18,6 +18,10 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
         }
     };
     let name = &loaded.manifest.name;
+    if args.wait && !on {
+        ui.error("`--wait` is for `pause`: a resume has nothing to wait for");
+        return super::EXIT_INVALID;
+    }
     let r = if on {
         ledger
             .set_paused(
@@ -38,11 +42,63 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
             }
         })
     };
-    match r {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            ui.error(e);
-            EXIT_INTERNAL
+    if let Err(e) = r {
+        ui.error(e);
+        return EXIT_INTERNAL;
+    }
+    if args.wait {
+        return wait_for_drain(ui, &ledger, name, args.timeout);
+    }
+    EXIT_OK
+}
+
+/// Wait until no item of manifest `name` runs any more (exit 0); a resume meanwhile, or the
+/// timeout, ends the wait with exit 1 (the pause stays on a timeout).
+fn wait_for_drain(
+    ui: &Ui,
+    ledger: &SqliteLedger,
+    name: &str,
+    timeout: Option<std::time::Duration>,
+) -> i32 {
+    use crate::ledger::Ledger;
+    let until = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let running = match ledger.live_claims_of(name) {
+            Ok(c) => c,
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
+        };
+        match ledger.paused(name) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                ui.error(format_args!(
+                    "`{name}` was resumed while waiting for its drain to end; {} item(s) still run",
+                    running.len()
+                ));
+                return super::EXIT_FAILURES;
+            }
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
         }
+        if running.is_empty() {
+            eprintln!("runner: no item of `{name}` runs any more");
+            return EXIT_OK;
+        }
+        if until.is_some_and(|u| std::time::Instant::now() >= u) {
+            let items: Vec<String> = running
+                .iter()
+                .map(|(k, run)| format!("{}/{} (run {run})", k.repo, k.item))
+                .collect();
+            ui.error(format_args!(
+                "`{name}` stays paused, but items still run: {}",
+                crate::support::text::printable(&items.join(", "))
+            ));
+            return super::EXIT_FAILURES;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }

@@ -1,0 +1,132 @@
+//! Steering a drain and waiting for the outcome: `pause --wait`, `cancel --wait`.
+
+mod common;
+
+use common::{repo, run_in, runner, stderr, wait_for};
+use std::path::Path;
+
+/// A manifest whose one item writes `started`, works for `secs`, then writes `finished` with
+/// the time it finished (nanoseconds).
+fn fixture(root: &Path, secs: &str) {
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: steer\nrepositories: [{{path: r}}]\nworker:\n  run: 'touch {root}/started; sleep {secs}; date +%s%N > {root}/finished'\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}]\n",
+            root = root.display()
+        ),
+    )
+    .unwrap();
+}
+
+fn start_apply(root: &Path) -> std::process::Child {
+    runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[test]
+fn pause_wait_returns_once_the_running_item_has_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fixture(root, "1.5");
+    let mut apply = start_apply(root);
+    assert!(wait_for(20, || root.join("started").exists()));
+    let out = run_in(
+        root,
+        &["pause", "m.yaml", "--wait", "--reason", "maintenance"],
+    );
+    let returned = now_ns();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let finished: u128 = std::fs::read_to_string(root.join("finished"))
+        .expect("the running item finished before pause --wait returned")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(finished <= returned, "returned before the item finished");
+    // The second item never started: the drain ended paused.
+    let status = apply.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let report = common::latest_report(&root.join("runner-reports"));
+    assert_eq!(report["ending"], "paused", "{report:#}");
+}
+
+#[test]
+fn pause_wait_says_so_when_someone_resumes_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fixture(root, "3");
+    let mut apply = start_apply(root);
+    assert!(wait_for(20, || root.join("started").exists()));
+    let waiting = runner()
+        .current_dir(root)
+        .args(["pause", "m.yaml", "--wait"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = run_in(root, &["resume", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = waiting.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was resumed"), "{}", stderr(&out));
+    assert!(
+        !root.join("finished").exists(),
+        "it did not wait for the item"
+    );
+    let _ = apply.wait();
+}
+
+#[test]
+fn pause_wait_times_out_and_stays_paused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fixture(root, "3");
+    let mut apply = start_apply(root);
+    assert!(wait_for(20, || root.join("started").exists()));
+    let out = run_in(root, &["pause", "m.yaml", "--wait", "--timeout", "300ms"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("r/a"), "{}", stderr(&out));
+    let status = common::stdout(&run_in(root, &["status", "m.yaml"]));
+    assert!(status.contains("PAUSED"), "{status}");
+    let _ = apply.wait();
+}
+
+#[test]
+fn cancel_wait_returns_with_the_runs_ending() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fixture(root, "30");
+    let mut apply = start_apply(root);
+    assert!(wait_for(20, || root.join("started").exists()));
+    let status = common::stdout(&run_in(root, &["status", "m.yaml", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let run = v["runs"][0]["id"].as_str().unwrap().to_string();
+    let out = run_in(
+        root,
+        &[
+            "cancel",
+            &run,
+            "--manifest",
+            "m.yaml",
+            "--wait",
+            "--reason",
+            "test",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ended cancelled"), "{}", stderr(&out));
+    assert!(apply.try_wait().unwrap().is_some() || apply.wait().is_ok());
+}
