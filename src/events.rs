@@ -88,6 +88,9 @@ pub enum Event {
         n: u32,
         model: Option<String>,
         usage: Usage,
+        /// The model the worker says it actually used, when it says so.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        used_model: Option<String>,
     },
     /// A provider-class failure: the item rests for `wait` before attempt `n + 1`, its slot
     /// free for other items meanwhile. `hinted`: the wait is the one the provider asked for.

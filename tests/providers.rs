@@ -285,3 +285,33 @@ items: [{{repo: a, id: x}}]
         assert!(waited <= cap + 3000, "rested {waited} ms, cap {cap}: {a:#}");
     }
 }
+
+#[test]
+fn a_worker_that_used_another_model_is_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("a"));
+    let script = dir.path().join("agent.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho '{\"cost_usd\": 0.5, \"model\": \"m1-mini\"}' > \"$RUNNER_USAGE\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: downgrade\nrepositories: [{path: a}]\nmodels: {primary: m1}\nworker: {run: [\"./agent.sh\"]}\nitems: [{repo: a, id: x}]\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let attempt = &report["items"][0]["attempts"][0];
+    assert_eq!(attempt["model"], "m1");
+    assert_eq!(attempt["model_used"], "m1-mini", "{attempt:#}");
+    assert!(
+        report["warnings"]
+            .to_string()
+            .contains("asked for model `m1`, the worker used `m1-mini`"),
+        "{report:#}"
+    );
+}

@@ -489,10 +489,17 @@ fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
     icx.logs.join(format!("{n}-usage.json"))
 }
 
-/// What a worker wrote to `$RUNNER_USAGE`: a JSON object with `input_tokens`, `output_tokens`
-/// and `cost_usd` (each optional; other fields are ignored). Nothing when it wrote nothing; a
-/// file that is not such an object is logged and ignored.
-fn read_usage(path: &Path) -> Option<Usage> {
+/// What a worker wrote to `$RUNNER_USAGE`: a JSON object with `input_tokens`, `output_tokens`,
+/// `cost_usd` and `model` (the model it actually used), each optional; other fields are ignored.
+/// Nothing when it wrote nothing; a file that is not such an object is logged and ignored.
+fn read_usage(path: &Path) -> Option<(Usage, Option<String>)> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(flatten)]
+        usage: Usage,
+        #[serde(default)]
+        model: Option<String>,
+    }
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open(path)
@@ -500,8 +507,10 @@ fn read_usage(path: &Path) -> Option<Usage> {
         .take(64 * 1024)
         .read_to_string(&mut text)
         .ok()?;
-    match serde_json::from_str::<Usage>(&text) {
-        Ok(u) if u.cost_usd.is_finite() && u.cost_usd >= 0.0 => Some(u),
+    match serde_json::from_str::<File>(&text) {
+        Ok(File { usage: u, model }) if u.cost_usd.is_finite() && u.cost_usd >= 0.0 => {
+            Some((u, model.filter(|m| !m.trim().is_empty() && m.len() <= 200)))
+        }
         Ok(_) => {
             tracing::warn!(path = %path.display(), "a usage file with a negative or infinite cost is ignored");
             None
@@ -650,12 +659,13 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         .instrument(attempt_span.clone())
         .await;
         let class = classify(&fin, &policy);
-        if let Some(usage) = read_usage(&usage_path(icx, n)) {
+        if let Some((usage, used_model)) = read_usage(&usage_path(icx, n)) {
             let _ = icx.events.send(Event::Usage {
                 item: icx.idx,
                 n,
                 model: model.clone(),
                 usage,
+                used_model,
             });
         }
         tracing::debug!(parent: &attempt_span, class = class.as_str(), exit = fin.exit, "worker finished");

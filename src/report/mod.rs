@@ -140,6 +140,9 @@ pub struct Diffstat {
 pub struct AttemptReport {
     pub n: u32,
     pub model: Option<String>,
+    /// The model the worker says it used, when that is not the one asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_used: Option<String>,
     /// How long the item rested before this attempt, after a provider failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waited_ms: Option<u64>,
@@ -360,10 +363,26 @@ impl ReportBuilder {
                 ));
             }
             Event::Usage {
-                item, model, usage, ..
+                item,
+                n,
+                model,
+                usage,
+                used_model,
             } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.usage.get_or_insert_with(Default::default).add(usage);
+                    if let Some(used) = used_model
+                        && Some(used) != model.as_ref()
+                    {
+                        if let Some(a) = it.attempts.iter_mut().rev().find(|a| a.n == *n) {
+                            a.model_used = Some(used.clone());
+                        }
+                        let asked = model.as_deref().unwrap_or("none");
+                        self.report.warnings.push(format!(
+                            "{}/{} attempt {n}: asked for model `{asked}`, the worker used `{used}`",
+                            it.repo, it.id
+                        ));
+                    }
                 }
                 let run = self.report.usage.get_or_insert_with(Default::default);
                 run.total.add(usage);
@@ -384,6 +403,7 @@ impl ReportBuilder {
                         n: *n,
                         model: model.clone(),
                         waited_ms: waited.map(|w| w.as_millis() as u64),
+                        model_used: None,
                         started_at: at.to_string(),
                         worker: None,
                         gates: Vec::new(),
