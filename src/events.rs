@@ -82,6 +82,12 @@ pub enum Event {
         url: Option<String>,
         error: Option<String>,
     },
+    /// The item waited this long for its repository's lease, held by another process, before it
+    /// started.
+    LeaseWaited {
+        item: ItemIndex,
+        waited: Duration,
+    },
     /// What attempt `n`'s worker reported it used.
     Usage {
         item: ItemIndex,

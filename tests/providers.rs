@@ -91,6 +91,10 @@ items:
     for a in &attempts[1..] {
         assert!(a["waited_ms"].as_u64().unwrap() >= 1000, "{item:#}");
     }
+    assert!(
+        item["waited"]["backoff_ms"].as_u64().unwrap() >= 2000,
+        "{item:#}"
+    );
 }
 
 #[test]

@@ -130,3 +130,31 @@ fn cancel_wait_returns_with_the_runs_ending() {
     assert!(stderr(&out).contains("ended cancelled"), "{}", stderr(&out));
     assert!(apply.try_wait().unwrap().is_some() || apply.wait().is_ok());
 }
+
+#[test]
+fn the_time_an_item_waited_for_its_lease_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: waited\nrepositories: [{path: r}]\nworker: {run: \"true\"}\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let mut holder = common::hold_lease(&r, 2);
+    let out = run_in(
+        root,
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--wait-for-locks",
+            "30s",
+        ],
+    );
+    let _ = holder.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = common::latest_report(&root.join("runner-reports"));
+    let waited = report["items"][0]["waited"]["lease_ms"].as_u64().unwrap();
+    assert!(waited >= 1000, "waited {waited} ms for a lease held 2 s");
+}

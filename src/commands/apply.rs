@@ -563,6 +563,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Usage { item, .. }
         | Event::ModelDemoted { item, .. }
         | Event::Published { item, .. }
+        | Event::LeaseWaited { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }

@@ -36,6 +36,9 @@ struct Pool {
     rest_tx: mpsc::UnboundedSender<item::Rest>,
     /// Resting items, each woken through its sender when it may go on.
     resting: HashMap<usize, tokio::sync::oneshot::Sender<()>>,
+    /// Items whose repository's lease another process held when they were first admitted, and
+    /// since when.
+    lease_wait: HashMap<usize, Instant>,
 }
 
 /// Drain the plan. `sink` receives every event, in order, on this task.
@@ -104,6 +107,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         reaped: Default::default(),
         rest_tx,
         resting: HashMap::new(),
+        lease_wait: HashMap::new(),
     };
 
     loop {
@@ -129,6 +133,23 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             Decision::Admit(idx) => {
                 let answer = admit(&cx, sink, &mut pool, idx, &ev_tx, &stop_rx).await;
                 debug!(item = %label(&cx, idx), ?answer, running = sched.running(), "admission");
+                // How long an item waited for its repository's lease, once it has it.
+                match &answer {
+                    Admission::LeaseBusy { .. } => {
+                        pool.lease_wait.entry(idx).or_insert_with(Instant::now);
+                    }
+                    Admission::Started => {
+                        if let Some(since) = pool.lease_wait.remove(&idx) {
+                            sink.event(&Event::LeaseWaited {
+                                item: idx,
+                                waited: since.elapsed(),
+                            });
+                        }
+                    }
+                    _ => {
+                        pool.lease_wait.remove(&idx);
+                    }
+                }
                 sched.admitted(idx, answer, Instant::now());
                 continue;
             }

@@ -49,6 +49,12 @@ pub struct Report {
     pub warnings: Vec<String>,
 }
 
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+pub struct Waited {
+    pub lease_ms: u64,
+    pub backoff_ms: u64,
+}
+
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct PublishReport {
     pub remote: String,
@@ -124,6 +130,10 @@ pub struct ItemReport {
     /// What became of its work branch, when the manifest publishes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publish: Option<PublishReport>,
+    /// Where its time went besides work: waiting for its repository's lease and resting after
+    /// provider failures, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited: Option<Waited>,
     /// What its workers reported they used, over every attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::events::Usage>,
@@ -216,6 +226,7 @@ impl ReportBuilder {
                     worktree: None,
                     leftovers: None,
                     publish: None,
+                    waited: None,
                     usage: None,
                 }
             })
@@ -330,6 +341,12 @@ impl ReportBuilder {
                 }
             }
             Event::Resting { .. } => {}
+            Event::LeaseWaited { item, waited } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.waited.get_or_insert_with(Default::default).lease_ms =
+                        waited.as_millis() as u64;
+                }
+            }
             Event::Published {
                 item,
                 remote,
@@ -398,6 +415,10 @@ impl ReportBuilder {
                 waited,
             } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
+                    if let Some(w) = waited {
+                        it.waited.get_or_insert_with(Default::default).backoff_ms +=
+                            w.as_millis() as u64;
+                    }
                     it.model = model.clone();
                     it.attempts.push(AttemptReport {
                         n: *n,

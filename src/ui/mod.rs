@@ -118,7 +118,10 @@ impl Progress {
                     if *pending == 1 { "" } else { "s" }
                 ));
             }
-            Event::Work { .. } | Event::Worktree { .. } | Event::Usage { .. } => {}
+            Event::Work { .. }
+            | Event::Worktree { .. }
+            | Event::Usage { .. }
+            | Event::LeaseWaited { .. } => {}
             Event::Published {
                 item,
                 branch,
