@@ -109,7 +109,7 @@ pub struct FilterArgs {
     pub items: Vec<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct ApplyArgs {
     /// The manifest file.
     pub manifest: PathBuf,
@@ -134,6 +134,16 @@ pub struct ApplyArgs {
     /// Run again items an earlier run finished: `failed` (halted or failed) or `all`.
     #[arg(long, value_enum, value_name = "WHICH")]
     pub rerun: Option<crate::plan::history::Rerun>,
+    /// Drain, look for work again (discovery runs anew), drain again, until a look finds
+    /// nothing pending; each round is a run with its own report.
+    #[arg(long = "loop")]
+    pub looping: bool,
+    /// With `--loop`: at most this many rounds (default 100).
+    #[arg(long, value_name = "N", requires = "looping")]
+    pub max_rounds: Option<u32>,
+    /// With `--loop`: pause between rounds (default none).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg, requires = "looping")]
+    pub interval: Option<std::time::Duration>,
     #[command(flatten)]
     pub state: StateArgs,
     /// Wait up to DURATION for a repository another run holds, instead of holding its items as

@@ -158,3 +158,44 @@ fn the_time_an_item_waited_for_its_lease_is_reported() {
     let waited = report["items"][0]["waited"]["lease_ms"].as_u64().unwrap();
     assert!(waited >= 1000, "waited {waited} ms for a lease held 2 s");
 }
+
+#[test]
+fn apply_loop_drains_until_a_look_finds_no_more_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = repo(&root.join("r"));
+    common::commit_file(&r, "tasks/1.md", "first\n");
+    // Each task's work creates the next task, up to the third.
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: loop\nrepositories: [{path: r}]\nworker:\n  run: 'n={item}; if [ \"$n\" -lt 3 ]; then echo next > tasks/$((n+1)).md; fi'\ndiscover:\n  - {glob: \"tasks/*.md\", id: \"{match.stem}\"}\n",
+    )
+    .unwrap();
+    let out = run_in(
+        root,
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--loop",
+            "--max-rounds",
+            "10",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("round 4 found nothing pending; 3 rounds drained"),
+        "{err}"
+    );
+    let runs = std::fs::read_dir(root.join("runner-reports"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "latest")
+        .count();
+    assert_eq!(runs, 3, "one report per round");
+    // Nothing left: a loop started now drains nothing.
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress", "--loop"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("round 1 found nothing pending; 0 rounds drained"));
+}

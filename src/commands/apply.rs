@@ -442,6 +442,89 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     code
 }
 
+/// `apply --loop`: rounds of plan-and-drain until a plan finds nothing pending. A round that
+/// ends other than drained (a stall, a cancel, a paused manifest, a spent budget, runner's own
+/// failure) ends the loop with its exit code; otherwise the loop's exit code is the last
+/// round's (0, or 1 when an item halted, failed or was held).
+pub fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
+    let max = args.max_rounds.unwrap_or(100).max(1);
+    let mut round_args = args.clone();
+    let (mut last, mut rounds_run) = (EXIT_OK, 0u32);
+    for round in 1..=max {
+        let pending = match pending_now(ui, &round_args) {
+            Ok(n) => n,
+            Err(c) => return c,
+        };
+        if pending == 0 {
+            eprintln!(
+                "runner: loop: round {round} found nothing pending; {rounds_run} round{} drained — exit {last}",
+                if rounds_run == 1 { "" } else { "s" }
+            );
+            return last;
+        }
+        eprintln!("runner: loop: round {round}, {pending} pending");
+        last = run(ui, &round_args);
+        rounds_run += 1;
+        if !matches!(last, EXIT_OK | EXIT_FAILURES) {
+            eprintln!("runner: loop: round {round} ended the loop — exit {last}");
+            return last;
+        }
+        // `--rerun` is for the first round: later rounds take what is new.
+        round_args.rerun = None;
+        if let Some(d) = args.interval {
+            std::thread::sleep(d);
+        }
+    }
+    eprintln!("runner: loop: stopped after {max} rounds (`--max-rounds`) — exit {last}");
+    last
+}
+
+/// How many items `apply` with `args` would run now, as `plan` shows it.
+fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
+    let loaded = load(ui, &args.manifest)?;
+    let opts = PlanOptions {
+        only: args.filter.only.clone(),
+        items: args.filter.items.clone(),
+    };
+    let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
+        return Err(EXIT_INVALID);
+    };
+    let path = super::state_path(&args.state, Some(&args.manifest));
+    match SqliteLedger::open_snapshot(&path) {
+        Ok(Some(ledger)) => {
+            let name = &loaded.manifest.name;
+            let read = (|| -> crate::ledger::Result<()> {
+                let past = ledger.past_outcomes(name)?;
+                let paused = ledger.paused(name)?;
+                history::apply(
+                    &mut plan,
+                    &past.into_iter().collect(),
+                    args.rerun,
+                    paused.as_deref(),
+                );
+                let q = super::quarantines_of(&plan, ledger.quarantines()?);
+                history::quarantine(&mut plan, &q);
+                history::taken(&mut plan, &ledger.live_claims_of(name)?);
+                Ok(())
+            })();
+            if let Err(e) = read {
+                ui.error(e);
+                return Err(EXIT_INTERNAL);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            ui.error(e);
+            return Err(EXIT_INTERNAL);
+        }
+    }
+    Ok(plan
+        .items
+        .iter()
+        .filter(|it| it.state == crate::plan::ItemState::Pending)
+        .count())
+}
+
 /// GitHub Actions annotations on stderr: an error for each halted or failed item, a warning for
 /// each held one, at the file and line its failing output names when that file is in the
 /// repository.

@@ -136,6 +136,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Init(args) => init::run(&ui, &args),
         Command::Publish(args) => publish::run(&ui, &args),
         Command::Plan(args) => plan::run(&ui, &args),
+        Command::Apply(args) if args.looping => apply::run_loop(&ui, &args),
         Command::Apply(args) => apply::run(&ui, &args),
         Command::Status(args) => status::run(&ui, &args),
         Command::Report(args) => report::run(&ui, &args),
