@@ -323,3 +323,43 @@ fn a_killed_runs_empty_cgroup_is_removed_by_a_later_run() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!on_disk.exists(), "{on_disk:?} was left behind");
 }
+
+#[test]
+fn in_cgroup_mode_an_escapee_ends_with_its_item_while_others_still_run() {
+    if !cgroups_usable() {
+        return;
+    }
+    // Two items at once: `a` leaves a process with a cleared environment and ends; `b`, in
+    // another repository, is still working when it looks. Only a cgroup can tell whose the
+    // escapee was (in process-group mode it goes only when the run ends).
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    repo(&dir.path().join("s"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: two\ncapacity: {workers: 2}\nrepositories: [{path: r}, {path: s}]\nworker:\n  run: 'if [ {item} = a ]; then cd / && setsid env -i sleep 7308 & sleep 0.3; else sleep 2; ps -eo args | grep -q \"^sleep 7308\" && echo STILL-ALIVE; fi; true'\nitems: [{repo: r, id: a}, {repo: s, id: b}]\n",
+    )
+    .unwrap();
+    for (mode, alive_while_b_runs) in [(CGROUP, false), (GROUPS, true)] {
+        let _ = std::fs::remove_dir_all(dir.path().join(".runner"));
+        let _ = std::fs::remove_dir_all(dir.path().join("runner-reports"));
+        let out = apply_with(dir.path(), &[mode]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let latest = dir.path().join("runner-reports/latest/logs/s/b");
+        let mut log = String::new();
+        for e in std::fs::read_dir(latest).unwrap().flatten() {
+            log.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+        }
+        assert_eq!(
+            log.contains("STILL-ALIVE"),
+            alive_while_b_runs,
+            "{} mode: {log}",
+            mode.1
+        );
+        assert!(
+            processes_matching("sleep 7308").is_empty(),
+            "{} mode",
+            mode.1
+        );
+    }
+}
