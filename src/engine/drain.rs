@@ -95,9 +95,8 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         clone_errors: cx.clone_errors.clone(),
         nothing_found: cx.plan.items.is_empty(),
         paused: cx.paused.clone(),
+        budget: m.budget.map(|b| b.cost_usd),
     });
-    // What the workers reported they spent, against the manifest's budget.
-    let mut spent = 0.0f64;
     let mut pool = Pool {
         tasks: JoinSet::new(),
         task_items: HashMap::new(),
@@ -186,11 +185,11 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             }
         };
         tokio::select! {
-            Some(ev) = ev_rx.recv() => pass(&cx, sink, &mut sched, &mut spent, &ev),
+            Some(ev) = ev_rx.recv() => pass(sink, &mut sched, &ev),
             Some(rest) = rest_rx.recv() => {
                 // Events sent before the request (the attempt that failed) come first.
                 while let Ok(ev) = ev_rx.try_recv() {
-                    pass(&cx, sink, &mut sched, &mut spent, &ev);
+                    pass(sink, &mut sched, &ev);
                 }
                 let until = Instant::now() + rest.wait;
                 debug!(item = %label(&cx, rest.item), wait_ms = rest.wait.as_millis() as u64, "item rests");
@@ -200,7 +199,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             Some(joined) = pool.tasks.join_next(), if !pool.tasks.is_empty() => {
                 // Events sent before the task ended come first.
                 while let Ok(ev) = ev_rx.try_recv() {
-                    pass(&cx, sink, &mut sched, &mut spent, &ev);
+                    pass(sink, &mut sched, &ev);
                 }
                 let (idx, run) = match joined {
                     Ok((idx, run)) => {
@@ -228,7 +227,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         }
     }
     while let Ok(ev) = ev_rx.try_recv() {
-        pass(&cx, sink, &mut sched, &mut spent, &ev);
+        pass(sink, &mut sched, &ev);
     }
     let signal = sched.stopped_by();
     let stop_by = signal.and_then(|_| sink.stop_requested());
@@ -519,22 +518,14 @@ async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
     }
 }
 
-/// Hand an item's event on to the sink; a worker's reported cost counts against the budget,
-/// and once it is spent nothing new is admitted.
-fn pass(cx: &RunCx, sink: &mut dyn RunSink, sched: &mut Scheduler, spent: &mut f64, ev: &Event) {
+/// Hand an item's event on to the sink; a worker's reported cost is the scheduler's to weigh
+/// against the budget.
+fn pass(sink: &mut dyn RunSink, sched: &mut Scheduler, ev: &Event) {
     sink.event(ev);
     if let Event::Usage { usage, .. } = ev
-        && let Some(budget) = cx.loaded.manifest.budget
+        && let Some(cause) = sched.spent(usage.cost_usd)
     {
-        *spent += usage.cost_usd;
-        if *spent >= budget.cost_usd && !sched.budget_spent_already() {
-            let cause = format!(
-                "workers reported ${spent:.2} of the ${:.2} budget",
-                budget.cost_usd
-            );
-            info!(%cause, "budget spent: no new item starts");
-            sched.budget_spent(cause);
-        }
+        info!(%cause, "budget spent: no new item starts");
     }
 }
 

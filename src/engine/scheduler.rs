@@ -129,6 +129,8 @@ pub struct Setup {
     pub nothing_found: bool,
     /// The manifest was paused when the run started (by whom, when, why): it ends `paused`.
     pub paused: Option<String>,
+    /// `budget.cost_usd`: once the workers' reported cost reaches it, nothing new is admitted.
+    pub budget: Option<f64>,
 }
 
 /// A repository whose lease another process holds.
@@ -166,6 +168,9 @@ pub struct Scheduler {
     failed: Option<String>,
     /// The budget was spent (how much of what).
     budget: Option<String>,
+    budget_usd: Option<f64>,
+    /// What the workers reported they spent so far.
+    spent_usd: f64,
 }
 
 impl Scheduler {
@@ -192,6 +197,8 @@ impl Scheduler {
             paused: s.paused,
             failed: None,
             budget: None,
+            budget_usd: s.budget,
+            spent_usd: 0.0,
         }
     }
 
@@ -209,13 +216,20 @@ impl Scheduler {
             || self.budget.is_some()
     }
 
-    /// The workers' reported usage reached the manifest's budget: admit nothing more.
-    pub fn budget_spent(&mut self, cause: String) {
-        self.budget.get_or_insert(cause);
-    }
-
-    pub fn budget_spent_already(&self) -> bool {
-        self.budget.is_some()
+    /// A worker reported what it cost: once the total reaches the budget, admit nothing more.
+    /// Returns the cause when this report is the one that spent it.
+    pub fn spent(&mut self, cost_usd: f64) -> Option<String> {
+        self.spent_usd += cost_usd;
+        let budget = self.budget_usd?;
+        if self.budget.is_some() || self.spent_usd < budget {
+            return None;
+        }
+        let cause = format!(
+            "workers reported ${:.2} of the ${budget:.2} budget",
+            self.spent_usd
+        );
+        self.budget = Some(cause.clone());
+        Some(cause)
     }
 
     /// The next decision at `now`.

@@ -15,6 +15,7 @@ fn setup(repos: &[u8], workers: u32) -> Setup {
         clone_errors: HashMap::new(),
         nothing_found: repos.is_empty(),
         paused: None,
+        budget: None,
     }
 }
 
@@ -243,6 +244,26 @@ fn a_resting_item_frees_its_slot_and_takes_the_next_one_first() {
         }
     );
     assert_eq!(s.next(t + ms(50)), Decision::Resume(0));
+}
+
+#[test]
+fn a_spent_budget_stops_admission_and_ends_the_run_budget() {
+    let t = Instant::now();
+    let mut st = setup(&[0, 1, 2], 1);
+    st.budget = Some(2.0);
+    let mut s = Scheduler::new(st);
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    assert_eq!(s.spent(1.5), None);
+    assert!(s.spent(0.5).unwrap().contains("$2.00 of the $2.00 budget"));
+    assert_eq!(s.spent(1.0), None, "said once");
+    s.finished(0, done(ItemOutcome::Completed));
+    s.released("r0");
+    assert_eq!(s.next(t), Decision::Done, "nothing new starts");
+    let (left, ending, _) = s.finish(None);
+    assert_eq!(ending, RunEnding::Budget);
+    assert_eq!(left.len(), 2);
+    assert!(left.iter().all(|l| l.outcome == ItemOutcome::Cancelled));
 }
 
 #[test]
