@@ -200,14 +200,10 @@ fn runners_own_git_calls_run_no_hook_of_the_repository() {
     assert!(!ran.exists(), "the repository's post-checkout hook ran");
 }
 
-#[test]
-fn a_hung_git_fails_its_item_never_the_run() {
-    let dir = tempfile::tempdir().unwrap();
-    repo(&dir.path().join("r"));
-    repo(&dir.path().join("s"));
-    // A git that hangs on `worktree add` (a stuck filter, a dead network mount), and is itself
-    // otherwise.
-    let bin = dir.path().join("bin");
+/// A `git` (in `root/bin`, returned) that hangs on `worktree add` — running `sleep SECS`, a
+/// stuck filter or a dead network mount — and is the real git otherwise.
+fn git_hanging_on_worktree_add(root: &Path, secs: &str) -> std::path::PathBuf {
+    let bin = root.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let real = String::from_utf8(
         std::process::Command::new("sh")
@@ -221,12 +217,21 @@ fn a_hung_git_fails_its_item_never_the_run() {
     std::fs::write(
         &fake,
         format!(
-            "#!/bin/sh\ncase \"$*\" in *\"worktree add\"*) exec sleep 5127;; esac\nexec {} \"$@\"\n",
+            "#!/bin/sh\ncase \"$*\" in *\"worktree add\"*) exec sleep {secs};; esac\nexec {} \"$@\"\n",
             real.trim()
         ),
     )
     .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    bin
+}
+
+#[test]
+fn a_hung_git_fails_its_item_never_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    repo(&dir.path().join("s"));
+    let bin = git_hanging_on_worktree_add(dir.path(), "5127");
     std::fs::write(
         dir.path().join("manifest.yaml"),
         "version: 1\nname: hung\nrepositories: [{path: r}, {path: s}]\nworker: {run: [\"true\"]}\nitems:\n  - {repo: r, id: a, branch: \"runner/a\"}\n  - {repo: s, id: b}\n",
@@ -320,27 +325,8 @@ fn runners_own_git_calls_run_no_filter_of_the_repository() {
 fn a_stop_ends_runners_own_git_calls_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     repo(&dir.path().join("r"));
-    // A git that hangs on `worktree add` well past the default deadline of ten minutes.
-    let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let real = String::from_utf8(
-        std::process::Command::new("sh")
-            .args(["-c", "command -v git"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    let fake = bin.join("git");
-    std::fs::write(
-        &fake,
-        format!(
-            "#!/bin/sh\ncase \"$*\" in *\"worktree add\"*) exec sleep 5128;; esac\nexec {} \"$@\"\n",
-            real.trim()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Well past the default deadline of ten minutes.
+    let bin = git_hanging_on_worktree_add(dir.path(), "5128");
     std::fs::write(
         dir.path().join("manifest.yaml"),
         "version: 1\nname: stop\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a, branch: \"runner/a\"}]\n",
