@@ -183,6 +183,10 @@ pub enum ReportFormatArg {
     Markdown,
     /// `junit.xml`: for CI test tabs.
     Junit,
+    /// `index.html`: the run's timeline and items, one self-contained page.
+    Html,
+    /// Every format, as files (into `--out`, or the run's own report folder).
+    All,
 }
 
 #[derive(Debug, Args)]
@@ -194,9 +198,14 @@ pub struct ReportArgs {
     pub manifest: Option<PathBuf>,
     #[command(flatten)]
     pub state: StateArgs,
-    /// Which rendering to print.
+    /// Which rendering to print (with `--out`: to write).
     #[arg(long, value_enum, default_value_t = ReportFormatArg::Json)]
     pub format: ReportFormatArg,
+    /// Write the rendering as a file into this folder (`report.json`, `summary.md`, `junit.xml`,
+    /// `index.html`) instead of printing it. `--format all` without it rewrites the run's own
+    /// report folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

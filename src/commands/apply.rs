@@ -396,14 +396,9 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             json: f.contains(&crate::manifest::ReportFormat::Json),
             markdown: f.contains(&crate::manifest::ReportFormat::Markdown),
             junit: f.contains(&crate::manifest::ReportFormat::Junit),
+            html: f.contains(&crate::manifest::ReportFormat::Html),
         },
     };
-    if listed
-        .as_ref()
-        .is_some_and(|f| f.contains(&crate::manifest::ReportFormat::Html))
-    {
-        ui.warn("`reports.formats` lists `html`, which this version of runner does not write");
-    }
     let report = sink.builder.report();
     // A report that fails to write never changes an item's verdict, and is never a silent
     // success: the run exits 4.
@@ -420,6 +415,19 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             run_dir.clone()
         };
         eprintln!("runner: report in {}", shown.display());
+    }
+    // The run history: what the run came to, then the reports folder's page of runs.
+    if let Err(e) = sink
+        .ledger
+        .record_totals(&run_id, &super::report::totals_of(report))
+    {
+        ui.warn(format_args!("the run history was not updated: {e}"));
+    } else if formats.html
+        && let Some(reports) = run_dir.parent()
+        && let Err(e) =
+            super::report::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)
+    {
+        ui.warn(format_args!("the run history page was not written: {e}"));
     }
     if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
         github_annotations(report, &repo_paths);

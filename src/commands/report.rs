@@ -66,6 +66,49 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
         Ok(r) => r,
         Err(c) => return c,
     };
+    let only = |f: fn(&mut report::Formats)| {
+        let mut x = report::Formats {
+            json: false,
+            markdown: false,
+            junit: false,
+            html: false,
+        };
+        f(&mut x);
+        x
+    };
+    let formats = match args.format {
+        ReportFormatArg::Json => only(|f| f.json = true),
+        ReportFormatArg::Markdown => only(|f| f.markdown = true),
+        ReportFormatArg::Junit => only(|f| f.junit = true),
+        ReportFormatArg::Html => only(|f| f.html = true),
+        ReportFormatArg::All => report::Formats::default(),
+    };
+    let out_dir = match (&args.out, args.format) {
+        (Some(d), _) => Some(d.clone()),
+        (None, ReportFormatArg::All) => match ledger.run_dir(&run) {
+            Ok(d) => d.map(std::path::PathBuf::from),
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
+        },
+        (None, _) => None,
+    };
+    if let Some(dir) = out_dir {
+        return match report::write_files(&rep, &dir, formats) {
+            Ok(()) => {
+                eprintln!(
+                    "runner: report of run `{run}` written into {}",
+                    dir.display()
+                );
+                EXIT_OK
+            }
+            Err(e) => {
+                ui.error(e);
+                EXIT_INTERNAL
+            }
+        };
+    }
     match args.format {
         ReportFormatArg::Json => match report::to_json(&rep) {
             Ok(json) => out!("{json}"),
@@ -82,6 +125,85 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
                 return EXIT_INTERNAL;
             }
         },
+        ReportFormatArg::Html => out!("{}", report::html::render(&rep)),
+        ReportFormatArg::All => {
+            ui.error("`--format all` writes files: give `--out DIR`");
+            return super::EXIT_INVALID;
+        }
     }
     EXIT_OK
+}
+
+/// How many runs the history page shows.
+pub const HISTORY_RUNS: usize = 50;
+
+/// What a run came to, for the ledger's run history.
+pub fn totals_of(rep: &report::Report) -> crate::ledger::RunTotals {
+    let duration_ms = match (
+        report::timestamp(&rep.started_at),
+        rep.ended_at.as_deref().and_then(report::timestamp),
+    ) {
+        (Some(a), Some(z)) => Some(z.duration_since(a).as_millis().max(0) as u64),
+        _ => None,
+    };
+    crate::ledger::RunTotals {
+        counts: rep.counts.clone(),
+        duration_ms,
+        cost_usd: rep.usage.as_ref().map(|u| u.total.cost_usd),
+    }
+}
+
+/// Write `<reports>/index.html`: the manifest's latest runs and its items' recent outcomes.
+pub fn write_history(ledger: &SqliteLedger, manifest: &str, reports: &Path) -> Result<(), String> {
+    use crate::ledger::RunStatus;
+    use report::history::{HistoryRun, ItemHistory};
+    let runs = ledger
+        .run_history(manifest, HISTORY_RUNS)
+        .map_err(|e| e.to_string())?;
+    let shown: Vec<HistoryRun> = runs
+        .iter()
+        .map(|h| {
+            let dir = Path::new(&h.run_dir);
+            let link = (dir.parent() == Some(reports) && dir.join("index.html").is_file())
+                .then(|| dir.file_name())
+                .flatten()
+                .map(|n| format!("{}/index.html", n.to_string_lossy()));
+            let status = match (h.run.status(), &h.run.ending) {
+                (_, Some(e)) => e.clone(),
+                (RunStatus::Live, None) => "running".into(),
+                (_, None) => "died".into(),
+            };
+            HistoryRun {
+                id: h.run.id.clone(),
+                started_at: h.run.started_at.clone(),
+                status,
+                cause: h.run.cause.clone(),
+                counts: h.totals.as_ref().map(|t| t.counts.clone()),
+                duration_ms: h.totals.as_ref().and_then(|t| t.duration_ms),
+                cost_usd: h.totals.as_ref().and_then(|t| t.cost_usd),
+                link,
+            }
+        })
+        .collect();
+    let mut items: Vec<ItemHistory> = Vec::new();
+    let mut at: std::collections::HashMap<(String, String), usize> = Default::default();
+    for (repo, item, run, outcome) in ledger
+        .recent_item_results(manifest, HISTORY_RUNS)
+        .map_err(|e| e.to_string())?
+    {
+        let k = (repo, item);
+        let i = *at.entry(k.clone()).or_insert_with(|| {
+            items.push(ItemHistory {
+                repo: k.0.clone(),
+                id: k.1.clone(),
+                outcomes: Vec::new(),
+            });
+            items.len() - 1
+        });
+        items[i].outcomes.push((run, outcome));
+    }
+    let html = report::history::render(manifest, &shown, &items);
+    let path = reports.join("index.html");
+    crate::support::fs::write_atomic(&path, html.as_bytes())
+        .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }

@@ -78,6 +78,24 @@ impl RunRow {
     }
 }
 
+/// What a run came to, recorded when its report is written.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct RunTotals {
+    /// Items per outcome.
+    pub counts: std::collections::BTreeMap<ItemOutcome, usize>,
+    pub duration_ms: Option<u64>,
+    /// What its workers reported they cost, when any did.
+    pub cost_usd: Option<f64>,
+}
+
+/// A run for the history page.
+#[derive(Clone, Debug)]
+pub struct RunHistory {
+    pub run: RunRow,
+    pub run_dir: String,
+    pub totals: Option<RunTotals>,
+}
+
 /// What is needed to re-render a run's report.
 pub struct RunReplay {
     pub plan_json: String,

@@ -121,6 +121,10 @@ ALTER TABLE runs ADD COLUMN last_event INTEGER;
     r#"
 ALTER TABLE runs ADD COLUMN containment TEXT;
 "#,
+    // What each run came to, for the run history page without replaying every run's events.
+    r#"
+ALTER TABLE runs ADD COLUMN totals TEXT;
+"#,
 ];
 
 /// An event row waiting to be committed: (run, seq, at, repo, item, json).
@@ -312,6 +316,68 @@ impl SqliteLedger {
             .rows("SELECT run_dir FROM runs WHERE id = ?1", [id], |r| r.get(0))?
             .into_iter()
             .next())
+    }
+
+    /// Record what run `id` came to (its report's counts, duration and cost).
+    pub fn record_totals(&mut self, id: &str, totals: &super::RunTotals) -> Result<()> {
+        let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {
+            path: self.path.display().to_string(),
+            what: format!("totals of run `{id}`"),
+            source,
+        })?;
+        self.write(
+            "UPDATE runs SET totals = ?2 WHERE id = ?1",
+            params![id, json],
+        )?;
+        Ok(())
+    }
+
+    /// The latest `limit` runs of `manifest`, newest first, with their report folders and what
+    /// they came to (absent for a run that died or predates the record).
+    pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<super::RunHistory>> {
+        let rows = self.rows(
+            "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir, totals
+             FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2",
+            params![manifest, limit as i64],
+            |r| Ok((row_to_run(r)?, r.get::<_, String>(15)?, r.get::<_, Option<String>>(16)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|(run, run_dir, totals)| super::RunHistory {
+                run,
+                run_dir,
+                // A record this version cannot read is shown as unknown, not as an error.
+                totals: totals.and_then(|t| serde_json::from_str(&t).ok()),
+            })
+            .collect())
+    }
+
+    /// The recorded results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
+    /// outcome), oldest first.
+    pub fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+        let rows = self.rows(
+            "SELECT repo, item, run_id, outcome FROM item_results
+             WHERE manifest = ?1 AND run_id IN
+                 (SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2)
+             ORDER BY ended_at",
+            params![manifest, limit as i64],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            },
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(repo, item, run, o)| Some((repo, item, run, outcome_from(&o)?)))
+            .collect())
     }
 
     /// The ledger's file.

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn seconds_between(from: Option<&str>, to: Option<&str>) -> Option<Duration> {
-    let a: jiff::Timestamp = from?.parse().ok()?;
-    let b: jiff::Timestamp = to?.parse().ok()?;
+    let a = super::timestamp(from?)?;
+    let b = super::timestamp(to?)?;
     let d = b.duration_since(a);
     (!d.is_negative()).then(|| Duration::from_secs_f64(d.as_secs_f64()))
 }

@@ -5,6 +5,8 @@
 //! a temporary file and renamed into `<reports.dir>/<run-id>/`, and `latest` is pointed at it
 //! last. A report that fails to write never changes the run's verdict or exit code.
 
+pub mod history;
+pub mod html;
 pub mod junit;
 pub mod markdown;
 
@@ -17,6 +19,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub const REPORT_SCHEMA: &str = "runner.report/v1";
+
+/// A timestamp as runner writes them (RFC 3339), or `None` for anything else.
+pub(crate) fn timestamp(s: &str) -> Option<jiff::Timestamp> {
+    s.parse().ok()
+}
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Report {
@@ -589,6 +596,7 @@ pub struct Formats {
     pub json: bool,
     pub markdown: bool,
     pub junit: bool,
+    pub html: bool,
 }
 
 impl Default for Formats {
@@ -597,45 +605,25 @@ impl Default for Formats {
             json: true,
             markdown: true,
             junit: true,
+            html: true,
         }
     }
 }
 
-/// Write the report in `formats` into `run_dir` (`report.json`, `summary.md`, `junit.xml`), then
-/// point `latest` at it. Returns the first error; what was written stays whole.
+/// Write the report in `formats` into `run_dir` (`report.json`, `summary.md`, `junit.xml`,
+/// `index.html`), then point `latest` at it. Returns the first error; what was written stays
+/// whole.
 pub fn write(report: &Report, run_dir: &Path, formats: Formats) -> Result<(), ReportError> {
-    let at = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ReportError::Io { path, source }
-    };
-    std::fs::create_dir_all(run_dir).map_err(at(run_dir))?;
-    if formats.json {
-        let json = to_json(report)?;
-        let json_path = run_dir.join("report.json");
-        crate::support::fs::write_atomic(&json_path, json.as_bytes()).map_err(at(&json_path))?;
-    }
-    let md = markdown::render(report);
-    if formats.markdown {
-        let md_path = run_dir.join("summary.md");
-        crate::support::fs::write_atomic(&md_path, md.as_bytes()).map_err(at(&md_path))?;
-    }
-    if formats.junit {
-        let junit_path = run_dir.join("junit.xml");
-        let xml = junit::render(report).map_err(|e| ReportError::Io {
-            path: junit_path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        crate::support::fs::write_atomic(&junit_path, xml.as_bytes()).map_err(at(&junit_path))?;
-    }
+    write_files(report, run_dir, formats)?;
     if let Some(parent) = run_dir.parent()
         && let Some(name) = run_dir.file_name()
     {
         let tmp = parent.join(format!(".latest-{}", std::process::id()));
         // A leftover of an earlier process with this pid; absent as a rule.
         let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(name, &tmp).map_err(at(&tmp))?;
+        std::os::unix::fs::symlink(name, &tmp).map_err(io_at(&tmp))?;
         let latest = parent.join("latest");
-        std::fs::rename(&tmp, &latest).map_err(at(&latest))?;
+        std::fs::rename(&tmp, &latest).map_err(io_at(&latest))?;
     }
     if let Ok(summary) = std::env::var("GITHUB_STEP_SUMMARY")
         && !summary.is_empty()
@@ -646,8 +634,40 @@ pub fn write(report: &Report, run_dir: &Path, formats: Formats) -> Result<(), Re
             .append(true)
             .create(true)
             .open(&path)
-            .and_then(|mut f| f.write_all(md.as_bytes()))
-            .map_err(at(&path))?;
+            .and_then(|mut f| f.write_all(markdown::render(report).as_bytes()))
+            .map_err(io_at(&path))?;
+    }
+    Ok(())
+}
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError {
+    let path = path.to_path_buf();
+    move |source| ReportError::Io { path, source }
+}
+
+fn write_one(path: &Path, text: &str) -> Result<(), ReportError> {
+    crate::support::fs::write_atomic(path, text.as_bytes()).map_err(io_at(path))
+}
+
+/// Only the files of `formats` into `dir` (created when missing): no `latest`, no step summary.
+pub fn write_files(report: &Report, dir: &Path, formats: Formats) -> Result<(), ReportError> {
+    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+    if formats.json {
+        write_one(&dir.join("report.json"), &to_json(report)?)?;
+    }
+    if formats.markdown {
+        write_one(&dir.join("summary.md"), &markdown::render(report))?;
+    }
+    if formats.junit {
+        let path = dir.join("junit.xml");
+        let xml = junit::render(report).map_err(|e| ReportError::Io {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        write_one(&path, &xml)?;
+    }
+    if formats.html {
+        write_one(&dir.join("index.html"), &html::render(report))?;
     }
     Ok(())
 }
