@@ -202,22 +202,6 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         ui.error(e);
         return EXIT_INTERNAL;
     }
-    // Holds decided at plan time are the run's results too: recorded, so `status` shows them.
-    for (i, it) in plan.items.iter().enumerate() {
-        if it.state != crate::plan::ItemState::Held {
-            continue;
-        }
-        let ev = Event::ItemFinished {
-            item: i,
-            outcome: ItemOutcome::Held,
-            reason: it.reason.map(|r| r.as_str().to_string()),
-            cause: it.detail.clone(),
-        };
-        if let Err(e) = ledger.event(&run_id, Some(&keys[i]), &ev, &started_at) {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
-    }
     // The event stream: stdout (`-`), or a file created now (an error before anything runs).
     let events: Option<EventsOut> = match args.events.as_deref() {
         None => None,
@@ -251,6 +235,23 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         holder: row.holder.clone(),
         failure: None,
     };
+    // Holds decided at plan time are the run's results too: recorded (so `status` shows them),
+    // in the report and in the event stream, as the engine's events are.
+    for (i, it) in plan.items.iter().enumerate() {
+        if it.state != crate::plan::ItemState::Held {
+            continue;
+        }
+        sink.record(&Event::ItemFinished {
+            item: i,
+            outcome: ItemOutcome::Held,
+            reason: it.reason.map(|r| r.as_str().to_string()),
+            cause: it.detail.clone(),
+        });
+        if let Some(e) = &sink.failure {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    }
     // Items run again after a halt or failure: the previous run's last word on them.
     let mut previous_feedback = HashMap::new();
     for (i, it) in plan.items.iter().enumerate() {
@@ -660,10 +661,10 @@ fn item_of(ev: &Event) -> Option<usize> {
     }
 }
 
-impl RunSink for ApplySink {
-    fn event(&mut self, ev: &Event) {
+impl ApplySink {
+    /// An event into the report, the event stream and the ledger.
+    fn record(&mut self, ev: &Event) {
         let at = crate::support::clock::now();
-        self.progress.on(ev);
         self.builder.on(ev, &at);
         let key = item_of(ev).and_then(|i| self.keys.get(i));
         if self.events.is_some() {
@@ -714,6 +715,13 @@ impl RunSink for ApplySink {
         {
             self.fail(e);
         }
+    }
+}
+
+impl RunSink for ApplySink {
+    fn event(&mut self, ev: &Event) {
+        self.progress.on(ev);
+        self.record(ev);
     }
 
     fn claim(&mut self, item: usize) -> ClaimAnswer {

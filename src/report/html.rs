@@ -272,9 +272,11 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut String) {
     let height = TOP + LANE * t.lanes as f64 + 6.0;
     let _ = writeln!(
         out,
-        "<svg class=\"timeline\" role=\"img\" aria-label=\"timeline: {lanes} lanes, {bars} attempts\" viewBox=\"0 0 {W} {height}\" width=\"100%\" data-lanes=\"{lanes}\">",
+        "<svg class=\"timeline\" role=\"img\" aria-label=\"timeline: {lanes} slot{ls}, {bars} attempt{bs}\" viewBox=\"0 0 {W} {height}\" width=\"100%\" data-lanes=\"{lanes}\">",
         lanes = t.lanes,
-        bars = t.bars.len()
+        bars = t.bars.len(),
+        ls = if t.lanes == 1 { "" } else { "s" },
+        bs = if t.bars.len() == 1 { "" } else { "s" }
     );
     out.push_str("<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><line class=\"hatch\" x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\"/></pattern></defs>\n");
     for lane in 0..t.lanes {
@@ -404,7 +406,8 @@ fn detail_of(it: &ItemReport) -> String {
     }
     if let Some(c) = &it.commit {
         let stat = it.diffstat.as_ref().map_or(String::new(), |d| {
-            format!(" ({} files, +{} −{})", d.files, d.insertions, d.deletions)
+            let files = if d.files == 1 { "file" } else { "files" };
+            format!(" ({} {files}, +{} −{})", d.files, d.insertions, d.deletions)
         });
         parts.push(format!("commit {}{stat}", &c[..c.len().min(10)]));
     }

@@ -16,6 +16,10 @@ fn seconds_between(from: Option<&str>, to: Option<&str>) -> Option<Duration> {
     (!d.is_negative()).then(|| Duration::from_secs_f64(d.as_secs_f64()))
 }
 
+fn stamp(s: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    chrono::DateTime::parse_from_rfc3339(s).ok()
+}
+
 /// What the item's attempts did, a line per step.
 fn steps(it: &ItemReport) -> String {
     let mut out = String::new();
@@ -66,12 +70,22 @@ pub fn render(r: &Report) -> Result<String, quick_junit::SerializeError> {
     if let Some(t) = seconds_between(Some(&r.started_at), r.ended_at.as_deref()) {
         report.set_time(t);
     }
+    if let Some(at) = stamp(&r.started_at) {
+        report.set_timestamp(at);
+    }
     let mut suites: BTreeMap<&str, Vec<&ItemReport>> = BTreeMap::new();
     for it in &r.items {
         suites.entry(it.repo.as_str()).or_default().push(it);
     }
     for (repo, items) in suites {
         let mut suite = TestSuite::new(repo);
+        // A suite's time is what its items took; it starts when its first item did.
+        let mut took = Duration::ZERO;
+        if let Some(first) = items.iter().filter_map(|i| i.started_at.as_deref()).min()
+            && let Some(at) = stamp(first)
+        {
+            suite.set_timestamp(at);
+        }
         for it in items {
             let detail = match (&it.reason, &it.cause) {
                 (Some(r), Some(c)) => format!("{r}: {c}"),
@@ -105,6 +119,7 @@ pub fn render(r: &Report) -> Result<String, quick_junit::SerializeError> {
             case.set_classname(repo);
             if let Some(t) = seconds_between(it.started_at.as_deref(), it.ended_at.as_deref()) {
                 case.set_time(t);
+                took += t;
             }
             let steps = steps(it);
             if !steps.is_empty() {
@@ -112,6 +127,7 @@ pub fn render(r: &Report) -> Result<String, quick_junit::SerializeError> {
             }
             suite.add_test_case(case);
         }
+        suite.set_time(took);
         report.add_test_suite(suite);
     }
     report.to_string()

@@ -1,0 +1,469 @@
+//! Every report format from one drain with every outcome: snapshots of each (ids, times and
+//! paths normalised), JUnit read by outside consumers (xmllint against `tests/junit/junit.xsd`,
+//! Python's junitparser), the HTML pages rendered in headless Chromium, and a secret that appears
+//! in no file of the reports folder or the event stream.
+//!
+//! The outside tools are installed by `.ci/run`. Where one is missing outside CI the check says
+//! so on stderr and is skipped; in CI (`CI` set) a missing tool fails the test.
+
+mod common;
+
+use common::{repo, runner, stderr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SECRET: &str = "s3cr3t-value-42";
+
+/// A manifest whose drain ends with an item of every outcome: `good` completes, `broken`'s worker
+/// cannot start (failed), `bad` fails its gate (halted), which stalls the run so `bad-too` and
+/// `later` are cancelled; `dirty/in-place` is held (dirty tree) and `gone/missing` skipped.
+fn every_outcome(root: &Path) {
+    repo(&root.join("app"));
+    // A file the worker is asked to run but may not execute.
+    std::fs::write(root.join("noexec"), "#!/bin/sh\nexit 0\n").unwrap();
+    let dirty = repo(&root.join("dirty"));
+    std::fs::write(dirty.join("README.md"), "an edit nobody committed\n").unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        r#"version: 1
+name: every-outcome
+capacity: {workers: 1}
+repositories: [{path: app}, {path: dirty}, {path: gone}]
+env:
+  secrets: [API_TOKEN]
+worker:
+  run: ["{item.exe}", "-c", 'echo "token=$API_TOKEN"; echo "$RUNNER_ITEM" > "work-$RUNNER_ITEM.txt"']
+gates:
+  - name: test
+    run: 'case "$RUNNER_ITEM" in bad*) printf "using %s" "$(echo $API_TOKEN | cut -c1-6)"; sleep 0.1; echo "$API_TOKEN" | cut -c7-; echo "assertion failed at src/lib.rs:7"; exit 1;; esac'
+stall: {after: 2}
+items:
+  - {repo: app, id: good, branch: "runner/good", vars: {exe: sh}}
+  - {repo: app, id: broken, branch: "runner/broken", vars: {exe: ./noexec}}
+  - {repo: app, id: bad, branch: "runner/bad", vars: {exe: sh}}
+  - {repo: app, id: bad-too, branch: "runner/bad-too", vars: {exe: sh}}
+  - {repo: app, id: later, branch: "runner/later", vars: {exe: sh}}
+  - {repo: dirty, id: in-place, vars: {exe: sh}}
+  - {repo: gone, id: missing, vars: {exe: sh}}
+"#,
+    )
+    .unwrap();
+}
+
+fn apply(root: &Path, extra: &[&str]) -> std::process::Output {
+    runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .args(extra)
+        .env("API_TOKEN", SECRET)
+        .env("RUNNER_CONTAINMENT", "process-group")
+        .output()
+        .unwrap()
+}
+
+/// Whether an outside tool is here. Missing in CI is a failure; elsewhere the check is skipped,
+/// loudly.
+fn have(tool: &str, probe: &mut Command) -> bool {
+    let ok = probe
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{tool} is needed in CI: .ci/run installs it"
+        );
+        eprintln!(
+            "SKIPPED: {tool} is not installed here; .ci/run installs it (this check runs in CI)"
+        );
+    }
+    ok
+}
+
+/// The report's text with what differs from run to run replaced: the temporary folder, run ids,
+/// timestamps, commits, durations and the timeline's coordinates.
+fn normalise(text: &str, root: &Path) -> String {
+    let root = std::fs::canonicalize(root).unwrap();
+    let mut s = text
+        .replace(&root.display().to_string(), "<root>")
+        .replace(&root.display().to_string().replace('/', "\\/"), "<root>");
+    let rules: &[(&str, &str)] = &[
+        (r"\d{8}T\d{6}Z-[0-9a-f]{6}", "<run>"),
+        (
+            r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})",
+            "<time>",
+        ),
+        (r"\b[0-9a-f]{40}\b", "<commit>"),
+        (r"(commit `?)[0-9a-f]{10}\b", "${1}<commit>"),
+        (
+            r#""(duration_ms|lease_ms|backoff_ms|waited_ms)": \d+"#,
+            r#""$1": 0"#,
+        ),
+        (r#"time="[\d.]+""#, r#"time="0""#),
+        (r"\b\d+(\.\d+)? ?(ms|s|min|h)\b", "<dur>"),
+        (r"<dur> \d{2} (s|min)\b", "<dur>"),
+        // Where the timeline's bars and ticks fall depends on how long things took.
+        (r#"\b(x|x1|x2|width|cx|cy|points)="[^"]*""#, r#"$1="""#),
+        (r#"<line class="axis"[^\n]*\n"#, ""),
+    ];
+    for (pattern, with) in rules {
+        s = regex::Regex::new(pattern)
+            .unwrap()
+            .replace_all(&s, *with)
+            .into_owned();
+    }
+    s
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_symlink() {
+            continue;
+        }
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_drain_with_every_outcome_writes_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    every_outcome(root);
+    let events = root.join("events.jsonl");
+    let out = apply(root, &["--events", events.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "the run stalls: {err}");
+    assert!(
+        err.contains("1 completed, 1 halted, 1 failed, 1 skipped (repo-not-found 1), 1 held (dirty-tree 1), 2 cancelled"),
+        "{err}"
+    );
+    let run_dir = root.join("runner-reports/latest");
+    for (file, name) in [
+        ("report.json", "report.json"),
+        ("summary.md", "summary.md"),
+        ("junit.xml", "junit.xml"),
+        ("index.html", "index.html"),
+    ] {
+        let text =
+            std::fs::read_to_string(run_dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        insta::assert_snapshot!(name, normalise(&text, root));
+    }
+    let history = std::fs::read_to_string(root.join("runner-reports/index.html")).unwrap();
+    insta::assert_snapshot!("history.html", normalise(&history, root));
+
+    // The secret, printed whole by the worker and in two writes by a gate, is nowhere.
+    let mut looked = files_under(&root.join("runner-reports"));
+    looked.push(events.clone());
+    assert!(looked.len() >= 8, "{looked:?}");
+    for f in &looked {
+        let bytes = std::fs::read(f).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains(SECRET), "the secret is in {}", f.display());
+        assert!(
+            !text.contains("value-42"),
+            "a piece of the secret is in {}",
+            f.display()
+        );
+    }
+    let tail = std::fs::read_to_string(&events).unwrap();
+    assert!(tail.contains("using ***"), "redacted, not dropped: {tail}");
+
+    // `runner report` renders the same files from the ledger.
+    let again = root.join("again");
+    let out = runner()
+        .current_dir(root)
+        .args([
+            "report",
+            "latest",
+            "--manifest",
+            "m.yaml",
+            "--format",
+            "all",
+        ])
+        .args(["--out", again.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for file in ["report.json", "summary.md", "junit.xml", "index.html"] {
+        assert_eq!(
+            std::fs::read_to_string(again.join(file)).unwrap(),
+            std::fs::read_to_string(run_dir.join(file)).unwrap(),
+            "{file} re-rendered from the ledger"
+        );
+    }
+    let html = runner()
+        .current_dir(root)
+        .args([
+            "report",
+            "latest",
+            "--manifest",
+            "m.yaml",
+            "--format",
+            "html",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&html.stdout),
+        std::fs::read_to_string(run_dir.join("index.html")).unwrap()
+    );
+}
+
+#[test]
+fn only_the_listed_formats_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    every_outcome(root);
+    let m = std::fs::read_to_string(root.join("m.yaml")).unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        m.replace("stall:", "reports: {formats: [junit, html]}\nstall:"),
+    )
+    .unwrap();
+    let out = apply(root, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let run_dir = root.join("runner-reports/latest");
+    let mut names: Vec<String> = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["index.html", "junit.xml", "logs"]);
+    assert!(root.join("runner-reports/index.html").is_file());
+}
+
+#[test]
+fn junit_is_accepted_by_outside_junit_consumers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    every_outcome(root);
+    let out = apply(root, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let xml = std::fs::canonicalize(root.join("runner-reports/latest/junit.xml")).unwrap();
+    let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/junit/junit.xsd");
+    if have("xmllint", Command::new("xmllint").arg("--version")) {
+        let out = Command::new("xmllint")
+            .args(["--noout", "--schema"])
+            .arg(&xsd)
+            .arg(&xml)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "xmllint: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if have(
+        "junitparser (Python)",
+        Command::new("python3").args(["-c", "import junitparser"]),
+    ) {
+        // What a JUnit consumer makes of the file: per suite its counts, per case its result.
+        let script = r#"
+import sys
+from junitparser import JUnitXml, Failure, Error, Skipped
+for suite in JUnitXml.fromfile(sys.argv[1]):
+    print(f"suite {suite.name} tests={suite.tests} failures={suite.failures} errors={suite.errors} skipped={suite.skipped}")
+    for case in suite:
+        kinds = [type(r).__name__ for r in case.result]
+        print(f"  case {case.name} {','.join(kinds) or 'passed'} {(case.result[0].message or '') if case.result else ''}")
+"#;
+        let out = Command::new("python3")
+            .args(["-c", script])
+            .arg(&xml)
+            .output()
+            .unwrap();
+        let seen = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{seen}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen = normalise(&seen, root);
+        for line in [
+            "suite app tests=5 failures=1 errors=1 skipped=2",
+            "  case good passed",
+            "  case broken Error cannot start `<root>/noexec`: Permission denied (os error 13)",
+            "  case bad Failure attempts-exhausted: gate `test` failed (exit code 1)",
+            "  case later Skipped cancelled: not started: the run stalled",
+            "suite dirty tests=1 failures=0 errors=0 skipped=1",
+            "  case in-place Skipped held: dirty-tree",
+            "suite gone tests=1 failures=0 errors=0 skipped=1",
+            "  case missing Skipped skipped: repo-not-found: `<root>/gone` does not exist",
+        ] {
+            assert!(seen.contains(line), "`{line}` in:\n{seen}");
+        }
+    }
+}
+
+/// Two slots, an item retried after a provider's rate limit, one that halts at its tests while
+/// `fail-login` exists: the timeline the README shows.
+fn busy_drain(root: &Path) {
+    for r in ["api", "web", "docs"] {
+        repo(&root.join(r));
+    }
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            r#"version: 1
+name: nightly
+capacity: {{workers: 2}}
+repositories: [{{path: api}}, {{path: web}}, {{path: docs}}]
+models:
+  primary: sonnet
+  threshold: 5
+  provider_failure: {{patterns: ["rate limit exceeded"]}}
+  backoff: {{initial: 1s, max: 1s}}
+worker:
+  run: |
+    case "$RUNNER_ITEM" in
+      limits) if [ "$RUNNER_ATTEMPT" = 1 ]; then sleep 0.3; echo "Error: rate limit exceeded, retry after 1s"; exit 1; fi; sleep 0.5;;
+      parser) sleep 0.9;;
+      *) sleep 0.4;;
+    esac
+    date +%s%N > "work-$RUNNER_ITEM.txt"
+gates:
+  - name: build
+    run: sleep 0.2
+  - name: test
+    run: 'sleep 0.2; if [ "$RUNNER_ITEM" = login ] && [ -e {flag} ]; then echo "test login::expired_session failed at src/login.rs:42"; exit 1; fi'
+items:
+  - {{repo: api, id: parser, branch: "runner/parser"}}
+  - {{repo: api, id: limits, branch: "runner/limits"}}
+  - {{repo: web, id: login, branch: "runner/login"}}
+  - {{repo: web, id: theme, branch: "runner/theme"}}
+  - {{repo: docs, id: intro, branch: "runner/intro"}}
+"#,
+            flag = root.join("fail-login").display()
+        ),
+    )
+    .unwrap();
+}
+
+fn render(page: &Path, shot: Option<&Path>) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/render.mjs");
+    let mut c = Command::new("node");
+    c.arg(&script).arg(page);
+    if let Some(s) = shot {
+        c.arg(s);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "render {}: {}",
+        page.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn html_pages_render_in_chromium_with_a_lane_per_slot_and_no_request() {
+    let browser =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/node_modules/playwright-core");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    if !have(
+        "node with playwright-core (npm ci --prefix tests/browser)",
+        Command::new("test").arg("-d").arg(&browser),
+    ) || !have("chromium", Command::new(&chromium).arg("--version"))
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    busy_drain(root);
+    let flag = root.join("fail-login");
+    let run = |fail_login: bool, extra: &[&str]| {
+        if fail_login {
+            std::fs::write(&flag, "").unwrap();
+        } else {
+            let _ = std::fs::remove_file(&flag);
+        }
+        let out = runner()
+            .current_dir(root)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .args(extra)
+            .env("RUNNER_CONTAINMENT", "process-group")
+            .output()
+            .unwrap();
+        (out.status.code(), stderr(&out))
+    };
+    // The history: login halts, completes, then halts again (flaky); the last run is the one the
+    // timeline shows.
+    let (code, err) = run(true, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let (code, err) = run(false, &["--rerun", "all"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = run(true, &["--rerun", "all"]);
+    assert_eq!(code, Some(1), "{err}");
+
+    let shot = std::env::var_os("RUNNER_UPDATE_SCREENSHOT")
+        .map(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report.png"))
+        .unwrap_or_else(|| root.join("report.png"));
+    let seen = render(&root.join("runner-reports/latest/index.html"), Some(&shot));
+    let report = common::latest_report(&root.join("runner-reports"));
+    let attempts: usize = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["attempts"].as_array().unwrap().len())
+        .sum();
+    for mode in ["light", "dark", "noscript"] {
+        let s = &seen[mode];
+        assert_eq!(s["requests"], serde_json::json!([]), "{mode}: {s}");
+        assert_eq!(s["errors"], serde_json::json!([]), "{mode}: {s}");
+        assert_eq!(s["lanes"], 2, "a lane per slot ({mode}): {s}");
+        assert_eq!(s["laneLabels"], serde_json::json!(["slot 1", "slot 2"]));
+        assert_eq!(s["bars"], attempts, "a bar per attempt ({mode}): {s}");
+        assert_eq!(
+            s["backoffs"], 1,
+            "the rate-limited item's rest ({mode}): {s}"
+        );
+        assert!(s["gateSegments"].as_u64().unwrap() >= 8, "{mode}: {s}");
+        assert_eq!(s["items"], 5, "{mode}: {s}");
+        assert_eq!(
+            s["visibleItems"], 5,
+            "every row reads without filters ({mode}): {s}"
+        );
+        assert_eq!(
+            s["scrollsSideways"], false,
+            "fits a laptop screen ({mode}): {s}"
+        );
+    }
+    assert_eq!(seen["light"]["filtersShown"], true);
+    assert_eq!(
+        seen["noscript"]["filtersShown"], false,
+        "no dead controls without script"
+    );
+    assert_ne!(seen["light"]["background"], seen["dark"]["background"]);
+    assert_eq!(
+        seen["light"]["filteredHalted"],
+        serde_json::json!({"expected": 1, "shown": 1})
+    );
+    assert_eq!(seen["light"]["clickedOpens"], true);
+    assert!(shot.is_file());
+
+    let seen = render(&root.join("runner-reports/index.html"), None);
+    for mode in ["light", "dark", "noscript"] {
+        let s = &seen[mode];
+        assert_eq!(s["requests"], serde_json::json!([]), "{mode}: {s}");
+        assert_eq!(s["errors"], serde_json::json!([]), "{mode}: {s}");
+        assert_eq!(
+            s["runRows"],
+            3 + 1 + 5 + 1,
+            "runs and items, with headers ({mode}): {s}"
+        );
+        assert_eq!(s["flaky"], 1, "login flipped back and forth ({mode}): {s}");
+        assert_eq!(s["trend"], true);
+    }
+}
