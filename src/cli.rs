@@ -59,6 +59,9 @@ pub enum Command {
     Resume(PauseArgs),
     /// Release a repository's lease and quarantine; refuses while any process of it lives.
     Unlock(UnlockArgs),
+    /// Prune history past `reports.keep`: older runs' report folders and their record in the
+    /// ledger (each item's latest result stays). `apply` does it after every run.
+    Gc(GcArgs),
     /// Write a commented starter manifest for the checkouts in a folder.
     Init(InitArgs),
     /// Publish the work branches of items earlier runs completed and did not publish (or that
@@ -266,6 +269,17 @@ pub struct InitArgs {
     /// Replace a manifest (and adapter scripts) already there.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// The manifest whose history to prune.
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// The reports folder, when runs were given `--report-dir`.
+    #[arg(long, value_name = "DIR")]
+    pub report_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -144,17 +144,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         }
     };
     tracing::info!(containment = %contained.describe(), "processes are contained");
-    let reports_dir = match &args.report_dir {
-        Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
-        None => loaded.resolve(
-            loaded
-                .manifest
-                .reports
-                .as_ref()
-                .and_then(|r| r.dir.as_deref())
-                .unwrap_or(crate::manifest::DEFAULT_REPORTS_DIR),
-        ),
-    };
+    let reports_dir = super::reports_dir(&loaded, args.report_dir.as_deref());
     let run_dir = reports_dir.join(&run_id);
     if let Err(e) = std::fs::create_dir_all(&run_dir) {
         ui.error(format_args!(
@@ -423,12 +413,26 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         .record_totals(&run_id, &super::report::totals_of(report))
     {
         ui.warn(format_args!("the run history was not updated: {e}"));
-    } else if formats.html
-        && let Some(reports) = run_dir.parent()
-        && let Err(e) =
-            super::report::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)
-    {
-        ui.warn(format_args!("the run history page was not written: {e}"));
+    } else if let Some(reports) = run_dir.parent() {
+        // Retention (`reports.keep`), then the history page of what is kept.
+        let keep = super::gc::keep_of(&cx.loaded);
+        match super::gc::retain(&mut sink.ledger, &cx.loaded.manifest.name, &keep, reports) {
+            Ok(r) => {
+                if !r.runs.is_empty() {
+                    tracing::info!(pruned = r.runs.len(), "{}", r.line(&keep));
+                }
+                for l in &r.left {
+                    ui.warn(format_args!("a report folder could not be removed: {l}"));
+                }
+            }
+            Err(e) => ui.warn(format_args!("older runs were not pruned: {e}")),
+        }
+        if formats.html
+            && let Err(e) =
+                super::report::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)
+        {
+            ui.warn(format_args!("the run history page was not written: {e}"));
+        }
     }
     if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
         github_annotations(report, &repo_paths);

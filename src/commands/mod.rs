@@ -18,6 +18,7 @@ macro_rules! outln {
 
 pub mod apply;
 pub mod cancel;
+pub mod gc;
 pub mod init;
 pub mod pause;
 pub mod plan;
@@ -144,6 +145,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Pause(args) => pause::run(&ui, &args, true),
         Command::Resume(args) => pause::run(&ui, &args, false),
         Command::Unlock(args) => unlock::run(&ui, &args),
+        Command::Gc(args) => gc::run(&ui, &args),
         Command::Schema { report, events } => schema::run_schema(report, events),
         Command::Completions { shell } => schema::run_completions(shell),
     }
@@ -191,6 +193,21 @@ pub fn plan(
 
 /// The state ledger's path: `--state` / `RUNNER_STATE`, else `.runner/state.db` beside the
 /// manifest, else in the current folder.
+/// The manifest's reports folder, or `given` (`--report-dir`).
+pub fn reports_dir(loaded: &LoadedManifest, given: Option<&Path>) -> std::path::PathBuf {
+    match given {
+        Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf()),
+        None => loaded.resolve(
+            loaded
+                .manifest
+                .reports
+                .as_ref()
+                .and_then(|r| r.dir.as_deref())
+                .unwrap_or(crate::manifest::DEFAULT_REPORTS_DIR),
+        ),
+    }
+}
+
 pub fn state_path(state: &crate::cli::StateArgs, manifest: Option<&Path>) -> std::path::PathBuf {
     if let Some(p) = &state.state {
         return p.clone();

@@ -62,6 +62,12 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
     } else {
         args.run.clone()
     };
+    if let Ok(Some(at)) = ledger.pruned_at(&run) {
+        ui.error(format_args!(
+            "run `{run}` was pruned at {at} (`reports.keep`): its events and report are gone"
+        ));
+        return super::EXIT_INVALID;
+    }
     let rep = match found(ui, render(&ledger, &run), &run, &path) {
         Ok(r) => r,
         Err(c) => return c,

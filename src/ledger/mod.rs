@@ -88,6 +88,15 @@ pub struct RunTotals {
     pub cost_usd: Option<f64>,
 }
 
+/// What retention removed from the ledger.
+#[derive(Clone, Debug, Default)]
+pub struct Pruned {
+    /// The runs pruned, with their report folders as they recorded them.
+    pub runs: Vec<(String, String)>,
+    pub events: usize,
+    pub results: usize,
+}
+
 /// A run for the history page.
 #[derive(Clone, Debug)]
 pub struct RunHistory {

@@ -125,6 +125,11 @@ ALTER TABLE runs ADD COLUMN containment TEXT;
     r#"
 ALTER TABLE runs ADD COLUMN totals TEXT;
 "#,
+    // Retention: a pruned run keeps a row (while a kept result or publication names it) and
+    // loses its plan and events.
+    r#"
+ALTER TABLE runs ADD COLUMN pruned_at TEXT;
+"#,
 ];
 
 /// An event row waiting to be committed: (run, seq, at, repo, item, json).
@@ -337,7 +342,7 @@ impl SqliteLedger {
     pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<super::RunHistory>> {
         let rows = self.rows(
             "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir, totals
-             FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2",
+             FROM runs WHERE manifest = ?1 AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2",
             params![manifest, limit as i64],
             |r| Ok((row_to_run(r)?, r.get::<_, String>(15)?, r.get::<_, Option<String>>(16)?)),
         )?;
@@ -378,6 +383,107 @@ impl SqliteLedger {
             .into_iter()
             .filter_map(|(repo, item, run, o)| Some((repo, item, run, outcome_from(&o)?)))
             .collect())
+    }
+
+    /// When run `id` was pruned by retention, if it was.
+    pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .rows("SELECT pruned_at FROM runs WHERE id = ?1", [id], |r| {
+                r.get::<_, Option<String>>(0)
+            })?
+            .into_iter()
+            .next()
+            .flatten())
+    }
+
+    /// Prune `manifest`'s history: every run that is not among its latest `keep_runs`, or that
+    /// started before `cutoff` (RFC 3339), and is not live. A pruned run loses its plan and its
+    /// events (but publications, which `publish` reads), and its item results but each item's
+    /// latest result and latest completion (what `done` and `--rerun` decide by); its row goes
+    /// once nothing names it. Returns the runs pruned, with their report folders.
+    pub fn prune(
+        &mut self,
+        manifest: &str,
+        keep_runs: u32,
+        cutoff: &str,
+        at: &str,
+    ) -> Result<super::Pruned> {
+        let candidates = self.rows(
+            "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir
+             FROM runs WHERE manifest = ?1 AND pruned_at IS NULL ORDER BY started_at DESC, id DESC",
+            [manifest],
+            |r| Ok((row_to_run(r)?, r.get::<_, String>(15)?)),
+        )?;
+        let doomed: Vec<(String, String)> = candidates
+            .into_iter()
+            .enumerate()
+            .filter(|(rank, (run, _))| {
+                (*rank >= keep_runs as usize || run.started_at.as_str() < cutoff)
+                    && run.status() != super::RunStatus::Live
+            })
+            .map(|(_, (run, dir))| (run.id, dir))
+            .collect();
+        let mut pruned = super::Pruned::default();
+        if doomed.is_empty() {
+            return Ok(pruned);
+        }
+        let path = &self.path;
+        let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(path, e))?;
+        for (id, _) in &doomed {
+            // Within the run's bounds in the log, as its report is read.
+            pruned.events += tx
+                .execute(
+                    "DELETE FROM events
+                     WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
+                       AND rowid <= coalesce((SELECT last_event FROM runs WHERE id = ?1), 9223372036854775807)
+                       AND run_id = ?1 AND body NOT LIKE '{\"event\":\"published\"%'",
+                    [id],
+                )
+                .map_err(|e| db(path, e))?;
+            pruned.results += tx
+                .execute(
+                    "DELETE FROM item_results AS r WHERE r.manifest = ?1 AND r.run_id = ?2
+                       AND EXISTS (SELECT 1 FROM item_results n
+                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
+                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at)
+                       AND (r.outcome <> 'completed' OR EXISTS (
+                                   SELECT 1 FROM item_results n
+                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
+                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at
+                                     AND n.outcome = 'completed'))",
+                    params![manifest, id],
+                )
+                .map_err(|e| db(path, e))?;
+            tx.execute(
+                "UPDATE runs SET pruned_at = ?2, plan_json = '', totals = NULL WHERE id = ?1",
+                params![id, at],
+            )
+            .map_err(|e| db(path, e))?;
+        }
+        // A pruned run's row stays while a kept result or publication names it.
+        let mut named: std::collections::HashSet<String> = Default::default();
+        {
+            let mut q = tx
+                .prepare(
+                    "SELECT DISTINCT run_id FROM item_results WHERE manifest = ?1
+                     UNION SELECT DISTINCT run_id FROM events WHERE body LIKE '{\"event\":\"published\"%'",
+                )
+                .map_err(|e| db(path, e))?;
+            let ids = q
+                .query_map([manifest], |r| r.get::<_, String>(0))
+                .map_err(|e| db(path, e))?;
+            for id in ids {
+                named.insert(id.map_err(|e| db(path, e))?);
+            }
+        }
+        for (id, _) in doomed.iter().filter(|(id, _)| !named.contains(id)) {
+            tx.execute("DELETE FROM runs WHERE id = ?1", [id])
+                .map_err(|e| db(path, e))?;
+        }
+        tx.commit().map_err(|e| db(path, e))?;
+        pruned.runs = doomed;
+        Ok(pruned)
     }
 
     /// The ledger's file.
@@ -498,7 +604,7 @@ impl SqliteLedger {
 
     /// The most recent runs, newest first (of one manifest, when given).
     pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
-        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE ?1 IS NULL OR manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
+        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE (?1 IS NULL OR manifest = ?1) AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
         Ok(rows)
     }
 
@@ -609,7 +715,7 @@ impl SqliteLedger {
         let head: Option<(String, u32, String, String)> = self
             .conn
             .query_row(
-                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = ?1",
+                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = ?1 AND pruned_at IS NULL",
                 [id],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )

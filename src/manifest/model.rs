@@ -516,6 +516,34 @@ pub struct Reports {
     /// Default: all four.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub formats: Option<Vec<ReportFormat>>,
+    /// How much history is kept: report folders and the ledger's record of older runs are pruned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep: Option<Keep>,
+}
+
+/// Retention: a run is pruned once it is not among the latest `runs` runs of its manifest, or
+/// once it started more than `days` days ago — whichever comes first. A live run never is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Keep {
+    /// Default 30.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u32>,
+    /// Default 90.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub days: Option<u32>,
+}
+
+impl Keep {
+    pub const DEFAULT_RUNS: u32 = 30;
+    pub const DEFAULT_DAYS: u32 = 90;
+
+    pub fn runs(&self) -> u32 {
+        self.runs.unwrap_or(Self::DEFAULT_RUNS)
+    }
+
+    pub fn days(&self) -> u32 {
+        self.days.unwrap_or(Self::DEFAULT_DAYS)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]

@@ -302,7 +302,8 @@ const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];
 const DISCOVER_KEYS: &[&str] = &["glob", "id", "branch", "vars"];
 const ENV_KEYS: &[&str] = &["pass", "secrets"];
 const STALL_KEYS: &[&str] = &["after"];
-const REPORTS_KEYS: &[&str] = &["dir", "formats"];
+const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep"];
+const KEEP_KEYS: &[&str] = &["runs", "days"];
 
 /// The keys each mapping accepts, by schema definition name; a test checks these against the
 /// generated schema so the loader and the schema cannot drift apart.

@@ -655,6 +655,16 @@ impl Cx {
             }
             Some(out)
         });
-        Some(Reports { dir, formats })
+        let keep = m.get("keep").and_then(|n| {
+            let k = self.map(n, "reports.keep", KEEP_KEYS)?;
+            let runs = k
+                .get("runs")
+                .and_then(|n| self.u32(n, "reports.keep.runs", 1, 1_000_000));
+            let days = k
+                .get("days")
+                .and_then(|n| self.u32(n, "reports.keep.days", 1, 100_000));
+            Some(Keep { runs, days })
+        });
+        Some(Reports { dir, formats, keep })
     }
 }

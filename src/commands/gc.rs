@@ -1,0 +1,145 @@
+//! Retention: `reports.keep` applied after every `apply`, and on demand by `runner gc M`.
+
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, open_existing, state_path};
+use crate::cli::GcArgs;
+use crate::ledger::sqlite::SqliteLedger;
+use crate::manifest::{Keep, LoadedManifest};
+use std::path::{Path, PathBuf};
+
+/// What retention removed.
+#[derive(Debug, Default)]
+pub struct Retained {
+    /// The runs pruned.
+    pub runs: Vec<String>,
+    /// Report folders removed.
+    pub folders: Vec<PathBuf>,
+    /// Report folders that could not be removed, with why.
+    pub left: Vec<String>,
+    pub events: usize,
+    pub results: usize,
+}
+
+impl Retained {
+    /// One line: what went, or that nothing did.
+    pub fn line(&self, keep: &Keep) -> String {
+        if self.runs.is_empty() {
+            return format!(
+                "nothing to remove (keeping the latest {} runs of the last {} days)",
+                keep.runs(),
+                keep.days()
+            );
+        }
+        format!(
+            "pruned {} run{} ({} report folder{}, {} event{}, {} item result{}); keeping the latest {} runs of the last {} days",
+            self.runs.len(),
+            plural(self.runs.len()),
+            self.folders.len(),
+            plural(self.folders.len()),
+            self.events,
+            plural(self.events),
+            self.results,
+            plural(self.results),
+            keep.runs(),
+            keep.days()
+        )
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// The manifest's retention, with its defaults.
+pub fn keep_of(loaded: &LoadedManifest) -> Keep {
+    loaded
+        .manifest
+        .reports
+        .as_ref()
+        .and_then(|r| r.keep)
+        .unwrap_or_default()
+}
+
+/// Prune the history of `manifest` past `keep`: the ledger's record of older runs, then their
+/// report folders — only a folder inside `reports` named for its run is ever removed.
+pub fn retain(
+    ledger: &mut SqliteLedger,
+    manifest: &str,
+    keep: &Keep,
+    reports: &Path,
+) -> Result<Retained, String> {
+    let now = jiff::Timestamp::now();
+    let cutoff = now
+        .checked_sub(jiff::SignedDuration::from_hours(
+            24 * i64::from(keep.days()),
+        ))
+        .unwrap_or(jiff::Timestamp::MIN);
+    let pruned = ledger
+        .prune(
+            manifest,
+            keep.runs(),
+            &crate::support::clock::stamp(cutoff),
+            &crate::support::clock::stamp(now),
+        )
+        .map_err(|e| e.to_string())?;
+    let mut out = Retained {
+        events: pruned.events,
+        results: pruned.results,
+        ..Default::default()
+    };
+    let reports = std::fs::canonicalize(reports).unwrap_or_else(|_| reports.to_path_buf());
+    for (id, dir) in pruned.runs {
+        let dir = PathBuf::from(dir);
+        let inside = dir.file_name().is_some_and(|n| n == id.as_str())
+            && dir
+                .parent()
+                .and_then(|p| std::fs::canonicalize(p).ok())
+                .is_some_and(|p| p == reports);
+        if inside && dir.is_dir() {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => out.folders.push(dir),
+                Err(e) => out.left.push(format!("`{}`: {e}", dir.display())),
+            }
+        }
+        out.runs.push(id);
+    }
+    Ok(out)
+}
+
+pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
+    let loaded = match super::load(ui, &args.manifest) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let path = state_path(&args.state, Some(&args.manifest));
+    let mut ledger = match open_existing(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let reports = super::reports_dir(&loaded, args.report_dir.as_deref());
+    let keep = keep_of(&loaded);
+    let retained = match retain(&mut ledger, &loaded.manifest.name, &keep, &reports) {
+        Ok(r) => r,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
+    for r in &retained.runs {
+        eprintln!("runner: gc: pruned run {r}");
+    }
+    for l in &retained.left {
+        ui.warn(format_args!("a report folder could not be removed: {l}"));
+    }
+    if !retained.runs.is_empty()
+        && reports.join("index.html").is_file()
+        && let Err(e) = super::report::write_history(&ledger, &loaded.manifest.name, &reports)
+    {
+        ui.warn(format_args!("the run history page was not rewritten: {e}"));
+    }
+    eprintln!("runner: gc: {}", retained.line(&keep));
+    if retained.left.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_INTERNAL
+    }
+}

@@ -1,0 +1,120 @@
+//! Retention: `reports.keep` prunes older runs' report folders and their record in the ledger,
+//! keeping what decides `done`; `runner gc` does it on demand and is idempotent.
+
+mod common;
+
+use common::{repo, run_in, stderr, stdout};
+use std::path::Path;
+
+fn run_folders(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join("runner-reports"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "latest" && e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn count(db: &rusqlite::Connection, sql: &str) -> i64 {
+    db.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn keep_prunes_older_runs_and_keeps_what_done_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        r#"version: 1
+name: keep
+repositories: [{path: r}]
+reports: {keep: {runs: 2}}
+worker: {run: 'echo "$RUNNER_ITEM $(date +%s%N)" > "w-$RUNNER_ITEM.txt"'}
+gates:
+  - {name: test, run: 'test "$RUNNER_ITEM" != flaky'}
+items:
+  - {repo: r, id: good, branch: runner/good}
+  - {repo: r, id: flaky, branch: runner/flaky}
+"#,
+    )
+    .unwrap();
+    let mut runs = Vec::new();
+    for round in 0..4 {
+        let args: &[&str] = if round == 0 {
+            &["apply", "m.yaml", "--no-progress", "--json"]
+        } else {
+            &[
+                "apply",
+                "m.yaml",
+                "--no-progress",
+                "--json",
+                "--rerun",
+                "failed",
+            ]
+        };
+        let out = run_in(root, args);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        runs.push(report["run_id"].as_str().unwrap().to_string());
+    }
+    // Two report folders left: the latest two runs'.
+    let mut latest = runs[2..].to_vec();
+    latest.sort();
+    assert_eq!(run_folders(root), latest);
+    let db = rusqlite::Connection::open(root.join(".runner/state.db")).unwrap();
+    assert_eq!(
+        count(&db, "SELECT count(DISTINCT run_id) FROM events"),
+        2,
+        "only the kept runs' events stay"
+    );
+    // The first run's row stays, pruned, because `good`'s completion names it; the middle ones
+    // are gone.
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM runs WHERE pruned_at IS NULL"),
+        2
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM runs"), 3);
+    let results_after_four = count(&db, "SELECT count(*) FROM item_results");
+
+    // Both items are still finished: `good` by its completion in the pruned first run, `flaky`
+    // by its halt in a kept one.
+    let plan = run_in(root, &["plan", "m.yaml", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["counts"]["done"], 2, "{plan:#}");
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "nothing pending: {}",
+        stderr(&out)
+    );
+
+    // On demand, with a tighter window; idempotent: a second look finds nothing more.
+    let m = std::fs::read_to_string(root.join("m.yaml")).unwrap();
+    std::fs::write(root.join("m.yaml"), m.replace("runs: 2", "runs: 1")).unwrap();
+    let out = run_in(root, &["gc", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("pruned 1 run"), "{}", stderr(&out));
+    let out = run_in(root, &["gc", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing to remove"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(run_folders(root).len(), 1);
+    assert!(count(&db, "SELECT count(*) FROM item_results") <= results_after_four + 1);
+
+    // A pruned run's report is gone, and `report` says why.
+    let out = run_in(root, &["report", &runs[0], "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("was pruned"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+    // The history page lists the runs kept.
+    let history = std::fs::read_to_string(root.join("runner-reports/index.html")).unwrap();
+    let listed = |id: &str| history.contains(&format!("<code>{id}</code>"));
+    assert!(!listed(&runs[0]) && !listed(&runs[1]) && !listed(&runs[2]));
+}
