@@ -88,6 +88,24 @@ pub enum Event {
         item: ItemIndex,
         waited: Duration,
     },
+    /// A command of attempt `n` (the worker, or gate `gate`) waits for a unit of a shared
+    /// resource that other commands hold, on this host.
+    ResourceWaiting {
+        item: ItemIndex,
+        n: u32,
+        resource: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gate: Option<String>,
+    },
+    /// ... and got it after waiting this long; its time limit starts now.
+    ResourceAcquired {
+        item: ItemIndex,
+        n: u32,
+        resource: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gate: Option<String>,
+        waited: Duration,
+    },
     /// What attempt `n`'s worker reported it used.
     Usage {
         item: ItemIndex,

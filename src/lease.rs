@@ -263,6 +263,58 @@ pub fn read_record(path: &Path) -> Option<Record> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
+/// A unit of a host-wide shared resource (`resources:` in the manifest), held while one command
+/// runs: an OS file lock on `<dir>/<name>.<k>.lock`, one file per unit, so every runner on the
+/// host that declares the resource shares its units. Dropping it releases the unit; the
+/// descriptor is close-on-exec, so a command's leftovers never keep it.
+pub struct ResourceUnit {
+    _file: File,
+}
+
+/// Where the units' lock files live: `RUNNER_RESOURCES_DIR`, else `$XDG_RUNTIME_DIR/runner`,
+/// else `/tmp/runner-<uid>` (made private to the user).
+pub fn resources_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("RUNNER_RESOURCES_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("runner").join("resources");
+    }
+    std::env::temp_dir()
+        .join(format!("runner-{}", nix::unistd::getuid().as_raw()))
+        .join("resources")
+}
+
+/// A free unit of resource `name` (of `units`), or `None` when every unit is held.
+pub fn try_resource(dir: &Path, name: &str, units: u32) -> std::io::Result<Option<ResourceUnit>> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    // A folder another user made (or a link to one) is not ours to coordinate through.
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(std::io::Error::other(format!(
+            "`{}` is not a folder of this user",
+            dir.display()
+        )));
+    }
+    for k in 0..units {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(format!("{name}.{k}.lock")))?;
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(ResourceUnit { _file: file })),
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -660,6 +660,8 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::ModelDemoted { item, .. }
         | Event::Published { item, .. }
         | Event::LeaseWaited { item, .. }
+        | Event::ResourceWaiting { item, .. }
+        | Event::ResourceAcquired { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
         Event::RunStarted { .. } | Event::RunEnded { .. } => None,
     }

@@ -1065,6 +1065,91 @@ fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<P
     Some(path)
 }
 
+/// A unit of every shared resource the command `uses`, taken in name order (so two commands never
+/// hold one each of what the other waits for), waiting for as long as others hold them. A stop
+/// while waiting ends the wait: the command is not run (cancelled).
+async fn take_resources(
+    icx: &ItemCx<'_>,
+    n: u32,
+    gate: Option<&str>,
+    uses: &[String],
+) -> Result<Vec<crate::lease::ResourceUnit>, Finished> {
+    let mut names: Vec<&String> = uses.iter().collect();
+    names.sort();
+    names.dedup();
+    let mut units = Vec::with_capacity(names.len());
+    if names.is_empty() {
+        return Ok(units);
+    }
+    let dir = crate::lease::resources_dir();
+    let mut stop = icx.stop.clone();
+    for name in names {
+        let count = icx
+            .cx
+            .loaded
+            .manifest
+            .resources
+            .get(name)
+            .copied()
+            .unwrap_or(1);
+        let mut since: Option<std::time::Instant> = None;
+        loop {
+            if *stop.borrow() != process::Stop::Run {
+                return Err(Finished {
+                    cancelled: true,
+                    ..Finished::default()
+                });
+            }
+            match crate::lease::try_resource(&dir, name, count) {
+                Ok(Some(unit)) => {
+                    if let Some(t) = since {
+                        let _ = icx.events.send(Event::ResourceAcquired {
+                            item: icx.idx,
+                            n,
+                            resource: name.clone(),
+                            gate: gate.map(str::to_string),
+                            waited: t.elapsed(),
+                        });
+                    }
+                    units.push(unit);
+                    break;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Finished {
+                        spawn_error: Some(format!(
+                            "cannot take shared resource `{name}` in `{}`: {e}",
+                            dir.display()
+                        )),
+                        ..Finished::default()
+                    });
+                }
+            }
+            if since.is_none() {
+                since = Some(std::time::Instant::now());
+                let _ = icx.events.send(Event::ResourceWaiting {
+                    item: icx.idx,
+                    n,
+                    resource: name.clone(),
+                    gate: gate.map(str::to_string),
+                });
+            }
+            // Units are free when a lock is: asked again often enough that a freed unit does not
+            // idle, rarely enough to cost nothing.
+            let pause = std::time::Duration::from_millis(50);
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                changed = stop.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+            }
+        }
+    }
+    Ok(units)
+}
+
 #[expect(
     clippy::too_many_arguments,
     reason = "one call shape for worker and gate; a struct would only rename these"
@@ -1170,6 +1255,12 @@ async fn spawn(
             usage: usage.as_deref(),
         },
     );
+    let uses = gate.map_or(&icx.eff.worker.uses, |g| &g.uses);
+    // Held until the command has ended; waiting for them is not part of its time limit.
+    let _units = match take_resources(icx, n, gate_name, uses).await {
+        Ok(u) => u,
+        Err(fin) => return fin,
+    };
     process::run(
         SpawnSpec {
             argv,

@@ -58,6 +58,10 @@ pub struct Manifest {
     /// Push each completed work branch and open or update its pull request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publish: Option<Publish>,
+    /// Host-wide shared resources and how many commands may hold one at once
+    /// (`{browser: 1, heavy-build: 2}`); a gate or the worker names what it `uses`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reports: Option<Reports>,
     /// Where `url:` repositories are cloned and work-branch worktrees live
@@ -260,6 +264,9 @@ pub struct Worker {
     /// item's cgroup: `apply` refuses to start where cgroups cannot enforce them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<WorkerLimits>,
+    /// Shared resources (declared in `resources`) held while the worker runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uses: Vec<String>,
 }
 
 /// `worker.limits`: `{memory: 4G, pids: 512, cpu: 2}`.
@@ -370,6 +377,10 @@ pub struct Gate {
     /// (fewer, and the gate fails, however it exited).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_tests: Option<MinTests>,
+    /// Shared resources (declared in `resources`) held while the gate runs; waiting for them
+    /// does not count against its `timeout`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uses: Vec<String>,
 }
 
 /// A floor on the tests a gate ran, counted from its output.

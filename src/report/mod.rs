@@ -60,6 +60,9 @@ pub struct Report {
 pub struct Waited {
     pub lease_ms: u64,
     pub backoff_ms: u64,
+    /// For shared resources (`uses`), over every command of every attempt.
+    #[serde(default)]
+    pub resources_ms: u64,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -137,8 +140,8 @@ pub struct ItemReport {
     /// What became of its work branch, when the manifest publishes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publish: Option<PublishReport>,
-    /// Where its time went besides work: waiting for its repository's lease and resting after
-    /// provider failures, in milliseconds.
+    /// Where its time went besides work: waiting for its repository's lease, for shared
+    /// resources, and resting after provider failures, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waited: Option<Waited>,
     /// What its workers reported they used, over every attempt.
@@ -347,7 +350,13 @@ impl ReportBuilder {
                     it.started_at = Some(at.to_string());
                 }
             }
-            Event::Resting { .. } => {}
+            Event::Resting { .. } | Event::ResourceWaiting { .. } => {}
+            Event::ResourceAcquired { item, waited, .. } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.waited.get_or_insert_with(Default::default).resources_ms +=
+                        waited.as_millis() as u64;
+                }
+            }
             Event::LeaseWaited { item, waited } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.waited.get_or_insert_with(Default::default).lease_ms =

@@ -122,6 +122,21 @@ impl Progress {
             | Event::Worktree { .. }
             | Event::Usage { .. }
             | Event::LeaseWaited { .. } => {}
+            Event::ResourceWaiting {
+                item,
+                n,
+                resource,
+                gate,
+            } => {
+                let step = gate
+                    .as_deref()
+                    .map_or("worker".to_string(), |g| format!("gate {g}"));
+                self.line(&format!(
+                    "{} attempt {n}: {step} waits for resource `{resource}`",
+                    self.name(*item)
+                ));
+            }
+            Event::ResourceAcquired { .. } => {}
             Event::Published {
                 item,
                 branch,

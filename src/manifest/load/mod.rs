@@ -215,6 +215,7 @@ pub fn load_str(text: &str, dir: &Path) -> Result<Manifest, Vec<Problem>> {
         problems: Vec::new(),
         dir: dir.to_path_buf(),
         uses: Vec::new(),
+        resource_uses: Vec::new(),
     };
     let manifest = cx.manifest(&root);
     if let Some(m) = &manifest {
@@ -251,6 +252,7 @@ const TOP_KEYS: &[&str] = &[
     "publish",
     "reports",
     "workspace",
+    "resources",
 ];
 const BUDGET_KEYS: &[&str] = &["cost_usd"];
 const PUBLISH_KEYS: &[&str] = &["push", "remote", "pr", "timeout"];
@@ -285,6 +287,7 @@ const WORKER_KEYS: &[&str] = &[
     "commit",
     "require_change",
     "limits",
+    "uses",
 ];
 const LIMITS_KEYS: &[&str] = &["memory", "pids", "cpu"];
 const WORKER_OVERRIDE_KEYS: &[&str] = &["run", "timeout", "grace", "env", "attempts"];
@@ -296,6 +299,7 @@ const GATE_KEYS: &[&str] = &[
     "paths",
     "required",
     "min_tests",
+    "uses",
 ];
 const MIN_TESTS_KEYS: &[&str] = &["count", "pattern"];
 const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];
@@ -352,6 +356,8 @@ struct Cx {
     problems: Vec<Problem>,
     dir: PathBuf,
     uses: Vec<TemplateUse>,
+    /// Every `uses` entry: its key path, the resource it names and where.
+    resource_uses: Vec<(String, String, Span)>,
 }
 
 struct MapView<'n> {

@@ -83,6 +83,26 @@ impl Cx {
         let workspace = m
             .get("workspace")
             .and_then(|n| self.nonempty(n, "workspace"));
+        let resources = m
+            .get("resources")
+            .and_then(|n| self.resources(n))
+            .unwrap_or_default();
+        for (path, name, span) in std::mem::take(&mut self.resource_uses) {
+            if !resources.contains_key(&name) {
+                let declared: Vec<&str> = resources.keys().map(String::as_str).collect();
+                self.err_help(
+                    "unknown-resource",
+                    &path,
+                    span,
+                    format!("`{name}` is not a declared resource"),
+                    if declared.is_empty() {
+                        "declare it under `resources:` with how many may use it at once, e.g. `resources: {browser: 1}`".to_string()
+                    } else {
+                        format!("declared resources: {}", declared.join(", "))
+                    },
+                );
+            }
+        }
 
         // Cross-checks over whatever parsed.
         if let (Some(repos), Some(Some(items))) = (&repositories, &items) {
@@ -123,6 +143,7 @@ impl Cx {
             publish,
             reports,
             workspace,
+            resources,
         })
     }
 
@@ -405,6 +426,10 @@ impl Cx {
         let limits = m
             .get("limits")
             .and_then(|n| self.limits(n, &child(path, "limits")));
+        let uses = m
+            .get("uses")
+            .and_then(|n| self.resource_uses(n, &child(path, "uses")))
+            .unwrap_or_default();
         // A repository override may omit `run`; the caller keeps it apart from a full worker.
         let run = match (run, repo) {
             (Some(r), _) => r,
@@ -420,7 +445,58 @@ impl Cx {
             commit,
             require_change,
             limits,
+            uses,
         })
+    }
+
+    /// A `uses` list: resource names, checked against `resources` once the whole manifest is read.
+    fn resource_uses(&mut self, node: &Node, path: &str) -> Option<Vec<String>> {
+        let list = self.string_list(node, path, "resource name")?;
+        if let Value::Seq(nodes) = &node.value {
+            for (i, name) in list.iter().enumerate() {
+                if let Some(n) = nodes.get(i) {
+                    self.resource_uses
+                        .push((index(path, i), name.clone(), n.span));
+                }
+            }
+        }
+        Some(list)
+    }
+
+    /// `resources`: names and how many commands may hold each at once, host-wide.
+    fn resources(&mut self, node: &Node) -> Option<BTreeMap<String, u32>> {
+        let Value::Map(entries) = &node.value else {
+            self.wrong_type(node, "resources", "a mapping of resource names to counts");
+            return None;
+        };
+        let mut out = BTreeMap::new();
+        for (k, v) in entries {
+            let Value::Str(name) = &k.value else {
+                self.wrong_type(k, "resources", "a resource name");
+                continue;
+            };
+            let p = child("resources", name);
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                || name.starts_with('.')
+            {
+                self.err(
+                    "invalid-value",
+                    &p,
+                    k.span,
+                    format!(
+                        "`{name}` is not a resource name: use letters, digits, `-`, `_` and `.`"
+                    ),
+                );
+                continue;
+            }
+            if let Some(n) = self.u32(v, &p, 1, 1024) {
+                out.insert(name.clone(), n);
+            }
+        }
+        Some(out)
     }
 
     /// `worker.limits`.
@@ -572,6 +648,10 @@ impl Cx {
                     pattern: pattern?,
                 })
             });
+            let uses = g
+                .get("uses")
+                .and_then(|n| self.resource_uses(n, &child(&p, "uses")))
+                .unwrap_or_default();
             if let (Some(name), Some(run)) = (name, run) {
                 out.push(Gate {
                     name,
@@ -581,6 +661,7 @@ impl Cx {
                     paths: paths.flatten().unwrap_or_default(),
                     required: required.flatten(),
                     min_tests,
+                    uses,
                 });
             }
         }
