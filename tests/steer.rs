@@ -194,8 +194,27 @@ fn apply_loop_drains_until_a_look_finds_no_more_work() {
         .filter(|e| e.file_name() != "latest" && e.path().is_dir())
         .count();
     assert_eq!(runs, 3, "one report per round");
+    // And one summary of the whole loop.
+    let summary = |root: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(root.join("runner-reports/loop.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    let s = summary(root);
+    assert_eq!(s["ending"], "drained", "{s:#}");
+    assert_eq!(s["rounds"].as_array().unwrap().len(), 3, "{s:#}");
+    assert_eq!(s["counts"]["completed"], 3, "{s:#}");
+    assert!(
+        s["rounds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["ending"] == "drained" && r["run_id"].is_string())
+    );
     // Nothing left: a loop started now drains nothing.
     let out = run_in(root, &["apply", "m.yaml", "--no-progress", "--loop"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("round 1 found nothing pending; 0 rounds drained"));
+    assert_eq!(summary(root)["ending"], "nothing-found");
 }

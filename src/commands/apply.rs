@@ -462,8 +462,14 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
 pub fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
     let max = args.max_rounds.unwrap_or(100).max(1);
     let mut round_args = args.clone();
+    let mut summary = LoopSummary::start();
     let (mut last, mut rounds_run) = (EXIT_OK, 0u32);
-    for round in 1..=max {
+    let ending = loop {
+        let round = rounds_run + 1;
+        if round > max {
+            eprintln!("runner: loop: stopped after {max} rounds (`--max-rounds`) — exit {last}");
+            break "max-rounds".to_string();
+        }
         let pending = match pending_now(ui, &round_args) {
             Ok(n) => n,
             Err(c) => return c,
@@ -473,23 +479,160 @@ pub fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
                 "runner: loop: round {round} found nothing pending; {rounds_run} round{} drained — exit {last}",
                 if rounds_run == 1 { "" } else { "s" }
             );
-            return last;
+            break if rounds_run == 0 {
+                "nothing-found".to_string()
+            } else {
+                "drained".to_string()
+            };
         }
         eprintln!("runner: loop: round {round}, {pending} pending");
         last = run(ui, &round_args);
         rounds_run += 1;
+        summary.add_round(args, last);
         if !matches!(last, EXIT_OK | EXIT_FAILURES) {
             eprintln!("runner: loop: round {round} ended the loop — exit {last}");
-            return last;
+            break summary
+                .rounds
+                .last()
+                .and_then(|r| r.ending.clone())
+                .unwrap_or_else(|| "failed".to_string());
         }
         // `--rerun` is for the first round: later rounds take what is new.
         round_args.rerun = None;
         if let Some(d) = args.interval {
             std::thread::sleep(d);
         }
-    }
-    eprintln!("runner: loop: stopped after {max} rounds (`--max-rounds`) — exit {last}");
+    };
+    summary.finish(ui, args, ending, last);
     last
+}
+
+/// What a `--loop` came to, over its rounds: `<reports>/loop.json` and `loop.md`, rewritten by
+/// each loop.
+#[derive(serde::Serialize)]
+struct LoopSummary {
+    schema: &'static str,
+    started_at: String,
+    ended_at: Option<String>,
+    /// `drained` (rounds ran, then a look found nothing), `nothing-found` (no round ran),
+    /// `max-rounds`, or the ending of the round that ended the loop (`stalled`, `cancelled`, …).
+    ending: Option<String>,
+    exit: i32,
+    rounds: Vec<LoopRound>,
+    /// Items per outcome over every round.
+    counts: std::collections::BTreeMap<ItemOutcome, usize>,
+}
+
+#[derive(serde::Serialize)]
+struct LoopRound {
+    run_id: Option<String>,
+    ending: Option<String>,
+    exit: i32,
+    counts: std::collections::BTreeMap<ItemOutcome, usize>,
+    duration_ms: Option<u64>,
+}
+
+impl LoopSummary {
+    fn start() -> Self {
+        LoopSummary {
+            schema: "runner.loop/v1",
+            started_at: crate::support::clock::now(),
+            ended_at: None,
+            ending: None,
+            exit: EXIT_OK,
+            rounds: Vec::new(),
+            counts: Default::default(),
+        }
+    }
+
+    /// The round that just ran, as the ledger recorded it.
+    fn add_round(&mut self, args: &ApplyArgs, exit: i32) {
+        let path = super::state_path(&args.state, Some(&args.manifest));
+        let name = crate::manifest::load_file(&args.manifest)
+            .ok()
+            .map(|l| l.manifest.name);
+        let latest = name.and_then(|n| {
+            SqliteLedger::open_snapshot(&path)
+                .ok()
+                .flatten()?
+                .run_history(&n, 1)
+                .ok()?
+                .into_iter()
+                .next()
+        });
+        let (run_id, ending, totals) = match latest {
+            Some(h) => (Some(h.run.id), h.run.ending, h.totals.unwrap_or_default()),
+            None => (None, None, Default::default()),
+        };
+        for (o, n) in &totals.counts {
+            *self.counts.entry(*o).or_insert(0) += n;
+        }
+        self.rounds.push(LoopRound {
+            run_id,
+            ending,
+            exit,
+            counts: totals.counts,
+            duration_ms: totals.duration_ms,
+        });
+    }
+
+    fn finish(&mut self, ui: &Ui, args: &ApplyArgs, ending: String, exit: i32) {
+        self.ended_at = Some(crate::support::clock::now());
+        self.ending = Some(ending);
+        self.exit = exit;
+        let Ok(loaded) = crate::manifest::load_file(&args.manifest) else {
+            return;
+        };
+        let reports = super::reports_dir(&loaded, args.report_dir.as_deref());
+        let mut md = format!(
+            "# runner: `{}` — loop {}\n\n{} round{} · started {} · ended {} · exit {exit}\n\n",
+            loaded.manifest.name,
+            self.ending.as_deref().unwrap_or_default(),
+            self.rounds.len(),
+            if self.rounds.len() == 1 { "" } else { "s" },
+            self.started_at,
+            self.ended_at.as_deref().unwrap_or_default(),
+        );
+        if !self.rounds.is_empty() {
+            md.push_str("| round | run | ending | items |\n|---|---|---|---|\n");
+            for (i, r) in self.rounds.iter().enumerate() {
+                let counts: Vec<String> = r
+                    .counts
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(o, n)| format!("{n} {}", o.as_str()))
+                    .collect();
+                md.push_str(&format!(
+                    "| {} | `{}` | {} | {} |\n",
+                    i + 1,
+                    r.run_id.as_deref().unwrap_or("-"),
+                    r.ending.as_deref().unwrap_or("-"),
+                    counts.join(", ")
+                ));
+            }
+        }
+        let written = std::fs::create_dir_all(&reports)
+            .and_then(|()| serde_json::to_string_pretty(self).map_err(std::io::Error::other))
+            .and_then(|json| {
+                crate::support::fs::write_atomic(
+                    &reports.join("loop.json"),
+                    (json + "\n").as_bytes(),
+                )
+            })
+            .and_then(|()| {
+                crate::support::fs::write_atomic(&reports.join("loop.md"), md.as_bytes())
+            });
+        match written {
+            Ok(()) => eprintln!(
+                "runner: loop: summary in {}",
+                reports.join("loop.md").display()
+            ),
+            Err(e) => ui.warn(format_args!(
+                "the loop's summary was not written into `{}`: {e}",
+                reports.display()
+            )),
+        }
+    }
 }
 
 /// How many items `apply` with `args` would run now, as `plan` shows it.
