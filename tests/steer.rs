@@ -218,3 +218,33 @@ fn apply_loop_drains_until_a_look_finds_no_more_work() {
     assert!(stderr(&out).contains("round 1 found nothing pending; 0 rounds drained"));
     assert_eq!(summary(root)["ending"], "nothing-found");
 }
+
+#[test]
+fn a_stop_signal_is_recorded_with_its_senders_pid_and_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fixture(root, "30");
+    let mut apply = start_apply(root);
+    assert!(wait_for(20, || root.join("started").exists()));
+    // A sender that is still there to be read after its signal arrived.
+    let mut sender = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -TERM {}; sleep 5", apply.id()))
+        .spawn()
+        .unwrap();
+    let status = apply.wait().unwrap();
+    let _ = sender.kill();
+    let _ = sender.wait();
+    assert_eq!(status.code(), Some(143));
+    let report = common::latest_report(&root.join("runner-reports"));
+    let cause = report["cause"].as_str().unwrap();
+    assert!(
+        cause.starts_with(&format!("cancelled by pid {} (uid ", sender.id()))
+            && cause.contains(&format!("`sh -c kill -TERM {}; sleep 5`", apply.id()))
+            && cause.ends_with("(SIGTERM)"),
+        "{cause}"
+    );
+    // `status` shows it too.
+    let status = common::stdout(&run_in(root, &["status", "m.yaml"]));
+    assert!(status.contains(&format!("pid {}", sender.id())), "{status}");
+}

@@ -172,7 +172,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         manifest_path: loaded.path.display().to_string(),
         manifest_sha256: loaded.sha256.clone(),
         holder: Holder::this_process(),
-        started_by: super::who(),
+        started_by: super::who("apply"),
         started_at: started_at.clone(),
         ended_at: None,
         ending: None,
@@ -965,10 +965,12 @@ fn verdict(
     match ending {
         RunEnding::Cancelled => {
             let sig = signal.unwrap_or(libc::SIGINT);
-            (
-                128 + sig,
-                format!("cancelled by {}", engine::signal_name(sig)),
-            )
+            // The cause names the sender: `cancelled by pid 4242 (…) (SIGTERM)`.
+            let why = report
+                .cause
+                .clone()
+                .unwrap_or_else(|| format!("cancelled by {}", engine::signal_name(sig)));
+            (128 + sig, why)
         }
         RunEnding::Stalled => (EXIT_STALLED, "the run stalled".into()),
         RunEnding::Budget => (

@@ -31,7 +31,7 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
     // Who and why are recorded before the signal, so the run can name them as it ends.
     if let Err(e) = ledger.request_stop(
         &run.id,
-        &who(),
+        &who("cancel"),
         args.reason.as_deref(),
         &crate::support::clock::now(),
     ) {

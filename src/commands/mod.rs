@@ -219,18 +219,29 @@ pub fn state_path(state: &crate::cli::StateArgs, manifest: Option<&Path>) -> std
     dir.join(".runner").join("state.db")
 }
 
-/// Who is asking, for provenance: `user@host`.
-pub fn who() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| {
-            use std::os::unix::fs::MetadataExt;
-            let uid = std::fs::metadata("/proc/self")
-                .map(|m| m.uid())
-                .unwrap_or(0);
-            format!("uid {uid}")
-        });
-    format!("{user}@{}", crate::support::host::hostname())
+/// Who is asking, for provenance: `alice (uid 1000)@host`, the user named by the process's real
+/// uid (never `$USER`, which anyone can set), `as worker` when a worker or gate asks (its
+/// `RUNNER_ROLE`), and `via `runner cancel`` naming the control used.
+pub fn who(control: &str) -> String {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map(|u| format!("{} (uid {uid})", u.name))
+        .unwrap_or_else(|| format!("uid {uid}"));
+    let role = std::env::var("RUNNER_ROLE")
+        .ok()
+        .filter(|r| {
+            !r.is_empty()
+                && r.len() <= 32
+                && r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+        .map(|r| format!(" as {r}"))
+        .unwrap_or_default();
+    format!(
+        "{user}@{}{role} via `runner {control}`",
+        crate::support::host::hostname()
+    )
 }
 
 /// Open the ledger, which must exist: reading commands never create one.

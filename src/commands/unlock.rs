@@ -139,7 +139,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
     let lifted = crate::lease::lift(
         &probe.common_dir,
         crate::lease::Lifted {
-            by: super::who(),
+            by: super::who("unlock"),
             at: crate::support::clock::now(),
             why: args.reason.clone(),
         },

@@ -57,6 +57,9 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
     let (rest_tx, mut rest_rx) = mpsc::unbounded_channel::<item::Rest>();
+    // Who sends a stop signal is recorded from the signal itself.
+    process::signals::record_senders();
+    let mut signal_from: Option<String> = None;
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
     let mut sigterm =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -220,9 +223,9 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                 };
                 item_ended(&cx, sink, &mut pool, &mut sched, idx, run);
             }
-            _ = recv_signal(&mut sigint) => on_signal(&mut sched, libc::SIGINT, &stop_tx),
-            _ = recv_signal(&mut sigterm) => on_signal(&mut sched, libc::SIGTERM, &stop_tx),
-            _ = recv_signal(&mut sighup) => on_signal(&mut sched, libc::SIGHUP, &stop_tx),
+            _ = recv_signal(&mut sigint) => on_signal(&cx, &mut sched, libc::SIGINT, &stop_tx, &mut signal_from),
+            _ = recv_signal(&mut sigterm) => on_signal(&cx, &mut sched, libc::SIGTERM, &stop_tx, &mut signal_from),
+            _ = recv_signal(&mut sighup) => on_signal(&cx, &mut sched, libc::SIGHUP, &stop_tx, &mut signal_from),
             _ = sleep => {}
         }
     }
@@ -230,7 +233,9 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         pass(sink, &mut sched, &ev);
     }
     let signal = sched.stopped_by();
-    let stop_by = signal.and_then(|_| sink.stop_requested());
+    // An operator's recorded request (`runner cancel`) names who and why; otherwise the signal's
+    // sender, as the kernel gave it.
+    let stop_by = signal.and_then(|_| sink.stop_requested().or(signal_from));
     let (left, ending, cause) = sched.finish(stop_by);
     for s in left {
         finish(sink, s);
@@ -529,9 +534,24 @@ fn pass(sink: &mut dyn RunSink, sched: &mut Scheduler, ev: &Event) {
     }
 }
 
-fn on_signal(sched: &mut Scheduler, sig: i32, stop: &watch::Sender<Stop>) {
+fn on_signal(
+    cx: &RunCx,
+    sched: &mut Scheduler,
+    sig: i32,
+    stop: &watch::Sender<Stop>,
+    from: &mut Option<String>,
+) {
     let level = sched.signal(sig);
-    info!(signal = super::signal_name(sig), ?level, "stop requested");
+    // The first stop's sender is the one that ended the run; read now, while it may still run.
+    if from.is_none() {
+        *from = process::signals::sender_of(sig).map(|s| s.describe(|t| cx.redactor.redact(t)));
+    }
+    info!(
+        signal = super::signal_name(sig),
+        ?level,
+        from = from.as_deref(),
+        "stop requested"
+    );
     // runner's own git calls in flight end too (a clone of a large repository, a hung filter).
     process::stop_helpers();
     let _ = stop.send(match level {

@@ -18,6 +18,11 @@ pub mod cgroup;
 )]
 mod launch;
 pub mod output;
+#[expect(
+    unsafe_code,
+    reason = "a signal action reading the sender from siginfo, see its comment"
+)]
+pub mod signals;
 
 use output::{Collector, Redactor};
 use std::os::fd::OwnedFd;
