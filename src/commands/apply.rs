@@ -318,7 +318,9 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         .iter()
         .map(|r| (r.name.clone(), r.path.clone()))
         .collect();
+    let gate_timeouts = auto_gate_timeouts(ui, &loaded, &sink.ledger);
     let cx = Arc::new(RunCx {
+        gate_timeouts,
         loaded,
         plan,
         run_id: run_id.clone(),
@@ -453,6 +455,66 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         report::counts_line(report)
     );
     code
+}
+
+/// The limits of the manifest's `timeout: auto` gates, from how long each took when it passed in
+/// the latest runs; each said on stderr.
+fn auto_gate_timeouts(
+    ui: &Ui,
+    loaded: &crate::manifest::LoadedManifest,
+    ledger: &SqliteLedger,
+) -> HashMap<String, std::time::Duration> {
+    use crate::manifest::{AUTO_TIMEOUT_SAMPLES, DEFAULT_GATE_TIMEOUT, format_duration};
+    let mut names: Vec<&str> = loaded
+        .manifest
+        .gates
+        .iter()
+        .chain(
+            loaded
+                .manifest
+                .repositories
+                .iter()
+                .flat_map(|r| r.gates.iter().flatten()),
+        )
+        .filter(|g| g.timeout_is_auto())
+        .map(|g| g.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut out = HashMap::new();
+    if names.is_empty() {
+        return out;
+    }
+    let durations = match ledger.gate_durations(&loaded.manifest.name, 50) {
+        Ok(d) => d,
+        Err(e) => {
+            ui.warn(format_args!(
+                "`timeout: auto` gates get the default ({}): their history cannot be read: {e}",
+                format_duration(DEFAULT_GATE_TIMEOUT)
+            ));
+            return out;
+        }
+    };
+    for name in names {
+        let samples = durations.get(name).map_or(&[][..], Vec::as_slice);
+        match engine::config::auto_timeout(samples) {
+            Some((limit, p95)) => {
+                eprintln!(
+                    "runner: gate `{name}`: timeout auto = {} (p95 {} over {} passing runs)",
+                    format_duration(limit),
+                    format_duration(p95),
+                    samples.len()
+                );
+                out.insert(name.to_string(), limit);
+            }
+            None => eprintln!(
+                "runner: gate `{name}`: timeout auto = {}, the default, until {AUTO_TIMEOUT_SAMPLES} passing runs are recorded ({} so far)",
+                format_duration(DEFAULT_GATE_TIMEOUT),
+                samples.len()
+            ),
+        }
+    }
+    out
 }
 
 /// `apply --loop`: rounds of plan-and-drain until a plan finds nothing pending. A round that

@@ -2,6 +2,7 @@
 
 use crate::manifest::template;
 use crate::manifest::{CommandSpec, EnvPolicy, Gate, LoadedManifest, Models, Worker};
+use std::time::Duration;
 
 #[derive(Clone, Debug)]
 pub struct Effective {
@@ -107,4 +108,46 @@ pub fn command_argv(
         *first = loaded.resolve(first).to_string_lossy().to_string();
     }
     Ok(argv)
+}
+
+/// `timeout: auto`: [`AUTO_TIMEOUT_FACTOR`] times the p95 of a gate's passing durations
+/// (milliseconds), at least [`AUTO_TIMEOUT_MIN`] and at most the default gate timeout; `None`
+/// (the default applies) below [`AUTO_TIMEOUT_SAMPLES`] samples. Returns the limit and the p95.
+pub fn auto_timeout(samples_ms: &[u64]) -> Option<(Duration, Duration)> {
+    use crate::manifest::{
+        AUTO_TIMEOUT_FACTOR, AUTO_TIMEOUT_MIN, AUTO_TIMEOUT_SAMPLES, DEFAULT_GATE_TIMEOUT,
+    };
+    if samples_ms.len() < AUTO_TIMEOUT_SAMPLES {
+        return None;
+    }
+    let mut sorted = samples_ms.to_vec();
+    sorted.sort_unstable();
+    // The nearest-rank p95: the smallest value at or above 95% of the samples.
+    let rank = (sorted.len() * 95).div_ceil(100).max(1);
+    let p95 = Duration::from_millis(sorted[rank - 1]);
+    let limit = (p95 * AUTO_TIMEOUT_FACTOR).clamp(AUTO_TIMEOUT_MIN, DEFAULT_GATE_TIMEOUT);
+    Some((limit, p95))
+}
+
+#[cfg(test)]
+mod auto_timeout_tests {
+    use super::auto_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn three_times_the_p95_within_bounds_once_there_is_history() {
+        assert_eq!(auto_timeout(&[1_000; 4]), None, "too few samples");
+        // 20 samples: the p95 is the 19th smallest.
+        let mut s: Vec<u64> = (1..=20).map(|i| i * 30_000).collect();
+        s.reverse();
+        let (limit, p95) = auto_timeout(&s).unwrap();
+        assert_eq!(p95, Duration::from_secs(570));
+        assert_eq!(limit, Duration::from_secs(1710));
+        // Quick gates get the floor, slow ones the default ceiling.
+        assert_eq!(auto_timeout(&[100; 5]).unwrap().0, Duration::from_secs(60));
+        assert_eq!(
+            auto_timeout(&[1_500_000; 5]).unwrap().0,
+            Duration::from_secs(30 * 60)
+        );
+    }
 }

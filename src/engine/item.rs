@@ -970,7 +970,11 @@ async fn gates(
             Some(gate),
             feedback,
             log.clone(),
-            gate.timeout(),
+            icx.cx
+                .gate_timeouts
+                .get(&gate.name)
+                .copied()
+                .unwrap_or_else(|| gate.timeout()),
             gate.grace(),
             None,
         )

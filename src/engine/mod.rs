@@ -81,6 +81,8 @@ pub enum ClaimAnswer {
 /// Everything a run needs, fixed before it starts.
 pub struct RunCx {
     pub loaded: LoadedManifest,
+    /// The limits of `timeout: auto` gates, from their history (absent: the default).
+    pub gate_timeouts: std::collections::HashMap<String, std::time::Duration>,
     pub plan: Plan,
     pub run_id: String,
     /// Unguessable, in every spawned process's environment, to find escaped descendants.

@@ -385,6 +385,37 @@ impl SqliteLedger {
             .collect())
     }
 
+    /// How long each gate took when it passed, in the latest `limit` runs of `manifest`:
+    /// milliseconds by gate name.
+    pub fn gate_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<HashMap<String, Vec<u64>>> {
+        let bodies = self.rows(
+            "SELECT body FROM events WHERE body LIKE '{\"event\":\"gate-finished\"%' AND run_id IN
+                 (SELECT id FROM runs WHERE manifest = ?1 AND pruned_at IS NULL
+                  ORDER BY started_at DESC, id DESC LIMIT ?2)",
+            params![manifest, limit as i64],
+            |r| r.get::<_, String>(0),
+        )?;
+        let mut out: HashMap<String, Vec<u64>> = HashMap::new();
+        for body in bodies {
+            if let Ok(Event::GateFinished {
+                gate,
+                result: crate::vocab::GateResult::Passed,
+                duration,
+                ..
+            }) = serde_json::from_str::<Event>(&body)
+            {
+                out.entry(gate)
+                    .or_default()
+                    .push(duration.as_millis() as u64);
+            }
+        }
+        Ok(out)
+    }
+
     /// When run `id` was pruned by retention, if it was.
     pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
         Ok(self

@@ -364,7 +364,7 @@ pub struct Gate {
     pub run: CommandSpec,
     /// Default 30m.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<DurationSpec>,
+    pub timeout: Option<GateTimeout>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grace: Option<DurationSpec>,
     /// Run only when the item's changed files match one of these globs; else skipped.
@@ -394,8 +394,16 @@ pub struct MinTests {
 }
 
 impl Gate {
+    /// The gate's fixed limit; for `auto`, the default (what the run falls back to until the
+    /// gate has history).
     pub fn timeout(&self) -> Duration {
-        self.timeout.map_or(DEFAULT_GATE_TIMEOUT, |d| d.0)
+        match self.timeout {
+            Some(GateTimeout::Fixed(d)) => d.0,
+            _ => DEFAULT_GATE_TIMEOUT,
+        }
+    }
+    pub fn timeout_is_auto(&self) -> bool {
+        self.timeout == Some(GateTimeout::Auto)
     }
     pub fn grace(&self) -> Duration {
         self.grace.map_or(DEFAULT_GRACE, |d| d.0)
@@ -580,6 +588,44 @@ impl ReportFormat {
             ReportFormat::Junit => "junit",
             ReportFormat::Html => "html",
         }
+    }
+}
+
+/// A gate's time limit: a duration, or `auto` — a multiple of the gate's recorded p95
+/// duration ([`AUTO_TIMEOUT_FACTOR`], bounded by [`AUTO_TIMEOUT_MIN`] and the default), the
+/// default until [`AUTO_TIMEOUT_SAMPLES`] passing runs of it are recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateTimeout {
+    Fixed(DurationSpec),
+    Auto,
+}
+
+/// `timeout: auto` is this many times the gate's p95 duration.
+pub const AUTO_TIMEOUT_FACTOR: u32 = 3;
+/// ... and never less than this.
+pub const AUTO_TIMEOUT_MIN: Duration = Duration::from_secs(60);
+/// ... once this many passing runs of the gate are recorded (of the latest 50).
+pub const AUTO_TIMEOUT_SAMPLES: usize = 5;
+
+impl Serialize for GateTimeout {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            GateTimeout::Fixed(d) => d.serialize(s),
+            GateTimeout::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl JsonSchema for GateTimeout {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GateTimeout".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let duration = g.subschema_for::<DurationSpec>();
+        schemars::json_schema!({
+            "description": "A duration, or `auto`: three times the gate's recorded p95 duration (at least 1m, at most the 30m default), the default until 5 passing runs are recorded.",
+            "anyOf": [duration, {"const": "auto"}]
+        })
     }
 }
 

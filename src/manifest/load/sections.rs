@@ -595,9 +595,12 @@ impl Cx {
                 self.command_templates(rn, &rp, &cmd, models, owner);
                 Some(cmd)
             });
-            let timeout = g
-                .get("timeout")
-                .map(|n| self.duration(n, &child(&p, "timeout"), false));
+            let timeout = g.get("timeout").map(|n| match &n.value {
+                Value::Str(a) if a == "auto" => Some(GateTimeout::Auto),
+                _ => self
+                    .duration(n, &child(&p, "timeout"), false)
+                    .map(GateTimeout::Fixed),
+            });
             let grace = g
                 .get("grace")
                 .map(|n| self.duration(n, &child(&p, "grace"), true));
