@@ -129,6 +129,15 @@ fn cancel_wait_returns_with_the_runs_ending() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("ended cancelled"), "{}", stderr(&out));
     assert!(apply.try_wait().unwrap().is_some() || apply.wait().is_ok());
+    // Who (by uid), with which control, and what it stopped.
+    let report = common::latest_report(&root.join("runner-reports"));
+    let cause = report["cause"].as_str().unwrap();
+    let uid = nix::unistd::getuid();
+    assert!(
+        cause.contains(&format!("(uid {uid})@"))
+            && cause.contains("via `runner cancel` while 1 item ran: r/a: test (SIGTERM)"),
+        "{cause}"
+    );
 }
 
 #[test]

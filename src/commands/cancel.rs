@@ -31,7 +31,11 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
     // Who and why are recorded before the signal, so the run can name them as it ends.
     if let Err(e) = ledger.request_stop(
         &run.id,
-        &who("cancel"),
+        &format!(
+            "{}{}",
+            who("cancel"),
+            super::affected(&ledger, &run.manifest, Some(&run.id))
+        ),
         args.reason.as_deref(),
         &crate::support::clock::now(),
     ) {

@@ -244,6 +244,38 @@ pub fn who(control: &str) -> String {
     )
 }
 
+/// The items running now (of `run`, or of any run of `manifest`) for a provenance record:
+/// ` while 2 items ran: api/parse, web/login` (at most ten named), or nothing.
+pub(crate) fn affected(
+    ledger: &crate::ledger::sqlite::SqliteLedger,
+    manifest: &str,
+    run: Option<&str>,
+) -> String {
+    use crate::ledger::Ledger;
+    let Ok(claims) = ledger.live_claims_of(manifest) else {
+        return String::new();
+    };
+    let names: Vec<String> = claims
+        .iter()
+        .filter(|(_, r)| run.is_none_or(|id| id == r))
+        .map(|(k, _)| format!("{}/{}", k.repo, k.item))
+        .collect();
+    match names.len() {
+        0 => " while no item ran".to_string(),
+        n => format!(
+            " while {n} item{} ran: {}{}",
+            if n == 1 { "" } else { "s" },
+            names
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if n > 10 { ", …" } else { "" }
+        ),
+    }
+}
+
 /// Open the ledger, which must exist: reading commands never create one.
 pub(crate) fn open_existing(
     ui: &Ui,

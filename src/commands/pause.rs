@@ -26,7 +26,7 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
         ledger
             .set_paused(
                 name,
-                &who("pause"),
+                &format!("{}{}", who("pause"), super::affected(&ledger, name, None)),
                 args.reason.as_deref(),
                 &crate::support::clock::now(),
             )
