@@ -156,3 +156,44 @@ fn a_use_of_an_undeclared_resource_is_a_manifest_error() {
         "{err}"
     );
 }
+
+#[test]
+fn status_shows_an_item_waiting_for_a_resource_held_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let locks = root.join("locks");
+    let log = root.join("times.log");
+    manifest(root, "waits", &["a"], &log);
+    // Another holder on the host has the only unit.
+    std::fs::create_dir_all(&locks).unwrap();
+    let held = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(locks.join("browser.0.lock"))
+        .unwrap();
+    held.try_lock().unwrap();
+    let child = apply(root, &locks)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut status = String::new();
+    assert!(
+        common::wait_for(20, || {
+            status = common::stdout(&common::run_in(root, &["status", "m.yaml"]));
+            status.contains("waiting for shared resource `browser` since")
+        }),
+        "{status}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    drop(held);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(resource_wait_ms(&report) >= 1000, "{report:#}");
+    assert_eq!(
+        report["items"][0]["attempts"][0]["gates"][0]["result"],
+        "passed"
+    );
+}

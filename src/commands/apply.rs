@@ -920,8 +920,9 @@ impl ApplySink {
         if let Err(e) = self.ledger.event(&self.run_id, key, ev, &at) {
             self.fail(e);
         }
-        // A rest can last minutes: recorded at once, so that `status` shows it.
-        if matches!(ev, Event::Resting { .. })
+        // A rest or a wait for a shared resource can last minutes: recorded at once, so that
+        // `status` shows it.
+        if matches!(ev, Event::Resting { .. } | Event::ResourceWaiting { .. })
             && let Err(e) = self.ledger.flush_all()
         {
             self.fail(e);

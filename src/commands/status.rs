@@ -50,6 +50,15 @@ struct Running {
     /// After a provider failure, the item rests (its slot free) until then.
     #[serde(skip_serializing_if = "Option::is_none")]
     resting_until: Option<String>,
+    /// The shared resource one of its commands waits for, and since when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_for: Option<Waiting>,
+}
+
+#[derive(Serialize)]
+struct Waiting {
+    resource: String,
+    since: String,
 }
 
 #[derive(Serialize)]
@@ -107,6 +116,11 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             .into_iter()
             .map(|(run_id, repo, item, h)| Running {
                 resting_until: ledger.resting_until(&run_id, &repo, &item).ok().flatten(),
+                waiting_for: ledger
+                    .waiting_for_resource(&run_id, &repo, &item)
+                    .ok()
+                    .flatten()
+                    .map(|(resource, since)| Waiting { resource, since }),
                 run_id,
                 repo,
                 item,
@@ -276,6 +290,10 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                 r.resting_until
                     .as_deref()
                     .map(|u| format!("  resting after a provider failure until {u}"))
+                    .or_else(|| r.waiting_for.as_ref().map(|w| format!(
+                        "  waiting for shared resource `{}` since {}",
+                        w.resource, w.since
+                    )))
                     .unwrap_or_default()
             ))
         );

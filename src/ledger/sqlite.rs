@@ -461,37 +461,48 @@ impl SqliteLedger {
         let path = &self.path;
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
         self.buffered.write(&tx).map_err(|e| db(path, e))?;
-        for (id, _) in &doomed {
-            // Within the run's bounds in the log, as its report is read.
-            pruned.events += tx
-                .execute(
-                    "DELETE FROM events
-                     WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
-                       AND rowid <= coalesce((SELECT last_event FROM runs WHERE id = ?1), 9223372036854775807)
-                       AND run_id = ?1 AND body NOT LIKE '{\"event\":\"published\"%'",
-                    [id],
-                )
+        // One pass over each table for all the runs pruned, whatever their number.
+        tx.execute_batch(
+            "CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY) WITHOUT ROWID;
+             DELETE FROM temp.doomed;",
+        )
+        .map_err(|e| db(path, e))?;
+        {
+            let mut add = tx
+                .prepare("INSERT OR IGNORE INTO temp.doomed (id) VALUES (?1)")
                 .map_err(|e| db(path, e))?;
-            pruned.results += tx
-                .execute(
-                    "DELETE FROM item_results AS r WHERE r.manifest = ?1 AND r.run_id = ?2
-                       AND EXISTS (SELECT 1 FROM item_results n
-                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
-                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at)
-                       AND (r.outcome <> 'completed' OR EXISTS (
-                                   SELECT 1 FROM item_results n
-                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
-                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at
-                                     AND n.outcome = 'completed'))",
-                    params![manifest, id],
-                )
-                .map_err(|e| db(path, e))?;
-            tx.execute(
-                "UPDATE runs SET pruned_at = ?2, plan_json = '', totals = NULL WHERE id = ?1",
-                params![id, at],
+            for (id, _) in &doomed {
+                add.execute([id]).map_err(|e| db(path, e))?;
+            }
+        }
+        pruned.events = tx
+            .execute(
+                "DELETE FROM events WHERE run_id IN (SELECT id FROM temp.doomed)
+                   AND body NOT LIKE '{\"event\":\"published\"%'",
+                [],
             )
             .map_err(|e| db(path, e))?;
-        }
+        pruned.results = tx
+            .execute(
+                "DELETE FROM item_results AS r WHERE r.manifest = ?1
+                   AND r.run_id IN (SELECT id FROM temp.doomed)
+                   AND EXISTS (SELECT 1 FROM item_results n
+                               WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
+                                 AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at)
+                   AND (r.outcome <> 'completed' OR EXISTS (
+                               SELECT 1 FROM item_results n
+                               WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
+                                 AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at
+                                 AND n.outcome = 'completed'))",
+                [manifest],
+            )
+            .map_err(|e| db(path, e))?;
+        tx.execute(
+            "UPDATE runs SET pruned_at = ?1, plan_json = '', totals = NULL
+             WHERE id IN (SELECT id FROM temp.doomed)",
+            [at],
+        )
+        .map_err(|e| db(path, e))?;
         // A pruned run's row stays while a kept result or publication names it.
         let mut named: std::collections::HashSet<String> = Default::default();
         {
@@ -665,6 +676,32 @@ impl SqliteLedger {
             .ok()
             .and_then(|w| at.checked_add(w).ok());
         Ok(until.map(crate::support::clock::stamp))
+    }
+
+    /// What item `item` of `repo` in run `run_id` waits for, when its latest event is a wait
+    /// for a shared resource: (resource, since when, RFC 3339).
+    pub fn waiting_for_resource(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
+                 ORDER BY rowid DESC LIMIT 1",
+                params![run_id, repo, item],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(
+            latest.and_then(|(at, body)| match serde_json::from_str::<Event>(&body) {
+                Ok(Event::ResourceWaiting { resource, .. }) => Some((resource, at)),
+                _ => None,
+            }),
+        )
     }
 
     /// Write everything recorded so far, events included, now.
