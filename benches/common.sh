@@ -2,8 +2,13 @@
 # identity for generated repositories, and timing helpers.
 # Sets: root, bin, work.
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --quiet --manifest-path "$root/Cargo.toml"
-bin="$root/target/release/runner"
+# RUNNER_BIN: measure that binary instead (another build, side by side with this one).
+if [ -n "${RUNNER_BIN:-}" ]; then
+  bin=$RUNNER_BIN
+else
+  cargo build --release --quiet --manifest-path "$root/Cargo.toml"
+  bin="$root/target/release/runner"
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid

@@ -122,6 +122,11 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     let quarantined = super::quarantines_of(&plan, quarantined);
     history::quarantine(&mut plan, &quarantined);
     history::taken(&mut plan, &claims);
+    // The order items start in: from what they took in recent runs.
+    match ledger.item_durations(&loaded.manifest.name, super::HISTORY_RUNS) {
+        Ok(d) => crate::plan::schedule::estimate(&mut plan, &d),
+        Err(e) => ui.warn(format_args!("items start in plan order: {e}")),
+    }
 
     let run_id = new_run_id();
     // How each item's processes are kept together: a cgroup each where the machine allows it.

@@ -29,6 +29,9 @@ pub mod status;
 pub mod unlock;
 pub mod validate;
 
+/// How many of a manifest's latest runs its history (estimates, the history page) reads.
+pub const HISTORY_RUNS: usize = 50;
+
 use crate::cli::{Cli, ColorChoice, Command};
 use crate::manifest::{LoadError, LoadedManifest};
 use std::io::IsTerminal;

@@ -44,6 +44,10 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
                     let q = super::quarantines_of(&plan, q);
                     crate::plan::history::quarantine(&mut plan, &q);
                     crate::plan::history::taken(&mut plan, &claims);
+                    match ledger.item_durations(name, super::HISTORY_RUNS) {
+                        Ok(d) => crate::plan::schedule::estimate(&mut plan, &d),
+                        Err(e) => ui.warn(format_args!("no estimates: {e}")),
+                    }
                 }
                 (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
                     ui.error(e);
@@ -59,6 +63,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
             // No ledger yet: quarantines kept with the repositories still hold.
             let q = super::quarantines_of(&plan, Vec::new());
             crate::plan::history::quarantine(&mut plan, &q);
+            crate::plan::schedule::estimate(&mut plan, &Default::default());
         }
         Err(e) => {
             ui.error(e);
@@ -139,8 +144,19 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
         out.push_str("no items found\n");
         return out;
     }
+    if count(ItemState::Pending) > 0 {
+        out.push_str(&match plan.expected {
+            Some(e) => format!(
+                "expected to take {} (the least any order could: {}); the repository with the most work left starts first\n",
+                crate::manifest::format_duration(std::time::Duration::from_millis(e.makespan_ms)),
+                crate::manifest::format_duration(std::time::Duration::from_millis(e.lower_bound_ms)),
+            ),
+            None => "no history yet: the repositories with the most pending items start first\n"
+                .to_string(),
+        });
+    }
     out.push('\n');
-    let rows: Vec<[String; 6]> = plan
+    let rows: Vec<[String; 8]> = plan
         .items
         .iter()
         .enumerate()
@@ -150,6 +166,10 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
                 it.repo.clone(),
                 it.id.clone(),
                 it.state.as_str().to_string(),
+                it.start.map_or(String::new(), |s| s.to_string()),
+                it.estimate_ms.map_or(String::new(), |ms| {
+                    crate::manifest::format_duration(std::time::Duration::from_millis(ms))
+                }),
                 it.reason.map_or(String::new(), |r| r.as_str().to_string()),
                 it.detail
                     .clone()
@@ -161,7 +181,9 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
             ]
         })
         .collect();
-    let header = ["#", "REPO", "ITEM", "STATE", "REASON", "DETAIL"];
+    let header = [
+        "#", "REPO", "ITEM", "STATE", "START", "EST", "REASON", "DETAIL",
+    ];
     let mut widths = header.map(str::len);
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r.iter()) {

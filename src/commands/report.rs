@@ -140,8 +140,7 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
     EXIT_OK
 }
 
-/// How many runs the history page shows.
-pub const HISTORY_RUNS: usize = 50;
+use super::HISTORY_RUNS;
 
 /// What a run came to, for the ledger's run history.
 pub fn totals_of(rep: &report::Report) -> crate::ledger::RunTotals {

@@ -99,6 +99,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         nothing_found: cx.plan.items.is_empty(),
         paused: cx.paused.clone(),
         budget: m.budget.map(|b| b.cost_usd),
+        estimates: cx.plan.estimates(),
     });
     let mut pool = Pool {
         tasks: JoinSet::new(),

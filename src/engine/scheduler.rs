@@ -19,6 +19,7 @@
 //! is decided exactly once; once admission stops, nothing new is admitted.
 
 use super::stall::{HaltSignature, Observed, StallGuard};
+use crate::plan::schedule::Backlog;
 use crate::vocab::{ItemOutcome, RunEnding};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -131,6 +132,8 @@ pub struct Setup {
     pub paused: Option<String>,
     /// `budget.cost_usd`: once the workers' reported cost reaches it, nothing new is admitted.
     pub budget: Option<f64>,
+    /// What each item (by index) is expected to take, in milliseconds; empty: every item alike.
+    pub estimates: Vec<u64>,
 }
 
 /// A repository whose lease another process holds.
@@ -143,7 +146,9 @@ struct Blocked {
 #[derive(Debug)]
 pub struct Scheduler {
     repo_of: Vec<String>,
+    /// The pending items, in plan order.
     queue: Vec<usize>,
+    backlog: Backlog,
     workers: u32,
     probe: bool,
     /// The probe's answer for the admission about to happen.
@@ -176,6 +181,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(s: Setup) -> Self {
         Scheduler {
+            backlog: Backlog::new(&s.repo_of, &s.queue, s.estimates),
             repo_of: s.repo_of,
             queue: s.queue,
             workers: s.workers.max(1),
@@ -326,14 +332,12 @@ impl Scheduler {
         if self.running.len() as u32 >= bound {
             return None;
         }
-        let pos = self.queue.iter().position(|&i| {
-            let repo = &self.repo_of[i];
+        let idx = self.backlog.pick(|repo| {
             !self.busy.contains(repo) && self.blocked.get(repo).is_none_or(|b| now >= b.retry_at)
         })?;
-        let idx = self.queue[pos];
         let repo = self.repo_of[idx].clone();
         if self.quarantined.contains(&repo) {
-            self.queue.remove(pos);
+            self.dequeue(idx);
             return Some(settle(
                 idx,
                 ItemOutcome::Held,
@@ -342,7 +346,7 @@ impl Scheduler {
             ));
         }
         if let Some(err) = self.clone_errors.get(&repo).cloned() {
-            self.queue.remove(pos);
+            self.dequeue(idx);
             let seen = Observed {
                 outcome: ItemOutcome::Failed,
                 progress: false,
@@ -367,6 +371,13 @@ impl Scheduler {
         self.probed = Some(bound.clamp(1, self.workers));
     }
 
+    /// `item` leaves the queue.
+    fn dequeue(&mut self, item: usize) {
+        self.queue.retain(|&i| i != item);
+        let repo = self.repo_of[item].clone();
+        self.backlog.remove(&repo, item);
+    }
+
     /// What came of admitting `item`.
     pub fn admitted(&mut self, item: usize, answer: Admission, now: Instant) {
         debug_assert_eq!(self.admitting, Some(item));
@@ -374,7 +385,7 @@ impl Scheduler {
         self.probed = None;
         let repo = self.repo_of[item].clone();
         let leave = |s: &mut Self, outcome, reason: Option<&str>, cause: String| {
-            s.queue.retain(|&i| i != item);
+            s.dequeue(item);
             s.outbox.push_back(Settled {
                 item,
                 outcome,
@@ -384,7 +395,7 @@ impl Scheduler {
         };
         match answer {
             Admission::Started => {
-                self.queue.retain(|&i| i != item);
+                self.dequeue(item);
                 self.blocked.remove(&repo);
                 self.busy.insert(repo.clone());
                 self.running.insert(item, repo);
@@ -423,6 +434,7 @@ impl Scheduler {
                         Some(h) => format!("leased by {h}"),
                         None => "its lease is held by another process".to_string(),
                     };
+                    self.backlog.clear_repo(&repo);
                     let repo_of = &self.repo_of;
                     let outbox = &mut self.outbox;
                     self.queue.retain(|&i| {

@@ -416,6 +416,46 @@ impl SqliteLedger {
         Ok(out)
     }
 
+    /// What each item's worker and gates took together in each of the latest `limit` runs of
+    /// `manifest` it ran in: milliseconds by `(repo, item)`, one value per run.
+    pub fn item_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<HashMap<(String, String), Vec<u64>>> {
+        let rows = self.rows(
+            "SELECT run_id, repo, item, body FROM events
+             WHERE (body LIKE '{\"event\":\"worker-finished\"%' OR body LIKE '{\"event\":\"gate-finished\"%')
+               AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN
+                 (SELECT id FROM runs WHERE manifest = ?1 AND pruned_at IS NULL
+                  ORDER BY started_at DESC, id DESC LIMIT ?2)",
+            params![manifest, limit as i64],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            },
+        )?;
+        let mut per_run: HashMap<(String, String, String), u64> = HashMap::new();
+        for (run, repo, item, body) in rows {
+            let took = match serde_json::from_str::<Event>(&body) {
+                Ok(
+                    Event::WorkerFinished { duration, .. } | Event::GateFinished { duration, .. },
+                ) => duration.as_millis() as u64,
+                _ => continue,
+            };
+            *per_run.entry((run, repo, item)).or_default() += took;
+        }
+        let mut out: HashMap<(String, String), Vec<u64>> = HashMap::new();
+        for ((_, repo, item), ms) in per_run {
+            out.entry((repo, item)).or_default().push(ms);
+        }
+        Ok(out)
+    }
+
     /// When run `id` was pruned by retention, if it was.
     pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
         Ok(self

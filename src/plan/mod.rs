@@ -9,6 +9,7 @@
 pub mod history;
 pub mod holds;
 pub mod repos;
+pub mod schedule;
 
 use crate::git::{self, Ancestry};
 use crate::manifest::compile_glob;
@@ -42,6 +43,28 @@ pub struct Plan {
     /// nothing, a folder that could not be read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// With history: when the drain is expected to end, and the earliest any drain could.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Expected>,
+}
+
+/// The drain simulated with the estimates.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Expected {
+    pub makespan_ms: u64,
+    /// max(total work / workers, the longest repository's total).
+    pub lower_bound_ms: u64,
+}
+
+impl Plan {
+    /// Each item's estimate by index, for the scheduler (1 each without history: the order then
+    /// follows item counts).
+    pub fn estimates(&self) -> Vec<u64> {
+        self.items
+            .iter()
+            .map(|it| it.estimate_ms.unwrap_or(1).max(1))
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -118,6 +141,13 @@ pub struct ItemPlan {
     /// For discovered items, the matched file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub matched: Option<String>,
+    /// A pending item's place in the expected admission order (1 = first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<usize>,
+    /// What a pending item is expected to take (worker and gates), from its recent runs, else its
+    /// repository's, else the manifest's; absent without history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_ms: Option<u64>,
 }
 
 /// Narrowing given on the command line.
@@ -291,6 +321,8 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
                     .is_some_and(|g| !g.is_match(spec.id.as_str()));
             let _ = i;
             per_repo.push(vec![ItemPlan {
+                start: None,
+                estimate_ms: None,
                 repo: spec.repo.clone(),
                 id: spec.id.clone(),
                 origin: Origin::Explicit,
@@ -371,6 +403,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     };
     let digest = digest(&loaded.sha256, &repositories, &items);
     Ok(Plan {
+        expected: None,
         schema: PLAN_SCHEMA.to_string(),
         manifest: ManifestRef {
             name: loaded.manifest.name.clone(),
@@ -542,6 +575,8 @@ fn analyse(
                 None => None,
             };
             ItemPlan {
+                start: None,
+                estimate_ms: None,
                 repo: l.name.clone(),
                 id: it.id.clone(),
                 origin: Origin::Explicit,
@@ -902,6 +937,8 @@ fn discover(
             };
             if ok {
                 items.push(ItemPlan {
+                    start: None,
+                    estimate_ms: None,
                     repo: l.name.clone(),
                     id,
                     origin: Origin::Discovered,

@@ -13,11 +13,40 @@ use std::time::Duration;
 
 pub struct Progress {
     names: Vec<String>,
+    /// With history: what is left, by the plan's estimates, for the ETA.
+    eta: Option<Eta>,
     total: usize,
     finished: usize,
     bars: Option<Bars>,
     /// Per running item: attempt, model, current gate.
     state: HashMap<usize, (u32, Option<String>, Option<String>)>,
+}
+
+/// The ETA from the plan's estimates: the least the items not yet finished could take,
+/// max(their total / workers, the longest repository's share).
+struct Eta {
+    left: HashMap<usize, (String, u64)>,
+    workers: u64,
+    /// When the drain is expected to end, in milliseconds since `origin`; counted down between
+    /// item endings.
+    origin: std::time::Instant,
+    ends_at: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Eta {
+    fn update(&self) {
+        let mut per_repo: HashMap<&str, u64> = HashMap::new();
+        let mut total = 0u64;
+        for (repo, ms) in self.left.values() {
+            total += ms;
+            *per_repo.entry(repo.as_str()).or_default() += ms;
+        }
+        let longest = per_repo.values().copied().max().unwrap_or(0);
+        let left = total.div_ceil(self.workers.max(1)).max(longest);
+        let now = self.origin.elapsed().as_millis() as u64;
+        self.ends_at
+            .store(now + left, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 struct Bars {
@@ -40,17 +69,47 @@ impl Progress {
             .iter()
             .filter(|i| i.state == ItemState::Pending)
             .count();
+        let eta = plan.expected.map(|_| {
+            let est = plan.estimates();
+            let e = Eta {
+                left: plan
+                    .items
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| i.state == ItemState::Pending)
+                    .map(|(k, i)| (k, (i.repo.clone(), est[k])))
+                    .collect(),
+                workers: u64::from(plan.capacity.workers),
+                origin: std::time::Instant::now(),
+                ends_at: Default::default(),
+            };
+            e.update();
+            e
+        });
         let bars = fancy.then(|| {
             let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
             let overall = multi.add(ProgressBar::new(total as u64));
-            overall.set_style(
-                ProgressStyle::with_template(if color {
-                    "{bar:30.cyan/blue} {pos}/{len} items · {elapsed} elapsed · ETA {eta}"
-                } else {
-                    "{bar:30} {pos}/{len} items · {elapsed} elapsed · ETA {eta}"
-                })
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
+            let mut style = ProgressStyle::with_template(if color {
+                "{bar:30.cyan/blue} {pos}/{len} items · {elapsed} elapsed · ETA {eta}"
+            } else {
+                "{bar:30} {pos}/{len} items · {elapsed} elapsed · ETA {eta}"
+            })
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            // With history the ETA is the plan's estimate of what is left, not a rate.
+            if let Some(e) = &eta {
+                let (origin, ends_at) = (e.origin, e.ends_at.clone());
+                style = style.with_key(
+                    "eta",
+                    move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let ms = ends_at
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                            .saturating_sub(origin.elapsed().as_millis() as u64);
+                        let _ =
+                            write!(w, "{}", indicatif::HumanDuration(Duration::from_millis(ms)));
+                    },
+                );
+            }
+            overall.set_style(style);
             overall.enable_steady_tick(Duration::from_millis(200));
             log::set_bars(Some(multi.clone()));
             Bars {
@@ -60,6 +119,7 @@ impl Progress {
             }
         });
         Progress {
+            eta,
             names,
             total,
             finished: 0,
@@ -243,6 +303,11 @@ impl Progress {
                 cause,
             } => {
                 self.state.remove(item);
+                if let Some(e) = &mut self.eta
+                    && e.left.remove(item).is_some()
+                {
+                    e.update();
+                }
                 let started = self.bars.as_mut().and_then(|b| b.items.remove(item));
                 if let Some(bar) = started {
                     bar.finish_and_clear();

@@ -16,6 +16,7 @@ fn setup(repos: &[u8], workers: u32) -> Setup {
         nothing_found: repos.is_empty(),
         paused: None,
         budget: None,
+        estimates: Vec::new(),
     }
 }
 

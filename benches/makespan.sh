@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Benchmark: how close a drain ends to the earliest any order could, max(total work / workers,
+# the longest repository's total). Two workloads, `workers: 4`, each item a `sleep`:
+#   heterogeneous: 40 repositories with 1-12 items of 20-600 ms (seeded, the same every time);
+#   skewed: eleven light repositories (one 300 ms item each) listed first, then one heavy
+#   repository with ten 600 ms items.
+# Each is drained twice: a first run (no history: the repositories with the most items start
+# first) and a second one (`--rerun all`: the recorded durations order it). Prints the wall time
+# of each divided by the lower bound.
+#
+#   benches/makespan.sh [SEED]
+set -euo pipefail
+seed=${1:-7}
+# shellcheck source=benches/common.sh
+. "$(dirname "$0")/common.sh"
+
+# $1: name; stdin: lines "repo ms" in manifest order. Writes the manifest, creates the
+# repositories, prints the lower bound in ms.
+workload() {
+  local name=$1 dir="$work/$1"
+  mkdir -p "$dir"
+  {
+    echo "version: 1"
+    echo "name: $name"
+    echo "capacity: {workers: 4}"
+    echo "repositories:"
+    echo "  - glob: \"repos/*\""
+    echo "worker:"
+    echo "  run: ['sh', '-c', 'sleep {item.s}']"
+    echo "items:"
+  } > "$dir/manifest.yaml"
+  awk -v dir="$dir" '
+    { n[$1]++; id = $1 "-" n[$1]; s = sprintf("%.3f", $2 / 1000)
+      printf "  - {repo: %s, id: %s, vars: {s: \"%s\"}}\n", $1, id, s >> (dir "/manifest.yaml")
+      repo[$1] += $2; total += $2; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+    END {
+      for (i = 1; i <= k; i++) print order[i] > (dir "/repos.txt")
+      longest = 0; for (r in repo) if (repo[r] > longest) longest = repo[r]
+      lb = total / 4; if (longest > lb) lb = longest
+      printf "%d\n", lb
+    }'
+  while read -r r; do
+    git init -q -b main "$dir/repos/$r"
+    git -C "$dir/repos/$r" commit -q --allow-empty -m init
+  done < "$dir/repos.txt"
+}
+
+drain() { # $1: name, then extra arguments; prints wall ms
+  local t0 t1
+  t0=$(now)
+  "$bin" apply "$work/$1/manifest.yaml" --no-progress "${@:2}" 2> /dev/null || true
+  t1=$(now)
+  echo $(( (t1 - t0) / 1000000 ))
+}
+
+lb_het=$(awk -v seed="$seed" 'BEGIN { srand(seed)
+  for (r = 1; r <= 40; r++) { n = 1 + int(rand() * 12)
+    for (i = 0; i < n; i++) printf "r%02d %d\n", r, 20 + int(rand() * 581) } }' | workload het)
+lb_skew=$( { for r in $(seq -w 1 11); do echo "light$r 300"; done
+             for _ in $(seq 10); do echo "heavy 600"; done; } | workload skew)
+
+echo "workers 4; wall time / lower bound (lower bound in ms)"
+for w in het skew; do
+  lb=$lb_het; [ "$w" = skew ] && lb=$lb_skew
+  first=$(drain "$w")
+  second=$(drain "$w" --rerun all)
+  awk -v w="$w" -v lb="$lb" -v a="$first" -v b="$second" 'BEGIN {
+    printf "%-5s lower bound %6d  first run %6d (%.3fx)  second run %6d (%.3fx)\n", w, lb, a, a / lb, b, b / lb }'
+done
