@@ -39,6 +39,13 @@ time_runner() {
   t1=$(now)
   echo $(( (t1 - t0) / 1000000 ))
 }
+time_parallel() {
+  local t0 t1
+  t0=$(now)
+  seq "$items" | parallel -j 2 true
+  t1=$(now)
+  echo $(( (t1 - t0) / 1000000 ))
+}
 time_xargs() {
   local t0 t1
   t0=$(now)
@@ -51,10 +58,13 @@ time_runner > /dev/null
 done_count=$(grep -o '"completed": [0-9]*' "$work/out/latest/report.json" | head -1 | awk '{print $2}')
 [ "$done_count" -eq "$items" ] || { echo "expected $items completed items, found $done_count" >&2; exit 1; }
 # Alternate the two, so that a noisy moment of a shared machine weighs on both alike.
-rs=(); xs=()
+rs=(); xs=(); ps=()
+# GNU parallel, when installed (Debian: parallel), runs the same commands too.
+have_parallel=$(command -v parallel > /dev/null && echo yes || echo no)
 for _ in $(seq "$runs"); do
   rs+=("$(time_runner)")
   xs+=("$(time_xargs)")
+  [ "$have_parallel" = yes ] && ps+=("$(time_parallel)")
 done
 r=$(printf '%s\n' "${rs[@]}" | median)
 x=$(printf '%s\n' "${xs[@]}" | median)
@@ -62,3 +72,10 @@ echo "items: $items over $repos repositories, -j 2, runs: $runs (median)"
 echo "runner apply:   ${r} ms"
 echo "xargs -P 2:     ${x} ms"
 awk -v r="$r" -v x="$x" 'BEGIN { printf "ratio runner/xargs: %.2fx\n", r / x }'
+if [ "$have_parallel" = yes ]; then
+  p=$(printf '%s\n' "${ps[@]}" | median)
+  echo "parallel -j 2:  ${p} ms"
+  awk -v r="$r" -v p="$p" 'BEGIN { printf "GNU parallel/runner: %.2fx (runner is that many times faster)\n", p / r }'
+else
+  echo "GNU parallel: not installed (apt-get install parallel), not compared"
+fi
