@@ -159,8 +159,30 @@ fn filter_drivers(dir: &Path) -> Vec<String> {
 }
 
 fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
-    crate::process::spawn_helper(command(dir).args(args)).map_err(|e| timed_out(e, args, dir))
+    // Commands that only read refs and objects run no filter: no need to look the drivers up.
+    let mut cmd = if args
+        .first()
+        .is_some_and(|a| READS_ONLY_REFS_AND_OBJECTS.contains(a))
+    {
+        let mut c = base_command();
+        c.arg("-C").arg(dir);
+        c
+    } else {
+        command(dir)
+    };
+    crate::process::spawn_helper(cmd.args(args)).map_err(|e| timed_out(e, args, dir))
 }
+
+/// git commands that never check out, add, diff or show file contents, so never run a filter
+/// driver or textconv program.
+const READS_ONLY_REFS_AND_OBJECTS: &[&str] = &[
+    "rev-parse",
+    "merge-base",
+    "for-each-ref",
+    "show-ref",
+    "symbolic-ref",
+    "rev-list",
+];
 
 /// A helper that ran out of time or was ended by a stop, named with its arguments; any other
 /// error as it is.
@@ -356,20 +378,22 @@ pub enum Ancestry {
 /// anything git resolves to a commit (`refs/heads/x`, `main`, `HEAD`, an id).
 pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitError> {
     let commit = format!("{marker}^{{commit}}");
-    let resolved = run(dir, &["rev-parse", "--verify", "-q", &commit])?;
-    if !resolved.status.success() {
-        return Ok(Ancestry::Unresolvable);
-    }
-    let sha = String::from_utf8_lossy(&resolved.stdout).trim().to_string();
-    let out = run(dir, &["merge-base", "--is-ancestor", &sha, rev])?;
+    // One call in the usual case; only a failure asks whether the marker resolves at all.
+    let out = run(dir, &["merge-base", "--is-ancestor", &commit, rev])?;
     match out.status.code() {
         Some(0) => Ok(Ancestry::Contained),
         Some(1) => Ok(Ancestry::Missing),
-        _ => Err(failed(
-            format!("merge-base --is-ancestor {marker} {rev}"),
-            dir,
-            &out,
-        )),
+        _ => {
+            let resolved = run(dir, &["rev-parse", "--verify", "-q", &commit])?;
+            if !resolved.status.success() {
+                return Ok(Ancestry::Unresolvable);
+            }
+            Err(failed(
+                format!("merge-base --is-ancestor {marker} {rev}"),
+                dir,
+                &out,
+            ))
+        }
     }
 }
 
