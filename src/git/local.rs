@@ -123,6 +123,176 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
     Some(names)
 }
 
+/// Whether the commit `marker` names is an ancestor of (or is) the tip of branch ref `rev`
+/// (`refs/heads/...`), read from the repository's own files: git's `merge-base --is-ancestor`
+/// without a process. `marker` is a full commit id or a ref name, resolved in git's order
+/// (`refs/<m>`, `refs/tags/<m>`, `refs/heads/<m>`, `refs/remotes/<m>`, `refs/remotes/<m>/HEAD`),
+/// annotated tags peeled. `None` says nothing, and git is asked: a marker with revision syntax or
+/// that resolves nowhere here, a shallow clone, alternates, grafts or replace refs, an object
+/// stored as a delta, or more than [`WALK_LIMIT`] commits to look at.
+pub fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
+    let (_, git_dir) = plain_checkout(dir)?;
+    if rewrites_history(&git_dir)?
+        || git_dir.join("shallow").exists()
+        || git_dir.join("objects/info/alternates").exists()
+    {
+        return None;
+    }
+    let target = resolve_marker(&git_dir, marker)?;
+    let tip = resolve_ref(&git_dir, rev.strip_prefix("refs/heads/").map(|_| rev)?)??;
+    let objects = git_dir.join("objects");
+    let mut seen: HashSet<Oid> = HashSet::new();
+    let mut todo = vec![tip];
+    while let Some(c) = todo.pop() {
+        if c == target {
+            return Some(true);
+        }
+        if !seen.insert(c) {
+            continue;
+        }
+        if seen.len() > WALK_LIMIT {
+            return None;
+        }
+        let (kind, body) = object_start(&objects, &c, 4096)?;
+        if kind != "commit" {
+            return None;
+        }
+        todo.extend(parents(&body)?);
+    }
+    Some(false)
+}
+
+/// The most commits [`is_ancestor`] reads before it leaves the question to git.
+pub const WALK_LIMIT: usize = 20_000;
+
+/// The commit a marker names, peeling annotated tags.
+fn resolve_marker(git_dir: &Path, marker: &str) -> Option<Oid> {
+    let mut oid = match parse_oid(marker.as_bytes()) {
+        Some(o) => o,
+        None => {
+            // Plain ref names only: anything with revision syntax is git's to read.
+            if marker.is_empty()
+                || marker.starts_with('-')
+                || marker
+                    .chars()
+                    .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')))
+                || marker.contains("..")
+                || marker
+                    .split('/')
+                    .any(|p| p.is_empty() || p.starts_with('.'))
+            {
+                return None;
+            }
+            // git looks in $GIT_DIR itself first (HEAD, FETCH_HEAD, …): leave those to git.
+            if git_dir.join(marker).exists() {
+                return None;
+            }
+            let mut found = None;
+            for candidate in [
+                format!("refs/{marker}"),
+                format!("refs/tags/{marker}"),
+                format!("refs/heads/{marker}"),
+                format!("refs/remotes/{marker}"),
+                format!("refs/remotes/{marker}/HEAD"),
+            ] {
+                if let Some(o) = resolve_ref(git_dir, &candidate)? {
+                    found = Some(o);
+                    break;
+                }
+            }
+            found?
+        }
+    };
+    let objects = git_dir.join("objects");
+    for _ in 0..8 {
+        let (kind, body) = object_start(&objects, &oid, 4096)?;
+        match kind.as_str() {
+            "commit" => return Some(oid),
+            "tag" => oid = parse_oid(body.strip_prefix(b"object ")?.get(..40)?)?,
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// A commit's parents, from the start of its body (the header lines come first).
+fn parents(body: &[u8]) -> Option<Vec<Oid>> {
+    let mut out = Vec::new();
+    let mut lines = body.split(|&b| b == b'\n');
+    lines.next()?.strip_prefix(b"tree ")?;
+    for line in lines {
+        match line.strip_prefix(b"parent ") {
+            Some(p) => out.push(parse_oid(p)?),
+            None => {
+                // The header ends the parents: the author line follows them. A body cut short
+                // before it says nothing.
+                line.strip_prefix(b"author ")?;
+                return Some(out);
+            }
+        }
+    }
+    None
+}
+
+/// An object's type and the first `limit` bytes of its content, loose or whole in a pack.
+fn object_start(objects: &Path, oid: &Oid, limit: usize) -> Option<(String, Vec<u8>)> {
+    let name = hex(oid);
+    match std::fs::read(objects.join(&name[..2]).join(&name[2..])) {
+        Ok(data) => {
+            let raw = inflate_up_to(&data, limit)?;
+            let nul = raw.iter().position(|&b| b == 0)?;
+            let header = std::str::from_utf8(&raw[..nul]).ok()?;
+            let (kind, _) = header.split_once(' ')?;
+            Some((kind.to_string(), raw[nul + 1..].to_vec()))
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => packed_object_start(objects, oid, limit),
+        Err(_) => None,
+    }
+}
+
+/// The first `limit` bytes of a zlib stream's content.
+fn inflate_up_to(data: &[u8], limit: usize) -> Option<Vec<u8>> {
+    use miniz_oxide::inflate::stream::{InflateState, inflate};
+    let mut state = InflateState::new_boxed(miniz_oxide::DataFormat::Zlib);
+    let mut out = vec![0u8; limit];
+    let r = inflate(&mut state, data, &mut out, miniz_oxide::MZFlush::None);
+    r.status.ok()?;
+    out.truncate(r.bytes_written);
+    Some(out)
+}
+
+/// The type and start of an object stored whole (not as a delta) in one of the packs.
+fn packed_object_start(objects: &Path, oid: &Oid, limit: usize) -> Option<(String, Vec<u8>)> {
+    for entry in std::fs::read_dir(objects.join("pack")).ok()? {
+        let path = entry.ok()?.path();
+        if path.extension() != Some(OsStr::new("idx")) {
+            continue;
+        }
+        let Some(offset) = pack_offset(&path, oid)? else {
+            continue;
+        };
+        let pack = File::open(path.with_extension("pack")).ok()?;
+        let mut buf = vec![0u8; limit + 64];
+        let n = pack.read_at(&mut buf, offset).ok()?;
+        let buf = &buf[..n];
+        let first = *buf.first()?;
+        let kind = match (first >> 4) & 7 {
+            1 => "commit",
+            4 => "tag",
+            // A tree, a blob or a delta: not for this reader.
+            _ => return None,
+        };
+        let mut i = 0;
+        let mut c = first;
+        while c & 0x80 != 0 {
+            i += 1;
+            c = *buf.get(i)?;
+        }
+        return Some((kind.to_string(), inflate_up_to(&buf[i + 1..], limit)?));
+    }
+    None
+}
+
 /// Whether grafts or replace refs (loose or packed) may change what git sees as history; `None`
 /// when that cannot be read.
 fn rewrites_history(git_dir: &Path) -> Option<bool> {
@@ -679,6 +849,73 @@ mod tests {
         std::fs::create_dir_all(t.path().join("empty/deeper")).unwrap();
         std::fs::create_dir_all(t.path().join("src/lib/empty")).unwrap();
         read(t.path()).expect("empty folders are no change");
+    }
+
+    /// `is_ancestor` against git's own answer, for every pair of `revs`.
+    fn ancestry_agrees_with_git(d: &Path, markers: &[&str], branches: &[&str]) -> usize {
+        let mut answered = 0;
+        for m in markers {
+            for b in branches {
+                let rev = format!("refs/heads/{b}");
+                let Some(fast) = is_ancestor(d, m, &rev) else {
+                    continue;
+                };
+                answered += 1;
+                let out = super::super::command(d)
+                    .args([
+                        "merge-base",
+                        "--is-ancestor",
+                        &format!("{m}^{{commit}}"),
+                        &rev,
+                    ])
+                    .output()
+                    .unwrap();
+                assert_eq!(fast, out.status.code() == Some(0), "{m} in {b}");
+            }
+        }
+        answered
+    }
+
+    #[test]
+    fn ancestry_is_read_from_the_files_as_git_reads_it() {
+        let t = repo();
+        let d = t.path();
+        let commit = |msg: &str| {
+            write(d.join(format!("{}.txt", msg.replace(' ', "-"))), msg);
+            git(d, &["add", "."]);
+            git(d, &["commit", "-q", "-m", msg]);
+        };
+        commit("one");
+        git(d, &["tag", "light"]);
+        git(d, &["tag", "-a", "-m", "annotated", "annotated"]);
+        git(d, &["branch", "side"]);
+        commit("two");
+        git(d, &["checkout", "-q", "side"]);
+        commit("side work");
+        git(d, &["tag", "side-only"]);
+        git(d, &["checkout", "-q", "main"]);
+        git(d, &["merge", "-q", "--no-edit", "-m", "merge", "side"]);
+        git(d, &["branch", "old", "HEAD~1"]);
+        let head = git(d, &["rev-parse", "HEAD"]);
+        let markers = [
+            "light",
+            "annotated",
+            "side-only",
+            "main",
+            head.trim(),
+            "nowhere",
+        ];
+        let branches = ["main", "side", "old"];
+        assert!(ancestry_agrees_with_git(d, &markers, &branches) >= 12);
+        // A marker that names nothing, or uses revision syntax, is left to git.
+        assert_eq!(is_ancestor(d, "nowhere", "refs/heads/main"), None);
+        assert_eq!(is_ancestor(d, "main~1", "refs/heads/main"), None);
+        // Packed refs and objects too.
+        git(d, &["gc", "-q"]);
+        assert!(ancestry_agrees_with_git(d, &markers, &branches) >= 1);
+        // A shallow clone is git's to answer.
+        std::fs::write(d.join(".git/shallow"), head).unwrap();
+        assert_eq!(is_ancestor(d, "light", "refs/heads/main"), None);
     }
 
     #[test]

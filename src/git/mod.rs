@@ -377,6 +377,14 @@ pub enum Ancestry {
 /// `git merge-base --is-ancestor marker rev`, with an unknown marker told apart. `rev` is
 /// anything git resolves to a commit (`refs/heads/x`, `main`, `HEAD`, an id).
 pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitError> {
+    // Read from the repository's files when they can answer for certain.
+    if let Some(contained) = local::is_ancestor(dir, marker, rev) {
+        return Ok(if contained {
+            Ancestry::Contained
+        } else {
+            Ancestry::Missing
+        });
+    }
     let commit = format!("{marker}^{{commit}}");
     // One call in the usual case; only a failure asks whether the marker resolves at all.
     let out = run(dir, &["merge-base", "--is-ancestor", &commit, rev])?;

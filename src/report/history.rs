@@ -2,7 +2,7 @@
 //! cost), a trend chart of durations and outcomes, and each item's recent outcomes with flaky
 //! items flagged. Self-contained like the run page, and readable without script.
 
-use super::html::{esc, human_ms, page};
+use super::html::{esc, human_ms, page_end, page_start};
 use crate::vocab::ItemOutcome;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -151,7 +151,7 @@ fn dots(outcomes: &[(String, ItemOutcome)], out: &mut String) {
 }
 
 pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> String {
-    let mut b = String::new();
+    let mut b = page_start(&format!("runner: {manifest} — run history"));
     let _ = writeln!(
         b,
         "<header><h1>runner: {} — run history</h1><p class=\"muted\">The latest {} run{}, newest first.</p></header>",
@@ -245,7 +245,8 @@ pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> Str
         }
         b.push_str("</table></section>\n");
     }
-    page(&format!("runner: {manifest} — run history"), &b, "")
+    page_end(&mut b, "");
+    b
 }
 
 #[cfg(test)]

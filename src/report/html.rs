@@ -102,9 +102,10 @@ table.runs { border-collapse: collapse; width: 100%; } table.runs th, table.runs
 @media (max-width: 900px) { .row { grid-template-columns: 1fr 1.5fr 7rem; } .row .wide { display: none; } }
 "#;
 
-/// The page around `body`.
-pub(super) fn page(title: &str, body: &str, script: &str) -> String {
-    let mut out = String::with_capacity(body.len() + STYLE.len() + 1024);
+/// The start of a page: everything up to its body, which the caller writes into the same
+/// string (a large run's page is never held twice).
+pub(super) fn page_start(title: &str) -> String {
+    let mut out = String::with_capacity(STYLE.len() + 4096);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     out.push_str("<meta name=\"color-scheme\" content=\"light dark\">\n");
@@ -112,12 +113,15 @@ pub(super) fn page(title: &str, body: &str, script: &str) -> String {
     out.push_str("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n");
     let _ = writeln!(out, "<title>{}</title>", esc(title));
     let _ = writeln!(out, "<style>{STYLE}</style>\n</head>\n<body>");
-    out.push_str(body);
+    out
+}
+
+/// The end of a page begun with [`page_start`].
+pub(super) fn page_end(out: &mut String, script: &str) {
     if !script.is_empty() {
         let _ = writeln!(out, "<script>{script}</script>");
     }
     out.push_str("</body>\n</html>\n");
-    out
 }
 
 /// One attempt's place on the timeline, in milliseconds from the run's start.
@@ -533,7 +537,7 @@ const RUN_SCRIPT: &str = r#"
 "#;
 
 pub fn render(r: &Report) -> String {
-    let mut b = String::new();
+    let mut b = page_start(&format!("runner: {} — {}", r.manifest.name, r.run_id));
     let ending = r.ending.map_or("unfinished", |e| e.as_str());
     let _ = writeln!(
         b,
@@ -673,11 +677,8 @@ pub fn render(r: &Report) -> String {
         "<footer><p class=\"muted\">Written by runner {} from the run's events. <a href=\"../index.html\">All runs</a></p></footer>",
         esc(&r.runner_version)
     );
-    page(
-        &format!("runner: {} — {}", r.manifest.name, r.run_id),
-        &b,
-        RUN_SCRIPT,
-    )
+    page_end(&mut b, RUN_SCRIPT);
+    b
 }
 
 #[cfg(test)]

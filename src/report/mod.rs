@@ -662,7 +662,13 @@ fn write_one(path: &Path, text: &str) -> Result<(), ReportError> {
 pub fn write_files(report: &Report, dir: &Path, formats: Formats) -> Result<(), ReportError> {
     std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     if formats.json {
-        write_one(&dir.join("report.json"), &to_json(report)?)?;
+        // Streamed: a report of thousands of items is never held as text too.
+        let path = dir.join("report.json");
+        crate::support::fs::write_atomic_with(&path, |w| {
+            serde_json::to_writer_pretty(&mut *w, report).map_err(std::io::Error::other)?;
+            w.write_all(b"\n")
+        })
+        .map_err(io_at(&path))?;
     }
     if formats.markdown {
         write_one(&dir.join("summary.md"), &markdown::render(report))?;

@@ -7,9 +7,21 @@ use std::path::Path;
 /// reader ever sees it half-written. (Not synced to disk: readers need wholeness, not
 /// durability across a power cut; the state ledger is what survives crashes.)
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// [`write_atomic`] for content written piece by piece (a large report streamed, never held
+/// whole in memory): `fill` writes into a buffered temporary file, renamed over `path` once it
+/// succeeded.
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
+    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut w = std::io::BufWriter::with_capacity(64 * 1024, tmp);
+    fill(&mut w)?;
+    let tmp = w.into_inner().map_err(|e| e.into_error())?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
