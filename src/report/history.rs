@@ -2,7 +2,7 @@
 //! cost), a trend chart of durations and outcomes, and each item's recent outcomes with flaky
 //! items flagged. Self-contained like the run page, and readable without script.
 
-use super::html::{esc, human_ms, page_end, page_start};
+use super::html::{Page, esc, human_ms, page_end, page_start, to_string};
 use crate::vocab::ItemOutcome;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -50,7 +50,7 @@ fn total(counts: &BTreeMap<ItemOutcome, usize>) -> usize {
 
 /// Durations and outcomes over runs, oldest on the left: a stacked bar of outcomes per run and
 /// a line of durations above them.
-fn trend(runs: &[&HistoryRun], out: &mut String) {
+fn trend(runs: &[&HistoryRun], out: &mut Page<'_>) {
     const W: f64 = 1000.0;
     const H: f64 = 150.0;
     const LEFT: f64 = 48.0;
@@ -137,7 +137,7 @@ fn trend(runs: &[&HistoryRun], out: &mut String) {
     out.push_str("</svg>\n");
 }
 
-fn dots(outcomes: &[(String, ItemOutcome)], out: &mut String) {
+fn dots(outcomes: &[(String, ItemOutcome)], out: &mut Page<'_>) {
     out.push_str("<span class=\"dots\">");
     for (run, o) in outcomes {
         let _ = write!(
@@ -151,7 +151,11 @@ fn dots(outcomes: &[(String, ItemOutcome)], out: &mut String) {
 }
 
 pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> String {
-    let mut b = page_start(&format!("runner: {manifest} — run history"));
+    to_string(|b| write_page(manifest, runs, items, b))
+}
+
+fn write_page(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory], b: &mut Page<'_>) {
+    page_start(b, &format!("runner: {manifest} — run history"));
     let _ = writeln!(
         b,
         "<header><h1>runner: {} — run history</h1><p class=\"muted\">The latest {} run{}, newest first.</p></header>",
@@ -162,7 +166,7 @@ pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> Str
     if runs.len() > 1 {
         b.push_str("<section><h2>Trend</h2>\n");
         let oldest_first: Vec<&HistoryRun> = runs.iter().rev().collect();
-        trend(&oldest_first, &mut b);
+        trend(&oldest_first, b);
         b.push_str("</section>\n");
     }
     b.push_str("<section><h2>Runs</h2>\n<table class=\"runs\"><tr><th>run</th><th>started</th><th>ending</th><th>items</th><th>took</th><th>cost</th></tr>\n");
@@ -231,7 +235,7 @@ pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> Str
                 esc(&i.repo),
                 esc(&i.id)
             );
-            dots(&i.outcomes, &mut b);
+            dots(&i.outcomes, b);
             let latest = i.outcomes.last().map_or("", |(_, o)| o.as_str());
             let _ = writeln!(
                 b,
@@ -245,8 +249,7 @@ pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> Str
         }
         b.push_str("</table></section>\n");
     }
-    page_end(&mut b, "");
-    b
+    page_end(b, "");
 }
 
 #[cfg(test)]

@@ -102,10 +102,43 @@ table.runs { border-collapse: collapse; width: 100%; } table.runs th, table.runs
 @media (max-width: 900px) { .row { grid-template-columns: 1fr 1.5fr 7rem; } .row .wide { display: none; } }
 "#;
 
-/// The start of a page: everything up to its body, which the caller writes into the same
-/// string (a large run's page is never held twice).
-pub(super) fn page_start(title: &str) -> String {
-    let mut out = String::with_capacity(STYLE.len() + 4096);
+/// Where a page is written as it is built: a report's file (a run of thousands of items is never
+/// held whole in memory) or a string. The first write error is kept and ends the writing.
+pub(super) struct Page<'w> {
+    w: &'w mut dyn std::io::Write,
+    err: Option<std::io::Error>,
+}
+
+impl<'w> Page<'w> {
+    pub(super) fn new(w: &'w mut dyn std::io::Write) -> Self {
+        Page { w, err: None }
+    }
+
+    pub(super) fn push_str(&mut self, s: &str) {
+        if self.err.is_none()
+            && let Err(e) = self.w.write_all(s.as_bytes())
+        {
+            self.err = Some(e);
+        }
+    }
+
+    pub(super) fn finish(self) -> std::io::Result<()> {
+        match self.err {
+            Some(e) => Err(e),
+            None => self.w.flush(),
+        }
+    }
+}
+
+impl std::fmt::Write for Page<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+}
+
+/// The start of a page: everything up to its body.
+pub(super) fn page_start(out: &mut Page<'_>, title: &str) {
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     out.push_str("<meta name=\"color-scheme\" content=\"light dark\">\n");
@@ -113,15 +146,24 @@ pub(super) fn page_start(title: &str) -> String {
     out.push_str("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n");
     let _ = writeln!(out, "<title>{}</title>", esc(title));
     let _ = writeln!(out, "<style>{STYLE}</style>\n</head>\n<body>");
-    out
 }
 
 /// The end of a page begun with [`page_start`].
-pub(super) fn page_end(out: &mut String, script: &str) {
+pub(super) fn page_end(out: &mut Page<'_>, script: &str) {
     if !script.is_empty() {
         let _ = writeln!(out, "<script>{script}</script>");
     }
     out.push_str("</body>\n</html>\n");
+}
+
+/// A page written into a string.
+pub(super) fn to_string(write: impl FnOnce(&mut Page<'_>)) -> String {
+    let mut bytes = Vec::new();
+    let mut page = Page::new(&mut bytes);
+    write(&mut page);
+    // Writing into memory does not fail, and everything written is text.
+    let _ = page.finish();
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 /// One attempt's place on the timeline, in milliseconds from the run's start.
@@ -266,7 +308,7 @@ fn item_anchor(i: usize) -> String {
 }
 
 /// The timeline as inline SVG.
-fn timeline_svg(r: &Report, t: &Timeline, out: &mut String) {
+fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
     const W: f64 = 1000.0;
     const LEFT: f64 = 64.0;
     const TOP: f64 = 22.0;
@@ -380,7 +422,7 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut String) {
     out.push_str("</svg>\n");
 }
 
-fn legend(out: &mut String) {
+fn legend(out: &mut Page<'_>) {
     out.push_str("<div class=\"legend\">");
     for (class, label) in [
         ("o-completed", "completed"),
@@ -432,13 +474,13 @@ fn duration_of(it: &ItemReport) -> Option<u64> {
     (!d.is_negative()).then(|| d.as_millis() as u64)
 }
 
-fn log_link(out: &mut String, log: Option<&str>) {
+fn log_link(out: &mut Page<'_>, log: Option<&str>) {
     if let Some(l) = log {
         let _ = write!(out, " · <a href=\"{}\">log</a>", esc(l));
     }
 }
 
-fn attempts_html(it: &ItemReport, out: &mut String) {
+fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
     if it.attempts.is_empty() {
         out.push_str("<p class=\"muted\">No attempt ran.</p>\n");
     }
@@ -536,8 +578,20 @@ const RUN_SCRIPT: &str = r#"
 })();
 "#;
 
+/// The run's page, as a string.
 pub fn render(r: &Report) -> String {
-    let mut b = page_start(&format!("runner: {} — {}", r.manifest.name, r.run_id));
+    to_string(|b| write_page(r, b))
+}
+
+/// The run's page, written into `w` as it is built.
+pub fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut page = Page::new(w);
+    write_page(r, &mut page);
+    page.finish()
+}
+
+fn write_page(r: &Report, b: &mut Page<'_>) {
+    page_start(b, &format!("runner: {} — {}", r.manifest.name, r.run_id));
     let ending = r.ending.map_or("unfinished", |e| e.as_str());
     let _ = writeln!(
         b,
@@ -602,8 +656,8 @@ pub fn render(r: &Report) -> String {
     if t.bars.is_empty() {
         b.push_str("<p class=\"muted\">No attempt ran in this run.</p>\n");
     } else {
-        timeline_svg(r, &t, &mut b);
-        legend(&mut b);
+        timeline_svg(r, &t, b);
+        legend(b);
     }
     b.push_str("</section>\n");
 
@@ -668,7 +722,7 @@ pub fn render(r: &Report) -> String {
                 human_ms(w.backoff_ms)
             );
         }
-        attempts_html(it, &mut b);
+        attempts_html(it, b);
         b.push_str("</div></details>\n");
     }
     b.push_str("</div></section>\n");
@@ -677,8 +731,7 @@ pub fn render(r: &Report) -> String {
         "<footer><p class=\"muted\">Written by runner {} from the run's events. <a href=\"../index.html\">All runs</a></p></footer>",
         esc(&r.runner_version)
     );
-    page_end(&mut b, RUN_SCRIPT);
-    b
+    page_end(b, RUN_SCRIPT);
 }
 
 #[cfg(test)]

@@ -682,7 +682,9 @@ pub fn write_files(report: &Report, dir: &Path, formats: Formats) -> Result<(), 
         write_one(&path, &xml)?;
     }
     if formats.html {
-        write_one(&dir.join("index.html"), &html::render(report))?;
+        let path = dir.join("index.html");
+        crate::support::fs::write_atomic_with(&path, |w| html::render_to(report, w))
+            .map_err(io_at(&path))?;
     }
     Ok(())
 }
