@@ -4,14 +4,22 @@
 //! max(total work / workers, the longest repository's total); starting the repository with the
 //! most work left first, and its longest item first, gets close to that bound.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+
+/// A repository's place in the admission order: most work left, then its longest item, then
+/// the item listed first.
+type Key = (u64, u64, Reverse<usize>);
 
 /// The pending items by repository, each repository's longest first, and what each
-/// repository's pending items are expected to take together.
+/// repository's pending items are expected to take together; a heap of the repositories by
+/// [`Key`] answers [`Backlog::pick`] in logarithmic time (entries a change made stale are
+/// dropped as they surface).
 #[derive(Debug, Default)]
 pub struct Backlog {
     by_repo: HashMap<String, (VecDeque<usize>, u64)>,
     estimates: Vec<u64>,
+    heap: BinaryHeap<(Key, String)>,
 }
 
 impl Backlog {
@@ -19,6 +27,7 @@ impl Backlog {
         let mut b = Backlog {
             by_repo: HashMap::new(),
             estimates,
+            heap: BinaryHeap::new(),
         };
         for &i in queue {
             let e = b.estimate(i);
@@ -29,14 +38,29 @@ impl Backlog {
         let est = b.estimates.clone();
         let of = |i: usize| est.get(i).copied().unwrap_or(1).max(1);
         for (q, _) in b.by_repo.values_mut() {
-            q.make_contiguous()
-                .sort_by_key(|&i| (std::cmp::Reverse(of(i)), i));
+            q.make_contiguous().sort_by_key(|&i| (Reverse(of(i)), i));
+        }
+        let repos: Vec<String> = b.by_repo.keys().cloned().collect();
+        for r in repos {
+            b.push_key(&r);
         }
         b
     }
 
     pub fn estimate(&self, item: usize) -> u64 {
         self.estimates.get(item).copied().unwrap_or(1).max(1)
+    }
+
+    fn key(&self, repo: &str) -> Option<Key> {
+        let (q, total) = self.by_repo.get(repo)?;
+        let first = *q.front()?;
+        Some((*total, self.estimate(first), Reverse(first)))
+    }
+
+    fn push_key(&mut self, repo: &str) {
+        if let Some(k) = self.key(repo) {
+            self.heap.push((k, repo.to_string()));
+        }
     }
 
     pub fn remove(&mut self, repo: &str, item: usize) {
@@ -46,6 +70,7 @@ impl Backlog {
         {
             q.remove(pos);
             *total = total.saturating_sub(e);
+            self.push_key(repo);
         }
     }
 
@@ -59,20 +84,24 @@ impl Backlog {
 
     /// The next item to admit among repositories `free` allows: the repository with the most
     /// work pending first (its longest chain starts earliest), its longest item first; ties go to
-    /// the item listed first.
-    pub fn pick(&self, free: impl Fn(&str) -> bool) -> Option<usize> {
-        self.by_repo
-            .iter()
-            .filter(|(r, (q, _))| !q.is_empty() && free(r))
-            .filter_map(|(_, (q, total))| {
-                let first = *q.front()?;
-                Some((
-                    (*total, self.estimate(first), std::cmp::Reverse(first)),
-                    first,
-                ))
-            })
-            .max_by_key(|(key, _)| *key)
-            .map(|(_, item)| item)
+    /// the item listed first. The item stays pending until [`Backlog::remove`].
+    pub fn pick(&mut self, free: impl Fn(&str) -> bool) -> Option<usize> {
+        let mut passed = Vec::new();
+        let mut found = None;
+        while let Some(entry) = self.heap.pop() {
+            if self.key(&entry.1) != Some(entry.0) {
+                continue;
+            }
+            let ok = free(&entry.1);
+            let item = (entry.0).2.0;
+            passed.push(entry);
+            if ok {
+                found = Some(item);
+                break;
+            }
+        }
+        self.heap.extend(passed);
+        found
     }
 }
 
