@@ -118,3 +118,59 @@ items:
     let listed = |id: &str| history.contains(&format!("<code>{id}</code>"));
     assert!(!listed(&runs[0]) && !listed(&runs[1]) && !listed(&runs[2]));
 }
+
+#[test]
+fn a_run_that_ends_after_a_later_one_keeps_its_own_report() {
+    // Cron starts a long drain, then a short one over other items; the short one ends first.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("a"));
+    repo(&root.join("b"));
+    std::fs::write(
+        root.join("m.yaml"),
+        r#"version: 1
+name: overlap
+repositories: [{path: a}, {path: b}]
+reports: {keep: {runs: 1}}
+worker: {run: 'if [ "$RUNNER_ITEM" = slow ]; then sleep 2; fi'}
+items:
+  - {repo: a, id: slow}
+  - {repo: b, id: fast}
+"#,
+    )
+    .unwrap();
+    let long = common::runner()
+        .current_dir(root)
+        .args([
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--items",
+            "slow",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let out = run_in(
+        root,
+        &["apply", "m.yaml", "--no-progress", "--items", "fast"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = long.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = report["run_id"].as_str().unwrap();
+    // The run that ended last wrote the latest report, and retention left it alone.
+    assert!(
+        root.join("runner-reports")
+            .join(id)
+            .join("report.json")
+            .is_file(),
+        "{:?}",
+        run_folders(root)
+    );
+    assert!(root.join("runner-reports/latest/report.json").is_file());
+}

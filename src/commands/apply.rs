@@ -423,7 +423,13 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     } else if let Some(reports) = run_dir.parent() {
         // Retention (`reports.keep`), then the history page of what is kept.
         let keep = super::gc::keep_of(&cx.loaded);
-        match super::gc::retain(&mut sink.ledger, &cx.loaded.manifest.name, &keep, reports) {
+        match super::gc::retain(
+            &mut sink.ledger,
+            &cx.loaded.manifest.name,
+            &keep,
+            reports,
+            Some(&run_id),
+        ) {
             Ok(r) => {
                 if !r.runs.is_empty() {
                     tracing::info!(pruned = r.runs.len(), "{}", r.line(&keep));

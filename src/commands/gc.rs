@@ -66,6 +66,7 @@ pub fn retain(
     manifest: &str,
     keep: &Keep,
     reports: &Path,
+    spare: Option<&str>,
 ) -> Result<Retained, String> {
     let now = jiff::Timestamp::now();
     let cutoff = now
@@ -79,6 +80,7 @@ pub fn retain(
             keep.runs(),
             &crate::support::clock::stamp(cutoff),
             &crate::support::clock::stamp(now),
+            spare,
         )
         .map_err(|e| e.to_string())?;
     let mut out = Retained {
@@ -117,7 +119,7 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
     };
     let reports = super::reports_dir(&loaded, args.report_dir.as_deref());
     let keep = keep_of(&loaded);
-    let retained = match retain(&mut ledger, &loaded.manifest.name, &keep, &reports) {
+    let retained = match retain(&mut ledger, &loaded.manifest.name, &keep, &reports, None) {
         Ok(r) => r,
         Err(e) => {
             ui.error(e);

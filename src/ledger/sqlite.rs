@@ -468,7 +468,7 @@ impl SqliteLedger {
     }
 
     /// Prune `manifest`'s history: every run that is not among its latest `keep_runs`, or that
-    /// started before `cutoff` (RFC 3339), and is not live. A pruned run loses its plan and its
+    /// started before `cutoff` (RFC 3339), and is not live nor `spare`. A pruned run loses its plan and its
     /// events (but publications, which `publish` reads), and its item results but each item's
     /// latest result and latest completion (what `done` and `--rerun` decide by); its row goes
     /// once nothing names it. Returns the runs pruned, with their report folders.
@@ -478,6 +478,7 @@ impl SqliteLedger {
         keep_runs: u32,
         cutoff: &str,
         at: &str,
+        spare: Option<&str>,
     ) -> Result<super::Pruned> {
         let candidates = self.rows(
             "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir
@@ -491,6 +492,9 @@ impl SqliteLedger {
             .filter(|(rank, (run, _))| {
                 (*rank >= keep_runs as usize || run.started_at.as_str() < cutoff)
                     && run.status() != super::RunStatus::Live
+                    // The run pruning as it ends keeps what it just wrote, even when a run that
+                    // started after it ended first.
+                    && spare != Some(run.id.as_str())
             })
             .map(|(_, (run, dir))| (run.id, dir))
             .collect();
