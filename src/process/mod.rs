@@ -10,6 +10,8 @@
 //! runner makes itself a child subreaper ([`become_subreaper`]), so descendants whose parent dies
 //! are re-parented to runner instead of init; that is what lets it reap and account for them.
 
+#[expect(unsafe_code, reason = "one call tuning the allocator, see its comment")]
+pub mod alloc;
 pub mod census;
 pub mod cgroup;
 #[expect(
