@@ -669,12 +669,7 @@ impl LoopSummary {
         if !self.rounds.is_empty() {
             md.push_str("| round | run | ending | items |\n|---|---|---|---|\n");
             for (i, r) in self.rounds.iter().enumerate() {
-                let counts: Vec<String> = r
-                    .counts
-                    .iter()
-                    .filter(|(_, n)| **n > 0)
-                    .map(|(o, n)| format!("{n} {}", o.as_str()))
-                    .collect();
+                let counts = report::nonzero_counts(&r.counts);
                 md.push_str(&format!(
                     "| {} | `{}` | {} | {} |\n",
                     i + 1,

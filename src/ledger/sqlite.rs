@@ -132,6 +132,10 @@ ALTER TABLE runs ADD COLUMN pruned_at TEXT;
 "#,
 ];
 
+/// The latest `?2` runs of manifest `?1` that retention kept: the window history is read from.
+const RECENT_RUNS: &str = "(SELECT id FROM runs WHERE manifest = ?1 AND pruned_at IS NULL
+     ORDER BY started_at DESC, id DESC LIMIT ?2)";
+
 /// An event row waiting to be committed: (run, seq, at, repo, item, json).
 type PendingEvent = (String, i64, String, Option<String>, Option<String>, String);
 
@@ -365,10 +369,12 @@ impl SqliteLedger {
         limit: usize,
     ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
         let rows = self.rows(
-            "SELECT repo, item, run_id, outcome FROM item_results
+            &format!(
+                "SELECT repo, item, run_id, outcome FROM item_results
              WHERE manifest = ?1 AND run_id IN
-                 (SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2)
-             ORDER BY ended_at",
+                 {RECENT_RUNS}
+             ORDER BY ended_at"
+            ),
             params![manifest, limit as i64],
             |r| {
                 Ok((
@@ -393,9 +399,9 @@ impl SqliteLedger {
         limit: usize,
     ) -> Result<HashMap<String, Vec<u64>>> {
         let bodies = self.rows(
-            "SELECT body FROM events WHERE body LIKE '{\"event\":\"gate-finished\"%' AND run_id IN
-                 (SELECT id FROM runs WHERE manifest = ?1 AND pruned_at IS NULL
-                  ORDER BY started_at DESC, id DESC LIMIT ?2)",
+            &format!(
+                "SELECT body FROM events WHERE body LIKE '{{\"event\":\"gate-finished\"%' AND run_id IN {RECENT_RUNS}"
+            ),
             params![manifest, limit as i64],
             |r| r.get::<_, String>(0),
         )?;
@@ -424,11 +430,11 @@ impl SqliteLedger {
         limit: usize,
     ) -> Result<HashMap<(String, String), Vec<u64>>> {
         let rows = self.rows(
-            "SELECT run_id, repo, item, body FROM events
-             WHERE (body LIKE '{\"event\":\"worker-finished\"%' OR body LIKE '{\"event\":\"gate-finished\"%')
-               AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN
-                 (SELECT id FROM runs WHERE manifest = ?1 AND pruned_at IS NULL
-                  ORDER BY started_at DESC, id DESC LIMIT ?2)",
+            &format!(
+                "SELECT run_id, repo, item, body FROM events
+                 WHERE (body LIKE '{{\"event\":\"worker-finished\"%' OR body LIKE '{{\"event\":\"gate-finished\"%')
+                   AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN {RECENT_RUNS}"
+            ),
             params![manifest, limit as i64],
             |r| {
                 Ok((

@@ -32,12 +32,7 @@ pub fn render(r: &Report) -> String {
     if let Some(c) = &r.cause {
         out.push_str(&format!("**Cause:** {}\n\n", cell(c)));
     }
-    let counts: Vec<String> = r
-        .counts
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(o, n)| format!("{n} {}", o.as_str()))
-        .collect();
+    let counts = super::nonzero_counts(&r.counts);
     out.push_str(&format!(
         "**{}:** {}\n\n",
         count(r.items.len(), "item", "items"),

@@ -531,6 +531,15 @@ impl ReportBuilder {
     }
 }
 
+/// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
+pub fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<String> {
+    counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(o, n)| format!("{n} {}", o.as_str()))
+        .collect()
+}
+
 /// The counts of a run in one line, every outcome that occurred, with the reasons of held and
 /// skipped items: `8 completed, 1 halted, 2 held (stale-base 1, dirty-tree 1)`.
 pub fn counts_line(report: &Report) -> String {
