@@ -140,6 +140,9 @@ pub enum Event {
         item: ItemIndex,
         n: u32,
         gate: String,
+        /// Its time limit (for `timeout: auto`, the one its history gave it).
+        #[serde(default)]
+        limit: Duration,
     },
     GateFinished {
         item: ItemIndex,

@@ -15,13 +15,24 @@ fn an_auto_timeout_comes_from_the_gates_history() {
         "version: 1\nname: auto\nrepositories: [{path: r}]\nworker: {run: \"true\"}\ngates:\n  - {name: test, timeout: auto, run: 'sleep 0.05'}\n  - {name: lint, timeout: 10s, run: 'true'}\nitems: [{repo: r, id: a}]\n",
     )
     .unwrap();
+    let events = root.join("events.jsonl");
+    // The limit the gate ran under, from the event stream: seconds.
+    let limit_of = |gate: &str| -> u64 {
+        let text = std::fs::read_to_string(&events).unwrap();
+        let line = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|v| v["event"] == "gate-started" && v["gate"] == gate)
+            .unwrap_or_else(|| panic!("no gate-started for {gate}: {text}"));
+        line["limit"]["secs"].as_u64().unwrap()
+    };
     for round in 0..6 {
-        let args: &[&str] = if round == 0 {
-            &["apply", "m.yaml", "--no-progress"]
-        } else {
-            &["apply", "m.yaml", "--no-progress", "--rerun", "all"]
-        };
-        let out = run_in(root, args);
+        let mut args = vec!["apply", "m.yaml", "--no-progress", "--events"];
+        args.push(events.to_str().unwrap());
+        if round > 0 {
+            args.extend(["--rerun", "all"]);
+        }
+        let out = run_in(root, &args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(0), "{err}");
         if round < 5 {
@@ -39,6 +50,13 @@ fn an_auto_timeout_comes_from_the_gates_history() {
             );
         }
         assert!(!err.contains("gate `lint`: timeout auto"), "{err}");
+        // The limit the gate actually ran under.
+        assert_eq!(
+            limit_of("test"),
+            if round < 5 { 1800 } else { 60 },
+            "round {round}"
+        );
+        assert_eq!(limit_of("lint"), 10);
     }
     let out = run_in(root, &["validate", "m.yaml"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

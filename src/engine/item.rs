@@ -956,10 +956,18 @@ async fn gates(
                 continue;
             }
         }
+        // `timeout: auto` gates have the limit their history gave them.
+        let limit = icx
+            .cx
+            .gate_timeouts
+            .get(&gate.name)
+            .copied()
+            .unwrap_or_else(|| gate.timeout());
         let _ = icx.events.send(Event::GateStarted {
             item: icx.idx,
             n,
             gate: gate.name.clone(),
+            limit,
         });
         let log = icx.logs.join(format!("{n}-gate-{}.log", gate.name));
         let fin = spawn(
@@ -970,11 +978,7 @@ async fn gates(
             Some(gate),
             feedback,
             log.clone(),
-            icx.cx
-                .gate_timeouts
-                .get(&gate.name)
-                .copied()
-                .unwrap_or_else(|| gate.timeout()),
+            limit,
             gate.grace(),
             None,
         )
