@@ -153,6 +153,9 @@ pub struct ApplyArgs {
     /// `repo-busy` (e.g. `10m`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
     pub wait_for_locks: Option<std::time::Duration>,
+    /// Run every gate, reusing no recorded verdict (new verdicts are still recorded).
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {

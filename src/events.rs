@@ -36,6 +36,27 @@ impl Usage {
     }
 }
 
+/// Where a reused gate verdict was first given.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CachedFrom {
+    pub run_id: String,
+    pub repo: String,
+    pub item: String,
+    /// When, as RFC 3339.
+    pub at: String,
+}
+
+/// A baseline gate's failures: those the base commit lacks, and those it has (forgiven).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GateFailures {
+    pub new: Vec<String>,
+    pub forgiven: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// Items are named by their index in the plan's item list.
 pub type ItemIndex = usize;
 
@@ -143,6 +164,14 @@ pub enum Event {
         /// Its time limit (for `timeout: auto`, the one its history gave it).
         #[serde(default)]
         limit: Duration,
+        /// Its command line (redacted) and the folder it runs in.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<PathBuf>,
+        /// Whether its failure decides the attempt (`required`, the default).
+        #[serde(default = "yes")]
+        required: bool,
     },
     GateFinished {
         item: ItemIndex,
@@ -153,6 +182,33 @@ pub enum Event {
         reason: Option<String>,
         duration: Duration,
         output_tail: String,
+        log: Option<PathBuf>,
+        /// How it exited, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit: Option<i32>,
+        /// The result is a verdict recorded earlier on the same tree, command and environment:
+        /// where it was given. The gate did not run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cached: Option<CachedFrom>,
+        /// For a gate with `baseline: true` that failed here: its failures, new ones and those
+        /// the base commit has too (then forgiven), as the lines they were read from.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failures: Option<GateFailures>,
+    },
+    /// A gate with `baseline: true` failed, and was run (or its verdict found) on the base
+    /// commit, in a detached worktree, to tell which failures the base already has.
+    GateBaseline {
+        item: ItemIndex,
+        n: u32,
+        gate: String,
+        commit: String,
+        /// `passed`, `failed` or `timed-out` (which forgives nothing).
+        result: GateResult,
+        /// The failures recognised on the base, as the lines they were read from.
+        failures: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cached: Option<CachedFrom>,
+        duration: Duration,
         log: Option<PathBuf>,
     },
     /// Before the item started, processes a dead run had left in its repository were ended.

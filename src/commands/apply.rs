@@ -331,6 +331,8 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         run_id: run_id.clone(),
         token: uuid::Uuid::new_v4().simple().to_string(),
         run_dir: run_dir.clone(),
+        verdicts: engine::verdicts::Verdicts::new(&workspace, !args.no_cache),
+        baselines: std::sync::Mutex::new(HashMap::new()),
         workspace,
         workers,
         wait_for_locks: args.wait_for_locks,
@@ -862,6 +864,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::WorkerFinished { item, .. }
         | Event::GateStarted { item, .. }
         | Event::GateFinished { item, .. }
+        | Event::GateBaseline { item, .. }
         | Event::Work { item, .. }
         | Event::Worktree { item, .. }
         | Event::Reaped { item, .. }

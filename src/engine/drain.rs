@@ -460,6 +460,7 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
                 repo: String::new(),
             },
             count_lines: None,
+            failure_roots: None,
             cgroup: None,
         },
         stop.clone(),

@@ -7,13 +7,15 @@ use super::child_env::{Role, RunnerVars, child_env};
 use super::classify::{ProviderPolicy, classify};
 use super::config::Effective;
 use super::stall::HaltSignature;
-use crate::events::{Event, Usage};
+use super::verdicts::{self, Verdict};
+use crate::events::{CachedFrom, Event, GateFailures, Usage};
 use crate::git;
 use crate::manifest::CommandSpec;
 use crate::manifest::compile_glob;
 use crate::manifest::template;
 use crate::plan::{ItemPlan, RepoPlan};
 use crate::process::{self, CensusKey, Finished, SpawnSpec, Stop, output::last_lines};
+use crate::support::failures::{Failure, compare};
 use crate::vocab::{GateResult, ItemOutcome, WorkerClass};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -926,6 +928,9 @@ async fn gates(
             duration: std::time::Duration::ZERO,
             output_tail: String::new(),
             log: None,
+            exit: None,
+            cached: None,
+            failures: None,
         });
     };
     for gate in gates {
@@ -963,27 +968,43 @@ async fn gates(
             .get(&gate.name)
             .copied()
             .unwrap_or_else(|| gate.timeout());
+        let ready = command(icx, &gate.run, n, model, Some(gate), feedback, &icx.workdir);
         let _ = icx.events.send(Event::GateStarted {
             item: icx.idx,
             n,
             gate: gate.name.clone(),
             limit,
+            command: ready
+                .as_ref()
+                .ok()
+                .map(|r| icx.cx.redactor.redact(&shell_words(&r.argv))),
+            dir: Some(icx.workdir.clone()),
+            required: gate.required(),
         });
         let log = icx.logs.join(format!("{n}-gate-{}.log", gate.name));
-        let fin = spawn(
-            icx,
-            &gate.run,
+        let run = Launch {
+            gate: Some(gate),
             n,
-            model,
-            Some(gate),
-            feedback,
-            log.clone(),
-            limit,
-            gate.grace(),
-            None,
-        )
-        .instrument(tracing::debug_span!("gate", gate = %gate.name))
-        .await;
+            log: log.clone(),
+            timeout: limit,
+            grace: gate.grace(),
+            silence: None,
+            dir: &icx.workdir,
+        };
+        let (fin, cached) = match ready {
+            Ok(ready) => {
+                judged(icx, gate, ready, run, None)
+                    .instrument(tracing::debug_span!("gate", gate = %gate.name))
+                    .await
+            }
+            Err(e) => (
+                Finished {
+                    spawn_error: Some(e),
+                    ..Finished::default()
+                },
+                None,
+            ),
+        };
         let result = if fin.cancelled {
             GateResult::NotRun
         } else if fin.timed_out {
@@ -1014,6 +1035,32 @@ async fn gates(
         if let Some(why) = &too_few {
             fin.tail.push_str(&format!("\nrunner: {why}\n"));
         }
+        // A gate failing by its exit, with `baseline: true`: what the base commit fails too is
+        // forgiven.
+        let mut failures = None;
+        let mut why = too_few.clone();
+        let mut result = result;
+        if result == GateResult::Failed
+            && too_few.is_none()
+            && gate.baseline()
+            && fin.exit.is_some_and(|c| c != 126 && c != 127)
+        {
+            let judged = against_baseline(icx, gate, n, model, feedback, limit, &fin).await;
+            match judged {
+                Baselined::Cancelled => return GatesOutcome::Cancelled,
+                Baselined::Judged {
+                    forgiven,
+                    lists,
+                    why: w,
+                } => {
+                    if forgiven {
+                        result = GateResult::Passed;
+                    }
+                    failures = Some(lists);
+                    why = w;
+                }
+            }
+        }
         tracing::debug!(gate = %gate.name, result = result.as_str(), exit = fin.exit, "gate finished");
         let tail = match &fin.spawn_error {
             Some(e) => e.clone(),
@@ -1030,7 +1077,10 @@ async fn gates(
                 .or(too_few.clone()),
             duration: fin.duration,
             output_tail: tail,
-            log: fin.logged.then_some(log),
+            log: (fin.logged && cached.is_none()).then_some(log),
+            exit: fin.exit,
+            cached,
+            failures,
         });
         if fin.cancelled {
             return GatesOutcome::Cancelled;
@@ -1039,12 +1089,7 @@ async fn gates(
             any_passed = true;
             verified |= gate.required();
         } else if gate.required() {
-            decided = Some((
-                gate.name.clone(),
-                fin,
-                result == GateResult::TimedOut,
-                too_few,
-            ));
+            decided = Some((gate.name.clone(), fin, result == GateResult::TimedOut, why));
         }
     }
     match decided {
@@ -1060,6 +1105,315 @@ async fn gates(
             why,
         },
     }
+}
+
+/// Run gate `run.gate` as `ready` says, or reuse its recorded verdict on the tree it would run
+/// on (`tree`, when known; else read from `run.dir` before it runs). Returns how it finished
+/// and, for a reused verdict, where that was given.
+async fn judged(
+    icx: &ItemCx<'_>,
+    gate: &crate::manifest::Gate,
+    ready: Ready,
+    run: Launch<'_>,
+    tree: Option<String>,
+) -> (Finished, Option<CachedFrom>) {
+    let key = if gate.cache() {
+        let tree = match tree {
+            Some(t) => Some(t),
+            None => {
+                let d = run.dir.to_path_buf();
+                blocking(move || git::working_tree(&d).ok())
+                    .await
+                    .ok()
+                    .flatten()
+            }
+        };
+        tree.map(|t| verdicts::key(&t, &ready.argv, &ready.env, run.dir))
+    } else {
+        None
+    };
+    if let Some(k) = &key {
+        let (store, k2) = (icx.cx.verdicts.clone(), k.clone());
+        if let Ok(Some(v)) = blocking(move || store.get(&k2)).await {
+            tracing::debug!(gate = %gate.name, from = %v.run_id, "gate verdict reused");
+            let from = CachedFrom {
+                run_id: v.run_id.clone(),
+                repo: v.repo.clone(),
+                item: v.item.clone(),
+                at: v.at.clone(),
+            };
+            return (v.finished(), Some(from));
+        }
+    }
+    let fin = launch(icx, ready, run).await;
+    if let Some(k) = key
+        && let Some(v) = Verdict::of(&fin, &icx.cx.run_id, &icx.item.repo, &icx.item.id)
+    {
+        let store = icx.cx.verdicts.clone();
+        let _ = blocking(move || store.put(&k, &v)).await;
+    }
+    (fin, None)
+}
+
+/// A gate's run on the base commit: which failures the base already has.
+#[derive(Clone, Debug)]
+pub struct Baseline {
+    pub commit: String,
+    /// `Passed`, `Failed`, `TimedOut`; `NotRun` when it could not be run at all.
+    pub result: GateResult,
+    pub failures: Vec<Failure>,
+    /// Why it could not be run.
+    pub error: Option<String>,
+}
+
+/// What a failing baseline gate comes to once compared with its baseline.
+enum Baselined {
+    Cancelled,
+    Judged {
+        /// Every failure is one the base has: the gate passes.
+        forgiven: bool,
+        lists: GateFailures,
+        /// Why it still fails, naming only what is new.
+        why: Option<String>,
+    },
+}
+
+/// At most this many new failures are named in an item's cause.
+const CAUSE_FAILURES: usize = 5;
+
+/// Compare a failed run of `gate` with its run on the base commit.
+#[allow(clippy::too_many_arguments)]
+async fn against_baseline(
+    icx: &ItemCx<'_>,
+    gate: &crate::manifest::Gate,
+    n: u32,
+    model: Option<&str>,
+    feedback: Option<&Path>,
+    limit: std::time::Duration,
+    fin: &Finished,
+) -> Baselined {
+    let Some(base) = baseline(icx, gate, n, model, feedback, limit).await else {
+        return Baselined::Cancelled;
+    };
+    let lines = |v: &[Failure]| v.iter().map(|f| f.line.clone()).collect::<Vec<_>>();
+    let at = short(&base.commit).to_string();
+    let named = |new: &[Failure]| {
+        let mut s: Vec<String> = new
+            .iter()
+            .take(CAUSE_FAILURES)
+            .map(|f| f.line.clone())
+            .collect();
+        if new.len() > CAUSE_FAILURES {
+            s.push(format!("and {} more", new.len() - CAUSE_FAILURES));
+        }
+        s.join("; ")
+    };
+    let all_new = |why: String| Baselined::Judged {
+        forgiven: false,
+        lists: GateFailures {
+            new: lines(&fin.failures),
+            forgiven: Vec::new(),
+        },
+        why: Some(why),
+    };
+    match base.result {
+        GateResult::Passed => all_new(if fin.failures.is_empty() {
+            format!(
+                "{} here, and passes on the base commit `{at}`",
+                exit_text(fin)
+            )
+        } else {
+            format!(
+                "passes on the base commit `{at}`; failing here: {}",
+                named(&fin.failures)
+            )
+        }),
+        GateResult::Failed => {
+            if fin.failures.is_empty() {
+                return all_new(format!(
+                    "{}; it fails on the base commit `{at}` too, but no failure line was \
+                     recognised here, so nothing is forgiven",
+                    exit_text(fin)
+                ));
+            }
+            let cmp = compare(&fin.failures, &base.failures);
+            let forgiven = cmp.new.is_empty();
+            let why = (!forgiven).then(|| {
+                let k = cmp.new.len();
+                let old = match cmp.forgiven.len() {
+                    0 => format!("none of them fails on the base commit `{at}`"),
+                    f => format!(
+                        "{f} more fail{} on the base commit `{at}` too",
+                        if f == 1 { "s" } else { "" }
+                    ),
+                };
+                format!(
+                    "{k} new failure{} ({old}): {}",
+                    if k == 1 { "" } else { "s" },
+                    named(&cmp.new)
+                )
+            });
+            Baselined::Judged {
+                forgiven,
+                lists: GateFailures {
+                    new: lines(&cmp.new),
+                    forgiven: lines(&cmp.forgiven),
+                },
+                why,
+            }
+        }
+        GateResult::TimedOut => all_new(format!(
+            "{}; its baseline on `{at}` timed out, which forgives nothing",
+            exit_text(fin)
+        )),
+        _ => all_new(format!(
+            "{}; its baseline could not be run ({}), which forgives nothing",
+            exit_text(fin),
+            base.error.as_deref().unwrap_or("no base commit")
+        )),
+    }
+}
+
+/// `gate` on the base commit (the repository's base for an item on a work branch, else the
+/// commit the item started from), in a detached worktree of its own: once per run for each
+/// repository, gate and commit, and not at all when a verdict on that tree is recorded. `None`
+/// when the run was cancelled meanwhile.
+async fn baseline(
+    icx: &ItemCx<'_>,
+    gate: &crate::manifest::Gate,
+    n: u32,
+    model: Option<&str>,
+    feedback: Option<&Path>,
+    limit: std::time::Duration,
+) -> Option<Baseline> {
+    let repo = icx.repo.path.clone();
+    let unrun = |commit: String, error: String| Baseline {
+        commit,
+        result: GateResult::NotRun,
+        failures: Vec::new(),
+        error: Some(error),
+    };
+    let commit = match (&icx.item.branch, &icx.anchor) {
+        (None, Some(anchor)) => Ok(anchor.start.clone()),
+        (None, None) => Err("the repository has no commit".to_string()),
+        (Some(_), _) => {
+            let (r, base) = (
+                repo.clone(),
+                icx.repo.base.clone().unwrap_or_else(|| "HEAD".into()),
+            );
+            blocking(move || git::commit_of(&r, &base).map_err(|e| e.to_string()))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r)
+        }
+    };
+    let commit = match commit {
+        Ok(c) => c,
+        Err(e) => return Some(unrun(String::new(), e)),
+    };
+    let memo = format!("{}\0{}\0{commit}", icx.repo.name, gate.name);
+    if let Some(b) = icx
+        .cx
+        .baselines
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&memo).cloned())
+    {
+        return Some(b);
+    }
+    let wt = icx.cx.workspace.join("baselines").join(&icx.repo.name);
+    let (r, w, c) = (repo.clone(), wt.clone(), commit.clone());
+    let made = blocking(move || -> Result<String, String> {
+        git::add_detached_worktree(&r, &w, &c).map_err(|e| e.to_string())?;
+        git::tree_of(&r, &c).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let tree = match made {
+        Ok(t) => t,
+        Err(e) => {
+            let b = unrun(commit, format!("no worktree of the base commit: {e}"));
+            send_baseline(icx, n, gate, &b, None, std::time::Duration::ZERO, None);
+            return Some(b);
+        }
+    };
+    let log = icx.logs.join(format!("{n}-baseline-{}.log", gate.name));
+    let run = Launch {
+        gate: Some(gate),
+        n,
+        log: log.clone(),
+        timeout: limit,
+        grace: gate.grace(),
+        silence: None,
+        dir: &wt,
+    };
+    let (fin, cached) = match command(icx, &gate.run, n, model, Some(gate), feedback, &wt) {
+        Ok(ready) => {
+            judged(icx, gate, ready, run, Some(tree))
+                .instrument(tracing::debug_span!("baseline", gate = %gate.name))
+                .await
+        }
+        Err(e) => (
+            Finished {
+                spawn_error: Some(e),
+                ..Finished::default()
+            },
+            None,
+        ),
+    };
+    let (r, w) = (repo, wt);
+    let _ = blocking(move || {
+        if let Err(e) = git::remove_worktree(&r, &w) {
+            tracing::warn!(path = %w.display(), error = %e, "a baseline worktree could not be removed");
+        }
+    })
+    .await;
+    if fin.cancelled {
+        return None;
+    }
+    let b = Baseline {
+        commit,
+        result: if fin.timed_out {
+            GateResult::TimedOut
+        } else if fin.spawn_error.is_some() || fin.silenced {
+            GateResult::NotRun
+        } else if fin.success() {
+            GateResult::Passed
+        } else {
+            GateResult::Failed
+        },
+        failures: fin.failures.clone(),
+        error: fin.spawn_error.clone(),
+    };
+    let logged = (fin.logged && cached.is_none()).then_some(log);
+    send_baseline(icx, n, gate, &b, cached, fin.duration, logged);
+    if let Ok(mut m) = icx.cx.baselines.lock() {
+        m.insert(memo, b.clone());
+    }
+    Some(b)
+}
+
+fn send_baseline(
+    icx: &ItemCx<'_>,
+    n: u32,
+    gate: &crate::manifest::Gate,
+    b: &Baseline,
+    cached: Option<CachedFrom>,
+    duration: std::time::Duration,
+    log: Option<PathBuf>,
+) {
+    let _ = icx.events.send(Event::GateBaseline {
+        item: icx.idx,
+        n,
+        gate: gate.name.clone(),
+        commit: b.commit.clone(),
+        result: b.result,
+        failures: b.failures.iter().map(|f| f.line.clone()).collect(),
+        cached,
+        duration,
+        log,
+    });
 }
 
 fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<PathBuf> {
@@ -1174,15 +1528,73 @@ async fn spawn(
     grace: std::time::Duration,
     silence: Option<std::time::Duration>,
 ) -> Finished {
-    // Validation has compiled the pattern once already.
-    let count_lines = gate
-        .and_then(|g| g.min_tests.as_ref())
-        .and_then(|m| regex::Regex::new(&m.pattern).ok())
-        .map(Arc::new);
+    let run = Launch {
+        gate,
+        n,
+        log,
+        timeout,
+        grace,
+        silence,
+        dir: &icx.workdir,
+    };
+    match command(icx, cmd, n, model, gate, feedback, &icx.workdir) {
+        Ok(ready) => launch(icx, ready, run).await,
+        Err(e) => Finished {
+            spawn_error: Some(e),
+            ..Finished::default()
+        },
+    }
+}
+
+/// A command line as a shell would read it back (words with spaces or quotes quoted).
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A command ready to start: its arguments and its exact environment.
+struct Ready {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// How to run a prepared command.
+struct Launch<'a> {
+    gate: Option<&'a crate::manifest::Gate>,
+    n: u32,
+    log: PathBuf,
+    timeout: std::time::Duration,
+    grace: std::time::Duration,
+    silence: Option<std::time::Duration>,
+    /// Where it runs: the item's checkout, or a baseline's worktree.
+    dir: &'a Path,
+}
+
+/// The arguments and environment of `cmd` for attempt `n`, run in `dir`.
+fn command(
+    icx: &ItemCx<'_>,
+    cmd: &CommandSpec,
+    n: u32,
+    model: Option<&str>,
+    gate: Option<&crate::manifest::Gate>,
+    feedback: Option<&Path>,
+    dir: &Path,
+) -> Result<Ready, String> {
     let gate_name = gate.map(|g| g.name.as_str());
     let cx = icx.cx;
     let item = icx.item;
-    let workdir = icx.workdir.to_string_lossy().to_string();
+    let workdir = dir.to_string_lossy().to_string();
     let lookup = |name: &str| -> Option<String> {
         match name {
             "model" => Some(model.unwrap_or_default().to_string()),
@@ -1196,19 +1608,9 @@ async fn spawn(
                 .and_then(|v| item.vars.get(v).cloned()),
         }
     };
-    let argv = match super::config::command_argv(&cx.loaded, cmd, lookup) {
-        Ok(a) => a,
-        Err(e) => {
-            return Finished {
-                spawn_error: Some(e),
-                ..Finished::default()
-            };
-        }
-    };
-
+    let argv = super::config::command_argv(&cx.loaded, cmd, lookup)?;
     let worker_env: Vec<(String, String)> = if gate.is_none() {
-        let rendered = icx
-            .eff
+        icx.eff
             .worker
             .env
             .iter()
@@ -1218,19 +1620,11 @@ async fn spawn(
                     Err(message) => Err(ItemError::Template {
                         name: k.clone(),
                         message,
-                    }),
+                    }
+                    .to_string()),
                 }
             })
-            .collect::<Result<_, _>>();
-        match rendered {
-            Ok(env) => env,
-            Err(e) => {
-                return Finished {
-                    spawn_error: Some(e.to_string()),
-                    ..Finished::default()
-                };
-            }
-        }
+            .collect::<Result<_, _>>()?
     } else {
         Vec::new()
     };
@@ -1263,28 +1657,47 @@ async fn spawn(
             usage: usage.as_deref(),
         },
     );
+    Ok(Ready { argv, env })
+}
+
+/// Start a prepared command and wait for its end, holding the shared resources it uses.
+async fn launch(icx: &ItemCx<'_>, prepared: Ready, run: Launch<'_>) -> Finished {
+    let gate = run.gate;
+    let gate_name = gate.map(|g| g.name.as_str());
+    // Validation has compiled the pattern once already.
+    let count_lines = gate
+        .and_then(|g| g.min_tests.as_ref())
+        .and_then(|m| regex::Regex::new(&m.pattern).ok())
+        .map(Arc::new);
     let uses = gate.map_or(&icx.eff.worker.uses, |g| &g.uses);
     // Held until the command has ended; waiting for them is not part of its time limit.
-    let _units = match take_resources(icx, n, gate_name, uses).await {
+    let _units = match take_resources(icx, run.n, gate_name, uses).await {
         Ok(u) => u,
         Err(fin) => return fin,
     };
+    // A gate's failures are read from its output, its folders written as `<dir>`.
+    let failure_roots = gate.map(|_| {
+        let mut roots = vec![run.dir.to_string_lossy().to_string()];
+        roots.push(icx.repo.path.to_string_lossy().to_string());
+        roots
+    });
     process::run(
         SpawnSpec {
-            argv,
-            cwd: icx.workdir.clone(),
-            env,
-            log_path: log,
-            timeout,
-            grace,
-            silence,
-            redactor: cx.redactor.clone(),
+            argv: prepared.argv,
+            cwd: run.dir.to_path_buf(),
+            env: prepared.env,
+            log_path: run.log,
+            timeout: run.timeout,
+            grace: run.grace,
+            silence: run.silence,
+            redactor: icx.cx.redactor.clone(),
             inherit_fd: Some(icx.lease_fd),
             census: CensusKey {
-                token: cx.token.clone(),
-                repo: item.repo.clone(),
+                token: icx.cx.token.clone(),
+                repo: icx.item.repo.clone(),
             },
             count_lines,
+            failure_roots,
             cgroup: icx.cgroup.clone(),
         },
         icx.stop.clone(),

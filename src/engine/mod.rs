@@ -21,6 +21,7 @@ pub mod item;
 pub mod publish;
 pub mod scheduler;
 pub mod stall;
+pub mod verdicts;
 
 pub use drain::{drain, end_left};
 
@@ -108,6 +109,10 @@ pub struct RunCx {
     pub published: HashMap<usize, String>,
     /// The run's view of each model's provider, shared by its items.
     pub health: std::sync::Mutex<health::Health>,
+    /// Recorded gate verdicts, reused on the same tree, command and environment.
+    pub verdicts: verdicts::Verdicts,
+    /// Baselines run so far, by repository, gate and base commit.
+    pub baselines: std::sync::Mutex<HashMap<String, item::Baseline>>,
 }
 
 /// How the drain ended.

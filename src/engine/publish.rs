@@ -133,6 +133,7 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
                 repo: req.repo.to_string(),
             },
             count_lines: None,
+            failure_roots: None,
             cgroup: None,
         },
         stop,

@@ -531,6 +531,45 @@ pub fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
     Ok(())
 }
 
+/// The commit `rev` names in the repository at `dir`.
+pub fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
+    Ok(checked(
+        dir,
+        &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
+    )?
+    .trim()
+    .to_string())
+}
+
+/// Check `commit` out, detached, in a new worktree at `path` (one left there by an earlier
+/// run is replaced).
+pub fn add_detached_worktree(repo: &Path, path: &Path, commit: &str) -> Result<(), GitError> {
+    let p = path.to_string_lossy().to_string();
+    if path.exists() {
+        let _ = checked(repo, &["worktree", "remove", "--force", &p]);
+        let _ = std::fs::remove_dir_all(path);
+    }
+    let _ = checked(repo, &["worktree", "prune"]);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    checked(
+        repo,
+        &["worktree", "add", "--quiet", "--detach", &p, commit],
+    )?;
+    Ok(())
+}
+
+/// The tree the working tree of `dir` holds, untracked files included (ignored ones not):
+/// read from the checkout's files when they prove it clean, else written through a temporary
+/// index ([`snapshot_tree`]).
+pub fn working_tree(dir: &Path) -> Result<String, GitError> {
+    if let Some(head) = proven_clean(dir).and_then(|p| p.head) {
+        return tree_of(dir, &head);
+    }
+    snapshot_tree(dir)
+}
+
 /// Whether commit `a` is an ancestor of (or equal to) `b`.
 pub fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
     let out = run(dir, &["merge-base", "--is-ancestor", a, b])?;

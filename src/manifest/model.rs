@@ -381,6 +381,14 @@ pub struct Gate {
     /// does not count against its `timeout`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uses: Vec<String>,
+    /// Run the gate once on the repository's base commit too, and forgive the failures it
+    /// already has there (default false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<bool>,
+    /// Reuse a recorded verdict of this gate on the same tree, command and environment
+    /// (default true; `apply --no-cache` turns reuse off for a run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<bool>,
 }
 
 /// A floor on the tests a gate ran, counted from its output.
@@ -394,6 +402,14 @@ pub struct MinTests {
 }
 
 impl Gate {
+    pub fn baseline(&self) -> bool {
+        self.baseline.unwrap_or(false)
+    }
+
+    pub fn cache(&self) -> bool {
+        self.cache.unwrap_or(true)
+    }
+
     /// The gate's fixed limit; for `auto`, the default (what the run falls back to until the
     /// gate has history).
     pub fn timeout(&self) -> Duration {

@@ -68,6 +68,8 @@ pub struct SpawnSpec {
     pub census: CensusKey,
     /// Output lines matching this are counted (a gate's `min_tests`).
     pub count_lines: Option<Arc<regex::Regex>>,
+    /// Recognise failures in the output (gates), these folders replaced by `<dir>`.
+    pub failure_roots: Option<Vec<String>>,
     /// The item's cgroup: the child moves itself in before it runs its program, and the tree
     /// is ended through it.
     pub cgroup: Option<Arc<cgroup::ItemCgroup>>,
@@ -96,6 +98,8 @@ pub struct Finished {
     pub logged: bool,
     /// Output lines matching [`SpawnSpec::count_lines`].
     pub counted: u64,
+    /// The failures recognised in its output, when asked for ([`SpawnSpec::failure_roots`]).
+    pub failures: Vec<crate::support::failures::Failure>,
     /// Whether the whole tree was proven gone afterwards.
     pub tree_gone: bool,
 }
@@ -156,7 +160,8 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     let pgid = child.pid();
     let _running = census::Running::new(&spec.census);
     let collector = Collector::new(Some(spec.log_path.clone()), spec.redactor.clone())
-        .counting(spec.count_lines.clone());
+        .counting(spec.count_lines.clone())
+        .recognising(spec.failure_roots.clone());
     let readers = vec![tokio::spawn(pump(rx, collector.clone()))];
 
     let deadline = tokio::time::Instant::now() + spec.timeout;
@@ -254,6 +259,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.any_output = snap.bytes > 0;
     fin.logged = snap.logged;
     fin.counted = snap.counted;
+    fin.failures = snap.failures;
     fin.duration = started.elapsed();
     fin
 }
@@ -677,6 +683,7 @@ mod tests {
                 repo: "r".into(),
             },
             count_lines: None,
+            failure_roots: None,
             cgroup: None,
         };
         let rt = tokio::runtime::Builder::new_current_thread()

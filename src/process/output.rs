@@ -97,6 +97,8 @@ struct State {
     last: Instant,
     /// Lines matching the counter so far.
     counted: u64,
+    /// Reads failure-shaped lines (of gates), as redacted.
+    failures: Option<crate::support::failures::Scanner>,
 }
 
 /// Shared sink for both pipes of one process.
@@ -116,6 +118,8 @@ pub struct Snapshot {
     pub logged: bool,
     /// Output lines that matched the counter.
     pub counted: u64,
+    /// The failures recognised in the output, when asked for ([`Collector::recognising`]).
+    pub failures: Vec<crate::support::failures::Failure>,
 }
 
 impl Collector {
@@ -129,6 +133,7 @@ impl Collector {
                 bytes: 0,
                 last: Instant::now(),
                 counted: 0,
+                failures: None,
             })),
             redactor,
             counter: None,
@@ -172,6 +177,15 @@ impl Collector {
         self
     }
 
+    /// Recognise failures in the output (see [`crate::support::failures`]), the folders in
+    /// `roots` replaced by `<dir>`.
+    pub fn recognising(self, roots: Option<Vec<String>>) -> Self {
+        if let (Some(roots), Ok(mut st)) = (roots, self.state.lock()) {
+            st.failures = Some(crate::support::failures::Scanner::new(roots));
+        }
+        self
+    }
+
     fn emit(&self, st: &mut State, bytes: &[u8]) {
         if let Some(re) = &self.counter {
             let raw = String::from_utf8_lossy(bytes);
@@ -181,6 +195,11 @@ impl Collector {
                 .count() as u64;
         }
         let text = self.redactor.redact(&String::from_utf8_lossy(bytes));
+        if let Some(scanner) = st.failures.as_mut() {
+            for line in text.lines() {
+                scanner.line(line);
+            }
+        }
         if st.log.is_none()
             && let Some(path) = st.log_path.take()
         {
@@ -212,6 +231,7 @@ impl Collector {
                 bytes: 0,
                 logged: false,
                 counted: 0,
+                failures: Vec::new(),
             };
         };
         let rest: Vec<u8> = std::mem::take(&mut st.pending);
@@ -237,6 +257,11 @@ impl Collector {
             bytes: st.bytes,
             logged: st.log.is_some(),
             counted: st.counted,
+            failures: st
+                .failures
+                .as_ref()
+                .map(|f| f.snapshot())
+                .unwrap_or_default(),
         }
     }
 }

@@ -54,6 +54,10 @@ pub struct Report {
     /// What planning warned of: a rule that matches nothing, a folder that could not be read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Required gates that never passed in the run while halting items: suspected to be
+    /// misconfigured (a misspelt command, a wrong folder).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub suspect_gates: Vec<SuspectGate>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]
@@ -190,12 +194,83 @@ pub struct GateReport {
     pub duration_ms: u64,
     pub output_tail: String,
     pub log: Option<String>,
+    /// How it exited, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i32>,
+    /// `false` for a gate that is reported but never decides (`required: false`).
+    #[serde(skip_serializing_if = "is_true")]
+    pub required: bool,
+    /// The result is a verdict recorded earlier on the same tree, command and environment
+    /// (the gate did not run): where it was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached: Option<crate::events::CachedFrom>,
+    /// It failed here, but only with failures its base commit has too: it passes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub forgiven: bool,
+    /// For a `baseline: true` gate that failed here: new failures and forgiven ones, as the
+    /// lines they were read from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failures: Option<crate::events::GateFailures>,
+    /// Its run on the base commit, when one was needed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineReport>,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// A gate's run on the base commit.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct BaselineReport {
+    pub commit: String,
+    /// `passed`, `failed`, `timed-out` (forgives nothing) or `not-run` (could not be run).
+    pub result: GateResult,
+    /// The failures recognised there.
+    pub failures: Vec<String>,
+    /// Reused from an earlier run's verdict on the same tree.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    pub duration_ms: u64,
+    pub log: Option<String>,
+}
+
+/// A required gate that passed nowhere in the run while its failures halted items: more likely
+/// its command or setting is wrong than every item's work.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct SuspectGate {
+    pub gate: String,
+    /// Its command line (redacted), as last run.
+    pub command: Option<String>,
+    /// The folder it last ran in.
+    pub dir: Option<String>,
+    /// Its last exit code (127: the command was not found).
+    pub exit: Option<i32>,
+    /// The items its failures halted, as `repo/id`.
+    pub halted: Vec<String>,
+}
+
+/// What the builder knows of one gate across the run.
+#[derive(Clone, Debug, Default)]
+struct GateTally {
+    passed: usize,
+    command: Option<String>,
+    dir: Option<String>,
+    exit: Option<i32>,
+    halted: Vec<String>,
 }
 
 /// Consumes events into a [`Report`].
 pub struct ReportBuilder {
     report: Report,
     run_dir: PathBuf,
+    /// Per gate name, in order of first sight.
+    gates: Vec<(String, GateTally)>,
+    /// What `gate-started` said, until the gate's `gate-finished`: (item, attempt, gate) →
+    /// required.
+    started: std::collections::HashMap<(usize, u32, String), bool>,
+    /// A baseline run, until its gate's `gate-finished`.
+    baselines: std::collections::HashMap<(usize, u32, String), BaselineReport>,
 }
 
 impl ReportBuilder {
@@ -262,8 +337,12 @@ impl ReportBuilder {
                 counts: BTreeMap::new(),
                 items,
                 warnings: plan.warnings.clone(),
+                suspect_gates: Vec::new(),
             },
             run_dir: run_dir.to_path_buf(),
+            gates: Vec::new(),
+            started: std::collections::HashMap::new(),
+            baselines: std::collections::HashMap::new(),
         };
         b.recount();
         b
@@ -467,7 +546,46 @@ impl ReportBuilder {
                     });
                 }
             }
-            Event::GateStarted { .. } => {}
+            Event::GateStarted {
+                item,
+                n,
+                gate,
+                command,
+                dir,
+                required,
+                ..
+            } => {
+                self.started.insert((*item, *n, gate.clone()), *required);
+                let t = self.tally(gate);
+                if command.is_some() {
+                    t.command = command.clone();
+                }
+                t.dir = dir.as_ref().map(|d| d.display().to_string());
+            }
+            Event::GateBaseline {
+                item,
+                n,
+                gate,
+                commit,
+                result,
+                failures,
+                cached,
+                duration,
+                log,
+            } => {
+                let log = log.as_ref().map(|l| self.rel(l));
+                self.baselines.insert(
+                    (*item, *n, gate.clone()),
+                    BaselineReport {
+                        commit: commit.clone(),
+                        result: *result,
+                        failures: failures.clone(),
+                        cached: cached.is_some(),
+                        duration_ms: duration.as_millis() as u64,
+                        log,
+                    },
+                );
+            }
             Event::GateFinished {
                 item,
                 n,
@@ -477,8 +595,24 @@ impl ReportBuilder {
                 duration,
                 output_tail,
                 log,
+                exit,
+                cached,
+                failures,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
+                let key = (*item, *n, gate.clone());
+                let required = self.started.remove(&key).unwrap_or(true);
+                let baseline = self.baselines.remove(&key);
+                let t = self.tally(gate);
+                if exit.is_some() {
+                    t.exit = *exit;
+                }
+                if *result == GateResult::Passed {
+                    t.passed += 1;
+                    if t.passed == 1 && !t.halted.is_empty() {
+                        self.name_suspects();
+                    }
+                }
                 if let Some(a) = self.attempt(*item, *n) {
                     a.gates.push(GateReport {
                         name: gate.clone(),
@@ -487,6 +621,13 @@ impl ReportBuilder {
                         duration_ms: duration.as_millis() as u64,
                         output_tail: output_tail.clone(),
                         log,
+                        exit: *exit,
+                        required,
+                        cached: cached.clone(),
+                        forgiven: *result == GateResult::Passed
+                            && failures.as_ref().is_some_and(|f| !f.forgiven.is_empty()),
+                        failures: failures.clone(),
+                        baseline,
                     });
                 }
             }
@@ -507,6 +648,9 @@ impl ReportBuilder {
                     }
                     *self.report.counts.entry(*outcome).or_insert(0) += 1;
                 }
+                if matches!(outcome, ItemOutcome::Halted | ItemOutcome::Failed) {
+                    self.halted_by_gate(*item);
+                }
             }
             Event::RunEnded { ending, cause } => {
                 self.report.ending = Some(*ending);
@@ -514,6 +658,54 @@ impl ReportBuilder {
                 self.report.ended_at = Some(at.to_string());
             }
         }
+    }
+
+    fn tally(&mut self, gate: &str) -> &mut GateTally {
+        let i = match self.gates.iter().position(|(g, _)| g == gate) {
+            Some(i) => i,
+            None => {
+                self.gates.push((gate.to_string(), GateTally::default()));
+                self.gates.len() - 1
+            }
+        };
+        &mut self.gates[i].1
+    }
+
+    /// An item halted or failed: when a required gate's failure decided its last attempt, that
+    /// gate is charged with it; then the suspects are named anew.
+    fn halted_by_gate(&mut self, item: usize) {
+        let Some(it) = self.report.items.get(item) else {
+            return;
+        };
+        let decided = it.attempts.last().and_then(|a| {
+            a.gates
+                .iter()
+                .find(|g| {
+                    g.required && matches!(g.result, GateResult::Failed | GateResult::TimedOut)
+                })
+                .map(|g| g.name.clone())
+        });
+        let Some(gate) = decided else {
+            return;
+        };
+        let name = format!("{}/{}", it.repo, it.id);
+        self.tally(&gate).halted.push(name);
+        self.name_suspects();
+    }
+
+    fn name_suspects(&mut self) {
+        self.report.suspect_gates = self
+            .gates
+            .iter()
+            .filter(|(_, t)| t.passed == 0 && !t.halted.is_empty())
+            .map(|(g, t)| SuspectGate {
+                gate: g.clone(),
+                command: t.command.clone(),
+                dir: t.dir.clone(),
+                exit: t.exit,
+                halted: t.halted.clone(),
+            })
+            .collect();
     }
 
     fn attempt(&mut self, item: usize, n: u32) -> Option<&mut AttemptReport> {

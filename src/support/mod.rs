@@ -4,6 +4,7 @@
 
 pub mod blocking;
 pub mod clock;
+pub mod failures;
 pub mod fs;
 pub mod host;
 pub mod limits;

@@ -285,14 +285,51 @@ impl Progress {
                 gate,
                 result,
                 duration,
+                cached,
+                failures,
                 ..
             } => {
-                if self.bars.is_none() && *result != GateResult::Passed {
+                let forgiven = failures.as_ref().map_or(0, |f| f.forgiven.len());
+                if self.bars.is_none() && (*result != GateResult::Passed || forgiven > 0) {
+                    let mut also = String::new();
+                    if forgiven > 0 && *result == GateResult::Passed {
+                        also.push_str(&format!(
+                            ", forgiving {forgiven} failure{} the base has",
+                            if forgiven == 1 { "" } else { "s" }
+                        ));
+                    }
+                    if let Some(c) = cached {
+                        also.push_str(&format!(", cached from run {}", c.run_id));
+                    }
                     self.line(&format!(
-                        "{} attempt {n}: gate {gate} {} ({:.1}s)",
+                        "{} attempt {n}: gate {gate} {} ({:.1}s{also})",
                         self.name(*item),
                         result.as_str(),
                         duration.as_secs_f64()
+                    ));
+                }
+            }
+            Event::GateBaseline {
+                item,
+                gate,
+                commit,
+                result,
+                failures,
+                cached,
+                ..
+            } => {
+                if self.bars.is_none() {
+                    self.line(&format!(
+                        "{}: gate {gate} on the base commit {}: {}{}{}",
+                        self.name(*item),
+                        commit.get(..10).unwrap_or(commit),
+                        result.as_str(),
+                        match failures.len() {
+                            0 => String::new(),
+                            1 => " (1 failure)".to_string(),
+                            k => format!(" ({k} failures)"),
+                        },
+                        if cached.is_some() { ", cached" } else { "" }
                     ));
                 }
             }

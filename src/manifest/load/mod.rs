@@ -300,6 +300,8 @@ const GATE_KEYS: &[&str] = &[
     "required",
     "min_tests",
     "uses",
+    "baseline",
+    "cache",
 ];
 const MIN_TESTS_KEYS: &[&str] = &["count", "pattern"];
 const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];

@@ -655,6 +655,12 @@ impl Cx {
                 .get("uses")
                 .and_then(|n| self.resource_uses(n, &child(&p, "uses")))
                 .unwrap_or_default();
+            let baseline = g
+                .get("baseline")
+                .and_then(|n| self.boolean(n, &child(&p, "baseline")));
+            let cache = g
+                .get("cache")
+                .and_then(|n| self.boolean(n, &child(&p, "cache")));
             if let (Some(name), Some(run)) = (name, run) {
                 out.push(Gate {
                     name,
@@ -665,6 +671,8 @@ impl Cx {
                     required: required.flatten(),
                     min_tests,
                     uses,
+                    baseline,
+                    cache,
                 });
             }
         }

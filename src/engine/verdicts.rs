@@ -1,0 +1,223 @@
+//! The verdict cache: a gate's result on a tree, reused when the same command with the same
+//! environment would run on the same tree again.
+//!
+//! A verdict is keyed by the git tree of the folder the gate runs in (untracked files included,
+//! ignored files not), its command line and its environment. Variables runner sets per item and
+//! attempt (`RUNNER_*`) are left out of the key, and the folder itself is written as `<dir>` in
+//! the command line, so that the same tree checked out elsewhere (the base commit in a baseline
+//! worktree, an item's worktree) finds the same verdict. Only verdicts the command gave by
+//! exiting are kept: a timeout, a cancellation, a command that could not start or was not found
+//! (exit 126 or 127) or one killed by a signal says nothing about the tree.
+//!
+//! Verdicts are files under `<workspace>/cache/verdicts`, one per key, written atomically: any
+//! run of any manifest sharing the workspace may reuse them, a lost or unreadable one is a miss.
+
+use crate::process::Finished;
+use crate::support::failures::Failure;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// What a gate gave on a tree, and where it was first seen.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Verdict {
+    pub exit: i32,
+    /// Output lines its `min_tests` pattern matched.
+    pub counted: u64,
+    /// The redacted last part of its output.
+    pub tail: String,
+    pub failures: Vec<Failure>,
+    pub duration_ms: u64,
+    /// The run, repository and item whose gate gave it (for a baseline: the item that asked).
+    pub run_id: String,
+    pub repo: String,
+    pub item: String,
+    /// When, as RFC 3339.
+    pub at: String,
+}
+
+impl Verdict {
+    /// A finished gate's verdict, unless it says nothing about the tree.
+    pub fn of(fin: &Finished, run_id: &str, repo: &str, item: &str) -> Option<Verdict> {
+        let exit = fin.exit?;
+        if fin.timed_out
+            || fin.silenced
+            || fin.cancelled
+            || fin.spawn_error.is_some()
+            || fin.signal.is_some()
+            || exit == 126
+            || exit == 127
+        {
+            return None;
+        }
+        Some(Verdict {
+            exit,
+            counted: fin.counted,
+            tail: fin.tail.clone(),
+            failures: fin.failures.clone(),
+            duration_ms: fin.duration.as_millis() as u64,
+            run_id: run_id.to_string(),
+            repo: repo.to_string(),
+            item: item.to_string(),
+            at: crate::support::clock::now(),
+        })
+    }
+
+    /// The verdict as a finished gate that took no time.
+    pub fn finished(&self) -> Finished {
+        Finished {
+            exit: Some(self.exit),
+            tail: self.tail.clone(),
+            counted: self.counted,
+            failures: self.failures.clone(),
+            any_output: !self.tail.is_empty(),
+            tree_gone: true,
+            ..Finished::default()
+        }
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_millis(self.duration_ms)
+    }
+}
+
+/// The key of a verdict: the tree, the command line (its folder as `<dir>`) and the
+/// environment but for runner's per-item variables.
+pub fn key(tree: &str, argv: &[String], env: &[(String, String)], dir: &Path) -> String {
+    let dir = dir.to_string_lossy();
+    let mut h = Sha256::new();
+    h.update(b"runner.verdict/v1\0");
+    h.update(tree.as_bytes());
+    h.update(b"\0");
+    for a in argv {
+        h.update(a.replace(dir.as_ref(), "<dir>").as_bytes());
+        h.update(b"\0");
+    }
+    h.update(b"\0");
+    let mut env: Vec<&(String, String)> = env
+        .iter()
+        .filter(|(k, _)| !k.starts_with("RUNNER_"))
+        .collect();
+    env.sort();
+    for (k, v) in env {
+        h.update(k.as_bytes());
+        h.update(b"=");
+        h.update(v.replace(dir.as_ref(), "<dir>").as_bytes());
+        h.update(b"\0");
+    }
+    crate::support::hex(&h.finalize())
+}
+
+/// Where verdicts are kept.
+#[derive(Clone, Debug)]
+pub struct Verdicts {
+    dir: PathBuf,
+    /// Recorded verdicts may be reused (`apply --no-cache` says no; new ones are still kept).
+    pub reuse: bool,
+}
+
+impl Verdicts {
+    pub fn new(workspace: &Path, reuse: bool) -> Self {
+        Verdicts {
+            dir: dir(workspace),
+            reuse,
+        }
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.json"))
+    }
+
+    /// The verdict recorded under `key`, when reuse is allowed.
+    pub fn get(&self, key: &str) -> Option<Verdict> {
+        if !self.reuse {
+            return None;
+        }
+        let bytes = std::fs::read(self.path(key)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Record `v` under `key` (a failure to is only logged: the cache is an economy).
+    pub fn put(&self, key: &str, v: &Verdict) {
+        let written = std::fs::create_dir_all(&self.dir).and_then(|()| {
+            let bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+            crate::support::fs::write_atomic(&self.path(key), &bytes)
+        });
+        if let Err(e) = written {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "a gate's verdict could not be cached");
+        }
+    }
+}
+
+/// The verdict folder of a workspace.
+pub fn dir(workspace: &Path) -> PathBuf {
+    workspace.join("cache").join("verdicts")
+}
+
+/// Remove verdicts last written before `cutoff`; returns how many went.
+pub fn prune(workspace: &Path, cutoff: SystemTime) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir(workspace)) else {
+        return 0;
+    };
+    let mut gone = 0;
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t < cutoff);
+        if old && std::fs::remove_file(e.path()).is_ok() {
+            gone += 1;
+        }
+    }
+    gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_ignores_the_folder_and_runners_own_variables() {
+        let env = |item: &str, dir: &str| {
+            vec![
+                ("PATH".to_string(), "/usr/bin".to_string()),
+                ("RUNNER_ITEM".to_string(), item.to_string()),
+                ("RUNNER_REPO_PATH".to_string(), dir.to_string()),
+            ]
+        };
+        let argv = |dir: &str| vec!["make".to_string(), format!("-C{dir}")];
+        let a = key("t1", &argv("/w/a"), &env("a", "/w/a"), Path::new("/w/a"));
+        let b = key("t1", &argv("/w/b"), &env("b", "/w/b"), Path::new("/w/b"));
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            key("t2", &argv("/w/a"), &env("a", "/w/a"), Path::new("/w/a"))
+        );
+        let mut other = env("a", "/w/a");
+        other[0].1 = "/opt/bin".into();
+        assert_ne!(a, key("t1", &argv("/w/a"), &other, Path::new("/w/a")));
+    }
+
+    #[test]
+    fn only_exits_are_verdicts() {
+        let exited = |code| Finished {
+            exit: Some(code),
+            ..Finished::default()
+        };
+        assert!(Verdict::of(&exited(0), "r", "p", "i").is_some());
+        assert!(Verdict::of(&exited(1), "r", "p", "i").is_some());
+        assert!(Verdict::of(&exited(127), "r", "p", "i").is_none());
+        let timed_out = Finished {
+            timed_out: true,
+            ..exited(1)
+        };
+        assert!(Verdict::of(&timed_out, "r", "p", "i").is_none());
+        let killed = Finished {
+            exit: None,
+            signal: Some(9),
+            ..Finished::default()
+        };
+        assert!(Verdict::of(&killed, "r", "p", "i").is_none());
+    }
+}
