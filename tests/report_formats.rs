@@ -336,6 +336,8 @@ gates:
   - name: build
     run: sleep 0.2
   - name: test
+    # Judges by a file outside the tree (a flaky test's stand-in): its verdicts are not reused.
+    cache: false
     run: 'sleep 0.2; if [ "$RUNNER_ITEM" = login ] && [ -e {flag} ]; then echo "test login::expired_session failed at src/login.rs:42"; exit 1; fi'
 items:
   - {{repo: api, id: parser, branch: "runner/parser"}}

@@ -993,7 +993,7 @@ async fn gates(
         };
         let (fin, cached) = match ready {
             Ok(ready) => {
-                judged(icx, gate, ready, run, None)
+                judged(icx, gate, ready, run, None, verdicts::Kind::Gate)
                     .instrument(tracing::debug_span!("gate", gate = %gate.name))
                     .await
             }
@@ -1116,6 +1116,7 @@ async fn judged(
     ready: Ready,
     run: Launch<'_>,
     tree: Option<String>,
+    kind: verdicts::Kind,
 ) -> (Finished, Option<CachedFrom>) {
     let key = if gate.cache() {
         let tree = match tree {
@@ -1128,7 +1129,7 @@ async fn judged(
                     .flatten()
             }
         };
-        tree.map(|t| verdicts::key(&t, &ready.argv, &ready.env, run.dir))
+        tree.map(|t| verdicts::key(kind, &t, &ready.argv, &ready.env, run.dir))
     } else {
         None
     };
@@ -1147,6 +1148,7 @@ async fn judged(
     }
     let fin = launch(icx, ready, run).await;
     if let Some(k) = key
+        && (kind == verdicts::Kind::Baseline || fin.success())
         && let Some(v) = Verdict::of(&fin, &icx.cx.run_id, &icx.item.repo, &icx.item.id)
     {
         let store = icx.cx.verdicts.clone();
@@ -1350,7 +1352,7 @@ async fn baseline(
     };
     let (fin, cached) = match command(icx, &gate.run, n, model, Some(gate), feedback, &wt) {
         Ok(ready) => {
-            judged(icx, gate, ready, run, Some(tree))
+            judged(icx, gate, ready, run, Some(tree), verdicts::Kind::Baseline)
                 .instrument(tracing::debug_span!("baseline", gate = %gate.name))
                 .await
         }

@@ -1,11 +1,16 @@
 //! The verdict cache: a gate's result on a tree, reused when the same command with the same
 //! environment would run on the same tree again.
 //!
+//! Only passes are kept for gates that judge an item: a failure is run again (a flaky failure
+//! must not stick to a tree), as build systems that cache test results do. A baseline, run on
+//! the base commit to learn which failures are already there, keeps its failures too, under keys
+//! of its own ([`Kind::Baseline`]).
+//!
 //! A verdict is keyed by the git tree of the folder the gate runs in (untracked files included,
-//! ignored files not), its command line and its environment. Variables runner sets per item and
-//! attempt (`RUNNER_*`) are left out of the key, and the folder itself is written as `<dir>` in
-//! the command line, so that the same tree checked out elsewhere (the base commit in a baseline
-//! worktree, an item's worktree) finds the same verdict. Only verdicts the command gave by
+//! ignored files not), its command line and its environment, runner's variables included
+//! (`RUNNER_REPO`, `RUNNER_ITEM`: a gate may judge by them) but for those that change with every
+//! run or attempt (run id, attempt, token, feedback and usage files, model). The folder itself
+//! is written as `<dir>`, so that a worktree made anew finds the verdict of the one before. Only verdicts the command gave by
 //! exiting are kept: a timeout, a cancellation, a command that could not start or was not found
 //! (exit 126 or 127) or one killed by a signal says nothing about the tree.
 //!
@@ -82,12 +87,30 @@ impl Verdict {
     }
 }
 
+/// Which verdicts a key is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A gate judging an item's work: passes only.
+    Gate,
+    /// A gate run on the base commit: passes and failures.
+    Baseline,
+}
+
 /// The key of a verdict: the tree, the command line (its folder as `<dir>`) and the
 /// environment but for runner's per-item variables.
-pub fn key(tree: &str, argv: &[String], env: &[(String, String)], dir: &Path) -> String {
+pub fn key(
+    kind: Kind,
+    tree: &str,
+    argv: &[String],
+    env: &[(String, String)],
+    dir: &Path,
+) -> String {
     let dir = dir.to_string_lossy();
     let mut h = Sha256::new();
-    h.update(b"runner.verdict/v1\0");
+    h.update(match kind {
+        Kind::Gate => b"runner.verdict/v1\0".as_slice(),
+        Kind::Baseline => b"runner.baseline/v1\0".as_slice(),
+    });
     h.update(tree.as_bytes());
     h.update(b"\0");
     for a in argv {
@@ -95,10 +118,7 @@ pub fn key(tree: &str, argv: &[String], env: &[(String, String)], dir: &Path) ->
         h.update(b"\0");
     }
     h.update(b"\0");
-    let mut env: Vec<&(String, String)> = env
-        .iter()
-        .filter(|(k, _)| !k.starts_with("RUNNER_"))
-        .collect();
+    let mut env: Vec<&(String, String)> = env.iter().filter(|(k, _)| !varies(kind, k)).collect();
     env.sort();
     for (k, v) in env {
         h.update(k.as_bytes());
@@ -107,6 +127,21 @@ pub fn key(tree: &str, argv: &[String], env: &[(String, String)], dir: &Path) ->
         h.update(b"\0");
     }
     crate::support::hex(&h.finalize())
+}
+
+/// runner's variables that change from run to run or attempt to attempt, left out of keys; a
+/// baseline, which is the repository's and not an item's, leaves the item out too.
+fn varies(kind: Kind, name: &str) -> bool {
+    matches!(
+        name,
+        "RUNNER_RUN_ID"
+            | "RUNNER_ATTEMPT"
+            | "RUNNER_FEEDBACK"
+            | "RUNNER_TOKEN"
+            | "RUNNER_USAGE"
+            | "RUNNER_MAX_WORKERS"
+            | "RUNNER_MODEL"
+    ) || (kind == Kind::Baseline && name == "RUNNER_ITEM")
 }
 
 /// Where verdicts are kept.
@@ -178,11 +213,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_key_ignores_the_folder_and_runners_own_variables() {
-        let env = |item: &str, dir: &str| {
+    fn the_key_ignores_the_folder_and_what_changes_every_attempt() {
+        let env = |attempt: &str, dir: &str| {
             vec![
                 ("PATH".to_string(), "/usr/bin".to_string()),
-                ("RUNNER_ITEM".to_string(), item.to_string()),
+                ("RUNNER_ATTEMPT".to_string(), attempt.to_string()),
                 ("RUNNER_REPO_PATH".to_string(), dir.to_string()),
             ]
         };
