@@ -222,16 +222,34 @@ mod tests {
             ]
         };
         let argv = |dir: &str| vec!["make".to_string(), format!("-C{dir}")];
-        let a = key("t1", &argv("/w/a"), &env("a", "/w/a"), Path::new("/w/a"));
-        let b = key("t1", &argv("/w/b"), &env("b", "/w/b"), Path::new("/w/b"));
+        let g = Kind::Gate;
+        let here = |d: &str| Path::new(d).to_path_buf();
+        let a = key(g, "t1", &argv("/w/a"), &env("1", "/w/a"), &here("/w/a"));
+        let b = key(g, "t1", &argv("/w/b"), &env("2", "/w/b"), &here("/w/b"));
         assert_eq!(a, b);
         assert_ne!(
             a,
-            key("t2", &argv("/w/a"), &env("a", "/w/a"), Path::new("/w/a"))
+            key(g, "t2", &argv("/w/a"), &env("1", "/w/a"), &here("/w/a"))
         );
-        let mut other = env("a", "/w/a");
+        let mut other = env("1", "/w/a");
         other[0].1 = "/opt/bin".into();
-        assert_ne!(a, key("t1", &argv("/w/a"), &other, Path::new("/w/a")));
+        assert_ne!(a, key(g, "t1", &argv("/w/a"), &other, &here("/w/a")));
+        let bl = Kind::Baseline;
+        assert_ne!(
+            a,
+            key(bl, "t1", &argv("/w/a"), &env("1", "/w/a"), &here("/w/a"))
+        );
+        // A gate may judge by the item it is run for; a baseline is the repository's.
+        let item = |i: &str| vec![("RUNNER_ITEM".to_string(), i.to_string())];
+        let at = Path::new("/w");
+        assert_ne!(
+            key(g, "t", &[], &item("a"), at),
+            key(g, "t", &[], &item("b"), at)
+        );
+        assert_eq!(
+            key(bl, "t", &[], &item("a"), at),
+            key(bl, "t", &[], &item("b"), at)
+        );
     }
 
     #[test]
