@@ -400,6 +400,12 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         },
     };
     let report = sink.builder.report();
+    for s in &report.suspect_gates {
+        ui.warn(format_args!(
+            "suspected misconfigured gate: {}",
+            report::suspect_line(s)
+        ));
+    }
     // A report that fails to write never changes an item's verdict, and is never a silent
     // success: the run exits 4.
     if let Err(e) = report::write(report, &run_dir, formats) {

@@ -1166,6 +1166,8 @@ pub struct Baseline {
     pub failures: Vec<Failure>,
     /// Why it could not be run.
     pub error: Option<String>,
+    /// The item that ran it in this run (another item reusing it says so).
+    pub ran_for: Option<CachedFrom>,
 }
 
 /// What a failing baseline gate comes to once compared with its baseline.
@@ -1294,6 +1296,7 @@ async fn baseline(
         result: GateResult::NotRun,
         failures: Vec::new(),
         error: Some(error),
+        ran_for: None,
     };
     let commit = match (&icx.item.branch, &icx.anchor) {
         (None, Some(anchor)) => Ok(anchor.start.clone()),
@@ -1321,6 +1324,15 @@ async fn baseline(
         .ok()
         .and_then(|m| m.get(&memo).cloned())
     {
+        send_baseline(
+            icx,
+            n,
+            gate,
+            &b,
+            b.ran_for.clone(),
+            std::time::Duration::ZERO,
+            None,
+        );
         return Some(b);
     }
     let wt = icx.cx.workspace.join("baselines").join(&icx.repo.name);
@@ -1387,6 +1399,12 @@ async fn baseline(
         },
         failures: fin.failures.clone(),
         error: fin.spawn_error.clone(),
+        ran_for: Some(cached.clone().unwrap_or_else(|| CachedFrom {
+            run_id: icx.cx.run_id.clone(),
+            repo: icx.item.repo.clone(),
+            item: icx.item.id.clone(),
+            at: crate::support::clock::now(),
+        })),
     };
     let logged = (fin.logged && cached.is_none()).then_some(log);
     send_baseline(icx, n, gate, &b, cached, fin.duration, logged);

@@ -32,6 +32,12 @@ pub fn render(r: &Report) -> String {
     if let Some(c) = &r.cause {
         out.push_str(&format!("**Cause:** {}\n\n", cell(c)));
     }
+    for s in &r.suspect_gates {
+        out.push_str(&format!(
+            "**Suspected misconfigured gate:** {}\n\n",
+            cell(&super::suspect_line(s))
+        ));
+    }
     let counts = super::nonzero_counts(&r.counts);
     out.push_str(&format!(
         "**{}:** {}\n\n",
@@ -118,6 +124,12 @@ pub fn render(r: &Report) -> String {
             let sep = if detail.is_empty() { "" } else { "; " };
             detail = format!("{detail}{sep}commit `{}`{stat}", &c[..c.len().min(10)]);
         }
+        if let Some(last) = it.attempts.last() {
+            for note in super::gate_notes(last) {
+                let sep = if detail.is_empty() { "" } else { "; " };
+                detail = format!("{detail}{sep}{note}");
+            }
+        }
         if !it.uncommitted.is_empty() {
             let sep = if detail.is_empty() { "" } else { "; " };
             detail = format!(
@@ -202,7 +214,22 @@ pub fn render(r: &Report) -> String {
                     fence(&mut out, &w.output_tail);
                 }
                 for g in &a.gates {
-                    out.push_str(&format!("  - gate `{}`: {}\n", g.name, g.result.as_str()));
+                    let cached = if g.cached.is_some() { " (cached)" } else { "" };
+                    out.push_str(&format!(
+                        "  - gate `{}`: {}{cached}\n",
+                        g.name,
+                        g.result.as_str()
+                    ));
+                    if let Some(f) = &g.failures {
+                        for (what, lines) in [("new", &f.new), ("forgiven", &f.forgiven)] {
+                            for l in lines {
+                                out.push_str(&format!(
+                                    "    - {what}: `{}`\n",
+                                    cell(l).replace('`', "'")
+                                ));
+                            }
+                        }
+                    }
                     if !g.output_tail.is_empty() && g.result != crate::vocab::GateResult::Passed {
                         fence(&mut out, &g.output_tail);
                     }

@@ -253,11 +253,22 @@ pub struct SuspectGate {
 /// What the builder knows of one gate across the run.
 #[derive(Clone, Debug, Default)]
 struct GateTally {
+    /// Passes anywhere: on an item, or on a base commit (which proves the command can pass).
     passed: usize,
     command: Option<String>,
     dir: Option<String>,
     exit: Option<i32>,
     halted: Vec<String>,
+}
+
+impl GateTally {
+    /// Never passed, and either halted more than one item or could not even be started (exit
+    /// 126 or 127): one item halted by a real failure is the gate doing its work.
+    fn suspect(&self) -> bool {
+        self.passed == 0
+            && (self.halted.len() > 1
+                || (!self.halted.is_empty() && matches!(self.exit, Some(126 | 127))))
+    }
 }
 
 /// Consumes events into a [`Report`].
@@ -574,6 +585,10 @@ impl ReportBuilder {
                 log,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
+                if *result == GateResult::Passed {
+                    self.tally(gate).passed += 1;
+                    self.name_suspects();
+                }
                 self.baselines.insert(
                     (*item, *n, gate.clone()),
                     BaselineReport {
@@ -697,7 +712,7 @@ impl ReportBuilder {
         self.report.suspect_gates = self
             .gates
             .iter()
-            .filter(|(_, t)| t.passed == 0 && !t.halted.is_empty())
+            .filter(|(_, t)| t.suspect())
             .map(|(g, t)| SuspectGate {
                 gate: g.clone(),
                 command: t.command.clone(),
@@ -724,6 +739,51 @@ impl ReportBuilder {
 }
 
 /// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
+/// One line saying why a gate is suspected of being misconfigured.
+pub fn suspect_line(s: &SuspectGate) -> String {
+    let mut line = format!("`{}`", s.gate);
+    if let Some(c) = &s.command {
+        line.push_str(&format!(" (`{c}`"));
+        if let Some(d) = &s.dir {
+            line.push_str(&format!(" in `{d}`"));
+        }
+        line.push(')');
+    }
+    line.push_str(" never passed");
+    match s.exit {
+        Some(127) => line.push_str(", exit 127: command not found"),
+        Some(126) => line.push_str(", exit 126: not executable"),
+        Some(c) => line.push_str(&format!(", last exit {c}")),
+        None => {}
+    }
+    let n = s.halted.len();
+    line.push_str(&format!(
+        "; it halted {n} item{}: {}",
+        if n == 1 { "" } else { "s" },
+        s.halted.join(", ")
+    ));
+    line
+}
+
+/// What an attempt's gates add to an item's line: verdicts reused, failures forgiven.
+pub fn gate_notes(a: &AttemptReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    for g in &a.gates {
+        if g.forgiven {
+            let n = g.failures.as_ref().map_or(0, |f| f.forgiven.len());
+            notes.push(format!(
+                "gate `{}` forgiven {n} failure{} the base commit has too",
+                g.name,
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(c) = &g.cached {
+            notes.push(format!("gate `{}` cached from run `{}`", g.name, c.run_id));
+        }
+    }
+    notes
+}
+
 pub fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<String> {
     counts
         .iter()

@@ -290,7 +290,9 @@ impl Progress {
                 ..
             } => {
                 let forgiven = failures.as_ref().map_or(0, |f| f.forgiven.len());
-                if self.bars.is_none() && (*result != GateResult::Passed || forgiven > 0) {
+                if self.bars.is_none()
+                    && (*result != GateResult::Passed || forgiven > 0 || cached.is_some())
+                {
                     let mut also = String::new();
                     if forgiven > 0 && *result == GateResult::Passed {
                         also.push_str(&format!(

@@ -1,0 +1,323 @@
+//! Gate baselines, the verdict cache and suspected misconfigured gates, on real repositories.
+//!
+//! The repositories hold a small test suite, `suite.sh`: one test per file in `cases/`, which
+//! fails when the file says `fail`, printed as `go test` prints (`--- FAIL: TestX (0.01s)`, the
+//! duration changing from run to run). Each run of the suite adds a line to `$GATE_LOG`, outside
+//! the tree, so a test can count the runs.
+
+mod common;
+
+use common::{commit_file, git, latest_report, repo, report_item, runner, stderr};
+use std::path::Path;
+
+const SUITE: &str = r#"#!/bin/sh
+echo "run $RUNNER_ITEM $(pwd)" >> "$GATE_LOG"
+[ -e slow ] && sleep 5
+failed=0
+for f in cases/*.case; do
+  t=$(basename "$f" .case)
+  if [ "$(cat "$f")" = fail ]; then
+    echo "=== RUN   $t"
+    echo "    $t: error: got 4, want 5 in $(pwd)/$f"
+    echo "--- FAIL: $t (0.0$(date +%N | cut -c1-1)s)"
+    failed=1
+  elif [ "$(cat "$f")" = crash ]; then
+    echo "panic: the suite crashed in a way no line names"
+    exit 2
+  else
+    echo "--- PASS: $t (0.00s)"
+  fi
+done
+[ $failed = 0 ] && echo ok || echo FAIL
+exit $failed
+"#;
+
+/// A repository at `dir` whose suite has the cases given (`name`, `pass` or `fail`).
+fn suite_repo(dir: &Path, cases: &[(&str, &str)]) {
+    repo(dir);
+    commit_file(dir, "suite.sh", SUITE);
+    for (name, verdict) in cases {
+        commit_file(dir, &format!("cases/{name}.case"), &format!("{verdict}\n"));
+    }
+}
+
+/// A manifest over `repos`, gate `test` (the suite) with `gate_extra` lines, one attempt each.
+fn manifest(root: &Path, repos: &[&str], gate_extra: &str, items: &str) {
+    let mut m = String::from(
+        "version: 1\nname: baselines\ncapacity: {workers: 1}\nenv: {pass: [PATH, HOME, GATE_LOG]}\nrepositories:\n",
+    );
+    for r in repos {
+        m.push_str(&format!("  - path: {r}\n"));
+    }
+    m.push_str(&format!(
+        "worker:\n  run: [sh, -c, '{{item.script}}']\n  attempts: 1\ngates:\n  - name: test\n    run: [sh, suite.sh]\n{gate_extra}items:\n{items}"
+    ));
+    std::fs::write(root.join("m.yaml"), m).unwrap();
+}
+
+fn apply(root: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .args(args)
+        .env("GATE_LOG", root.join("gate.log"))
+        .output()
+        .unwrap();
+    (out.status.code(), stderr(&out))
+}
+
+fn gate_runs(root: &Path) -> usize {
+    std::fs::read_to_string(root.join("gate.log"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+fn gate(item: &serde_json::Value) -> &serde_json::Value {
+    &item["attempts"][0]["gates"][0]
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_base_that_already_fails_forgives_its_failures_and_no_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    suite_repo(
+        &root.join("app"),
+        &[("TestAdd", "pass"), ("TestOld", "fail")],
+    );
+    manifest(
+        root,
+        &["app"],
+        "    baseline: true\n",
+        "  - {repo: app, id: adds-failure, branch: runner/adds, vars: {script: 'echo fail > cases/TestNew.case'}}\n\
+         \x20 - {repo: app, id: harmless, branch: runner/harmless, vars: {script: 'echo note > notes.txt'}}\n",
+    );
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let report = latest_report(&root.join("runner-reports"));
+
+    let bad = report_item(&report, "id", "adds-failure");
+    assert_eq!(bad["outcome"], "halted", "{err}");
+    let cause = bad["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("1 new failure") && cause.contains("TestNew"),
+        "{cause}"
+    );
+    assert!(
+        !cause.contains("TestOld"),
+        "only new failures are named: {cause}"
+    );
+    let g = gate(bad);
+    assert_eq!(g["result"], "failed");
+    let new = strings(&g["failures"]["new"]);
+    assert_eq!(new.len(), 1, "{g}");
+    assert!(new[0].starts_with("--- FAIL: TestNew ("), "{new:?}");
+    let forgiven = strings(&g["failures"]["forgiven"]);
+    assert!(
+        forgiven.len() == 1 && forgiven[0].contains("TestOld"),
+        "{forgiven:?}"
+    );
+
+    let ok = report_item(&report, "id", "harmless");
+    assert_eq!(ok["outcome"], "completed", "{err}");
+    let g = gate(ok);
+    assert_eq!(g["result"], "passed");
+    assert_eq!(g["forgiven"], true);
+    assert_eq!(g["exit"], 1, "the suite failed, and was forgiven");
+    assert!(strings(&g["failures"]["new"]).is_empty());
+    let forgiven = strings(&g["failures"]["forgiven"]);
+    assert!(
+        forgiven.len() == 1 && forgiven[0].contains("TestOld"),
+        "{forgiven:?}"
+    );
+    // The baseline ran on the base commit, in a worktree of its own, once for both items.
+    let base = git(&root.join("app"), &["rev-parse", "HEAD"]);
+    for item in [bad, ok] {
+        let b = &gate(item)["baseline"];
+        assert_eq!(b["commit"], base.trim(), "{b}");
+        assert_eq!(b["result"], "failed");
+    }
+    let log = std::fs::read_to_string(root.join("gate.log")).unwrap();
+    let baselines = log.lines().filter(|l| l.contains("/baselines/")).count();
+    assert_eq!(baselines, 1, "{log}");
+    assert_eq!(gate_runs(root), 3, "{log}");
+    // Shown in the summary too.
+    let md = std::fs::read_to_string(root.join("runner-reports/latest/summary.md")).unwrap();
+    assert!(md.contains("forgiven"), "{md}");
+    // No baseline worktree is left behind.
+    let worktrees = git(&root.join("app"), &["worktree", "list"]);
+    assert!(!worktrees.contains("baselines"), "{worktrees}");
+}
+
+#[test]
+fn a_gate_red_on_a_green_base_fails_even_when_no_line_is_recognised() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    suite_repo(&root.join("app"), &[("TestAdd", "pass")]);
+    manifest(
+        root,
+        &["app"],
+        "    baseline: true\n",
+        "  - {repo: app, id: crashes, branch: runner/crash, vars: {script: 'echo crash > cases/TestAdd.case'}}\n\
+         \x20 - {repo: app, id: fails, branch: runner/fails, vars: {script: 'echo fail > cases/TestAdd.case'}}\n",
+    );
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let report = latest_report(&root.join("runner-reports"));
+    let crash = report_item(&report, "id", "crashes");
+    assert_eq!(crash["outcome"], "halted", "{err}");
+    let cause = crash["cause"].as_str().unwrap();
+    assert!(cause.contains("passes on the base commit"), "{cause}");
+    assert_eq!(gate(crash)["baseline"]["result"], "passed");
+    let fails = report_item(&report, "id", "fails");
+    assert_eq!(fails["outcome"], "halted");
+    assert_eq!(
+        strings(&gate(fails)["failures"]["new"]).len(),
+        1,
+        "{}",
+        gate(fails)
+    );
+}
+
+#[test]
+fn a_baseline_that_timed_out_forgives_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let app = root.join("app");
+    suite_repo(&app, &[("TestOld", "fail")]);
+    // The base's suite hangs; the item's (without the marker) fails as the base would.
+    commit_file(&app, "slow", "");
+    manifest(
+        root,
+        &["app"],
+        "    baseline: true\n    timeout: 1s\n    grace: 1s\n",
+        "  - {repo: app, id: unhung, branch: runner/unhung, vars: {script: 'rm slow'}}\n",
+    );
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let report = latest_report(&root.join("runner-reports"));
+    let it = report_item(&report, "id", "unhung");
+    assert_eq!(it["outcome"], "halted", "{err}");
+    assert_eq!(gate(it)["baseline"]["result"], "timed-out");
+    let cause = it["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("timed out, which forgives nothing"),
+        "{cause}"
+    );
+}
+
+#[test]
+fn an_unchanged_tree_reuses_a_passing_verdict_and_a_changed_file_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let app = root.join("app");
+    suite_repo(&app, &[("TestAdd", "pass")]);
+    manifest(
+        root,
+        &["app"],
+        "",
+        "  - {repo: app, id: docs, vars: {script: 'echo note > notes.txt'}}\n",
+    );
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(gate_runs(root), 1);
+    let first = latest_report(&root.join("runner-reports"));
+    let first_id = first["run_id"].as_str().unwrap().to_string();
+    assert!(gate(report_item(&first, "id", "docs"))["cached"].is_null());
+
+    // Again: the worker leaves the same tree, so the gate's verdict is the first run's.
+    let (code, err) = apply(root, &["--rerun", "all"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(gate_runs(root), 1, "the gate did not run again");
+    let second = latest_report(&root.join("runner-reports"));
+    let g = gate(report_item(&second, "id", "docs"));
+    assert_eq!(g["result"], "passed");
+    assert_eq!(g["cached"]["run_id"], first_id.as_str(), "{g}");
+    assert!(err.contains("cached"), "{err}");
+
+    // `--no-cache` runs it.
+    let (code, err) = apply(root, &["--rerun", "all", "--no-cache"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(gate_runs(root), 2);
+    assert!(
+        gate(report_item(
+            &latest_report(&root.join("runner-reports")),
+            "id",
+            "docs"
+        ))["cached"]
+            .is_null()
+    );
+
+    // A changed file: a new tree, so the gate runs again.
+    commit_file(&app, "README", "changed\n");
+    let (code, err) = apply(root, &["--rerun", "all"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(gate_runs(root), 3);
+    let g = gate(report_item(
+        &latest_report(&root.join("runner-reports")),
+        "id",
+        "docs",
+    ))
+    .clone();
+    assert!(g["cached"].is_null(), "{g}");
+}
+
+#[test]
+fn a_failing_verdict_is_never_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    suite_repo(&root.join("app"), &[("TestAdd", "fail")]);
+    manifest(
+        root,
+        &["app"],
+        "",
+        "  - {repo: app, id: noop, vars: {script: 'true'}}\n",
+    );
+    for runs in 1..=2 {
+        let (code, err) = apply(root, &["--rerun", "all"]);
+        assert_eq!(code, Some(1), "{err}");
+        assert_eq!(gate_runs(root), runs);
+    }
+}
+
+#[test]
+fn a_misspelt_gate_is_named_as_suspected_misconfigured() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for r in ["a", "b"] {
+        suite_repo(&root.join(r), &[("TestAdd", "pass")]);
+    }
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: misspelt\ncapacity: {workers: 1}\nrepositories:\n  - path: a\n  - path: b\n\
+         worker:\n  run: 'echo change > notes.txt'\n  attempts: 1\n\
+         gates:\n  - name: test\n    run: cargoo test --all\n\
+         items:\n  - {repo: a, id: x}\n  - {repo: b, id: x}\n",
+    )
+    .unwrap();
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let report = latest_report(&root.join("runner-reports"));
+    let suspects = report["suspect_gates"].as_array().expect("suspects named");
+    assert_eq!(suspects.len(), 1, "{suspects:?}");
+    let s = &suspects[0];
+    assert_eq!(s["gate"], "test");
+    assert_eq!(s["exit"], 127);
+    assert!(
+        s["command"].as_str().unwrap().contains("cargoo test --all"),
+        "{s}"
+    );
+    assert!(s["dir"].as_str().unwrap().ends_with("/b"), "{s}");
+    assert_eq!(strings(&s["halted"]), ["a/x", "b/x"]);
+    let md = std::fs::read_to_string(root.join("runner-reports/latest/summary.md")).unwrap();
+    assert!(
+        md.contains("misconfigured") && md.contains("cargoo test --all"),
+        "{md}"
+    );
+    assert!(err.contains("misconfigured"), "{err}");
+}
