@@ -321,3 +321,51 @@ fn a_misspelt_gate_is_named_as_suspected_misconfigured() {
     );
     assert!(err.contains("misconfigured"), "{err}");
 }
+
+#[test]
+fn verdicts_older_than_the_kept_days_are_removed_by_gc() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    suite_repo(&root.join("app"), &[("TestAdd", "pass")]);
+    manifest(
+        root,
+        &["app"],
+        "",
+        "  - {repo: app, id: docs, vars: {script: 'echo note > notes.txt'}}\n",
+    );
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let cache = root.join(".runner/workspace/cache/verdicts");
+    let files: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "one passing verdict recorded");
+    let out = runner()
+        .current_dir(root)
+        .args(["gc", "m.yaml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_dir(&cache).unwrap().count(),
+        1,
+        "a fresh verdict stays"
+    );
+    // 91 days old: past the default `keep.days` (90).
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "91 days ago"])
+        .arg(files[0].path())
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let out = runner()
+        .current_dir(root)
+        .args(["gc", "m.yaml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("removed 1 gate verdict"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0);
+}

@@ -448,6 +448,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             }
             Err(e) => ui.warn(format_args!("older runs were not pruned: {e}")),
         }
+        super::gc::prune_verdicts(&cx.loaded, &keep);
         if formats.html
             && let Err(e) =
                 super::report::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)

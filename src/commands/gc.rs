@@ -59,6 +59,17 @@ pub fn keep_of(loaded: &LoadedManifest) -> Keep {
         .unwrap_or_default()
 }
 
+/// Remove the gate verdicts of the manifest's workspace older than `keep.days` (verdicts are
+/// the workspace's, shared by the manifests that use it, so only age removes them).
+pub fn prune_verdicts(loaded: &LoadedManifest, keep: &Keep) -> usize {
+    let workspace = crate::plan::repos::workspace_dir(loaded);
+    let age = std::time::Duration::from_secs(24 * 3600 * u64::from(keep.days()));
+    let cutoff = std::time::SystemTime::now()
+        .checked_sub(age)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    crate::engine::verdicts::prune(&workspace, cutoff)
+}
+
 /// Prune the history of `manifest` past `keep`: the ledger's record of older runs, then their
 /// report folders — only a folder inside `reports` named for its run is ever removed.
 pub fn retain(
@@ -128,6 +139,14 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
     };
     for r in &retained.runs {
         eprintln!("runner: gc: pruned run {r}");
+    }
+    let verdicts = prune_verdicts(&loaded, &keep);
+    if verdicts > 0 {
+        eprintln!(
+            "runner: gc: removed {verdicts} gate verdict{} older than {} days",
+            plural(verdicts),
+            keep.days()
+        );
     }
     for l in &retained.left {
         ui.warn(format_args!("a report folder could not be removed: {l}"));

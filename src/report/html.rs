@@ -517,9 +517,16 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
             out.push_str("</td></tr>\n");
         }
         for g in &a.gates {
+            let mut also = String::new();
+            if g.forgiven {
+                also.push_str(" (forgiven: the base commit fails so too)");
+            }
+            if let Some(c) = &g.cached {
+                let _ = write!(also, " (cached from run {})", esc(&c.run_id));
+            }
             let _ = write!(
                 out,
-                "<tr><td>gate <code>{}</code></td><td>{}{}</td><td>{}</td><td>",
+                "<tr><td>gate <code>{}</code></td><td>{}{}{also}</td><td>{}</td><td>",
                 esc(&g.name),
                 g.result.as_str(),
                 g.reason
@@ -530,6 +537,17 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
             );
             log_link(out, g.log.as_deref());
             out.push_str("</td></tr>\n");
+            if let Some(f) = &g.failures {
+                for (what, lines) in [("new failure", &f.new), ("forgiven", &f.forgiven)] {
+                    for l in lines {
+                        let _ = writeln!(
+                            out,
+                            "<tr><td></td><td colspan=\"3\">{what}: <code>{}</code></td></tr>",
+                            esc(l)
+                        );
+                    }
+                }
+            }
         }
         out.push_str("</table>\n");
         if let Some(w) = &a.worker
@@ -634,6 +652,13 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
     b.push_str("</dl>\n");
     if let Some(c) = &r.cause {
         let _ = writeln!(b, "<p><strong>Cause:</strong> {}</p>", esc(c));
+    }
+    for s in &r.suspect_gates {
+        let _ = writeln!(
+            b,
+            "<p><strong>Suspected misconfigured gate:</strong> {}</p>",
+            esc(&super::suspect_line(s))
+        );
     }
     b.push_str("<div class=\"counts\">");
     for (o, n) in r.counts.iter().filter(|(_, n)| **n > 0) {

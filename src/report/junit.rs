@@ -39,12 +39,28 @@ fn steps(it: &ItemReport) -> String {
         }
         for g in &a.gates {
             out.push_str(&format!(
-                "attempt {}: gate `{}` {} in {} ms\n",
+                "attempt {}: gate `{}` {} in {} ms{}{}\n",
                 a.n,
                 g.name,
                 g.result.as_str(),
-                g.duration_ms
+                g.duration_ms,
+                if g.forgiven {
+                    ", forgiven (the base commit fails so too)"
+                } else {
+                    ""
+                },
+                g.cached
+                    .as_ref()
+                    .map(|c| format!(", cached from run {}", c.run_id))
+                    .unwrap_or_default()
             ));
+            if let Some(f) = &g.failures {
+                for (what, lines) in [("new failure", &f.new), ("forgiven", &f.forgiven)] {
+                    for l in lines {
+                        out.push_str(&format!("  {what}: {l}\n"));
+                    }
+                }
+            }
         }
     }
     out
