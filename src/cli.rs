@@ -100,6 +100,13 @@ pub struct PlanArgs {
     pub state: StateArgs,
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Plan only shard K of N (K from 0), as `apply --shard K/N` would run it.
+    #[arg(long, value_name = "K/N", conflicts_with = "shards")]
+    pub shard: Option<crate::plan::shard::Shard>,
+    /// Split the plan into N shards and show each one's repositories and pending items; with
+    /// `--json`, a CI matrix (`{"include": [{"shard": "0/4", ...}]}`) of the shards with work.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::plan::shard::MAX_SHARDS)))]
+    pub shards: Option<u32>,
 }
 
 #[derive(Debug, Args, Clone, Default)]
@@ -156,6 +163,11 @@ pub struct ApplyArgs {
     /// Run every gate, reusing no recorded verdict (new verdicts are still recorded).
     #[arg(long)]
     pub no_cache: bool,
+    /// Run only the repositories of shard K of N (K from 0, as `JOB_COMPLETION_INDEX`): a
+    /// stable hash of each repository's url (or name) decides, so N runners with K = 0..N-1
+    /// together run every item once, without a shared ledger.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<crate::plan::shard::Shard>,
 }
 
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {

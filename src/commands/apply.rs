@@ -55,10 +55,11 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         ui.error("`RUNNER_ROLE` is set but `RUNNER_REPO_PATH` is not: the repository a nested run is confined to is unknown");
         return EXIT_INVALID;
     }
-    let clone_errors = clone_missing(&loaded);
+    let clone_errors = clone_missing(&loaded, args.shard);
     let opts = PlanOptions {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
+        shard: args.shard,
     };
     let state_path = super::state_path(&args.state, Some(&args.manifest));
     let mut ledger = match SqliteLedger::open(&state_path) {
@@ -718,6 +719,7 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
     let opts = PlanOptions {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
+        shard: args.shard,
     };
     let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
         return Err(EXIT_INVALID);
@@ -1145,7 +1147,11 @@ pub(super) fn redactor(loaded: &LoadedManifest) -> Redactor {
 /// Clone every `url` repository not yet in the workspace, and fetch the ones that are. Failures
 /// are recorded per repository (their items fail with the git error, credentials removed); the
 /// run goes on. A failed clone leaves no folder behind (git removes it).
-fn clone_missing(loaded: &LoadedManifest) -> HashMap<String, String> {
+/// Clone (or fetch) the manifest's url repositories — only the shard's, with `--shard`.
+fn clone_missing(
+    loaded: &LoadedManifest,
+    shard: Option<crate::plan::shard::Shard>,
+) -> HashMap<String, String> {
     let workspace = repos::workspace_dir(loaded);
     let mut errors = HashMap::new();
     for spec in &loaded.manifest.repositories {
@@ -1155,6 +1161,9 @@ fn clone_missing(loaded: &LoadedManifest) -> HashMap<String, String> {
         let (Some(name), Some(url)) = (&spec.name, &spec.url) else {
             continue;
         };
+        if shard.is_some_and(|s| !s.holds(&repos::redact_url(url))) {
+            continue;
+        }
         let dest = repos::clone_dir(&workspace, name);
         // A local bundle or repository path resolves against the manifest's folder.
         let local = loaded.resolve(url);

@@ -18,6 +18,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     let opts = PlanOptions {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
+        shard: args.shard,
     };
     let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
         return error_code;
@@ -74,6 +75,25 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
             };
         }
     }
+    if let Some(n) = args.shards {
+        let m = shard_matrix(&plan, n);
+        if args.json {
+            match serde_json::to_string_pretty(&m) {
+                Ok(s) => outln!("{s}"),
+                Err(e) => {
+                    ui.error(format_args!("cannot encode the shards: {e}"));
+                    return error_code;
+                }
+            }
+        } else {
+            out!("{}", render_shards(&m));
+        }
+        return if args.detailed_exitcode && m.pending > 0 {
+            2
+        } else {
+            EXIT_OK
+        };
+    }
     if args.json {
         match serde_json::to_string_pretty(&plan) {
             Ok(s) => outln!("{s}"),
@@ -90,6 +110,92 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         return 2;
     }
     EXIT_OK
+}
+
+/// A plan split into shards: what `plan --shards N --json` prints, a CI matrix.
+#[derive(serde::Serialize)]
+pub struct ShardMatrix {
+    pub shards: u32,
+    /// Pending items in all.
+    pub pending: usize,
+    /// The shards with pending work (a matrix entry each); those without are left out.
+    pub include: Vec<ShardEntry>,
+}
+
+#[derive(serde::Serialize)]
+pub struct ShardEntry {
+    /// `K/N`, as `apply --shard` takes it.
+    pub shard: String,
+    pub index: u32,
+    pub repositories: Vec<String>,
+    pub pending: usize,
+    /// The shard's expected work: the sum of its pending items' estimates (from history).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate_ms: Option<u64>,
+}
+
+/// Which repositories and pending items each of `n` shards has.
+pub fn shard_matrix(plan: &Plan, n: u32) -> ShardMatrix {
+    use crate::plan::shard;
+    let mut entries: Vec<ShardEntry> = (0..n)
+        .map(|k| ShardEntry {
+            shard: shard::Shard { index: k, total: n }.to_string(),
+            index: k,
+            repositories: Vec::new(),
+            pending: 0,
+            estimate_ms: None,
+        })
+        .collect();
+    let mut of_repo = std::collections::HashMap::new();
+    for r in &plan.repositories {
+        let identity = match r.source {
+            crate::manifest::SourceKind::Url => r.location.as_str(),
+            _ => r.name.as_str(),
+        };
+        let k = shard::of(identity, n) as usize;
+        entries[k].repositories.push(r.name.clone());
+        of_repo.insert(r.name.as_str(), k);
+    }
+    let mut pending = 0;
+    for it in plan.items.iter().filter(|i| i.state == ItemState::Pending) {
+        let k = of_repo
+            .get(it.repo.as_str())
+            .copied()
+            .unwrap_or_else(|| shard::of(&it.repo, n) as usize);
+        let e = &mut entries[k];
+        e.pending += 1;
+        if let Some(ms) = it.estimate_ms {
+            e.estimate_ms = Some(e.estimate_ms.unwrap_or(0) + ms);
+        }
+        pending += 1;
+    }
+    ShardMatrix {
+        shards: n,
+        pending,
+        include: entries.into_iter().filter(|e| e.pending > 0).collect(),
+    }
+}
+
+/// The shards as a table.
+fn render_shards(m: &ShardMatrix) -> String {
+    let mut out = format!(
+        "{} pending item{} over {} shard{} ({} with work)\n",
+        m.pending,
+        if m.pending == 1 { "" } else { "s" },
+        m.shards,
+        if m.shards == 1 { "" } else { "s" },
+        m.include.len()
+    );
+    out.push_str("SHARD      PENDING  REPOSITORIES\n");
+    for e in &m.include {
+        out.push_str(&format!(
+            "{:<10} {:>7}  {}\n",
+            e.shard,
+            e.pending,
+            e.repositories.join(", ")
+        ));
+    }
+    out
 }
 
 /// The human plan: a header, the repositories that need attention, then one row per item.

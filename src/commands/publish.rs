@@ -24,6 +24,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
     let opts = PlanOptions {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
+        shard: None,
     };
     let Some(plan) = super::plan(ui, &loaded, &opts) else {
         return EXIT_INVALID;

@@ -10,6 +10,7 @@ pub mod history;
 pub mod holds;
 pub mod repos;
 pub mod schedule;
+pub mod shard;
 
 use crate::git::{self, Ancestry};
 use crate::manifest::compile_glob;
@@ -157,6 +158,8 @@ pub struct PlanOptions {
     pub only: Vec<String>,
     /// Globs over item ids (`--items`).
     pub items: Vec<String>,
+    /// Only the repositories of this shard (`--shard K/N`).
+    pub shard: Option<shard::Shard>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -274,7 +277,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     let analyse_all = || -> Vec<Analysed> {
         located
             .par_iter()
-            .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref()))
+            .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref(), opts.shard))
             .collect()
     };
     // A pool of its own that ends with the plan: the drain that follows then has no idle threads,
@@ -316,6 +319,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
             let reason_filtered = only
                 .as_ref()
                 .is_some_and(|g| !g.is_match(spec.repo.as_str()))
+                || opts.shard.is_some_and(|s| !s.holds(&spec.repo))
                 || item_filter
                     .as_ref()
                     .is_some_and(|g| !g.is_match(spec.id.as_str()));
@@ -469,6 +473,7 @@ fn analyse(
     l: &Located,
     only: Option<&GlobSet>,
     item_filter: Option<&GlobSet>,
+    shard: Option<shard::Shard>,
 ) -> Analysed {
     let m = &loaded.manifest;
     let spec = &m.repositories[l.entry];
@@ -613,7 +618,8 @@ fn analyse(
             }
         }
     }
-    let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()));
+    let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()))
+        && shard.is_none_or(|s| s.holds(shard::identity(l)));
     let found = repo.status == RepoStatus::Found;
     let needs_branches = found && items.iter().any(|i| i.branch.is_some());
     let branches = if needs_branches {
