@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{repo, runner, stderr};
+use common::{have, repo, runner, stderr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -59,26 +59,6 @@ fn apply(root: &Path, extra: &[&str]) -> std::process::Output {
         .env("RUNNER_CONTAINMENT", "process-group")
         .output()
         .unwrap()
-}
-
-/// Whether an outside tool is here. Missing in CI is a failure; elsewhere the check is skipped,
-/// loudly.
-fn have(tool: &str, probe: &mut Command) -> bool {
-    let ok = probe
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{tool} is needed in CI: .ci/run installs it"
-        );
-        eprintln!(
-            "SKIPPED: {tool} is not installed here; .ci/run installs it (this check runs in CI)"
-        );
-    }
-    ok
 }
 
 /// The report's text with what differs from run to run replaced: the temporary folder, run ids,

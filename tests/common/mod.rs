@@ -251,3 +251,23 @@ pub fn hold_lease(repo: &Path, secs: u32) -> std::process::Child {
     }));
     holder
 }
+
+/// Whether an outside tool is here. Missing in CI is a failure; elsewhere the check is skipped,
+/// loudly.
+pub fn have(tool: &str, probe: &mut Command) -> bool {
+    let ok = probe
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{tool} is needed in CI: .ci/run installs it"
+        );
+        eprintln!(
+            "SKIPPED: {tool} is not installed here; .ci/run installs it (this check runs in CI)"
+        );
+    }
+    ok
+}
