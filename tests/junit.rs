@@ -18,7 +18,7 @@ worker:
   run: 'echo "worked on $RUNNER_ITEM"'
 gates:
   - name: test
-    run: 'if [ "$RUNNER_ITEM" = bad ]; then echo "assertion failed: 1 == 2 <at> lib.rs:7"; exit 1; fi'
+    run: 'if [ "$RUNNER_ITEM" = bad ]; then echo "assertion failed: 1 == 2 <at> lib.rs:7"; printf "\033[31m\"red\" & it''s \001done\033[0m\n"; exit 1; fi'
 items:
   - {repo: r, id: good}
   - {repo: r, id: bad}
@@ -48,6 +48,9 @@ items:
                 d.contains("assertion failed: 1 == 2 <at> lib.rs:7"),
                 "{xml}"
             );
+            // Colour and control characters are not XML; quotes and ampersands are escaped.
+            assert!(d.contains("\"red\" & it's done"), "{d:?}");
+            assert!(!d.contains("[31m") && !d.contains('\u{1}'), "{d:?}");
         }
         other => panic!("bad is a failure: {other:?}"),
     }

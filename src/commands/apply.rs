@@ -423,11 +423,23 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         };
         eprintln!("runner: report in {}", shown.display());
     }
+    if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
+        github_annotations(report, &repo_paths);
+    }
+    if args.json {
+        match serde_json::to_string_pretty(report) {
+            Ok(s) => outln!("{s}"),
+            Err(e) => ui.error(format_args!("cannot encode the report: {e}")),
+        }
+    }
     // The run history: what the run came to, then the reports folder's page of runs.
-    if let Err(e) = sink
-        .ledger
-        .record_totals(&run_id, &super::report::totals_of(report))
-    {
+    let totals = super::report::totals_of(report);
+    let (code, why) = verdict(end.ending, end.signal, report, sink.failure.as_deref());
+    let last = format!("{} — exit {code}: {why}", report::counts_line(report));
+    // Everything the report is needed for is done: its items are let go before the history
+    // page reads the ledger, so the two are never in memory together.
+    sink.builder.release();
+    if let Err(e) = sink.ledger.record_totals(&run_id, &totals) {
         ui.warn(format_args!("the run history was not updated: {e}"));
     } else if let Some(reports) = run_dir.parent() {
         // Retention (`reports.keep`), then the history page of what is kept.
@@ -457,24 +469,11 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
             ui.warn(format_args!("the run history page was not written: {e}"));
         }
     }
-    if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
-        github_annotations(report, &repo_paths);
-    }
-    if args.json {
-        match serde_json::to_string_pretty(report) {
-            Ok(s) => outln!("{s}"),
-            Err(e) => ui.error(format_args!("cannot encode the report: {e}")),
-        }
-    }
     if let Some(f) = &sink.failure {
         ui.error(f);
     }
-    let (code, why) = verdict(end.ending, end.signal, report, sink.failure.as_deref());
     // The last line: what happened, and why the exit code is what it is.
-    eprintln!(
-        "runner: {} — exit {code}: {why}",
-        report::counts_line(report)
-    );
+    eprintln!("runner: {last}");
     code
 }
 

@@ -124,13 +124,7 @@ pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
             }
         },
         ReportFormatArg::Markdown => out!("{}", report::markdown::render(&rep)),
-        ReportFormatArg::Junit => match report::junit::render(&rep) {
-            Ok(xml) => out!("{xml}"),
-            Err(e) => {
-                ui.error(format_args!("cannot encode the report as JUnit: {e}"));
-                return EXIT_INTERNAL;
-            }
-        },
+        ReportFormatArg::Junit => out!("{}", report::junit::render(&rep)),
         ReportFormatArg::Html => out!("{}", report::html::render(&rep)),
         ReportFormatArg::All => {
             ui.error("`--format all` writes files: give `--out DIR`");
@@ -190,25 +184,25 @@ pub fn write_history(ledger: &SqliteLedger, manifest: &str, reports: &Path) -> R
             }
         })
         .collect();
-    let mut items: Vec<ItemHistory> = Vec::new();
-    let mut at: std::collections::HashMap<(String, String), usize> = Default::default();
+    // Each item's outcomes, oldest first (the page orders the items itself).
+    let mut by_item: std::collections::HashMap<(String, String), Vec<(String, _)>> =
+        Default::default();
     for (repo, item, run, outcome) in ledger
         .recent_item_results(manifest, HISTORY_RUNS)
         .map_err(|e| e.to_string())?
     {
-        let k = (repo, item);
-        let i = *at.entry(k.clone()).or_insert_with(|| {
-            items.push(ItemHistory {
-                repo: k.0.clone(),
-                id: k.1.clone(),
-                outcomes: Vec::new(),
-            });
-            items.len() - 1
-        });
-        items[i].outcomes.push((run, outcome));
+        by_item
+            .entry((repo, item))
+            .or_default()
+            .push((run, outcome));
     }
-    let html = report::history::render(manifest, &shown, &items);
+    let items: Vec<ItemHistory> = by_item
+        .into_iter()
+        .map(|((repo, id), outcomes)| ItemHistory { repo, id, outcomes })
+        .collect();
     let path = reports.join("index.html");
-    crate::support::fs::write_atomic(&path, html.as_bytes())
-        .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+    crate::support::fs::write_atomic_with(&path, |w| {
+        report::history::render_to(manifest, &shown, &items, w)
+    })
+    .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }

@@ -368,27 +368,32 @@ impl SqliteLedger {
         manifest: &str,
         limit: usize,
     ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
-        let rows = self.rows(
-            &format!(
-                "SELECT repo, item, run_id, outcome FROM item_results
+        let sql = format!(
+            "SELECT repo, item, run_id, outcome FROM item_results
              WHERE manifest = ?1 AND run_id IN
                  {RECENT_RUNS}
              ORDER BY ended_at"
-            ),
-            params![manifest, limit as i64],
-            |r| {
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![manifest, limit as i64], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                 ))
-            },
-        )?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(repo, item, run, o)| Some((repo, item, run, outcome_from(&o)?)))
-            .collect())
+            })
+            .map_err(|e| self.err(e))?;
+        // One pass: a manifest of thousands of items is not held twice.
+        let mut out = Vec::new();
+        for row in rows {
+            let (repo, item, run, o) = row.map_err(|e| self.err(e))?;
+            if let Some(o) = outcome_from(&o) {
+                out.push((repo, item, run, o));
+            }
+        }
+        Ok(out)
     }
 
     /// How long each gate took when it passed, in the latest `limit` runs of `manifest`:

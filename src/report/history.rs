@@ -154,6 +154,19 @@ pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> Str
     to_string(|b| write_page(manifest, runs, items, b))
 }
 
+/// The history page, written into `w` as it is built (a manifest of thousands of items is
+/// never held as text).
+pub fn render_to(
+    manifest: &str,
+    runs: &[HistoryRun],
+    items: &[ItemHistory],
+    w: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    let mut page = Page::new(w);
+    write_page(manifest, runs, items, &mut page);
+    page.finish()
+}
+
 fn write_page(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory], b: &mut Page<'_>) {
     page_start(b, &format!("runner: {manifest} — run history"));
     let _ = writeln!(
@@ -215,12 +228,13 @@ fn write_page(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory], b: &mu
             })
             .collect();
         // Flaky items first, then the ones whose latest verdict is not a completion.
-        rows.sort_by_key(|(i, f)| {
-            let last_ok = i
-                .outcomes
+        let last_ok = |i: &ItemHistory| {
+            i.outcomes
                 .last()
-                .is_some_and(|(_, o)| *o == ItemOutcome::Completed);
-            (!f, last_ok, i.repo.clone(), i.id.clone())
+                .is_some_and(|(_, o)| *o == ItemOutcome::Completed)
+        };
+        rows.sort_by(|(a, fa), (b, fb)| {
+            (!fa, last_ok(a), &a.repo, &a.id).cmp(&(!fb, last_ok(b), &b.repo, &b.id))
         });
         let flaky_n = rows.iter().filter(|(_, f)| *f).count();
         let _ = writeln!(

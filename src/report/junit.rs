@@ -5,7 +5,6 @@
 
 use super::{ItemReport, Report};
 use crate::vocab::{GateResult, ItemOutcome, WorkerClass};
-use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -16,8 +15,9 @@ fn seconds_between(from: Option<&str>, to: Option<&str>) -> Option<Duration> {
     (!d.is_negative()).then(|| Duration::from_secs_f64(d.as_secs_f64()))
 }
 
-fn stamp(s: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
-    chrono::DateTime::parse_from_rfc3339(s).ok()
+/// A timestamp as JUnit consumers read it: RFC 3339 with milliseconds and a numeric offset.
+fn stamp(s: &str) -> Option<String> {
+    super::timestamp(s).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3f+00:00").to_string())
 }
 
 /// What the item's attempts did, a line per step.
@@ -81,70 +81,163 @@ fn failing_tail(it: &ItemReport) -> Option<String> {
     (w.class != WorkerClass::Ok).then(|| format!("worker:\n{}", w.output_tail))
 }
 
-pub fn render(r: &Report) -> Result<String, quick_junit::SerializeError> {
-    let mut report = quick_junit::Report::new(format!("runner {}", r.manifest.name));
-    if let Some(t) = seconds_between(Some(&r.started_at), r.ended_at.as_deref()) {
-        report.set_time(t);
+/// The report as JUnit XML.
+pub fn render(r: &Report) -> String {
+    let mut bytes = Vec::new();
+    // Writing into memory does not fail, and everything written is text.
+    let _ = render_to(r, &mut bytes);
+    String::from_utf8(bytes).unwrap_or_default()
+}
+
+/// What a suite (or all of them) counts.
+#[derive(Default)]
+struct Tally {
+    tests: usize,
+    skipped: usize,
+    failures: usize,
+    errors: usize,
+}
+
+impl Tally {
+    fn add(&mut self, it: &ItemReport) {
+        self.tests += 1;
+        match it.outcome {
+            ItemOutcome::Completed => {}
+            ItemOutcome::Halted => self.failures += 1,
+            ItemOutcome::Failed => self.errors += 1,
+            ItemOutcome::Held | ItemOutcome::Skipped | ItemOutcome::Cancelled => self.skipped += 1,
+        }
     }
-    if let Some(at) = stamp(&r.started_at) {
-        report.set_timestamp(at);
-    }
+}
+
+/// The report as JUnit XML, written into `w` case by case: a run of thousands of items is never
+/// held as a document too.
+pub fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     let mut suites: BTreeMap<&str, Vec<&ItemReport>> = BTreeMap::new();
+    let mut all = Tally::default();
     for it in &r.items {
         suites.entry(it.repo.as_str()).or_default().push(it);
+        all.add(it);
     }
+    w.write_all(b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")?;
+    write!(
+        w,
+        "<testsuites name=\"{}\" tests=\"{}\" skipped=\"{}\" failures=\"{}\" errors=\"{}\"",
+        attr(&format!("runner {}", r.manifest.name)),
+        all.tests,
+        all.skipped,
+        all.failures,
+        all.errors
+    )?;
+    if let Some(at) = stamp(&r.started_at) {
+        write!(w, " timestamp=\"{at}\"")?;
+    }
+    if let Some(t) = seconds_between(Some(&r.started_at), r.ended_at.as_deref()) {
+        write!(w, " time=\"{:.3}\"", t.as_secs_f64())?;
+    }
+    w.write_all(b">\n")?;
     for (repo, items) in suites {
-        let mut suite = TestSuite::new(repo);
+        let mut tally = Tally::default();
         // A suite's time is what its items took; it starts when its first item did.
         let mut took = Duration::ZERO;
-        if let Some(first) = items.iter().filter_map(|i| i.started_at.as_deref()).min()
-            && let Some(at) = stamp(first)
-        {
-            suite.set_timestamp(at);
-        }
-        for it in items {
-            let detail = match (&it.reason, &it.cause) {
-                (Some(r), Some(c)) => format!("{r}: {c}"),
-                (Some(r), None) => r.clone(),
-                (None, Some(c)) => c.clone(),
-                (None, None) => it.outcome.as_str().to_string(),
-            };
-            let status = match it.outcome {
-                ItemOutcome::Completed => TestCaseStatus::success(),
-                ItemOutcome::Halted | ItemOutcome::Failed => {
-                    let kind = if it.outcome == ItemOutcome::Failed {
-                        NonSuccessKind::Error
-                    } else {
-                        NonSuccessKind::Failure
-                    };
-                    let mut s = TestCaseStatus::non_success(kind);
-                    s.set_message(detail).set_type(it.outcome.as_str());
-                    if let Some(tail) = failing_tail(it) {
-                        s.set_description(tail);
-                    }
-                    s
-                }
-                ItemOutcome::Held | ItemOutcome::Skipped | ItemOutcome::Cancelled => {
-                    let mut s = TestCaseStatus::skipped();
-                    s.set_message(format!("{}: {detail}", it.outcome.as_str()))
-                        .set_type(it.outcome.as_str());
-                    s
-                }
-            };
-            let mut case = TestCase::new(it.id.as_str(), status);
-            case.set_classname(repo);
+        for it in &items {
+            tally.add(it);
             if let Some(t) = seconds_between(it.started_at.as_deref(), it.ended_at.as_deref()) {
-                case.set_time(t);
                 took += t;
             }
-            let steps = steps(it);
-            if !steps.is_empty() {
-                case.set_system_out(steps);
-            }
-            suite.add_test_case(case);
         }
-        suite.set_time(took);
-        report.add_test_suite(suite);
+        write!(
+            w,
+            "    <testsuite name=\"{}\" tests=\"{}\" skipped=\"{}\" errors=\"{}\" failures=\"{}\"",
+            attr(repo),
+            tally.tests,
+            tally.skipped,
+            tally.errors,
+            tally.failures
+        )?;
+        if let Some(at) = items
+            .iter()
+            .filter_map(|i| i.started_at.as_deref())
+            .min()
+            .and_then(stamp)
+        {
+            write!(w, " timestamp=\"{at}\"")?;
+        }
+        writeln!(w, " time=\"{:.3}\">", took.as_secs_f64())?;
+        for it in items {
+            case(w, repo, it)?;
+        }
+        w.write_all(b"    </testsuite>\n")?;
     }
-    report.to_string()
+    w.write_all(b"</testsuites>\n")?;
+    w.flush()
+}
+
+/// One item's testcase.
+fn case(w: &mut dyn std::io::Write, repo: &str, it: &ItemReport) -> std::io::Result<()> {
+    let detail = match (&it.reason, &it.cause) {
+        (Some(r), Some(c)) => format!("{r}: {c}"),
+        (Some(r), None) => r.clone(),
+        (None, Some(c)) => c.clone(),
+        (None, None) => it.outcome.as_str().to_string(),
+    };
+    write!(
+        w,
+        "        <testcase name=\"{}\" classname=\"{}\"",
+        attr(&it.id),
+        attr(repo)
+    )?;
+    if let Some(t) = seconds_between(it.started_at.as_deref(), it.ended_at.as_deref()) {
+        write!(w, " time=\"{:.3}\"", t.as_secs_f64())?;
+    }
+    w.write_all(b">\n")?;
+    let (tag, message, description) = match it.outcome {
+        ItemOutcome::Completed => ("", String::new(), None),
+        ItemOutcome::Halted => ("failure", detail, failing_tail(it)),
+        ItemOutcome::Failed => ("error", detail, failing_tail(it)),
+        ItemOutcome::Held | ItemOutcome::Skipped | ItemOutcome::Cancelled => (
+            "skipped",
+            format!("{}: {detail}", it.outcome.as_str()),
+            None,
+        ),
+    };
+    if !tag.is_empty() {
+        write!(
+            w,
+            "            <{tag} message=\"{}\" type=\"{}\"",
+            attr(&message),
+            it.outcome.as_str()
+        )?;
+        match description {
+            Some(d) => writeln!(w, ">{}</{tag}>", text(&d))?,
+            None => w.write_all(b"/>\n")?,
+        }
+    }
+    let steps = steps(it);
+    if !steps.is_empty() {
+        writeln!(w, "            <system-out>{}</system-out>", text(&steps))?;
+    }
+    w.write_all(b"        </testcase>\n")
+}
+
+/// Text as XML allows it: colour codes and control characters other than tab and line ends
+/// removed.
+fn clean(s: &str) -> String {
+    crate::support::failures::strip_ansi(s).replace(
+        |c| matches!(c, '\x00'..='\x08' | '\x0b' | '\x0c' | '\x0e'..='\x1f'),
+        "",
+    )
+}
+
+/// Element text, escaped.
+fn text(s: &str) -> String {
+    clean(s)
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// An attribute value, escaped.
+fn attr(s: &str) -> String {
+    text(s).replace('"', "&quot;").replace('\'', "&apos;")
 }

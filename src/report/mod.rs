@@ -526,6 +526,9 @@ impl ReportBuilder {
                             w.as_millis() as u64;
                     }
                     it.model = model.clone();
+                    // Most items make one attempt: room for one, not the four a first push
+                    // would reserve (10,000 items: about 6 MB).
+                    it.attempts.reserve_exact(1);
                     it.attempts.push(AttemptReport {
                         n: *n,
                         model: model.clone(),
@@ -629,6 +632,7 @@ impl ReportBuilder {
                     }
                 }
                 if let Some(a) = self.attempt(*item, *n) {
+                    a.gates.reserve_exact(1);
                     a.gates.push(GateReport {
                         name: gate.clone(),
                         result: *result,
@@ -735,6 +739,14 @@ impl ReportBuilder {
 
     pub fn report(&self) -> &Report {
         &self.report
+    }
+
+    /// Let go of the items (the bulk of a report) once nothing needs them any more.
+    pub fn release(&mut self) {
+        self.report.items = Vec::new();
+        self.gates = Vec::new();
+        self.started = Default::default();
+        self.baselines = Default::default();
     }
 }
 
@@ -936,11 +948,8 @@ pub fn write_files(report: &Report, dir: &Path, formats: Formats) -> Result<(), 
     }
     if formats.junit {
         let path = dir.join("junit.xml");
-        let xml = junit::render(report).map_err(|e| ReportError::Io {
-            path: path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        write_one(&path, &xml)?;
+        crate::support::fs::write_atomic_with(&path, |w| junit::render_to(report, w))
+            .map_err(io_at(&path))?;
     }
     if formats.html {
         let path = dir.join("index.html");
