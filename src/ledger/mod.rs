@@ -8,6 +8,7 @@
 //! before the effect it records is acted upon; events are buffered and committed with the next
 //! such change, or at the end.
 
+pub mod pg;
 pub mod sqlite;
 
 use crate::events::Event;
@@ -147,6 +148,9 @@ pub enum LedgerError {
         #[source]
         source: serde_json::Error,
     },
+    /// The PostgreSQL server refused or could not be reached.
+    #[error("state ledger `{url}`: {message}")]
+    Server { url: String, message: String },
     #[error("state ledger: `{path}`: {source}")]
     Io {
         path: String,
@@ -194,4 +198,14 @@ pub trait Ledger {
     fn live_claims_of(&self, manifest: &str) -> Result<Vec<(ItemKey, String)>>;
     /// Whether `run_id` is a run of this ledger whose process still lives.
     fn run_is_live(&self, run_id: &str) -> Result<bool>;
+    /// Pause `manifest` (recording by whom, why and when): no run of it claims anything more.
+    fn set_paused(
+        &mut self,
+        manifest: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()>;
+    /// Lift a pause; whether there was one.
+    fn clear_paused(&mut self, manifest: &str) -> Result<bool>;
 }

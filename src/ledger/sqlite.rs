@@ -204,7 +204,7 @@ fn identity_of(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-fn outcome_from(s: &str) -> Option<ItemOutcome> {
+pub(super) fn outcome_from(s: &str) -> Option<ItemOutcome> {
     ItemOutcome::ALL.into_iter().find(|o| o.as_str() == s)
 }
 
@@ -1350,6 +1350,20 @@ impl Ledger for SqliteLedger {
 
     fn paused(&self, manifest: &str) -> Result<Option<String>> {
         pause_of(&self.conn, manifest).map_err(|e| self.err(e))
+    }
+
+    fn set_paused(
+        &mut self,
+        manifest: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        SqliteLedger::set_paused(self, manifest, by, reason, at)
+    }
+
+    fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
+        SqliteLedger::clear_paused(self, manifest)
     }
 }
 

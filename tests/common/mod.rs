@@ -271,3 +271,81 @@ pub fn have(tool: &str, probe: &mut Command) -> bool {
     }
     ok
 }
+
+/// A fresh, empty PostgreSQL database for one test, on the private server
+/// `tests/postgres/start.sh` starts (or the one `RUNNER_TEST_POSTGRES` names: a URL whose
+/// user may create databases). `None` — said loudly — when no server can be started outside CI;
+/// in CI that fails the test.
+pub fn postgres_db() -> Option<String> {
+    static SERVER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let admin = SERVER.get_or_init(|| {
+        if let Ok(url) = std::env::var("RUNNER_TEST_POSTGRES") {
+            return Some(url);
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/postgres/start.sh");
+        let out = Command::new("bash").arg(script).output().ok()?;
+        if out.status.success() {
+            Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            eprintln!(
+                "no PostgreSQL server: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+    });
+    let Some(admin) = admin else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "a PostgreSQL server is needed in CI: .ci/run installs it"
+        );
+        eprintln!("SKIPPED: no PostgreSQL server here; .ci/run starts one (this check runs in CI)");
+        return None;
+    };
+    let name = format!("t_{}", uuid_like());
+    let out = Command::new("psql")
+        .args([
+            admin.as_str(),
+            "-q",
+            "-c",
+            &format!("CREATE DATABASE {name}"),
+        ])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "CREATE DATABASE: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+    Some(format!("{base}/{name}"))
+}
+
+/// A name unique to this process and moment.
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!(
+        "{}_{t}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Run SQL against a test database with psql; its output.
+pub fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([url, "-qAt", "-c", sql])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -1,0 +1,788 @@
+//! The PostgreSQL ledger: one queue shared by runners on several machines.
+//!
+//! What SQLite gets from living on one machine, PostgreSQL gets from the server:
+//!
+//! - **Claims** are rows; a fresh one is inserted or nothing (`ON CONFLICT DO NOTHING`), and a
+//!   claim that exists is examined with `SELECT … FOR UPDATE SKIP LOCKED`, so two runners never
+//!   wait on each other for an item: the one that does not get the row moves on.
+//! - **Liveness** is a heartbeat: every run's row carries `heartbeat_at`, refreshed every few
+//!   seconds by the runner's connection. A claim whose run has not beaten for
+//!   [`lapse`] (or whose holder is provably dead on this host) is taken over.
+//! - **A repository's exclusivity** across machines is a session-level advisory lock keyed by
+//!   the repository's identity (its url, or its name): held by the runner's connection while an
+//!   item runs there, and released by the server when that connection drops — a machine that
+//!   dies gives its repositories back at once.
+//!
+//! The client runs on a thread of its own (the `postgres` crate blocks on a runtime of its own,
+//! which may not be entered from runner's event loop); callers send it work and wait for the
+//! answer, as they wait on SQLite. Events are buffered and written with the next claim or
+//! result, as in SQLite.
+
+use super::*;
+use ::postgres::{Client, NoTls};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Numbered migrations, each applied once, under a lock so that runners starting together do
+/// not race.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    manifest_path TEXT NOT NULL,
+    manifest_sha256 TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid BIGINT NOT NULL,
+    start_time BIGINT,
+    started_by TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    workers INTEGER NOT NULL,
+    run_dir TEXT NOT NULL,
+    plan_json TEXT NOT NULL,
+    containment TEXT,
+    ended_at TEXT,
+    ending TEXT,
+    cause TEXT,
+    stop_requested_by TEXT,
+    stop_reason TEXT,
+    stop_requested_at TEXT,
+    totals TEXT,
+    heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX runs_by_manifest ON runs (manifest, started_at);
+CREATE TABLE claims (
+    manifest TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    item TEXT NOT NULL,
+    def_hash TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid BIGINT NOT NULL,
+    start_time BIGINT,
+    claimed_at TEXT NOT NULL,
+    PRIMARY KEY (manifest, repo, item, def_hash)
+);
+CREATE TABLE item_results (
+    manifest TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    item TEXT NOT NULL,
+    def_hash TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    reason TEXT,
+    cause TEXT,
+    ended_at TEXT NOT NULL,
+    PRIMARY KEY (manifest, repo, item, def_hash, run_id)
+);
+CREATE TABLE events (
+    id BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    at TEXT NOT NULL,
+    repo TEXT,
+    item TEXT,
+    body TEXT NOT NULL
+);
+CREATE INDEX events_by_run ON events (run_id, seq);
+CREATE TABLE pauses (
+    manifest TEXT PRIMARY KEY,
+    paused_by TEXT NOT NULL,
+    reason TEXT,
+    paused_at TEXT NOT NULL
+);
+CREATE TABLE quarantines (
+    repo_path TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+"#];
+
+/// The key of the advisory lock that serialises migrations.
+const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;
+
+/// How often a live run's heartbeat is written.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// How long a run may miss its heartbeat before its claims are taken over:
+/// `RUNNER_HEARTBEAT_LAPSE` (seconds, e.g. `30` or `30s`), else 30 seconds — six missed beats.
+pub fn lapse() -> Duration {
+    std::env::var("RUNNER_HEARTBEAT_LAPSE")
+        .ok()
+        .and_then(|v| v.trim().trim_end_matches('s').parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(Duration::from_secs(30), Duration::from_secs)
+}
+
+/// Whether a `--state` names a PostgreSQL database rather than a file.
+pub fn is_url(state: &str) -> bool {
+    state.starts_with("postgres://") || state.starts_with("postgresql://")
+}
+
+/// A url as it may be shown: without its password.
+pub fn shown(url: &str) -> String {
+    crate::plan::repos::redact_url(url)
+}
+
+type Job = Box<dyn FnOnce(&mut Session) + Send>;
+
+/// What the client thread holds: the connection, and the run it beats for.
+struct Session {
+    client: Client,
+    /// The run whose heartbeat this connection writes.
+    beating: Option<String>,
+}
+
+/// The ledger in a PostgreSQL database.
+pub struct PgLedger {
+    url: String,
+    jobs: mpsc::Sender<Job>,
+    buffered: Buffer,
+    seq: u64,
+}
+
+#[derive(Default)]
+struct Buffer {
+    events: Vec<PendingEvent>,
+    results: Vec<PendingResult>,
+}
+
+struct PendingEvent {
+    run_id: String,
+    seq: i64,
+    at: String,
+    repo: Option<String>,
+    item: Option<String>,
+    body: String,
+}
+
+struct PendingResult {
+    key: ItemKey,
+    run_id: String,
+    outcome: ItemOutcome,
+    reason: Option<String>,
+    cause: Option<String>,
+    at: String,
+}
+
+impl PgLedger {
+    /// Connect to `url`, bring its schema up to date, and start the client's thread.
+    pub fn open(url: &str) -> Result<Self> {
+        let shown_url = shown(url);
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<std::result::Result<(), String>>(1);
+        let target = url.to_string();
+        std::thread::Builder::new()
+            .name("runner-postgres".into())
+            .spawn(move || {
+                let client = match Client::connect(&target, NoTls) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(message(&e)));
+                        return;
+                    }
+                };
+                let mut session = Session {
+                    client,
+                    beating: None,
+                };
+                if let Err(e) = migrate(&mut session.client) {
+                    let _ = ready_tx.send(Err(message(&e)));
+                    return;
+                }
+                let _ = ready_tx.send(Ok(()));
+                serve(&mut session, &inbox);
+            })
+            .map_err(|e| LedgerError::Io {
+                path: shown_url.clone(),
+                source: e,
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(PgLedger {
+                url: shown_url,
+                jobs,
+                buffered: Buffer::default(),
+                seq: 0,
+            }),
+            Ok(Err(message)) => Err(LedgerError::Server {
+                url: shown_url,
+                message,
+            }),
+            Err(_) => Err(LedgerError::Server {
+                url: shown_url,
+                message: "the connection thread ended".into(),
+            }),
+        }
+    }
+
+    /// Run `f` on the client's thread and wait for its answer.
+    fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Session) -> std::result::Result<T, ::postgres::Error> + Send + 'static,
+    ) -> Result<T> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move |s| {
+            let _ = tx.send(f(s).map_err(|e| message(&e)));
+        });
+        self.jobs.send(job).map_err(|_| self.gone())?;
+        match rx.recv() {
+            Ok(r) => r.map_err(|message| LedgerError::Server {
+                url: self.url.clone(),
+                message,
+            }),
+            Err(_) => Err(self.gone()),
+        }
+    }
+
+    fn gone(&self) -> LedgerError {
+        LedgerError::Server {
+            url: self.url.clone(),
+            message: "the connection to the server was lost".into(),
+        }
+    }
+
+    /// The buffered events and results, to write in the next transaction.
+    fn take_buffer(&mut self) -> Buffer {
+        std::mem::take(&mut self.buffered)
+    }
+
+    /// Make everything buffered durable.
+    pub fn flush(&mut self) -> Result<()> {
+        let buf = self.take_buffer();
+        if buf.events.is_empty() && buf.results.is_empty() {
+            return Ok(());
+        }
+        self.call(move |s| {
+            let mut tx = s.client.transaction()?;
+            write_buffer(&mut tx, &buf)?;
+            tx.commit()
+        })
+    }
+
+    /// Take the repository's lock for this runner (every machine's runners share it), unless
+    /// another holds it. Held until [`PgLedger::unlock_repo`] or until this runner's connection
+    /// ends.
+    pub fn try_lock_repo(&self, identity: &str) -> Result<bool> {
+        let key = repo_key(identity);
+        self.call(move |s| {
+            let row = s
+                .client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])?;
+            Ok(row.get::<_, bool>(0))
+        })
+    }
+
+    /// Let a repository's lock go.
+    pub fn unlock_repo(&self, identity: &str) -> Result<()> {
+        let key = repo_key(identity);
+        self.call(move |s| {
+            s.client
+                .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+                .map(|_| ())
+        })
+    }
+
+    /// Ask a run to stop, on whichever machine it runs.
+    pub fn request_stop(
+        &mut self,
+        run_id: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let (id, b, r, a) = (
+            run_id.to_string(),
+            by.to_string(),
+            reason.map(str::to_string),
+            at.to_string(),
+        );
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "UPDATE runs SET stop_requested_by = $2, stop_reason = $3, stop_requested_at = $4 WHERE id = $1",
+                    &[&id, &b, &r, &a],
+                )
+                .map(|_| ())
+        })
+    }
+
+    /// Who asked `run_id` to stop, and why, if anyone did.
+    pub fn stop_requested(&self, run_id: &str) -> Result<Option<String>> {
+        let id = run_id.to_string();
+        self.call(move |s| {
+            let row = s.client.query_opt(
+                "SELECT stop_requested_by, stop_reason FROM runs WHERE id = $1 AND stop_requested_by IS NOT NULL",
+                &[&id],
+            )?;
+            Ok(row.map(|r| {
+                let by: String = r.get(0);
+                match r.get::<_, Option<String>>(1) {
+                    Some(why) => format!("{by}: {why}"),
+                    None => by,
+                }
+            }))
+        })
+    }
+
+    /// The runs of `manifest` whose heartbeat is current and which have not ended.
+    pub fn live_runs(&self, manifest: &str) -> Result<Vec<String>> {
+        let m = manifest.to_string();
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT id FROM runs WHERE manifest = $1 AND ended_at IS NULL
+                   AND heartbeat_at > now() - make_interval(secs => $2) ORDER BY started_at",
+                &[&m, &lapse],
+            )?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+}
+
+/// A lock key for a repository identity: the first 8 bytes of its SHA-256, as PostgreSQL's
+/// advisory locks take a 64-bit key.
+fn repo_key(identity: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("runner.repository\0{identity}").as_bytes());
+    let mut k = [0u8; 8];
+    k.copy_from_slice(&d[..8]);
+    i64::from_be_bytes(k)
+}
+
+fn message(e: &::postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+/// The client thread: run jobs as they come, and write the heartbeat of the run being served
+/// whenever [`HEARTBEAT`] passes without one.
+fn serve(s: &mut Session, inbox: &mpsc::Receiver<Job>) {
+    let mut last_beat = std::time::Instant::now();
+    loop {
+        let wait = HEARTBEAT.saturating_sub(last_beat.elapsed());
+        match inbox.recv_timeout(wait) {
+            Ok(job) => job(s),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        if last_beat.elapsed() >= HEARTBEAT {
+            if let Some(run) = &s.beating {
+                let run = run.clone();
+                if let Err(e) = s.client.execute(
+                    "UPDATE runs SET heartbeat_at = now() WHERE id = $1",
+                    &[&run],
+                ) {
+                    tracing::warn!(error = %message(&e), "the run's heartbeat was not written");
+                }
+            }
+            last_beat = std::time::Instant::now();
+        }
+    }
+}
+
+fn migrate(c: &mut Client) -> std::result::Result<(), ::postgres::Error> {
+    let mut tx = c.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS runner_migrations (version INTEGER PRIMARY KEY, at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    )?;
+    let done: i32 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM runner_migrations",
+            &[],
+        )?
+        .get(0);
+    for (i, m) in MIGRATIONS.iter().enumerate().skip(done as usize) {
+        tx.batch_execute(m)?;
+        tx.execute(
+            "INSERT INTO runner_migrations (version) VALUES ($1)",
+            &[&(i as i32 + 1)],
+        )?;
+    }
+    tx.commit()
+}
+
+fn write_buffer(
+    tx: &mut ::postgres::Transaction<'_>,
+    buf: &Buffer,
+) -> std::result::Result<(), ::postgres::Error> {
+    if !buf.events.is_empty() {
+        let stmt = tx.prepare(
+            "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES ($1, $2, $3, $4, $5, $6)",
+        )?;
+        for e in &buf.events {
+            tx.execute(
+                &stmt,
+                &[&e.run_id, &e.seq, &e.at, &e.repo, &e.item, &e.body],
+            )?;
+        }
+    }
+    for r in &buf.results {
+        tx.execute(
+            "INSERT INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (manifest, repo, item, def_hash, run_id) DO UPDATE
+               SET outcome = $6, reason = $7, cause = $8, ended_at = $9",
+            &[
+                &r.key.manifest,
+                &r.key.repo,
+                &r.key.item,
+                &r.key.def_hash,
+                &r.run_id,
+                &r.outcome.as_str(),
+                &r.reason,
+                &r.cause,
+                &r.at,
+            ],
+        )?;
+        // A result releases the item's claim.
+        tx.execute(
+            "DELETE FROM claims WHERE manifest = $1 AND repo = $2 AND item = $3 AND def_hash = $4 AND run_id = $5",
+            &[
+                &r.key.manifest,
+                &r.key.repo,
+                &r.key.item,
+                &r.key.def_hash,
+                &r.run_id,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+fn pause_of(
+    tx: &mut impl ::postgres::GenericClient,
+    manifest: &str,
+) -> std::result::Result<Option<String>, ::postgres::Error> {
+    let row = tx.query_opt(
+        "SELECT paused_by, reason, paused_at FROM pauses WHERE manifest = $1",
+        &[&manifest],
+    )?;
+    Ok(row.map(|r| {
+        let by: String = r.get(0);
+        let reason: Option<String> = r.get(1);
+        let at: String = r.get(2);
+        match reason {
+            Some(reason) => format!("paused by {by} at {at}: {reason}"),
+            None => format!("paused by {by} at {at}"),
+        }
+    }))
+}
+
+fn holder_of(host: String, pid: i64, start_time: Option<i64>) -> Holder {
+    Holder {
+        host,
+        pid: pid as u32,
+        start_time: start_time.map(|t| t as u64),
+    }
+}
+
+impl Ledger for PgLedger {
+    fn begin_run(
+        &mut self,
+        run: &RunRow,
+        plan_json: &str,
+        workers: u32,
+        run_dir: &str,
+    ) -> Result<()> {
+        let run = run.clone();
+        let (plan, dir) = (plan_json.to_string(), run_dir.to_string());
+        self.call(move |s| {
+            s.client.execute(
+                "INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir, containment)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                &[
+                    &run.id,
+                    &run.manifest,
+                    &run.manifest_path,
+                    &run.manifest_sha256,
+                    &run.holder.host,
+                    &i64::from(run.holder.pid),
+                    &run.holder.start_time.map(|t| t as i64),
+                    &run.started_by,
+                    &run.started_at,
+                    &(workers as i32),
+                    &plan,
+                    &dir,
+                    &run.containment,
+                ],
+            )?;
+            s.beating = Some(run.id.clone());
+            Ok(())
+        })
+    }
+
+    fn end_run(
+        &mut self,
+        run_id: &str,
+        ending: RunEnding,
+        cause: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let buf = self.take_buffer();
+        let (id, end, why, when) = (
+            run_id.to_string(),
+            ending.as_str(),
+            cause.map(str::to_string),
+            at.to_string(),
+        );
+        self.call(move |s| {
+            let mut tx = s.client.transaction()?;
+            write_buffer(&mut tx, &buf)?;
+            tx.execute(
+                "UPDATE runs SET ended_at = $2, ending = $3, cause = $4 WHERE id = $1",
+                &[&id, &when, &end, &why],
+            )?;
+            // Claims no result released (cancelled items) go with the run.
+            tx.execute("DELETE FROM claims WHERE run_id = $1", &[&id])?;
+            tx.commit()?;
+            if s.beating.as_deref() == Some(id.as_str()) {
+                s.beating = None;
+            }
+            Ok(())
+        })
+    }
+
+    fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>> {
+        let m = manifest.to_string();
+        self.call(move |s| {
+            // The latest terminal result of each item.
+            let rows = s.client.query(
+                "SELECT DISTINCT ON (repo, item, def_hash) repo, item, def_hash, outcome, run_id
+                   FROM item_results
+                  WHERE manifest = $1 AND outcome IN ('completed', 'halted', 'failed')
+                  ORDER BY repo, item, def_hash, ended_at DESC",
+                &[&m],
+            )?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| {
+                    let outcome = sqlite::outcome_from(r.get::<_, &str>(3))?;
+                    Some((
+                        ItemKey {
+                            manifest: m.clone(),
+                            repo: r.get(0),
+                            item: r.get(1),
+                            def_hash: r.get(2),
+                        },
+                        PastOutcome {
+                            outcome,
+                            run_id: r.get(4),
+                        },
+                    ))
+                })
+                .collect())
+        })
+    }
+
+    fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
+        let buf = self.take_buffer();
+        let (key, run, holder) = (key.clone(), run_id.to_string(), holder.clone());
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let mut tx = s.client.transaction()?;
+            write_buffer(&mut tx, &buf)?;
+            if let Some(p) = pause_of(&mut tx, &key.manifest)? {
+                tx.commit()?;
+                return Ok(Claim::Paused(p));
+            }
+            // Finished by another run since this one started: not run twice.
+            let done = tx.query_opt(
+                "SELECT r.run_id, r.outcome FROM item_results r
+                  WHERE r.manifest = $1 AND r.repo = $2 AND r.item = $3 AND r.def_hash = $4
+                    AND r.outcome IN ('completed', 'halted', 'failed') AND r.run_id <> $5
+                    AND r.ended_at > (SELECT started_at FROM runs WHERE id = $5)
+                  ORDER BY r.ended_at DESC LIMIT 1",
+                &[&key.manifest, &key.repo, &key.item, &key.def_hash, &run],
+            )?;
+            if let Some(d) = done {
+                tx.commit()?;
+                return Ok(Claim::AlreadyDone {
+                    run_id: d.get(0),
+                    outcome: d.get(1),
+                });
+            }
+            let now = crate::support::clock::now();
+            let pid = i64::from(holder.pid);
+            let start = holder.start_time.map(|t| t as i64);
+            let inserted = tx.execute(
+                "INSERT INTO claims (manifest, repo, item, def_hash, run_id, host, pid, start_time, claimed_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                &[&key.manifest, &key.repo, &key.item, &key.def_hash, &run, &holder.host, &pid, &start, &now],
+            )?;
+            if inserted == 1 {
+                tx.commit()?;
+                return Ok(Claim::Claimed);
+            }
+            // A claim is there: whose, and is its run alive? A row another runner is examining
+            // right now is skipped, not waited for.
+            let row = tx.query_opt(
+                "SELECT c.run_id, c.host, c.pid, c.start_time,
+                        coalesce(r.ended_at IS NULL AND r.heartbeat_at > now() - make_interval(secs => $5), false)
+                   FROM claims c LEFT JOIN runs r ON r.id = c.run_id
+                  WHERE c.manifest = $1 AND c.repo = $2 AND c.item = $3 AND c.def_hash = $4
+                  FOR UPDATE OF c SKIP LOCKED",
+                &[&key.manifest, &key.repo, &key.item, &key.def_hash, &lapse],
+            )?;
+            let Some(row) = row else {
+                tx.commit()?;
+                return Ok(Claim::HeldBy {
+                    run_id: "another runner".into(),
+                });
+            };
+            let other: String = row.get(0);
+            if other == run {
+                tx.commit()?;
+                return Ok(Claim::Claimed);
+            }
+            let other_holder = holder_of(row.get(1), row.get(2), row.get(3));
+            let beating: bool = row.get(4);
+            if beating && !other_holder.is_dead() {
+                tx.commit()?;
+                return Ok(Claim::HeldBy { run_id: other });
+            }
+            // Take over the very claim that was judged dead.
+            tx.execute(
+                "UPDATE claims SET run_id = $5, host = $6, pid = $7, start_time = $8, claimed_at = $9
+                  WHERE manifest = $1 AND repo = $2 AND item = $3 AND def_hash = $4 AND run_id = $10",
+                &[&key.manifest, &key.repo, &key.item, &key.def_hash, &run, &holder.host, &pid, &start, &now, &other],
+            )?;
+            tx.commit()?;
+            Ok(Claim::Claimed)
+        })
+    }
+
+    fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
+        self.seq += 1;
+        let body = serde_json::to_string(ev).map_err(|source| LedgerError::Record {
+            path: self.url.clone(),
+            what: "event to record".into(),
+            source,
+        })?;
+        self.buffered.events.push(PendingEvent {
+            run_id: run_id.to_string(),
+            seq: self.seq as i64,
+            at: at.to_string(),
+            repo: item.map(|k| k.repo.clone()),
+            item: item.map(|k| k.item.clone()),
+            body,
+        });
+        if let (
+            Event::ItemFinished {
+                outcome,
+                reason,
+                cause,
+                ..
+            },
+            Some(key),
+        ) = (ev, item)
+        {
+            self.buffered.results.push(PendingResult {
+                key: key.clone(),
+                run_id: run_id.to_string(),
+                outcome: *outcome,
+                reason: reason.clone(),
+                cause: cause.clone(),
+                at: at.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn commit_results(&mut self) -> Result<()> {
+        if !self.buffered.results.is_empty() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn paused(&self, manifest: &str) -> Result<Option<String>> {
+        let m = manifest.to_string();
+        self.call(move |s| pause_of(&mut s.client, &m))
+    }
+
+    fn live_claims_of(&self, manifest: &str) -> Result<Vec<(ItemKey, String)>> {
+        let m = manifest.to_string();
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT c.repo, c.item, c.def_hash, c.run_id, c.host, c.pid, c.start_time
+                   FROM claims c JOIN runs r ON r.id = c.run_id
+                  WHERE c.manifest = $1 AND r.ended_at IS NULL
+                    AND r.heartbeat_at > now() - make_interval(secs => $2)",
+                &[&m, &lapse],
+            )?;
+            Ok(rows
+                .iter()
+                .filter(|r| !holder_of(r.get(4), r.get(5), r.get(6)).is_dead())
+                .map(|r| {
+                    (
+                        ItemKey {
+                            manifest: m.clone(),
+                            repo: r.get(0),
+                            item: r.get(1),
+                            def_hash: r.get(2),
+                        },
+                        r.get(3),
+                    )
+                })
+                .collect())
+        })
+    }
+
+    fn run_is_live(&self, run_id: &str) -> Result<bool> {
+        let id = run_id.to_string();
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let row = s.client.query_opt(
+                "SELECT host, pid, start_time FROM runs
+                  WHERE id = $1 AND ended_at IS NULL
+                    AND heartbeat_at > now() - make_interval(secs => $2)",
+                &[&id, &lapse],
+            )?;
+            Ok(row.is_some_and(|r| !holder_of(r.get(0), r.get(1), r.get(2)).is_dead()))
+        })
+    }
+
+    fn set_paused(
+        &mut self,
+        manifest: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let (m, b, r, a) = (
+            manifest.to_string(),
+            by.to_string(),
+            reason.map(str::to_string),
+            at.to_string(),
+        );
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "INSERT INTO pauses (manifest, paused_by, reason, paused_at) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (manifest) DO UPDATE SET paused_by = $2, reason = $3, paused_at = $4",
+                    &[&m, &b, &r, &a],
+                )
+                .map(|_| ())
+        })
+    }
+
+    fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
+        let m = manifest.to_string();
+        self.call(move |s| {
+            s.client
+                .execute("DELETE FROM pauses WHERE manifest = $1", &[&m])
+                .map(|n| n > 0)
+        })
+    }
+}
+
+impl Drop for PgLedger {
+    fn drop(&mut self) {
+        // What is buffered is written before the connection goes.
+        let _ = self.flush();
+    }
+}
