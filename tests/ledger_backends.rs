@@ -47,6 +47,11 @@ fn now() -> String {
 
 /// Begin run `id`, held by `holder`.
 fn begin(l: &mut dyn Ledger, id: &str, holder: &Holder) {
+    begin_at(l, id, holder, &now());
+}
+
+/// Begin run `id`, whose view of the ledger was taken at `looked`.
+fn begin_at(l: &mut dyn Ledger, id: &str, holder: &Holder, looked: &str) {
     let run = RunRow {
         id: id.into(),
         manifest: "m".into(),
@@ -54,13 +59,14 @@ fn begin(l: &mut dyn Ledger, id: &str, holder: &Holder) {
         manifest_sha256: "0".into(),
         holder: holder.clone(),
         started_by: "test".into(),
-        started_at: now(),
+        started_at: looked.to_string(),
         ended_at: None,
         ending: None,
         cause: None,
         stop_requested_by: None,
         stop_reason: None,
         containment: None,
+        lapsed: false,
     };
     l.begin_run(&run, "{}", 1, "/reports/x").unwrap();
 }
@@ -125,6 +131,34 @@ fn a_claim_is_one_runs_until_its_result_releases_it() {
         assert!(b.live_claims_of("m").unwrap().is_empty(), "{name}");
         assert_eq!(
             b.claim(&key("x"), "run-b", &me).unwrap(),
+            Claim::AlreadyDone {
+                run_id: "run-a".into(),
+                outcome: "completed".into()
+            },
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn an_item_finished_after_a_run_looked_is_not_run_again() {
+    for (name, open, _keep) in backends() {
+        let me = Holder::this_process();
+        let mut a = open();
+        begin(&mut *a, "run-a", &me);
+        assert_eq!(a.claim(&key("s"), "run-a", &me).unwrap(), Claim::Claimed);
+        // Run b reads the past (its plan: `s` is pending), and plans for a while...
+        let mut b = open();
+        let looked = now();
+        assert!(b.past_outcomes("m").unwrap().is_empty(), "{name}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // ...while run a finishes `s`...
+        finish(&mut *a, "run-a", &key("s"), ItemOutcome::Completed);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // ...and only then begins: `s` is not run a second time.
+        begin_at(&mut *b, "run-b", &me, &looked);
+        assert_eq!(
+            b.claim(&key("s"), "run-b", &me).unwrap(),
             Claim::AlreadyDone {
                 run_id: "run-a".into(),
                 outcome: "completed".into()

@@ -6,6 +6,7 @@ use crate::engine::{self, RunCx, config};
 use crate::engine::{ClaimAnswer, RunSink};
 use crate::events::Event;
 use crate::ledger::sqlite::SqliteLedger;
+use crate::ledger::store::Store;
 use crate::ledger::{Claim, Holder, ItemKey, Ledger, RunRow};
 use crate::manifest::{LoadedManifest, SourceKind};
 use crate::plan::history;
@@ -62,7 +63,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         shard: args.shard,
     };
     let state_path = super::state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match SqliteLedger::open(&state_path) {
+    let mut ledger = match Store::open(&state_path) {
         Ok(l) => l,
         Err(e) => {
             ui.error(e);
@@ -91,6 +92,9 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         }
     }
 
+    // The run's view of the ledger is taken now: a result another run records after this
+    // moment (while this one plans) is one this run will not repeat.
+    let started_at = crate::support::clock::now();
     let past = match ledger.past_outcomes(&loaded.manifest.name) {
         Ok(p) => p.into_iter().collect(),
         Err(e) => {
@@ -122,7 +126,11 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     history::apply(&mut plan, &past, args.rerun, paused.as_deref());
     let quarantined = super::quarantines_of(&plan, quarantined);
     history::quarantine(&mut plan, &quarantined);
-    history::taken(&mut plan, &claims);
+    // Against a shared ledger, an item another runner claimed is left to admission, which waits
+    // for that runner's repository lock and takes the claim over if its runner stops.
+    if !matches!(ledger, Store::Pg(_)) {
+        history::taken(&mut plan, &claims);
+    }
     // The order items start in: from what they took in recent runs.
     match ledger.item_durations(&loaded.manifest.name, super::HISTORY_RUNS) {
         Ok(d) => crate::plan::schedule::estimate(&mut plan, &d),
@@ -166,7 +174,6 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         && std::io::stderr().is_terminal()
         && std::env::var("TERM").map_or(true, |t| t != "dumb")
         && std::env::var_os("CI").is_none();
-    let started_at = crate::support::clock::now();
     let keys: Vec<ItemKey> = plan
         .items
         .iter()
@@ -186,6 +193,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         stop_requested_by: None,
         stop_reason: None,
         containment: Some(contained.describe()),
+        lapsed: false,
     };
     let plan_json = match serde_json::to_string(&plan) {
         Ok(j) => j,
@@ -226,6 +234,17 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         progress: crate::ui::Progress::new(&plan, fancy, ui.color),
         builder: ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
         ledger,
+        identities: plan
+            .repositories
+            .iter()
+            .map(|r| {
+                let identity = match r.source {
+                    crate::manifest::SourceKind::Url => r.location.clone(),
+                    _ => r.name.clone(),
+                };
+                (r.name.clone(), identity)
+            })
+            .collect(),
         run_id: run_id.clone(),
         keys,
         holder: row.holder.clone(),
@@ -444,27 +463,30 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     } else if let Some(reports) = run_dir.parent() {
         // Retention (`reports.keep`), then the history page of what is kept.
         let keep = super::gc::keep_of(&cx.loaded);
-        match super::gc::retain(
-            &mut sink.ledger,
-            &cx.loaded.manifest.name,
-            &keep,
-            reports,
-            Some(&run_id),
-        ) {
-            Ok(r) => {
-                if !r.runs.is_empty() {
-                    tracing::info!(pruned = r.runs.len(), "{}", r.line(&keep));
+        // Retention and the history page are the SQLite ledger's (one machine's runs).
+        if let Some(ledger) = sink.ledger.sqlite_mut() {
+            match super::gc::retain(
+                ledger,
+                &cx.loaded.manifest.name,
+                &keep,
+                reports,
+                Some(&run_id),
+            ) {
+                Ok(r) => {
+                    if !r.runs.is_empty() {
+                        tracing::info!(pruned = r.runs.len(), "{}", r.line(&keep));
+                    }
+                    for l in &r.left {
+                        ui.warn(format_args!("a report folder could not be removed: {l}"));
+                    }
                 }
-                for l in &r.left {
-                    ui.warn(format_args!("a report folder could not be removed: {l}"));
-                }
+                Err(e) => ui.warn(format_args!("older runs were not pruned: {e}")),
             }
-            Err(e) => ui.warn(format_args!("older runs were not pruned: {e}")),
         }
         super::gc::prune_verdicts(&cx.loaded, &keep);
         if formats.html
-            && let Err(e) =
-                super::report::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)
+            && let Some(ledger) = sink.ledger.sqlite()
+            && let Err(e) = super::report::write_history(ledger, &cx.loaded.manifest.name, reports)
         {
             ui.warn(format_args!("the run history page was not written: {e}"));
         }
@@ -482,7 +504,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
 fn auto_gate_timeouts(
     ui: &Ui,
     loaded: &crate::manifest::LoadedManifest,
-    ledger: &SqliteLedger,
+    ledger: &Store,
 ) -> HashMap<String, std::time::Duration> {
     use crate::manifest::{AUTO_TIMEOUT_SAMPLES, DEFAULT_GATE_TIMEOUT, format_duration};
     let mut names: Vec<&str> = loaded
@@ -724,7 +746,12 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
         return Err(EXIT_INVALID);
     };
     let path = super::state_path(&args.state, Some(&args.manifest));
-    match SqliteLedger::open_snapshot(&path) {
+    let opened = if crate::ledger::pg::is_url(&path.to_string_lossy()) {
+        Store::open(&path).map(Some)
+    } else {
+        SqliteLedger::open_snapshot(&path).map(|l| l.map(Store::Sqlite))
+    };
+    match opened {
         Ok(Some(ledger)) => {
             let name = &loaded.manifest.name;
             let read = (|| -> crate::ledger::Result<()> {
@@ -849,7 +876,9 @@ struct ApplySink {
     events_failed: Option<String>,
     progress: crate::ui::Progress,
     builder: ReportBuilder,
-    ledger: SqliteLedger,
+    ledger: Store,
+    /// Each repository's identity across machines (its url, else its name), by name.
+    identities: HashMap<String, String>,
     run_id: String,
     keys: Vec<ItemKey>,
     holder: Holder,
@@ -957,8 +986,26 @@ impl RunSink for ApplySink {
         let Some(key) = self.keys.get(item).cloned() else {
             return ClaimAnswer::Failed(format!("item {item} is not in the plan"));
         };
-        match self.ledger.claim(&key, &self.run_id, &self.holder) {
+        let asked = std::time::Instant::now();
+        let answer = self.ledger.claim(&key, &self.run_id, &self.holder);
+        // How long claims take: what a shared ledger costs each item (`RUNNER_LOG=debug`).
+        tracing::debug!(
+            claim_us = asked.elapsed().as_micros() as u64,
+            repo = %key.repo,
+            item = %key.item,
+            "claim answered"
+        );
+        match answer {
             Ok(Claim::Claimed) => ClaimAnswer::Claimed,
+            // Against a shared ledger this runner holds the repository's lock, which whoever
+            // works on an item holds until its result is recorded: a claim held anyway is a
+            // run that stopped (a machine gone) — waited for until its heartbeat lapses, then
+            // taken over, so its items are not left undone.
+            Ok(Claim::HeldBy { run_id }) if matches!(self.ledger, Store::Pg(_)) => {
+                ClaimAnswer::Wait(format!(
+                    "a claim of run `{run_id}`, whose runner holds no lock on the repository (waiting for its heartbeat to lapse)"
+                ))
+            }
             Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Taken(run_id),
             Ok(Claim::AlreadyDone { run_id, outcome }) => ClaimAnswer::Done {
                 run: run_id,
@@ -1002,6 +1049,26 @@ impl RunSink for ApplySink {
 
     fn failure(&self) -> Option<String> {
         self.failure.clone()
+    }
+
+    fn polls_stop(&self) -> bool {
+        matches!(self.ledger, Store::Pg(_))
+    }
+
+    fn lock_repo(&mut self, repo: &str) -> Result<bool, String> {
+        let identity = self.identities.get(repo).map_or(repo, String::as_str);
+        self.ledger.try_lock_repo(identity).map_err(|e| {
+            let why = e.to_string();
+            self.fail(e);
+            why
+        })
+    }
+
+    fn unlock_repo(&mut self, repo: &str) {
+        let identity = self.identities.get(repo).map_or(repo, String::as_str);
+        if let Err(e) = self.ledger.unlock_repo(identity) {
+            self.fail(e);
+        }
     }
 
     fn quarantine(&mut self, repo: &str, path: &std::path::Path, reason: &str) {

@@ -5,9 +5,20 @@ use crate::cli::CancelArgs;
 
 pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
     let path = state_path(&args.state, args.manifest.as_deref());
-    let mut ledger = match open_existing(ui, &path) {
-        Ok(l) => l,
-        Err(c) => return c,
+    let shared = crate::ledger::pg::is_url(&path.to_string_lossy());
+    let mut ledger = if shared {
+        match crate::ledger::store::Store::open(&path) {
+            Ok(l) => l,
+            Err(e) => {
+                ui.error(e);
+                return EXIT_INTERNAL;
+            }
+        }
+    } else {
+        match open_existing(ui, &path) {
+            Ok(l) => crate::ledger::store::Store::Sqlite(l),
+            Err(c) => return c,
+        }
     };
     let run = match found(ui, ledger.run(&args.run), &args.run, &path) {
         Ok(r) => r,
@@ -21,7 +32,7 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
         ));
         return crate::commands::EXIT_FAILURES;
     }
-    if run.holder.host != crate::support::host::hostname() {
+    if !shared && run.holder.host != crate::support::host::hostname() {
         ui.error(format_args!(
             "run `{}` runs on {}; cancel it there",
             run.id, run.holder.host
@@ -42,15 +53,23 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
         ui.error(e);
         return EXIT_INTERNAL;
     }
-    let pid = nix::unistd::Pid::from_raw(run.holder.pid as i32);
-    if let Err(e) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
-        ui.error(format_args!("cannot signal pid {}: {e}", run.holder.pid));
-        return EXIT_INTERNAL;
+    if run.holder.host == crate::support::host::hostname() {
+        let pid = nix::unistd::Pid::from_raw(run.holder.pid as i32);
+        if let Err(e) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
+            ui.error(format_args!("cannot signal pid {}: {e}", run.holder.pid));
+            return EXIT_INTERNAL;
+        }
+        eprintln!(
+            "runner: asked run {} (pid {}) to stop",
+            run.id, run.holder.pid
+        );
+    } else {
+        // On another machine: the run reads the request from the shared ledger within seconds.
+        eprintln!(
+            "runner: asked run {} (pid {} on {}) to stop, through the shared ledger",
+            run.id, run.holder.pid, run.holder.host
+        );
     }
-    eprintln!(
-        "runner: asked run {} (pid {}) to stop",
-        run.id, run.holder.pid
-    );
     if !args.wait {
         return EXIT_OK;
     }

@@ -251,11 +251,10 @@ pub fn who(control: &str) -> String {
 /// The items running now (of `run`, or of any run of `manifest`) for a provenance record:
 /// ` while 2 items ran: api/parse, web/login` (at most ten named), or nothing.
 pub(crate) fn affected(
-    ledger: &crate::ledger::sqlite::SqliteLedger,
+    ledger: &dyn crate::ledger::Ledger,
     manifest: &str,
     run: Option<&str>,
 ) -> String {
-    use crate::ledger::Ledger;
     let Ok(claims) = ledger.live_claims_of(manifest) else {
         return String::new();
     };

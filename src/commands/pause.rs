@@ -2,7 +2,8 @@
 
 use super::{EXIT_INTERNAL, EXIT_OK, Ui, state_path, who};
 use crate::cli::PauseArgs;
-use crate::ledger::sqlite::SqliteLedger;
+use crate::ledger::Ledger;
+use crate::ledger::store::Store;
 
 pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
     let loaded = match super::load(ui, &args.manifest) {
@@ -10,7 +11,9 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
         Err(c) => return c,
     };
     let path = state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match SqliteLedger::open(&path) {
+    // A pause given here is seen by every runner of the ledger: on a shared PostgreSQL ledger,
+    // by every machine's.
+    let mut ledger = match Store::open(&path) {
         Ok(l) => l,
         Err(e) => {
             ui.error(e);
@@ -56,11 +59,10 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
 /// timeout, ends the wait with exit 1 (the pause stays on a timeout).
 fn wait_for_drain(
     ui: &Ui,
-    ledger: &SqliteLedger,
+    ledger: &dyn Ledger,
     name: &str,
     timeout: Option<std::time::Duration>,
 ) -> i32 {
-    use crate::ledger::Ledger;
     let until = timeout.map(|t| std::time::Instant::now() + t);
     loop {
         let running = match ledger.live_claims_of(name) {

@@ -21,6 +21,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, trace};
 
+/// How often a run on a shared ledger looks for a stop asked for from another machine.
+const STOP_POLL: Duration = Duration::from_secs(2);
+
 /// The item tasks of a run, and the leases they hold.
 struct Pool {
     tasks: JoinSet<(usize, ItemRun)>,
@@ -113,6 +116,9 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         lease_wait: HashMap::new(),
     };
 
+    let polls_stop = sink.polls_stop();
+    let mut stop_poll = tokio::time::interval(STOP_POLL);
+    stop_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if let Some(f) = sink.failure() {
             sched.ledger_failed(f);
@@ -227,6 +233,14 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             _ = recv_signal(&mut sigint) => on_signal(&cx, &mut sched, libc::SIGINT, &stop_tx, &mut signal_from),
             _ = recv_signal(&mut sigterm) => on_signal(&cx, &mut sched, libc::SIGTERM, &stop_tx, &mut signal_from),
             _ = recv_signal(&mut sighup) => on_signal(&cx, &mut sched, libc::SIGHUP, &stop_tx, &mut signal_from),
+            _ = stop_poll.tick(), if polls_stop && sched.stopped_by().is_none() => {
+                // `runner cancel` on another machine records its request in the shared ledger;
+                // it stops this run as SIGTERM would.
+                if let Some(by) = sink.stop_requested() {
+                    signal_from.get_or_insert(by);
+                    on_signal(&cx, &mut sched, libc::SIGTERM, &stop_tx, &mut signal_from);
+                }
+            }
             _ = sleep => {}
         }
     }
@@ -348,14 +362,34 @@ async fn admit(
         }
         Err(e) => return Admission::Failed(e.to_string()),
     };
+    // Runners on other machines share the ledger, not this checkout's lease.
+    match sink.lock_repo(repo_name) {
+        Ok(true) => {}
+        Ok(false) => {
+            lease.release();
+            return Admission::LeaseBusy {
+                holder: Some("a runner on another machine (the shared ledger's lock)".into()),
+                cooperating: true,
+            };
+        }
+        Err(e) => {
+            lease.release();
+            return Admission::Failed(e);
+        }
+    }
     let not_ours = match sink.claim(idx) {
         ClaimAnswer::Claimed => None,
         ClaimAnswer::Taken(run) => Some(Admission::ClaimedElsewhere { run }),
         ClaimAnswer::Done { run, outcome } => Some(Admission::DoneElsewhere { run, outcome }),
         ClaimAnswer::Paused(p) => Some(Admission::Paused(p)),
+        ClaimAnswer::Wait(who) => Some(Admission::LeaseBusy {
+            holder: Some(who),
+            cooperating: true,
+        }),
         ClaimAnswer::Failed(e) => Some(Admission::Failed(e)),
     };
     if let Some(answer) = not_ours {
+        sink.unlock_repo(repo_name);
         lease.release();
         return answer;
     }
@@ -502,6 +536,7 @@ fn release_settled(sink: &mut dyn RunSink, pool: &mut Pool, sched: &mut Schedule
     sink.commit_results();
     for (repo, lease) in pool.settling.drain(..) {
         debug!(%repo, "results durable: lease released");
+        sink.unlock_repo(&repo);
         lease.release();
         sched.released(&repo);
     }

@@ -60,6 +60,19 @@ pub trait RunSink {
     /// A repository's processes could not be proven gone: keep it out of later runs until an
     /// operator releases it (`runner unlock`).
     fn quarantine(&mut self, repo: &str, path: &std::path::Path, reason: &str);
+    /// Take repository `repo`'s lock shared by every runner of the ledger, on whatever machine
+    /// (its lease lives in one checkout; other machines have checkouts of their own). `Ok(false)`:
+    /// another runner holds it. A ledger on one machine has no such lock: granted.
+    fn lock_repo(&mut self, _repo: &str) -> Result<bool, String> {
+        Ok(true)
+    }
+    /// Let the lock of [`RunSink::lock_repo`] go.
+    fn unlock_repo(&mut self, _repo: &str) {}
+    /// Whether a stop may be asked for from another machine, which cannot signal this process:
+    /// then the drain asks [`RunSink::stop_requested`] every few seconds.
+    fn polls_stop(&self) -> bool {
+        false
+    }
 }
 
 /// The answer to a claim.
@@ -75,6 +88,9 @@ pub enum ClaimAnswer {
     },
     /// The manifest is paused (by whom, when, why): admit nothing more.
     Paused(String),
+    /// A run that may have died (another machine's, its heartbeat not yet lapsed) holds it:
+    /// ask again later rather than leave it.
+    Wait(String),
     /// The ledger could not answer.
     Failed(String),
 }

@@ -10,6 +10,7 @@
 
 pub mod pg;
 pub mod sqlite;
+pub mod store;
 
 use crate::events::Event;
 pub use crate::plan::history::PastOutcome;
@@ -36,6 +37,10 @@ pub struct RunRow {
     /// How the run contains its items' processes: "cgroup (<path>)" or "process-group (<why>)".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub containment: Option<String>,
+    /// Its heartbeat lapsed (a ledger shared by several machines): as good as dead, wherever it
+    /// ran.
+    #[serde(skip)]
+    pub lapsed: bool,
 }
 
 /// Where a recorded run stands.
@@ -71,7 +76,7 @@ impl RunRow {
     pub fn status(&self) -> RunStatus {
         if self.ended_at.is_some() {
             RunStatus::Ended
-        } else if self.holder.is_dead() {
+        } else if self.lapsed || self.holder.is_dead() {
             RunStatus::Died
         } else {
             RunStatus::Live

@@ -6,7 +6,7 @@
 //!   claim that exists is examined with `SELECT … FOR UPDATE SKIP LOCKED`, so two runners never
 //!   wait on each other for an item: the one that does not get the row moves on.
 //! - **Liveness** is a heartbeat: every run's row carries `heartbeat_at`, refreshed every few
-//!   seconds by the runner's connection. A claim whose run has not beaten for
+//!   seconds by the runner's connection ([`heartbeat`]). A claim whose run has not beaten for
 //!   [`lapse`] (or whose holder is provably dead on this host) is taken over.
 //! - **A repository's exclusivity** across machines is a session-level advisory lock keyed by
 //!   the repository's identity (its url, or its name): held by the runner's connection while an
@@ -47,6 +47,7 @@ CREATE TABLE runs (
     stop_reason TEXT,
     stop_requested_at TEXT,
     totals TEXT,
+    begun_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE INDEX runs_by_manifest ON runs (manifest, started_at);
@@ -72,6 +73,7 @@ CREATE TABLE item_results (
     reason TEXT,
     cause TEXT,
     ended_at TEXT NOT NULL,
+    recorded_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (manifest, repo, item, def_hash, run_id)
 );
 CREATE TABLE events (
@@ -101,8 +103,10 @@ CREATE TABLE quarantines (
 /// The key of the advisory lock that serialises migrations.
 const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;
 
-/// How often a live run's heartbeat is written.
-pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// How often a live run's heartbeat is written: a sixth of [`lapse`], at most 5 seconds.
+pub fn heartbeat() -> Duration {
+    (lapse() / 6).clamp(Duration::from_millis(200), Duration::from_secs(5))
+}
 
 /// How long a run may miss its heartbeat before its claims are taken over:
 /// `RUNNER_HEARTBEAT_LAPSE` (seconds, e.g. `30` or `30s`), else 30 seconds — six missed beats.
@@ -139,6 +143,9 @@ pub struct PgLedger {
     jobs: mpsc::Sender<Job>,
     buffered: Buffer,
     seq: u64,
+    /// The server's time when this runner last read the past outcomes (its plan): a result
+    /// recorded after it is news, whatever the clocks of the machines say.
+    as_of: std::sync::Mutex<Option<std::time::SystemTime>>,
 }
 
 #[derive(Default)]
@@ -203,6 +210,7 @@ impl PgLedger {
                 jobs,
                 buffered: Buffer::default(),
                 seq: 0,
+                as_of: std::sync::Mutex::new(None),
             }),
             Ok(Err(message)) => Err(LedgerError::Server {
                 url: shown_url,
@@ -324,6 +332,98 @@ impl PgLedger {
         })
     }
 
+    /// A run, as recorded.
+    pub fn run(&self, id: &str) -> Result<Option<RunRow>> {
+        let id = id.to_string();
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let row = s.client.query_opt(
+                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by,
+                        started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment,
+                        heartbeat_at > now() - make_interval(secs => $2)
+                   FROM runs WHERE id = $1",
+                &[&id, &lapse],
+            )?;
+            Ok(row.map(|r| {
+                let beating: bool = r.get(15);
+                RunRow {
+                    lapsed: !beating,
+                    id: r.get(0),
+                    manifest: r.get(1),
+                    manifest_path: r.get(2),
+                    manifest_sha256: r.get(3),
+                    holder: holder_of(r.get(4), r.get(5), r.get(6)),
+                    started_by: r.get(7),
+                    started_at: r.get(8),
+                    ended_at: r.get(9),
+                    ending: r.get(10),
+                    cause: r.get(11),
+                    stop_requested_by: r.get(12),
+                    stop_reason: r.get(13),
+                    containment: r.get(14),
+                }
+            }))
+        })
+    }
+
+    /// The report folder a run wrote to.
+    pub fn run_dir(&self, id: &str) -> Result<Option<String>> {
+        let id = id.to_string();
+        self.call(move |s| {
+            Ok(s.client
+                .query_opt("SELECT run_dir FROM runs WHERE id = $1", &[&id])?
+                .map(|r| r.get(0)))
+        })
+    }
+
+    /// Record what a run came to.
+    pub fn record_totals(&mut self, id: &str, totals: &RunTotals) -> Result<()> {
+        let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {
+            path: self.url.clone(),
+            what: "run totals".into(),
+            source,
+        })?;
+        let id = id.to_string();
+        self.call(move |s| {
+            s.client
+                .execute("UPDATE runs SET totals = $2 WHERE id = $1", &[&id, &json])
+                .map(|_| ())
+        })
+    }
+
+    /// Record that a repository's processes could not be proven gone.
+    pub fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
+        let (p, r, why, when) = (
+            path.to_string(),
+            run_id.to_string(),
+            reason.to_string(),
+            at.to_string(),
+        );
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (repo_path) DO UPDATE SET run_id = $2, reason = $3, at = $4",
+                    &[&p, &r, &why, &when],
+                )
+                .map(|_| ())
+        })
+    }
+
+    /// Quarantined repositories: (path, run, reason).
+    pub fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
+        self.call(|s| {
+            let rows = s.client.query(
+                "SELECT repo_path, run_id, reason FROM quarantines ORDER BY at",
+                &[],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
+        })
+    }
+
     /// The runs of `manifest` whose heartbeat is current and which have not ended.
     pub fn live_runs(&self, manifest: &str) -> Result<Vec<String>> {
         let m = manifest.to_string();
@@ -357,17 +457,18 @@ fn message(e: &::postgres::Error) -> String {
 }
 
 /// The client thread: run jobs as they come, and write the heartbeat of the run being served
-/// whenever [`HEARTBEAT`] passes without one.
+/// whenever [`heartbeat`] passes without one.
 fn serve(s: &mut Session, inbox: &mpsc::Receiver<Job>) {
+    let every = heartbeat();
     let mut last_beat = std::time::Instant::now();
     loop {
-        let wait = HEARTBEAT.saturating_sub(last_beat.elapsed());
+        let wait = every.saturating_sub(last_beat.elapsed());
         match inbox.recv_timeout(wait) {
             Ok(job) => job(s),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
-        if last_beat.elapsed() >= HEARTBEAT {
+        if last_beat.elapsed() >= every {
             if let Some(run) = &s.beating {
                 let run = run.clone();
                 if let Err(e) = s.client.execute(
@@ -547,16 +648,18 @@ impl Ledger for PgLedger {
 
     fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>> {
         let m = manifest.to_string();
-        self.call(move |s| {
+        let (past, as_of) = self.call(move |s| {
+            let mut tx = s.client.transaction()?;
+            let as_of: std::time::SystemTime = tx.query_one("SELECT now()", &[])?.get(0);
             // The latest terminal result of each item.
-            let rows = s.client.query(
+            let rows = tx.query(
                 "SELECT DISTINCT ON (repo, item, def_hash) repo, item, def_hash, outcome, run_id
                    FROM item_results
                   WHERE manifest = $1 AND outcome IN ('completed', 'halted', 'failed')
-                  ORDER BY repo, item, def_hash, ended_at DESC",
+                  ORDER BY repo, item, def_hash, recorded_at DESC",
                 &[&m],
             )?;
-            Ok(rows
+            let past = rows
                 .iter()
                 .filter_map(|r| {
                     let outcome = sqlite::outcome_from(r.get::<_, &str>(3))?;
@@ -573,14 +676,21 @@ impl Ledger for PgLedger {
                         },
                     ))
                 })
-                .collect())
-        })
+                .collect::<Vec<_>>();
+            tx.commit()?;
+            Ok((past, as_of))
+        })?;
+        if let Ok(mut a) = self.as_of.lock() {
+            *a = Some(as_of);
+        }
+        Ok(past)
     }
 
     fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
         let buf = self.take_buffer();
         let (key, run, holder) = (key.clone(), run_id.to_string(), holder.clone());
         let lapse = lapse().as_secs_f64();
+        let as_of = self.as_of.lock().ok().and_then(|a| *a);
         self.call(move |s| {
             let mut tx = s.client.transaction()?;
             write_buffer(&mut tx, &buf)?;
@@ -588,14 +698,15 @@ impl Ledger for PgLedger {
                 tx.commit()?;
                 return Ok(Claim::Paused(p));
             }
-            // Finished by another run since this one started: not run twice.
+            // Finished by another run since this one looked (read its plan's past outcomes, or
+            // else began): not run twice. The server's clock decides, not the machines'.
             let done = tx.query_opt(
                 "SELECT r.run_id, r.outcome FROM item_results r
                   WHERE r.manifest = $1 AND r.repo = $2 AND r.item = $3 AND r.def_hash = $4
                     AND r.outcome IN ('completed', 'halted', 'failed') AND r.run_id <> $5
-                    AND r.ended_at > (SELECT started_at FROM runs WHERE id = $5)
-                  ORDER BY r.ended_at DESC LIMIT 1",
-                &[&key.manifest, &key.repo, &key.item, &key.def_hash, &run],
+                    AND r.recorded_at >= coalesce($6, (SELECT begun_at FROM runs WHERE id = $5))
+                  ORDER BY r.recorded_at DESC LIMIT 1",
+                &[&key.manifest, &key.repo, &key.item, &key.def_hash, &run, &as_of],
             )?;
             if let Some(d) = done {
                 tx.commit()?;

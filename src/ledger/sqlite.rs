@@ -1116,6 +1116,7 @@ fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         stop_requested_by: r.get(12)?,
         stop_reason: r.get(13)?,
         containment: r.get(14)?,
+        lapsed: false,
     })
 }
 
@@ -1271,7 +1272,7 @@ impl Ledger for SqliteLedger {
             .map_err(|e| db(&path, e))?;
         }
         let done: Option<(String, String)> = query(&tx,
-                "SELECT run_id, outcome FROM item_results WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND outcome IN ('completed', 'halted', 'failed') AND run_id != ?5 AND ended_at > (SELECT started_at FROM runs WHERE id = ?5) ORDER BY ended_at DESC LIMIT 1",
+                "SELECT run_id, outcome FROM item_results WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND outcome IN ('completed', 'halted', 'failed') AND run_id != ?5 AND ended_at >= (SELECT started_at FROM runs WHERE id = ?5) ORDER BY ended_at DESC LIMIT 1",
                 params![key.manifest, key.repo, key.item, key.def_hash, run_id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -1425,6 +1426,7 @@ mod tests {
                     stop_requested_by: None,
                     stop_reason: None,
                     containment: None,
+                    lapsed: false,
                 },
                 "{}",
                 1,

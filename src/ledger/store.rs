@@ -1,0 +1,237 @@
+//! The ledger a command opened: SQLite (a file, the default) or PostgreSQL (`--state
+//! postgres://…`), behind the operations `apply` needs of either.
+//!
+//! What only one machine's ledger keeps — the history page, retention, timing estimates, the
+//! pull requests earlier runs opened — is SQLite's for now: against PostgreSQL those read as
+//! empty (estimates fall back to item counts, `timeout: auto` to its default) and retention is
+//! not applied.
+
+use super::pg::PgLedger;
+use super::sqlite::SqliteLedger;
+use super::*;
+use std::collections::HashMap;
+use std::path::Path;
+
+pub enum Store {
+    Sqlite(SqliteLedger),
+    Pg(PgLedger),
+}
+
+impl Store {
+    /// The ledger `state` names: a `postgres://` URL, else a SQLite file.
+    pub fn open(state: &Path) -> Result<Store> {
+        let s = state.to_string_lossy();
+        if super::pg::is_url(&s) {
+            Ok(Store::Pg(PgLedger::open(&s)?))
+        } else {
+            Ok(Store::Sqlite(SqliteLedger::open(state)?))
+        }
+    }
+
+    fn ledger(&self) -> &dyn Ledger {
+        match self {
+            Store::Sqlite(l) => l,
+            Store::Pg(l) => l,
+        }
+    }
+
+    fn ledger_mut(&mut self) -> &mut dyn Ledger {
+        match self {
+            Store::Sqlite(l) => l,
+            Store::Pg(l) => l,
+        }
+    }
+
+    /// The SQLite ledger, for what only it keeps.
+    pub fn sqlite(&self) -> Option<&SqliteLedger> {
+        match self {
+            Store::Sqlite(l) => Some(l),
+            Store::Pg(_) => None,
+        }
+    }
+
+    pub fn sqlite_mut(&mut self) -> Option<&mut SqliteLedger> {
+        match self {
+            Store::Sqlite(l) => Some(l),
+            Store::Pg(_) => None,
+        }
+    }
+
+    pub fn run(&self, id: &str) -> Result<Option<RunRow>> {
+        match self {
+            Store::Sqlite(l) => l.run(id),
+            Store::Pg(l) => l.run(id),
+        }
+    }
+
+    /// Ask a run to stop, recording who asked and why.
+    pub fn request_stop(
+        &mut self,
+        run_id: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        match self {
+            Store::Sqlite(l) => l.request_stop(run_id, by, reason, at),
+            Store::Pg(l) => l.request_stop(run_id, by, reason, at),
+        }
+    }
+
+    pub fn run_dir(&self, id: &str) -> Result<Option<String>> {
+        match self {
+            Store::Sqlite(l) => l.run_dir(id),
+            Store::Pg(l) => l.run_dir(id),
+        }
+    }
+
+    pub fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
+        match self {
+            Store::Sqlite(l) => l.quarantines(),
+            Store::Pg(l) => l.quarantines(),
+        }
+    }
+
+    pub fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
+        match self {
+            Store::Sqlite(l) => l.quarantine(path, run_id, reason, at),
+            Store::Pg(l) => l.quarantine(path, run_id, reason, at),
+        }
+    }
+
+    pub fn record_totals(&mut self, id: &str, totals: &RunTotals) -> Result<()> {
+        match self {
+            Store::Sqlite(l) => l.record_totals(id, totals),
+            Store::Pg(l) => l.record_totals(id, totals),
+        }
+    }
+
+    /// Everything buffered, durable now.
+    pub fn flush_all(&mut self) -> Result<()> {
+        match self {
+            Store::Sqlite(l) => l.flush_all(),
+            Store::Pg(l) => l.flush(),
+        }
+    }
+
+    pub fn checkpoint(&mut self) -> Result<()> {
+        match self {
+            Store::Sqlite(l) => l.checkpoint(),
+            Store::Pg(_) => Ok(()),
+        }
+    }
+
+    pub fn item_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<HashMap<(String, String), Vec<u64>>> {
+        match self {
+            Store::Sqlite(l) => l.item_durations(manifest, limit),
+            Store::Pg(_) => Ok(HashMap::new()),
+        }
+    }
+
+    pub fn gate_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<HashMap<String, Vec<u64>>> {
+        match self {
+            Store::Sqlite(l) => l.gate_durations(manifest, limit),
+            Store::Pg(_) => Ok(HashMap::new()),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub fn publications_of(
+        &self,
+        manifest: &str,
+    ) -> Result<HashMap<(String, String), (String, Option<String>, Option<String>)>> {
+        match self {
+            Store::Sqlite(l) => l.publications_of(manifest),
+            Store::Pg(_) => Ok(HashMap::new()),
+        }
+    }
+
+    /// Take a repository's lock across machines (PostgreSQL); always granted on one machine,
+    /// where the lease in the repository is the lock.
+    pub fn try_lock_repo(&self, identity: &str) -> Result<bool> {
+        match self {
+            Store::Sqlite(_) => Ok(true),
+            Store::Pg(l) => l.try_lock_repo(identity),
+        }
+    }
+
+    pub fn unlock_repo(&self, identity: &str) -> Result<()> {
+        match self {
+            Store::Sqlite(_) => Ok(()),
+            Store::Pg(l) => l.unlock_repo(identity),
+        }
+    }
+}
+
+impl Ledger for Store {
+    fn begin_run(
+        &mut self,
+        run: &RunRow,
+        plan_json: &str,
+        workers: u32,
+        run_dir: &str,
+    ) -> Result<()> {
+        self.ledger_mut()
+            .begin_run(run, plan_json, workers, run_dir)
+    }
+
+    fn end_run(
+        &mut self,
+        run_id: &str,
+        ending: RunEnding,
+        cause: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.ledger_mut().end_run(run_id, ending, cause, at)
+    }
+
+    fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>> {
+        self.ledger().past_outcomes(manifest)
+    }
+
+    fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
+        self.ledger_mut().claim(key, run_id, holder)
+    }
+
+    fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
+        self.ledger_mut().event(run_id, item, ev, at)
+    }
+
+    fn commit_results(&mut self) -> Result<()> {
+        self.ledger_mut().commit_results()
+    }
+
+    fn paused(&self, manifest: &str) -> Result<Option<String>> {
+        self.ledger().paused(manifest)
+    }
+
+    fn live_claims_of(&self, manifest: &str) -> Result<Vec<(ItemKey, String)>> {
+        self.ledger().live_claims_of(manifest)
+    }
+
+    fn run_is_live(&self, run_id: &str) -> Result<bool> {
+        self.ledger().run_is_live(run_id)
+    }
+
+    fn set_paused(
+        &mut self,
+        manifest: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.ledger_mut().set_paused(manifest, by, reason, at)
+    }
+
+    fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
+        self.ledger_mut().clear_paused(manifest)
+    }
+}

@@ -1,0 +1,291 @@
+//! Drains coordinated through one PostgreSQL ledger, as several machines would run them: each
+//! `runner apply` has its own folder, manifest and clones of the same repositories (`url:`
+//! repositories, cloned into its own workspace), and they share only `--state postgres://…`.
+
+mod common;
+
+use common::{postgres_db, runner, stderr};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// `repos` bare origins under `root/origin`, and `machines` folders, each with a manifest over
+/// all of them (`per` items each) whose worker logs start and end lines to `root/ran.log`.
+fn fleet(root: &Path, repos: usize, per: usize, machines: usize, work: &str) -> Vec<PathBuf> {
+    let log = root.join("ran.log");
+    for r in 0..repos {
+        let src = root.join(format!("src-{r:02}"));
+        common::repo(&src);
+        let bare = root.join(format!("origin/svc-{r:02}.git"));
+        common::git(
+            root,
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                src.to_str().unwrap(),
+                bare.to_str().unwrap(),
+            ],
+        );
+    }
+    (0..machines)
+        .map(|m| {
+            let dir = root.join(format!("machine-{m}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut y =
+                String::from("version: 1\nname: fleet\ncapacity: {workers: 2}\nrepositories:\n");
+            for r in 0..repos {
+                y.push_str(&format!(
+                    "  - {{url: {}/origin/svc-{r:02}.git, name: svc-{r:02}}}\n",
+                    root.display()
+                ));
+            }
+            let stamp = |what: &str| {
+                format!(
+                    "echo \"{what} $RUNNER_REPO $RUNNER_ITEM $(date +%s%N) {m}\" >> {}",
+                    log.display()
+                )
+            };
+            y.push_str(&format!(
+                "worker:\n  run: '{}; {work}; {}'\nitems:\n",
+                stamp("start"),
+                stamp("end")
+            ));
+            for r in 0..repos {
+                for i in 0..per {
+                    y.push_str(&format!("  - {{repo: svc-{r:02}, id: t{i}}}\n"));
+                }
+            }
+            std::fs::write(dir.join("m.yaml"), y).unwrap();
+            dir
+        })
+        .collect()
+}
+
+fn apply(dir: &Path, url: &str, lapse: &str) -> Child {
+    runner()
+        .current_dir(dir)
+        .args(["apply", "m.yaml", "--no-progress", "--state", url])
+        .env("RUNNER_HEARTBEAT_LAPSE", lapse)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("err.txt")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// One run of an item: start (ns), end (ns, when it ended), the machine.
+type Ran = (u128, Option<u128>, String);
+
+/// (repo, item) → its runs, from the workers' log.
+fn runs(root: &Path) -> BTreeMap<(String, String), Vec<Ran>> {
+    let text = std::fs::read_to_string(root.join("ran.log")).unwrap_or_default();
+    let mut out: BTreeMap<(String, String), Vec<Ran>> = BTreeMap::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let key = (w[1].to_string(), w[2].to_string());
+        let t: u128 = w[3].parse().unwrap();
+        let list = out.entry(key).or_default();
+        match w[0] {
+            "start" => list.push((t, None, w[4].to_string())),
+            _ => {
+                if let Some(open) = list.iter_mut().rev().find(|r| r.1.is_none() && r.2 == w[4]) {
+                    open.1 = Some(t);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every item ended exactly once, and no repository had two items running at once.
+fn exactly_once_and_exclusive(root: &Path, items: usize) {
+    let all = runs(root);
+    let ended: usize = all
+        .values()
+        .map(|v| v.iter().filter(|r| r.1.is_some()).count())
+        .sum();
+    assert_eq!(all.len(), items, "every item ran");
+    assert_eq!(ended, items, "every item ended exactly once: {all:?}");
+    let mut by_repo: BTreeMap<&str, Vec<(u128, u128)>> = BTreeMap::new();
+    for ((repo, _), v) in &all {
+        for (s, e, _) in v {
+            if let Some(e) = e {
+                by_repo.entry(repo).or_default().push((*s, *e));
+            }
+        }
+    }
+    for (repo, mut iv) in by_repo {
+        iv.sort();
+        for w in iv.windows(2) {
+            assert!(w[1].0 >= w[0].1, "two items of {repo} at once: {w:?}");
+        }
+    }
+}
+
+fn wait_all(children: Vec<Child>) -> Vec<Option<i32>> {
+    children
+        .into_iter()
+        .map(|mut c| c.wait().unwrap().code())
+        .collect()
+}
+
+#[test]
+fn four_runners_drain_sixty_items_once_without_sharing_a_repository() {
+    let Some(url) = postgres_db() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let machines = fleet(dir.path(), 12, 5, 4, "sleep 0.1");
+    let children: Vec<Child> = machines.iter().map(|m| apply(m, &url, "30")).collect();
+    let codes = wait_all(children);
+    for (m, c) in machines.iter().zip(&codes) {
+        let err = std::fs::read_to_string(m.join("err.txt")).unwrap();
+        assert_eq!(*c, Some(0), "{err}");
+    }
+    exactly_once_and_exclusive(dir.path(), 60);
+    // The work was shared.
+    let all = runs(dir.path());
+    let by: BTreeSet<&str> = all
+        .values()
+        .flat_map(|v| v.iter().map(|r| r.2.as_str()))
+        .collect();
+    assert!(by.len() > 1, "more than one runner worked: {by:?}");
+}
+
+#[test]
+fn a_runner_killed_mid_drain_leaves_its_items_to_the_others() {
+    let Some(url) = postgres_db() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let machines = fleet(dir.path(), 12, 5, 4, "sleep 0.5");
+    let mut children: Vec<Child> = machines.iter().map(|m| apply(m, &url, "2")).collect();
+    // Once the victim has items running, it is killed as a lost machine would be.
+    let victim = "1";
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until
+        && !runs(dir.path())
+            .values()
+            .any(|v| v.iter().any(|r| r.2 == victim && r.1.is_none()))
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(children[1].id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let killed = children.remove(1);
+    let codes = wait_all(children);
+    drop(killed);
+    for c in &codes {
+        assert_eq!(*c, Some(0));
+    }
+    let all = runs(dir.path());
+    let cut: Vec<_> = all
+        .iter()
+        .filter(|(_, v)| v.iter().any(|r| r.2 == victim && r.1.is_none()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(!cut.is_empty(), "the victim was cut off mid-item");
+    exactly_once_and_exclusive(dir.path(), 60);
+    for k in cut {
+        assert!(
+            all[&k].iter().any(|r| r.2 != victim && r.1.is_some()),
+            "{k:?} was finished by another runner"
+        );
+    }
+}
+
+#[test]
+fn a_pause_on_one_machine_stops_admission_on_all() {
+    let Some(url) = postgres_db() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let machines = fleet(dir.path(), 6, 4, 3, "sleep 0.4");
+    let children: Vec<Child> = machines[..2].iter().map(|m| apply(m, &url, "30")).collect();
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until && runs(dir.path()).is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // From the third machine.
+    let out = runner()
+        .current_dir(&machines[2])
+        .args([
+            "pause",
+            "m.yaml",
+            "--state",
+            &url,
+            "--reason",
+            "deploy freeze",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let codes = wait_all(children);
+    for (m, c) in machines.iter().zip(&codes) {
+        let err = std::fs::read_to_string(m.join("err.txt")).unwrap();
+        assert_eq!(*c, Some(1), "a paused drain exits 1: {err}");
+        assert!(err.contains("paused"), "{err}");
+    }
+    let started = runs(dir.path()).len();
+    assert!(started < 24, "admission stopped: {started} of 24 started");
+    // Every started item finished; nothing started after the pause.
+    let open: usize = runs(dir.path())
+        .values()
+        .map(|v| v.iter().filter(|r| r.1.is_none()).count())
+        .sum();
+    assert_eq!(open, 0);
+    let out = runner()
+        .current_dir(&machines[2])
+        .args(["resume", "m.yaml", "--state", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let code = wait_all(vec![apply(&machines[2], &url, "30")]);
+    assert_eq!(code, [Some(0)]);
+    exactly_once_and_exclusive(dir.path(), 24);
+}
+
+#[test]
+fn a_run_on_another_machine_is_cancelled_through_the_ledger() {
+    let Some(url) = postgres_db() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let machines = fleet(dir.path(), 2, 10, 2, "sleep 0.5");
+    let child = apply(&machines[0], &url, "30");
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until && runs(dir.path()).is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // As the ledger would show a run of another machine: no signal can reach it.
+    common::psql(&url, "UPDATE runs SET host = 'another-machine'");
+    let run_id = common::psql(&url, "SELECT id FROM runs");
+    let out = runner()
+        .current_dir(&machines[1])
+        .args([
+            "cancel",
+            &run_id,
+            "--state",
+            &url,
+            "--reason",
+            "wrong branch",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("through the shared ledger"),
+        "{}",
+        stderr(&out)
+    );
+    let code = wait_all(vec![child]);
+    let err = std::fs::read_to_string(machines[0].join("err.txt")).unwrap();
+    assert_eq!(code, [Some(143)], "ended as SIGTERM would end it: {err}");
+    assert!(
+        err.contains("wrong branch"),
+        "the cause names who and why: {err}"
+    );
+    assert!(runs(dir.path()).len() < 20, "it stopped early");
+    let _ = Command::new("true").status();
+}
