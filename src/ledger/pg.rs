@@ -130,11 +130,70 @@ pub fn shown(url: &str) -> String {
 
 type Job = Box<dyn FnOnce(&mut Session) + Send>;
 
-/// What the client thread holds: the connection, and the run it beats for.
+/// What the client thread holds: the connection, its prepared statements, and the run it
+/// beats for.
 struct Session {
     client: Client,
+    /// Statements prepared once per connection: a statement prepared anew costs a round trip.
+    statements: std::collections::HashMap<&'static str, ::postgres::Statement>,
     /// The run whose heartbeat this connection writes.
     beating: Option<String>,
+}
+
+impl Session {
+    /// `sql`, prepared on this connection (once).
+    fn statement(
+        &mut self,
+        sql: &'static str,
+    ) -> std::result::Result<::postgres::Statement, ::postgres::Error> {
+        if let Some(st) = self.statements.get(sql) {
+            return Ok(st.clone());
+        }
+        let st = self.client.prepare(sql)?;
+        self.statements.insert(sql, st.clone());
+        Ok(st)
+    }
+}
+
+/// The SQL of the hot path: one statement for all of a commit's events, one per result.
+const INSERT_EVENTS: &str = "INSERT INTO events (run_id, seq, at, repo, item, body)
+     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])";
+const INSERT_RESULT: &str = "INSERT INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+     ON CONFLICT (manifest, repo, item, def_hash, run_id) DO UPDATE
+       SET outcome = $6, reason = $7, cause = $8, ended_at = $9, recorded_at = now()";
+const RELEASE_CLAIM: &str = "DELETE FROM claims WHERE manifest = $1 AND repo = $2 AND item = $3 AND def_hash = $4 AND run_id = $5";
+
+/// Why an item may not be claimed, in one round trip: the manifest's pause (who, why, when),
+/// and a terminal result another run recorded since this one looked (`$6`, else its start).
+const CLAIM_BLOCKED: &str = "SELECT p.paused_by, p.reason, p.paused_at, d.run_id, d.outcome
+       FROM (SELECT 1) one
+       LEFT JOIN pauses p ON p.manifest = $1
+       LEFT JOIN LATERAL (
+           SELECT r.run_id, r.outcome FROM item_results r
+            WHERE r.manifest = $1 AND r.repo = $2 AND r.item = $3 AND r.def_hash = $4
+              AND r.outcome IN ('completed', 'halted', 'failed') AND r.run_id <> $5
+              AND r.recorded_at >= coalesce($6::timestamptz, (SELECT begun_at FROM runs WHERE id = $5))
+            ORDER BY r.recorded_at DESC LIMIT 1) d ON true";
+const CLAIM_INSERT: &str =
+    "INSERT INTO claims (manifest, repo, item, def_hash, run_id, host, pid, start_time, claimed_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING";
+
+/// The statements [`write_buffer`] uses.
+struct BufferStatements {
+    events: ::postgres::Statement,
+    result: ::postgres::Statement,
+    release: ::postgres::Statement,
+}
+
+impl BufferStatements {
+    fn of(s: &mut Session) -> std::result::Result<Self, ::postgres::Error> {
+        Ok(BufferStatements {
+            events: s.statement(INSERT_EVENTS)?,
+            result: s.statement(INSERT_RESULT)?,
+            release: s.statement(RELEASE_CLAIM)?,
+        })
+    }
 }
 
 /// The ledger in a PostgreSQL database.
@@ -191,6 +250,7 @@ impl PgLedger {
                 };
                 let mut session = Session {
                     client,
+                    statements: std::collections::HashMap::new(),
                     beating: None,
                 };
                 if let Err(e) = migrate(&mut session.client) {
@@ -261,8 +321,9 @@ impl PgLedger {
             return Ok(());
         }
         self.call(move |s| {
+            let st = BufferStatements::of(s)?;
             let mut tx = s.client.transaction()?;
-            write_buffer(&mut tx, &buf)?;
+            write_buffer(&mut tx, &st, &buf)?;
             tx.commit()
         })
     }
@@ -273,10 +334,8 @@ impl PgLedger {
     pub fn try_lock_repo(&self, identity: &str) -> Result<bool> {
         let key = repo_key(identity);
         self.call(move |s| {
-            let row = s
-                .client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])?;
-            Ok(row.get::<_, bool>(0))
+            let st = s.statement("SELECT pg_try_advisory_lock($1)")?;
+            Ok(s.client.query_one(&st, &[&key])?.get::<_, bool>(0))
         })
     }
 
@@ -284,9 +343,8 @@ impl PgLedger {
     pub fn unlock_repo(&self, identity: &str) -> Result<()> {
         let key = repo_key(identity);
         self.call(move |s| {
-            s.client
-                .query_one("SELECT pg_advisory_unlock($1)", &[&key])
-                .map(|_| ())
+            let st = s.statement("SELECT pg_advisory_unlock($1)")?;
+            s.client.query_one(&st, &[&key]).map(|_| ())
         })
     }
 
@@ -507,25 +565,24 @@ fn migrate(c: &mut Client) -> std::result::Result<(), ::postgres::Error> {
 
 fn write_buffer(
     tx: &mut ::postgres::Transaction<'_>,
+    st: &BufferStatements,
     buf: &Buffer,
 ) -> std::result::Result<(), ::postgres::Error> {
     if !buf.events.is_empty() {
-        let stmt = tx.prepare(
-            "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES ($1, $2, $3, $4, $5, $6)",
-        )?;
-        for e in &buf.events {
-            tx.execute(
-                &stmt,
-                &[&e.run_id, &e.seq, &e.at, &e.repo, &e.item, &e.body],
-            )?;
-        }
+        let col = |f: fn(&PendingEvent) -> Option<&str>| -> Vec<Option<&str>> {
+            buf.events.iter().map(f).collect()
+        };
+        let runs = col(|e| Some(e.run_id.as_str()));
+        let seqs: Vec<i64> = buf.events.iter().map(|e| e.seq).collect();
+        let ats = col(|e| Some(e.at.as_str()));
+        let repos = col(|e| e.repo.as_deref());
+        let items = col(|e| e.item.as_deref());
+        let bodies = col(|e| Some(e.body.as_str()));
+        tx.execute(&st.events, &[&runs, &seqs, &ats, &repos, &items, &bodies])?;
     }
     for r in &buf.results {
         tx.execute(
-            "INSERT INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             ON CONFLICT (manifest, repo, item, def_hash, run_id) DO UPDATE
-               SET outcome = $6, reason = $7, cause = $8, ended_at = $9",
+            &st.result,
             &[
                 &r.key.manifest,
                 &r.key.repo,
@@ -540,7 +597,7 @@ fn write_buffer(
         )?;
         // A result releases the item's claim.
         tx.execute(
-            "DELETE FROM claims WHERE manifest = $1 AND repo = $2 AND item = $3 AND def_hash = $4 AND run_id = $5",
+            &st.release,
             &[
                 &r.key.manifest,
                 &r.key.repo,
@@ -630,8 +687,9 @@ impl Ledger for PgLedger {
             at.to_string(),
         );
         self.call(move |s| {
+            let st = BufferStatements::of(s)?;
             let mut tx = s.client.transaction()?;
-            write_buffer(&mut tx, &buf)?;
+            write_buffer(&mut tx, &st, &buf)?;
             tx.execute(
                 "UPDATE runs SET ended_at = $2, ending = $3, cause = $4 WHERE id = $1",
                 &[&id, &when, &end, &why],
@@ -692,35 +750,37 @@ impl Ledger for PgLedger {
         let lapse = lapse().as_secs_f64();
         let as_of = self.as_of.lock().ok().and_then(|a| *a);
         self.call(move |s| {
+            let st = BufferStatements::of(s)?;
+            let blocked = s.statement(CLAIM_BLOCKED)?;
+            let insert = s.statement(CLAIM_INSERT)?;
             let mut tx = s.client.transaction()?;
-            write_buffer(&mut tx, &buf)?;
-            if let Some(p) = pause_of(&mut tx, &key.manifest)? {
-                tx.commit()?;
-                return Ok(Claim::Paused(p));
-            }
-            // Finished by another run since this one looked (read its plan's past outcomes, or
-            // else began): not run twice. The server's clock decides, not the machines'.
-            let done = tx.query_opt(
-                "SELECT r.run_id, r.outcome FROM item_results r
-                  WHERE r.manifest = $1 AND r.repo = $2 AND r.item = $3 AND r.def_hash = $4
-                    AND r.outcome IN ('completed', 'halted', 'failed') AND r.run_id <> $5
-                    AND r.recorded_at >= coalesce($6, (SELECT begun_at FROM runs WHERE id = $5))
-                  ORDER BY r.recorded_at DESC LIMIT 1",
+            write_buffer(&mut tx, &st, &buf)?;
+            // Paused, or finished by another run since this one looked (read its plan's past
+            // outcomes, or else began): nothing to claim. The server's clock decides whether a
+            // result is news, not the machines'.
+            let row = tx.query_one(
+                &blocked,
                 &[&key.manifest, &key.repo, &key.item, &key.def_hash, &run, &as_of],
             )?;
-            if let Some(d) = done {
+            let (paused_by, reason, paused_at): (Option<String>, Option<String>, Option<String>) =
+                (row.get(0), row.get(1), row.get(2));
+            if let (Some(by), Some(at)) = (paused_by, paused_at) {
                 tx.commit()?;
-                return Ok(Claim::AlreadyDone {
-                    run_id: d.get(0),
-                    outcome: d.get(1),
-                });
+                return Ok(Claim::Paused(match reason {
+                    Some(reason) => format!("paused by {by} at {at}: {reason}"),
+                    None => format!("paused by {by} at {at}"),
+                }));
+            }
+            let (done_by, outcome): (Option<String>, Option<String>) = (row.get(3), row.get(4));
+            if let (Some(run_id), Some(outcome)) = (done_by, outcome) {
+                tx.commit()?;
+                return Ok(Claim::AlreadyDone { run_id, outcome });
             }
             let now = crate::support::clock::now();
             let pid = i64::from(holder.pid);
             let start = holder.start_time.map(|t| t as i64);
             let inserted = tx.execute(
-                "INSERT INTO claims (manifest, repo, item, def_hash, run_id, host, pid, start_time, claimed_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                &insert,
                 &[&key.manifest, &key.repo, &key.item, &key.def_hash, &run, &holder.host, &pid, &start, &now],
             )?;
             if inserted == 1 {
