@@ -151,6 +151,34 @@ fn four_runners_drain_sixty_items_once_without_sharing_a_repository() {
         .flat_map(|v| v.iter().map(|r| r.2.as_str()))
         .collect();
     assert!(by.len() > 1, "more than one runner worked: {by:?}");
+
+    // `status` and `report` read the shared ledger from anywhere: four ended runs, and each
+    // run's report, rendered again from it, counts what that runner completed.
+    let out = runner()
+        .args(["status", "--state", &url, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = status["runs"].as_array().unwrap();
+    assert_eq!(listed.len(), 4, "{status}");
+    assert!(listed.iter().all(|r| r["status"] == "ended"), "{status}");
+    let mut completed = 0;
+    for r in listed {
+        let id = r["id"].as_str().unwrap();
+        let out = runner()
+            .args(["report", id, "--state", &url, "--format", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["run_id"], id);
+        completed += report["counts"]["completed"].as_u64().unwrap();
+    }
+    assert_eq!(
+        completed, 60,
+        "the four reports together count every item once"
+    );
 }
 
 #[test]
@@ -288,4 +316,28 @@ fn a_run_on_another_machine_is_cancelled_through_the_ledger() {
     );
     assert!(runs(dir.path()).len() < 20, "it stopped early");
     let _ = Command::new("true").status();
+}
+
+#[test]
+fn what_only_the_sqlite_ledger_keeps_is_refused_by_name_on_a_shared_one() {
+    let Some(url) = postgres_db() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let machines = fleet(dir.path(), 1, 1, 1, "true");
+    let out = runner()
+        .current_dir(&machines[0])
+        .args(["gc", "m.yaml", "--state", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("PostgreSQL") && err.contains("not available yet"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("runner@"),
+        "the URL is shown without its user: {err}"
+    );
 }

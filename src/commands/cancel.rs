@@ -1,24 +1,14 @@
 //! `runner cancel RUN`: stop a live run (SIGTERM), recording who asked and why.
 
-use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, open_existing, state_path, who};
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, state_path, who};
 use crate::cli::CancelArgs;
 
 pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
     let path = state_path(&args.state, args.manifest.as_deref());
     let shared = crate::ledger::pg::is_url(&path.to_string_lossy());
-    let mut ledger = if shared {
-        match crate::ledger::store::Store::open(&path) {
-            Ok(l) => l,
-            Err(e) => {
-                ui.error(e);
-                return EXIT_INTERNAL;
-            }
-        }
-    } else {
-        match open_existing(ui, &path) {
-            Ok(l) => crate::ledger::store::Store::Sqlite(l),
-            Err(c) => return c,
-        }
+    let mut ledger = match super::open_store(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
     };
     let run = match found(ui, ledger.run(&args.run), &args.run, &path) {
         Ok(r) => r,

@@ -284,6 +284,13 @@ pub(crate) fn open_existing(
     ui: &Ui,
     path: &Path,
 ) -> Result<crate::ledger::sqlite::SqliteLedger, i32> {
+    if crate::ledger::pg::is_url(&path.to_string_lossy()) {
+        ui.error(format_args!(
+            "this command reads a SQLite ledger; against a shared PostgreSQL ledger (`{}`) it is not available yet",
+            crate::ledger::pg::shown(&path.to_string_lossy())
+        ));
+        return Err(EXIT_INVALID);
+    }
     if !path.exists() {
         ui.error(format_args!(
             "no state ledger at `{}`; give the manifest or `--state`",
@@ -295,6 +302,18 @@ pub(crate) fn open_existing(
         ui.error(e);
         EXIT_INTERNAL
     })
+}
+
+/// Open the ledger for a reading command: a shared PostgreSQL ledger (`--state postgres://…`),
+/// or the SQLite file, which must exist (reading commands never create one).
+pub(crate) fn open_store(ui: &Ui, path: &Path) -> Result<crate::ledger::store::Store, i32> {
+    if crate::ledger::pg::is_url(&path.to_string_lossy()) {
+        return crate::ledger::store::Store::open(path).map_err(|e| {
+            ui.error(e);
+            EXIT_INTERNAL
+        });
+    }
+    open_existing(ui, path).map(crate::ledger::store::Store::Sqlite)
 }
 
 /// A looked-up run, or the exit code after saying why there is none.

@@ -25,7 +25,14 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     };
     // The ledger is read as a snapshot: `plan` creates and changes no file.
     let state_path = super::state_path(&args.state, Some(&args.manifest));
-    match crate::ledger::sqlite::SqliteLedger::open_snapshot(&state_path) {
+    // A shared PostgreSQL ledger is read as it stands; a SQLite one as a snapshot.
+    let opened = if crate::ledger::pg::is_url(&state_path.to_string_lossy()) {
+        crate::ledger::store::Store::open(&state_path).map(Some)
+    } else {
+        crate::ledger::sqlite::SqliteLedger::open_snapshot(&state_path)
+            .map(|l| l.map(crate::ledger::store::Store::Sqlite))
+    };
+    match opened {
         Ok(Some(ledger)) => {
             use crate::ledger::Ledger;
             let name = &loaded.manifest.name;

@@ -1,20 +1,21 @@
 //! `runner report RUN`: a past run's report, re-rendered from the events the ledger recorded.
 
-use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, open_existing, state_path};
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, open_store, state_path};
 use crate::cli::{ReportArgs, ReportFormatArg};
 use crate::ledger::sqlite::SqliteLedger;
+use crate::ledger::store::Store;
 use crate::plan::Plan;
 use crate::report::{self, ReportBuilder};
 use std::path::Path;
 
 /// Re-render a run's report by replaying its recorded events over its recorded plan.
-pub fn render(ledger: &SqliteLedger, run: &str) -> crate::ledger::Result<Option<report::Report>> {
+pub fn render(ledger: &Store, run: &str) -> crate::ledger::Result<Option<report::Report>> {
     let Some(replay) = ledger.run_events(run)? else {
         return Ok(None);
     };
     let plan: Plan = serde_json::from_str(&replay.plan_json).map_err(|source| {
         crate::ledger::LedgerError::Record {
-            path: ledger.path().display().to_string(),
+            path: ledger.shown(),
             what: format!("plan of run `{run}`"),
             source,
         }
@@ -34,7 +35,7 @@ pub fn render(ledger: &SqliteLedger, run: &str) -> crate::ledger::Result<Option<
 
 pub fn run(ui: &Ui, args: &ReportArgs) -> i32 {
     let path = state_path(&args.state, args.manifest.as_deref());
-    let ledger = match open_existing(ui, &path) {
+    let ledger = match open_store(ui, &path) {
         Ok(l) => l,
         Err(c) => return c,
     };

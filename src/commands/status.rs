@@ -1,7 +1,7 @@
 //! `runner status [M]`: live and recent runs, running and held items, leases, quarantines and
 //! pauses, for people or (`--json`) machines.
 
-use super::{EXIT_INTERNAL, EXIT_OK, Ui, open_existing, state_path};
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, open_store, state_path};
 use crate::cli::StatusArgs;
 use crate::ledger::{Ledger, RunRow};
 use serde::Serialize;
@@ -89,7 +89,7 @@ struct Survivor {
 
 pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
     let path = state_path(&args.state, args.manifest.as_deref());
-    let ledger = match open_existing(ui, &path) {
+    let ledger = match open_store(ui, &path) {
         Ok(l) => l,
         Err(c) => return c,
     };

@@ -3,7 +3,6 @@
 
 use super::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, state_path};
 use crate::cli::UnlockArgs;
-use crate::ledger::sqlite::SqliteLedger;
 use std::path::Path;
 
 /// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`). `Err`
@@ -123,8 +122,8 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         }
     }
     let path = state_path(&args.state, args.manifest.as_deref());
-    if path.exists() {
-        let mut ledger = match SqliteLedger::open(&path) {
+    if path.exists() || crate::ledger::pg::is_url(&path.to_string_lossy()) {
+        let mut ledger = match crate::ledger::store::Store::open(&path) {
             Ok(l) => l,
             Err(e) => {
                 ui.error(e);

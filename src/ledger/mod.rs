@@ -121,6 +121,40 @@ pub struct RunReplay {
     pub events: Vec<(String, Event)>,
 }
 
+/// What a run's workers reported they used, summed over the bodies of its `usage` events.
+pub fn sum_usage(bodies: impl IntoIterator<Item = String>) -> Option<crate::events::Usage> {
+    let mut total: Option<crate::events::Usage> = None;
+    for body in bodies {
+        if let Ok(Event::Usage { usage, .. }) = serde_json::from_str::<Event>(&body) {
+            total.get_or_insert_with(Default::default).add(&usage);
+        }
+    }
+    total
+}
+
+/// Until when an item rests, when its latest event (recorded `at`) says it does.
+pub fn resting_until_of(at: &str, body: &str) -> Option<String> {
+    let Ok(Event::Resting { wait, .. }) = serde_json::from_str::<Event>(body) else {
+        return None;
+    };
+    let at = at.parse::<jiff::Timestamp>().ok()?;
+    let until = jiff::SignedDuration::try_from(wait)
+        .ok()
+        .and_then(|w| at.checked_add(w).ok());
+    until.map(crate::support::clock::stamp)
+}
+
+/// The shared resource an item waits for, and since when, when its latest event says so.
+pub fn waiting_of(at: &str, body: &str) -> Option<(String, String)> {
+    match serde_json::from_str::<Event>(body) {
+        Ok(Event::ResourceWaiting { resource, .. }) => Some((resource, at.to_string())),
+        _ => None,
+    }
+}
+
+/// An item a run held at plan time: (repo, item, reason, cause).
+pub type HeldItem = (String, String, String, Option<String>);
+
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {

@@ -283,6 +283,11 @@ impl PgLedger {
         }
     }
 
+    /// The server, as it may be shown (no password).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Run `f` on the client's thread and wait for its answer.
     fn call<T: Send + 'static>(
         &self,
@@ -396,31 +401,10 @@ impl PgLedger {
         let lapse = lapse().as_secs_f64();
         self.call(move |s| {
             let row = s.client.query_opt(
-                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by,
-                        started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment,
-                        heartbeat_at > now() - make_interval(secs => $2)
-                   FROM runs WHERE id = $1",
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"),
                 &[&id, &lapse],
             )?;
-            Ok(row.map(|r| {
-                let beating: bool = r.get(15);
-                RunRow {
-                    lapsed: !beating,
-                    id: r.get(0),
-                    manifest: r.get(1),
-                    manifest_path: r.get(2),
-                    manifest_sha256: r.get(3),
-                    holder: holder_of(r.get(4), r.get(5), r.get(6)),
-                    started_by: r.get(7),
-                    started_at: r.get(8),
-                    ended_at: r.get(9),
-                    ending: r.get(10),
-                    cause: r.get(11),
-                    stop_requested_by: r.get(12),
-                    stop_reason: r.get(13),
-                    containment: r.get(14),
-                }
-            }))
+            Ok(row.as_ref().map(run_of))
         })
     }
 
@@ -468,6 +452,16 @@ impl PgLedger {
         })
     }
 
+    /// Lift a quarantine; whether there was one.
+    pub fn release_quarantine(&mut self, path: &str) -> Result<bool> {
+        let p = path.to_string();
+        self.call(move |s| {
+            s.client
+                .execute("DELETE FROM quarantines WHERE repo_path = $1", &[&p])
+                .map(|n| n > 0)
+        })
+    }
+
     /// Quarantined repositories: (path, run, reason).
     pub fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
         self.call(|s| {
@@ -482,6 +476,165 @@ impl PgLedger {
         })
     }
 
+    /// The latest runs (of `manifest`, or of every manifest), newest first.
+    pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
+        let m = manifest.map(str::to_string);
+        let lapse = lapse().as_secs_f64();
+        let limit = limit as i64;
+        self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE ($1::text IS NULL OR manifest = $1)
+                      ORDER BY started_at DESC, id DESC LIMIT $3"
+                ),
+                &[&m, &lapse, &limit],
+            )?;
+            Ok(rows.iter().map(run_of).collect())
+        })
+    }
+
+    /// What a run's workers reported they used.
+    pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
+        let id = id.to_string();
+        let bodies = self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT body FROM events WHERE run_id = $1 AND body LIKE '{\"event\":\"usage\"%'",
+                &[&id],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>())
+        })?;
+        Ok(sum_usage(bodies))
+    }
+
+    /// An item's latest event in a run: (at, body).
+    fn latest_event(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>> {
+        let (r, p, i) = (run_id.to_string(), repo.to_string(), item.to_string());
+        self.call(move |s| {
+            Ok(s.client
+                .query_opt(
+                    "SELECT at, body FROM events WHERE run_id = $1 AND repo = $2 AND item = $3
+                      ORDER BY seq DESC LIMIT 1",
+                    &[&r, &p, &i],
+                )?
+                .map(|row| (row.get(0), row.get(1))))
+        })
+    }
+
+    pub fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
+        Ok(self
+            .latest_event(run_id, repo, item)?
+            .and_then(|(at, body)| resting_until_of(&at, &body)))
+    }
+
+    pub fn waiting_for_resource(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>> {
+        Ok(self
+            .latest_event(run_id, repo, item)?
+            .and_then(|(at, body)| waiting_of(&at, &body)))
+    }
+
+    /// Items the latest run of `manifest` held at plan time.
+    pub fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
+        let m = manifest.to_string();
+        self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
+                  WHERE r.manifest = $1 AND r.outcome = 'held' AND r.run_id = (
+                    SELECT id FROM runs WHERE manifest = $1 ORDER BY started_at DESC, id DESC LIMIT 1)",
+                &[&m],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect())
+        })
+    }
+
+    /// Claims of live runs, on every machine: (run, repo, item, holder).
+    pub fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT c.run_id, c.repo, c.item, c.host, c.pid, c.start_time
+                   FROM claims c JOIN runs r ON r.id = c.run_id
+                  WHERE r.ended_at IS NULL AND r.heartbeat_at > now() - make_interval(secs => $1)
+                  ORDER BY c.claimed_at",
+                &[&lapse],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get(0),
+                        r.get(1),
+                        r.get(2),
+                        holder_of(r.get(3), r.get(4), r.get(5)),
+                    )
+                })
+                .filter(|c: &(String, String, String, Holder)| !c.3.is_dead())
+                .collect())
+        })
+    }
+
+    /// What is needed to render a run's report again.
+    pub fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
+        let id = id.to_string();
+        let url = self.url.clone();
+        let got = self.call(move |s| {
+            let Some(head) = s.client.query_opt(
+                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = $1",
+                &[&id],
+            )?
+            else {
+                return Ok(None);
+            };
+            let rows = s.client.query(
+                "SELECT at, body FROM events WHERE run_id = $1 ORDER BY seq",
+                &[&id],
+            )?;
+            let events: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            Ok(Some((
+                head.get::<_, String>(0),
+                head.get::<_, i32>(1),
+                head.get::<_, String>(2),
+                head.get::<_, String>(3),
+                events,
+                id,
+            )))
+        })?;
+        let Some((plan_json, workers, run_dir, started_at, raw, id)) = got else {
+            return Ok(None);
+        };
+        let mut events = Vec::with_capacity(raw.len());
+        for (at, body) in raw {
+            let ev: Event = serde_json::from_str(&body).map_err(|source| LedgerError::Record {
+                path: url.clone(),
+                what: format!("event of run `{id}`"),
+                source,
+            })?;
+            events.push((at, ev));
+        }
+        Ok(Some(RunReplay {
+            plan_json,
+            workers: workers as u32,
+            run_dir,
+            started_at,
+            events,
+        }))
+    }
+
     /// The runs of `manifest` whose heartbeat is current and which have not ended.
     pub fn live_runs(&self, manifest: &str) -> Result<Vec<String>> {
         let m = manifest.to_string();
@@ -494,6 +647,32 @@ impl PgLedger {
             )?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
+    }
+}
+
+/// The columns [`run_of`] reads; `$2` is the heartbeat's lapse in seconds.
+const RUN_COLUMNS: &str =
+    "id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by,
+     started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment,
+     heartbeat_at > now() - make_interval(secs => $2)";
+
+fn run_of(r: &::postgres::Row) -> RunRow {
+    let beating: bool = r.get(15);
+    RunRow {
+        lapsed: !beating,
+        id: r.get(0),
+        manifest: r.get(1),
+        manifest_path: r.get(2),
+        manifest_sha256: r.get(3),
+        holder: holder_of(r.get(4), r.get(5), r.get(6)),
+        started_by: r.get(7),
+        started_at: r.get(8),
+        ended_at: r.get(9),
+        ending: r.get(10),
+        cause: r.get(11),
+        stop_requested_by: r.get(12),
+        stop_reason: r.get(13),
+        containment: r.get(14),
     }
 }
 

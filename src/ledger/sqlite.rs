@@ -187,7 +187,7 @@ struct PendingResult {
 }
 
 /// A held item: (repo, item, reason, cause).
-pub type HeldItem = (String, String, String, Option<String>);
+pub use super::HeldItem;
 
 pub struct SqliteLedger {
     conn: Connection,
@@ -718,19 +718,7 @@ impl SqliteLedger {
             )
             .optional()
             .map_err(|e| self.err(e))?;
-        let Some((at, body)) = latest else {
-            return Ok(None);
-        };
-        let Ok(Event::Resting { wait, .. }) = serde_json::from_str::<Event>(&body) else {
-            return Ok(None);
-        };
-        let Ok(at) = at.parse::<jiff::Timestamp>() else {
-            return Ok(None);
-        };
-        let until = jiff::SignedDuration::try_from(wait)
-            .ok()
-            .and_then(|w| at.checked_add(w).ok());
-        Ok(until.map(crate::support::clock::stamp))
+        Ok(latest.and_then(|(at, body)| super::resting_until_of(&at, &body)))
     }
 
     /// What item `item` of `repo` in run `run_id` waits for, when its latest event is a wait
@@ -751,12 +739,7 @@ impl SqliteLedger {
             )
             .optional()
             .map_err(|e| self.err(e))?;
-        Ok(
-            latest.and_then(|(at, body)| match serde_json::from_str::<Event>(&body) {
-                Ok(Event::ResourceWaiting { resource, .. }) => Some((resource, at)),
-                _ => None,
-            }),
-        )
+        Ok(latest.and_then(|(at, body)| super::waiting_of(&at, &body)))
     }
 
     /// Write everything recorded so far, events included, now.
@@ -819,17 +802,12 @@ impl SqliteLedger {
                    AND run_id = ?1 AND body LIKE '{\"event\":\"usage\"%'",
             )
             .map_err(|e| self.err(e))?;
-        let rows = stmt
+        let bodies = stmt
             .query_map([id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<String>>>()
             .map_err(|e| self.err(e))?;
-        let mut total: Option<crate::events::Usage> = None;
-        for body in rows {
-            let body = body.map_err(|e| self.err(e))?;
-            if let Ok(Event::Usage { usage, .. }) = serde_json::from_str::<Event>(&body) {
-                total.get_or_insert_with(Default::default).add(&usage);
-            }
-        }
-        Ok(total)
+        Ok(super::sum_usage(bodies))
     }
 
     /// The plan snapshot, worker bound, report folder and events of a run, for re-rendering

@@ -78,6 +78,76 @@ impl Store {
         }
     }
 
+    pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
+        match self {
+            Store::Sqlite(l) => l.recent_runs(manifest, limit),
+            Store::Pg(l) => l.recent_runs(manifest, limit),
+        }
+    }
+
+    pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
+        match self {
+            Store::Sqlite(l) => l.usage_of(id),
+            Store::Pg(l) => l.usage_of(id),
+        }
+    }
+
+    pub fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
+        match self {
+            Store::Sqlite(l) => l.resting_until(run_id, repo, item),
+            Store::Pg(l) => l.resting_until(run_id, repo, item),
+        }
+    }
+
+    pub fn waiting_for_resource(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>> {
+        match self {
+            Store::Sqlite(l) => l.waiting_for_resource(run_id, repo, item),
+            Store::Pg(l) => l.waiting_for_resource(run_id, repo, item),
+        }
+    }
+
+    pub fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
+        match self {
+            Store::Sqlite(l) => l.held_items(manifest),
+            Store::Pg(l) => l.held_items(manifest),
+        }
+    }
+
+    pub fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
+        match self {
+            Store::Sqlite(l) => l.live_claims(),
+            Store::Pg(l) => l.live_claims(),
+        }
+    }
+
+    pub fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
+        match self {
+            Store::Sqlite(l) => l.run_events(id),
+            Store::Pg(l) => l.run_events(id),
+        }
+    }
+
+    /// When retention pruned a run (SQLite's; a shared ledger is not pruned yet).
+    pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
+        match self {
+            Store::Sqlite(l) => l.pruned_at(id),
+            Store::Pg(_) => Ok(None),
+        }
+    }
+
+    /// Where the ledger is, as it may be shown.
+    pub fn shown(&self) -> String {
+        match self {
+            Store::Sqlite(l) => l.path().display().to_string(),
+            Store::Pg(l) => l.url().to_string(),
+        }
+    }
+
     pub fn run_dir(&self, id: &str) -> Result<Option<String>> {
         match self {
             Store::Sqlite(l) => l.run_dir(id),
@@ -96,6 +166,14 @@ impl Store {
         match self {
             Store::Sqlite(l) => l.quarantine(path, run_id, reason, at),
             Store::Pg(l) => l.quarantine(path, run_id, reason, at),
+        }
+    }
+
+    /// Lift a quarantine; whether there was one.
+    pub fn release_quarantine(&mut self, path: &str) -> Result<bool> {
+        match self {
+            Store::Sqlite(l) => l.release_quarantine(path),
+            Store::Pg(l) => l.release_quarantine(path),
         }
     }
 
