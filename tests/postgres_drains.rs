@@ -179,6 +179,12 @@ fn four_runners_drain_sixty_items_once_without_sharing_a_repository() {
         completed, 60,
         "the four reports together count every item once"
     );
+    // A machine's run-history page lists the runs of every machine.
+    let last = machines.last().unwrap();
+    let page = std::fs::read_to_string(last.join("runner-reports/index.html")).unwrap();
+    for r in listed {
+        assert!(page.contains(r["id"].as_str().unwrap()), "{r}");
+    }
 }
 
 #[test]

@@ -463,7 +463,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     } else if let Some(reports) = run_dir.parent() {
         // Retention (`reports.keep`), then the history page of what is kept.
         let keep = super::gc::keep_of(&cx.loaded);
-        // Retention and the history page are the SQLite ledger's (one machine's runs).
+        // Retention is the SQLite ledger's (one machine's runs), for now.
         if let Some(ledger) = sink.ledger.sqlite_mut() {
             match super::gc::retain(
                 ledger,
@@ -485,8 +485,8 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         }
         super::gc::prune_verdicts(&cx.loaded, &keep);
         if formats.html
-            && let Some(ledger) = sink.ledger.sqlite()
-            && let Err(e) = super::report::write_history(ledger, &cx.loaded.manifest.name, reports)
+            && let Err(e) =
+                super::report::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)
         {
             ui.warn(format_args!("the run history page was not written: {e}"));
         }

@@ -2,7 +2,6 @@
 
 use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, open_store, state_path};
 use crate::cli::{ReportArgs, ReportFormatArg};
-use crate::ledger::sqlite::SqliteLedger;
 use crate::ledger::store::Store;
 use crate::plan::Plan;
 use crate::report::{self, ReportBuilder};
@@ -154,7 +153,11 @@ pub fn totals_of(rep: &report::Report) -> crate::ledger::RunTotals {
 }
 
 /// Write `<reports>/index.html`: the manifest's latest runs and its items' recent outcomes.
-pub fn write_history(ledger: &SqliteLedger, manifest: &str, reports: &Path) -> Result<(), String> {
+pub fn write_history(
+    ledger: &dyn crate::ledger::History,
+    manifest: &str,
+    reports: &Path,
+) -> Result<(), String> {
     use crate::ledger::RunStatus;
     use report::history::{HistoryRun, ItemHistory};
     let runs = ledger

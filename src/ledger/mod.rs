@@ -152,6 +152,52 @@ pub fn waiting_of(at: &str, body: &str) -> Option<(String, String)> {
     }
 }
 
+/// What each item's worker and gates took together in each run, from the bodies of
+/// `worker-finished` and `gate-finished` events (run, repo, item, body): milliseconds by
+/// `(repo, item)`, one value per run.
+pub fn item_durations_of(
+    rows: impl IntoIterator<Item = (String, String, String, String)>,
+) -> std::collections::HashMap<(String, String), Vec<u64>> {
+    use std::collections::HashMap;
+    let mut per_run: HashMap<(String, String, String), u64> = HashMap::new();
+    for (run, repo, item, body) in rows {
+        let took = match serde_json::from_str::<Event>(&body) {
+            Ok(Event::WorkerFinished { duration, .. } | Event::GateFinished { duration, .. }) => {
+                duration.as_millis() as u64
+            }
+            _ => continue,
+        };
+        *per_run.entry((run, repo, item)).or_default() += took;
+    }
+    let mut out: HashMap<(String, String), Vec<u64>> = HashMap::new();
+    for ((_, repo, item), ms) in per_run {
+        out.entry((repo, item)).or_default().push(ms);
+    }
+    out
+}
+
+/// How long each gate took when it passed, from `gate-finished` event bodies: milliseconds by
+/// gate name.
+pub fn gate_durations_of(
+    bodies: impl IntoIterator<Item = String>,
+) -> std::collections::HashMap<String, Vec<u64>> {
+    let mut out: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    for body in bodies {
+        if let Ok(Event::GateFinished {
+            gate,
+            result: crate::vocab::GateResult::Passed,
+            duration,
+            ..
+        }) = serde_json::from_str::<Event>(&body)
+        {
+            out.entry(gate)
+                .or_default()
+                .push(duration.as_millis() as u64);
+        }
+    }
+    out
+}
+
 /// An item a run held at plan time: (repo, item, reason, cause).
 pub type HeldItem = (String, String, String, Option<String>);
 
@@ -199,6 +245,19 @@ pub enum LedgerError {
 }
 
 pub type Result<T> = std::result::Result<T, LedgerError>;
+
+/// What the run-history page reads of a ledger.
+pub trait History {
+    /// The latest `limit` runs of `manifest`, newest first.
+    fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>>;
+    /// The results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
+    /// outcome), oldest first.
+    fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>>;
+}
 
 /// The ledger's interface: claims, results, runs and events.
 pub trait Ledger {

@@ -493,6 +493,109 @@ impl PgLedger {
         })
     }
 
+    /// The latest `limit` runs of `manifest`, for the history page, newest first.
+    pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
+        let m = manifest.to_string();
+        let lapse = lapse().as_secs_f64();
+        let limit = limit as i64;
+        self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT {RUN_COLUMNS}, run_dir, totals FROM runs WHERE manifest = $1
+                      ORDER BY started_at DESC, id DESC LIMIT $3"
+                ),
+                &[&m, &lapse, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| RunHistory {
+                    run: run_of(r),
+                    run_dir: r.get(16),
+                    totals: r
+                        .get::<_, Option<String>>(17)
+                        .and_then(|t| serde_json::from_str(&t).ok()),
+                })
+                .collect())
+        })
+    }
+
+    /// The results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
+    /// outcome), oldest first.
+    pub fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+        let m = manifest.to_string();
+        let limit = limit as i64;
+        self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT repo, item, run_id, outcome FROM item_results
+                      WHERE manifest = $1 AND run_id IN {RECENT_RUNS} ORDER BY recorded_at"
+                ),
+                &[&m, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| {
+                    let o = sqlite::outcome_from(r.get::<_, &str>(3))?;
+                    Some((r.get(0), r.get(1), r.get(2), o))
+                })
+                .collect())
+        })
+    }
+
+    /// What each item's worker and gates took together in each of `manifest`'s latest `limit`
+    /// runs: milliseconds by `(repo, item)`.
+    pub fn item_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<std::collections::HashMap<(String, String), Vec<u64>>> {
+        let m = manifest.to_string();
+        let limit = limit as i64;
+        let rows = self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT run_id, repo, item, body FROM events
+                      WHERE (body LIKE '{{\"event\":\"worker-finished\"%' OR body LIKE '{{\"event\":\"gate-finished\"%')
+                        AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN {RECENT_RUNS}"
+                ),
+                &[&m, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect::<Vec<(String, String, String, String)>>())
+        })?;
+        Ok(item_durations_of(rows))
+    }
+
+    /// How long each gate took when it passed, in `manifest`'s latest `limit` runs.
+    pub fn gate_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<std::collections::HashMap<String, Vec<u64>>> {
+        let m = manifest.to_string();
+        let limit = limit as i64;
+        let bodies = self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT body FROM events WHERE body LIKE '{{\"event\":\"gate-finished\"%'
+                        AND run_id IN {RECENT_RUNS}"
+                ),
+                &[&m, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>())
+        })?;
+        Ok(gate_durations_of(bodies))
+    }
+
     /// What a run's workers reported they used.
     pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
         let id = id.to_string();
@@ -649,6 +752,10 @@ impl PgLedger {
         })
     }
 }
+
+/// A manifest's latest runs: `$1` the manifest, `$2` how many.
+const RECENT_RUNS: &str =
+    "(SELECT id FROM runs WHERE manifest = $1 ORDER BY started_at DESC, id DESC LIMIT $2)";
 
 /// The columns [`run_of`] reads; `$2` is the heartbeat's lapse in seconds.
 const RUN_COLUMNS: &str =
@@ -1134,5 +1241,19 @@ impl Drop for PgLedger {
     fn drop(&mut self) {
         // What is buffered is written before the connection goes.
         let _ = self.flush();
+    }
+}
+
+impl History for PgLedger {
+    fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
+        PgLedger::run_history(self, manifest, limit)
+    }
+
+    fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+        PgLedger::recent_item_results(self, manifest, limit)
     }
 }

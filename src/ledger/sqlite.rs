@@ -410,21 +410,7 @@ impl SqliteLedger {
             params![manifest, limit as i64],
             |r| r.get::<_, String>(0),
         )?;
-        let mut out: HashMap<String, Vec<u64>> = HashMap::new();
-        for body in bodies {
-            if let Ok(Event::GateFinished {
-                gate,
-                result: crate::vocab::GateResult::Passed,
-                duration,
-                ..
-            }) = serde_json::from_str::<Event>(&body)
-            {
-                out.entry(gate)
-                    .or_default()
-                    .push(duration.as_millis() as u64);
-            }
-        }
-        Ok(out)
+        Ok(super::gate_durations_of(bodies))
     }
 
     /// What each item's worker and gates took together in each of the latest `limit` runs of
@@ -450,21 +436,7 @@ impl SqliteLedger {
                 ))
             },
         )?;
-        let mut per_run: HashMap<(String, String, String), u64> = HashMap::new();
-        for (run, repo, item, body) in rows {
-            let took = match serde_json::from_str::<Event>(&body) {
-                Ok(
-                    Event::WorkerFinished { duration, .. } | Event::GateFinished { duration, .. },
-                ) => duration.as_millis() as u64,
-                _ => continue,
-            };
-            *per_run.entry((run, repo, item)).or_default() += took;
-        }
-        let mut out: HashMap<(String, String), Vec<u64>> = HashMap::new();
-        for ((_, repo, item), ms) in per_run {
-            out.entry((repo, item)).or_default().push(ms);
-        }
-        Ok(out)
+        Ok(super::item_durations_of(rows))
     }
 
     /// When run `id` was pruned by retention, if it was.
@@ -1359,6 +1331,20 @@ fn pause_of(conn: &Connection, manifest: &str) -> rusqlite::Result<Option<String
             })
         })
         .optional()
+}
+
+impl History for SqliteLedger {
+    fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
+        SqliteLedger::run_history(self, manifest, limit)
+    }
+
+    fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+        SqliteLedger::recent_item_results(self, manifest, limit)
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,8 @@
 //! The ledger a command opened: SQLite (a file, the default) or PostgreSQL (`--state
 //! postgres://…`), behind the operations `apply` needs of either.
 //!
-//! What only one machine's ledger keeps — the history page, retention, timing estimates, the
-//! pull requests earlier runs opened — is SQLite's for now: against PostgreSQL those read as
-//! empty (estimates fall back to item counts, `timeout: auto` to its default) and retention is
-//! not applied.
+//! Retention (`reports.keep`, `gc`) and the pull requests earlier runs opened are SQLite's
+//! for now: against PostgreSQL retention is not applied and publications read as none.
 
 use super::pg::PgLedger;
 use super::sqlite::SqliteLedger;
@@ -75,6 +73,24 @@ impl Store {
         match self {
             Store::Sqlite(l) => l.request_stop(run_id, by, reason, at),
             Store::Pg(l) => l.request_stop(run_id, by, reason, at),
+        }
+    }
+
+    pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
+        match self {
+            Store::Sqlite(l) => l.run_history(manifest, limit),
+            Store::Pg(l) => l.run_history(manifest, limit),
+        }
+    }
+
+    pub fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+        match self {
+            Store::Sqlite(l) => l.recent_item_results(manifest, limit),
+            Store::Pg(l) => l.recent_item_results(manifest, limit),
         }
     }
 
@@ -206,7 +222,7 @@ impl Store {
     ) -> Result<HashMap<(String, String), Vec<u64>>> {
         match self {
             Store::Sqlite(l) => l.item_durations(manifest, limit),
-            Store::Pg(_) => Ok(HashMap::new()),
+            Store::Pg(l) => l.item_durations(manifest, limit),
         }
     }
 
@@ -217,7 +233,7 @@ impl Store {
     ) -> Result<HashMap<String, Vec<u64>>> {
         match self {
             Store::Sqlite(l) => l.gate_durations(manifest, limit),
-            Store::Pg(_) => Ok(HashMap::new()),
+            Store::Pg(l) => l.gate_durations(manifest, limit),
         }
     }
 
@@ -311,5 +327,19 @@ impl Ledger for Store {
 
     fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
         self.ledger_mut().clear_paused(manifest)
+    }
+}
+
+impl History for Store {
+    fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
+        Store::run_history(self, manifest, limit)
+    }
+
+    fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+        Store::recent_item_results(self, manifest, limit)
     }
 }
