@@ -198,6 +198,33 @@ pub fn gate_durations_of(
     out
 }
 
+/// What each item's work branch was last published as: (branch, head, pull request) by
+/// `(repo, item)`, from `published` events (repo, item, body) in the order they happened.
+pub type Publications =
+    std::collections::HashMap<(String, String), (String, Option<String>, Option<String>)>;
+
+pub fn publications_from(
+    rows: impl IntoIterator<Item = (Option<String>, Option<String>, String)>,
+) -> Publications {
+    let mut out = Publications::new();
+    for (repo, item, body) in rows {
+        let (Some(repo), Some(item)) = (repo, item) else {
+            continue;
+        };
+        if let Ok(Event::Published {
+            branch,
+            head,
+            url,
+            error: None,
+            ..
+        }) = serde_json::from_str::<Event>(&body)
+        {
+            out.insert((repo, item), (branch, head, url));
+        }
+    }
+    out
+}
+
 /// An item a run held at plan time: (repo, item, reason, cause).
 pub type HeldItem = (String, String, String, Option<String>);
 

@@ -596,6 +596,24 @@ impl PgLedger {
         Ok(gate_durations_of(bodies))
     }
 
+    /// What each item's work branch was last published as.
+    pub fn publications_of(&self, manifest: &str) -> Result<Publications> {
+        let m = manifest.to_string();
+        let rows = self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
+                  WHERE r.manifest = $1 AND e.body LIKE '{\"event\":\"published\"%'
+                  ORDER BY e.id",
+                &[&m],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect::<Vec<(Option<String>, Option<String>, String)>>())
+        })?;
+        Ok(publications_from(rows))
+    }
+
     /// What a run's workers reported they used.
     pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
         let id = id.to_string();

@@ -722,10 +722,7 @@ impl SqliteLedger {
     /// The latest successful publication of each item of `manifest`, by (repository, item id):
     /// (branch, commit, pull request URL).
     #[allow(clippy::type_complexity)]
-    pub fn publications_of(
-        &self,
-        manifest: &str,
-    ) -> Result<HashMap<(String, String), (String, Option<String>, Option<String>)>> {
+    pub fn publications_of(&self, manifest: &str) -> Result<super::Publications> {
         let mut stmt = self
             .conn
             .prepare(
@@ -742,25 +739,10 @@ impl SqliteLedger {
                     r.get::<_, String>(2)?,
                 ))
             })
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(|e| self.err(e))?;
-        let mut out = HashMap::new();
-        for row in rows {
-            let (repo, item, body) = row.map_err(|e| self.err(e))?;
-            let (Some(repo), Some(item)) = (repo, item) else {
-                continue;
-            };
-            if let Ok(Event::Published {
-                branch,
-                head,
-                url,
-                error: None,
-                ..
-            }) = serde_json::from_str::<Event>(&body)
-            {
-                out.insert((repo, item), (branch, head, url));
-            }
-        }
-        Ok(out)
+        Ok(super::publications_from(rows))
     }
 
     /// What run `id`'s workers reported they used so far (as far as it is recorded), or `None`

@@ -1,8 +1,7 @@
 //! The ledger a command opened: SQLite (a file, the default) or PostgreSQL (`--state
 //! postgres://…`), behind the operations `apply` needs of either.
 //!
-//! Retention (`reports.keep`, `gc`) and the pull requests earlier runs opened are SQLite's
-//! for now: against PostgreSQL retention is not applied and publications read as none.
+//! Retention (`reports.keep`, `gc`) is SQLite's for now: against PostgreSQL it is not applied.
 
 use super::pg::PgLedger;
 use super::sqlite::SqliteLedger;
@@ -237,14 +236,10 @@ impl Store {
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    pub fn publications_of(
-        &self,
-        manifest: &str,
-    ) -> Result<HashMap<(String, String), (String, Option<String>, Option<String>)>> {
+    pub fn publications_of(&self, manifest: &str) -> Result<Publications> {
         match self {
             Store::Sqlite(l) => l.publications_of(manifest),
-            Store::Pg(_) => Ok(HashMap::new()),
+            Store::Pg(l) => l.publications_of(manifest),
         }
     }
 
