@@ -9,6 +9,9 @@
 #                      `git merge-base --is-ancestor` loop (give PLAN_REPOS=10000 for ten thousand)
 #   memory.sh          peak RSS of a 10,000-item drain and a 100,000-item plan, and their growth
 #   history_cost.sh    plan, status and apply against a ledger of 1,000 runs, and after gc
+#   postgres_throughput.sh  2,000 `true` items through one PostgreSQL ledger by 1, 2 and 4
+#                      runners: items per second, claim latency p50/p99 (when PostgreSQL is
+#                      installed; the tests' private server is started)
 #
 #   benches/all.sh
 set -euo pipefail
@@ -22,3 +25,9 @@ for b in "drain_overhead.sh 2000 100 5" "makespan.sh 7" "plan_scale.sh ${PLAN_RE
   bash "$here"/$b 2>&1 | grep -v '^generating\|^ledger:'
   echo
 done
+if ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1; then
+  echo "== benches/postgres_throughput.sh 2000 100"
+  bash "$here"/postgres_throughput.sh 2000 100
+else
+  echo "== benches/postgres_throughput.sh: PostgreSQL is not installed (apt-get install postgresql), not measured"
+fi
