@@ -347,3 +347,26 @@ fn what_only_the_sqlite_ledger_keeps_is_refused_by_name_on_a_shared_one() {
         "the URL is shown without its user: {err}"
     );
 }
+
+#[test]
+fn an_unreachable_server_is_named_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let machines = fleet(dir.path(), 1, 1, 1, "true");
+    let out = runner()
+        .current_dir(&machines[0])
+        .args(["apply", "m.yaml", "--no-progress"])
+        .args([
+            "--state",
+            "postgres://runner:hunter2secret@127.0.0.1:1/queue",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("127.0.0.1:1/queue") && err.contains("Connection refused"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2secret"), "{err}");
+    assert!(!dir.path().join("ran.log").exists(), "nothing ran");
+}

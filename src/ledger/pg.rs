@@ -814,7 +814,16 @@ fn repo_key(identity: &str) -> i64 {
 fn message(e: &::postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => e.to_string(),
+        None => {
+            // The cause says what went wrong ("Connection refused"); the error only where.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            text
+        }
     }
 }
 
