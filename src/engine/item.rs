@@ -317,6 +317,7 @@ async fn finish_work(
     snap: Option<Snapshot>,
     unverified: bool,
     markers: &[String],
+    gates_ran: bool,
 ) -> Result<Result<Event, String>, ItemError> {
     let markers = markers.to_vec();
     let dir = icx.workdir.clone();
@@ -340,9 +341,15 @@ async fn finish_work(
                 uncommitted: Vec::new(),
             }));
         };
-        let head = match check_head(&dir, &anchor, &markers) {
-            Ok(h) => h,
-            Err(moved) => return Ok(Err(moved)),
+        // No gate ran since HEAD was checked after the worker (and the worker's processes are
+        // gone): it stands where it was. Otherwise the gates must not have moved it either.
+        let head = if gates_ran {
+            match check_head(&dir, &anchor, &markers) {
+                Ok(h) => h,
+                Err(moved) => return Ok(Err(moved)),
+            }
+        } else {
+            snap.head.clone()
         };
         let mut last = head.clone();
         let mut uncommitted = Vec::new();
@@ -395,6 +402,8 @@ struct Snapshot {
     tree: Option<String>,
     /// The worker changed something (committed or not) since the item started.
     changed: bool,
+    /// Where HEAD was after the worker, checked.
+    head: String,
 }
 
 /// Run `f` on the blocking pool.
@@ -407,8 +416,21 @@ async fn blocking<T: Send + 'static>(
 /// Check where the worker (or a gate) left HEAD: on the item's branch, descending from the
 /// commit the item started from, containing every critical-base marker. `Err` says what moved.
 fn check_head(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<String, String> {
+    check_probed(dir, anchor, markers, None)
+}
+
+/// [`check_head`], from a probe of the checkout already read (`None`: read it now).
+fn check_probed(
+    dir: &Path,
+    anchor: &Anchor,
+    markers: &[String],
+    probed: Option<git::Probe>,
+) -> Result<String, String> {
     // Read from the checkout's files where they tell it; else asked of git.
-    let probe = git::quick_probe(dir).map_err(|e| format!("HEAD cannot be read: {e}"))?;
+    let probe = match probed {
+        Some(p) => p,
+        None => git::quick_probe(dir).map_err(|e| format!("HEAD cannot be read: {e}"))?,
+    };
     let head = probe.head.ok_or("HEAD names no commit any more")?;
     let branch = probe.branch;
     if branch != anchor.branch {
@@ -447,19 +469,23 @@ fn short(id: &str) -> &str {
 
 /// After a worker pass: HEAD where it belongs, and the tree it left.
 fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snapshot, String> {
-    let head = check_head(dir, anchor, markers)?;
-    // The common case needs no git: a checkout its files prove clean has nothing to commit.
-    if git::proven_clean(dir).is_some_and(|p| p.head.as_deref() == Some(head.as_str())) {
+    // The common case needs no git: a checkout its files prove clean has nothing to commit, and
+    // the proof read HEAD already.
+    if let Some(clean) = git::proven_clean(dir) {
+        let head = check_probed(dir, anchor, markers, Some(clean))?;
         return Ok(Snapshot {
             tree: None,
             changed: head != anchor.start,
+            head,
         });
     }
+    let head = check_head(dir, anchor, markers)?;
     let tree = git::snapshot_tree(dir).map_err(|e| e.to_string())?;
     let start_tree = git::tree_of(dir, &anchor.start).map_err(|e| e.to_string())?;
     Ok(Snapshot {
         changed: tree != start_tree || head != anchor.start,
         tree: Some(tree),
+        head,
     })
 }
 
@@ -784,7 +810,8 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                     } => {
                         run.progress |= any_passed;
                         // The gates must not have moved HEAD either; then the work is kept.
-                        match finish_work(icx, snap, !verified, &markers).await {
+                        let gates_ran = !icx.eff.gates.is_empty();
+                        match finish_work(icx, snap, !verified, &markers, gates_ran).await {
                             Ok(Ok(work)) => {
                                 let _ = icx.events.send(work);
                             }
