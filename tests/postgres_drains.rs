@@ -194,7 +194,7 @@ fn a_runner_killed_mid_drain_leaves_its_items_to_the_others() {
     };
     let dir = tempfile::tempdir().unwrap();
     let machines = fleet(dir.path(), 12, 5, 4, "sleep 0.5");
-    let mut children: Vec<Child> = machines.iter().map(|m| apply(m, &url, "2")).collect();
+    let mut children: Vec<Child> = machines.iter().map(|m| apply(m, &url, "10")).collect();
     // Once the victim has items running, it is killed as a lost machine would be.
     let victim = "1";
     let until = Instant::now() + Duration::from_secs(30);
@@ -205,6 +205,14 @@ fn a_runner_killed_mid_drain_leaves_its_items_to_the_others() {
     {
         std::thread::sleep(Duration::from_millis(20));
     }
+    // As if it ran on another machine: its death cannot be seen from here, only its
+    // heartbeat stopping (the others must wait for the lapse, then take its claims over).
+    common::psql(
+        &url,
+        "UPDATE runs SET host = 'another-machine' WHERE manifest_path LIKE '%machine-1/%';
+         UPDATE claims SET host = 'another-machine'
+          WHERE run_id IN (SELECT id FROM runs WHERE host = 'another-machine')",
+    );
     let pid = nix::unistd::Pid::from_raw(children[1].id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     let killed = children.remove(1);

@@ -117,3 +117,62 @@ fn a_shard_that_does_not_exist_is_refused() {
     }
     assert!(!root.join("ran.log").exists());
 }
+
+#[test]
+fn a_shard_clones_only_its_own_repositories() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut m = String::from("version: 1\nname: clones\nrepositories:\n");
+    for r in 0..6 {
+        let src = root.join(format!("src-{r}"));
+        repo(&src);
+        let bare = root.join(format!("origin/svc-{r}.git"));
+        common::git(
+            root,
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                src.to_str().unwrap(),
+                bare.to_str().unwrap(),
+            ],
+        );
+        m.push_str(&format!("  - {{url: {}, name: svc-{r}}}\n", bare.display()));
+    }
+    m.push_str("worker:\n  run: 'true'\nitems:\n");
+    for r in 0..6 {
+        m.push_str(&format!("  - {{repo: svc-{r}, id: t}}\n"));
+    }
+    std::fs::write(root.join("m.yaml"), m).unwrap();
+    let out = runner()
+        .current_dir(root)
+        .args(["plan", "m.yaml", "--shards", "2", "--json"])
+        .output()
+        .unwrap();
+    let matrix: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let first = matrix["include"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["shard"] == "0/2")
+        .expect("shard 0 has work");
+    let mine: BTreeSet<String> = first["repositories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    assert!(!mine.is_empty() && mine.len() < 6, "{matrix}");
+    let out = runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress", "--shard", "0/2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let cloned: BTreeSet<String> = std::fs::read_dir(root.join(".runner/workspace/repos"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(cloned, mine, "only the shard's repositories were cloned");
+}

@@ -3,7 +3,7 @@
 use super::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_STALLED, Ui, load};
 use crate::cli::ApplyArgs;
 use crate::engine::{self, RunCx, config};
-use crate::engine::{ClaimAnswer, RunSink};
+use crate::engine::{ClaimAnswer, RepoLock, RunSink};
 use crate::events::Event;
 use crate::ledger::sqlite::SqliteLedger;
 use crate::ledger::store::Store;
@@ -128,7 +128,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     history::quarantine(&mut plan, &quarantined);
     // Against a shared ledger, an item another runner claimed is left to admission, which waits
     // for that runner's repository lock and takes the claim over if its runner stops.
-    if !matches!(ledger, Store::Pg(_)) {
+    if !ledger.is_shared() {
         history::taken(&mut plan, &claims);
     }
     // The order items start in: from what they took in recent runs.
@@ -997,15 +997,6 @@ impl RunSink for ApplySink {
         );
         match answer {
             Ok(Claim::Claimed) => ClaimAnswer::Claimed,
-            // Against a shared ledger this runner holds the repository's lock, which whoever
-            // works on an item holds until its result is recorded: a claim held anyway is a
-            // run that stopped (a machine gone) — waited for until its heartbeat lapses, then
-            // taken over, so its items are not left undone.
-            Ok(Claim::HeldBy { run_id }) if matches!(self.ledger, Store::Pg(_)) => {
-                ClaimAnswer::Wait(format!(
-                    "a claim of run `{run_id}`, whose runner holds no lock on the repository (waiting for its heartbeat to lapse)"
-                ))
-            }
             Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Taken(run_id),
             Ok(Claim::AlreadyDone { run_id, outcome }) => ClaimAnswer::Done {
                 run: run_id,
@@ -1052,16 +1043,23 @@ impl RunSink for ApplySink {
     }
 
     fn polls_stop(&self) -> bool {
-        matches!(self.ledger, Store::Pg(_))
+        self.ledger.is_shared()
     }
 
-    fn lock_repo(&mut self, repo: &str) -> Result<bool, String> {
+    fn lock_repo(&mut self, repo: &str) -> Result<RepoLock, String> {
+        if !self.ledger.is_shared() {
+            return Ok(RepoLock::NoSharedLock);
+        }
         let identity = self.identities.get(repo).map_or(repo, String::as_str);
-        self.ledger.try_lock_repo(identity).map_err(|e| {
-            let why = e.to_string();
-            self.fail(e);
-            why
-        })
+        match self.ledger.try_lock_repo(identity) {
+            Ok(true) => Ok(RepoLock::Held),
+            Ok(false) => Ok(RepoLock::Busy),
+            Err(e) => {
+                let why = e.to_string();
+                self.fail(e);
+                Err(why)
+            }
+        }
     }
 
     fn unlock_repo(&mut self, repo: &str) {

@@ -9,7 +9,7 @@
 
 use super::item::{self, ItemRun};
 use super::scheduler::{Admission, Decision, Scheduler, Settled, Setup, StopLevel};
-use super::{ClaimAnswer, DrainEnd, RunCx, RunSink, config};
+use super::{ClaimAnswer, DrainEnd, RepoLock, RunCx, RunSink, config};
 use crate::events::Event;
 use crate::lease::{Lease, Record};
 use crate::plan::ItemState;
@@ -363,9 +363,10 @@ async fn admit(
         Err(e) => return Admission::Failed(e.to_string()),
     };
     // Runners on other machines share the ledger, not this checkout's lease.
-    match sink.lock_repo(repo_name) {
-        Ok(true) => {}
-        Ok(false) => {
+    let shared = match sink.lock_repo(repo_name) {
+        Ok(RepoLock::Held) => true,
+        Ok(RepoLock::NoSharedLock) => false,
+        Ok(RepoLock::Busy) => {
             lease.release();
             return Admission::LeaseBusy {
                 holder: Some("a runner on another machine (the shared ledger's lock)".into()),
@@ -376,16 +377,22 @@ async fn admit(
             lease.release();
             return Admission::Failed(e);
         }
-    }
+    };
     let not_ours = match sink.claim(idx) {
         ClaimAnswer::Claimed => None,
+        // Holding the repository's shared lock, which whoever works there holds until its
+        // result is recorded: the claim is a stopped runner's (a machine gone). Waited for until
+        // the ledger judges it dead (its heartbeat lapsed) and lets it be taken over, so its
+        // items are not left undone.
+        ClaimAnswer::Taken(run) if shared => Some(Admission::LeaseBusy {
+            holder: Some(format!(
+                "a claim of run `{run}`, whose runner holds no lock on the repository (waiting for its heartbeat to lapse)"
+            )),
+            cooperating: true,
+        }),
         ClaimAnswer::Taken(run) => Some(Admission::ClaimedElsewhere { run }),
         ClaimAnswer::Done { run, outcome } => Some(Admission::DoneElsewhere { run, outcome }),
         ClaimAnswer::Paused(p) => Some(Admission::Paused(p)),
-        ClaimAnswer::Wait(who) => Some(Admission::LeaseBusy {
-            holder: Some(who),
-            cooperating: true,
-        }),
         ClaimAnswer::Failed(e) => Some(Admission::Failed(e)),
     };
     if let Some(answer) = not_ours {

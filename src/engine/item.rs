@@ -1018,20 +1018,9 @@ async fn gates(
             silence: None,
             dir: &icx.workdir,
         };
-        let (fin, cached) = match ready {
-            Ok(ready) => {
-                judged(icx, gate, ready, run, None, verdicts::Kind::Gate)
-                    .instrument(tracing::debug_span!("gate", gate = %gate.name))
-                    .await
-            }
-            Err(e) => (
-                Finished {
-                    spawn_error: Some(e),
-                    ..Finished::default()
-                },
-                None,
-            ),
-        };
+        let (fin, cached) = judged(icx, gate, ready, run, None, verdicts::Kind::Gate)
+            .instrument(tracing::debug_span!("gate", gate = %gate.name))
+            .await;
         let result = if fin.cancelled {
             GateResult::NotRun
         } else if fin.timed_out {
@@ -1134,17 +1123,21 @@ async fn gates(
     }
 }
 
-/// Run gate `run.gate` as `ready` says, or reuse its recorded verdict on the tree it would run
-/// on (`tree`, when known; else read from `run.dir` before it runs). Returns how it finished
-/// and, for a reused verdict, where that was given.
+/// Run gate `run.gate` as `ready` says (or say why it could not start), or reuse its recorded
+/// verdict on the tree it would run on (`tree`, when known; else read from `run.dir` before it
+/// runs). Returns how it finished and, for a reused verdict, where that was given.
 async fn judged(
     icx: &ItemCx<'_>,
     gate: &crate::manifest::Gate,
-    ready: Ready,
+    ready: Result<Ready, String>,
     run: Launch<'_>,
     tree: Option<String>,
     kind: verdicts::Kind,
 ) -> (Finished, Option<CachedFrom>) {
+    let ready = match ready {
+        Ok(r) => r,
+        Err(e) => return (unstarted(e), None),
+    };
     let key = if gate.cache() {
         let tree = match tree {
             Some(t) => Some(t),
@@ -1389,20 +1382,10 @@ async fn baseline(
         silence: None,
         dir: &wt,
     };
-    let (fin, cached) = match command(icx, &gate.run, n, model, Some(gate), feedback, &wt) {
-        Ok(ready) => {
-            judged(icx, gate, ready, run, Some(tree), verdicts::Kind::Baseline)
-                .instrument(tracing::debug_span!("baseline", gate = %gate.name))
-                .await
-        }
-        Err(e) => (
-            Finished {
-                spawn_error: Some(e),
-                ..Finished::default()
-            },
-            None,
-        ),
-    };
+    let ready = command(icx, &gate.run, n, model, Some(gate), feedback, &wt);
+    let (fin, cached) = judged(icx, gate, ready, run, Some(tree), verdicts::Kind::Baseline)
+        .instrument(tracing::debug_span!("baseline", gate = %gate.name))
+        .await;
     let (r, w) = (repo, wt);
     let _ = blocking(move || {
         if let Err(e) = git::remove_worktree(&r, &w) {
@@ -1586,10 +1569,15 @@ async fn spawn(
     };
     match command(icx, cmd, n, model, gate, feedback, &icx.workdir) {
         Ok(ready) => launch(icx, ready, run).await,
-        Err(e) => Finished {
-            spawn_error: Some(e),
-            ..Finished::default()
-        },
+        Err(e) => unstarted(e),
+    }
+}
+
+/// A command that could not be started: why, as its result.
+fn unstarted(why: String) -> Finished {
+    Finished {
+        spawn_error: Some(why),
+        ..Finished::default()
     }
 }
 

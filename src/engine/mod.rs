@@ -61,10 +61,10 @@ pub trait RunSink {
     /// operator releases it (`runner unlock`).
     fn quarantine(&mut self, repo: &str, path: &std::path::Path, reason: &str);
     /// Take repository `repo`'s lock shared by every runner of the ledger, on whatever machine
-    /// (its lease lives in one checkout; other machines have checkouts of their own). `Ok(false)`:
-    /// another runner holds it. A ledger on one machine has no such lock: granted.
-    fn lock_repo(&mut self, _repo: &str) -> Result<bool, String> {
-        Ok(true)
+    /// (its lease lives in one checkout; other machines have checkouts of their own). A ledger
+    /// on one machine has no such lock: the lease is the lock.
+    fn lock_repo(&mut self, _repo: &str) -> Result<RepoLock, String> {
+        Ok(RepoLock::NoSharedLock)
     }
     /// Let the lock of [`RunSink::lock_repo`] go.
     fn unlock_repo(&mut self, _repo: &str) {}
@@ -73,6 +73,18 @@ pub trait RunSink {
     fn polls_stop(&self) -> bool {
         false
     }
+}
+
+/// A repository's lock shared by the runners of one ledger ([`RunSink::lock_repo`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepoLock {
+    /// Taken: whoever works on an item of the repository holds it until the item's result is
+    /// recorded, so a claim another run still holds there is a run that stopped.
+    Held,
+    /// Another runner holds it.
+    Busy,
+    /// The ledger has no such lock (one machine: the lease is the lock).
+    NoSharedLock,
 }
 
 /// The answer to a claim.
@@ -88,9 +100,6 @@ pub enum ClaimAnswer {
     },
     /// The manifest is paused (by whom, when, why): admit nothing more.
     Paused(String),
-    /// A run that may have died (another machine's, its heartbeat not yet lapsed) holds it:
-    /// ask again later rather than leave it.
-    Wait(String),
     /// The ledger could not answer.
     Failed(String),
 }

@@ -121,6 +121,52 @@ pub struct RunReplay {
     pub events: Vec<(String, Event)>,
 }
 
+/// An item's result, recorded with its `item-finished` event and written with the next commit.
+pub(crate) struct PendingResult {
+    pub key: ItemKey,
+    pub run_id: String,
+    pub outcome: ItemOutcome,
+    pub reason: Option<String>,
+    pub cause: Option<String>,
+    pub at: String,
+}
+
+/// The result an event records, when it is an item's `item-finished`.
+pub(crate) fn result_of(
+    run_id: &str,
+    item: Option<&ItemKey>,
+    ev: &Event,
+    at: &str,
+) -> Option<PendingResult> {
+    match (ev, item) {
+        (
+            Event::ItemFinished {
+                outcome,
+                reason,
+                cause,
+                ..
+            },
+            Some(key),
+        ) => Some(PendingResult {
+            key: key.clone(),
+            run_id: run_id.to_string(),
+            outcome: *outcome,
+            reason: reason.clone(),
+            cause: cause.clone(),
+            at: at.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// How a pause reads: by whom, when, and why when a reason was given.
+pub fn pause_text(by: &str, reason: Option<&str>, at: &str) -> String {
+    match reason {
+        Some(reason) => format!("paused by {by} at {at}: {reason}"),
+        None => format!("paused by {by} at {at}"),
+    }
+}
+
 /// What a run's workers reported they used, summed over the bodies of its `usage` events.
 pub fn sum_usage(bodies: impl IntoIterator<Item = String>) -> Option<crate::events::Usage> {
     let mut total: Option<crate::events::Usage> = None;

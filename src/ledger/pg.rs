@@ -222,15 +222,6 @@ struct PendingEvent {
     body: String,
 }
 
-struct PendingResult {
-    key: ItemKey,
-    run_id: String,
-    outcome: ItemOutcome,
-    reason: Option<String>,
-    cause: Option<String>,
-    at: String,
-}
-
 impl PgLedger {
     /// Connect to `url`, bring its schema up to date, and start the client's thread.
     pub fn open(url: &str) -> Result<Self> {
@@ -932,13 +923,11 @@ fn pause_of(
         &[&manifest],
     )?;
     Ok(row.map(|r| {
-        let by: String = r.get(0);
-        let reason: Option<String> = r.get(1);
-        let at: String = r.get(2);
-        match reason {
-            Some(reason) => format!("paused by {by} at {at}: {reason}"),
-            None => format!("paused by {by} at {at}"),
-        }
+        pause_text(
+            r.get::<_, &str>(0),
+            r.get::<_, Option<&str>>(1),
+            r.get::<_, &str>(2),
+        )
     }))
 }
 
@@ -1079,10 +1068,7 @@ impl Ledger for PgLedger {
                 (row.get(0), row.get(1), row.get(2));
             if let (Some(by), Some(at)) = (paused_by, paused_at) {
                 tx.commit()?;
-                return Ok(Claim::Paused(match reason {
-                    Some(reason) => format!("paused by {by} at {at}: {reason}"),
-                    None => format!("paused by {by} at {at}"),
-                }));
+                return Ok(Claim::Paused(pause_text(&by, reason.as_deref(), &at)));
             }
             let (done_by, outcome): (Option<String>, Option<String>) = (row.get(3), row.get(4));
             if let (Some(run_id), Some(outcome)) = (done_by, outcome) {
@@ -1153,24 +1139,8 @@ impl Ledger for PgLedger {
             item: item.map(|k| k.item.clone()),
             body,
         });
-        if let (
-            Event::ItemFinished {
-                outcome,
-                reason,
-                cause,
-                ..
-            },
-            Some(key),
-        ) = (ev, item)
-        {
-            self.buffered.results.push(PendingResult {
-                key: key.clone(),
-                run_id: run_id.to_string(),
-                outcome: *outcome,
-                reason: reason.clone(),
-                cause: cause.clone(),
-                at: at.to_string(),
-            });
+        if let Some(r) = super::result_of(run_id, item, ev, at) {
+            self.buffered.results.push(r);
         }
         Ok(())
     }

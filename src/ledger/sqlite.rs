@@ -177,15 +177,6 @@ impl Buffered {
 }
 
 /// An item's result waiting to be committed; committing it also releases the item's claim.
-struct PendingResult {
-    key: ItemKey,
-    run_id: String,
-    outcome: ItemOutcome,
-    reason: Option<String>,
-    cause: Option<String>,
-    at: String,
-}
-
 /// A held item: (repo, item, reason, cause).
 pub use super::HeldItem;
 
@@ -1252,24 +1243,8 @@ impl Ledger for SqliteLedger {
             item.map(|k| k.item.clone()),
             body,
         ));
-        if let (
-            Event::ItemFinished {
-                outcome,
-                reason,
-                cause,
-                ..
-            },
-            Some(key),
-        ) = (ev, item)
-        {
-            self.buffered.results.push(PendingResult {
-                key: key.clone(),
-                run_id: run_id.to_string(),
-                outcome: *outcome,
-                reason: reason.clone(),
-                cause: cause.clone(),
-                at: at.to_string(),
-            });
+        if let Some(r) = super::result_of(run_id, item, ev, at) {
+            self.buffered.results.push(r);
         }
         Ok(())
     }
@@ -1304,13 +1279,9 @@ impl Ledger for SqliteLedger {
 fn pause_of(conn: &Connection, manifest: &str) -> rusqlite::Result<Option<String>> {
     conn.prepare_cached("SELECT paused_by, reason, paused_at FROM pauses WHERE manifest = ?1")?
         .query_row([manifest], |r| {
-            let by: String = r.get(0)?;
-            let reason: Option<String> = r.get(1)?;
-            let at: String = r.get(2)?;
-            Ok(match reason {
-                Some(reason) => format!("paused by {by} at {at}: {reason}"),
-                None => format!("paused by {by} at {at}"),
-            })
+            let (by, reason, at): (String, Option<String>, String) =
+                (r.get(0)?, r.get(1)?, r.get(2)?);
+            Ok(super::pause_text(&by, reason.as_deref(), &at))
         })
         .optional()
 }

@@ -25,6 +25,11 @@ impl Store {
         }
     }
 
+    /// Whether several machines' runners share this ledger (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Store::Pg(_))
+    }
+
     fn ledger(&self) -> &dyn Ledger {
         match self {
             Store::Sqlite(l) => l,
@@ -72,24 +77,6 @@ impl Store {
         match self {
             Store::Sqlite(l) => l.request_stop(run_id, by, reason, at),
             Store::Pg(l) => l.request_stop(run_id, by, reason, at),
-        }
-    }
-
-    pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
-        match self {
-            Store::Sqlite(l) => l.run_history(manifest, limit),
-            Store::Pg(l) => l.run_history(manifest, limit),
-        }
-    }
-
-    pub fn recent_item_results(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
-        match self {
-            Store::Sqlite(l) => l.recent_item_results(manifest, limit),
-            Store::Pg(l) => l.recent_item_results(manifest, limit),
         }
     }
 
@@ -327,7 +314,10 @@ impl Ledger for Store {
 
 impl History for Store {
     fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
-        Store::run_history(self, manifest, limit)
+        match self {
+            Store::Sqlite(l) => l.run_history(manifest, limit),
+            Store::Pg(l) => l.run_history(manifest, limit),
+        }
     }
 
     fn recent_item_results(
@@ -335,6 +325,9 @@ impl History for Store {
         manifest: &str,
         limit: usize,
     ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
-        Store::recent_item_results(self, manifest, limit)
+        match self {
+            Store::Sqlite(l) => l.recent_item_results(manifest, limit),
+            Store::Pg(l) => l.recent_item_results(manifest, limit),
+        }
     }
 }
