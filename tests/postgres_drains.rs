@@ -15,19 +15,7 @@ use std::time::{Duration, Instant};
 fn fleet(root: &Path, repos: usize, per: usize, machines: usize, work: &str) -> Vec<PathBuf> {
     let log = root.join("ran.log");
     for r in 0..repos {
-        let src = root.join(format!("src-{r:02}"));
-        common::repo(&src);
-        let bare = root.join(format!("origin/svc-{r:02}.git"));
-        common::git(
-            root,
-            &[
-                "clone",
-                "-q",
-                "--bare",
-                src.to_str().unwrap(),
-                bare.to_str().unwrap(),
-            ],
-        );
+        common::origin(root, &format!("svc-{r:02}"));
     }
     (0..machines)
         .map(|m| {

@@ -124,19 +124,7 @@ fn a_shard_clones_only_its_own_repositories() {
     let root = dir.path();
     let mut m = String::from("version: 1\nname: clones\nrepositories:\n");
     for r in 0..6 {
-        let src = root.join(format!("src-{r}"));
-        repo(&src);
-        let bare = root.join(format!("origin/svc-{r}.git"));
-        common::git(
-            root,
-            &[
-                "clone",
-                "-q",
-                "--bare",
-                src.to_str().unwrap(),
-                bare.to_str().unwrap(),
-            ],
-        );
+        let bare = common::origin(root, &format!("svc-{r}"));
         m.push_str(&format!("  - {{url: {}, name: svc-{r}}}\n", bare.display()));
     }
     m.push_str("worker:\n  run: 'true'\nitems:\n");

@@ -349,3 +349,22 @@ pub fn psql(url: &str, sql: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// A repository to clone from, as a remote would hold it: `root/origin/<name>.git` (bare), made
+/// from a fresh repository at `root/src-<name>`. Returns the bare repository's path.
+pub fn origin(root: &Path, name: &str) -> PathBuf {
+    let src = root.join(format!("src-{name}"));
+    repo(&src);
+    let bare = root.join(format!("origin/{name}.git"));
+    git(
+        root,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            src.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    bare
+}
