@@ -363,3 +363,32 @@ fn in_cgroup_mode_an_escapee_ends_with_its_item_while_others_still_run() {
         );
     }
 }
+
+#[test]
+fn in_cgroup_mode_what_an_item_left_is_reaped_when_it_ends() {
+    if !cgroups_usable() {
+        return;
+    }
+    // `a` leaves a process behind; its cgroup ends it, and runner, to which it was re-parented,
+    // must collect it then, not at the end of the run: `b`, still running in another
+    // repository, finds no dead child of runner's waiting to be reaped.
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    repo(&dir.path().join("s"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: two\ncapacity: {workers: 2}\nrepositories: [{path: r}, {path: s}]\nworker:\n  run: 'if [ {item} = a ]; then setsid sleep 7309 & sleep 0.3; else sleep 2; for s in /proc/[0-9]*/stat; do set -- $(sed \"s/.*) //\" $s 2>/dev/null); [ \"$1\" = Z ] && [ \"$2\" = \"$PPID\" ] && echo UNREAPED; done; fi; true'\nitems: [{repo: r, id: a}, {repo: s, id: b}]\n",
+    )
+    .unwrap();
+    let out = apply_with(dir.path(), &[CGROUP]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut log = String::new();
+    for e in std::fs::read_dir(dir.path().join("runner-reports/latest/logs/s/b"))
+        .unwrap()
+        .flatten()
+    {
+        log.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+    }
+    assert!(!log.contains("UNREAPED"), "{log}");
+    assert!(processes_matching("sleep 7309").is_empty());
+}

@@ -327,19 +327,31 @@ async fn finish_work(
     let in_worktree = icx.item.branch.is_some();
     let message = format!("runner: {}", icx.item.id);
     let idx = icx.idx;
+    let nothing_new = move |no_change: bool| Event::Work {
+        item: idx,
+        commit: None,
+        files: 0,
+        insertions: 0,
+        deletions: 0,
+        no_change,
+        unverified,
+        uncommitted: Vec::new(),
+    };
+    match (&anchor, &snap) {
+        // A repository without a commit: nothing to compare or commit against.
+        (None, _) | (_, None) => return Ok(Ok(nothing_new(false))),
+        // The checkout was proven clean after the worker, at the commit the item started from,
+        // and no gate ran since: nothing to commit, no worktree to remove, nothing to count.
+        (Some(a), Some(s))
+            if !gates_ran && s.tree.is_none() && !in_worktree && s.head == a.start =>
+        {
+            return Ok(Ok(nothing_new(!s.changed)));
+        }
+        _ => {}
+    }
     blocking(move || -> Result<Result<Event, String>, ItemError> {
         let (Some(anchor), Some(snap)) = (anchor, snap) else {
-            // A repository without a commit: nothing to compare or commit against.
-            return Ok(Ok(Event::Work {
-                item: idx,
-                commit: None,
-                files: 0,
-                insertions: 0,
-                deletions: 0,
-                no_change: false,
-                unverified,
-                uncommitted: Vec::new(),
-            }));
+            return Ok(Ok(nothing_new(false)));
         };
         // No gate ran since HEAD was checked after the worker (and the worker's processes are
         // gone): it stands where it was. Otherwise the gates must not have moved it either.

@@ -238,6 +238,32 @@ fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> Scan {
     scan
 }
 
+/// Reap the orphans runner adopted that have died, leaving its direct children to the runtime.
+/// One `waitid` that only peeks answers the common case, nothing to reap; otherwise runner's
+/// children are listed. Skipped when a spawn holds the lock (the next call, or the run's end,
+/// collects them): this runs on the event loop and never waits for it.
+pub fn reap_adopted() {
+    use nix::sys::wait::{Id, waitid};
+    if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    if matches!(waitid(Id::All, peek), Ok(WaitStatus::StillAlive) | Err(_)) {
+        return;
+    }
+    let mut direct = match DIRECT_CHILDREN.try_lock() {
+        Ok(d) => d,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    settle_reaped(&mut direct);
+    for pid in own_children().unwrap_or_default() {
+        if !direct.contains(&pid) {
+            reap(pid);
+        }
+    }
+}
+
 /// Whether `pid`'s environment carries run token `token` at all (for any repository).
 fn carries_token(pid: i32, token: &str) -> bool {
     let needle = format!("RUNNER_TOKEN={token}");

@@ -592,7 +592,7 @@ pub async fn end_tree(
 ) -> bool {
     use nix::sys::signal::Signal;
     if let Some(cg) = cgroup {
-        return end_cgroup(pgid, grace, key, cg, stop).await;
+        return end_cgroup(pgid, grace, cg, stop).await;
     }
     let group_gone = |g| {
         census::reap_group(g);
@@ -619,18 +619,18 @@ pub async fn end_tree(
 }
 
 /// [`end_tree`] for an item in a cgroup: the leader's group and every member get SIGTERM, then,
-/// after the grace period, the cgroup is killed as one. The census sweep that follows only reaps
-/// what runner adopted.
+/// after the grace period, the cgroup is killed as one. No census of the environments follows:
+/// the adopted orphans that died are reaped, and that is all.
 async fn end_cgroup(
     pgid: i32,
     grace: Duration,
-    key: &CensusKey,
     cg: &cgroup::ItemCgroup,
     stop: Option<&watch::Receiver<Stop>>,
 ) -> bool {
     use nix::sys::signal::Signal;
     census::reap_group(pgid);
     let mut empty = cg.populated() == Some(false);
+    let left_some = !empty;
     if !empty {
         census::signal_group(pgid, Signal::SIGTERM);
         cg.signal(Signal::SIGTERM);
@@ -649,8 +649,23 @@ async fn end_cgroup(
         }
     }
     census::reap_group(pgid);
-    empty && census::sweep(key.clone(), true).await
+    // The cgroup being empty proves every process of the item gone, wherever it went: what is
+    // left is to collect the exit statuses of those that were re-parented to runner. A process
+    // leaves its cgroup an instant before it can be reaped, so where the item left some behind
+    // they are looked for once more a moment later (else the next item's end, or the run's,
+    // collects them).
+    if empty {
+        census::reap_adopted();
+        if left_some {
+            tokio::time::sleep(REAP_AGAIN).await;
+            census::reap_adopted();
+        }
+    }
+    empty
 }
+
+/// How long after an item's cgroup emptied its last adopted orphans are reaped once more.
+const REAP_AGAIN: Duration = Duration::from_millis(20);
 
 #[cfg(test)]
 mod tests {
