@@ -135,16 +135,22 @@ pub async fn run_item(
             return r;
         }
     };
-    let dir = workdir.clone();
-    let anchor = blocking(move || -> Result<Option<Anchor>, git::GitError> {
-        let probe = git::quick_probe(&dir)?;
-        Ok(probe.head.map(|start| Anchor {
+    let anchor_of = |probe: git::Probe| {
+        probe.head.map(|start| Anchor {
             branch: probe.branch,
             start,
-        }))
-    })
-    .await
-    .and_then(|r| r.map_err(ItemError::from));
+        })
+    };
+    // A few small files answer on the loop, for less than a trip to the blocking pool costs.
+    let anchor = match git::small_probe(&workdir) {
+        Some(probe) => Ok(anchor_of(probe)),
+        None => {
+            let dir = workdir.clone();
+            blocking(move || git::quick_probe(&dir).map(anchor_of))
+                .await
+                .and_then(|r| r.map_err(ItemError::from))
+        }
+    };
     let anchor = match anchor {
         Ok(a) => a,
         Err(_) if *stop.borrow() != Stop::Run => return ItemRun::ended(ItemOutcome::Cancelled),
@@ -479,6 +485,24 @@ fn short(id: &str) -> &str {
     id.get(..10).unwrap_or(id)
 }
 
+/// [`after_worker`]'s most common answer, had on the event loop where that costs less than a
+/// trip to the blocking pool: a small checkout ([`git::Reads::Small`]) whose own files prove it
+/// clean, on the item's branch at the very commit it started from, with no marker to look for.
+/// `None`: ask [`after_worker`].
+fn unchanged_small(dir: &Path, anchor: &Anchor, markers: &[String]) -> Option<Snapshot> {
+    if !markers.is_empty() {
+        return None;
+    }
+    let probe = git::proven_clean_small(dir)?;
+    (probe.head.as_deref() == Some(anchor.start.as_str()) && probe.branch == anchor.branch).then(
+        || Snapshot {
+            tree: None,
+            changed: false,
+            head: anchor.start.clone(),
+        },
+    )
+}
+
 /// After a worker pass: HEAD where it belongs, and the tree it left.
 fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snapshot, String> {
     // The common case needs no git: a checkout its files prove clean has nothing to commit, and
@@ -778,6 +802,11 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 used += 1;
                 // Where the worker left HEAD, and what it changed, before any gate runs.
                 let snap = match &icx.anchor {
+                    Some(anchor)
+                        if let Some(s) = unchanged_small(&icx.workdir, anchor, &markers) =>
+                    {
+                        Some(s)
+                    }
                     Some(anchor) => {
                         let (dir, a, m) = (icx.workdir.clone(), anchor.clone(), markers.clone());
                         match blocking(move || after_worker(&dir, &a, &m)).await {

@@ -40,17 +40,63 @@ const EMPTY_TREE: Oid = [
     0xfb, 0xee, 0x49, 0x04,
 ];
 
+/// How much a question may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// Whatever it takes.
+    All,
+    /// Only files of at most [`SMALL_FILE`] bytes, and no pack: an answer whose cost does not
+    /// grow with the repository (an index that small names a few hundred files at most), cheap
+    /// enough to be had on the event loop. A larger file ends the attempt with `None`.
+    Small,
+}
+
+/// The largest file a [`Reads::Small`] question reads.
+pub const SMALL_FILE: u64 = 8 * 1024;
+
+impl Reads {
+    fn bytes(self, path: &Path) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        if self == Reads::All {
+            return std::fs::read(path);
+        }
+        let mut file = File::open(path)?;
+        // One byte more than allowed tells a file that is too large.
+        let mut data = vec![0u8; SMALL_FILE as usize + 1];
+        let mut len = 0;
+        loop {
+            match file.read(&mut data[len..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    len += n;
+                    if len == data.len() {
+                        return Err(std::io::Error::other("larger than a small read takes"));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        data.truncate(len);
+        Ok(data)
+    }
+
+    fn text(self, path: &Path) -> std::io::Result<String> {
+        String::from_utf8(self.bytes(path)?).map_err(std::io::Error::other)
+    }
+}
+
 /// HEAD of the checkout at `dir`, when the checkout is proven to have no uncommitted changes
 /// (staged, unstaged or untracked). `None` says nothing either way.
-pub fn clean_checkout(dir: &Path) -> Option<Probe> {
-    let (top, git_dir) = plain_checkout(dir)?;
-    if rewrites_history(&git_dir)? {
+pub fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
+    let (top, git_dir) = plain_checkout(dir, reads)?;
+    if rewrites_history(&git_dir, reads)? {
         return None;
     }
-    let (head, branch) = read_head(&git_dir)?;
-    let index = Index::read(&git_dir)?;
+    let (head, branch) = read_head(&git_dir, reads)?;
+    let index = Index::read(&git_dir, reads)?;
     let staged = match &head {
-        Some(commit) => index.tree? != commit_tree(&git_dir, commit)?,
+        Some(commit) => index.tree? != commit_tree(&git_dir, commit, reads)?,
         None => !index.entries.is_empty(),
     };
     if staged {
@@ -66,9 +112,9 @@ pub fn clean_checkout(dir: &Path) -> Option<Probe> {
 
 /// What the checkout at `dir` is and where HEAD points, whatever the state of its files.
 /// `None` says nothing: ask git.
-pub fn head(dir: &Path) -> Option<Probe> {
-    let (top, git_dir) = plain_checkout(dir)?;
-    let (head, branch) = read_head(&git_dir)?;
+pub fn head(dir: &Path, reads: Reads) -> Option<Probe> {
+    let (top, git_dir) = plain_checkout(dir, reads)?;
+    let (head, branch) = read_head(&git_dir, reads)?;
     Some(probe(top, git_dir, head, branch))
 }
 
@@ -76,7 +122,7 @@ pub fn head(dir: &Path) -> Option<Probe> {
 /// lists them: loose refs and packed ones. `None` for anything unusual (a symbolic or broken
 /// ref, a name git would not accept): ask git.
 pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
-    let (_, git_dir) = plain_checkout(dir)?;
+    let (_, git_dir) = plain_checkout(dir, Reads::All)?;
     let mut names = BTreeSet::new();
     let heads = git_dir.join("refs/heads");
     let mut dirs = vec![String::new()];
@@ -131,15 +177,19 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
 /// that resolves nowhere here, a shallow clone, alternates, grafts or replace refs, an object
 /// stored as a delta, or more than [`WALK_LIMIT`] commits to look at.
 pub fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
-    let (_, git_dir) = plain_checkout(dir)?;
-    if rewrites_history(&git_dir)?
+    let (_, git_dir) = plain_checkout(dir, Reads::All)?;
+    if rewrites_history(&git_dir, Reads::All)?
         || git_dir.join("shallow").exists()
         || git_dir.join("objects/info/alternates").exists()
     {
         return None;
     }
     let target = resolve_marker(&git_dir, marker)?;
-    let tip = resolve_ref(&git_dir, rev.strip_prefix("refs/heads/").map(|_| rev)?)??;
+    let tip = resolve_ref(
+        &git_dir,
+        rev.strip_prefix("refs/heads/").map(|_| rev)?,
+        Reads::All,
+    )??;
     let objects = git_dir.join("objects");
     let mut seen: HashSet<Oid> = HashSet::new();
     let mut todo = vec![tip];
@@ -195,7 +245,7 @@ fn resolve_marker(git_dir: &Path, marker: &str) -> Option<Oid> {
                 format!("refs/remotes/{marker}"),
                 format!("refs/remotes/{marker}/HEAD"),
             ] {
-                if let Some(o) = resolve_ref(git_dir, &candidate)? {
+                if let Some(o) = resolve_ref(git_dir, &candidate, Reads::All)? {
                     found = Some(o);
                     break;
                 }
@@ -295,11 +345,11 @@ fn packed_object_start(objects: &Path, oid: &Oid, limit: usize) -> Option<(Strin
 
 /// Whether grafts or replace refs (loose or packed) may change what git sees as history; `None`
 /// when that cannot be read.
-fn rewrites_history(git_dir: &Path) -> Option<bool> {
+fn rewrites_history(git_dir: &Path, reads: Reads) -> Option<bool> {
     if git_dir.join("info/grafts").exists() || git_dir.join("refs/replace").exists() {
         return Some(true);
     }
-    match std::fs::read_to_string(git_dir.join("packed-refs")) {
+    match reads.text(&git_dir.join("packed-refs")) {
         Ok(packed) => Some(packed.lines().any(|l| l.contains(" refs/replace/"))),
         Err(e) if e.kind() == ErrorKind::NotFound => Some(false),
         Err(_) => None,
@@ -309,7 +359,7 @@ fn rewrites_history(git_dir: &Path) -> Option<bool> {
 /// The top level and git dir of `dir`, when it is a checkout this module can read: its `.git` a
 /// folder of its own (not a linked worktree), owned like the checkout by this user, with a plain
 /// config.
-fn plain_checkout(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+fn plain_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf)> {
     let top = std::path::absolute(dir).ok()?;
     let git_dir = top.join(".git");
     let meta = std::fs::symlink_metadata(&git_dir).ok()?;
@@ -319,7 +369,7 @@ fn plain_checkout(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     if !meta.is_dir() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
         return None;
     }
-    plain_config(&git_dir)?;
+    plain_config(&git_dir, reads)?;
     if git_dir.join("commondir").exists() {
         return None;
     }
@@ -337,8 +387,8 @@ fn probe(top: PathBuf, git_dir: PathBuf, head: Option<Oid>, branch: Option<Strin
 
 /// `Some` when the repository's own config holds nothing that changes where the working tree
 /// is or how refs and objects are stored.
-fn plain_config(git_dir: &Path) -> Option<()> {
-    let text = std::fs::read_to_string(git_dir.join("config")).ok()?;
+fn plain_config(git_dir: &Path, reads: Reads) -> Option<()> {
+    let text = reads.text(&git_dir.join("config")).ok()?;
     let mut section = String::new();
     for line in text.lines() {
         let line = line.trim();
@@ -380,8 +430,8 @@ fn plain_config(git_dir: &Path) -> Option<()> {
 
 /// The commit HEAD names (`None` on a branch without commits) and its branch (`None` when
 /// detached).
-fn read_head(git_dir: &Path) -> Option<(Option<Oid>, Option<String>)> {
-    let text = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
+fn read_head(git_dir: &Path, reads: Reads) -> Option<(Option<Oid>, Option<String>)> {
+    let text = reads.text(&git_dir.join("HEAD")).ok()?;
     let text = text.strip_suffix('\n').unwrap_or(&text);
     match text.strip_prefix("ref: ") {
         Some(target) => {
@@ -389,20 +439,23 @@ fn read_head(git_dir: &Path) -> Option<(Option<Oid>, Option<String>)> {
             if !super::valid_branch_name(branch) {
                 return None;
             }
-            Some((resolve_ref(git_dir, target)?, Some(branch.to_string())))
+            Some((
+                resolve_ref(git_dir, target, reads)?,
+                Some(branch.to_string()),
+            ))
         }
         None => Some((Some(parse_oid(text.as_bytes())?), None)),
     }
 }
 
 /// The commit a ref names: `Some(None)` when the ref does not exist.
-fn resolve_ref(git_dir: &Path, name: &str) -> Option<Option<Oid>> {
-    match std::fs::read(git_dir.join(name)) {
+fn resolve_ref(git_dir: &Path, name: &str, reads: Reads) -> Option<Option<Oid>> {
+    match reads.bytes(&git_dir.join(name)) {
         Ok(t) => return Some(Some(parse_oid(t.strip_suffix(b"\n").unwrap_or(&t))?)),
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(_) => return None,
     }
-    let packed = match std::fs::read_to_string(git_dir.join("packed-refs")) {
+    let packed = match reads.text(&git_dir.join("packed-refs")) {
         Ok(t) => t,
         Err(e) if e.kind() == ErrorKind::NotFound => return Some(None),
         Err(_) => return None,
@@ -436,10 +489,10 @@ fn hex(oid: &Oid) -> String {
 }
 
 /// The tree a commit names, read from a loose object or a pack (not from a delta).
-fn commit_tree(git_dir: &Path, commit: &Oid) -> Option<Oid> {
+fn commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
     let name = hex(commit);
     let objects = git_dir.join("objects");
-    let body = match std::fs::read(objects.join(&name[..2]).join(&name[2..])) {
+    let body = match reads.bytes(&objects.join(&name[..2]).join(&name[2..])) {
         Ok(data) => {
             let raw = inflate_start(&data)?;
             let nul = raw.iter().position(|&b| b == 0)?;
@@ -448,7 +501,10 @@ fn commit_tree(git_dir: &Path, commit: &Oid) -> Option<Oid> {
             }
             raw[nul + 1..].to_vec()
         }
-        Err(e) if e.kind() == ErrorKind::NotFound => packed_commit_start(&objects, commit)?,
+        // A pack's index can be large: looked up only where reads are not kept small.
+        Err(e) if e.kind() == ErrorKind::NotFound && reads == Reads::All => {
+            packed_commit_start(&objects, commit)?
+        }
         Err(_) => return None,
     };
     parse_oid(body.strip_prefix(b"tree ")?.get(..40)?)
@@ -562,9 +618,9 @@ struct Index {
 impl Index {
     /// The index of a repository; an absent file is an empty index. `None` for anything this
     /// reader does not fully understand.
-    fn read(git_dir: &Path) -> Option<Index> {
+    fn read(git_dir: &Path, reads: Reads) -> Option<Index> {
         let path = git_dir.join("index");
-        let data = match std::fs::read(&path) {
+        let data = match reads.bytes(&path) {
             Ok(d) => d,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Some(Index {
@@ -826,8 +882,12 @@ mod tests {
 
     /// What the reader says, checked against git: a checkout it calls clean has no change git
     /// can see, and the HEAD and branch it reads are git's.
+    /// The small reads ([`Reads::Small`]) say the same, or nothing.
     fn read(d: &Path) -> Option<Probe> {
-        let fast = clean_checkout(d);
+        let fast = clean_checkout(d, Reads::All);
+        if let Some(small) = clean_checkout(d, Reads::Small) {
+            assert_eq!(Some(small), fast, "small reads answered otherwise");
+        }
         if let Some(p) = &fast {
             let status = git(d, &["status", "--porcelain", "--untracked-files=all"]);
             assert_eq!(status, "", "read as clean, but git sees changes");
@@ -849,6 +909,38 @@ mod tests {
         std::fs::create_dir_all(t.path().join("empty/deeper")).unwrap();
         std::fs::create_dir_all(t.path().join("src/lib/empty")).unwrap();
         read(t.path()).expect("empty folders are no change");
+    }
+
+    #[test]
+    fn small_reads_answer_for_a_small_checkout_and_no_other() {
+        let t = repo();
+        let d = t.path();
+        let all = clean_checkout(d, Reads::All).expect("clean");
+        assert_eq!(clean_checkout(d, Reads::Small), Some(all.clone()));
+        assert_eq!(head(d, Reads::Small), head(d, Reads::All));
+        // An index larger than a small read takes: no answer, though the checkout is clean.
+        for i in 0..200 {
+            write(d.join(format!("many/file-{i:03}.txt")), "x\n");
+        }
+        git(d, &["add", "."]);
+        git(d, &["commit", "-q", "-m", "many"]);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        git(d, &["update-index", "--refresh", "-q"]);
+        assert!(std::fs::metadata(d.join(".git/index")).unwrap().len() > SMALL_FILE);
+        assert!(clean_checkout(d, Reads::All).is_some());
+        assert_eq!(clean_checkout(d, Reads::Small), None);
+        // HEAD's commit in a pack (its index may be large): no answer either.
+        let t = repo();
+        let d = t.path();
+        git(d, &["gc", "-q"]);
+        assert!(
+            clean_checkout(d, Reads::All).is_some(),
+            "packed commits are read"
+        );
+        assert_eq!(clean_checkout(d, Reads::Small), None);
+        // Refs packed: a small packed-refs file is read.
+        assert_eq!(head(d, Reads::Small), head(d, Reads::All));
+        assert!(head(d, Reads::Small).unwrap().head.is_some());
     }
 
     /// `is_ancestor` against git's own answer, for every pair of `revs`.
@@ -1102,11 +1194,11 @@ mod tests {
         let d = t.path();
         write(d.join("untracked"), "x");
         assert!(read(d).is_none());
-        let p = head(d).expect("HEAD of a plain checkout");
+        let p = head(d, Reads::All).expect("HEAD of a plain checkout");
         assert_eq!(p.head, answer(d, &["rev-parse", "HEAD"]));
         assert_eq!(p.branch.as_deref(), Some("main"));
         git(d, &["config", "core.worktree", "/elsewhere"]);
-        assert!(head(d).is_none(), "left to git");
+        assert!(head(d, Reads::All).is_none(), "left to git");
     }
 
     #[test]
@@ -1118,6 +1210,6 @@ mod tests {
             &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()],
         );
         assert!(read(&wt).is_none());
-        assert!(head(&wt).is_none() && branches(&wt).is_none());
+        assert!(head(&wt, Reads::All).is_none() && branches(&wt).is_none());
     }
 }

@@ -9,6 +9,8 @@
 
 mod local;
 
+pub use local::Reads;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -286,7 +288,7 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
 /// a plain folder), else asked of git. The top level is then the folder as named, not resolved
 /// through symbolic links.
 pub fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
-    match local::head(dir) {
+    match local::head(dir, Reads::All) {
         Some(p) => Ok(p),
         None => probe(dir),
     }
@@ -295,7 +297,19 @@ pub fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
 /// HEAD of the checkout at `dir` when its own files prove it has no uncommitted change (a plain
 /// checkout, nothing staged, modified or untracked); `None` says nothing either way.
 pub fn proven_clean(dir: &Path) -> Option<Probe> {
-    local::clean_checkout(dir)
+    local::clean_checkout(dir, Reads::All)
+}
+
+/// [`quick_probe`] from small files only ([`Reads::Small`]), never git: `None` says ask
+/// [`quick_probe`] on the blocking pool.
+pub fn small_probe(dir: &Path) -> Option<Probe> {
+    local::head(dir, Reads::Small)
+}
+
+/// [`proven_clean`] from small files only ([`Reads::Small`]): a small checkout's proof, cheap
+/// enough for the event loop. `None` says nothing either way.
+pub fn proven_clean_small(dir: &Path) -> Option<Probe> {
+    local::clean_checkout(dir, Reads::Small)
 }
 
 /// A probe and a dirtiness check, for a checkout whose `.git` is a folder (so that it is its own
@@ -303,7 +317,7 @@ pub fn proven_clean(dir: &Path) -> Option<Probe> {
 /// one `git status` call. `None` when that does not apply or git's answer is not understood; the
 /// caller then asks separately.
 pub fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
-    if let Some(probe) = local::clean_checkout(dir) {
+    if let Some(probe) = local::clean_checkout(dir, Reads::All) {
         return Some((probe, false));
     }
     let git_dir = dir.join(".git");
