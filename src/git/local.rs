@@ -26,7 +26,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::Probe;
@@ -60,7 +60,15 @@ impl Reads {
         if self == Reads::All {
             return std::fs::read(path);
         }
-        let mut file = File::open(path)?;
+        // Only a regular file: opening a FIFO (or a device) a hostile checkout put in its `.git`
+        // must not wait on the event loop.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
         // One byte more than allowed tells a file that is too large.
         let mut data = vec![0u8; SMALL_FILE as usize + 1];
         let mut len = 0;
@@ -941,6 +949,23 @@ mod tests {
         // Refs packed: a small packed-refs file is read.
         assert_eq!(head(d, Reads::Small), head(d, Reads::All));
         assert!(head(d, Reads::Small).unwrap().head.is_some());
+    }
+
+    #[test]
+    fn small_reads_never_wait_on_a_fifo() {
+        let t = repo();
+        let d = t.path();
+        for name in ["HEAD", "config", "index"] {
+            let path = d.join(".git").join(name);
+            let saved = std::fs::read(&path).unwrap();
+            std::fs::remove_file(&path).unwrap();
+            nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+            // No writer ever comes: a plain open would wait for one for ever.
+            assert_eq!(clean_checkout(d, Reads::Small), None, "{name}");
+            std::fs::remove_file(&path).unwrap();
+            std::fs::write(&path, saved).unwrap();
+        }
+        assert!(clean_checkout(d, Reads::Small).is_some());
     }
 
     /// `is_ancestor` against git's own answer, for every pair of `revs`.
