@@ -466,3 +466,51 @@ fn unlock_with_kill_ends_what_a_dead_holder_left() {
     assert!(common::processes_matching("sleep 5311").is_empty());
     assert!(common::processes_matching("sleep 5312").is_empty());
 }
+
+#[test]
+fn a_fifo_in_place_of_runners_files_in_git_dir_is_refused_not_waited_on() {
+    // No writer or reader ever comes to these FIFOs: opened plainly, runner would wait on them
+    // for ever, on its event loop, deaf to signals.
+    for name in ["runner.lock", "runner.lease.json", "HEAD"] {
+        let dir = tempfile::tempdir().unwrap();
+        fixture(dir.path());
+        let path = dir.path().join("r/.git").join(name);
+        let _ = std::fs::remove_file(&path);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut child = runner()
+            .current_dir(dir.path())
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env("RUNNER_GIT_TIMEOUT", "5s")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ended = common::wait_for(60, || child.try_wait().unwrap().is_some());
+        if !ended {
+            child.kill().unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(ended, "runner waited on a FIFO at .git/{name}");
+        let err = stderr(&out);
+        match name {
+            // The lock cannot be taken: the item fails, naming the file.
+            "runner.lock" => {
+                assert_eq!(out.status.code(), Some(1), "{err}");
+                assert!(
+                    err.contains("runner.lock") && err.contains("not a regular file"),
+                    "{err}"
+                );
+            }
+            // The record is informational: it is replaced by a file.
+            "runner.lease.json" => {
+                assert_eq!(out.status.code(), Some(0), "{err}");
+                assert!(std::fs::metadata(&path).unwrap().is_file());
+            }
+            // git cannot read the repository either (its call has a deadline): not worked on.
+            _ => assert!(
+                err.contains("1 skipped (repo-not-found 1)"),
+                "{name}: {err}"
+            ),
+        }
+    }
+}

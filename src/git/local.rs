@@ -57,17 +57,20 @@ pub const SMALL_FILE: u64 = 8 * 1024;
 impl Reads {
     fn bytes(self, path: &Path) -> std::io::Result<Vec<u8>> {
         use std::io::Read;
-        if self == Reads::All {
-            return std::fs::read(path);
-        }
-        // Only a regular file: opening a FIFO (or a device) a hostile checkout put in its `.git`
-        // must not wait on the event loop.
+        // Only a regular file: a FIFO (or a device) a hostile checkout put in its `.git` is not
+        // waited on (it is left to git, which runs with a deadline).
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(path)?;
-        if !file.metadata()?.is_file() {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
             return Err(std::io::Error::other("not a regular file"));
+        }
+        if self == Reads::All {
+            let mut data = Vec::with_capacity(meta.len() as usize);
+            file.read_to_end(&mut data)?;
+            return Ok(data);
         }
         // One byte more than allowed tells a file that is too large.
         let mut data = vec![0u8; SMALL_FILE as usize + 1];
@@ -147,7 +150,7 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
                 dirs.push(format!("{name}/"));
                 continue;
             }
-            let content = std::fs::read(entry.path()).ok()?;
+            let content = Reads::All.bytes(&entry.path()).ok()?;
             parse_oid(content.strip_suffix(b"\n").unwrap_or(&content))?;
             if !super::valid_branch_name(&name) {
                 return None;
@@ -155,7 +158,7 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
             names.insert(name);
         }
     }
-    match std::fs::read_to_string(git_dir.join("packed-refs")) {
+    match Reads::All.text(&git_dir.join("packed-refs")) {
         Ok(packed) => {
             for line in packed.lines() {
                 if line.starts_with('#') || line.starts_with('^') {
@@ -295,7 +298,7 @@ fn parents(body: &[u8]) -> Option<Vec<Oid>> {
 /// An object's type and the first `limit` bytes of its content, loose or whole in a pack.
 fn object_start(objects: &Path, oid: &Oid, limit: usize) -> Option<(String, Vec<u8>)> {
     let name = hex(oid);
-    match std::fs::read(objects.join(&name[..2]).join(&name[2..])) {
+    match Reads::All.bytes(&objects.join(&name[..2]).join(&name[2..])) {
         Ok(data) => {
             let raw = inflate_up_to(&data, limit)?;
             let nul = raw.iter().position(|&b| b == 0)?;
