@@ -8,7 +8,7 @@
 //! spawned for the item, so the lock stays held for as long as any descendant keeps it open —
 //! even if runner itself is killed.
 
-use crate::support::fs::write_atomic;
+use crate::support::fs::{open_regular, read_regular, write_atomic};
 use crate::support::host::Holder;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -47,37 +47,11 @@ pub fn quarantine(common_dir: &Path, q: &Quarantine) -> std::io::Result<()> {
     write_atomic(&common_dir.join(QUARANTINE_FILE), &bytes)
 }
 
-/// Open a file of runner's in a repository's git dir without waiting: these are opened on the
-/// event loop, and a FIFO or a device a hostile checkout put in a file's place is refused (an
-/// open for writing with no reader fails at once), never waited on.
-fn open_regular(path: &Path, options: &mut std::fs::OpenOptions) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let not_regular = || std::io::Error::other("not a regular file");
-    let file = options
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| match std::fs::metadata(path) {
-            Ok(m) if !m.is_file() => not_regular(),
-            _ => e,
-        })?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    Ok(file)
-}
-
-/// [`open_regular`], read whole.
-fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut data = Vec::new();
-    open_regular(path, std::fs::OpenOptions::new().read(true))?.read_to_end(&mut data)?;
-    Ok(data)
-}
-
 /// The quarantine in force on the repository, if any (a lifted one is not).
 pub fn quarantined(common_dir: &Path) -> Option<Quarantine> {
     let q: Quarantine =
-        serde_json::from_slice(&read_regular(&common_dir.join(QUARANTINE_FILE)).ok()?).ok()?;
+        serde_json::from_slice(&read_regular(&common_dir.join(QUARANTINE_FILE), None).ok()?)
+            .ok()?;
     q.lifted.is_none().then_some(q)
 }
 
@@ -189,7 +163,7 @@ impl Lease {
         let record = common_dir.join(RECORD_FILE);
         let bytes = serde_json::to_vec_pretty(&holder).unwrap_or_default();
         if !RecordsSeen::says(&record, &bytes) {
-            let holds = read_regular(&record).ok().as_deref() == Some(bytes.as_slice()) || {
+            let holds = read_regular(&record, None).ok().as_deref() == Some(bytes.as_slice()) || {
                 let _ = std::fs::remove_file(&record);
                 write_atomic(&record, &bytes).is_ok()
             };
@@ -293,7 +267,7 @@ pub fn is_held(common_dir: &Path) -> bool {
 /// The holder recorded in a common dir, if any. The lock, not the record, says whether the
 /// lease is held ([`is_held`]): a released or killed holder leaves its record behind.
 pub fn read_record(path: &Path) -> Option<Record> {
-    serde_json::from_slice(&read_regular(path).ok()?).ok()
+    serde_json::from_slice(&read_regular(path, None).ok()?).ok()
 }
 
 /// A unit of a host-wide shared resource (`resources:` in the manifest), held while one command

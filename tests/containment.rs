@@ -51,11 +51,11 @@ fn apply_with(root: &Path, env: &[(&str, &str)]) -> Output {
 }
 
 fn worker_log(root: &Path) -> String {
-    item_log(root, "a")
+    item_log(root, "r", "a")
 }
 
-/// Everything logged for item `id` of repository `r` in the latest run.
-fn item_log(root: &Path, id: &str) -> String {
+/// Everything logged for item `id` of repository `repo` in the latest run.
+fn item_log(root: &Path, repo: &str, id: &str) -> String {
     let reports = root.join("runner-reports");
     let latest = std::fs::read_dir(&reports)
         .unwrap()
@@ -63,7 +63,7 @@ fn item_log(root: &Path, id: &str) -> String {
         .map(|e| e.path())
         .max()
         .unwrap();
-    let logs = latest.join("logs/r").join(id);
+    let logs = latest.join("logs").join(repo).join(id);
     let mut text = String::new();
     for e in std::fs::read_dir(logs).unwrap().flatten() {
         text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
@@ -86,7 +86,7 @@ fn escape_with_cleared_environment(root: &Path, env: (&str, &str), marker: &str)
     let out = apply_with(root, &[env]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        !item_log(root, "b").contains("STILL-ALIVE"),
+        !item_log(root, "r", "b").contains("STILL-ALIVE"),
         "the escapee outlived its item in {} mode",
         env.1
     );
@@ -345,11 +345,7 @@ fn in_cgroup_mode_an_escapee_ends_with_its_item_while_others_still_run() {
         let _ = std::fs::remove_dir_all(dir.path().join("runner-reports"));
         let out = apply_with(dir.path(), &[mode]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let latest = dir.path().join("runner-reports/latest/logs/s/b");
-        let mut log = String::new();
-        for e in std::fs::read_dir(latest).unwrap().flatten() {
-            log.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
-        }
+        let log = item_log(dir.path(), "s", "b");
         assert_eq!(
             log.contains("STILL-ALIVE"),
             alive_while_b_runs,
@@ -382,13 +378,7 @@ fn in_cgroup_mode_what_an_item_left_is_reaped_when_it_ends() {
     .unwrap();
     let out = apply_with(dir.path(), &[CGROUP]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let mut log = String::new();
-    for e in std::fs::read_dir(dir.path().join("runner-reports/latest/logs/s/b"))
-        .unwrap()
-        .flatten()
-    {
-        log.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
-    }
+    let log = item_log(dir.path(), "s", "b");
     assert!(!log.contains("UNREAPED"), "{log}");
     assert!(processes_matching("sleep 7309").is_empty());
 }

@@ -343,22 +343,16 @@ async fn finish_work(
         unverified,
         uncommitted: Vec::new(),
     };
-    match (&anchor, &snap) {
+    let (Some(anchor), Some(snap)) = (anchor, snap) else {
         // A repository without a commit: nothing to compare or commit against.
-        (None, _) | (_, None) => return Ok(Ok(nothing_new(false))),
-        // The checkout was proven clean after the worker, at the commit the item started from,
-        // and no gate ran since: nothing to commit, no worktree to remove, nothing to count.
-        (Some(a), Some(s))
-            if !gates_ran && s.tree.is_none() && !in_worktree && s.head == a.start =>
-        {
-            return Ok(Ok(nothing_new(!s.changed)));
-        }
-        _ => {}
+        return Ok(Ok(nothing_new(false)));
+    };
+    // The checkout was proven clean after the worker, at the commit the item started from, and
+    // no gate ran since: nothing to commit, no worktree to remove, nothing to count.
+    if !gates_ran && snap.tree.is_none() && !in_worktree && snap.head == anchor.start {
+        return Ok(Ok(nothing_new(!snap.changed)));
     }
     blocking(move || -> Result<Result<Event, String>, ItemError> {
-        let (Some(anchor), Some(snap)) = (anchor, snap) else {
-            return Ok(Ok(nothing_new(false)));
-        };
         // No gate ran since HEAD was checked after the worker (and the worker's processes are
         // gone): it stands where it was. Otherwise the gates must not have moved it either.
         let head = if gates_ran {
@@ -487,20 +481,30 @@ fn short(id: &str) -> &str {
 
 /// [`after_worker`]'s most common answer, had on the event loop where that costs less than a
 /// trip to the blocking pool: a small checkout ([`git::Reads::Small`]) whose own files prove it
-/// clean, on the item's branch at the very commit it started from, with no marker to look for.
-/// `None`: ask [`after_worker`].
+/// clean, HEAD at the very commit the item started from and no marker to look for, so that
+/// nothing can ask git. `None`: ask [`after_worker`].
 fn unchanged_small(dir: &Path, anchor: &Anchor, markers: &[String]) -> Option<Snapshot> {
-    if !markers.is_empty() {
+    let probe = git::proven_clean_small(dir)?;
+    if !markers.is_empty() || probe.head.as_deref() != Some(anchor.start.as_str()) {
         return None;
     }
-    let probe = git::proven_clean_small(dir)?;
-    (probe.head.as_deref() == Some(anchor.start.as_str()) && probe.branch == anchor.branch).then(
-        || Snapshot {
-            tree: None,
-            changed: false,
-            head: anchor.start.clone(),
-        },
-    )
+    clean_snapshot(dir, anchor, markers, probe).ok()
+}
+
+/// What a worker pass left in a checkout its files prove clean: nothing to commit, and HEAD,
+/// checked from the proof.
+fn clean_snapshot(
+    dir: &Path,
+    anchor: &Anchor,
+    markers: &[String],
+    clean: git::Probe,
+) -> Result<Snapshot, String> {
+    let head = check_probed(dir, anchor, markers, Some(clean))?;
+    Ok(Snapshot {
+        tree: None,
+        changed: head != anchor.start,
+        head,
+    })
 }
 
 /// After a worker pass: HEAD where it belongs, and the tree it left.
@@ -508,12 +512,7 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
     // The common case needs no git: a checkout its files prove clean has nothing to commit, and
     // the proof read HEAD already.
     if let Some(clean) = git::proven_clean(dir) {
-        let head = check_probed(dir, anchor, markers, Some(clean))?;
-        return Ok(Snapshot {
-            tree: None,
-            changed: head != anchor.start,
-            head,
-        });
+        return clean_snapshot(dir, anchor, markers, clean);
     }
     let head = check_head(dir, anchor, markers)?;
     let tree = git::snapshot_tree(dir).map_err(|e| e.to_string())?;

@@ -26,7 +26,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::Probe;
@@ -55,41 +55,11 @@ pub enum Reads {
 pub const SMALL_FILE: u64 = 8 * 1024;
 
 impl Reads {
+    /// A FIFO or device in place of a file is not waited on: it is left to git, which runs with
+    /// a deadline.
     fn bytes(self, path: &Path) -> std::io::Result<Vec<u8>> {
-        use std::io::Read;
-        // Only a regular file: a FIFO (or a device) a hostile checkout put in its `.git` is not
-        // waited on (it is left to git, which runs with a deadline).
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(std::io::Error::other("not a regular file"));
-        }
-        if self == Reads::All {
-            let mut data = Vec::with_capacity(meta.len() as usize);
-            file.read_to_end(&mut data)?;
-            return Ok(data);
-        }
-        // One byte more than allowed tells a file that is too large.
-        let mut data = vec![0u8; SMALL_FILE as usize + 1];
-        let mut len = 0;
-        loop {
-            match file.read(&mut data[len..]) {
-                Ok(0) => break,
-                Ok(n) => {
-                    len += n;
-                    if len == data.len() {
-                        return Err(std::io::Error::other("larger than a small read takes"));
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        data.truncate(len);
-        Ok(data)
+        let limit = (self == Reads::Small).then_some(SMALL_FILE);
+        crate::support::fs::read_regular(path, limit)
     }
 
     fn text(self, path: &Path) -> std::io::Result<String> {

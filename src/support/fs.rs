@@ -1,5 +1,6 @@
 //! Files a reader may see while they are being written.
 
+use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
@@ -24,6 +25,40 @@ pub fn write_atomic_with(
     let tmp = w.into_inner().map_err(|e| e.into_error())?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Open `path` without waiting, and only when it is a regular file: a FIFO or a device put in a
+/// file's place (a hostile checkout's `.git`) is refused at once, never waited on — an open for
+/// reading or writing of a FIFO nobody else has open would wait for ever, on the event loop.
+pub fn open_regular(path: &Path, options: &mut std::fs::OpenOptions) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = || std::io::Error::other("not a regular file");
+    let file = options
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => not_regular(),
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
+/// The whole of the regular file at `path` ([`open_regular`]); with `limit`, a file longer than
+/// that is an error, and no more than one byte past it is read.
+pub fn read_regular(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = open_regular(path, std::fs::OpenOptions::new().read(true))?;
+    let len = file.metadata()?.len();
+    let cap = limit.map_or(u64::MAX, |l| l + 1);
+    let mut data = Vec::with_capacity(len.min(cap) as usize);
+    file.take(cap).read_to_end(&mut data)?;
+    if limit.is_some_and(|l| data.len() as u64 > l) {
+        return Err(std::io::Error::other("larger than this read takes"));
+    }
+    Ok(data)
 }
 
 /// Lexically normalise a path (`a/./b/../c` -> `a/c`) without touching the disk.
