@@ -156,6 +156,10 @@ pub enum Event {
         /// The end of its output, when it did not succeed.
         #[serde(default)]
         output_tail: String,
+        /// Why its log is not all of its output: it could not be created or written whole
+        /// (a full disk).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log_error: Option<String>,
     },
     GateStarted {
         item: ItemIndex,
@@ -194,6 +198,10 @@ pub enum Event {
         /// the base commit has too (then forgiven), as the lines they were read from.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failures: Option<GateFailures>,
+        /// Why its log is not all of its output: it could not be created or written whole
+        /// (a full disk).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log_error: Option<String>,
     },
     /// A gate with `baseline: true` failed, and was run (or its verdict found) on the base
     /// commit, in a detached worktree, to tell which failures the base already has.
@@ -210,6 +218,10 @@ pub enum Event {
         cached: Option<CachedFrom>,
         duration: Duration,
         log: Option<PathBuf>,
+        /// Why its log is not all of its output: it could not be created or written whole
+        /// (a full disk).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log_error: Option<String>,
     },
     /// Before the item started, processes a dead run had left in its repository were ended.
     Reaped {
@@ -254,6 +266,35 @@ pub enum Event {
         ending: RunEnding,
         cause: Option<String>,
     },
+}
+
+impl Event {
+    /// A command whose log is not all of its output: its item, attempt, what it was, and why.
+    pub fn log_error(&self) -> Option<(ItemIndex, u32, String, &str)> {
+        match self {
+            Event::WorkerFinished {
+                item,
+                n,
+                log_error: Some(e),
+                ..
+            } => Some((*item, *n, "worker".into(), e)),
+            Event::GateFinished {
+                item,
+                n,
+                gate,
+                log_error: Some(e),
+                ..
+            } => Some((*item, *n, format!("gate `{gate}`"), e)),
+            Event::GateBaseline {
+                item,
+                n,
+                gate,
+                log_error: Some(e),
+                ..
+            } => Some((*item, *n, format!("gate `{gate}` on the base commit"), e)),
+            _ => None,
+        }
+    }
 }
 
 /// The tag of `apply --events`' format.

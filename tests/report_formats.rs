@@ -449,3 +449,76 @@ fn html_pages_render_in_chromium_with_a_lane_per_slot_and_no_request() {
         assert_eq!(s["trend"], true);
     }
 }
+
+/// A log the disk will not take whole (here a file-size limit stands in for a full disk) is told
+/// on stderr, in every report and by the exit code (4, runner's own failure); the item's verdict
+/// stands, and the log keeps what was written before.
+#[test]
+fn a_log_that_cannot_be_written_whole_is_told_and_the_run_exits_4() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    repo(&root.join("app"));
+    std::fs::write(
+        root.join("m.yaml"),
+        r#"version: 1
+name: loud
+repositories: [{path: app}]
+worker:
+  run: 'i=0; while [ $i -lt 20000 ]; do echo "line $i of a long output ..................................."; i=$((i+1)); done'
+items: [{repo: app, id: loud}]
+"#,
+    )
+    .unwrap();
+    // `ulimit -f 600`: 300 KiB in POSIX's 512-byte blocks (600 KiB where a shell counts KiB),
+    // room for the ledger and the reports, not for the worker's 1.2 MB. With SIGXFSZ ignored,
+    // a write past the limit fails as one on a full disk does.
+    let out = Command::new("sh")
+        .current_dir(root)
+        .args([
+            "-c",
+            r#"ulimit -f 600 && trap '' XFSZ && exec "$0" apply m.yaml --no-progress"#,
+            env!("CARGO_BIN_EXE_runner"),
+        ])
+        .env("NO_COLOR", "1")
+        .env_remove("RUNNER_ROLE")
+        .env_remove("RUNNER_STATE")
+        .env_remove("RUNNER_CONTAINMENT")
+        .env_remove("RUNNER_CGROUP")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(
+            "warning: app/loud attempt 1: the worker's log is incomplete: cannot write it past"
+        ),
+        "{err}"
+    );
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(
+            "exit 4: a log could not be written whole (app/loud attempt 1, the worker's)"
+        ),
+        "{err}"
+    );
+    let reports = root.join("runner-reports/latest");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(reports.join("report.json")).unwrap())
+            .unwrap();
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "completed", "{report}");
+    let worker = &item["attempts"][0]["worker"];
+    let error = worker["log_error"].as_str().unwrap_or_default();
+    assert!(error.contains("File too large"), "{worker}");
+    let log = reports.join(worker["log"].as_str().unwrap());
+    let kept = std::fs::metadata(&log).unwrap().len();
+    assert!(kept > 0 && kept < 1_000_000, "{kept} bytes kept");
+    assert!(error.contains(&format!("past {kept} bytes")), "{error}");
+    let summary = std::fs::read_to_string(reports.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("## Incomplete logs\n\n- `app/loud` pass 1, worker: cannot write it past"),
+        "{summary}"
+    );
+    let html = std::fs::read_to_string(reports.join("index.html")).unwrap();
+    assert!(html.contains("<strong>log incomplete</strong>: cannot write it past"));
+}

@@ -231,6 +231,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         events,
         events_seq: 0,
         events_failed: None,
+        log_failed: None,
         progress: crate::ui::Progress::new(&plan, fancy, ui.color),
         builder: ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
         ledger,
@@ -401,6 +402,9 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     }
     if let Some(e) = sink.events_failed.take() {
         ui.error(&e);
+        sink.failure.get_or_insert(e);
+    }
+    if let Some(e) = sink.log_failed.take() {
         sink.failure.get_or_insert(e);
     }
     // `reports.formats`, exactly; every one by default.
@@ -874,6 +878,9 @@ struct ApplySink {
     events_seq: u64,
     /// Why the event stream stopped, when it could not be written.
     events_failed: Option<String>,
+    /// The first log that could not be written whole: told at the end (exit 4), without
+    /// stopping the drain or changing any item's verdict.
+    log_failed: Option<String>,
     progress: crate::ui::Progress,
     builder: ReportBuilder,
     ledger: Store,
@@ -924,6 +931,15 @@ impl ApplySink {
         let at = crate::support::clock::now();
         self.builder.on(ev, &at);
         let key = item_of(ev).and_then(|i| self.keys.get(i));
+        if self.log_failed.is_none()
+            && let Some((_, n, what, e)) = ev.log_error()
+        {
+            self.log_failed = Some(format!(
+                "a log could not be written whole ({}/{} attempt {n}, the {what}'s): {e}",
+                key.map_or("", |k| k.repo.as_str()),
+                key.map_or("", |k| k.item.as_str()),
+            ));
+        }
         if self.events.is_some() {
             self.events_seq += 1;
             let line = crate::events::EventLine {

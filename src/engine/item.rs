@@ -740,6 +740,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             class,
             duration: fin.duration,
             log: fin.logged.then_some(log),
+            log_error: fin.log_error.clone(),
             output_tail: match (&fin.spawn_error, class) {
                 (Some(e), _) => e.clone(),
                 (None, WorkerClass::Ok) => String::new(),
@@ -998,6 +999,7 @@ async fn gates(
             exit: None,
             cached: None,
             failures: None,
+            log_error: None,
         });
     };
     for gate in gates {
@@ -1134,6 +1136,7 @@ async fn gates(
             duration: fin.duration,
             output_tail: tail,
             log: (fin.logged && cached.is_none()).then_some(log),
+            log_error: fin.log_error.clone(),
             exit: fin.exit,
             cached,
             failures,
@@ -1391,7 +1394,7 @@ async fn baseline(
             &b,
             b.ran_for.clone(),
             std::time::Duration::ZERO,
-            None,
+            (None, None),
         );
         return Some(b);
     }
@@ -1408,7 +1411,15 @@ async fn baseline(
         Ok(t) => t,
         Err(e) => {
             let b = unrun(commit, format!("no worktree of the base commit: {e}"));
-            send_baseline(icx, n, gate, &b, None, std::time::Duration::ZERO, None);
+            send_baseline(
+                icx,
+                n,
+                gate,
+                &b,
+                None,
+                std::time::Duration::ZERO,
+                (None, None),
+            );
             return Some(b);
         }
     };
@@ -1457,7 +1468,15 @@ async fn baseline(
         })),
     };
     let logged = (fin.logged && cached.is_none()).then_some(log);
-    send_baseline(icx, n, gate, &b, cached, fin.duration, logged);
+    send_baseline(
+        icx,
+        n,
+        gate,
+        &b,
+        cached,
+        fin.duration,
+        (logged, fin.log_error.clone()),
+    );
     if let Ok(mut m) = icx.cx.baselines.lock() {
         m.insert(memo, b.clone());
     }
@@ -1471,7 +1490,7 @@ fn send_baseline(
     b: &Baseline,
     cached: Option<CachedFrom>,
     duration: std::time::Duration,
-    log: Option<PathBuf>,
+    (log, log_error): (Option<PathBuf>, Option<String>),
 ) {
     let _ = icx.events.send(Event::GateBaseline {
         item: icx.idx,
@@ -1483,6 +1502,7 @@ fn send_baseline(
         cached,
         duration,
         log,
+        log_error,
     });
 }
 

@@ -96,6 +96,8 @@ pub struct Finished {
     pub any_output: bool,
     /// Whether its log file was written (empty when it printed nothing).
     pub logged: bool,
+    /// Why its log is not all of its output (it could not be created or written whole).
+    pub log_error: Option<String>,
     /// Output lines matching [`SpawnSpec::count_lines`].
     pub counted: u64,
     /// The failures recognised in its output, when asked for ([`SpawnSpec::failure_roots`]).
@@ -258,6 +260,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.output_bytes = snap.bytes;
     fin.any_output = snap.bytes > 0;
     fin.logged = snap.logged;
+    fin.log_error = snap.log_error;
     fin.counted = snap.counted;
     fin.failures = snap.failures;
     fin.duration = started.elapsed();

@@ -91,6 +91,9 @@ struct State {
     /// Where the log goes; opened at the first output, so a silent process costs no file.
     log_path: Option<std::path::PathBuf>,
     log: Option<std::fs::File>,
+    /// Why the log is not the whole output: the first failure to create or write it (a full
+    /// disk). Nothing more is written after it.
+    log_error: Option<String>,
     pending: Vec<u8>,
     tail: VecDeque<u8>,
     bytes: u64,
@@ -99,6 +102,42 @@ struct State {
     counted: u64,
     /// Reads failure-shaped lines (of gates), as redacted.
     failures: Option<crate::support::failures::Scanner>,
+}
+
+impl State {
+    /// Create the log, once, when there is a path for it.
+    fn open_log(&mut self) {
+        if self.log.is_some() || self.log_error.is_some() {
+            return;
+        }
+        let Some(path) = self.log_path.take() else {
+            return;
+        };
+        let created = match path.parent() {
+            Some(dir) => std::fs::create_dir_all(dir),
+            None => Ok(()),
+        }
+        .and_then(|()| std::fs::File::create(&path));
+        match created {
+            Ok(f) => self.log = Some(f),
+            Err(e) => self.log_error = Some(format!("cannot create it: {e}")),
+        }
+    }
+
+    /// Append to the log; after a failure (a full disk) nothing more, and the failure is kept
+    /// to be told.
+    fn write_log(&mut self, bytes: &[u8]) {
+        if self.log_error.is_some() {
+            return;
+        }
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        if let Err(e) = log.write_all(bytes) {
+            let kept = log.metadata().map(|m| m.len()).unwrap_or_default();
+            self.log_error = Some(format!("cannot write it past {kept} bytes: {e}"));
+        }
+    }
 }
 
 /// Shared sink for both pipes of one process.
@@ -116,6 +155,8 @@ pub struct Snapshot {
     pub bytes: u64,
     /// Whether a log file was written.
     pub logged: bool,
+    /// Why the log lacks output, when it does: it could not be created or written whole.
+    pub log_error: Option<String>,
     /// Output lines that matched the counter.
     pub counted: u64,
     /// The failures recognised in the output, when asked for ([`Collector::recognising`]).
@@ -128,6 +169,7 @@ impl Collector {
             state: Arc::new(Mutex::new(State {
                 log_path,
                 log: None,
+                log_error: None,
                 pending: Vec::new(),
                 tail: VecDeque::new(),
                 bytes: 0,
@@ -200,17 +242,8 @@ impl Collector {
                 scanner.line(line);
             }
         }
-        if st.log.is_none()
-            && let Some(path) = st.log_path.take()
-        {
-            if let Some(dir) = path.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            st.log = std::fs::File::create(&path).ok();
-        }
-        if let Some(log) = st.log.as_mut() {
-            let _ = log.write_all(text.as_bytes());
-        }
+        st.open_log();
+        st.write_log(text.as_bytes());
         st.tail.extend(text.as_bytes());
         let excess = st.tail.len().saturating_sub(TAIL_BYTES);
         st.tail.drain(..excess);
@@ -230,6 +263,7 @@ impl Collector {
                 tail: String::new(),
                 bytes: 0,
                 logged: false,
+                log_error: None,
                 counted: 0,
                 failures: Vec::new(),
             };
@@ -240,22 +274,19 @@ impl Collector {
         }
         // Every process has its log, an empty one when it printed nothing: a report never
         // points at a log that is not there, nor leaves one out.
-        if st.log.is_none()
-            && let Some(path) = st.log_path.take()
+        st.open_log();
+        if let Some(log) = st.log.as_mut()
+            && let Err(e) = log.flush()
         {
-            if let Some(dir) = path.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            st.log = std::fs::File::create(&path).ok();
-        }
-        if let Some(log) = st.log.as_mut() {
-            let _ = log.flush();
+            st.log_error
+                .get_or_insert_with(|| format!("cannot write it: {e}"));
         }
         let bytes: Vec<u8> = st.tail.iter().copied().collect();
         Snapshot {
             tail: String::from_utf8_lossy(&bytes).into_owned(),
             bytes: st.bytes,
             logged: st.log.is_some(),
+            log_error: st.log_error.clone(),
             counted: st.counted,
             failures: st
                 .failures

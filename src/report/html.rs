@@ -474,9 +474,12 @@ fn duration_of(it: &ItemReport) -> Option<u64> {
     (!d.is_negative()).then(|| d.as_millis() as u64)
 }
 
-fn log_link(out: &mut Page<'_>, log: Option<&str>) {
+fn log_link(out: &mut Page<'_>, log: Option<&str>, error: Option<&str>) {
     if let Some(l) = log {
         let _ = write!(out, " · <a href=\"{}\">log</a>", esc(l));
+    }
+    if let Some(e) = error {
+        let _ = write!(out, " · <strong>log incomplete</strong>: {}", esc(e));
     }
 }
 
@@ -513,7 +516,7 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
                 w.class.as_str(),
                 human_ms(w.duration_ms)
             );
-            log_link(out, w.log.as_deref());
+            log_link(out, w.log.as_deref(), w.log_error.as_deref());
             out.push_str("</td></tr>\n");
         }
         for g in &a.gates {
@@ -535,7 +538,7 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
                     .unwrap_or_default(),
                 human_ms(g.duration_ms)
             );
-            log_link(out, g.log.as_deref());
+            log_link(out, g.log.as_deref(), g.log_error.as_deref());
             out.push_str("</td></tr>\n");
             if let Some(f) = &g.failures {
                 for (what, lines) in [("new failure", &f.new), ("forgiven", &f.forgiven)] {

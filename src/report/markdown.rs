@@ -237,5 +237,37 @@ pub fn render(r: &Report) -> String {
             }
         }
     }
+    // Logs that lack output (a full disk): the run exited 4 for them.
+    let mut incomplete = Vec::new();
+    for it in &r.items {
+        for a in &it.attempts {
+            let worker = a
+                .worker
+                .iter()
+                .map(|w| ("worker".to_string(), &w.log, &w.log_error));
+            let gates = a
+                .gates
+                .iter()
+                .map(|g| (format!("gate `{}`", g.name), &g.log, &g.log_error));
+            for (what, log, error) in worker.chain(gates) {
+                if let Some(e) = error {
+                    incomplete.push(format!(
+                        "- `{}/{}` pass {}, {what}: {}{}\n",
+                        it.repo,
+                        it.id,
+                        a.n,
+                        cell(e),
+                        log.as_deref()
+                            .map(|l| format!(" (`{l}`)"))
+                            .unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    if !incomplete.is_empty() {
+        out.push_str("\n## Incomplete logs\n\n");
+        out.extend(incomplete);
+    }
     out
 }

@@ -182,6 +182,10 @@ pub struct WorkerReport {
     pub duration_ms: u64,
     /// Relative to the run's report folder (an empty file when the worker printed nothing).
     pub log: Option<String>,
+    /// Why the log is not all of the output: it could not be created or written whole (a full
+    /// disk). The run exits 4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
     /// The end of its output when it did not succeed (empty otherwise).
     pub output_tail: String,
 }
@@ -194,6 +198,10 @@ pub struct GateReport {
     pub duration_ms: u64,
     pub output_tail: String,
     pub log: Option<String>,
+    /// Why the log is not all of the output: it could not be created or written whole (a full
+    /// disk). The run exits 4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
     /// How it exited, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit: Option<i32>,
@@ -233,6 +241,10 @@ pub struct BaselineReport {
     pub cached: bool,
     pub duration_ms: u64,
     pub log: Option<String>,
+    /// Why the log is not all of the output: it could not be created or written whole (a full
+    /// disk). The run exits 4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
 }
 
 /// A required gate that passed nowhere in the run while its failures halted items: more likely
@@ -548,6 +560,7 @@ impl ReportBuilder {
                 duration,
                 log,
                 output_tail,
+                log_error,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if let Some(a) = self.attempt(*item, *n) {
@@ -556,6 +569,7 @@ impl ReportBuilder {
                         class: *class,
                         duration_ms: duration.as_millis() as u64,
                         log,
+                        log_error: log_error.clone(),
                         output_tail: output_tail.clone(),
                     });
                 }
@@ -586,6 +600,7 @@ impl ReportBuilder {
                 cached,
                 duration,
                 log,
+                log_error,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if *result == GateResult::Passed {
@@ -601,6 +616,7 @@ impl ReportBuilder {
                         cached: cached.is_some(),
                         duration_ms: duration.as_millis() as u64,
                         log,
+                        log_error: log_error.clone(),
                     },
                 );
             }
@@ -616,6 +632,7 @@ impl ReportBuilder {
                 exit,
                 cached,
                 failures,
+                log_error,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 let key = (*item, *n, gate.clone());
@@ -640,6 +657,7 @@ impl ReportBuilder {
                         duration_ms: duration.as_millis() as u64,
                         output_tail: output_tail.clone(),
                         log,
+                        log_error: log_error.clone(),
                         exit: *exit,
                         required,
                         cached: cached.clone(),

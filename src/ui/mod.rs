@@ -166,6 +166,12 @@ impl Progress {
     }
 
     pub fn on(&mut self, ev: &Event) {
+        if let Some((item, n, what, e)) = ev.log_error() {
+            self.line(&format!(
+                "warning: {} attempt {n}: the {what}'s log is incomplete: {e}",
+                self.name(item)
+            ));
+        }
         match ev {
             Event::RunStarted {
                 run_id,
