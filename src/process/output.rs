@@ -36,6 +36,8 @@ impl Redactor {
             secrets.push(v);
         }
         secrets.retain(|v| v.len() >= MIN_SECRET_LEN);
+        let encoded: Vec<String> = secrets.iter().flat_map(|v| encoded_forms(v)).collect();
+        secrets.extend(encoded);
         // Longest first, so a secret containing another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
@@ -85,6 +87,49 @@ impl Redactor {
         }
         out
     }
+}
+
+/// The shortest encoded form of a secret that is redacted: a few base64 characters would match
+/// ordinary text.
+const MIN_ENCODED_LEN: usize = 8;
+
+/// The forms a secret takes when a tool prints it encoded rather than as is: base64 (standard
+/// and URL-safe, at each of the three alignments it can have inside a longer encoded text, as
+/// in `Authorization: Basic base64(user:secret)`: only the characters that depend on the
+/// secret alone), percent-encoded (in a URL) and JSON-escaped — each when it differs from the
+/// value.
+fn encoded_forms(value: &str) -> Vec<String> {
+    use base64::Engine;
+    let bytes = value.as_bytes();
+    let mut forms = Vec::new();
+    for shift in 0..3 {
+        let mut input = vec![0u8; shift];
+        input.extend_from_slice(bytes);
+        let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&input);
+        // Characters wholly within the secret's bits: after the prefix's, before a last one
+        // shared with what follows.
+        let start = (8 * shift).div_ceil(6);
+        let end = 8 * input.len() / 6;
+        if end > start {
+            let middle = &text[start..end];
+            forms.push(middle.to_string());
+            forms.push(middle.replace('+', "-").replace('/', "_"));
+        }
+    }
+    let mut percent = String::new();
+    for b in bytes {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(b) {
+            percent.push(*b as char);
+        } else {
+            percent.push_str(&format!("%{b:02X}"));
+        }
+    }
+    forms.push(percent);
+    if let Ok(json) = serde_json::to_string(value) {
+        forms.push(json[1..json.len() - 1].to_string());
+    }
+    forms.retain(|f| f != value && f.len() >= MIN_ENCODED_LEN);
+    forms
 }
 
 struct State {
@@ -347,6 +392,40 @@ mod tests {
         let log = std::fs::read_to_string(&path).unwrap();
         assert_eq!(log, "token *** here\nnext");
         assert_eq!(snap.tail, log);
+    }
+
+    #[test]
+    fn a_secret_printed_encoded_is_redacted_too() {
+        use base64::Engine;
+        let secret = "tok/0123+4567:89\"ab";
+        let r = Redactor::new([secret.to_string()]);
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let url = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        // At each alignment inside a longer encoded text (`user:secret`, as basic auth sends it).
+        for user in ["", "u", "us", "use"] {
+            for encoded in [
+                b64(&format!("{user}:{secret}")),
+                url(&format!("{user}{secret}!")),
+            ] {
+                let text = format!("Authorization: Basic {encoded}");
+                let redacted = r.redact(&text);
+                assert!(redacted.contains("***"), "{text} -> {redacted}");
+                // What is left of the encoding cannot be decoded back into the secret.
+                let left = redacted.replace("***", "");
+                assert!(!left.contains(&b64(secret)[..8]), "{redacted}");
+            }
+        }
+        assert_eq!(
+            r.redact("GET /x?token=tok%2F0123%2B4567%3A89%22ab HTTP/1.1"),
+            "GET /x?token=*** HTTP/1.1"
+        );
+        assert_eq!(
+            r.redact(r#"{"token": "tok/0123+4567:89\"ab"}"#),
+            r#"{"token": "***"}"#
+        );
+        // Short encodings of short secrets are not redacted: they would match ordinary text.
+        let short = Redactor::new(["abcd".to_string()]);
+        assert_eq!(short.redact("YWJjZA== and abcd"), "YWJjZA== and ***");
     }
 
     #[test]
