@@ -510,7 +510,9 @@ fn auto_gate_timeouts(
     loaded: &crate::manifest::LoadedManifest,
     ledger: &Store,
 ) -> HashMap<String, std::time::Duration> {
-    use crate::manifest::{AUTO_TIMEOUT_SAMPLES, DEFAULT_GATE_TIMEOUT, format_duration};
+    use crate::manifest::{
+        AUTO_TIMEOUT_SAMPLES, DEFAULT_GATE_TIMEOUT, format_approx, format_duration,
+    };
     let mut names: Vec<&str> = loaded
         .manifest
         .gates
@@ -548,7 +550,7 @@ fn auto_gate_timeouts(
                 eprintln!(
                     "runner: gate `{name}`: timeout auto = {} (p95 {} over {} passing runs)",
                     format_duration(limit),
-                    format_duration(p95),
+                    format_approx(p95),
                     samples.len()
                 );
                 out.insert(name.to_string(), limit);

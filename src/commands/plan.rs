@@ -261,8 +261,8 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
         out.push_str(&match plan.expected {
             Some(e) => format!(
                 "expected to take {} (the least any order could: {}); the repository with the most work left starts first\n",
-                crate::manifest::format_duration(std::time::Duration::from_millis(e.makespan_ms)),
-                crate::manifest::format_duration(std::time::Duration::from_millis(e.lower_bound_ms)),
+                crate::manifest::format_approx(std::time::Duration::from_millis(e.makespan_ms)),
+                crate::manifest::format_approx(std::time::Duration::from_millis(e.lower_bound_ms)),
             ),
             None => "no history yet: the repositories with the most pending items start first\n"
                 .to_string(),
@@ -281,7 +281,7 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
                 it.state.as_str().to_string(),
                 it.start.map_or(String::new(), |s| s.to_string()),
                 it.estimate_ms.map_or(String::new(), |ms| {
-                    crate::manifest::format_duration(std::time::Duration::from_millis(ms))
+                    crate::manifest::format_approx(std::time::Duration::from_millis(ms))
                 }),
                 it.reason.map_or(String::new(), |r| r.as_str().to_string()),
                 it.detail

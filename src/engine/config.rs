@@ -126,6 +126,8 @@ pub fn auto_timeout(samples_ms: &[u64]) -> Option<(Duration, Duration)> {
     let rank = (sorted.len() * 95).div_ceil(100).max(1);
     let p95 = Duration::from_millis(sorted[rank - 1]);
     let limit = (p95 * AUTO_TIMEOUT_FACTOR).clamp(AUTO_TIMEOUT_MIN, DEFAULT_GATE_TIMEOUT);
+    // A whole number of seconds (rounded up): the limit said on stderr is the limit kept.
+    let limit = Duration::from_secs(limit.as_millis().div_ceil(1000) as u64);
     Some((limit, p95))
 }
 
@@ -149,5 +151,9 @@ mod auto_timeout_tests {
             auto_timeout(&[1_500_000; 5]).unwrap().0,
             Duration::from_secs(30 * 60)
         );
+        // Measured durations have milliseconds; the limit is whole seconds, rounded up.
+        let (limit, p95) = auto_timeout(&[83_449; 5]).unwrap();
+        assert_eq!(p95, Duration::from_millis(83_449));
+        assert_eq!(limit, Duration::from_secs(251));
     }
 }

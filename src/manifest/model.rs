@@ -751,9 +751,35 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// A measured or estimated duration for a person to read, to the precision that matters at its
+/// size: `850ms`, `2.6s`, `28s`, `4m5s`, `1h12m`.
+pub fn format_approx(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..10_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        10_000..3_600_000 => format_duration(Duration::from_secs(((ms + 500) / 1000) as u64)),
+        _ => format_duration(Duration::from_secs(((ms + 30_000) / 60_000 * 60) as u64)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn approximate_durations_read_plainly() {
+        let f = |ms| format_approx(Duration::from_millis(ms));
+        assert_eq!(f(0), "0ms");
+        assert_eq!(f(850), "850ms");
+        assert_eq!(f(2583), "2.6s");
+        assert_eq!(f(27_720), "28s");
+        assert_eq!(f(27_499), "27s");
+        assert_eq!(f(58_768), "59s");
+        assert_eq!(f(59_600), "1m");
+        assert_eq!(f(245_400), "4m5s");
+        assert_eq!(f(4_331_000), "1h12m");
+    }
 
     #[test]
     fn durations_take_units() {
