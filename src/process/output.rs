@@ -133,7 +133,8 @@ fn encoded_forms(value: &str) -> Vec<String> {
 }
 
 struct State {
-    /// Where the log goes; opened at the first output, so a silent process costs no file.
+    /// Where the log goes: created at the first output, or empty when the process ends
+    /// without any.
     log_path: Option<std::path::PathBuf>,
     log: Option<std::fs::File>,
     /// Why the log is not the whole output: the first failure to create or write it (a full
