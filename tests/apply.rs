@@ -389,6 +389,40 @@ fn secrets_are_redacted_from_logs_and_reports() {
     assert_eq!(worker_log, "using *** now\nY2k6***k=\n");
 }
 
+/// Feedback that cannot be written (here a folder stands where the file goes) is said on stderr;
+/// the next attempt runs without `RUNNER_FEEDBACK`, as it would on a full disk.
+#[test]
+fn feedback_that_cannot_be_written_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("seen.txt");
+    manifest(
+        dir.path(),
+        1,
+        1,
+        1,
+        &format!(
+            "echo \"attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]\" >> {}; mkdir -p \"$(dirname \"$RUNNER_USAGE\")/$RUNNER_ATTEMPT-feedback.txt\"; exit 1",
+            seen.display()
+        ),
+        "",
+    );
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        m.replace("worker:\n", "worker:\n  attempts: 2\n"),
+    )
+    .unwrap();
+    let out = apply(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("r0/item-0: the next attempt gets no feedback: cannot write"),
+        "{err}"
+    );
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(seen, "attempt 1 feedback=[]\nattempt 2 feedback=[]\n");
+}
+
 #[test]
 fn a_failing_gate_feeds_the_next_attempt() {
     let dir = tempfile::tempdir().unwrap();

@@ -1512,9 +1512,21 @@ fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<P
         "attempt {n} failed at {stage}; the end of its output:\n\n{}\n",
         last_lines(tail, 200, 32 * 1024)
     );
-    std::fs::create_dir_all(&icx.logs).ok()?;
-    crate::support::fs::write_atomic(&path, text.as_bytes()).ok()?;
-    Some(path)
+    let written = std::fs::create_dir_all(&icx.logs)
+        .and_then(|()| crate::support::fs::write_atomic(&path, text.as_bytes()));
+    match written {
+        Ok(()) => Some(path),
+        Err(e) => {
+            // The next attempt runs without `RUNNER_FEEDBACK`: said, not silent.
+            tracing::warn!(
+                "{}/{}: the next attempt gets no feedback: cannot write `{}`: {e}",
+                icx.item.repo,
+                icx.item.id,
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 /// A unit of every shared resource the command `uses`, taken in name order (so two commands never
