@@ -27,7 +27,8 @@ fn an_auto_timeout_comes_from_the_gates_history() {
         line["limit"]["secs"].as_u64().unwrap()
     };
     for round in 0..6 {
-        let mut args = vec!["apply", "m.yaml", "--no-progress", "--events"];
+        // Without the verdict cache, every round runs the gate.
+        let mut args = vec!["apply", "m.yaml", "--no-progress", "--no-cache", "--events"];
         args.push(events.to_str().unwrap());
         if round > 0 {
             args.extend(["--rerun", "all"]);
@@ -60,4 +61,41 @@ fn an_auto_timeout_comes_from_the_gates_history() {
     }
     let out = run_in(root, &["validate", "m.yaml"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// A verdict reused from the cache did not run the gate: it is no sample of how long the gate
+/// takes (counted, its zero would pull a slow gate's limit down to the one-minute floor).
+#[test]
+fn cached_verdicts_are_not_samples_of_a_gates_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: auto\nrepositories: [{path: r}]\nworker: {run: \"true\"}\ngates:\n  - {name: test, timeout: auto, run: 'sleep 0.05'}\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    for round in 0..4 {
+        let mut args = vec!["apply", "m.yaml", "--no-progress"];
+        if round > 0 {
+            args.extend(["--rerun", "all"]);
+        }
+        let out = run_in(root, &args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        // Round 0 runs the gate; the later rounds reuse its verdict on the same tree.
+        let so_far = round.min(1);
+        assert!(
+            err.contains(&format!(
+                "gate `test`: timeout auto = 30m, the default, until 5 passing runs are recorded ({so_far} so far)"
+            )),
+            "round {round}: {err}"
+        );
+    }
+    let report = common::latest_report(&root.join("runner-reports"));
+    let gate = &report["items"][0]["attempts"][0]["gates"][0];
+    assert!(
+        gate["cached"].is_object(),
+        "the last round reused the verdict: {gate}"
+    );
 }

@@ -222,8 +222,9 @@ pub fn item_durations_of(
     out
 }
 
-/// How long each gate took when it passed, from `gate-finished` event bodies: milliseconds by
-/// gate name.
+/// How long each gate took when it ran and passed, from `gate-finished` event bodies:
+/// milliseconds by gate name. A verdict reused from the cache did not run the gate (it took no
+/// time): it is not a sample, or cached passes would pull a slow gate's limit down to the floor.
 pub fn gate_durations_of(
     bodies: impl IntoIterator<Item = String>,
 ) -> std::collections::HashMap<String, Vec<u64>> {
@@ -233,6 +234,7 @@ pub fn gate_durations_of(
             gate,
             result: crate::vocab::GateResult::Passed,
             duration,
+            cached: None,
             ..
         }) = serde_json::from_str::<Event>(&body)
         {
