@@ -267,6 +267,44 @@ fn an_unchanged_tree_reuses_a_passing_verdict_and_a_changed_file_does_not() {
     assert!(g["cached"].is_null(), "{g}");
 }
 
+/// A verdict counts the lines its `min_tests` pattern matched: a changed pattern is a changed
+/// question, never answered by the count of the old one.
+#[test]
+fn a_changed_min_tests_pattern_is_not_answered_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    suite_repo(&root.join("app"), &[("TestAdd", "pass")]);
+    let with_pattern = |pattern: &str| {
+        manifest(
+            root,
+            &["app"],
+            &format!("    min_tests: {{count: 1, pattern: '{pattern}'}}\n"),
+            "  - {repo: app, id: noop, vars: {script: 'true'}}\n",
+        )
+    };
+    with_pattern("^--- PASS");
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(gate_runs(root), 1);
+    // The same question again: answered from the cache.
+    let (code, err) = apply(root, &["--rerun", "all"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(gate_runs(root), 1, "the gate did not run again");
+    // A pattern no line of the suite matches: the gate runs, and too few tests ran.
+    with_pattern("^--- PASS: TestMissing");
+    let (code, err) = apply(root, &["--rerun", "all"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(gate_runs(root), 2, "the gate ran again");
+    let g = gate(report_item(
+        &latest_report(&root.join("runner-reports")),
+        "id",
+        "noop",
+    ))
+    .clone();
+    assert_eq!(g["result"], "failed", "{g}");
+    assert!(g["cached"].is_null(), "{g}");
+}
+
 #[test]
 fn a_failing_verdict_is_never_reused() {
     let dir = tempfile::tempdir().unwrap();

@@ -1192,7 +1192,8 @@ async fn judged(
                     .flatten()
             }
         };
-        tree.map(|t| verdicts::key(kind, &t, &ready.argv, &ready.env, run.dir))
+        let counting = gate.min_tests.as_ref().map(|m| m.pattern.as_str());
+        tree.map(|t| verdicts::key(kind, &t, &ready.argv, &ready.env, run.dir, counting))
     } else {
         None
     };

@@ -9,7 +9,8 @@
 //! A verdict is keyed by the git tree of the folder the gate runs in (untracked files included,
 //! ignored files not), its command line and its environment, runner's variables included
 //! (`RUNNER_REPO`, `RUNNER_ITEM`: a gate may judge by them) but for those that change with every
-//! run or attempt (run id, attempt, token, feedback and usage files, model). The folder itself
+//! run or attempt (run id, attempt, token, feedback and usage files, model), and by the gate's
+//! `min_tests` pattern (a verdict keeps how many lines it matched). The folder itself
 //! is written as `<dir>`, so that a worktree made anew finds the verdict of the one before. Only verdicts the command gave by
 //! exiting are kept: a timeout, a cancellation, a command that could not start or was not found
 //! (exit 126 or 127) or one killed by a signal says nothing about the tree.
@@ -96,14 +97,15 @@ pub enum Kind {
     Baseline,
 }
 
-/// The key of a verdict: the tree, the command line (its folder as `<dir>`) and the
-/// environment but for runner's per-item variables.
+/// The key of a verdict: the tree, the command line (its folder as `<dir>`), the environment but
+/// for runner's per-item variables, and the `min_tests` pattern whose matches it counts.
 pub fn key(
     kind: Kind,
     tree: &str,
     argv: &[String],
     env: &[(String, String)],
     dir: &Path,
+    counting: Option<&str>,
 ) -> String {
     let dir = dir.to_string_lossy();
     let mut h = Sha256::new();
@@ -125,6 +127,11 @@ pub fn key(
         h.update(b"=");
         h.update(v.replace(dir.as_ref(), "<dir>").as_bytes());
         h.update(b"\0");
+    }
+    // A verdict counts the lines `min_tests` matched: another pattern is another question.
+    if let Some(p) = counting {
+        h.update(b"\0min_tests\0");
+        h.update(p.as_bytes());
     }
     crate::support::hex(&h.finalize())
 }
@@ -224,31 +231,68 @@ mod tests {
         let argv = |dir: &str| vec!["make".to_string(), format!("-C{dir}")];
         let g = Kind::Gate;
         let here = |d: &str| Path::new(d).to_path_buf();
-        let a = key(g, "t1", &argv("/w/a"), &env("1", "/w/a"), &here("/w/a"));
-        let b = key(g, "t1", &argv("/w/b"), &env("2", "/w/b"), &here("/w/b"));
+        let a = key(
+            g,
+            "t1",
+            &argv("/w/a"),
+            &env("1", "/w/a"),
+            &here("/w/a"),
+            None,
+        );
+        let b = key(
+            g,
+            "t1",
+            &argv("/w/b"),
+            &env("2", "/w/b"),
+            &here("/w/b"),
+            None,
+        );
         assert_eq!(a, b);
         assert_ne!(
             a,
-            key(g, "t2", &argv("/w/a"), &env("1", "/w/a"), &here("/w/a"))
+            key(
+                g,
+                "t2",
+                &argv("/w/a"),
+                &env("1", "/w/a"),
+                &here("/w/a"),
+                None
+            )
         );
         let mut other = env("1", "/w/a");
         other[0].1 = "/opt/bin".into();
-        assert_ne!(a, key(g, "t1", &argv("/w/a"), &other, &here("/w/a")));
+        assert_ne!(a, key(g, "t1", &argv("/w/a"), &other, &here("/w/a"), None));
         let bl = Kind::Baseline;
         assert_ne!(
             a,
-            key(bl, "t1", &argv("/w/a"), &env("1", "/w/a"), &here("/w/a"))
+            key(
+                bl,
+                "t1",
+                &argv("/w/a"),
+                &env("1", "/w/a"),
+                &here("/w/a"),
+                None
+            )
         );
         // A gate may judge by the item it is run for; a baseline is the repository's.
         let item = |i: &str| vec![("RUNNER_ITEM".to_string(), i.to_string())];
         let at = Path::new("/w");
         assert_ne!(
-            key(g, "t", &[], &item("a"), at),
-            key(g, "t", &[], &item("b"), at)
+            key(g, "t", &[], &item("a"), at, None),
+            key(g, "t", &[], &item("b"), at, None)
         );
         assert_eq!(
-            key(bl, "t", &[], &item("a"), at),
-            key(bl, "t", &[], &item("b"), at)
+            key(bl, "t", &[], &item("a"), at, None),
+            key(bl, "t", &[], &item("b"), at, None)
+        );
+        // The lines a verdict counted were counted with its `min_tests` pattern.
+        assert_ne!(
+            key(g, "t", &[], &[], at, Some("^ok")),
+            key(g, "t", &[], &[], at, Some("^PASS"))
+        );
+        assert_ne!(
+            key(g, "t", &[], &[], at, Some("^ok")),
+            key(g, "t", &[], &[], at, None)
         );
     }
 
