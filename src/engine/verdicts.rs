@@ -230,50 +230,28 @@ mod tests {
         };
         let argv = |dir: &str| vec!["make".to_string(), format!("-C{dir}")];
         let g = Kind::Gate;
-        let here = |d: &str| Path::new(d).to_path_buf();
-        let a = key(
-            g,
-            "t1",
-            &argv("/w/a"),
-            &env("1", "/w/a"),
-            &here("/w/a"),
-            None,
-        );
-        let b = key(
-            g,
-            "t1",
-            &argv("/w/b"),
-            &env("2", "/w/b"),
-            &here("/w/b"),
-            None,
-        );
-        assert_eq!(a, b);
-        assert_ne!(
-            a,
+        // The key of a `make -C<dir>` gate on `tree`, in `dir`, at attempt `attempt`.
+        let make = |kind, tree: &str, dir: &str, attempt: &str| {
             key(
-                g,
-                "t2",
-                &argv("/w/a"),
-                &env("1", "/w/a"),
-                &here("/w/a"),
-                None
+                kind,
+                tree,
+                &argv(dir),
+                &env(attempt, dir),
+                Path::new(dir),
+                None,
             )
-        );
+        };
+        let a = make(g, "t1", "/w/a", "1");
+        assert_eq!(a, make(g, "t1", "/w/b", "2"));
+        assert_ne!(a, make(g, "t2", "/w/a", "1"));
         let mut other = env("1", "/w/a");
         other[0].1 = "/opt/bin".into();
-        assert_ne!(a, key(g, "t1", &argv("/w/a"), &other, &here("/w/a"), None));
-        let bl = Kind::Baseline;
         assert_ne!(
             a,
-            key(
-                bl,
-                "t1",
-                &argv("/w/a"),
-                &env("1", "/w/a"),
-                &here("/w/a"),
-                None
-            )
+            key(g, "t1", &argv("/w/a"), &other, Path::new("/w/a"), None)
         );
+        let bl = Kind::Baseline;
+        assert_ne!(a, make(bl, "t1", "/w/a", "1"));
         // A gate may judge by the item it is run for; a baseline is the repository's.
         let item = |i: &str| vec![("RUNNER_ITEM".to_string(), i.to_string())];
         let at = Path::new("/w");
