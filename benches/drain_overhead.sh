@@ -2,7 +2,10 @@
 # Benchmark: runner's own overhead. `runner apply -j 2` over ITEMS items in REPOS repositories
 # whose worker is `true` and which have no gates, against `xargs -P 2` running the same number of
 # `true` commands, in the same session. Each timed run starts from an empty state ledger, so
-# every item runs and every claim and result is written. Prints both wall times (median of R runs) and the ratio.
+# every item runs and every claim and result is written. Prints both wall times (median of R
+# runs) and the ratio, then the CPU time of each (the commands' own included): how much runner
+# adds per item, the best ratio that CPU time allows on this machine's cores, and the most it
+# could add per item for 1.1x.
 #
 #   benches/drain_overhead.sh [ITEMS] [REPOS] [R]
 set -euo pipefail
@@ -35,27 +38,19 @@ done
 # runs: on a file system without a journal (ext4 as some CI machines and containers mount it),
 # creating files within a minute of deleting thousands scans the inode table for each one, which
 # made the runs after the first measure the previous run's clean-up rather than runner.
+# Each prints the wall time and the CPU time (user + system, the commands' own included), in ms.
+TIMEFORMAT='%3R %3U %3S'
+ms() { awk '{ printf "%d %d\n", $1 * 1000, ($2 + $3) * 1000 }'; }
 time_runner() {
-  local t0 t1 n_run=$1
-  t0=$(now)
-  "$bin" apply "$work/manifest.yaml" -j 2 --no-progress --state "$work/state-$n_run.db" \
-    --report-dir "$work/out-$n_run" 2> /dev/null
-  t1=$(now)
-  echo $(( (t1 - t0) / 1000000 ))
+  local n_run=$1
+  { time "$bin" apply "$work/manifest.yaml" -j 2 --no-progress --state "$work/state-$n_run.db" \
+      --report-dir "$work/out-$n_run" 2> /dev/null; } 2>&1 | ms
 }
 time_parallel() {
-  local t0 t1
-  t0=$(now)
-  seq "$items" | parallel -j 2 true
-  t1=$(now)
-  echo $(( (t1 - t0) / 1000000 ))
+  { time (seq "$items" | parallel -j 2 true); } 2>&1 | ms
 }
 time_xargs() {
-  local t0 t1
-  t0=$(now)
-  seq "$items" | xargs -P 2 -I{} true
-  t1=$(now)
-  echo $(( (t1 - t0) / 1000000 ))
+  { time (seq "$items" | xargs -P 2 -I{} true); } 2>&1 | ms
 }
 
 time_runner 0 > /dev/null
@@ -65,17 +60,28 @@ done_count=$(grep -o '"completed": [0-9]*' "$work/out-0/latest/report.json" | he
 rs=(); xs=(); ps=()
 # GNU parallel, when installed (Debian: parallel), runs the same commands too.
 have_parallel=$(command -v parallel > /dev/null && echo yes || echo no)
+rc=(); xc=()
 for k in $(seq "$runs"); do
-  rs+=("$(time_runner "$k")")
-  xs+=("$(time_xargs)")
-  [ "$have_parallel" = yes ] && ps+=("$(time_parallel)")
+  read -r wall cpu < <(time_runner "$k"); rs+=("$wall"); rc+=("$cpu")
+  read -r wall cpu < <(time_xargs); xs+=("$wall"); xc+=("$cpu")
+  if [ "$have_parallel" = yes ]; then read -r wall cpu < <(time_parallel); ps+=("$wall"); fi
 done
 r=$(printf '%s\n' "${rs[@]}" | median)
 x=$(printf '%s\n' "${xs[@]}" | median)
+rcpu=$(printf '%s\n' "${rc[@]}" | median)
+xcpu=$(printf '%s\n' "${xc[@]}" | median)
 echo "items: $items over $repos repositories, -j 2, runs: $runs (median)"
 echo "runner apply:   ${r} ms"
 echo "xargs -P 2:     ${x} ms"
 awk -v r="$r" -v x="$x" 'BEGIN { printf "ratio runner/xargs: %.2fx\n", r / x }'
+# Where the ratio comes from: CPU time, the commands' own included, and what it allows. With
+# every core busy, a drain cannot end before its CPU time divided by the cores.
+cores=$(nproc)
+awk -v rc="$rcpu" -v xc="$xcpu" -v x="$x" -v n="$items" -v c="$cores" 'BEGIN {
+  printf "CPU time:       runner %d ms, xargs %d ms: runner adds %.3f ms per item\n", rc, xc, (rc - xc) / n
+  printf "best ratio that CPU time allows on %d cores: %.2fx\n", c, (rc / c) / x
+  printf "CPU per item runner may add for 1.1x on %d cores: at most %.3f ms\n", c, (1.1 * x * c - xc) / n
+}'
 if [ "$have_parallel" = yes ]; then
   p=$(printf '%s\n' "${ps[@]}" | median)
   echo "parallel -j 2:  ${p} ms"
