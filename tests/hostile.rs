@@ -380,6 +380,35 @@ fn discovery_never_follows_a_link_out_of_the_repository() {
     );
 }
 
+#[test]
+fn a_discovered_path_with_control_characters_is_named_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let hostile = "new\nrunner: ok\u{1b}[2J";
+    std::fs::create_dir_all(r.join("tasks").join(hostile)).unwrap();
+    std::fs::write(r.join("tasks").join(hostile).join("task.md"), "x\n").unwrap();
+    common::git(&r, &["add", "."]);
+    common::git(&r, &["commit", "-q", "-m", "tasks"]);
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: d\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\ndiscover: [{glob: \"tasks/*/task.md\", id: \"{match.parent}\"}]\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["plan", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`tasks/new\\nrunner: ok\\u{1b}[2J/task.md` in repository `r`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`new\\nrunner: ok\\u{1b}[2J`, which is not a valid"),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+    assert!(!err.lines().any(|l| l.starts_with("runner: ok")), "{err}");
+}
+
 /// Start `apply m.yaml` in `root`, wait until processes matching every one of `running` live,
 /// then `kill -9` runner and reap it.
 fn kill_runner_while(root: &Path, running: &[&str]) {

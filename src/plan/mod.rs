@@ -17,6 +17,7 @@ use crate::manifest::compile_glob;
 use crate::manifest::load::valid_item_id;
 use crate::manifest::template;
 use crate::manifest::{LoadedManifest, ManifestError, Problem, SourceKind};
+use crate::support::text::printable;
 pub use crate::vocab::{HoldReason, ItemState};
 use globset::{GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
@@ -807,8 +808,9 @@ fn discover(
                     };
                     if !inside {
                         notes.push(format!(
-                            "`discover[{di}]` in repository `{}`: `{rel}` is a link that leads outside the repository; skipped",
-                            l.name
+                            "`discover[{di}]` in repository `{}`: `{}` is a link that leads outside the repository; skipped",
+                            l.name,
+                            printable(&rel)
                         ));
                         continue;
                     }
@@ -819,6 +821,9 @@ fn discover(
         matches.sort();
         matched[di] = matches.len();
         for rel in matches {
+            // A path is named in messages with its control characters escaped: a folder name
+            // can hold a newline or a terminal escape.
+            let shown = printable(&rel);
             let p = Path::new(&rel);
             let dir = p
                 .parent()
@@ -864,18 +869,18 @@ fn discover(
                     Problem::new(
                         "invalid-id",
                         format!("discover[{di}].id"),
-                        format!("`{rel}` in repository `{}` yields the id `{id}`, which is not a valid item id", l.name),
+                        format!("`{shown}` in repository `{}` yields the id `{}`, which is not a valid item id", l.name, printable(&id)),
                     )
                     .at(d.span),
                 );
                 continue;
             }
-            if let Some(first) = ids.insert(id.clone(), format!("`{rel}`")) {
+            if let Some(first) = ids.insert(id.clone(), format!("`{shown}`")) {
                 problems.push(
                     Problem::new(
                         "duplicate",
                         format!("discover[{di}].id"),
-                        format!("`{rel}` in repository `{}` yields the id `{id}`, already taken by {first}", l.name),
+                        format!("`{shown}` in repository `{}` yields the id `{id}`, already taken by {first}", l.name),
                     )
                     .at(d.span)
                     .help("make the `id` template distinguish these matches, e.g. with `{match.dir}`"),
@@ -917,7 +922,8 @@ fn discover(
                                     "invalid-branch",
                                     format!("discover[{di}].branch"),
                                     format!(
-                                        "`{rel}` yields branch `{b}`, which git does not accept"
+                                        "`{shown}` yields branch `{}`, which git does not accept",
+                                        printable(&b)
                                     ),
                                 )
                                 .at(d.span),
