@@ -57,7 +57,7 @@ enum Read {
 
 fn expected(scenario: &str) -> Read {
     match scenario {
-        "success" => Read::Ok,
+        "success" | "success-json" => Read::Ok,
         "crash" => Read::Failed,
         _ => Read::Provider,
     }
@@ -73,7 +73,13 @@ fn replays(agent: &str) -> Vec<Replay> {
         "claude" => vec![
             r(
                 "success",
-                r#"{"type":"result","subtype":"success","is_error":false,"result":"Fixed the test.","total_cost_usd":0.4213,"usage":{"input_tokens":12034,"output_tokens":1820}}"#,
+                concat!(
+                    r#"{"type":"system","subtype":"init","model":"some-model","tools":["Edit","Read"]}"#,
+                    "\n",
+                    r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Looking at the test."}],"usage":{"input_tokens":4,"cache_creation_input_tokens":26313,"output_tokens":5}}}"#,
+                    "\n",
+                    r#"{"type":"result","subtype":"success","is_error":false,"result":"Fixed the test.","total_cost_usd":0.4213,"usage":{"input_tokens":12034,"cache_read_input_tokens":900,"output_tokens":1820},"modelUsage":{"some-model":{"inputTokens":12034}}}"#
+                ),
                 0,
             ),
             r(
@@ -129,6 +135,17 @@ fn replays(agent: &str) -> Vec<Replay> {
         "gemini" => vec![
             r(
                 "success",
+                concat!(
+                    r#"{"type":"init","session_id":"s1","model":"some-model"}"#,
+                    "\n",
+                    r#"{"type":"message","role":"assistant","content":"Done.","delta":true}"#,
+                    "\n",
+                    r#"{"type":"result","status":"success","stats":{"total_tokens":5760,"input_tokens":5120,"output_tokens":640,"duration_ms":8012,"tool_calls":2}}"#
+                ),
+                0,
+            ),
+            r(
+                "success-json",
                 r#"{"response":"Done.","stats":{"models":{"gemini-2.5-pro":{"tokens":{"prompt":5120,"candidates":640,"total":5760}}}}}"#,
                 0,
             ),
@@ -262,6 +279,14 @@ fn run_adapter(agent: &str, replay: &Replay) -> (Read, String, Option<serde_json
         passed.contains("some-model") && passed.contains("Fix the flaky test."),
         "{agent}: the model and the task text reach the CLI: {passed}"
     );
+    // The formats that print as the agent works, not one object at the end.
+    let streaming = match agent {
+        "claude" => "--output-format stream-json --verbose",
+        "gemini" => "--output-format stream-json",
+        "codex" => "--json",
+        _ => "",
+    };
+    assert!(passed.contains(streaming), "{agent}: {passed}");
     let usage = std::fs::read_to_string(&usage)
         .ok()
         .map(|t| serde_json::from_str(&t).unwrap());
@@ -288,7 +313,7 @@ fn each_adapter_reads_its_clis_outcomes() {
                 "{agent} {}: the CLI's output is passed on: {printed}",
                 replay.scenario
             );
-            if replay.scenario == "success" {
+            if replay.scenario.starts_with("success") {
                 let numbers = |u: Option<serde_json::Value>| {
                     u.map(|u| {
                         (
@@ -353,4 +378,82 @@ fn an_adapter_drives_a_real_drain_with_back_off_and_usage() {
     );
     assert!(item["attempts"][1]["waited_ms"].as_u64().unwrap() >= 1000);
     assert_eq!(item["usage"]["cost_usd"], 0.25, "{item:#}");
+}
+
+#[test]
+fn each_adapter_streams_what_its_agent_prints_as_it_comes() {
+    // Every adapter, its CLI stubbed to print a line every 0.3 s: a short task ends after 2.4 s
+    // (longer than `silence`, which an adapter holding the output back until the end would
+    // trip), a long one never ends and is cut by the timeout, its log keeping what it printed.
+    // No adapter leaves a file of its own behind, cut short or not.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    for cli in ["claude", "codex", "gemini", "aider", "opencode"] {
+        std::fs::write(
+            bin.join(cli),
+            "#!/bin/sh\nn=0\nlast=8\nfor a in \"$@\"; do case \"$a\" in *long*) last=1000;; esac; done\nwhile [ $n -lt $last ]; do n=$((n+1)); echo \"tick $n\"; sleep 0.3; done\necho finished\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            bin.join(cli),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+    }
+    let mut items = String::new();
+    let mut repos = String::new();
+    for agent in ["claude", "codex", "gemini", "aider", "opencode"] {
+        for task in ["short", "long"] {
+            let name = format!("{agent}-{task}");
+            common::repo(&dir.path().join(&name));
+            repos.push_str(&format!("  - {{path: {name}}}\n"));
+            items.push_str(&format!(
+                "  - {{repo: {name}, id: a, vars: {{adapter: \"{}\", task: {task}}}}}\n",
+                manifests().join(format!("agents/{agent}.sh")).display()
+            ));
+        }
+    }
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: stream\ncapacity: {{workers: 10}}\nrepositories:\n{repos}models:\n  primary: m1\n  provider_failure: {{silence: 1500ms}}\nworker:\n  run: [\"{{item.adapter}}\", \"{{model}}\", \"{{item.task}}\"]\n  timeout: 4s\n  grace: 2s\nenv: {{pass: [PATH, HOME, TMPDIR]}}\nitems:\n{items}"
+        ),
+    )
+    .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("PATH", &path)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    for agent in ["claude", "codex", "gemini", "aider", "opencode"] {
+        let short = common::report_item(&report, "repo", &format!("{agent}-short"));
+        assert_eq!(
+            short["outcome"],
+            "completed",
+            "{agent}: a task printing as it goes is not a stalled stream: {short:#}\n{}",
+            stderr(&out)
+        );
+        let long = common::report_item(&report, "repo", &format!("{agent}-long"));
+        let attempt = &long["attempts"][0];
+        assert_eq!(attempt["worker"]["class"], "timeout", "{agent}: {long:#}");
+        let log = std::fs::read_to_string(
+            dir.path()
+                .join("runner-reports/latest")
+                .join(attempt["worker"]["log"].as_str().unwrap()),
+        )
+        .unwrap();
+        assert!(
+            log.contains("tick 1\n") && log.contains("tick 5\n"),
+            "{agent}: what the agent printed before the timeout is in the log: {log:?}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "adapters left files behind: {left:?}");
 }

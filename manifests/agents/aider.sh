@@ -14,12 +14,8 @@
 # $1: model (e.g. sonnet, gpt-5); $2: the task, a task file in the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pretty \
-  --message "$(task_text "$2")" < /dev/null > "$out" 2>&1
-code=$?
-cat "$out"
+run_agent aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pretty \
+  --message "$(task_text "$2")"
 # "12k" / "1.5k" / "900" tokens, "$0.05 session".
 tokens() {
   printf '%s' "$1" | awk '{ n = $1; if (n ~ /k$/) { sub(/k$/, "", n); n = n * 1000 } printf "%d", n }'

@@ -2,8 +2,11 @@
 # runner worker adapter for Claude Code (`claude`).
 #
 # Written against Claude Code 2.x as documented in November 2026: `claude -p PROMPT` runs once
-# headless; `--model`; `--output-format json` prints one result object with `total_cost_usd`
-# and `usage.input_tokens` / `usage.output_tokens`; `--permission-mode acceptEdits` lets it edit
+# headless; `--model`; `--output-format stream-json` (which `-p` takes only with `--verbose`)
+# prints one JSON event per line as the agent works, the last one the result object with
+# `total_cost_usd` and `usage.input_tokens` / `usage.output_tokens` (`--output-format json`
+# would print that object alone, at the end, and nothing before: a long run would read as a
+# stalled stream); `--permission-mode acceptEdits` lets it edit
 # files in the working directory (runner's checkout or worktree) without asking, while other
 # tools that would ask are denied. Exit code 0 on success, 1 on any error; API errors print their
 # HTTP status (429 rate limit, 529 overloaded) and type.
@@ -14,12 +17,8 @@
 # $1: model (e.g. claude-sonnet-4-5); $2: the task, a task file in the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-claude -p "$(task_text "$2")" --model "$1" --output-format json \
-  --permission-mode acceptEdits < /dev/null > "$out" 2>&1
-code=$?
-cat "$out"
+run_agent claude -p "$(task_text "$2")" --model "$1" --output-format stream-json --verbose \
+  --permission-mode acceptEdits
 write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" \
   "$(json_number total_cost_usd "$out")"
 # A result object can report an error with exit 0 in some versions: trust `is_error` too.

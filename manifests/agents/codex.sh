@@ -15,11 +15,6 @@
 # $1: model (e.g. gpt-5-codex); $2: the task, a task file in the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-codex exec --model "$1" --sandbox workspace-write --json "$(task_text "$2")" \
-  < /dev/null > "$out" 2>&1
-code=$?
-cat "$out"
+run_agent codex exec --model "$1" --sandbox workspace-write --json "$(task_text "$2")"
 write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" ""
 finish "$code" "$out"

@@ -1,12 +1,32 @@
-# Shared by runner's agent adapters (sourced, not run). POSIX sh; needs only grep, sed, tail.
+# Shared by runner's agent adapters (sourced, not run). POSIX sh; needs only grep, sed, tail, tee
+# and mktemp.
 #
-# An adapter runs one agent CLI headless on one task, prints what the agent printed, writes
-# what the agent reported it used to $RUNNER_USAGE, and exits so that runner can tell the
-# provider's failures from the agent's:
+# An adapter runs one agent CLI headless on one task, passes on what the agent prints as it
+# prints it, writes what the agent reported it used to $RUNNER_USAGE, and exits so that runner
+# can tell the provider's failures from the agent's:
 #   0   the agent finished
 #   75  the provider failed (rate limit, overload, quota, authentication): runner rests and
 #       retries, then moves along the model chain (EX_TEMPFAIL, runner's default provider code)
 #   any other non-zero code: the agent itself failed (runner counts an attempt)
+
+# A file for the agent's output, removed when the adapter exits: normally, or ended by a signal
+# (runner's SIGTERM at a timeout or a cancel), each signal keeping its conventional exit code.
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Run the agent, "$@", with stdin closed: what it prints (stdout and stderr) goes out as it comes
+# — into runner's log, live, so that a stalled stream can be told from a working agent and a
+# run cut short keeps what it printed — and into $out, for the usage and the verdict read from
+# it afterwards. Sets $code to the agent's exit code (a pipeline's own status is tee's: the
+# agent's travels on file descriptor 3).
+run_agent() {
+  exec 4>&1
+  code=$({ { "$@" < /dev/null 2>&1; echo $? >&3; } | tee "$out" >&4; } 3>&1)
+  exec 4>&-
+}
 
 # The task: the contents of $1 when it names a readable file (a task file of the item), else $1
 # itself.

@@ -14,9 +14,5 @@
 # the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-opencode run --model "$1" "$(task_text "$2")" < /dev/null > "$out" 2>&1
-code=$?
-cat "$out"
+run_agent opencode run --model "$1" "$(task_text "$2")"
 finish "$code" "$out"
