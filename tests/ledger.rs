@@ -617,3 +617,21 @@ fn a_quarantine_lives_with_the_repository_for_every_manifest_and_is_lifted_with_
         assert_eq!(plan["items"][0]["state"], "pending", "{plan:#}");
     }
 }
+
+#[test]
+fn a_manifest_given_where_a_run_id_goes_is_told_how_to_name_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 1, 1, 1, "0");
+    assert_eq!(apply(dir.path(), &[]).status.code(), Some(0));
+    for verb in [&["cancel", "m.yaml"][..], &["report", "m.yaml"][..]] {
+        let out = run_in(dir.path(), verb);
+        assert_eq!(out.status.code(), Some(2), "{verb:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(
+                "`m.yaml` is a file: give a run id (`runner status m.yaml` lists the runs) and `--manifest m.yaml`"
+            ),
+            "{verb:?}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -326,7 +326,19 @@ pub(crate) fn found<T>(
     match r {
         Ok(Some(v)) => Ok(v),
         Ok(None) => {
-            ui.error(format_args!("no run `{run}` in `{}`", path.display()));
+            // A manifest given where a run id goes is the likely slip.
+            let hint = if Path::new(run).is_file() {
+                format!(
+                    "; `{run}` is a file: give a run id (`runner status {run}` lists the runs) and `--manifest {run}`"
+                )
+            } else {
+                String::new()
+            };
+            ui.error(format_args!(
+                "no run `{}` in `{}`{hint}",
+                crate::support::text::printable(run),
+                path.display()
+            ));
             Err(EXIT_INVALID)
         }
         Err(e) => {
