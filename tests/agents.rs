@@ -58,7 +58,7 @@ enum Read {
 fn expected(scenario: &str) -> Read {
     match scenario {
         "success" | "success-json" => Read::Ok,
-        "crash" => Read::Failed,
+        "crash" | "crash-exit-0" | "work-mentions-limits" => Read::Failed,
         _ => Read::Provider,
     }
 }
@@ -77,6 +77,9 @@ fn replays(agent: &str) -> Vec<Replay> {
                     r#"{"type":"system","subtype":"init","model":"some-model","tools":["Edit","Read"]}"#,
                     "\n",
                     r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Looking at the test."}],"usage":{"input_tokens":4,"cache_creation_input_tokens":26313,"output_tokens":5}}}"#,
+                    "\n",
+                    // A tool call that failed along the way is not the run failing.
+                    r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"cargo test: 1 failed","is_error":true}]}}"#,
                     "\n",
                     r#"{"type":"result","subtype":"success","is_error":false,"result":"Fixed the test.","total_cost_usd":0.4213,"usage":{"input_tokens":12034,"cache_read_input_tokens":900,"output_tokens":1820},"modelUsage":{"some-model":{"inputTokens":12034}}}"#
                 ),
@@ -101,6 +104,25 @@ fn replays(agent: &str) -> Vec<Replay> {
             r(
                 "crash",
                 "TypeError: Cannot read properties of undefined (reading 'map')\n    at cli.js:12:5",
+                1,
+            ),
+            // Some versions exit 0 with a result that says the run failed.
+            r(
+                "crash-exit-0",
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":3}"#,
+                0,
+            ),
+            // The agent's own work (its messages, what its tools read) may name rate limits and
+            // HTTP statuses; only what the CLI itself says about the run decides.
+            r(
+                "work-mentions-limits",
+                concat!(
+                    r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Adding the rate limit: answer 429 Too Many Requests when the quota is exceeded."}]}}"#,
+                    "\n",
+                    r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"src/limit.rs:12: // overloaded: 503 Service Unavailable, try again later"}]}}"#,
+                    "\n",
+                    r#"{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":30}"#
+                ),
                 1,
             ),
         ],
@@ -130,6 +152,17 @@ fn replays(agent: &str) -> Vec<Replay> {
                 "crash",
                 "thread 'main' panicked at codex-rs/exec/src/lib.rs:88:5:\nno such file",
                 101,
+            ),
+            r(
+                "work-mentions-limits",
+                concat!(
+                    r#"{"type":"item.completed","item":{"type":"agent_message","text":"The client now retries on 429 Too Many Requests and on 503 Service Unavailable."}}"#,
+                    "\n",
+                    r#"{"type":"item.completed","item":{"type":"command_execution","aggregated_output":"test quota_exceeded ... FAILED\nerror: rate limit test failed","exit_code":101}}"#,
+                    "\n",
+                    r#"{"type":"turn.failed","error":{"message":"the model stopped: context window exhausted"}}"#
+                ),
+                1,
             ),
         ],
         "gemini" => vec![
@@ -173,6 +206,17 @@ fn replays(agent: &str) -> Vec<Replay> {
                 "crash",
                 "Error: ENOENT: no such file or directory, open 'x'",
                 42,
+            ),
+            r(
+                "work-mentions-limits",
+                concat!(
+                    r#"{"type":"message","role":"assistant","content":"I will handle RESOURCE_EXHAUSTED and 429 from the API with a back-off.","delta":true}"#,
+                    "\n",
+                    r#"{"type":"tool_result","tool_id":"t1","status":"success","output":"quota.py: raise QuotaExceeded('quota exceeded, try again later')"}"#,
+                    "\n",
+                    r#"{"type":"result","status":"error","error":{"type":"FatalTurnLimitedError","message":"Reached max session turns"}}"#
+                ),
+                53,
             ),
         ],
         "aider" => vec![

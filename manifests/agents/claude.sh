@@ -21,6 +21,10 @@ run_agent claude -p "$(task_text "$2")" --model "$1" --output-format stream-json
   --permission-mode acceptEdits
 write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" \
   "$(json_number total_cost_usd "$out")"
-# A result object can report an error with exit 0 in some versions: trust `is_error` too.
-if [ "$code" -eq 0 ] && grep -q '"is_error"[[:space:]]*:[[:space:]]*true' "$out"; then code=1; fi
+# A result event can report an error with exit 0 in some versions: trust its `is_error` too (the
+# result's only: a tool call that failed along the way carries one of its own).
+if [ "$code" -eq 0 ] && grep '"type":[[:space:]]*"result"' "$out" |
+  grep -q '"is_error"[[:space:]]*:[[:space:]]*true'; then code=1; fi
+# Its messages and tool results are the work; the result event and plain lines speak for the CLI.
+work_lines='"type":[[:space:]]*"(assistant|user)"'
 finish "$code" "$out"

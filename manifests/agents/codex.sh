@@ -17,4 +17,7 @@ set -u
 . "$(dirname "$0")/common.sh"
 run_agent codex exec --model "$1" --sandbox workspace-write --json "$(task_text "$2")"
 write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" ""
+# Its items (messages, commands and their output, file changes) are the work; error,
+# turn.failed and plain lines speak for the CLI.
+work_lines='"type":[[:space:]]*"item\.'
 finish "$code" "$out"

@@ -48,11 +48,20 @@ write_usage() {
     "${1:-0}" "${2:-0}" "${3:-0}" > "$RUNNER_USAGE"
 }
 
+# The lines of the output that carry the agent's own work — its messages, what its tools read
+# and ran — as an extended regular expression, set by an adapter whose CLI prints events: a
+# "429" or a "rate limit" there is the task's, not the provider's, so `finish` reads past them.
+work_lines=
+
 # Exit as runner should read it: agent exit code $1, agent output in file $2.
 finish() {
   code=$1
   [ "$code" -eq 0 ] && exit 0
-  tail=$(tail -c 4096 "$2")
+  if [ -n "$work_lines" ]; then
+    tail=$(grep -Ev "$work_lines" "$2" | tail -c 4096)
+  else
+    tail=$(tail -c 4096 "$2")
+  fi
   kind=
   if printf '%s' "$tail" | grep -Eiq 'rate.?limit|too many requests|\b429\b'; then
     kind="rate limit"

@@ -22,4 +22,6 @@ run_agent gemini -p "$(task_text "$2")" -m "$1" --approval-mode auto_edit \
 input=$(json_number input_tokens "$out")
 output=$(json_number output_tokens "$out")
 write_usage "${input:-$(json_number prompt "$out")}" "${output:-$(json_number candidates "$out")}" ""
+# Its messages and tool calls are the work; error and result events speak for the CLI.
+work_lines='"type":[[:space:]]*"(message|tool_use|tool_result)"'
 finish "$code" "$out"
