@@ -35,9 +35,10 @@ task_text() {
 }
 
 # The last value of JSON number field "$1" in file $2 (flat matching: good for the one-object
-# and one-event-per-line outputs agents print).
+# and one-event-per-line outputs agents print; one pass, however long the output).
 json_number() {
-  tr -d '\n' < "$2" | sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\([0-9][0-9.eE+-]*\).*/\1/p"
+  grep -o "\"$1\"[[:space:]]*:[[:space:]]*[0-9][0-9.eE+-]*" "$2" | tail -n 1 |
+    sed 's/.*:[[:space:]]*//'
 }
 
 # Write $RUNNER_USAGE from input tokens $1, output tokens $2 and cost $3 (each may be empty).
