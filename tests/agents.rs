@@ -501,3 +501,58 @@ fn each_adapter_streams_what_its_agent_prints_as_it_comes() {
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
     assert!(left.is_empty(), "adapters left files behind: {left:?}");
 }
+
+#[test]
+fn an_adapter_ends_when_its_agent_does_though_a_process_it_left_holds_the_output() {
+    // The CLI starts a background process that keeps its standard output open, then finishes.
+    // The adapter passes on what the agent printed and exits with the agent; runner ends what
+    // was left.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("claude"),
+        "#!/bin/sh\nsleep 2929 &\necho '{\"type\":\"result\",\"is_error\":false,\"total_cost_usd\":0.1,\"usage\":{\"input_tokens\":3,\"output_tokens\":2}}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("claude"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(manifests().join("agents/claude.sh"))
+        .args(["some-model", "a task"])
+        .current_dir(dir.path())
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read only until the adapter itself exits: the pipe stays open while the sleep lives.
+    let mut child = out;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the adapter waited on the process its agent left"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    for pid in common::processes_matching("sleep 2929") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut printed).unwrap();
+    assert!(printed.contains("\"total_cost_usd\":0.1"), "{printed}");
+}

@@ -1,5 +1,5 @@
-# Shared by runner's agent adapters (sourced, not run). POSIX sh; needs only grep, sed, tail, tee
-# and mktemp.
+# Shared by runner's agent adapters (sourced, not run). POSIX sh; needs only grep, sed, tail, tee,
+# mkfifo and mktemp.
 #
 # An adapter runs one agent CLI headless on one task, passes on what the agent prints as it
 # prints it, writes what the agent reported it used to $RUNNER_USAGE, and exits so that runner
@@ -9,10 +9,12 @@
 #       retries, then moves along the model chain (EX_TEMPFAIL, runner's default provider code)
 #   any other non-zero code: the agent itself failed (runner counts an attempt)
 
-# A file for the agent's output, removed when the adapter exits: normally, or ended by a signal
-# (runner's SIGTERM at a timeout or a cancel), each signal keeping its conventional exit code.
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# A folder for the agent's output, removed when the adapter exits: normally, or ended by a
+# signal (runner's SIGTERM at a timeout or a cancel), each signal keeping its conventional exit
+# code.
+work=$(mktemp -d)
+out="$work/output"
+trap 'rm -rf "$work"' EXIT
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -20,12 +22,27 @@ trap 'exit 143' TERM
 # Run the agent, "$@", with stdin closed: what it prints (stdout and stderr) goes out as it comes
 # — into runner's log, live, so that a stalled stream can be told from a working agent and a
 # run cut short keeps what it printed — and into $out, for the usage and the verdict read from
-# it afterwards. Sets $code to the agent's exit code (a pipeline's own status is tee's: the
-# agent's travels on file descriptor 3).
+# it afterwards. Sets $code to the agent's exit code. The copy ends with the agent: a process the
+# agent left behind that still holds its output is not waited for past 2 s (runner ends such
+# processes once the adapter has exited).
 run_agent() {
-  exec 4>&1
-  code=$({ { "$@" < /dev/null 2>&1; echo $? >&3; } | tee "$out" >&4; } 3>&1)
-  exec 4>&-
+  mkfifo "$work/pipe"
+  tee "$out" < "$work/pipe" &
+  copier=$!
+  # In a subshell, so that the adapter's own output stays runner's: a shell reports a command
+  # ended by a signal on its stderr, and the copy may be gone by then.
+  ("$@" < /dev/null > "$work/pipe" 2>&1)
+  code=$?
+  # The copy ends at the agent's last byte, or after 2 s when something still holds the output.
+  (
+    trap 'kill "$nap" 2> /dev/null; exit 0' TERM
+    sleep 2 &
+    nap=$!
+    wait "$nap" && kill "$copier"
+  ) > /dev/null 2>&1 &
+  watch=$!
+  wait "$copier"
+  kill "$watch" 2> /dev/null
 }
 
 # The task: the contents of $1 when it names a readable file (a task file of the item), else $1
