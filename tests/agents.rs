@@ -13,6 +13,22 @@ fn manifests() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests")
 }
 
+/// Write an executable stand-in for CLI `name` into `bin` (created when missing).
+fn stub_cli(bin: &Path, name: &str, script: &str) {
+    std::fs::create_dir_all(bin).unwrap();
+    std::fs::write(bin.join(name), script).unwrap();
+    std::fs::set_permissions(
+        bin.join(name),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+}
+
+/// `PATH` with `bin` first, so that its stubs stand in for the real CLIs.
+fn path_with(bin: &Path) -> String {
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap())
+}
+
 #[test]
 fn every_shipped_manifest_validates() {
     let mut seen = 0;
@@ -286,15 +302,11 @@ fn expected_usage(agent: &str) -> Option<serde_json::Value> {
 fn run_adapter(agent: &str, replay: &Replay) -> (Read, String, Option<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let cli = if agent == "claude" { "claude" } else { agent };
-    let stub = bin.join(cli);
-    std::fs::write(
-        &stub,
+    stub_cli(
+        &bin,
+        agent,
         "#!/bin/sh\necho \"$*\" > \"$STUB_ARGS\"\ncat \"$STUB_OUTPUT\"\nexit \"$STUB_EXIT\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let output = dir.path().join("output");
     std::fs::write(&output, format!("{}\n", replay.output)).unwrap();
     std::fs::write(dir.path().join("task.md"), "Fix the flaky test.\n").unwrap();
@@ -303,10 +315,7 @@ fn run_adapter(agent: &str, replay: &Replay) -> (Read, String, Option<serde_json
     let out = std::process::Command::new(manifests().join(format!("agents/{agent}.sh")))
         .args(["some-model", "task.md"])
         .current_dir(dir.path())
-        .env(
-            "PATH",
-            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-        )
+        .env("PATH", path_with(&bin))
         .env("STUB_OUTPUT", &output)
         .env("STUB_EXIT", replay.exit.to_string())
         .env("STUB_ARGS", &args)
@@ -383,21 +392,15 @@ fn an_adapter_drives_a_real_drain_with_back_off_and_usage() {
     let dir = tempfile::tempdir().unwrap();
     common::repo(&dir.path().join("r"));
     let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
     let count = dir.path().join("count");
-    std::fs::write(
-        bin.join("claude"),
-        format!(
+    stub_cli(
+        &bin,
+        "claude",
+        &format!(
             "#!/bin/sh\nn=$(cat {c} 2>/dev/null || echo 0); echo $((n+1)) > {c}\nif [ \"$n\" = 0 ]; then echo 'API Error: 429 rate_limit_error. Retry after 1s'; exit 1; fi\necho done > done.txt\necho '{{\"is_error\":false,\"total_cost_usd\":0.25,\"usage\":{{\"input_tokens\":100,\"output_tokens\":10}}}}'\n",
             c = count.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        bin.join("claude"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
     std::fs::write(
         dir.path().join("m.yaml"),
         format!(
@@ -406,11 +409,10 @@ fn an_adapter_drives_a_real_drain_with_back_off_and_usage() {
         ),
     )
     .unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let out = common::runner()
         .current_dir(dir.path())
         .args(["apply", "m.yaml", "--no-progress"])
-        .env("PATH", &path)
+        .env("PATH", path_with(&bin))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -433,19 +435,13 @@ fn each_adapter_streams_what_its_agent_prints_as_it_comes() {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     let tmp = dir.path().join("tmp");
-    std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(&tmp).unwrap();
     for cli in ["claude", "codex", "gemini", "aider", "opencode"] {
-        std::fs::write(
-            bin.join(cli),
+        stub_cli(
+            &bin,
+            cli,
             "#!/bin/sh\nn=0\nlast=8\nfor a in \"$@\"; do case \"$a\" in *long*) last=1000;; esac; done\nwhile [ $n -lt $last ]; do n=$((n+1)); echo \"tick $n\"; sleep 0.3; done\necho finished\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(
-            bin.join(cli),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        );
     }
     let mut items = String::new();
     let mut repos = String::new();
@@ -467,11 +463,10 @@ fn each_adapter_streams_what_its_agent_prints_as_it_comes() {
         ),
     )
     .unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let out = common::runner()
         .current_dir(dir.path())
         .args(["apply", "m.yaml", "--no-progress"])
-        .env("PATH", &path)
+        .env("PATH", path_with(&bin))
         .env("TMPDIR", &tmp)
         .output()
         .unwrap();
@@ -509,25 +504,16 @@ fn an_adapter_ends_when_its_agent_does_though_a_process_it_left_holds_the_output
     // was left.
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(
-        bin.join("claude"),
+    stub_cli(
+        &bin,
+        "claude",
         "#!/bin/sh\nsleep 2929 &\necho '{\"type\":\"result\",\"is_error\":false,\"total_cost_usd\":0.1,\"usage\":{\"input_tokens\":3,\"output_tokens\":2}}'\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        bin.join("claude"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
     let started = std::time::Instant::now();
     let out = std::process::Command::new(manifests().join("agents/claude.sh"))
         .args(["some-model", "a task"])
         .current_dir(dir.path())
-        .env(
-            "PATH",
-            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-        )
+        .env("PATH", path_with(&bin))
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
