@@ -24,8 +24,10 @@ fn init_finds_three_checkouts_guesses_their_gates_and_the_agent() {
         (
             "scripts",
             "pyproject.toml",
-            "[project]\nname = \"scripts\"\n",
+            "[project]\nname = \"scripts\"\n\n[tool.pytest.ini_options]\naddopts = \"-q\"\n",
         ),
+        // A Python project that does not name pytest gets the standard library's runner.
+        ("tools", "setup.cfg", "[metadata]\nname = tools\n"),
         (
             "web",
             "package.json",
@@ -53,10 +55,17 @@ fn init_finds_three_checkouts_guesses_their_gates_and_the_agent() {
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let out = init(root, &path);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("4 task files under .runner-tasks/ already; next, `runner plan runner.yaml`"),
+        "{}",
+        stderr(&out)
+    );
     let manifest = std::fs::read_to_string(root.join("runner.yaml")).unwrap();
     for want in [
         "run: \"cargo test\"",
         "run: \"python3 -m pytest\"",
+        "run: \"python3 -m unittest\"",
         "run: \"npm test\"",
         "./runner-agents/codex.sh",
         "OPENAI_API_KEY",
@@ -78,13 +87,13 @@ fn init_finds_three_checkouts_guesses_their_gates_and_the_agent() {
         .map(|r| r["name"].as_str().unwrap())
         .collect();
     repos.sort();
-    assert_eq!(repos, ["engine", "scripts", "web"], "{plan:#}");
+    assert_eq!(repos, ["engine", "scripts", "tools", "web"], "{plan:#}");
     let human = stdout(&common::run_in(root, &["plan", "runner.yaml"]));
     assert!(
-        human.contains("3 repositories; 3 items: 3 pending"),
+        human.contains("4 repositories; 4 items: 4 pending"),
         "{human}"
     );
-    for r in ["engine", "scripts", "web"] {
+    for r in ["engine", "scripts", "tools", "web"] {
         assert!(
             human.lines().any(|l| l.contains(r) && l.contains("first")),
             "{human}"
@@ -104,6 +113,11 @@ fn init_without_an_agent_writes_a_worker_to_fill_in_that_still_validates() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("no agent CLI found"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("next, add task files under .runner-tasks/"),
         "{}",
         stderr(&out)
     );

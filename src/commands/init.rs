@@ -133,10 +133,31 @@ pub fn run(ui: &Ui, args: &InitArgs) -> i32 {
             None => ", no agent CLI found on PATH: set `worker.run`".into(),
         }
     );
-    eprintln!(
-        "runner: next, add task files under .runner-tasks/ in a repository, then `runner plan {}`",
-        args.output.display()
-    );
+    // Task files already there are items the plan will show; with none, that is the next step.
+    let tasks: usize = found
+        .iter()
+        .map(|f| {
+            std::fs::read_dir(dir.join(&f.path).join(".runner-tasks"))
+                .map(|rd| {
+                    rd.flatten()
+                        .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+                        .count()
+                })
+                .unwrap_or(0)
+        })
+        .sum();
+    if tasks == 0 {
+        eprintln!(
+            "runner: next, add task files under .runner-tasks/ in a repository, then `runner plan {}`",
+            args.output.display()
+        );
+    } else {
+        eprintln!(
+            "runner: {tasks} task file{} under .runner-tasks/ already; next, `runner plan {}`",
+            if tasks == 1 { "" } else { "s" },
+            args.output.display()
+        );
+    }
     EXIT_OK
 }
 
@@ -230,16 +251,45 @@ fn test_command(repo: &Path) -> Option<(&'static str, &'static str)> {
     if has("package.json") {
         return Some(("npm test", "package.json"));
     }
-    for f in [
+    // A Python project: pytest where the project uses it (its configuration or requirements name
+    // it, or it has a conftest.py), else the standard library's runner, which needs nothing
+    // installed and finds unittest-style tests.
+    let python = [
         "pyproject.toml",
         "setup.py",
         "setup.cfg",
         "pytest.ini",
         "tox.ini",
-    ] {
-        if has(f) {
-            return Some(("python3 -m pytest", f));
-        }
+    ]
+    .into_iter()
+    .find(|f| has(f));
+    if let Some(f) = python {
+        let names_pytest =
+            |p: &Path| std::fs::read_to_string(p).is_ok_and(|t| t.contains("pytest"));
+        let requirements = std::fs::read_dir(repo.join("requirements"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .chain(
+                [
+                    "requirements.txt",
+                    "requirements-dev.txt",
+                    "dev-requirements.txt",
+                ]
+                .map(|r| repo.join(r)),
+            );
+        let pytest = has("pytest.ini")
+            || has("conftest.py")
+            || ["pyproject.toml", "setup.py", "setup.cfg", "tox.ini"]
+                .iter()
+                .any(|c| names_pytest(&repo.join(c)))
+            || requirements.into_iter().any(|r| names_pytest(&r));
+        return Some(if pytest {
+            ("python3 -m pytest", f)
+        } else {
+            ("python3 -m unittest", f)
+        });
     }
     if has("go.mod") {
         return Some(("go test ./...", "go.mod"));
