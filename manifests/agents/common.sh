@@ -12,7 +12,7 @@
 # A folder for the agent's output, removed when the adapter exits: normally, or ended by a
 # signal (runner's SIGTERM at a timeout or a cancel), each signal keeping its conventional exit
 # code.
-work=$(mktemp -d)
+work=$(mktemp -d) || { echo "runner adapter: cannot make a temporary folder" >&2; exit 1; }
 out="$work/output"
 trap 'rm -rf "$work"' EXIT
 trap 'exit 129' HUP
