@@ -347,6 +347,18 @@ fn branch_names_git_refuses_or_that_name_no_branch_of_its_own_are_errors() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Commit what is in repository `r` and write `root/m.yaml`, whose items are discovered from
+/// `tasks/*/task.md` in it, each named after its folder.
+fn discover_tasks(root: &Path, r: &Path) {
+    common::git(r, &["add", "."]);
+    common::git(r, &["commit", "-q", "-m", "tasks"]);
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: d\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\ndiscover: [{glob: \"tasks/*/task.md\", id: \"{match.parent}\"}]\n",
+    )
+    .unwrap();
+}
+
 #[test]
 fn discovery_never_follows_a_link_out_of_the_repository() {
     let dir = tempfile::tempdir().unwrap();
@@ -356,13 +368,7 @@ fn discovery_never_follows_a_link_out_of_the_repository() {
     std::fs::create_dir_all(r.join("tasks/escape")).unwrap();
     std::fs::write(r.join("tasks/inside/task.md"), "yours\n").unwrap();
     std::os::unix::fs::symlink("../../../outside.md", r.join("tasks/escape/task.md")).unwrap();
-    common::git(&r, &["add", "."]);
-    common::git(&r, &["commit", "-q", "-m", "tasks"]);
-    std::fs::write(
-        dir.path().join("m.yaml"),
-        "version: 1\nname: d\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\ndiscover: [{glob: \"tasks/*/task.md\", id: \"{match.parent}\"}]\n",
-    )
-    .unwrap();
+    discover_tasks(dir.path(), &r);
     let out = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -387,13 +393,7 @@ fn a_discovered_path_with_control_characters_is_named_escaped() {
     let hostile = "new\nrunner: ok\u{1b}[2J";
     std::fs::create_dir_all(r.join("tasks").join(hostile)).unwrap();
     std::fs::write(r.join("tasks").join(hostile).join("task.md"), "x\n").unwrap();
-    common::git(&r, &["add", "."]);
-    common::git(&r, &["commit", "-q", "-m", "tasks"]);
-    std::fs::write(
-        dir.path().join("m.yaml"),
-        "version: 1\nname: d\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\ndiscover: [{glob: \"tasks/*/task.md\", id: \"{match.parent}\"}]\n",
-    )
-    .unwrap();
+    discover_tasks(dir.path(), &r);
     let out = run_in(dir.path(), &["plan", "m.yaml"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
