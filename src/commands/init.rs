@@ -254,16 +254,14 @@ fn test_command(repo: &Path) -> Option<(&'static str, &'static str)> {
     // A Python project: pytest where the project uses it (its configuration or requirements name
     // it, or it has a conftest.py), else the standard library's runner, which needs nothing
     // installed and finds unittest-style tests.
-    let python = [
+    let configs = [
         "pyproject.toml",
         "setup.py",
         "setup.cfg",
         "pytest.ini",
         "tox.ini",
-    ]
-    .into_iter()
-    .find(|f| has(f));
-    if let Some(f) = python {
+    ];
+    if let Some(f) = configs.into_iter().find(|f| has(f)) {
         let names_pytest =
             |p: &Path| std::fs::read_to_string(p).is_ok_and(|t| t.contains("pytest"));
         let requirements = std::fs::read_dir(repo.join("requirements"))
@@ -279,11 +277,8 @@ fn test_command(repo: &Path) -> Option<(&'static str, &'static str)> {
                 ]
                 .map(|r| repo.join(r)),
             );
-        let pytest = has("pytest.ini")
-            || has("conftest.py")
-            || ["pyproject.toml", "setup.py", "setup.cfg", "tox.ini"]
-                .iter()
-                .any(|c| names_pytest(&repo.join(c)))
+        let pytest = has("conftest.py")
+            || configs.iter().any(|c| names_pytest(&repo.join(c)))
             || requirements.into_iter().any(|r| names_pytest(&r));
         return Some(if pytest {
             ("python3 -m pytest", f)

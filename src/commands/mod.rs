@@ -326,17 +326,17 @@ pub(crate) fn found<T>(
     match r {
         Ok(Some(v)) => Ok(v),
         Ok(None) => {
+            let shown = crate::support::text::printable(run);
             // A manifest given where a run id goes is the likely slip.
             let hint = if Path::new(run).is_file() {
                 format!(
-                    "; `{run}` is a file: give a run id (`runner status {run}` lists the runs) and `--manifest {run}`"
+                    "; `{shown}` is a file: give a run id (`runner status {shown}` lists the runs) and `--manifest {shown}`"
                 )
             } else {
                 String::new()
             };
             ui.error(format_args!(
-                "no run `{}` in `{}`{hint}",
-                crate::support::text::printable(run),
+                "no run `{shown}` in `{}`{hint}",
                 path.display()
             ));
             Err(EXIT_INVALID)
