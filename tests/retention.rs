@@ -174,3 +174,72 @@ items:
     );
     assert!(root.join("runner-reports/latest/report.json").is_file());
 }
+
+#[test]
+fn an_items_earlier_definitions_go_with_the_runs_pruned() {
+    // A cron drain whose item changes definition every run (its vars carry the round) must not
+    // keep a result, and the run it names, for each definition it ever had; an item that did
+    // not change keeps the completion that makes it done.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("r"));
+    repo(&root.join("s"));
+    let write = |round: u32| {
+        std::fs::write(
+            root.join("m.yaml"),
+            format!(
+                r#"version: 1
+name: churn
+repositories: [{{path: r}}, {{path: s}}]
+reports: {{keep: {{runs: 2}}}}
+worker: {{run: 'echo "$RUNNER_ITEM" >> ../worked.txt'}}
+items:
+  - {{repo: r, id: nightly, vars: {{round: "{round}"}}}}
+  - {{repo: s, id: steady}}
+"#
+            ),
+        )
+        .unwrap();
+    };
+    for round in 0..6 {
+        write(round);
+        let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let db = rusqlite::Connection::open(root.join(".runner/state.db")).unwrap();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM item_results WHERE item = 'nightly'"
+        ),
+        2,
+        "only the kept runs' results of the changing item"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM runs"),
+        3,
+        "the 2 kept runs and the one steady's completion names"
+    );
+    // The unchanged item is still done: it ran once in all.
+    let worked = std::fs::read_to_string(root.join("worked.txt")).unwrap();
+    assert_eq!(
+        worked.lines().filter(|l| *l == "steady").count(),
+        1,
+        "{worked}"
+    );
+    assert_eq!(
+        worked.lines().filter(|l| *l == "nightly").count(),
+        6,
+        "{worked}"
+    );
+    write(6);
+    let out = run_in(root, &["plan", "m.yaml", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let steady = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == "steady")
+        .unwrap();
+    assert_eq!(steady["state"], "done", "{steady:#}");
+}

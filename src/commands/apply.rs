@@ -475,6 +475,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
                 &keep,
                 reports,
                 Some(&run_id),
+                &sink.keys,
             ) {
                 Ok(r) => {
                     if !r.runs.is_empty() {

@@ -71,13 +71,16 @@ pub fn prune_verdicts(loaded: &LoadedManifest, keep: &Keep) -> usize {
 }
 
 /// Prune the history of `manifest` past `keep`: the ledger's record of older runs, then their
-/// report folders — only a folder inside `reports` named for its run is ever removed.
+/// report folders — only a folder inside `reports` named for its run is ever removed. `current`:
+/// the keys of the plan just run, whose items' earlier definitions' results go with the runs
+/// pruned (empty: every definition's latest result stays).
 pub fn retain(
     ledger: &mut SqliteLedger,
     manifest: &str,
     keep: &Keep,
     reports: &Path,
     spare: Option<&str>,
+    current: &[crate::ledger::ItemKey],
 ) -> Result<Retained, String> {
     let now = jiff::Timestamp::now();
     let cutoff = now
@@ -92,6 +95,7 @@ pub fn retain(
             &crate::support::clock::stamp(cutoff),
             &crate::support::clock::stamp(now),
             spare,
+            current,
         )
         .map_err(|e| e.to_string())?;
     let mut out = Retained {
@@ -130,7 +134,14 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
     };
     let reports = super::reports_dir(&loaded, args.report_dir.as_deref());
     let keep = keep_of(&loaded);
-    let retained = match retain(&mut ledger, &loaded.manifest.name, &keep, &reports, None) {
+    let retained = match retain(
+        &mut ledger,
+        &loaded.manifest.name,
+        &keep,
+        &reports,
+        None,
+        &[],
+    ) {
         Ok(r) => r,
         Err(e) => {
             ui.error(e);

@@ -444,8 +444,12 @@ impl SqliteLedger {
     /// Prune `manifest`'s history: every run that is not among its latest `keep_runs`, or that
     /// started before `cutoff` (RFC 3339), and is not live nor `spare`. A pruned run loses its plan and its
     /// events (but publications, which `publish` reads), and its item results but each item's
-    /// latest result and latest completion (what `done` and `--rerun` decide by); its row goes
-    /// once nothing names it. Returns the runs pruned, with their report folders.
+    /// latest result and latest completion for each of its definitions (what `done` and
+    /// `--rerun` decide by). For an item in `current` (the keys of a plan just run), only its
+    /// current definition's are kept: a definition it no longer has decides nothing, and an
+    /// item whose definition changes every run would otherwise keep a row, and its run, for
+    /// each. A pruned run's row goes once nothing names it. Returns the runs pruned, with their
+    /// report folders.
     pub fn prune(
         &mut self,
         manifest: &str,
@@ -453,6 +457,7 @@ impl SqliteLedger {
         cutoff: &str,
         at: &str,
         spare: Option<&str>,
+        current: &[ItemKey],
     ) -> Result<super::Pruned> {
         let candidates = self.rows(
             "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir
@@ -515,6 +520,35 @@ impl SqliteLedger {
                 [manifest],
             )
             .map_err(|e| db(path, e))?;
+        if !current.is_empty() {
+            tx.execute_batch(
+                "CREATE TEMP TABLE IF NOT EXISTS current_defs (repo TEXT, item TEXT, def_hash TEXT,
+                   PRIMARY KEY (repo, item)) WITHOUT ROWID;
+                 DELETE FROM temp.current_defs;",
+            )
+            .map_err(|e| db(path, e))?;
+            {
+                let mut add = tx
+                    .prepare(
+                        "INSERT OR REPLACE INTO temp.current_defs (repo, item, def_hash) VALUES (?1, ?2, ?3)",
+                    )
+                    .map_err(|e| db(path, e))?;
+                for k in current.iter().filter(|k| k.manifest == manifest) {
+                    add.execute(params![k.repo, k.item, k.def_hash])
+                        .map_err(|e| db(path, e))?;
+                }
+            }
+            pruned.results += tx
+                .execute(
+                    "DELETE FROM item_results AS r WHERE r.manifest = ?1
+                       AND r.run_id IN (SELECT id FROM temp.doomed)
+                       AND EXISTS (SELECT 1 FROM temp.current_defs c
+                                   WHERE c.repo = r.repo AND c.item = r.item
+                                     AND c.def_hash <> r.def_hash)",
+                    [manifest],
+                )
+                .map_err(|e| db(path, e))?;
+        }
         tx.execute(
             "UPDATE runs SET pruned_at = ?1, plan_json = '', totals = NULL
              WHERE id IN (SELECT id FROM temp.doomed)",
