@@ -522,3 +522,28 @@ items: [{repo: app, id: loud}]
     let html = std::fs::read_to_string(reports.join("index.html")).unwrap();
     assert!(html.contains("<strong>log incomplete</strong>: cannot write it past"));
 }
+
+#[test]
+fn a_gate_answered_from_the_cache_is_drawn_on_the_timeline() {
+    // A verdict reused from the cache takes 0 ms; the page still marks the gate on its attempt.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    common::repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: cached\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\ngates: [{name: check, run: [\"true\"]}]\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let first = common::run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(first.status.code(), Some(0), "{}", common::stderr(&first));
+    let again = common::run_in(
+        root,
+        &["apply", "m.yaml", "--no-progress", "--rerun", "all"],
+    );
+    assert_eq!(again.status.code(), Some(0), "{}", common::stderr(&again));
+    let report = common::latest_report(&root.join("runner-reports"));
+    let gate = &report["items"][0]["attempts"][0]["gates"][0];
+    assert!(gate["cached"].is_object(), "{gate:#}");
+    let page = std::fs::read_to_string(root.join("runner-reports/latest/index.html")).unwrap();
+    assert!(page.contains("<rect class=\"gate gate-passed\""), "{page}");
+}

@@ -404,8 +404,10 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
             title = esc(&title),
             class = b.class
         );
+        // A gate is drawn however short it was (a cached verdict, a gate done within the
+        // millisecond): one pixel at least, as the attempt's bar has two.
         for (_, result, s, e) in &b.gates {
-            if e <= s {
+            if e < s {
                 continue;
             }
             let _ = writeln!(
