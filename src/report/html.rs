@@ -407,9 +407,6 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
         // A gate is drawn however short it was (a cached verdict, a gate done within the
         // millisecond): one pixel at least, as the attempt's bar has two.
         for (_, result, s, e) in &b.gates {
-            if e < s {
-                continue;
-            }
             let _ = writeln!(
                 out,
                 "<rect class=\"gate gate-{}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"8\"/>",
