@@ -542,3 +542,41 @@ fn an_adapter_ends_when_its_agent_does_though_a_process_it_left_holds_the_output
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut printed).unwrap();
     assert!(printed.contains("\"total_cost_usd\":0.1"), "{printed}");
 }
+
+#[test]
+fn an_adapter_clears_what_a_killed_one_left_in_tmpdir() {
+    // An adapter killed outright (SIGKILL, as when runner itself is killed) runs no clean-up:
+    // the next adapter removes the folder it left, the agent's output in it, by its dead pid.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let tmp = dir.path().join("tmp");
+    stub_cli(&bin, "opencode", "#!/bin/sh\necho done\n");
+    let dead = {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    for (name, pid) in [
+        ("runner-agent.dead", dead),
+        ("runner-agent.live", std::process::id()),
+    ] {
+        std::fs::create_dir_all(tmp.join(name)).unwrap();
+        std::fs::write(tmp.join(name).join("pid"), format!("{pid}\n")).unwrap();
+        std::fs::write(tmp.join(name).join("output"), "the agent's output\n").unwrap();
+    }
+    let out = std::process::Command::new(manifests().join("agents/opencode.sh"))
+        .args(["some-model", "a task"])
+        .current_dir(dir.path())
+        .env("PATH", path_with(&bin))
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["runner-agent.live"]);
+}

@@ -11,8 +11,15 @@
 
 # A folder for the agent's output, removed when the adapter exits: normally, or ended by a
 # signal (runner's SIGTERM at a timeout or a cancel), each signal keeping its conventional exit
-# code.
-work=$(mktemp -d) || { echo "runner adapter: cannot make a temporary folder" >&2; exit 1; }
+# code. An adapter killed outright (SIGKILL, as when runner itself is killed) runs no clean-up:
+# the next one removes the folders whose adapter is gone, by the pid each holds.
+for old in "${TMPDIR:-/tmp}"/runner-agent.*; do
+  [ -f "$old/pid" ] || continue
+  kill -0 "$(cat "$old/pid")" 2> /dev/null || rm -rf "$old" 2> /dev/null
+done
+work=$(mktemp -d "${TMPDIR:-/tmp}/runner-agent.XXXXXX") ||
+  { echo "runner adapter: cannot make a temporary folder" >&2; exit 1; }
+echo $$ > "$work/pid"
 out="$work/output"
 trap 'rm -rf "$work"' EXIT
 trap 'exit 129' HUP
