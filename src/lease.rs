@@ -270,6 +270,17 @@ pub fn read_record(path: &Path) -> Option<Record> {
     serde_json::from_slice(&read_regular(path, None).ok()?).ok()
 }
 
+/// The holder recorded in `common_dir`, unless the record is known to be `own`: this process
+/// wrote it (or read it) last and it has not been replaced since, which a `stat` tells.
+pub fn recorded_other(common_dir: &Path, own: &Record) -> Option<Record> {
+    let path = common_dir.join(RECORD_FILE);
+    let bytes = serde_json::to_vec_pretty(own).unwrap_or_default();
+    if RecordsSeen::says(&path, &bytes) {
+        return None;
+    }
+    read_record(&path)
+}
+
 /// A unit of a host-wide shared resource (`resources:` in the manifest), held while one command
 /// runs: an OS file lock on `<dir>/<name>.<k>.lock`, one file per unit, so every runner on the
 /// host that declares the resource shares its units. Dropping it releases the unit; the

@@ -35,6 +35,8 @@ struct Pool {
     kept: Vec<Lease>,
     /// Dead runs and repositories whose leftovers were ended (or found gone) already.
     reaped: std::collections::HashSet<(String, String)>,
+    /// Tokens of dead runs no process carries any more (each was scanned for once).
+    tokens_ended: std::collections::HashSet<String>,
     /// Where item tasks ask to rest between attempts.
     rest_tx: mpsc::UnboundedSender<item::Rest>,
     /// Resting items, each woken through its sender when it may go on.
@@ -111,6 +113,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         settling: Vec::new(),
         kept: Vec::new(),
         reaped: Default::default(),
+        tokens_ended: Default::default(),
         rest_tx,
         resting: HashMap::new(),
         lease_wait: HashMap::new(),
@@ -273,9 +276,15 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
 /// End what dead run `prev` left: the processes in the item's cgroup (when it had one) and every
 /// process carrying its token, wherever it is. The pids found, or `Err` with those left.
 pub async fn end_left(prev: &Record) -> Result<Vec<i32>, Vec<i32>> {
+    end_left_in(prev, true).await
+}
+
+/// [`end_left`]; with `by_token` false, only what is in the item's cgroups (the processes
+/// carrying the dead run's token were ended already, for another of its repositories).
+async fn end_left_in(prev: &Record, by_token: bool) -> Result<Vec<i32>, Vec<i32>> {
     let grace = Duration::from_secs(5);
     let mut found = crate::process::cgroup::end_left(&prev.cgroups, grace).await?;
-    if !prev.token.is_empty() {
+    if by_token && !prev.token.is_empty() {
         found.extend(crate::process::census::end_token(&prev.token, grace).await?);
     }
     found.sort_unstable();
@@ -304,8 +313,9 @@ async fn admit(
     };
     // A run that died (killed, the machine's power) left its processes behind, perhaps still
     // working here: they are ended before anything starts in the repository.
-    let record = crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
-    if let Some(prev) = record
+    let own = Record::this_process(&cx.run_id, repo_name, &cx.token)
+        .in_cgroups(cx.contained.item_dirs(repo_name));
+    if let Some(prev) = crate::lease::recorded_other(common, &own)
         && prev.run_id != cx.run_id
         && (!prev.token.is_empty() || !prev.cgroups.is_empty())
         && !pool
@@ -314,9 +324,14 @@ async fn admit(
         && prev.holder.is_dead()
         && !sink.ended(&prev.run_id)
     {
-        match end_left(&prev).await {
+        // A dead run's token is the same in all its repositories, and once no process carries
+        // it none ever will again (only its carriers and the dead runner could start one): the
+        // whole machine is scanned for it once, not once per repository.
+        let by_token = !pool.tokens_ended.contains(&prev.token);
+        match end_left_in(&prev, by_token).await {
             Ok(pids) => {
                 pool.reaped.insert((prev.run_id.clone(), repo_name.clone()));
+                pool.tokens_ended.insert(prev.token.clone());
                 if !pids.is_empty() {
                     tracing::info!(run = %prev.run_id, ?pids, repo = %repo_name, "ended processes a dead run left");
                     sink.event(&Event::Reaped {
@@ -336,13 +351,7 @@ async fn admit(
     }
     // The lease first, then the claim: a claim is never held without the lease, so an item
     // another run has claimed is one that run is working on.
-    let lease = match acquire(
-        common,
-        Record::this_process(&cx.run_id, repo_name, &cx.token)
-            .in_cgroups(cx.contained.item_dirs(repo_name)),
-    )
-    .await
-    {
+    let lease = match acquire(common, own).await {
         Ok(Some(lease)) => lease,
         Ok(None)
             if let Some(lease) = cx

@@ -21,7 +21,7 @@
 //! "clean" needs git's own index to be wrong; every other mistake only costs the git call that
 //! would have been made anyway.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::ErrorKind;
@@ -346,7 +346,8 @@ fn plain_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf)> {
     let meta = std::fs::symlink_metadata(&git_dir).ok()?;
     // git refuses a repository that belongs to another user unless told it is safe; that
     // judgement stays with git.
-    let uid = nix::unistd::geteuid().as_raw();
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let uid = *EUID.get_or_init(|| nix::unistd::geteuid().as_raw());
     if !meta.is_dir() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
         return None;
     }
@@ -471,6 +472,29 @@ fn hex(oid: &Oid) -> String {
 
 /// The tree a commit names, read from a loose object or a pack (not from a delta).
 fn commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
+    // A commit is named by its content, so its tree never changes: asked after every worker
+    // pass of every item, it is read once per commit.
+    static TREES: std::sync::LazyLock<std::sync::Mutex<HashMap<Oid, Oid>>> =
+        std::sync::LazyLock::new(Default::default);
+    if let Some(tree) = TREES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(commit)
+        .copied()
+    {
+        return Some(tree);
+    }
+    let tree = read_commit_tree(git_dir, commit, reads)?;
+    let mut trees = TREES.lock().unwrap_or_else(|p| p.into_inner());
+    // Bounded: a run sees a few commits per repository.
+    if trees.len() >= 65_536 {
+        trees.clear();
+    }
+    trees.insert(*commit, tree);
+    Some(tree)
+}
+
+fn read_commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
     let name = hex(commit);
     let objects = git_dir.join("objects");
     let body = match reads.bytes(&objects.join(&name[..2]).join(&name[2..])) {
@@ -913,12 +937,15 @@ mod tests {
         // HEAD's commit in a pack (its index may be large): no answer either.
         let t = repo();
         let d = t.path();
+        // A commit no other test made (their trees are known once read: see `commit_tree`).
+        let unique = format!("{:?}", std::time::SystemTime::now());
+        git(d, &["commit", "-q", "--allow-empty", "-m", &unique]);
         git(d, &["gc", "-q"]);
-        assert!(
-            clean_checkout(d, Reads::All).is_some(),
-            "packed commits are read"
-        );
         assert_eq!(clean_checkout(d, Reads::Small), None);
+        let all = clean_checkout(d, Reads::All);
+        assert!(all.is_some(), "packed commits are read");
+        // Once read, a commit's tree is known without a read: a small question answers.
+        assert_eq!(clean_checkout(d, Reads::Small), all);
         // Refs packed: a small packed-refs file is read.
         assert_eq!(head(d, Reads::Small), head(d, Reads::All));
         assert!(head(d, Reads::Small).unwrap().head.is_some());

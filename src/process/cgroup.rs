@@ -297,7 +297,13 @@ impl Contained {
                 })?;
             procs.push(OwnedFd::from(f));
         }
-        Ok(ItemCgroup { dirs, procs })
+        // The unified cgroup's folder, for the kernel to create children in directly.
+        let folder = std::fs::File::open(&dirs[0]).ok().map(OwnedFd::from);
+        Ok(ItemCgroup {
+            dirs,
+            procs,
+            folder,
+        })
     }
 
     /// Remove the run's cgroups (each once empty; a cgroup with processes left stays).
@@ -323,12 +329,19 @@ pub struct ItemCgroup {
     dirs: Vec<PathBuf>,
     /// Their `cgroup.procs`, open for the item's processes to move themselves in.
     procs: Vec<OwnedFd>,
+    /// The unified one's folder, open: children are created in it where the kernel can.
+    folder: Option<OwnedFd>,
 }
 
 impl ItemCgroup {
     /// The descriptors a child writes itself into.
     pub fn join_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+
+    /// The unified cgroup's folder, open, to create a child in.
+    pub fn folder_fd(&self) -> Option<RawFd> {
+        self.folder.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// The unified cgroup's path.

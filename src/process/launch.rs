@@ -65,6 +65,9 @@ struct ChildImage {
     /// the first `join_len` of them.
     join: [RawFd; MAX_JOIN],
     join_len: usize,
+    /// The first of `join` the child writes itself into: 1 when `clone3` created it in the
+    /// unified cgroup already.
+    join_from: usize,
 }
 
 /// Most cgroups a child joins: one of the unified hierarchy and one per v1 controller that
@@ -120,6 +123,16 @@ pub enum LaunchError {
 /// cgroups whose `cgroup.procs` files are open as `join` (before it starts anything, so that
 /// nothing it starts is outside them). The descriptors need only be open during this call: the
 /// child gets a copy of the descriptor table.
+///
+/// `into`, the unified cgroup's folder (whose `cgroup.procs` is `join[0]`), lets the kernel
+/// create the child there (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7): no move at all. A
+/// process that moves itself takes a lock every fork on the machine waits for, and measured
+/// here it added a sixth to the life of a short command; where `clone3` is refused, the child
+/// moves itself as before.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the child's whole description, in one call"
+)]
 pub fn launch(
     program: &Path,
     args: &[String],
@@ -128,6 +141,7 @@ pub fn launch(
     stdio: [RawFd; 3],
     inherit: Option<RawFd>,
     join: &[RawFd],
+    into: Option<RawFd>,
 ) -> Result<Launched, LaunchError> {
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) || unsupported() {
         return Err(LaunchError::Unsupported);
@@ -173,12 +187,13 @@ pub fn launch(
             .collect(),
         _env: env,
         cwd: c(cwd.as_os_str().as_bytes().to_vec())?,
-        parent: std::process::id() as usize,
+        parent: own_pid(),
         stdio,
         inherit,
         status: status_tx.as_raw_fd(),
         join: join_fds,
         join_len: join.len(),
+        join_from: 0,
     });
     let mut stack = take_stack();
     let mut pidfd: libc::c_int = -1;
@@ -192,14 +207,37 @@ pub fn launch(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let top = stack.as_mut_ptr().add(stack.len()).cast::<c_void>();
-        let pid = libc::clone(
-            child,
-            top,
-            libc::CLONE_VM | libc::CLONE_PIDFD | libc::SIGCHLD,
-            (&raw mut *image).cast::<c_void>(),
-            &mut pidfd as *mut libc::c_int,
-        );
-        let err = io::Error::last_os_error();
+        let made = match into.filter(|_| !join.is_empty()) {
+            Some(cgroup) => {
+                image.join_from = 1;
+                let made = clone3_into(
+                    cgroup,
+                    stack.as_mut_ptr().cast(),
+                    stack.len() * 16,
+                    &raw mut *image,
+                    &mut pidfd,
+                );
+                if made.is_err() {
+                    // No child was created: it is made the other way, moving itself.
+                    image.join_from = 0;
+                }
+                made
+            }
+            None => Err(0),
+        };
+        let (pid, err) = match made {
+            Ok(pid) => (pid, io::Error::from_raw_os_error(0)),
+            Err(_) => {
+                let pid = libc::clone(
+                    child,
+                    top,
+                    libc::CLONE_VM | libc::CLONE_PIDFD | libc::SIGCHLD,
+                    (&raw mut *image).cast::<c_void>(),
+                    &mut pidfd as *mut libc::c_int,
+                );
+                (pid, io::Error::last_os_error())
+            }
+        };
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         if pid < 0 {
             // No child was created: starting it another way is safe.
@@ -330,6 +368,124 @@ impl Drop for Launched {
     }
 }
 
+/// runner's pid, asked of the kernel once (it never forks itself).
+fn own_pid() -> usize {
+    static PID: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| std::process::id() as usize)
+}
+
+/// Whether `clone3` with `CLONE_INTO_CGROUP` was refused as such (an older kernel, a sandbox
+/// that filters it): not asked again.
+static NO_CLONE3: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The kernel's `struct clone_args`, as far as its `cgroup` field (`CLONE_ARGS_SIZE_VER2`).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Create the child as `libc::clone` in [`launch`] does, but directly in the cgroup whose folder
+/// is open as `cgroup`. `Ok(pid)`, or `Err(errno)` when no child was created.
+///
+/// # Safety
+///
+/// As for `libc::clone` with `child`: `stack` (`size` bytes, 16-byte aligned) and `image` stay
+/// alive and unchanged until the child has called `execve` or exited; all signals blocked.
+#[cfg(target_arch = "x86_64")]
+unsafe fn clone3_into(
+    cgroup: RawFd,
+    stack: *mut u8,
+    size: usize,
+    image: *mut ChildImage,
+    pidfd: &mut libc::c_int,
+) -> Result<i32, i32> {
+    if NO_CLONE3.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(libc::ENOSYS);
+    }
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
+        pidfd: std::ptr::from_mut(pidfd) as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack as u64,
+        stack_size: size as u64,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: cgroup as u64,
+    };
+    let ret: isize;
+    // SAFETY: the caller keeps the stack and the image for the child. The new process starts
+    // on the empty stack at the instruction after `syscall` with the registers of this one
+    // (`rax` 0): it calls `child` with the image and never comes back (`child` ends in `execve`
+    // or `exit_group`; should it return, its value is the exit status). This process goes on
+    // at the label with the pid or the error; the kernel keeps every register but `rax`, `rcx`
+    // and `r11`.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "call r13",
+            "mov edi, eax",
+            "mov eax, 231",
+            "syscall",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 as isize => ret,
+            in("rdi") &raw mut args,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") image,
+            in("r13") child as extern "C" fn(*mut c_void) -> libc::c_int,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    if ret >= 0 {
+        return Ok(ret as i32);
+    }
+    let errno = -ret as i32;
+    if matches!(
+        errno,
+        libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM
+    ) {
+        NO_CLONE3.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    Err(errno)
+}
+
+/// Elsewhere the child moves itself into its cgroups.
+///
+/// # Safety
+///
+/// Always safe to call: nothing is created.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn clone3_into(
+    _cgroup: RawFd,
+    _stack: *mut u8,
+    _size: usize,
+    _image: *mut ChildImage,
+    _pidfd: &mut libc::c_int,
+) -> Result<i32, i32> {
+    Err(libc::ENOSYS)
+}
+
 /// A raw system call: no libc wrapper, so nothing is written to runner's `errno`.
 ///
 /// # Safety
@@ -403,7 +559,7 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
     // with pointers into `image` and this stack frame.
     unsafe {
         // Into the item's cgroups first: whatever this child becomes or starts is inside them.
-        for &fd in &image.join[..image.join_len] {
+        for &fd in &image.join[image.join_from..image.join_len] {
             check(sys(
                 libc::SYS_write,
                 [fd as usize, b"0".as_ptr() as usize, 1, 0],
@@ -566,8 +722,18 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
             let stdio = [null.as_raw_fd(), tx.as_raw_fd(), tx.as_raw_fd()];
-            let mut child =
-                registered(|| launch(Path::new(program), &args, &env, cwd, stdio, inherit, &[]));
+            let mut child = registered(|| {
+                launch(
+                    Path::new(program),
+                    &args,
+                    &env,
+                    cwd,
+                    stdio,
+                    inherit,
+                    &[],
+                    None,
+                )
+            });
             drop(tx);
             let status = child.wait().await.unwrap();
             unregister(child.pid);
@@ -648,6 +814,7 @@ mod tests {
                     [fd, fd, fd],
                     None,
                     &[],
+                    None,
                 )
             });
             // SAFETY: signalling the group of the child just launched.

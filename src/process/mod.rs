@@ -327,6 +327,7 @@ fn start(
                 stdio,
                 spec.inherit_fd,
                 &join,
+                spec.cgroup.as_ref().and_then(|c| c.folder_fd()),
             );
             match launched {
                 Ok(l) => Some(Child::Launched(l)),

@@ -159,11 +159,13 @@ impl State {
         let Some(path) = self.log_path.take() else {
             return;
         };
-        let created = match path.parent() {
-            Some(dir) => std::fs::create_dir_all(dir),
-            None => Ok(()),
-        }
-        .and_then(|()| std::fs::File::create(&path));
+        // Its folder is most often there already (made for the worker's usage file).
+        let created = std::fs::File::create(&path).or_else(|e| match path.parent() {
+            Some(dir) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).and_then(|()| std::fs::File::create(&path))
+            }
+            _ => Err(e),
+        });
         match created {
             Ok(f) => self.log = Some(f),
             Err(e) => self.log_error = Some(format!("cannot create it: {e}")),

@@ -31,31 +31,69 @@ pub fn write_atomic_with(
 /// file's place (a hostile checkout's `.git`) is refused at once, never waited on — an open for
 /// reading or writing of a FIFO nobody else has open would wait for ever, on the event loop.
 pub fn open_regular(path: &Path, options: &mut std::fs::OpenOptions) -> std::io::Result<File> {
+    open_regular_len(path, options).map(|(file, _)| file)
+}
+
+/// [`open_regular`], with the file's length as its one `fstat` found it.
+fn open_regular_len(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+) -> std::io::Result<(File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular = || std::io::Error::other("not a regular file");
     let file = options
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| match std::fs::metadata(path) {
-            Ok(m) if !m.is_file() => not_regular(),
-            _ => e,
+        .map_err(|e| match e.kind() {
+            // Most often asked of a file that may not exist: nothing more to learn.
+            std::io::ErrorKind::NotFound => e,
+            _ => match std::fs::metadata(path) {
+                Ok(m) if !m.is_file() => not_regular(),
+                _ => e,
+            },
         })?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(not_regular());
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 /// The whole of the regular file at `path` ([`open_regular`]); with `limit`, a file longer than
 /// that is an error, and no more than one byte past it is read.
+///
+/// Read in one `read` where the file is as long as its `fstat` said: a read that returns that
+/// many bytes into room for one more has reached the end, and is not asked again. (These reads
+/// are on every item's path: HEAD, refs, the index, the lease record.)
 pub fn read_regular(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let file = open_regular(path, std::fs::OpenOptions::new().read(true))?;
-    let len = file.metadata()?.len();
+    let (mut file, len) = open_regular_len(path, std::fs::OpenOptions::new().read(true))?;
     let cap = limit.map_or(u64::MAX, |l| l + 1);
-    let mut data = Vec::with_capacity(len.min(cap) as usize);
-    file.take(cap).read_to_end(&mut data)?;
-    if limit.is_some_and(|l| data.len() as u64 > l) {
+    let mut data = vec![0u8; (len.saturating_add(1)).min(cap) as usize];
+    let mut n = 0;
+    loop {
+        if n == data.len() {
+            // Longer than it was when looked at (or than the limit allows).
+            if n as u64 >= cap {
+                break;
+            }
+            let grown = (n.max(64) * 2).min(usize::try_from(cap).unwrap_or(usize::MAX));
+            data.resize(grown, 0);
+        }
+        match file.read(&mut data[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if n as u64 == len && n < data.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    data.truncate(n);
+    if limit.is_some_and(|l| n as u64 > l) {
         return Err(std::io::Error::other("larger than this read takes"));
     }
     Ok(data)
@@ -77,4 +115,46 @@ pub fn normalize(p: &Path) -> std::path::PathBuf {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_is_read_whole_within_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        for size in [0usize, 1, 63, 64, 4096, 100_000] {
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&path, &bytes).unwrap();
+            assert_eq!(read_regular(&path, None).unwrap(), bytes, "size {size}");
+            assert_eq!(
+                read_regular(&path, Some(size as u64)).unwrap(),
+                bytes,
+                "size {size}"
+            );
+            if size > 0 {
+                let over = read_regular(&path, Some(size as u64 - 1)).unwrap_err();
+                assert_eq!(over.to_string(), "larger than this read takes");
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_regular_file_is_refused_and_a_missing_one_is_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(
+            read_regular(&fifo, None).unwrap_err().to_string(),
+            "not a regular file"
+        );
+        assert_eq!(
+            read_regular(dir.path(), None).unwrap_err().to_string(),
+            "not a regular file"
+        );
+        let gone = read_regular(&dir.path().join("gone"), None).unwrap_err();
+        assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
+    }
 }
