@@ -382,3 +382,59 @@ fn in_cgroup_mode_what_an_item_left_is_reaped_when_it_ends() {
     assert!(!log.contains("UNREAPED"), "{log}");
     assert!(processes_matching("sleep 7309").is_empty());
 }
+
+/// Each repository's cgroup stays for the run, but no descriptor of it does: a cgroup-mode drain
+/// over more repositories than runner may have files open runs every item. (With a descriptor
+/// per repository held for the run, items past the limit failed "Too many open files" and
+/// their repositories were quarantined.)
+#[test]
+fn a_cgroup_drain_over_more_repositories_than_open_files_allowed_runs_every_item() {
+    if !cgroups_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let repos = 50;
+    let mut items = String::new();
+    for i in 0..repos {
+        repo(&root.join(format!("repos/r{i:02}")));
+        items.push_str(&format!("  - {{repo: r{i:02}, id: a}}\n"));
+    }
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: many\ncapacity: {{workers: 2}}\nrepositories: [{{glob: \"repos/*\"}}]\nworker:\n  run: [\"true\"]\nitems:\n{items}"
+        ),
+    )
+    .unwrap();
+    // Fewer files than repositories, and room enough for everything else a drain holds open.
+    let mut cmd = runner();
+    cmd.current_dir(root)
+        .env(CGROUP.0, CGROUP.1)
+        .args(["apply", "m.yaml", "--no-progress"]);
+    let out = with_open_files(&mut cmd, 40).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{repos} completed")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `cmd`, to run with at most `files` files open (as after `ulimit -n`).
+fn with_open_files(cmd: &mut std::process::Command, files: u64) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setrlimit, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: files,
+                rlim_max: files,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}

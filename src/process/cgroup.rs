@@ -258,7 +258,6 @@ impl Contained {
 
     fn make_item(&self, repo: &str) -> io::Result<ItemCgroup> {
         let dirs = self.item_dirs(repo);
-        let mut procs = Vec::new();
         for (i, dir) in dirs.iter().enumerate() {
             match std::fs::create_dir(dir) {
                 Ok(()) => {}
@@ -286,24 +285,10 @@ impl Contained {
                 }
                 write_file(&dir.join(file), &value)?;
             }
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.join("cgroup.procs"))
-                .map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("cannot open `{}/cgroup.procs`: {e}", dir.display()),
-                    )
-                })?;
-            procs.push(OwnedFd::from(f));
+            // Opened now to be told at once if it cannot be, and again for each process.
+            open_procs(dir)?;
         }
-        // The unified cgroup's folder, for the kernel to create children in directly.
-        let folder = std::fs::File::open(&dirs[0]).ok().map(OwnedFd::from);
-        Ok(ItemCgroup {
-            dirs,
-            procs,
-            folder,
-        })
+        Ok(ItemCgroup { dirs })
     }
 
     /// Remove the run's cgroups (each once empty; a cgroup with processes left stays).
@@ -327,21 +312,55 @@ impl Drop for Contained {
 #[derive(Debug)]
 pub struct ItemCgroup {
     dirs: Vec<PathBuf>,
-    /// Their `cgroup.procs`, open for the item's processes to move themselves in.
-    procs: Vec<OwnedFd>,
-    /// The unified one's folder, open: children are created in it where the kernel can.
-    folder: Option<OwnedFd>,
 }
 
-impl ItemCgroup {
+/// `dir`'s `cgroup.procs`, open for a process to move itself in.
+fn open_procs(dir: &Path) -> io::Result<OwnedFd> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))
+        .map(OwnedFd::from)
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot open `{}/cgroup.procs`: {e}", dir.display()),
+            )
+        })
+}
+
+/// An item's cgroups, open for one process to start in: only while it is being started. (Held
+/// open for the whole run, a descriptor per repository, they made every start copy them all
+/// into the child's descriptor table, and every `execve` close them again.)
+pub struct Joining {
+    /// The unified cgroup's folder, for the kernel to create the child in.
+    folder: Option<OwnedFd>,
+    /// Each cgroup's `cgroup.procs` (the unified one first), for the child to move itself in.
+    procs: Vec<OwnedFd>,
+}
+
+impl Joining {
     /// The descriptors a child writes itself into.
     pub fn join_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
     }
 
-    /// The unified cgroup's folder, open, to create a child in.
+    /// The unified cgroup's folder.
     pub fn folder_fd(&self) -> Option<RawFd> {
         self.folder.as_ref().map(AsRawFd::as_raw_fd)
+    }
+}
+
+impl ItemCgroup {
+    /// Open the cgroups for a process to start in.
+    pub fn joining(&self) -> io::Result<Joining> {
+        Ok(Joining {
+            folder: std::fs::File::open(&self.dirs[0]).ok().map(OwnedFd::from),
+            procs: self
+                .dirs
+                .iter()
+                .map(|d| open_procs(d))
+                .collect::<io::Result<_>>()?,
+        })
     }
 
     /// The unified cgroup's path.

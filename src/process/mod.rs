@@ -310,10 +310,10 @@ fn start(
     out: OwnedFd,
 ) -> std::io::Result<Child> {
     use std::os::fd::AsRawFd;
-    let join = spec
-        .cgroup
+    let joining = spec.cgroup.as_ref().map(|c| c.joining()).transpose()?;
+    let join = joining
         .as_ref()
-        .map(|c| c.join_fds())
+        .map(cgroup::Joining::join_fds)
         .unwrap_or_default();
     let mut direct = census::lock_direct();
     let launched = match null() {
@@ -327,7 +327,7 @@ fn start(
                 stdio,
                 spec.inherit_fd,
                 &join,
-                spec.cgroup.as_ref().and_then(|c| c.folder_fd()),
+                joining.as_ref().and_then(cgroup::Joining::folder_fd),
             );
             match launched {
                 Ok(l) => Some(Child::Launched(l)),
@@ -339,7 +339,7 @@ fn start(
     };
     let child = match launched {
         Some(c) => c,
-        None => start_std(program, args, spec, out)?,
+        None => start_std(program, args, spec, out, join)?,
     };
     if let Some(pid) = child.pid() {
         direct.push(pid);
@@ -355,6 +355,7 @@ fn start_std(
     args: &[String],
     spec: &SpawnSpec,
     out: OwnedFd,
+    join: Vec<std::os::fd::RawFd>,
 ) -> std::io::Result<Child> {
     let stdin = null()
         .and_then(|f| f.try_clone().ok())
@@ -369,9 +370,8 @@ fn start_std(
         .stdout(Stdio::from(out))
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(c) = &spec.cgroup {
-        launch::join_before_exec(&mut cmd, c.join_fds());
-    }
+    // `join`'s descriptors are open until the caller returns: past the fork.
+    launch::join_before_exec(&mut cmd, join);
     // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
     // fraction of a `fork` of runner's address space.
     if let Some(fd) = spec.inherit_fd {
@@ -713,7 +713,14 @@ mod tests {
             let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
             let mut child = {
                 let _lock = census::DIRECT_CHILDREN.lock().unwrap();
-                start_std(std::path::Path::new("/bin/sh"), &spec.argv[1..], &spec, tx).unwrap()
+                start_std(
+                    std::path::Path::new("/bin/sh"),
+                    &spec.argv[1..],
+                    &spec,
+                    tx,
+                    Vec::new(),
+                )
+                .unwrap()
             };
             assert!(child.wait().await.unwrap().success());
             let mut out = String::new();
