@@ -9,8 +9,9 @@
 //!
 //! - `<parent>/runner-<run id>/repo-<repository>`, where `<parent>` is `RUNNER_CGROUP` when set
 //!   (a subtree delegated to the user running runner), else runner's own cgroup.
-//! - Every process of the item (worker and gates) moves itself in before it runs its program
-//!   (the launcher writes `0` to `cgroup.procs`), so nothing it starts is ever outside.
+//! - Every process of the item (worker and gates) is in it before it runs its program: created
+//!   there by the kernel (`clone3` with `CLONE_INTO_CGROUP`), or, where that is refused, moving
+//!   itself in (the launcher writes `0` to `cgroup.procs`); so nothing it starts is ever outside.
 //! - Membership is the census: `cgroup.procs` lists the item's processes and `cgroup.events`
 //!   says when none is left. Ending the item signals every member, waits out the grace period,
 //!   then kills the whole cgroup at once (`cgroup.kill`; on kernels before 5.14, freeze, kill
