@@ -129,7 +129,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         let until = match sched.next(Instant::now()) {
             Decision::Probe => {
                 // The probe may take a while: let finished items' repositories go first.
-                release_settled(sink, &mut pool, &mut sched);
+                release_settled(&cx, sink, &mut pool, &mut sched);
                 let bound = probe(&cx, &stop_rx).await;
                 debug!(bound, running = sched.running(), "capacity probe read");
                 sched.probed(bound);
@@ -188,7 +188,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         // Finished items' results became durable with the claims just made, or now; only then
         // are their leases let go, and their repositories may take the next item at once.
         if !pool.settling.is_empty() {
-            release_settled(sink, &mut pool, &mut sched);
+            release_settled(&cx, sink, &mut pool, &mut sched);
             continue;
         }
         let sleep = async {
@@ -545,7 +545,7 @@ async fn acquire(
 
 /// Make the finished items' results durable, then release their leases and free their
 /// repositories.
-fn release_settled(sink: &mut dyn RunSink, pool: &mut Pool, sched: &mut Scheduler) {
+fn release_settled(cx: &RunCx, sink: &mut dyn RunSink, pool: &mut Pool, sched: &mut Scheduler) {
     if pool.settling.is_empty() {
         return;
     }
@@ -555,6 +555,9 @@ fn release_settled(sink: &mut dyn RunSink, pool: &mut Pool, sched: &mut Schedule
         sink.unlock_repo(&repo);
         lease.release();
         sched.released(&repo);
+        if sched.done_with(&repo) {
+            cx.contained.done_with(&repo);
+        }
     }
 }
 

@@ -497,6 +497,16 @@ impl Scheduler {
         self.busy.remove(repo);
     }
 
+    /// Whether nothing more of `repo` will run in this drain: no item of it pending, being
+    /// admitted, running or resting, and its lease released.
+    pub fn done_with(&self, repo: &str) -> bool {
+        !self.backlog.pending_in(repo)
+            && !self.busy.contains(repo)
+            && self.admitting.is_none_or(|i| self.repo_of[i] != repo)
+            && !self.running.values().any(|r| r == repo)
+            && !self.resting.values().any(|(r, _)| r == repo)
+    }
+
     /// A stop signal arrived.
     pub fn signal(&mut self, sig: i32) -> StopLevel {
         if self.stopping.is_some() {

@@ -74,6 +74,11 @@ impl Backlog {
         }
     }
 
+    /// Whether an item of `repo` is still pending.
+    pub fn pending_in(&self, repo: &str) -> bool {
+        self.by_repo.get(repo).is_some_and(|(q, _)| !q.is_empty())
+    }
+
     /// Every pending item of `repo` leaves.
     pub fn clear_repo(&mut self, repo: &str) {
         if let Some((q, total)) = self.by_repo.get_mut(repo) {

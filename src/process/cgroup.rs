@@ -143,7 +143,8 @@ pub struct Contained {
     pub why_not: Option<String>,
     /// Each repository's item cgroup, made for its first item and kept for the next ones
     /// (creating and removing a cgroup costs the kernel more than the rest of an item's
-    /// bookkeeping); removed when the run ends.
+    /// bookkeeping); removed once nothing more of the repository runs in the drain
+    /// ([`Contained::done_with`]), the rest when the run ends.
     items: std::sync::Mutex<std::collections::HashMap<String, Arc<ItemCgroup>>>,
 }
 
@@ -255,6 +256,15 @@ impl Contained {
         let made = Arc::new(self.make_item(repo)?);
         items.insert(repo.to_string(), made.clone());
         Ok(Some(made))
+    }
+
+    /// Nothing more of `repo` runs in this drain: its cgroup is removed (once its last user
+    /// lets go), rather than kept, with the kernel's memory for it, until the run ends.
+    pub fn done_with(&self, repo: &str) {
+        self.items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(repo);
     }
 
     fn make_item(&self, repo: &str) -> io::Result<ItemCgroup> {

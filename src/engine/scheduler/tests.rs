@@ -54,6 +54,32 @@ fn admits_in_order_one_per_repository_up_to_the_bound() {
 }
 
 #[test]
+fn a_repository_is_done_with_once_nothing_of_it_is_pending_running_or_unreleased() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0, 0, 1], 2));
+    assert!(!s.done_with("r0") && !s.done_with("r1"));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    assert_eq!(s.next(t), Decision::Admit(2));
+    s.admitted(2, Admission::Started, t);
+    s.finished(2, done(ItemOutcome::Completed));
+    // Finished, but its lease not yet released.
+    assert!(!s.done_with("r1"));
+    s.released("r1");
+    assert!(s.done_with("r1"));
+    s.finished(0, done(ItemOutcome::Completed));
+    s.released("r0");
+    // Item 1 of r0 is still to run.
+    assert!(!s.done_with("r0"));
+    assert_eq!(s.next(t), Decision::Admit(1));
+    assert!(!s.done_with("r0"), "being admitted");
+    s.admitted(1, Admission::Started, t);
+    s.finished(1, done(ItemOutcome::Completed));
+    s.released("r0");
+    assert!(s.done_with("r0"));
+}
+
+#[test]
 fn a_lease_held_elsewhere_is_waited_for_then_held() {
     let t = Instant::now();
     let mut st = setup(&[0, 0, 1], 2);
