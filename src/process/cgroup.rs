@@ -340,8 +340,9 @@ fn open_procs(dir: &Path) -> io::Result<OwnedFd> {
 }
 
 /// An item's cgroups, open for one process to start in: only while it is being started. (Held
-/// open for the whole run, a descriptor per repository, they made every start copy them all
-/// into the child's descriptor table, and every `execve` close them again.)
+/// open for the whole run, a descriptor per repository, they ran a drain over many
+/// repositories out of descriptors, and made every start copy them all into the child's
+/// descriptor table.)
 pub struct Joining {
     /// The unified cgroup's folder, for the kernel to create the child in.
     folder: Option<OwnedFd>,
