@@ -709,6 +709,19 @@ mod tests {
         cwd: &Path,
         inherit: Option<RawFd>,
     ) -> (ExitStatus, Option<io::Error>, String) {
+        run_joining(program, args, env, cwd, inherit, &[], None)
+    }
+
+    /// [`run`], the child joining the cgroups `join` (and created in `into`) as [`launch`] says.
+    fn run_joining(
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        cwd: &Path,
+        inherit: Option<RawFd>,
+        join: &[RawFd],
+        into: Option<RawFd>,
+    ) -> (ExitStatus, Option<io::Error>, String) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -730,8 +743,8 @@ mod tests {
                     cwd,
                     stdio,
                     inherit,
-                    &[],
-                    None,
+                    join,
+                    into,
                 )
             });
             drop(tx);
@@ -823,6 +836,59 @@ mod tests {
             unregister(child.pid);
             assert_eq!(status.signal(), Some(libc::SIGKILL));
         });
+    }
+
+    /// A cgroup of its own under this process's, in the unified hierarchy, or `None` where
+    /// this process may not make one.
+    fn own_cgroup_child(name: &str) -> Option<std::path::PathBuf> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_string();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mount = mountinfo.lines().find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fields: Vec<&str> = pre.split(' ').collect();
+            (post.starts_with("cgroup2 ") && fields.get(3) == Some(&"/"))
+                .then(|| fields.get(4).map(|m| m.to_string()))?
+        })?;
+        let dir = Path::new(&mount)
+            .join(own.trim_start_matches('/'))
+            .join(name);
+        std::fs::create_dir(&dir).ok()?;
+        Some(dir)
+    }
+
+    #[test]
+    fn a_child_is_in_its_cgroup_when_created_there_and_when_it_moves_itself() {
+        let name = format!("runner-launch-test-{}", std::process::id());
+        let Some(dir) = own_cgroup_child(&name) else {
+            eprintln!("skipped: no cgroup can be made here");
+            return;
+        };
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+            .unwrap();
+        let folder = std::fs::File::open(&dir).unwrap();
+        let here = tempfile::tempdir().unwrap();
+        for into in [Some(folder.as_raw_fd()), None] {
+            let (status, err, out) = run_joining(
+                "/bin/cat",
+                &["/proc/self/cgroup"],
+                &[],
+                here.path(),
+                None,
+                &[procs.as_raw_fd()],
+                into,
+            );
+            assert!(status.success() && err.is_none(), "{status:?} {err:?}");
+            let unified = out.lines().find(|l| l.starts_with("0::")).unwrap_or("");
+            assert!(
+                unified.ends_with(&format!("/{name}")),
+                "created in it: {}: {out}",
+                into.is_some()
+            );
+        }
+        std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]
