@@ -861,3 +861,43 @@ fn with_commit_off_the_work_is_left_and_its_files_are_named() {
         std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
     assert!(summary.contains("left uncommitted: `fix.txt`"), "{summary}");
 }
+
+/// A command that could not be started left no process behind: the item fails with the reason,
+/// and its repository is not quarantined (nor said to have processes that could not be proven
+/// gone). Before, a mistyped worker or gate command quarantined the repository for every later
+/// run until `runner unlock`.
+#[test]
+fn a_command_that_cannot_start_fails_its_item_and_quarantines_nothing() {
+    for (worker, gate) in [("no-such-tool-7741", "true"), ("true", "no-such-gate-7742")] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        repo(&root.join("r"));
+        std::fs::write(
+            root.join("m.yaml"),
+            format!(
+                "version: 1\nname: unstarted\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}]\nworker: {{run: [\"{worker}\"]}}\ngates: [{{name: check, run: [\"{gate}\"]}}]\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}]\n"
+            ),
+        )
+        .unwrap();
+        let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("not found on `PATH`"), "{err}");
+        assert!(!err.contains("quarantine"), "{err}");
+        assert!(!err.contains("proven gone"), "{err}");
+        let report = latest_report(&root.join("runner-reports"));
+        for id in ["a", "b"] {
+            // The worker that cannot start fails its item; the gate, like any gate, halts it.
+            let item = report_item(&report, "id", id);
+            assert_ne!(item["outcome"], "held", "{item}");
+            assert!(
+                item["cause"]
+                    .as_str()
+                    .unwrap()
+                    .contains("not found on `PATH`"),
+                "{item}"
+            );
+        }
+        assert!(!root.join("r/.git/runner.quarantine.json").exists());
+    }
+}

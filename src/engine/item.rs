@@ -925,6 +925,9 @@ fn attempt_failed(
 }
 
 fn exit_text(f: &Finished) -> String {
+    if let Some(why) = &f.spawn_error {
+        return why.clone();
+    }
     match (f.exit, f.signal) {
         (Some(c), _) => format!("exit code {c}"),
         (None, Some(s)) => format!("killed by signal {s}"),
@@ -1581,13 +1584,10 @@ async fn take_resources(
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    return Err(Finished {
-                        spawn_error: Some(format!(
-                            "cannot take shared resource `{name}` in `{}`: {e}",
-                            dir.display()
-                        )),
-                        ..Finished::default()
-                    });
+                    return Err(unstarted(format!(
+                        "cannot take shared resource `{name}` in `{}`: {e}",
+                        dir.display()
+                    )));
                 }
             }
             if since.is_none() {
@@ -1648,10 +1648,7 @@ async fn spawn(
 
 /// A command that could not be started: why, as its result.
 fn unstarted(why: String) -> Finished {
-    Finished {
-        spawn_error: Some(why),
-        ..Finished::default()
-    }
+    Finished::unstarted(why, std::time::Duration::ZERO)
 }
 
 /// A command line as a shell would read it back (words with spaces or quotes quoted).

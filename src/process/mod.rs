@@ -107,6 +107,17 @@ pub struct Finished {
 }
 
 impl Finished {
+    /// A command that could not be started, and why: nothing of it ever ran, so nothing of it
+    /// is left (its tree is gone).
+    pub fn unstarted(why: impl Into<String>, duration: Duration) -> Finished {
+        Finished {
+            spawn_error: Some(why.into()),
+            duration,
+            tree_gone: true,
+            ..Finished::default()
+        }
+    }
+
     pub fn success(&self) -> bool {
         self.exit == Some(0)
             && !self.timed_out
@@ -127,8 +138,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     let started = Instant::now();
     let mut fin = Finished::default();
     let Some((program, args)) = spec.argv.split_first() else {
-        fin.spawn_error = Some("empty command".into());
-        return fin;
+        return Finished::unstarted("empty command", started.elapsed());
     };
     // Resolved here, against the child's own PATH: the program runs with the environment it is
     // given, and an absolute path also lets the standard library use `posix_spawn`.
@@ -138,25 +148,27 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str());
     let Some(program) = resolve_program(program, path_var, &spec.cwd) else {
-        fin.spawn_error = Some(format!("cannot start `{program}`: not found on `PATH`"));
-        fin.duration = started.elapsed();
-        return fin;
+        return Finished::unstarted(
+            format!("cannot start `{program}`: not found on `PATH`"),
+            started.elapsed(),
+        );
     };
     // One pipe for both streams: the log keeps their interleaving as the process wrote it, and
     // a process costs one pipe and one reader instead of two.
     let (out, rx) = match output_pipe() {
         Ok(p) => p,
         Err(e) => {
-            fin.spawn_error = Some(format!("cannot create a pipe: {e}"));
-            return fin;
+            return Finished::unstarted(format!("cannot create a pipe: {e}"), started.elapsed());
         }
     };
     let mut child = match start(&program, args, &spec, out) {
         Ok(c) => c,
+        // No child was made (or the one made was ended and reaped before this returned).
         Err(e) => {
-            fin.spawn_error = Some(format!("cannot start `{}`: {e}", program.display()));
-            fin.duration = started.elapsed();
-            return fin;
+            return Finished::unstarted(
+                format!("cannot start `{}`: {e}", program.display()),
+                started.elapsed(),
+            );
         }
     };
     let pgid = child.pid();
