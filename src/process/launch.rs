@@ -207,27 +207,25 @@ pub fn launch(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let top = stack.as_mut_ptr().add(stack.len()).cast::<c_void>();
-        let made = match into.filter(|_| !join.is_empty()) {
-            Some(cgroup) => {
-                image.join_from = 1;
-                let made = clone3_into(
-                    cgroup,
-                    stack.as_mut_ptr().cast(),
-                    stack.len() * 16,
-                    &raw mut *image,
-                    &mut pidfd,
-                );
-                if made.is_err() {
-                    // No child was created: it is made the other way, moving itself.
-                    image.join_from = 0;
-                }
-                made
+        // Created in the unified cgroup where the kernel can; else (no child was created) the
+        // other way, the child moving itself.
+        let created_in = into.filter(|_| !join.is_empty()).and_then(|cgroup| {
+            image.join_from = 1;
+            let pid = clone3_into(
+                cgroup,
+                stack.as_mut_ptr().cast(),
+                stack.len() * 16,
+                &raw mut *image,
+                &mut pidfd,
+            );
+            if pid.is_none() {
+                image.join_from = 0;
             }
-            None => Err(0),
-        };
-        let (pid, err) = match made {
-            Ok(pid) => (pid, io::Error::from_raw_os_error(0)),
-            Err(_) => {
+            pid
+        });
+        let created = match created_in {
+            Some(pid) => Ok(pid),
+            None => {
                 let pid = libc::clone(
                     child,
                     top,
@@ -235,19 +233,25 @@ pub fn launch(
                     (&raw mut *image).cast::<c_void>(),
                     &mut pidfd as *mut libc::c_int,
                 );
-                (pid, io::Error::last_os_error())
+                if pid < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(pid)
+                }
             }
         };
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            // No child was created: starting it another way is safe.
-            if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
-                mark_unsupported();
-                return Err(LaunchError::Unsupported);
+        match created {
+            Ok(pid) => pid,
+            Err(err) => {
+                // No child was created: starting it another way is safe.
+                if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+                    mark_unsupported();
+                    return Err(LaunchError::Unsupported);
+                }
+                return Err(failed(err));
             }
-            return Err(failed(err));
         }
-        pid
     };
     drop(status_tx);
     // The child puts itself in a group of its own, and so does runner, so that the group exists
@@ -397,7 +401,7 @@ struct CloneArgs {
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Create the child as `libc::clone` in [`launch`] does, but directly in the cgroup whose folder
-/// is open as `cgroup`. `Ok(pid)`, or `Err(errno)` when no child was created.
+/// is open as `cgroup`: its pid, or `None` when no child was created.
 ///
 /// # Safety
 ///
@@ -410,9 +414,9 @@ unsafe fn clone3_into(
     size: usize,
     image: *mut ChildImage,
     pidfd: &mut libc::c_int,
-) -> Result<i32, i32> {
+) -> Option<i32> {
     if NO_CLONE3.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(libc::ENOSYS);
+        return None;
     }
     let mut args = CloneArgs {
         flags: (libc::CLONE_VM | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
@@ -458,16 +462,15 @@ unsafe fn clone3_into(
         );
     }
     if ret >= 0 {
-        return Ok(ret as i32);
+        return Some(ret as i32);
     }
-    let errno = -ret as i32;
     if matches!(
-        errno,
+        -ret as i32,
         libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM
     ) {
         NO_CLONE3.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    Err(errno)
+    None
 }
 
 /// Elsewhere the child moves itself into its cgroups.
@@ -482,8 +485,8 @@ unsafe fn clone3_into(
     _size: usize,
     _image: *mut ChildImage,
     _pidfd: &mut libc::c_int,
-) -> Result<i32, i32> {
-    Err(libc::ENOSYS)
+) -> Option<i32> {
+    None
 }
 
 /// A raw system call: no libc wrapper, so nothing is written to runner's `errno`.

@@ -142,6 +142,15 @@ mod tests {
     }
 
     #[test]
+    fn a_file_longer_than_its_size_says_is_read_whole() {
+        // The kernel's files say they are empty and are not.
+        let status = read_regular(Path::new("/proc/self/status"), None).unwrap();
+        assert!(status.starts_with(b"Name:") && status.len() > 256);
+        let over = read_regular(Path::new("/proc/self/status"), Some(16)).unwrap_err();
+        assert_eq!(over.to_string(), "larger than this read takes");
+    }
+
+    #[test]
     fn what_is_not_a_regular_file_is_refused_and_a_missing_one_is_not_found() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
