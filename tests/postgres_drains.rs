@@ -320,27 +320,165 @@ fn a_run_on_another_machine_is_cancelled_through_the_ledger() {
     let _ = Command::new("true").status();
 }
 
+/// `psql`'s one-value answer to `query` against `url`.
+fn sql(url: &str, query: &str) -> String {
+    let out = Command::new("psql")
+        .args([url, "-tAq", "-c", query])
+        .output()
+        .expect("psql runs");
+    assert!(out.status.success(), "{query}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The run folders in a machine's reports folder.
+fn report_folders(machine: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(machine.join("runner-reports"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "latest" && e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 #[test]
-fn what_only_the_sqlite_ledger_keeps_is_refused_by_name_on_a_shared_one() {
+fn retention_on_a_shared_ledger_counts_every_machines_runs_and_each_removes_its_own_folders() {
     let Some(url) = postgres_db() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let machines = fleet(dir.path(), 1, 1, 1, "true");
-    let out = runner()
+    let machines: Vec<PathBuf> = (0..2)
+        .map(|m| {
+            let d = dir.path().join(format!("machine-{m}"));
+            common::repo(&d.join("r"));
+            std::fs::write(
+                d.join("m.yaml"),
+                r#"version: 1
+name: shared-keep
+repositories: [{path: r}]
+reports: {keep: {runs: 2}}
+worker: {run: 'test "$RUNNER_ITEM" != bad'}
+items:
+  - {repo: r, id: good}
+  - {repo: r, id: bad}
+"#,
+            )
+            .unwrap();
+            d
+        })
+        .collect();
+    // Two runs on the first machine, then two on the second: a0, a1, b2, b3.
+    let mut ids = Vec::new();
+    for (n, m) in [0, 0, 1, 1].into_iter().enumerate() {
+        let mut args = vec![
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--json",
+            "--state",
+            &url,
+        ];
+        if n > 0 {
+            args.extend(["--rerun", "failed"]);
+        }
+        let out = runner()
+            .current_dir(&machines[m])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids.push(report["run_id"].as_str().unwrap().to_string());
+    }
+    let (a0, a1, b2, b3) = (&ids[0], &ids[1], &ids[2], &ids[3]);
+    // The second machine's runs kept the latest two runs of both, b2 and b3: a0 and a1 lost
+    // their events, but their folders are on the first machine, so their rows stay, marked,
+    // for a runner there to remove them.
+    let events_of = |id: &str| {
+        sql(
+            &url,
+            &format!("SELECT count(*) FROM events WHERE run_id = '{id}'"),
+        )
+    };
+    assert_eq!(events_of(a0), "0");
+    assert_eq!(events_of(a1), "0");
+    assert_ne!(events_of(b2), "0");
+    let pruned = |id: &str| {
+        sql(
+            &url,
+            &format!(
+                "SELECT coalesce(bool_or(pruned_at IS NOT NULL)::text, 'gone') FROM runs WHERE id = '{id}'"
+            ),
+        )
+    };
+    assert_eq!(
+        (pruned(a0), pruned(a1), pruned(b2)),
+        ("true".into(), "true".into(), "false".into())
+    );
+    assert_eq!(
+        report_folders(&machines[0]),
+        BTreeSet::from([a0.clone(), a1.clone()])
+    );
+    assert_eq!(
+        report_folders(&machines[1]),
+        BTreeSet::from([b2.clone(), b3.clone()])
+    );
+    // `done` still knows both items: `good` by its completion in the pruned a0.
+    let plan = runner()
         .current_dir(&machines[0])
-        .args(["gc", "m.yaml", "--state", &url])
+        .args(["plan", "m.yaml", "--json", "--state", &url])
+        .output()
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["counts"]["done"], 2, "{plan:#}");
+    // A pruned run's report is gone, and `report` says why, from either machine.
+    let out = runner()
+        .current_dir(&machines[1])
+        .args(["report", a0, "--manifest", "m.yaml", "--state", &url])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let err = stderr(&out);
+    assert!(stderr(&out).contains("was pruned"), "{}", stderr(&out));
+
+    // `gc` on the first machine removes the folders of the runs the second pruned; a1's row
+    // goes with its folder, a0's stays while `good`'s completion names it. Again: nothing.
+    let gc = || {
+        runner()
+            .current_dir(&machines[0])
+            .args(["gc", "m.yaml", "--state", &url])
+            .output()
+            .unwrap()
+    };
+    let out = gc();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        err.contains("PostgreSQL") && err.contains("not available yet"),
-        "{err}"
+        stderr(&out).contains("removed 2 report folders of runs pruned before"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(report_folders(&machines[0]).is_empty());
+    assert_eq!((pruned(a0), pruned(a1)), ("true".into(), "gone".into()));
+    let out = gc();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing to remove"),
+        "{}",
+        stderr(&out)
+    );
+    // `status` lists the runs kept only.
+    let out = runner()
+        .current_dir(&machines[0])
+        .args(["status", "--state", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(b2.as_str()) && text.contains(b3.as_str()),
+        "{text}"
     );
     assert!(
-        !err.contains("runner@"),
-        "the URL is shown without its user: {err}"
+        !text.contains(a0.as_str()) && !text.contains(a1.as_str()),
+        "{text}"
     );
 }
 

@@ -152,11 +152,18 @@ fn a_rejected_push_is_reported_and_the_branch_kept() {
     );
 }
 
-#[test]
-fn publish_catches_up_on_items_earlier_runs_completed() {
+/// Publishing what runs recorded in the ledger at `state` (the default SQLite file when none).
+fn catches_up(state: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     fixture(root);
+    let run = |args: &[&str]| {
+        let mut args = args.to_vec();
+        if let Some(url) = state {
+            args.extend(["--state", url]);
+        }
+        run_in(root, &args)
+    };
     // The first run's manifest does not publish.
     let m = std::fs::read_to_string(root.join("m.yaml")).unwrap();
     let without = m.replace(
@@ -165,9 +172,9 @@ fn publish_catches_up_on_items_earlier_runs_completed() {
     );
     assert_ne!(m, without);
     std::fs::write(root.join("m.yaml"), &without).unwrap();
-    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    let out = run(&["apply", "m.yaml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let out = run_in(root, &["publish", "m.yaml"]);
+    let out = run(&["publish", "m.yaml"]);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -175,7 +182,7 @@ fn publish_catches_up_on_items_earlier_runs_completed() {
         stderr(&out)
     );
     std::fs::write(root.join("m.yaml"), &m).unwrap();
-    let out = run_in(root, &["publish", "m.yaml"]);
+    let out = run(&["publish", "m.yaml"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
@@ -188,9 +195,21 @@ fn publish_catches_up_on_items_earlier_runs_completed() {
     );
     assert_eq!(calls(root).len(), 2);
     // Nothing moved: nothing to do, and no pull request is opened twice.
-    let out = run_in(root, &["publish", "m.yaml"]);
+    let out = run(&["publish", "m.yaml"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("0 published, 2 already up to date"), "{err}");
     assert_eq!(calls(root).len(), 2);
+}
+
+#[test]
+fn publish_catches_up_on_items_earlier_runs_completed() {
+    catches_up(None);
+}
+
+#[test]
+fn publish_catches_up_from_a_shared_ledger() {
+    if let Some(url) = common::postgres_db() {
+        catches_up(Some(&url));
+    }
 }

@@ -467,26 +467,23 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     } else if let Some(reports) = run_dir.parent() {
         // Retention (`reports.keep`), then the history page of what is kept.
         let keep = super::gc::keep_of(&cx.loaded);
-        // Retention is the SQLite ledger's (one machine's runs), for now.
-        if let Some(ledger) = sink.ledger.sqlite_mut() {
-            match super::gc::retain(
-                ledger,
-                &cx.loaded.manifest.name,
-                &keep,
-                reports,
-                Some(&run_id),
-                &sink.keys,
-            ) {
-                Ok(r) => {
-                    if !r.runs.is_empty() {
-                        tracing::info!(pruned = r.runs.len(), "{}", r.line(&keep));
-                    }
-                    for l in &r.left {
-                        ui.warn(format_args!("a report folder could not be removed: {l}"));
-                    }
+        match super::gc::retain(
+            &mut sink.ledger,
+            &cx.loaded.manifest.name,
+            &keep,
+            reports,
+            Some(&run_id),
+            &sink.keys,
+        ) {
+            Ok(r) => {
+                if !r.runs.is_empty() {
+                    tracing::info!(pruned = r.runs.len(), "{}", r.line(&keep));
                 }
-                Err(e) => ui.warn(format_args!("older runs were not pruned: {e}")),
+                for l in &r.left {
+                    ui.warn(format_args!("a report folder could not be removed: {l}"));
+                }
             }
+            Err(e) => ui.warn(format_args!("older runs were not pruned: {e}")),
         }
         super::gc::prune_verdicts(&cx.loaded, &keep);
         if formats.html

@@ -1,8 +1,8 @@
 //! Retention: `reports.keep` applied after every `apply`, and on demand by `runner gc M`.
 
-use super::{EXIT_INTERNAL, EXIT_OK, Ui, open_existing, state_path};
+use super::{EXIT_INTERNAL, EXIT_OK, Ui, open_store, state_path};
 use crate::cli::GcArgs;
-use crate::ledger::sqlite::SqliteLedger;
+use crate::ledger::store::Store;
 use crate::manifest::{Keep, LoadedManifest};
 use std::path::{Path, PathBuf};
 
@@ -22,6 +22,16 @@ pub struct Retained {
 impl Retained {
     /// One line: what went, or that nothing did.
     pub fn line(&self, keep: &Keep) -> String {
+        if self.runs.is_empty() && !self.folders.is_empty() {
+            // Runs another machine sharing the ledger pruned, whose folders were here.
+            return format!(
+                "removed {} report folder{} of runs pruned before; keeping the latest {} runs of the last {} days",
+                self.folders.len(),
+                plural(self.folders.len()),
+                keep.runs(),
+                keep.days()
+            );
+        }
         if self.runs.is_empty() {
             return format!(
                 "nothing to remove (keeping the latest {} runs of the last {} days)",
@@ -75,7 +85,7 @@ pub fn prune_verdicts(loaded: &LoadedManifest, keep: &Keep) -> usize {
 /// the keys of the plan just run, whose items' earlier definitions' results go with the runs
 /// pruned (empty: every definition's latest result stays).
 pub fn retain(
-    ledger: &mut SqliteLedger,
+    ledger: &mut Store,
     manifest: &str,
     keep: &Keep,
     reports: &Path,
@@ -104,21 +114,39 @@ pub fn retain(
         ..Default::default()
     };
     let reports = std::fs::canonicalize(reports).unwrap_or_else(|_| reports.to_path_buf());
-    for (id, dir) in pruned.runs {
+    // Runs whose folders are gone from here: a shared ledger kept their rows until now.
+    let mut gone = Vec::new();
+    let now = pruned.runs.into_iter().map(|(id, dir)| (id, dir, true));
+    let earlier = pruned.earlier.into_iter().map(|(id, dir)| (id, dir, false));
+    for (id, dir, pruned_now) in now.chain(earlier) {
+        if pruned_now {
+            out.runs.push(id.clone());
+        }
+        // Another machine's run (on a shared ledger) has its folder there, not here.
+        if dir.is_empty() {
+            continue;
+        }
         let dir = PathBuf::from(dir);
         let inside = dir.file_name().is_some_and(|n| n == id.as_str())
             && dir
                 .parent()
                 .and_then(|p| std::fs::canonicalize(p).ok())
                 .is_some_and(|p| p == reports);
-        if inside && dir.is_dir() {
+        if !inside {
+            continue;
+        }
+        if dir.is_dir() {
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => out.folders.push(dir),
-                Err(e) => out.left.push(format!("`{}`: {e}", dir.display())),
+                Err(e) => {
+                    out.left.push(format!("`{}`: {e}", dir.display()));
+                    continue;
+                }
             }
         }
-        out.runs.push(id);
+        gone.push(id);
     }
+    ledger.forget(&gone).map_err(|e| e.to_string())?;
     Ok(out)
 }
 
@@ -128,7 +156,7 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
         Err(c) => return c,
     };
     let path = state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match open_existing(ui, &path) {
+    let mut ledger = match open_store(ui, &path) {
         Ok(l) => l,
         Err(c) => return c,
     };

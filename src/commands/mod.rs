@@ -279,18 +279,8 @@ pub(crate) fn affected(
     }
 }
 
-/// Open the ledger, which must exist: reading commands never create one.
-pub(crate) fn open_existing(
-    ui: &Ui,
-    path: &Path,
-) -> Result<crate::ledger::sqlite::SqliteLedger, i32> {
-    if crate::ledger::pg::is_url(&path.to_string_lossy()) {
-        ui.error(format_args!(
-            "this command reads a SQLite ledger; against a shared PostgreSQL ledger (`{}`) it is not available yet",
-            crate::ledger::pg::shown(&path.to_string_lossy())
-        ));
-        return Err(EXIT_INVALID);
-    }
+/// Open the SQLite ledger at `path`, which must exist: reading commands never create one.
+fn open_existing(ui: &Ui, path: &Path) -> Result<crate::ledger::sqlite::SqliteLedger, i32> {
     if !path.exists() {
         ui.error(format_args!(
             "no state ledger at `{}`; give the manifest or `--state`",

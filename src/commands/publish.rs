@@ -30,7 +30,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         return EXIT_INVALID;
     };
     let path = super::state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match super::open_existing(ui, &path) {
+    let mut ledger = match super::open_store(ui, &path) {
         Ok(l) => l,
         Err(c) => return c,
     };

@@ -101,6 +101,9 @@ pub struct Pruned {
     pub runs: Vec<(String, String)>,
     pub events: usize,
     pub results: usize,
+    /// Runs pruned before, by a runner on another machine sharing the ledger, whose report
+    /// folders are on this one: with their folders, to remove.
+    pub earlier: Vec<(String, String)>,
 }
 
 /// A run for the history page.

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 /// Numbered migrations, each applied once, under a lock so that runners starting together do
 /// not race.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE runs (
     id TEXT PRIMARY KEY,
     manifest TEXT NOT NULL,
@@ -98,7 +99,12 @@ CREATE TABLE quarantines (
     reason TEXT NOT NULL,
     at TEXT NOT NULL
 );
-"#];
+"#,
+    r#"
+ALTER TABLE runs ADD COLUMN pruned_at TEXT;
+CREATE INDEX item_results_by_run ON item_results (run_id);
+"#,
+];
 
 /// The key of the advisory lock that serialises migrations.
 const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;
@@ -476,6 +482,7 @@ impl PgLedger {
             let rows = s.client.query(
                 &format!(
                     "SELECT {RUN_COLUMNS} FROM runs WHERE ($1::text IS NULL OR manifest = $1)
+                        AND pruned_at IS NULL
                       ORDER BY started_at DESC, id DESC LIMIT $3"
                 ),
                 &[&m, &lapse, &limit],
@@ -493,6 +500,7 @@ impl PgLedger {
             let rows = s.client.query(
                 &format!(
                     "SELECT {RUN_COLUMNS}, run_dir, totals FROM runs WHERE manifest = $1
+                        AND pruned_at IS NULL
                       ORDER BY started_at DESC, id DESC LIMIT $3"
                 ),
                 &[&m, &lapse, &limit],
@@ -706,7 +714,7 @@ impl PgLedger {
         let url = self.url.clone();
         let got = self.call(move |s| {
             let Some(head) = s.client.query_opt(
-                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = $1",
+                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = $1 AND pruned_at IS NULL",
                 &[&id],
             )?
             else {
@@ -760,11 +768,154 @@ impl PgLedger {
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
+    /// Prune `manifest`'s history as [`SqliteLedger::prune`] does, for every machine sharing the
+    /// ledger: every run not among its latest `keep_runs`, or that started before `cutoff`, and
+    /// neither live (its heartbeat current) nor `spare`, loses its plan and events (but
+    /// publications) and its results but each item's latest result and latest completion per
+    /// definition (and, for an item in `current`, its current definition's only); its claims
+    /// go. Report folders are on the machine each run ran on, so a pruned run's row stays, marked,
+    /// until a runner on that host (`host`) has removed its folder ([`PgLedger::forget`]).
+    /// Returns the runs pruned now, with their folders where they are this host's, and in
+    /// `earlier` this host's runs pruned before, with their folders. Runners pruning the same
+    /// manifest at once take turns; one that would wait prunes nothing this time.
+    ///
+    /// [`SqliteLedger::prune`]: super::sqlite::SqliteLedger::prune
+    #[allow(clippy::too_many_arguments)]
+    pub fn prune(
+        &mut self,
+        manifest: &str,
+        keep_runs: u32,
+        cutoff: &str,
+        at: &str,
+        spare: Option<&str>,
+        current: &[ItemKey],
+        host: &str,
+    ) -> Result<Pruned> {
+        let buf = self.take_buffer();
+        let m = manifest.to_string();
+        let (cutoff, at, host) = (cutoff.to_string(), at.to_string(), host.to_string());
+        let spare = spare.map(str::to_string);
+        let current: Vec<&ItemKey> = current.iter().filter(|k| k.manifest == manifest).collect();
+        let cur_repo: Vec<String> = current.iter().map(|k| k.repo.clone()).collect();
+        let cur_item: Vec<String> = current.iter().map(|k| k.item.clone()).collect();
+        let cur_def: Vec<String> = current.iter().map(|k| k.def_hash.clone()).collect();
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let st = BufferStatements::of(s)?;
+            let mut tx = s.client.transaction()?;
+            write_buffer(&mut tx, &st, &buf)?;
+            let mut pruned = Pruned::default();
+            let turn: bool = tx
+                .query_one(
+                    "SELECT pg_try_advisory_xact_lock($1)",
+                    &[&repo_key(&format!("runner.prune\0{m}"))],
+                )?
+                .get(0);
+            if !turn {
+                tx.commit()?;
+                return Ok(pruned);
+            }
+            let candidates = tx.query(
+                &format!(
+                    "SELECT {RUN_COLUMNS}, run_dir FROM runs WHERE manifest = $1 AND pruned_at IS NULL
+                      ORDER BY started_at DESC, id DESC"
+                ),
+                &[&m, &lapse],
+            )?;
+            let mut doomed: Vec<String> = Vec::new();
+            for (rank, r) in candidates.iter().enumerate() {
+                let run = run_of(r);
+                if (rank >= keep_runs as usize || run.started_at.as_str() < cutoff.as_str())
+                    && run.status() != RunStatus::Live
+                    && spare.as_deref() != Some(run.id.as_str())
+                {
+                    let dir: String = r.get(16);
+                    let ours = run.holder.host == host;
+                    pruned
+                        .runs
+                        .push((run.id.clone(), if ours { dir } else { String::new() }));
+                    doomed.push(run.id);
+                }
+            }
+            if !doomed.is_empty() {
+                pruned.events = tx.execute(
+                    "DELETE FROM events WHERE run_id = ANY($1)
+                       AND body NOT LIKE '{\"event\":\"published\"%'",
+                    &[&doomed],
+                )? as usize;
+                pruned.results = tx.execute(
+                    "DELETE FROM item_results r WHERE r.manifest = $1 AND r.run_id = ANY($2)
+                       AND EXISTS (SELECT 1 FROM item_results n
+                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
+                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at)
+                       AND (r.outcome <> 'completed' OR EXISTS (
+                                   SELECT 1 FROM item_results n
+                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
+                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at
+                                     AND n.outcome = 'completed'))",
+                    &[&m, &doomed],
+                )? as usize;
+                if !cur_repo.is_empty() {
+                    pruned.results += tx.execute(
+                        "DELETE FROM item_results r WHERE r.manifest = $1 AND r.run_id = ANY($2)
+                           AND EXISTS (SELECT 1 FROM unnest($3::text[], $4::text[], $5::text[]) c(repo, item, def_hash)
+                                       WHERE c.repo = r.repo AND c.item = r.item AND c.def_hash <> r.def_hash)",
+                        &[&m, &doomed, &cur_repo, &cur_item, &cur_def],
+                    )? as usize;
+                }
+                tx.execute("DELETE FROM claims WHERE run_id = ANY($1)", &[&doomed])?;
+                tx.execute(
+                    "UPDATE runs SET pruned_at = $2, plan_json = '', totals = NULL WHERE id = ANY($1)",
+                    &[&doomed, &at],
+                )?;
+            }
+            // This host's runs pruned before (by a runner on another machine): their folders
+            // may be here.
+            let earlier = tx.query(
+                "SELECT id, run_dir FROM runs WHERE manifest = $1 AND pruned_at IS NOT NULL
+                   AND host = $2 AND NOT (id = ANY($3))",
+                &[&m, &host, &doomed],
+            )?;
+            pruned.earlier = earlier.iter().map(|r| (r.get(0), r.get(1))).collect();
+            tx.commit()?;
+            Ok(pruned)
+        })
+    }
+
+    /// Runs pruned whose report folders are gone: their rows go too, unless a kept result or
+    /// publication names them.
+    pub fn forget(&mut self, ids: &[String]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids = ids.to_vec();
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "DELETE FROM runs r WHERE r.id = ANY($1) AND r.pruned_at IS NOT NULL
+                       AND NOT EXISTS (SELECT 1 FROM item_results n WHERE n.run_id = r.id)
+                       AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id
+                                         AND e.body LIKE '{\"event\":\"published\"%')",
+                    &[&ids],
+                )
+                .map(|_| ())
+        })
+    }
+
+    /// When retention pruned a run, if it did.
+    pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
+        let id = id.to_string();
+        self.call(move |s| {
+            Ok(s.client
+                .query_opt("SELECT pruned_at FROM runs WHERE id = $1", &[&id])?
+                .and_then(|r| r.get(0)))
+        })
+    }
 }
 
 /// A manifest's latest runs: `$1` the manifest, `$2` how many.
-const RECENT_RUNS: &str =
-    "(SELECT id FROM runs WHERE manifest = $1 ORDER BY started_at DESC, id DESC LIMIT $2)";
+const RECENT_RUNS: &str = "(SELECT id FROM runs WHERE manifest = $1 AND pruned_at IS NULL
+      ORDER BY started_at DESC, id DESC LIMIT $2)";
 
 /// The columns [`run_of`] reads; `$2` is the heartbeat's lapse in seconds.
 const RUN_COLUMNS: &str =

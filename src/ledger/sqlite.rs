@@ -549,6 +549,12 @@ impl SqliteLedger {
                 )
                 .map_err(|e| db(path, e))?;
         }
+        // A run pruned is not live: a claim it left names an item nobody works on.
+        tx.execute(
+            "DELETE FROM claims WHERE run_id IN (SELECT id FROM temp.doomed)",
+            [],
+        )
+        .map_err(|e| db(path, e))?;
         tx.execute(
             "UPDATE runs SET pruned_at = ?1, plan_json = '', totals = NULL
              WHERE id IN (SELECT id FROM temp.doomed)",
@@ -1361,6 +1367,10 @@ mod tests {
     }
 
     fn run(ledger: &mut SqliteLedger, id: &str) {
+        run_by(ledger, id, Holder::this_process());
+    }
+
+    fn run_by(ledger: &mut SqliteLedger, id: &str, holder: Holder) {
         ledger
             .begin_run(
                 &RunRow {
@@ -1368,7 +1378,7 @@ mod tests {
                     manifest: "m".into(),
                     manifest_path: "/m.yaml".into(),
                     manifest_sha256: "x".into(),
-                    holder: Holder::this_process(),
+                    holder,
                     started_by: "me".into(),
                     started_at: crate::support::clock::now(),
                     ended_at: None,
@@ -1405,6 +1415,36 @@ mod tests {
         };
         assert_eq!(l.claim(&key("y"), "a", &ghost).unwrap(), Claim::Claimed);
         assert_eq!(l.claim(&key("y"), "b", &me).unwrap(), Claim::Claimed);
+    }
+
+    #[test]
+    fn a_dead_run_pruned_leaves_no_claim_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = SqliteLedger::open(&dir.path().join("state.db")).unwrap();
+        let me = Holder::this_process();
+        // A run whose runner died mid-item (a reused pid: dead), with its claim still there.
+        let ghost = Holder {
+            start_time: me.start_time.map(|t| t + 1),
+            ..me.clone()
+        };
+        run_by(&mut l, "dead", ghost.clone());
+        assert_eq!(l.claim(&key("x"), "dead", &ghost).unwrap(), Claim::Claimed);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        run(&mut l, "live");
+        assert_eq!(l.claim(&key("y"), "live", &me).unwrap(), Claim::Claimed);
+        let claims = |l: &SqliteLedger| -> Vec<String> {
+            l.rows("SELECT run_id FROM claims ORDER BY run_id", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        assert_eq!(claims(&l), ["dead", "live"]);
+        let pruned = l
+            .prune("m", 1, "", &crate::support::clock::now(), None, &[])
+            .unwrap();
+        assert_eq!(pruned.runs.len(), 1);
+        assert_eq!(pruned.runs[0].0, "dead");
+        assert_eq!(claims(&l), ["live"], "the live run's claim stays");
     }
 
     /// A ledger as a runner that knew only the first `version` migrations left it.

@@ -1,7 +1,5 @@
 //! The ledger a command opened: SQLite (a file, the default) or PostgreSQL (`--state
 //! postgres://…`), behind the operations `apply` needs of either.
-//!
-//! Retention (`reports.keep`, `gc`) is SQLite's for now: against PostgreSQL it is not applied.
 
 use super::pg::PgLedger;
 use super::sqlite::SqliteLedger;
@@ -134,11 +132,45 @@ impl Store {
         }
     }
 
-    /// When retention pruned a run (SQLite's; a shared ledger is not pruned yet).
+    /// When retention pruned a run, if it did.
     pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
         match self {
             Store::Sqlite(l) => l.pruned_at(id),
-            Store::Pg(_) => Ok(None),
+            Store::Pg(l) => l.pruned_at(id),
+        }
+    }
+
+    /// Retention over `manifest`'s history (see [`SqliteLedger::prune`]); on a shared ledger,
+    /// over every machine's runs, with the folders that are this machine's to remove (then
+    /// [`Store::forget`] those removed).
+    pub fn prune(
+        &mut self,
+        manifest: &str,
+        keep_runs: u32,
+        cutoff: &str,
+        at: &str,
+        spare: Option<&str>,
+        current: &[ItemKey],
+    ) -> Result<Pruned> {
+        match self {
+            Store::Sqlite(l) => l.prune(manifest, keep_runs, cutoff, at, spare, current),
+            Store::Pg(l) => l.prune(
+                manifest,
+                keep_runs,
+                cutoff,
+                at,
+                spare,
+                current,
+                &crate::support::host::hostname(),
+            ),
+        }
+    }
+
+    /// Pruned runs whose report folders are gone: a shared ledger kept their rows until now.
+    pub fn forget(&mut self, ids: &[String]) -> Result<()> {
+        match self {
+            Store::Sqlite(_) => Ok(()),
+            Store::Pg(l) => l.forget(ids),
         }
     }
 
