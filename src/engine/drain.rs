@@ -350,8 +350,10 @@ async fn admit(
         }
     }
     // The lease first, then the claim: a claim is never held without the lease, so an item
-    // another run has claimed is one that run is working on.
-    let lease = match acquire(common, own).await {
+    // another run has claimed is one that run is working on. A busy lease is not waited for
+    // here, on the loop: the scheduler asks again (a lock is also held for an instant by a
+    // process of runner's own between `fork` and `exec`, which copies the descriptor).
+    let lease = match Lease::try_acquire(common, own) {
         Ok(Some(lease)) => lease,
         Ok(None)
             if let Some(lease) = cx
@@ -525,22 +527,6 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
         Some(n) => n.clamp(1, cx.workers as i64) as u32,
         None => 1,
     }
-}
-
-/// Take a repository's lease. A lock can be held for an instant by a process of runner's own
-/// that is between `fork` and `exec` (the descriptor is copied, then closed at exec), so a busy
-/// answer is asked again a few times over a short moment before it counts.
-async fn acquire(
-    common: &std::path::Path,
-    holder: Record,
-) -> Result<Option<Lease>, crate::lease::LeaseError> {
-    for _ in 0..5 {
-        if let Some(l) = Lease::try_acquire(common, holder.clone())? {
-            return Ok(Some(l));
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    Lease::try_acquire(common, holder)
 }
 
 /// Make the finished items' results durable, then release their leases and free their

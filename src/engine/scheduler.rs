@@ -27,6 +27,13 @@ use std::time::{Duration, Instant};
 /// How often a lease another run holds is asked for again while waiting for it.
 pub const LEASE_RETRY: Duration = Duration::from_millis(100);
 
+/// How long a lease whose holder is no live run of this ledger is asked for again before the
+/// repository is held `repo-busy` (unless `--wait-for-locks` waits longer): a lock is found
+/// busy, then its record read, and between the two a holder may let go as its run ends, or be
+/// replacing the record (removed, then written) as it takes the lease. A process that keeps
+/// the repository still has it after this long.
+pub const LEASE_GRACE: Duration = Duration::from_secs(1);
+
 /// What the effect loop is to do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -139,7 +146,9 @@ pub struct Setup {
 /// A repository whose lease another process holds.
 #[derive(Clone, Copy, Debug)]
 struct Blocked {
-    since: Instant,
+    /// Since when the lease has been busy with no live run of this ledger holding it; none
+    /// while one did at the last look.
+    since: Option<Instant>,
     retry_at: Instant,
 }
 
@@ -419,13 +428,22 @@ impl Scheduler {
                 cooperating,
             } => {
                 let b = self.blocked.entry(repo.clone()).or_insert(Blocked {
-                    since: now,
+                    since: None,
                     retry_at: now,
                 });
+                // A live run's lease is waited for however long; what follows it (the run
+                // ended, or another holder) is judged from then.
+                b.since = if cooperating {
+                    None
+                } else {
+                    Some(b.since.unwrap_or(now))
+                };
+                let waited = b
+                    .since
+                    .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
                 let within = cooperating
-                    || self
-                        .wait_for_locks
-                        .is_some_and(|w| now.saturating_duration_since(b.since) < w);
+                    || waited < LEASE_GRACE
+                    || self.wait_for_locks.is_some_and(|w| waited < w);
                 if within {
                     b.retry_at = now + LEASE_RETRY;
                 } else {

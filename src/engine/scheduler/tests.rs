@@ -125,6 +125,45 @@ fn a_lease_held_elsewhere_is_waited_for_then_held() {
 }
 
 #[test]
+fn a_holder_that_is_no_live_run_is_asked_again_for_a_moment_before_the_repository_is_held() {
+    let t = Instant::now();
+    let foreign = || Admission::LeaseBusy {
+        holder: None,
+        cooperating: false,
+    };
+    let live = Admission::LeaseBusy {
+        holder: Some("run `b`".into()),
+        cooperating: true,
+    };
+    let mut s = Scheduler::new(setup(&[0], 1));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, foreign(), t);
+    // Within the grace: asked again, not held (the holder may be coming or going).
+    let soon = t + LEASE_GRACE / 2;
+    assert_eq!(s.next(soon), Decision::Admit(0));
+    // A live run of this ledger took it meanwhile, and held it for an hour: waited for.
+    s.admitted(0, live, soon);
+    let hour = soon + Duration::from_secs(3600);
+    assert_eq!(s.next(hour), Decision::Admit(0));
+    // It let go as its run ended, just before the record was read: the grace starts again.
+    s.admitted(0, foreign(), hour);
+    let a_bit = hour + LEASE_GRACE / 2;
+    assert_eq!(s.next(a_bit), Decision::Admit(0), "not held at once");
+    s.admitted(0, foreign(), a_bit);
+    // Still busy after the grace, with no live run holding it: held.
+    let past = hour + LEASE_GRACE;
+    assert_eq!(s.next(past), Decision::Admit(0));
+    s.admitted(0, foreign(), past);
+    let Decision::Settle(st) = s.next(past) else {
+        panic!("not held after the grace")
+    };
+    assert_eq!(
+        (st.outcome, st.reason.as_deref()),
+        (ItemOutcome::Held, Some("repo-busy"))
+    );
+}
+
+#[test]
 fn the_probe_is_read_before_each_admission_while_items_run() {
     let t = Instant::now();
     let mut st = setup(&[0, 1, 2], 3);
