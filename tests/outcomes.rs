@@ -901,3 +901,34 @@ fn a_command_that_cannot_start_fails_its_item_and_quarantines_nothing() {
         assert!(!root.join("r/.git/runner.quarantine.json").exists());
     }
 }
+
+#[test]
+fn commands_start_with_no_path_in_the_environment_as_a_shell_would_start_them() {
+    // `env -i runner apply …`, or a scheduler that passes no environment: with no `PATH`, a
+    // program is looked for where `execvp` looks (`/bin:/usr/bin`), and a string `run` still
+    // has its `sh`.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        r#"version: 1
+name: bare
+repositories: [{path: r}]
+worker: {run: "echo working on $RUNNER_ITEM"}
+gates:
+  - {name: listed, run: ["true"]}
+items: [{repo: r, id: a}]
+"#,
+    )
+    .unwrap();
+    let out = common::runner()
+        .current_dir(root)
+        .env_clear()
+        .args(["apply", "m.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&root.join("runner-reports"));
+    assert_eq!(report_item(&report, "id", "a")["outcome"], "completed");
+}

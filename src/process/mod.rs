@@ -417,7 +417,7 @@ fn null() -> Option<&'static std::fs::File> {
 }
 
 /// The program to execute: as given when it names a path, else the first executable file of
-/// that name on `path`.
+/// that name on `path` (with no `PATH`, on [`DEFAULT_PATH`], as `execvp` does).
 /// Lookups are remembered per (program, PATH) for absolute PATH entries: a drain starts the
 /// same few programs thousands of times.
 fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
@@ -428,7 +428,8 @@ fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> 
     if program.contains('/') {
         return Some(cwd.join(program));
     }
-    let path = path?;
+    // No `PATH` at all: where `execvp` looks then (glibc's `confstr(_CS_PATH)`).
+    let path = path.unwrap_or(DEFAULT_PATH);
     let cacheable = path.split(':').all(|d| d.starts_with('/'));
     let key = (program.to_string(), path.to_string());
     if cacheable
@@ -452,6 +453,9 @@ fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> 
     }
     Some(found)
 }
+
+/// The search path of a child whose environment has no `PATH`.
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
 /// How long a helper (git) may take before it is ended: `RUNNER_GIT_TIMEOUT` when set (see
 /// [`set_helper_timeout`]), else 10 minutes (a clone of a large repository over a slow link).
