@@ -160,6 +160,10 @@ pub enum Event {
         /// (a full disk).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log_error: Option<String>,
+        /// Bytes of its output past the log's limit (`RUNNER_LOG_LIMIT`), not in its log,
+        /// which ends with the output's last lines instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unlogged_bytes: Option<u64>,
     },
     GateStarted {
         item: ItemIndex,
@@ -202,6 +206,10 @@ pub enum Event {
         /// (a full disk).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log_error: Option<String>,
+        /// Bytes of its output past the log's limit (`RUNNER_LOG_LIMIT`), not in its log,
+        /// which ends with the output's last lines instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unlogged_bytes: Option<u64>,
     },
     /// A gate with `baseline: true` failed, and was run (or its verdict found) on the base
     /// commit, in a detached worktree, to tell which failures the base already has.
@@ -222,6 +230,10 @@ pub enum Event {
         /// (a full disk).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log_error: Option<String>,
+        /// Bytes of its output past the log's limit (`RUNNER_LOG_LIMIT`), not in its log,
+        /// which ends with the output's last lines instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unlogged_bytes: Option<u64>,
     },
     /// Before the item started, processes a dead run had left in its repository were ended.
     Reaped {
@@ -292,6 +304,36 @@ impl Event {
                 log_error: Some(e),
                 ..
             } => Some((*item, *n, format!("gate `{gate}` on the base commit"), e)),
+            _ => None,
+        }
+    }
+}
+
+impl Event {
+    /// A command that printed more than its log keeps: its item, attempt, what it was, and the
+    /// bytes not logged.
+    pub fn unlogged(&self) -> Option<(ItemIndex, u32, String, u64)> {
+        match self {
+            Event::WorkerFinished {
+                item,
+                n,
+                unlogged_bytes: Some(b),
+                ..
+            } => Some((*item, *n, "worker".into(), *b)),
+            Event::GateFinished {
+                item,
+                n,
+                gate,
+                unlogged_bytes: Some(b),
+                ..
+            } => Some((*item, *n, format!("gate `{gate}`"), *b)),
+            Event::GateBaseline {
+                item,
+                n,
+                gate,
+                unlogged_bytes: Some(b),
+                ..
+            } => Some((*item, *n, format!("gate `{gate}` on the base commit"), *b)),
             _ => None,
         }
     }

@@ -547,3 +547,77 @@ fn a_gate_answered_from_the_cache_is_drawn_on_the_timeline() {
     let page = std::fs::read_to_string(root.join("runner-reports/latest/index.html")).unwrap();
     assert!(page.contains("<rect class=\"gate gate-passed\""), "{page}");
 }
+
+#[test]
+fn a_flooding_worker_fills_its_log_to_the_limit_and_no_further() {
+    // A worker gone wrong prints without end: its log stops at `RUNNER_LOG_LIMIT`, says so, and
+    // ends with the output's last lines; the run's verdict is the item's, not a failure of
+    // runner's (exit 0, not 4).
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    common::repo(&root.join("app"));
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: flood\nrepositories: [{path: app}]\nworker: {run: 'seq 1 200000'}\nitems: [{repo: app, id: loud}]\n",
+    )
+    .unwrap();
+    let run = |limit: &str| {
+        common::runner()
+            .current_dir(root)
+            .args(["apply", "m.yaml", "--no-progress", "--rerun", "all"])
+            .env("RUNNER_LOG_LIMIT", limit)
+            .output()
+            .unwrap()
+    };
+    let out = run("8K");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: app/loud attempt 1: the worker printed more than its log keeps"),
+        "{err}"
+    );
+    let reports = root.join("runner-reports/latest");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(reports.join("report.json")).unwrap())
+            .unwrap();
+    let worker = &report["items"][0]["attempts"][0]["worker"];
+    let total: u64 = (1..=200_000u64)
+        .map(|i| i.to_string().len() as u64 + 1)
+        .sum();
+    let unlogged = worker["unlogged_bytes"].as_u64().expect("counted");
+    assert!(worker.get("log_error").is_none(), "{worker}");
+    let log = std::fs::read_to_string(reports.join(worker["log"].as_str().unwrap())).unwrap();
+    let (head, rest) = log.split_once("[runner: the log stops here").unwrap();
+    assert!(
+        head.len() <= 8192 && head.starts_with("1\n2\n3\n"),
+        "{}",
+        head.len()
+    );
+    assert_eq!(
+        head.len() as u64 + unlogged,
+        total,
+        "what is not in the head is counted"
+    );
+    assert!(
+        rest.ends_with("199999\n200000\n"),
+        "the last lines end the log"
+    );
+    assert!(log.len() < 8192 + 70_000, "{} bytes", log.len());
+    let summary = std::fs::read_to_string(reports.join("summary.md")).unwrap();
+    assert!(
+        summary.contains(&format!(
+            "## Incomplete logs\n\n- `app/loud` pass 1, worker: {unlogged} bytes of output past its limit"
+        )),
+        "{summary}"
+    );
+    // A limit that is no size is a bad invocation.
+    for bad in ["lots", "0", "12X"] {
+        let out = run(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("RUNNER_LOG_LIMIT"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

@@ -103,6 +103,20 @@ pub fn run(cli: Cli) -> i32 {
             }
         }
     }
+    // How much of one process's output its log keeps.
+    if let Ok(v) = std::env::var("RUNNER_LOG_LIMIT") {
+        match crate::support::limits::parse_size(&v) {
+            Ok(n) if n > 0 => crate::process::output::set_log_limit(n),
+            Ok(_) => {
+                ui.error("`RUNNER_LOG_LIMIT` is 0: a log keeps at least a byte");
+                return EXIT_INVALID;
+            }
+            Err(e) => {
+                ui.error(format_args!("`RUNNER_LOG_LIMIT`: {e}"));
+                return EXIT_INVALID;
+            }
+        }
+    }
     let format = match cli.log_format {
         crate::cli::LogFormatArg::Text => crate::ui::log::LogFormat::Text,
         crate::cli::LogFormatArg::Json => crate::ui::log::LogFormat::Json,

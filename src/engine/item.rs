@@ -741,6 +741,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             duration: fin.duration,
             log: fin.logged.then_some(log),
             log_error: fin.log_error.clone(),
+            unlogged_bytes: (fin.unlogged > 0).then_some(fin.unlogged),
             output_tail: match (&fin.spawn_error, class) {
                 (Some(e), _) => e.clone(),
                 (None, WorkerClass::Ok) => String::new(),
@@ -943,7 +944,7 @@ enum GatesOutcome {
     },
     Failed {
         gate: String,
-        fin: Finished,
+        fin: Box<Finished>,
         any_passed: bool,
         timed_out: bool,
         /// Why it failed, when its exit does not say (too few tests).
@@ -1003,6 +1004,7 @@ async fn gates(
             cached: None,
             failures: None,
             log_error: None,
+            unlogged_bytes: None,
         });
     };
     for gate in gates {
@@ -1140,6 +1142,7 @@ async fn gates(
             output_tail: tail,
             log: (fin.logged && cached.is_none()).then_some(log),
             log_error: fin.log_error.clone(),
+            unlogged_bytes: (fin.unlogged > 0).then_some(fin.unlogged),
             exit: fin.exit,
             cached,
             failures,
@@ -1161,7 +1164,7 @@ async fn gates(
         },
         Some((gate, fin, timed_out, why)) => GatesOutcome::Failed {
             gate,
-            fin,
+            fin: Box::new(fin),
             any_passed,
             timed_out,
             why,
@@ -1398,7 +1401,7 @@ async fn baseline(
             &b,
             b.ran_for.clone(),
             std::time::Duration::ZERO,
-            (None, None),
+            (None, None, 0),
         );
         return Some(b);
     }
@@ -1422,7 +1425,7 @@ async fn baseline(
                 &b,
                 None,
                 std::time::Duration::ZERO,
-                (None, None),
+                (None, None, 0),
             );
             return Some(b);
         }
@@ -1479,7 +1482,7 @@ async fn baseline(
         &b,
         cached,
         fin.duration,
-        (logged, fin.log_error.clone()),
+        (logged, fin.log_error.clone(), fin.unlogged),
     );
     if let Ok(mut m) = icx.cx.baselines.lock() {
         m.insert(memo, b.clone());
@@ -1494,7 +1497,7 @@ fn send_baseline(
     b: &Baseline,
     cached: Option<CachedFrom>,
     duration: std::time::Duration,
-    (log, log_error): (Option<PathBuf>, Option<String>),
+    (log, log_error, unlogged): (Option<PathBuf>, Option<String>, u64),
 ) {
     let _ = icx.events.send(Event::GateBaseline {
         item: icx.idx,
@@ -1507,6 +1510,7 @@ fn send_baseline(
         duration,
         log,
         log_error,
+        unlogged_bytes: (unlogged > 0).then_some(unlogged),
     });
 }
 

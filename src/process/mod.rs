@@ -98,6 +98,8 @@ pub struct Finished {
     pub logged: bool,
     /// Why its log is not all of its output (it could not be created or written whole).
     pub log_error: Option<String>,
+    /// Bytes of its output past its log's limit, not logged.
+    pub unlogged: u64,
     /// Output lines matching [`SpawnSpec::count_lines`].
     pub counted: u64,
     /// The failures recognised in its output, when asked for ([`SpawnSpec::failure_roots`]).
@@ -273,6 +275,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.any_output = snap.bytes > 0;
     fin.logged = snap.logged;
     fin.log_error = snap.log_error;
+    fin.unlogged = snap.unlogged;
     fin.counted = snap.counted;
     fin.failures = snap.failures;
     fin.duration = started.elapsed();

@@ -10,6 +10,23 @@ use std::time::{Duration, Instant};
 pub const TAIL_BYTES: usize = 64 * 1024;
 /// A partial line longer than this is written out without waiting for its end.
 const MAX_PENDING_LINE: usize = 64 * 1024;
+/// What one process's log keeps unless `RUNNER_LOG_LIMIT` says otherwise: a worker or gate that
+/// floods its output (a loop printing, an agent gone wrong) must not fill the disk of an
+/// unattended machine before its timeout.
+pub const DEFAULT_LOG_LIMIT: u64 = 100 << 20;
+
+static LOG_LIMIT: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(DEFAULT_LOG_LIMIT);
+
+/// Set how many bytes of output one process's log keeps (`RUNNER_LOG_LIMIT`).
+pub fn set_log_limit(bytes: u64) {
+    LOG_LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn log_limit() -> u64 {
+    LOG_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Secrets shorter than this are not redacted: replacing every `1` or `ab` would destroy logs
 /// without hiding anything worth hiding.
 pub const MIN_SECRET_LEN: usize = 4;
@@ -140,6 +157,14 @@ struct State {
     /// Why the log is not the whole output: the first failure to create or write it (a full
     /// disk). Nothing more is written after it.
     log_error: Option<String>,
+    /// How many bytes the log keeps ([`set_log_limit`]).
+    limit: u64,
+    /// Bytes written to the log, up to its limit.
+    written: u64,
+    /// Whether what was written last ended a line (or nothing was written).
+    line_ended: bool,
+    /// Bytes of output past the limit, not logged: the log ends with the tail instead.
+    dropped: u64,
     pending: Vec<u8>,
     tail: VecDeque<u8>,
     bytes: u64,
@@ -174,17 +199,87 @@ impl State {
 
     /// Append to the log; after a failure (a full disk) nothing more, and the failure is kept
     /// to be told.
+    /// At the log's limit, it stops after the last whole line that fits and says so; what
+    /// follows is counted, and the tail ends the log when the process does ([`State::close_log`]).
     fn write_log(&mut self, bytes: &[u8]) {
-        if self.log_error.is_some() {
+        if self.log_error.is_some() || self.log.is_none() {
             return;
         }
+        if self.dropped > 0 {
+            self.dropped += bytes.len() as u64;
+            return;
+        }
+        let limit = self.limit;
+        let room = usize::try_from(limit.saturating_sub(self.written)).unwrap_or(usize::MAX);
+        let keep = if bytes.len() <= room {
+            bytes.len()
+        } else {
+            match bytes[..room].iter().rposition(|b| *b == b'\n') {
+                Some(nl) => nl + 1,
+                // The log ends after the last whole line written, unless none was: a single
+                // line longer than the limit is cut at it.
+                None if self.written > 0 => 0,
+                None => {
+                    let mut cut = room;
+                    while cut > 0 && (bytes[cut] & 0xC0) == 0x80 {
+                        cut -= 1;
+                    }
+                    cut
+                }
+            }
+        };
+        self.append(&bytes[..keep]);
+        if keep < bytes.len() {
+            self.dropped = (bytes.len() - keep) as u64;
+            let newline = if self.line_ended { "" } else { "\n" };
+            let note = format!(
+                "{newline}[runner: the log stops here, at its limit of {} (RUNNER_LOG_LIMIT); the output goes on, and its last lines end the log]\n",
+                crate::support::limits::format_size(limit)
+            );
+            self.append(note.as_bytes());
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
         let Some(log) = self.log.as_mut() else {
             return;
         };
-        if let Err(e) = log.write_all(bytes) {
-            let kept = log.metadata().map(|m| m.len()).unwrap_or_default();
-            self.log_error = Some(format!("cannot write it past {kept} bytes: {e}"));
+        match log.write_all(bytes) {
+            Ok(()) => {
+                self.written += bytes.len() as u64;
+                if let Some(last) = bytes.last() {
+                    self.line_ended = *last == b'\n';
+                }
+            }
+            Err(e) => {
+                let kept = log.metadata().map(|m| m.len()).unwrap_or_default();
+                self.log_error = Some(format!("cannot write it past {kept} bytes: {e}"));
+            }
         }
+    }
+
+    /// A log that reached its limit ends with the output's tail.
+    fn close_log(&mut self) {
+        if self.dropped == 0 || self.log_error.is_some() {
+            return;
+        }
+        // What was left out, when the tail holds all of it; else the tail, from a character.
+        let n = self
+            .tail
+            .len()
+            .min(usize::try_from(self.dropped).unwrap_or(usize::MAX));
+        let mut from = self.tail.len() - n;
+        while from < self.tail.len() && (self.tail[from] & 0xC0) == 0x80 {
+            from += 1;
+        }
+        let tail: Vec<u8> = self.tail.range(from..).copied().collect();
+        let note = format!(
+            "[runner: {} bytes of output were not logged; its last {} bytes follow]\n",
+            self.dropped,
+            tail.len()
+        );
+        self.append(note.as_bytes());
+        self.append(&tail);
     }
 }
 
@@ -205,6 +300,8 @@ pub struct Snapshot {
     pub logged: bool,
     /// Why the log lacks output, when it does: it could not be created or written whole.
     pub log_error: Option<String>,
+    /// Bytes of output past the log's limit, not in the log (but for what its tail repeats).
+    pub unlogged: u64,
     /// Output lines that matched the counter.
     pub counted: u64,
     /// The failures recognised in the output, when asked for ([`Collector::recognising`]).
@@ -218,6 +315,10 @@ impl Collector {
                 log_path,
                 log: None,
                 log_error: None,
+                limit: log_limit(),
+                written: 0,
+                line_ended: true,
+                dropped: 0,
                 pending: Vec::new(),
                 tail: VecDeque::new(),
                 bytes: 0,
@@ -253,6 +354,14 @@ impl Collector {
         };
         let lines: Vec<u8> = st.pending.drain(..cut).collect();
         self.emit(&mut st, &lines);
+    }
+
+    /// Keep `n` bytes of output in the log (instead of the process-wide limit).
+    pub fn with_log_limit(self, n: u64) -> Self {
+        if let Ok(mut st) = self.state.lock() {
+            st.limit = n;
+        }
+        self
     }
 
     /// Cut partial lines longer than `n` bytes (instead of 64 KiB).
@@ -312,6 +421,7 @@ impl Collector {
                 bytes: 0,
                 logged: false,
                 log_error: None,
+                unlogged: 0,
                 counted: 0,
                 failures: Vec::new(),
             };
@@ -323,6 +433,7 @@ impl Collector {
         // Every process has its log, an empty one when it printed nothing: a report never
         // points at a log that is not there, nor leaves one out.
         st.open_log();
+        st.close_log();
         if let Some(log) = st.log.as_mut()
             && let Err(e) = log.flush()
         {
@@ -335,6 +446,7 @@ impl Collector {
             bytes: st.bytes,
             logged: st.log.is_some(),
             log_error: st.log_error.clone(),
+            unlogged: st.dropped,
             counted: st.counted,
             failures: st
                 .failures
@@ -379,6 +491,79 @@ mod tests {
     fn redacts_secrets_longest_first() {
         let r = Redactor::new(["abcd".to_string(), "abcdef".to_string(), "x".to_string()]);
         assert_eq!(r.redact("key=abcdef other=abcd x"), "key=*** other=*** x");
+    }
+
+    /// A collector logging to a fresh file, keeping `limit` bytes.
+    fn limited(limit: u64) -> (tempfile::TempDir, std::path::PathBuf, Collector) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let c = Collector::new(
+            Some(path.clone()),
+            Arc::new(Redactor::new(["s3cr3t-value".to_string()])),
+        )
+        .with_log_limit(limit);
+        (dir, path, c)
+    }
+
+    #[test]
+    fn a_log_stops_at_its_limit_on_a_whole_line_and_ends_with_the_tail() {
+        let (_dir, path, c) = limited(100);
+        let lines: Vec<String> = (0..10_000)
+            .map(|i| format!("line {i:05} s3cr3t-value\n"))
+            .collect();
+        for chunk in lines.chunks(7) {
+            c.push(chunk.concat().as_bytes());
+        }
+        let snap = c.finish();
+        let log = std::fs::read_to_string(&path).unwrap();
+        let (head, rest) = log.split_once("[runner: the log stops here").unwrap();
+        assert!(head.len() <= 100 && head.ends_with('\n'), "{head:?}");
+        assert!(head.starts_with("line 00000 ***\n"), "{head:?}");
+        let (_, tail) = rest.split_once("bytes follow]\n").unwrap();
+        assert!(tail.ends_with("line 09999 ***\n"), "the last lines end it");
+        assert!(
+            tail.len() <= TAIL_BYTES && tail.len() > TAIL_BYTES - 20,
+            "{}",
+            tail.len()
+        );
+        assert!(!log.contains("s3cr3t"), "redacted in both parts");
+        assert!(snap.log_error.is_none(), "nothing failed");
+        assert!(snap.unlogged > 100_000, "{}", snap.unlogged);
+        assert_eq!(
+            snap.bytes,
+            lines.iter().map(|l| l.len() as u64).sum::<u64>()
+        );
+    }
+
+    #[test]
+    fn a_log_a_little_over_its_limit_is_whole_but_for_the_notes() {
+        let (_dir, path, c) = limited(30);
+        c.push("first line is here\nsecond line is here\nthird é\n".as_bytes());
+        let snap = c.finish();
+        let log = std::fs::read_to_string(&path).unwrap();
+        let notes: Vec<&str> = log.lines().filter(|l| l.starts_with("[runner:")).collect();
+        assert_eq!(notes.len(), 2, "{log}");
+        let text: String = log
+            .lines()
+            .filter(|l| !l.starts_with("[runner:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(text, "first line is here\nsecond line is here\nthird é\n");
+        assert_eq!(snap.unlogged, 29);
+        // A first line longer than the whole limit is cut at it, on a character.
+        let (_dir, path, c) = limited(10);
+        c.push("a very lxémon line\nnext\n".as_bytes());
+        assert_eq!(c.finish().unlogged, "émon line\nnext\n".len() as u64);
+        let log = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            log.starts_with("a very lx\n[runner: the log stops here"),
+            "{log}"
+        );
+        // Under the limit: the log is the output, and complete.
+        let (_dir, path, c) = limited(1000);
+        c.push(b"short\n");
+        assert_eq!(c.finish().unlogged, 0);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "short\n");
     }
 
     #[test]

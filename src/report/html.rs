@@ -515,7 +515,11 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
                 w.class.as_str(),
                 human_ms(w.duration_ms)
             );
-            log_link(out, w.log.as_deref(), w.log_error.as_deref());
+            log_link(
+                out,
+                w.log.as_deref(),
+                super::log_gap(w.log_error.as_deref(), w.unlogged_bytes).as_deref(),
+            );
             out.push_str("</td></tr>\n");
         }
         for g in &a.gates {
@@ -537,7 +541,11 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
                     .unwrap_or_default(),
                 human_ms(g.duration_ms)
             );
-            log_link(out, g.log.as_deref(), g.log_error.as_deref());
+            log_link(
+                out,
+                g.log.as_deref(),
+                super::log_gap(g.log_error.as_deref(), g.unlogged_bytes).as_deref(),
+            );
             out.push_str("</td></tr>\n");
             if let Some(f) = &g.failures {
                 for (what, lines) in [("new failure", &f.new), ("forgiven", &f.forgiven)] {

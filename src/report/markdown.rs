@@ -237,26 +237,26 @@ pub fn render(r: &Report) -> String {
             }
         }
     }
-    // Logs that lack output (a full disk): the run exited 4 for them.
+    // Logs that lack output: a full disk (the run exited 4 for them), or output past the limit.
     let mut incomplete = Vec::new();
     for it in &r.items {
         for a in &it.attempts {
-            let worker = a
-                .worker
-                .iter()
-                .map(|w| ("worker".to_string(), &w.log, &w.log_error));
-            let gates = a
-                .gates
-                .iter()
-                .map(|g| (format!("gate `{}`", g.name), &g.log, &g.log_error));
-            for (what, log, error) in worker.chain(gates) {
-                if let Some(e) = error {
+            let worker = a.worker.iter().map(|w| {
+                let gap = super::log_gap(w.log_error.as_deref(), w.unlogged_bytes);
+                ("worker".to_string(), &w.log, gap)
+            });
+            let gates = a.gates.iter().map(|g| {
+                let gap = super::log_gap(g.log_error.as_deref(), g.unlogged_bytes);
+                (format!("gate `{}`", g.name), &g.log, gap)
+            });
+            for (what, log, gap) in worker.chain(gates) {
+                if let Some(e) = gap {
                     incomplete.push(format!(
                         "- `{}/{}` pass {}, {what}: {}{}\n",
                         it.repo,
                         it.id,
                         a.n,
-                        cell(e),
+                        cell(&e),
                         log.as_deref()
                             .map(|l| format!(" (`{l}`)"))
                             .unwrap_or_default()

@@ -186,6 +186,10 @@ pub struct WorkerReport {
     /// disk). The run exits 4.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_error: Option<String>,
+    /// Bytes of output past the log's limit (`RUNNER_LOG_LIMIT`, 100 MiB by default), not in
+    /// the log: it stops at the limit, says so, and ends with the output's last lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlogged_bytes: Option<u64>,
     /// The end of its output when it did not succeed (empty otherwise).
     pub output_tail: String,
 }
@@ -202,6 +206,10 @@ pub struct GateReport {
     /// disk). The run exits 4.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_error: Option<String>,
+    /// Bytes of output past the log's limit (`RUNNER_LOG_LIMIT`, 100 MiB by default), not in
+    /// the log: it stops at the limit, says so, and ends with the output's last lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlogged_bytes: Option<u64>,
     /// How it exited, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit: Option<i32>,
@@ -222,6 +230,18 @@ pub struct GateReport {
     /// Its run on the base commit, when one was needed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<BaselineReport>,
+}
+
+/// What a log lacks, when it lacks anything: why it could not be written whole, or how much
+/// output went past its limit.
+pub fn log_gap(error: Option<&str>, unlogged: Option<u64>) -> Option<String> {
+    match (error, unlogged) {
+        (Some(e), _) => Some(e.to_string()),
+        (None, Some(b)) => Some(format!(
+            "{b} bytes of output past its limit were not logged (RUNNER_LOG_LIMIT); its last lines end it"
+        )),
+        (None, None) => None,
+    }
 }
 
 fn is_true(b: &bool) -> bool {
@@ -245,6 +265,10 @@ pub struct BaselineReport {
     /// disk). The run exits 4.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_error: Option<String>,
+    /// Bytes of output past the log's limit (`RUNNER_LOG_LIMIT`, 100 MiB by default), not in
+    /// the log: it stops at the limit, says so, and ends with the output's last lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlogged_bytes: Option<u64>,
 }
 
 /// A required gate that passed nowhere in the run while its failures halted items: more likely
@@ -561,6 +585,7 @@ impl ReportBuilder {
                 log,
                 output_tail,
                 log_error,
+                unlogged_bytes,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if let Some(a) = self.attempt(*item, *n) {
@@ -570,6 +595,7 @@ impl ReportBuilder {
                         duration_ms: duration.as_millis() as u64,
                         log,
                         log_error: log_error.clone(),
+                        unlogged_bytes: *unlogged_bytes,
                         output_tail: output_tail.clone(),
                     });
                 }
@@ -601,6 +627,7 @@ impl ReportBuilder {
                 duration,
                 log,
                 log_error,
+                unlogged_bytes,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if *result == GateResult::Passed {
@@ -617,6 +644,7 @@ impl ReportBuilder {
                         duration_ms: duration.as_millis() as u64,
                         log,
                         log_error: log_error.clone(),
+                        unlogged_bytes: *unlogged_bytes,
                     },
                 );
             }
@@ -633,6 +661,7 @@ impl ReportBuilder {
                 cached,
                 failures,
                 log_error,
+                unlogged_bytes,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 let key = (*item, *n, gate.clone());
@@ -658,6 +687,7 @@ impl ReportBuilder {
                         output_tail: output_tail.clone(),
                         log,
                         log_error: log_error.clone(),
+                        unlogged_bytes: *unlogged_bytes,
                         exit: *exit,
                         required,
                         cached: cached.clone(),

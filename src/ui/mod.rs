@@ -172,6 +172,12 @@ impl Progress {
                 self.name(item)
             ));
         }
+        if let Some((item, n, what, bytes)) = ev.unlogged() {
+            self.line(&format!(
+                "warning: {} attempt {n}: the {what} printed more than its log keeps: {bytes} bytes were not logged (RUNNER_LOG_LIMIT); its last lines end the log",
+                self.name(item)
+            ));
+        }
         match ev {
             Event::RunStarted {
                 run_id,
