@@ -176,8 +176,16 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
             return EXIT_INTERNAL;
         }
     };
-    for r in &retained.runs {
+    // The runs by name, up to a screenful; the count says the rest.
+    const NAMED: usize = 20;
+    for r in retained.runs.iter().take(NAMED) {
         eprintln!("runner: gc: pruned run {r}");
+    }
+    if retained.runs.len() > NAMED {
+        eprintln!(
+            "runner: gc: … and {} older runs",
+            retained.runs.len() - NAMED
+        );
     }
     let verdicts = prune_verdicts(&loaded, &keep);
     if verdicts > 0 {

@@ -843,16 +843,16 @@ impl PgLedger {
                        AND body NOT LIKE '{\"event\":\"published\"%'",
                     &[&doomed],
                 )? as usize;
+                // Each definition's latest result and latest completion, found once.
                 pruned.results = tx.execute(
-                    "DELETE FROM item_results r WHERE r.manifest = $1 AND r.run_id = ANY($2)
-                       AND EXISTS (SELECT 1 FROM item_results n
-                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
-                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at)
-                       AND (r.outcome <> 'completed' OR EXISTS (
-                                   SELECT 1 FROM item_results n
-                                   WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
-                                     AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at
-                                     AND n.outcome = 'completed'))",
+                    "DELETE FROM item_results r
+                      USING (SELECT repo, item, def_hash, max(ended_at) AS last_at,
+                                    max(ended_at) FILTER (WHERE outcome = 'completed') AS last_done
+                               FROM item_results WHERE manifest = $1 GROUP BY repo, item, def_hash) l
+                      WHERE r.manifest = $1 AND r.run_id = ANY($2)
+                        AND l.repo = r.repo AND l.item = r.item AND l.def_hash = r.def_hash
+                        AND r.ended_at < l.last_at
+                        AND (r.outcome <> 'completed' OR r.ended_at < l.last_done)",
                     &[&m, &doomed],
                 )? as usize;
                 if !cur_repo.is_empty() {

@@ -505,18 +505,30 @@ impl SqliteLedger {
                 [],
             )
             .map_err(|e| db(path, e))?;
+        // Each definition's latest result and latest completion, found once: asked per result
+        // row, the question scanned every result of the item again (22 s for 200,000 results).
+        tx.execute_batch(
+            "CREATE TEMP TABLE IF NOT EXISTS latest (repo TEXT, item TEXT, def_hash TEXT,
+               last_at TEXT, last_done TEXT, PRIMARY KEY (repo, item, def_hash)) WITHOUT ROWID;
+             DELETE FROM temp.latest;",
+        )
+        .map_err(|e| db(path, e))?;
+        tx.execute(
+            "INSERT INTO temp.latest (repo, item, def_hash, last_at, last_done)
+             SELECT repo, item, def_hash, max(ended_at),
+                    max(CASE WHEN outcome = 'completed' THEN ended_at END)
+               FROM item_results WHERE manifest = ?1 GROUP BY repo, item, def_hash",
+            [manifest],
+        )
+        .map_err(|e| db(path, e))?;
         pruned.results = tx
             .execute(
                 "DELETE FROM item_results AS r WHERE r.manifest = ?1
                    AND r.run_id IN (SELECT id FROM temp.doomed)
-                   AND EXISTS (SELECT 1 FROM item_results n
-                               WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
-                                 AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at)
-                   AND (r.outcome <> 'completed' OR EXISTS (
-                               SELECT 1 FROM item_results n
-                               WHERE n.manifest = r.manifest AND n.repo = r.repo AND n.item = r.item
-                                 AND n.def_hash = r.def_hash AND n.ended_at > r.ended_at
-                                 AND n.outcome = 'completed'))",
+                   AND EXISTS (SELECT 1 FROM temp.latest l
+                               WHERE l.repo = r.repo AND l.item = r.item AND l.def_hash = r.def_hash
+                                 AND r.ended_at < l.last_at
+                                 AND (r.outcome <> 'completed' OR r.ended_at < l.last_done))",
                 [manifest],
             )
             .map_err(|e| db(path, e))?;
@@ -1415,6 +1427,44 @@ mod tests {
         };
         assert_eq!(l.claim(&key("y"), "a", &ghost).unwrap(), Claim::Claimed);
         assert_eq!(l.claim(&key("y"), "b", &me).unwrap(), Claim::Claimed);
+    }
+
+    #[test]
+    fn pruning_keeps_each_items_latest_result_and_latest_completion() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = SqliteLedger::open(&dir.path().join("state.db")).unwrap();
+        // x: completed, halted, halted, then a live run; y: halted, completed, completed.
+        let runs = [
+            ("r1", ItemOutcome::Completed, ItemOutcome::Halted),
+            ("r2", ItemOutcome::Halted, ItemOutcome::Completed),
+            ("r3", ItemOutcome::Halted, ItemOutcome::Completed),
+        ];
+        for (id, x, y) in runs {
+            run(&mut l, id);
+            finished(&mut l, id, "x", x);
+            finished(&mut l, id, "y", y);
+            l.end_run(id, RunEnding::Drained, None, &crate::support::clock::now())
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        run(&mut l, "live");
+        let pruned = l
+            .prune("m", 1, "", &crate::support::clock::now(), None, &[])
+            .unwrap();
+        let mut gone: Vec<&str> = pruned.runs.iter().map(|(id, _)| id.as_str()).collect();
+        gone.sort();
+        assert_eq!(gone, ["r1", "r2", "r3"]);
+        let left: Vec<(String, String)> = l
+            .rows(
+                "SELECT item, run_id FROM item_results ORDER BY item, run_id",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let left: Vec<(&str, &str)> = left.iter().map(|(i, r)| (i.as_str(), r.as_str())).collect();
+        // x: r1's completion (its latest) and r3's halt (its latest result); y: r3's completion,
+        // both at once.
+        assert_eq!(left, [("x", "r1"), ("x", "r3"), ("y", "r3")]);
     }
 
     #[test]
