@@ -464,6 +464,31 @@ items:
         "{}",
         stderr(&out)
     );
+    // A run that recorded no end, on another machine, silent for a minute: its claims may be
+    // taken over, but it may still be working (a network partition), so it is not pruned;
+    // silent for two days, it is.
+    sql(
+        &url,
+        "INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, started_by,
+            started_at, workers, run_dir, plan_json, heartbeat_at)
+         VALUES ('20240101T000000Z-silent', 'shared-keep', '/m.yaml', 'x', 'elsewhere', 1, 'cron',
+            '2024-01-01T00:00:00.000Z', 1, '/elsewhere/runner-reports/20240101T000000Z-silent',
+            '{}', now() - interval '1 minute')",
+    );
+    let out = gc();
+    assert!(
+        stderr(&out).contains("nothing to remove"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(pruned("20240101T000000Z-silent"), "false");
+    sql(
+        &url,
+        "UPDATE runs SET heartbeat_at = now() - interval '2 days' WHERE id = '20240101T000000Z-silent'",
+    );
+    let out = gc();
+    assert!(stderr(&out).contains("pruned 1 run"), "{}", stderr(&out));
+    assert_eq!(pruned("20240101T000000Z-silent"), "true");
     // `status` lists the runs kept only.
     let out = runner()
         .current_dir(&machines[0])

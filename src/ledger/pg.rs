@@ -768,16 +768,19 @@ impl PgLedger {
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
+
     /// Prune `manifest`'s history as [`SqliteLedger::prune`] does, for every machine sharing the
     /// ledger: every run not among its latest `keep_runs`, or that started before `cutoff`, and
-    /// neither live (its heartbeat current) nor `spare`, loses its plan and events (but
-    /// publications) and its results but each item's latest result and latest completion per
-    /// definition (and, for an item in `current`, its current definition's only); its claims
-    /// go. Report folders are on the machine each run ran on, so a pruned run's row stays, marked,
-    /// until a runner on that host (`host`) has removed its folder ([`PgLedger::forget`]).
-    /// Returns the runs pruned now, with their folders where they are this host's, and in
-    /// `earlier` this host's runs pruned before, with their folders. Runners pruning the same
-    /// manifest at once take turns; one that would wait prunes nothing this time.
+    /// neither going on nor `spare`, loses its plan and events (but publications) and its results
+    /// but each item's latest result and latest completion per definition (and, for an item in
+    /// `current`, its current definition's only); its claims go. A run that recorded no end
+    /// counts as over only when its holder is provably dead on this host or its heartbeat has
+    /// been silent for [`PRUNE_SILENT`]. Report folders are on the machine each run ran on, so
+    /// a pruned run's row stays, marked, until a runner on that host (`host`) has removed its
+    /// folder ([`PgLedger::forget`]). Returns the runs pruned now, with their folders where they
+    /// are this host's, and in `earlier` this host's runs pruned before, with their folders.
+    /// Runners pruning the same manifest at once take turns; one that would wait prunes nothing
+    /// this time.
     ///
     /// [`SqliteLedger::prune`]: super::sqlite::SqliteLedger::prune
     #[allow(clippy::too_many_arguments)]
@@ -815,18 +818,24 @@ impl PgLedger {
                 tx.commit()?;
                 return Ok(pruned);
             }
+            let silent = PRUNE_SILENT.as_secs_f64();
             let candidates = tx.query(
                 &format!(
-                    "SELECT {RUN_COLUMNS}, run_dir FROM runs WHERE manifest = $1 AND pruned_at IS NULL
+                    "SELECT {RUN_COLUMNS}, run_dir, heartbeat_at < now() - make_interval(secs => $3)
+                       FROM runs WHERE manifest = $1 AND pruned_at IS NULL
                       ORDER BY started_at DESC, id DESC"
                 ),
-                &[&m, &lapse],
+                &[&m, &lapse, &silent],
             )?;
             let mut doomed: Vec<String> = Vec::new();
             for (rank, r) in candidates.iter().enumerate() {
                 let run = run_of(r);
+                // A lapsed heartbeat is enough to take a run's claims over, not to prove it
+                // stopped (a network partition): a run that recorded no end is pruned only when
+                // its holder is provably dead here, or after a day without a heartbeat.
+                let over = run.ended_at.is_some() || run.holder.is_dead() || r.get::<_, bool>(17);
                 if (rank >= keep_runs as usize || run.started_at.as_str() < cutoff.as_str())
-                    && run.status() != RunStatus::Live
+                    && over
                     && spare.as_deref() != Some(run.id.as_str())
                 {
                     let dir: String = r.get(16);
@@ -912,6 +921,10 @@ impl PgLedger {
         })
     }
 }
+
+/// How long a run that recorded no end must have written no heartbeat before retention prunes
+/// it.
+const PRUNE_SILENT: Duration = Duration::from_secs(24 * 3600);
 
 /// A manifest's latest runs: `$1` the manifest, `$2` how many.
 const RECENT_RUNS: &str = "(SELECT id FROM runs WHERE manifest = $1 AND pruned_at IS NULL
