@@ -99,14 +99,14 @@ pub fn retain(
         ))
         .unwrap_or(jiff::Timestamp::MIN);
     let pruned = ledger
-        .prune(
+        .prune(&crate::ledger::Retention {
             manifest,
-            keep.runs(),
-            &crate::support::clock::stamp(cutoff),
-            &crate::support::clock::stamp(now),
+            keep_runs: keep.runs(),
+            cutoff: &crate::support::clock::stamp(cutoff),
+            at: &crate::support::clock::stamp(now),
             spare,
             current,
-        )
+        })
         .map_err(|e| e.to_string())?;
     let mut out = Retained {
         events: pruned.events,

@@ -94,6 +94,24 @@ pub struct RunTotals {
     pub cost_usd: Option<f64>,
 }
 
+/// What retention is asked to keep of a manifest's history.
+#[derive(Clone, Copy, Debug)]
+pub struct Retention<'a> {
+    pub manifest: &'a str,
+    /// The latest runs kept, whatever their age.
+    pub keep_runs: u32,
+    /// Runs started before this (RFC 3339) go, whatever their rank.
+    pub cutoff: &'a str,
+    /// Now, recorded on the runs pruned.
+    pub at: &'a str,
+    /// A run kept whatever its rank: the one pruning as it ends keeps what it just wrote, even
+    /// when a run that started after it ended first.
+    pub spare: Option<&'a str>,
+    /// The keys of a plan just run: for these items, only their current definition's results
+    /// are kept (empty: every definition's latest result stays).
+    pub current: &'a [ItemKey],
+}
+
 /// What retention removed from the ledger.
 #[derive(Clone, Debug, Default)]
 pub struct Pruned {

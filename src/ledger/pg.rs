@@ -769,7 +769,7 @@ impl PgLedger {
         })
     }
 
-    /// Prune `manifest`'s history as [`SqliteLedger::prune`] does, for every machine sharing the
+    /// Prune a manifest's history as [`SqliteLedger::prune`] does, for every machine sharing the
     /// ledger: every run not among its latest `keep_runs`, or that started before `cutoff`, and
     /// neither going on nor `spare`, loses its plan and events (but publications) and its results
     /// but each item's latest result and latest completion per definition (and, for an item in
@@ -783,17 +783,15 @@ impl PgLedger {
     /// this time.
     ///
     /// [`SqliteLedger::prune`]: super::sqlite::SqliteLedger::prune
-    #[allow(clippy::too_many_arguments)]
-    pub fn prune(
-        &mut self,
-        manifest: &str,
-        keep_runs: u32,
-        cutoff: &str,
-        at: &str,
-        spare: Option<&str>,
-        current: &[ItemKey],
-        host: &str,
-    ) -> Result<Pruned> {
+    pub fn prune(&mut self, ask: &Retention<'_>, host: &str) -> Result<Pruned> {
+        let Retention {
+            manifest,
+            keep_runs,
+            cutoff,
+            at,
+            spare,
+            current,
+        } = *ask;
         let buf = self.take_buffer();
         let m = manifest.to_string();
         let (cutoff, at, host) = (cutoff.to_string(), at.to_string(), host.to_string());

@@ -441,24 +441,23 @@ impl SqliteLedger {
             .flatten())
     }
 
-    /// Prune `manifest`'s history: every run that is not among its latest `keep_runs`, or that
-    /// started before `cutoff` (RFC 3339), and is not live nor `spare`. A pruned run loses its plan and its
-    /// events (but publications, which `publish` reads), and its item results but each item's
-    /// latest result and latest completion for each of its definitions (what `done` and
-    /// `--rerun` decide by). For an item in `current` (the keys of a plan just run), only its
-    /// current definition's are kept: a definition it no longer has decides nothing, and an
-    /// item whose definition changes every run would otherwise keep a row, and its run, for
-    /// each. A pruned run's row goes once nothing names it. Returns the runs pruned, with their
-    /// report folders.
-    pub fn prune(
-        &mut self,
-        manifest: &str,
-        keep_runs: u32,
-        cutoff: &str,
-        at: &str,
-        spare: Option<&str>,
-        current: &[ItemKey],
-    ) -> Result<super::Pruned> {
+    /// Prune a manifest's history: every run that is not among its latest `keep_runs`, or that
+    /// started before `cutoff`, and is not live nor `spare`. A pruned run loses its plan and its
+    /// events (but publications, which `publish` reads), its claims, and its item results but
+    /// each item's latest result and latest completion for each of its definitions (what `done`
+    /// and `--rerun` decide by). For an item in `current`, only its current definition's are
+    /// kept: a definition it no longer has decides nothing, and an item whose definition changes
+    /// every run would otherwise keep a row, and its run, for each. A pruned run's row goes once
+    /// nothing names it. Returns the runs pruned, with their report folders.
+    pub fn prune(&mut self, ask: &super::Retention<'_>) -> Result<super::Pruned> {
+        let super::Retention {
+            manifest,
+            keep_runs,
+            cutoff,
+            at,
+            spare,
+            current,
+        } = *ask;
         let candidates = self.rows(
             "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir
              FROM runs WHERE manifest = ?1 AND pruned_at IS NULL ORDER BY started_at DESC, id DESC",
@@ -1449,7 +1448,14 @@ mod tests {
         }
         run(&mut l, "live");
         let pruned = l
-            .prune("m", 1, "", &crate::support::clock::now(), None, &[])
+            .prune(&Retention {
+                manifest: "m",
+                keep_runs: 1,
+                cutoff: "",
+                at: &crate::support::clock::now(),
+                spare: None,
+                current: &[],
+            })
             .unwrap();
         let mut gone: Vec<&str> = pruned.runs.iter().map(|(id, _)| id.as_str()).collect();
         gone.sort();
@@ -1490,7 +1496,14 @@ mod tests {
         };
         assert_eq!(claims(&l), ["dead", "live"]);
         let pruned = l
-            .prune("m", 1, "", &crate::support::clock::now(), None, &[])
+            .prune(&Retention {
+                manifest: "m",
+                keep_runs: 1,
+                cutoff: "",
+                at: &crate::support::clock::now(),
+                spare: None,
+                current: &[],
+            })
             .unwrap();
         assert_eq!(pruned.runs.len(), 1);
         assert_eq!(pruned.runs[0].0, "dead");

@@ -140,29 +140,13 @@ impl Store {
         }
     }
 
-    /// Retention over `manifest`'s history (see [`SqliteLedger::prune`]); on a shared ledger,
+    /// Retention over a manifest's history (see [`SqliteLedger::prune`]); on a shared ledger,
     /// over every machine's runs, with the folders that are this machine's to remove (then
     /// [`Store::forget`] those removed).
-    pub fn prune(
-        &mut self,
-        manifest: &str,
-        keep_runs: u32,
-        cutoff: &str,
-        at: &str,
-        spare: Option<&str>,
-        current: &[ItemKey],
-    ) -> Result<Pruned> {
+    pub fn prune(&mut self, ask: &Retention<'_>) -> Result<Pruned> {
         match self {
-            Store::Sqlite(l) => l.prune(manifest, keep_runs, cutoff, at, spare, current),
-            Store::Pg(l) => l.prune(
-                manifest,
-                keep_runs,
-                cutoff,
-                at,
-                spare,
-                current,
-                &crate::support::host::hostname(),
-            ),
+            Store::Sqlite(l) => l.prune(ask),
+            Store::Pg(l) => l.prune(ask, &crate::support::host::hostname()),
         }
     }
 
