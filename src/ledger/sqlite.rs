@@ -1428,6 +1428,19 @@ mod tests {
         assert_eq!(l.claim(&key("y"), "b", &me).unwrap(), Claim::Claimed);
     }
 
+    /// Retention keeping the latest run of manifest `m`, whatever the age of the others.
+    fn keep_latest(l: &mut SqliteLedger) -> super::super::Pruned {
+        l.prune(&Retention {
+            manifest: "m",
+            keep_runs: 1,
+            cutoff: "",
+            at: &crate::support::clock::now(),
+            spare: None,
+            current: &[],
+        })
+        .unwrap()
+    }
+
     #[test]
     fn pruning_keeps_each_items_latest_result_and_latest_completion() {
         let dir = tempfile::tempdir().unwrap();
@@ -1447,16 +1460,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         run(&mut l, "live");
-        let pruned = l
-            .prune(&Retention {
-                manifest: "m",
-                keep_runs: 1,
-                cutoff: "",
-                at: &crate::support::clock::now(),
-                spare: None,
-                current: &[],
-            })
-            .unwrap();
+        let pruned = keep_latest(&mut l);
         let mut gone: Vec<&str> = pruned.runs.iter().map(|(id, _)| id.as_str()).collect();
         gone.sort();
         assert_eq!(gone, ["r1", "r2", "r3"]);
@@ -1495,16 +1499,7 @@ mod tests {
             .unwrap()
         };
         assert_eq!(claims(&l), ["dead", "live"]);
-        let pruned = l
-            .prune(&Retention {
-                manifest: "m",
-                keep_runs: 1,
-                cutoff: "",
-                at: &crate::support::clock::now(),
-                spare: None,
-                current: &[],
-            })
-            .unwrap();
+        let pruned = keep_latest(&mut l);
         assert_eq!(pruned.runs.len(), 1);
         assert_eq!(pruned.runs[0].0, "dead");
         assert_eq!(claims(&l), ["live"], "the live run's claim stays");
