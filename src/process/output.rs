@@ -198,9 +198,9 @@ impl State {
     }
 
     /// Append to the log; after a failure (a full disk) nothing more, and the failure is kept
-    /// to be told.
-    /// At the log's limit, it stops after the last whole line that fits and says so; what
-    /// follows is counted, and the tail ends the log when the process does ([`State::close_log`]).
+    /// to be told. At its limit the log stops after the last whole line that fits and says so;
+    /// what follows is counted, and the tail ends the log when the process does
+    /// ([`State::close_log`]).
     fn write_log(&mut self, bytes: &[u8]) {
         if self.log_error.is_some() || self.log.is_none() {
             return;
