@@ -113,8 +113,8 @@ const MIN_ENCODED_LEN: usize = 8;
 /// The forms a secret takes when a tool prints it encoded rather than as is: base64 (standard
 /// and URL-safe, at each of the three alignments it can have inside a longer encoded text, as
 /// in `Authorization: Basic base64(user:secret)`: only the characters that depend on the
-/// secret alone), percent-encoded (in a URL) and JSON-escaped — each when it differs from the
-/// value.
+/// secret alone), percent-encoded (in a URL), JSON-escaped (also with `\/`, and with all but
+/// ASCII as `\uXXXX` in either case) and hex (either case) — each when it differs from the value.
 fn encoded_forms(value: &str) -> Vec<String> {
     use base64::Engine;
     let bytes = value.as_bytes();
@@ -143,9 +143,31 @@ fn encoded_forms(value: &str) -> Vec<String> {
     }
     forms.push(percent);
     if let Ok(json) = serde_json::to_string(value) {
-        forms.push(json[1..json.len() - 1].to_string());
+        let json = &json[1..json.len() - 1];
+        // Some encoders escape `/` too, and some (Python's, by default) all but ASCII.
+        forms.push(json.replace('/', "\\/"));
+        let (mut lower, mut upper) = (String::new(), String::new());
+        for c in json.chars() {
+            if c.is_ascii() {
+                lower.push(c);
+                upper.push(c);
+            } else {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    lower.push_str(&format!("\\u{u:04x}"));
+                    upper.push_str(&format!("\\u{u:04X}"));
+                }
+            }
+        }
+        forms.extend([lower, upper, json.to_string()]);
     }
+    // Hex, as dumps and digest tools print bytes.
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    forms.push(hex.to_uppercase());
+    forms.push(hex);
     forms.retain(|f| f != value && f.len() >= MIN_ENCODED_LEN);
+    forms.sort();
+    forms.dedup();
     forms
 }
 
@@ -610,6 +632,25 @@ mod tests {
         assert_eq!(
             r.redact(r#"{"token": "tok/0123+4567:89\"ab"}"#),
             r#"{"token": "***"}"#
+        );
+        // JSON that escapes slashes (as some encoders do), or all but ASCII (as Python's does).
+        assert_eq!(
+            r.redact(r#"{"token":"tok\/0123+4567:89\"ab"}"#),
+            r#"{"token":"***"}"#
+        );
+        let accented = Redactor::new(["clé-secrète-42".to_string()]);
+        for printed in [
+            r#"{"k": "cl\u00e9-secr\u00e8te-42"}"#,
+            r#"{"k": "cl\u00E9-secr\u00E8te-42"}"#,
+        ] {
+            assert_eq!(accented.redact(printed), r#"{"k": "***"}"#, "{printed}");
+        }
+        // Hex, as a dump or a digest tool prints bytes.
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(r.redact(&format!("bytes {hex} end")), "bytes *** end");
+        assert_eq!(
+            r.redact(&format!("BYTES {} END", hex.to_uppercase())),
+            "BYTES *** END"
         );
         // Short encodings of short secrets are not redacted: they would match ordinary text.
         let short = Redactor::new(["abcd".to_string()]);
