@@ -221,20 +221,54 @@ pub fn waiting_of(at: &str, body: &str) -> Option<(String, String)> {
 
 /// What each item's worker and gates took together in each run, from the bodies of
 /// `worker-finished` and `gate-finished` events (run, repo, item, body): milliseconds by
-/// `(repo, item)`, one value per run.
+/// `(repo, item)`, one value per run. A gate whose verdict came from the cache did not run (it
+/// took no time there): it counts as what that gate took, as a median, where it did run — the
+/// next run's changed work runs it again.
 pub fn item_durations_of(
     rows: impl IntoIterator<Item = (String, String, String, String)>,
 ) -> std::collections::HashMap<(String, String), Vec<u64>> {
     use std::collections::HashMap;
-    let mut per_run: HashMap<(String, String, String), u64> = HashMap::new();
+    /// What a part of an item's run took: milliseconds, or as long as the cached gate named.
+    enum Took {
+        Ms(u64),
+        Cached(String),
+    }
+    let mut parts: Vec<((String, String, String), Took)> = Vec::new();
+    let mut ran: HashMap<String, Vec<u64>> = HashMap::new();
     for (run, repo, item, body) in rows {
         let took = match serde_json::from_str::<Event>(&body) {
-            Ok(Event::WorkerFinished { duration, .. } | Event::GateFinished { duration, .. }) => {
-                duration.as_millis() as u64
-            }
+            Ok(Event::WorkerFinished { duration, .. }) => Took::Ms(duration.as_millis() as u64),
+            Ok(Event::GateFinished {
+                gate,
+                duration,
+                cached,
+                ..
+            }) => match cached {
+                Some(_) => Took::Cached(gate),
+                None => {
+                    let ms = duration.as_millis() as u64;
+                    ran.entry(gate).or_default().push(ms);
+                    Took::Ms(ms)
+                }
+            },
             _ => continue,
         };
-        *per_run.entry((run, repo, item)).or_default() += took;
+        parts.push(((run, repo, item), took));
+    }
+    let typical: HashMap<String, u64> = ran
+        .into_iter()
+        .map(|(gate, mut ms)| {
+            ms.sort_unstable();
+            (gate, ms[ms.len() / 2])
+        })
+        .collect();
+    let mut per_run: HashMap<(String, String, String), u64> = HashMap::new();
+    for (key, took) in parts {
+        let ms = match took {
+            Took::Ms(ms) => ms,
+            Took::Cached(gate) => typical.get(&gate).copied().unwrap_or(0),
+        };
+        *per_run.entry(key).or_default() += ms;
     }
     let mut out: HashMap<(String, String), Vec<u64>> = HashMap::new();
     for ((_, repo, item), ms) in per_run {
@@ -402,4 +436,75 @@ pub trait Ledger {
     ) -> Result<()>;
     /// Lift a pause; whether there was one.
     fn clear_paused(&mut self, manifest: &str) -> Result<bool>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::{GateResult, WorkerClass};
+    use std::time::Duration;
+
+    fn worker(ms: u64) -> String {
+        serde_json::to_string(&Event::WorkerFinished {
+            item: 0,
+            n: 1,
+            exit: Some(0),
+            class: WorkerClass::Ok,
+            duration: Duration::from_millis(ms),
+            log: None,
+            output_tail: String::new(),
+            log_error: None,
+            unlogged_bytes: None,
+        })
+        .unwrap()
+    }
+
+    fn gate(name: &str, ms: u64, cached: bool) -> String {
+        serde_json::to_string(&Event::GateFinished {
+            item: 0,
+            n: 1,
+            gate: name.into(),
+            result: GateResult::Passed,
+            reason: None,
+            duration: Duration::from_millis(ms),
+            output_tail: String::new(),
+            log: None,
+            exit: Some(0),
+            cached: cached.then(|| crate::events::CachedFrom {
+                run_id: "r1".into(),
+                repo: "r".into(),
+                item: "x".into(),
+                at: "2026-12-01T00:00:00.000Z".into(),
+            }),
+            failures: None,
+            log_error: None,
+            unlogged_bytes: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cached_gate_counts_as_long_as_the_gate_takes_where_it_runs() {
+        let row = |run: &str, item: &str, body: String| {
+            (run.to_string(), "r".to_string(), item.to_string(), body)
+        };
+        let rows = vec![
+            row("r1", "x", worker(100)),
+            row("r1", "x", gate("test", 5000, false)),
+            row("r1", "y", worker(200)),
+            row("r1", "y", gate("test", 7000, false)),
+            row("r1", "y", gate("lint", 300, false)),
+            // The next run found both verdicts of `x` cached, and `lint` never ran uncached
+            // for it: a gate with no run anywhere counts as nothing.
+            row("r2", "x", worker(100)),
+            row("r2", "x", gate("test", 0, true)),
+            row("r2", "x", gate("fmt", 0, true)),
+        ];
+        let got = item_durations_of(rows);
+        let mut x = got[&("r".to_string(), "x".to_string())].clone();
+        x.sort_unstable();
+        // `test` took 5000 and 7000 where it ran: its median (the upper one of two) stands in.
+        assert_eq!(x, [5100, 7100]);
+        assert_eq!(got[&("r".to_string(), "y".to_string())], [7500]);
+    }
 }
