@@ -320,24 +320,9 @@ fn a_run_on_another_machine_is_cancelled_through_the_ledger() {
     let _ = Command::new("true").status();
 }
 
-/// `psql`'s one-value answer to `query` against `url`.
-fn sql(url: &str, query: &str) -> String {
-    let out = Command::new("psql")
-        .args([url, "-tAq", "-c", query])
-        .output()
-        .expect("psql runs");
-    assert!(out.status.success(), "{query}: {}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// The run folders in a machine's reports folder.
 fn report_folders(machine: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(machine.join("runner-reports"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name() != "latest" && e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
+    common::run_folders(machine).into_iter().collect()
 }
 
 #[test]
@@ -394,7 +379,7 @@ items:
     // their events, but their folders are on the first machine, so their rows stay, marked,
     // for a runner there to remove them.
     let events_of = |id: &str| {
-        sql(
+        common::psql(
             &url,
             &format!("SELECT count(*) FROM events WHERE run_id = '{id}'"),
         )
@@ -403,7 +388,7 @@ items:
     assert_eq!(events_of(a1), "0");
     assert_ne!(events_of(b2), "0");
     let pruned = |id: &str| {
-        sql(
+        common::psql(
             &url,
             &format!(
                 "SELECT coalesce(bool_or(pruned_at IS NOT NULL)::text, 'gone') FROM runs WHERE id = '{id}'"
@@ -467,7 +452,7 @@ items:
     // A run that recorded no end, on another machine, silent for a minute: its claims may be
     // taken over, but it may still be working (a network partition), so it is not pruned;
     // silent for two days, it is.
-    sql(
+    common::psql(
         &url,
         "INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, started_by,
             started_at, workers, run_dir, plan_json, heartbeat_at)
@@ -482,7 +467,7 @@ items:
         stderr(&out)
     );
     assert_eq!(pruned("20240101T000000Z-silent"), "false");
-    sql(
+    common::psql(
         &url,
         "UPDATE runs SET heartbeat_at = now() - interval '2 days' WHERE id = '20240101T000000Z-silent'",
     );

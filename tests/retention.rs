@@ -3,19 +3,7 @@
 
 mod common;
 
-use common::{repo, run_in, stderr, stdout};
-use std::path::Path;
-
-fn run_folders(root: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(root.join("runner-reports"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name() != "latest" && e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
+use common::{repo, run_folders, run_in, stderr, stdout};
 
 fn count(db: &rusqlite::Connection, sql: &str) -> i64 {
     db.query_row(sql, [], |r| r.get(0)).unwrap()

@@ -336,6 +336,18 @@ fn uuid_like() -> String {
     )
 }
 
+/// The run folders in the reports folder of the manifest in `root` (`runner-reports`), sorted.
+pub fn run_folders(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join("runner-reports"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "latest" && e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Run SQL against a test database with psql; its output.
 pub fn psql(url: &str, sql: &str) -> String {
     let out = Command::new("psql")
