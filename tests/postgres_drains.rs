@@ -493,6 +493,90 @@ items:
 }
 
 #[test]
+fn a_runner_pruning_while_another_does_leaves_it_to_that_one_and_says_so() {
+    let Some(url) = postgres_db() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    common::repo(&root.join("r"));
+    let manifest = |keep: u32| {
+        std::fs::write(
+            root.join("m.yaml"),
+            format!("version: 1\nname: turn\nrepositories: [{{path: r}}]\nreports: {{keep: {{runs: {keep}}}}}\nworker: {{run: \"true\"}}\nitems: [{{repo: r, id: a}}]\n"),
+        )
+        .unwrap();
+    };
+    manifest(100);
+    for _ in 0..3 {
+        let out = common::run_in(
+            root,
+            &[
+                "apply",
+                "m.yaml",
+                "--no-progress",
+                "--rerun",
+                "all",
+                "--state",
+                &url,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    manifest(1);
+    // Another runner's prune in progress: the lock it holds for the manifest (the key runner
+    // derives from the manifest's name, as a repository's lock is derived from its identity).
+    let key = {
+        use sha2::{Digest, Sha256};
+        let d = Sha256::digest(b"runner.repository\0runner.prune\0turn");
+        i64::from_be_bytes(d[..8].try_into().unwrap())
+    };
+    let mut other = Command::new("psql")
+        .args([
+            url.as_str(),
+            "-qAt",
+            "-c",
+            &format!("BEGIN; SELECT pg_advisory_xact_lock({key}); SELECT pg_sleep(30); COMMIT;"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        common::wait_for(10, || common::psql(
+            &url,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ) == "1"),
+        "the other session holds the lock"
+    );
+    let out = common::run_in(root, &["gc", "m.yaml", "--state", &url]);
+    // Its session ends (the server is told: a client gone mid-sleep is noticed only later).
+    let locks = "FROM pg_locks WHERE locktype = 'advisory' AND granted
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    common::psql(&url, &format!("SELECT pg_terminate_backend(pid) {locks}"));
+    let _ = other.wait();
+    assert!(common::wait_for(10, || common::psql(
+        &url,
+        &format!("SELECT count(*) {locks}")
+    ) == "0"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("another runner is pruning this manifest's history right now"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        common::run_folders(root).len(),
+        3,
+        "nothing removed meanwhile"
+    );
+    // Once it is done (its session gone), this runner prunes.
+    let out = common::run_in(root, &["gc", "m.yaml", "--state", &url]);
+    assert!(stderr(&out).contains("pruned 2 runs"), "{}", stderr(&out));
+    assert_eq!(common::run_folders(root).len(), 1);
+}
+
+#[test]
 fn an_unreachable_server_is_named_without_its_password() {
     let dir = tempfile::tempdir().unwrap();
     let machines = fleet(dir.path(), 1, 1, 1, "true");

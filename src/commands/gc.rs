@@ -17,11 +17,17 @@ pub struct Retained {
     pub left: Vec<String>,
     pub events: usize,
     pub results: usize,
+    /// Another runner sharing the ledger was pruning at that moment, so nothing was looked at.
+    pub elsewhere: bool,
 }
 
 impl Retained {
     /// One line: what went, or that nothing did.
     pub fn line(&self, keep: &Keep) -> String {
+        if self.elsewhere {
+            return "another runner is pruning this manifest's history right now: left to it"
+                .into();
+        }
         if self.runs.is_empty() && !self.folders.is_empty() {
             // Runs another machine sharing the ledger pruned, whose folders were here.
             return format!(
@@ -111,6 +117,7 @@ pub fn retain(
     let mut out = Retained {
         events: pruned.events,
         results: pruned.results,
+        elsewhere: pruned.elsewhere,
         ..Default::default()
     };
     let reports = std::fs::canonicalize(reports).unwrap_or_else(|_| reports.to_path_buf());

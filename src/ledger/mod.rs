@@ -122,6 +122,8 @@ pub struct Pruned {
     /// Runs pruned before, by a runner on another machine sharing the ledger, whose report
     /// folders are on this one: with their folders, to remove.
     pub earlier: Vec<(String, String)>,
+    /// Another runner was pruning the manifest's history at that moment: nothing was looked at.
+    pub elsewhere: bool,
 }
 
 /// A run for the history page.

@@ -814,6 +814,7 @@ impl PgLedger {
                 .get(0);
             if !turn {
                 tx.commit()?;
+                pruned.elsewhere = true;
                 return Ok(pruned);
             }
             let silent = PRUNE_SILENT.as_secs_f64();
