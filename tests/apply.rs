@@ -295,7 +295,8 @@ fn a_missing_repository_is_skipped_and_the_run_goes_on() {
     )
     .unwrap();
     let out = apply(dir.path(), &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The rest of the queue runs; the missing repository fails the run (not `optional`).
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
     let gone = report_item(&report, "repo", "gone");
     assert_eq!(gone["outcome"], "skipped");

@@ -932,3 +932,97 @@ items: [{repo: r, id: a}]
     let report = latest_report(&root.join("runner-reports"));
     assert_eq!(report_item(&report, "id", "a")["outcome"], "completed");
 }
+
+/// A manifest over `r` (there) and `textkitt` (a typo: not there), one item in each, with
+/// `textkitt` declared `optional` when asked.
+fn typo_fixture(root: &Path, optional: bool) {
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            r#"version: 1
+name: typo
+repositories:
+  - {{path: textkitt{}}}
+  - {{path: r}}
+worker: {{run: ["true"]}}
+items:
+  - {{repo: textkitt, id: one}}
+  - {{repo: r, id: two}}
+"#,
+            if optional { ", optional: true" } else { "" }
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_declared_repository_that_is_not_there_fails_the_run_and_is_named_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    typo_fixture(dir.path(), false);
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("repository `textkitt` is not there"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        common::stdout(&out).contains("2 repositories (1 not found)"),
+        "{}",
+        common::stdout(&out)
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("warning: repository `textkitt` is not there: ")
+            && err.contains("textkitt` does not exist"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().last().unwrap(),
+        "runner: 1 completed (no-change 1, unverified 1), 1 skipped (repo-not-found 1) — exit 1: repository `textkitt` was not found",
+        "{err}"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["missing_repositories"][0]["name"], "textkitt");
+    assert!(
+        report["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("repository `textkitt` is not there"),
+        "{report:#}"
+    );
+    let summary =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
+    assert!(
+        summary.contains("## Warnings") && summary.contains("repository `textkitt` is not there"),
+        "{summary}"
+    );
+    // When every repository is missing, a cron drain does not report success either.
+    std::fs::remove_dir_all(dir.path().join("r")).unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.ends_with("exit 1: 2 repositories were not found: `textkitt`, `r`\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_optional_repository_that_is_not_there_is_skipped_without_failing_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    typo_fixture(dir.path(), true);
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("is not there"), "{err}");
+    assert!(
+        err.ends_with(
+            "runner: 1 completed (no-change 1, unverified 1), 1 skipped (repo-not-found 1) — exit 0: every pending item completed\n"
+        ),
+        "{err}"
+    );
+}

@@ -1149,8 +1149,7 @@ fn verdict(
                 report.cause.as_deref().unwrap_or("no reason given")
             ),
         ),
-        RunEnding::NothingFound => (EXIT_OK, "no work item was found".into()),
-        RunEnding::Drained => {
+        RunEnding::NothingFound | RunEnding::Drained => {
             let bad = report.items.iter().any(|i| {
                 matches!(
                     i.outcome,
@@ -1161,13 +1160,22 @@ fn verdict(
                 .items
                 .iter()
                 .any(|i| i.publish.as_ref().is_some_and(|p| p.error.is_some()));
+            let missing = missing_line(&report.missing_repositories);
             if bad {
-                (EXIT_FAILURES, "an item halted, failed or was held".into())
+                let mut why = "an item halted, failed or was held".to_string();
+                if let Some(m) = missing {
+                    why.push_str(&format!("; {m}"));
+                }
+                (EXIT_FAILURES, why)
+            } else if let Some(m) = missing {
+                (EXIT_FAILURES, m)
             } else if unpublished {
                 (
                     EXIT_FAILURES,
                     "a completed item's work could not be published (its branch is kept)".into(),
                 )
+            } else if ending == RunEnding::NothingFound {
+                (EXIT_OK, "no work item was found".into())
             } else if report
                 .items
                 .iter()
@@ -1178,6 +1186,22 @@ fn verdict(
                 (EXIT_OK, "nothing was pending".into())
             }
         }
+    }
+}
+
+/// `repository `api` was not found` (or `3 repositories were not found: …`), when any was.
+fn missing_line(missing: &[crate::plan::MissingRepository]) -> Option<String> {
+    match missing {
+        [] => None,
+        [one] => Some(format!("repository `{}` was not found", one.name)),
+        many => Some(format!(
+            "{} repositories were not found: {}",
+            many.len(),
+            many.iter()
+                .map(|m| format!("`{}`", m.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
 }
 

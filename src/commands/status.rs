@@ -77,7 +77,7 @@ struct LeaseStatus {
     /// The holder's record: the current holder while `held`, else the last one.
     holder: Option<crate::lease::Record>,
     /// While a dead holder's lease is still held: the processes of its run that keep it.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     survivors: Vec<Survivor>,
 }
 

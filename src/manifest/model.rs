@@ -123,6 +123,11 @@ pub struct RepositorySpec {
     /// Commits or refs that every continued work branch must contain.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub critical_base: Vec<String>,
+    /// A repository that may be absent: when it is not there its items are skipped
+    /// (`repo-not-found`) without failing the run. A declared repository that is missing
+    /// otherwise makes `apply` exit 1.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
     /// Narrows the top-level worker for this repository.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerOverride>,

@@ -45,9 +45,21 @@ pub struct Plan {
     /// nothing, a folder that could not be read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Declared repositories that are not there (and not `optional`), among those selected: a
+    /// typo'd path or a vanished checkout is a failure of the run, never silent success.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_repositories: Vec<MissingRepository>,
     /// With history: when the drain is expected to end, and the earliest any drain could.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<Expected>,
+}
+
+/// A declared repository that is not there.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+pub struct MissingRepository {
+    pub name: String,
+    /// Why: the folder does not exist, is not a git checkout, no `glob` entry produced it.
+    pub detail: String,
 }
 
 /// The drain simulated with the estimates.
@@ -113,6 +125,9 @@ pub struct RepoPlan {
     pub dirty: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Declared `optional`: when it is missing, its items are skipped without failing the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -292,11 +307,19 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     let mut repositories = Vec::with_capacity(analysed.len());
     let mut per_repo: Vec<Vec<ItemPlan>> = Vec::with_capacity(analysed.len());
     let mut warnings = located_notes;
+    let mut missing_repositories = Vec::new();
     let mut matched = vec![0usize; loaded.manifest.discover.len()];
     let any_found = analysed.iter().any(|a| a.repo.status == RepoStatus::Found);
     for a in analysed {
         problems.extend(a.problems);
         warnings.extend(a.notes);
+        if let Some(m) = a.missing {
+            warnings.push(format!(
+                "repository `{}` is not there: {}; its items are skipped (`optional: true` on the repository makes that expected)",
+                m.name, m.detail
+            ));
+            missing_repositories.push(m);
+        }
         for (total, n) in matched.iter_mut().zip(&a.matched) {
             *total += n;
         }
@@ -325,6 +348,17 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
                     .as_ref()
                     .is_some_and(|g| !g.is_match(spec.id.as_str()));
             let _ = i;
+            if !reason_filtered && !missing_repositories.iter().any(|m: &MissingRepository| m.name == spec.repo) {
+                let m = MissingRepository {
+                    name: spec.repo.clone(),
+                    detail: "no `glob` entry matched a checkout of this name".into(),
+                };
+                warnings.push(format!(
+                    "repository `{}`, which item `{}` names, is not there: {}; its items are skipped",
+                    m.name, spec.id, m.detail
+                ));
+                missing_repositories.push(m);
+            }
             per_repo.push(vec![ItemPlan {
                 start: None,
                 estimate_ms: None,
@@ -421,6 +455,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
         items,
         counts,
         warnings,
+        missing_repositories,
     })
 }
 
@@ -460,6 +495,8 @@ fn digest(manifest_sha: &str, repos: &[RepoPlan], items: &[ItemPlan]) -> String 
 
 struct Analysed {
     repo: RepoPlan,
+    /// The repository is declared, selected, not optional, and not there.
+    missing: Option<MissingRepository>,
     items: Vec<ItemPlan>,
     problems: Vec<Problem>,
     /// What the user should hear: folders that could not be read.
@@ -491,6 +528,7 @@ fn analyse(
         common_dir: None,
         dirty: None,
         note: None,
+        optional: spec.optional,
     };
     // One git call tells both what the checkout is and whether it is dirty, when in-place items
     // need the latter.
@@ -673,8 +711,15 @@ fn analyse(
             it.detail = h.detail;
         }
     }
+    let missing = (repo_selected && !repo.optional && repo.status == RepoStatus::NotFound).then(|| {
+        MissingRepository {
+            name: repo.name.clone(),
+            detail: repo.note.clone().unwrap_or_else(|| "not found".into()),
+        }
+    });
     Analysed {
         repo,
+        missing,
         items,
         problems,
         notes,

@@ -52,11 +52,14 @@ pub struct Report {
     pub counts: BTreeMap<ItemOutcome, usize>,
     pub items: Vec<ItemReport>,
     /// What planning warned of: a rule that matches nothing, a folder that could not be read.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Declared repositories that were not there (and not `optional`): the run exits 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_repositories: Vec<crate::plan::MissingRepository>,
     /// Required gates that never passed in the run while halting items: suspected to be
     /// misconfigured (a misspelt command, a wrong folder).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspect_gates: Vec<SuspectGate>,
 }
 
@@ -129,10 +132,10 @@ pub struct ItemReport {
     pub diffstat: Option<Diffstat>,
     /// `no-change` (the worker changed nothing), `unverified` (no required gate ran and
     /// passed): a completion that is not a checked change says so.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<String>,
     /// Files left uncommitted (`worker.commit: false`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uncommitted: Vec<String>,
     /// The worktree the item ran in, while it is kept (an item that did not complete).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -214,14 +217,14 @@ pub struct GateReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit: Option<i32>,
     /// `false` for a gate that is reported but never decides (`required: false`).
-    #[serde(skip_serializing_if = "is_true")]
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub required: bool,
     /// The result is a verdict recorded earlier on the same tree, command and environment
     /// (the gate did not run): where it was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cached: Option<crate::events::CachedFrom>,
     /// It failed here, but only with failures its base commit has too: it passes.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forgiven: bool,
     /// For a `baseline: true` gate that failed here: new failures and forgiven ones, as the
     /// lines they were read from.
@@ -248,6 +251,11 @@ fn is_true(b: &bool) -> bool {
     *b
 }
 
+/// A gate is required unless it says otherwise.
+fn yes() -> bool {
+    true
+}
+
 /// A gate's run on the base commit.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct BaselineReport {
@@ -257,7 +265,7 @@ pub struct BaselineReport {
     /// The failures recognised there.
     pub failures: Vec<String>,
     /// Reused from an earlier run's verdict on the same tree.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cached: bool,
     pub duration_ms: u64,
     pub log: Option<String>,
@@ -384,6 +392,7 @@ impl ReportBuilder {
                 counts: BTreeMap::new(),
                 items,
                 warnings: plan.warnings.clone(),
+                missing_repositories: plan.missing_repositories.clone(),
                 suspect_gates: Vec::new(),
             },
             run_dir: run_dir.to_path_buf(),

@@ -264,6 +264,7 @@ const REPOSITORY_KEYS: &[&str] = &[
     "glob",
     "base",
     "critical_base",
+    "optional",
     "worker",
     "gates",
     "models",

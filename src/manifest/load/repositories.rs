@@ -141,6 +141,10 @@ impl Cx {
             let critical_base = m
                 .get("critical_base")
                 .and_then(|v| self.string_list(v, &child(&p, "critical_base"), "marker"));
+            let optional = m
+                .get("optional")
+                .and_then(|v| self.boolean(v, &child(&p, "optional")))
+                .unwrap_or(false);
             let worker = m
                 .get("worker")
                 .map(|v| self.worker(v, &child(&p, "worker"), models, Some(i)));
@@ -168,6 +172,7 @@ impl Cx {
                 glob,
                 base,
                 critical_base: critical_base.unwrap_or_default(),
+                optional,
                 worker,
                 gates: gates.flatten(),
                 models: rmodels.flatten(),
