@@ -67,14 +67,23 @@ pub enum Command {
     /// Publish the work branches of items earlier runs completed and did not publish (or that
     /// moved since): push them and open or update their pull requests.
     Publish(PublishArgs),
-    /// Print the manifest JSON Schema.
+    /// Print the manifest JSON Schema, or that of a file runner writes.
     Schema {
         /// Print the schema of `report.json` instead.
-        #[arg(long, conflicts_with = "events")]
+        #[arg(long, group = "of")]
         report: bool,
         /// Print the schema of an `apply --events` line instead.
-        #[arg(long)]
+        #[arg(long, group = "of")]
         events: bool,
+        /// Print the schema of `plan --json` instead.
+        #[arg(long, group = "of")]
+        plan: bool,
+        /// Print the schema of `status --json` instead.
+        #[arg(long, group = "of")]
+        status: bool,
+        /// Print the schema of `plan --shards N --json` (a CI matrix) instead.
+        #[arg(long, group = "of")]
+        matrix: bool,
     },
     /// Print shell completions.
     Completions {

@@ -68,7 +68,7 @@ pub fn lift(common_dir: &Path, lifted: Lifted) -> std::io::Result<bool> {
 
 /// What a lease's record says: the process that holds (or last held) it, its run and the
 /// repository.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Record {
     #[serde(flatten)]
     pub holder: Holder,

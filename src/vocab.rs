@@ -122,7 +122,9 @@ impl RunEnding {
 }
 
 /// What `plan` decided for one item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ItemState {
     /// Will run.
@@ -136,7 +138,7 @@ pub enum ItemState {
 }
 
 /// Why an item is not pending: exactly one reason per item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum HoldReason {
     RepoNotFound,

@@ -164,7 +164,13 @@ pub fn run(cli: Cli) -> i32 {
         Command::Resume(args) => pause::run(&ui, &args, false),
         Command::Unlock(args) => unlock::run(&ui, &args),
         Command::Gc(args) => gc::run(&ui, &args),
-        Command::Schema { report, events } => schema::run_schema(report, events),
+        Command::Schema {
+            report,
+            events,
+            plan,
+            status,
+            matrix,
+        } => schema::run_schema(schema::Of::pick(report, events, plan, status, matrix)),
         Command::Completions { shell } => schema::run_completions(shell),
     }
 }

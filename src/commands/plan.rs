@@ -120,8 +120,10 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
 }
 
 /// A plan split into shards: what `plan --shards N --json` prints, a CI matrix.
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, schemars::JsonSchema)]
 pub struct ShardMatrix {
+    /// Always `runner.matrix/v1`.
+    pub schema: String,
     pub shards: u32,
     /// Pending items in all.
     pub pending: usize,
@@ -129,7 +131,7 @@ pub struct ShardMatrix {
     pub include: Vec<ShardEntry>,
 }
 
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, schemars::JsonSchema)]
 pub struct ShardEntry {
     /// `K/N`, as `apply --shard` takes it.
     pub shard: String,
@@ -177,6 +179,7 @@ pub fn shard_matrix(plan: &Plan, n: u32) -> ShardMatrix {
         pending += 1;
     }
     ShardMatrix {
+        schema: "runner.matrix/v1".into(),
         shards: n,
         pending,
         include: entries.into_iter().filter(|e| e.pending > 0).collect(),

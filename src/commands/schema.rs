@@ -3,25 +3,58 @@
 use super::EXIT_OK;
 use clap::CommandFactory;
 
-pub fn run_schema(report: bool, events: bool) -> i32 {
-    if events {
-        match crate::events::events_schema_json() {
-            Ok(s) => out!("{s}"),
-            Err(e) => {
-                eprintln!("error: cannot encode the events schema: {e}");
-                return super::EXIT_INTERNAL;
-            }
+/// Which schema to print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Of {
+    Manifest,
+    Report,
+    Events,
+    Plan,
+    Status,
+    Matrix,
+}
+
+impl Of {
+    /// From the command line's flags (at most one is set).
+    pub fn pick(report: bool, events: bool, plan: bool, status: bool, matrix: bool) -> Self {
+        [
+            (report, Of::Report),
+            (events, Of::Events),
+            (plan, Of::Plan),
+            (status, Of::Status),
+            (matrix, Of::Matrix),
+        ]
+        .into_iter()
+        .find_map(|(on, of)| on.then_some(of))
+        .unwrap_or(Of::Manifest)
+    }
+}
+
+/// The JSON Schema of `T`, as checked in under `schemas/`.
+pub fn schema_json<T: schemars::JsonSchema>() -> Result<String, serde_json::Error> {
+    let schema = schemars::schema_for!(T);
+    Ok(serde_json::to_string_pretty(&schema)? + "\n")
+}
+
+/// The text of one schema.
+pub fn text(of: Of) -> Result<String, serde_json::Error> {
+    match of {
+        Of::Manifest => Ok(crate::manifest::schema::manifest_schema_json()),
+        Of::Report => crate::report::report_schema_json(),
+        Of::Events => crate::events::events_schema_json(),
+        Of::Plan => schema_json::<crate::plan::Plan>(),
+        Of::Status => schema_json::<super::status::Status>(),
+        Of::Matrix => schema_json::<super::plan::ShardMatrix>(),
+    }
+}
+
+pub fn run_schema(of: Of) -> i32 {
+    match text(of) {
+        Ok(s) => out!("{s}"),
+        Err(e) => {
+            eprintln!("error: cannot encode the {of:?} schema: {e}");
+            return super::EXIT_INTERNAL;
         }
-    } else if report {
-        match crate::report::report_schema_json() {
-            Ok(s) => out!("{s}"),
-            Err(e) => {
-                eprintln!("error: cannot encode the report schema: {e}");
-                return super::EXIT_INTERNAL;
-            }
-        }
-    } else {
-        out!("{}", crate::manifest::schema::manifest_schema_json());
     }
     EXIT_OK
 }

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 /// The tag of `status --json`'s format.
 pub const STATUS_SCHEMA: &str = "runner.status/v1";
 
-#[derive(Serialize)]
-struct Status {
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct Status {
     /// Always [`STATUS_SCHEMA`].
     schema: &'static str,
     ledger: String,
@@ -23,15 +23,15 @@ struct Status {
     leases: Vec<LeaseStatus>,
 }
 
-#[derive(Serialize)]
-struct Quarantined {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Quarantined {
     path: String,
     run_id: String,
     reason: String,
 }
 
-#[derive(Serialize)]
-struct RunView {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct RunView {
     #[serde(flatten)]
     run: RunRow,
     status: crate::ledger::RunStatus,
@@ -40,8 +40,8 @@ struct RunView {
     usage: Option<crate::events::Usage>,
 }
 
-#[derive(Serialize)]
-struct Running {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Running {
     run_id: String,
     repo: String,
     item: String,
@@ -55,22 +55,22 @@ struct Running {
     waiting_for: Option<Waiting>,
 }
 
-#[derive(Serialize)]
-struct Waiting {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Waiting {
     resource: String,
     since: String,
 }
 
-#[derive(Serialize)]
-struct Held {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Held {
     repo: String,
     item: String,
     reason: String,
     cause: Option<String>,
 }
 
-#[derive(Serialize)]
-struct LeaseStatus {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct LeaseStatus {
     repo: String,
     path: PathBuf,
     held: bool,
@@ -81,8 +81,8 @@ struct LeaseStatus {
     survivors: Vec<Survivor>,
 }
 
-#[derive(Serialize)]
-struct Survivor {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Survivor {
     pid: i32,
     command: String,
 }

@@ -17,9 +17,8 @@ pub fn run(ui: &Ui, path: &Path) -> i32 {
         return EXIT_INVALID;
     };
     let m = &loaded.manifest;
-    let plural = |n: usize, one: &str, many: &str| {
-        format!("{n} {}", if n == 1 { one } else { many })
-    };
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let repos = plan.repositories.len();
     let missing = plan
         .repositories

@@ -20,7 +20,7 @@ use crate::vocab::{ItemOutcome, RunEnding};
 use serde::Serialize;
 
 /// A run as the ledger knows it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RunRow {
     pub id: String,
     pub manifest: String,
@@ -44,7 +44,7 @@ pub struct RunRow {
 }
 
 /// Where a recorded run stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunStatus {
     /// Its process still runs.

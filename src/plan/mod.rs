@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 pub const PLAN_SCHEMA: &str = "runner.plan/v1";
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Plan {
     pub schema: String,
     pub manifest: ManifestRef,
@@ -63,7 +63,7 @@ pub struct MissingRepository {
 }
 
 /// The drain simulated with the estimates.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Expected {
     pub makespan_ms: u64,
     /// max(total work / workers, the longest repository's total).
@@ -81,20 +81,20 @@ impl Plan {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ManifestRef {
     pub name: String,
     pub path: PathBuf,
     pub sha256: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CapacityPlan {
     pub workers: u32,
     pub probe: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RepoStatus {
     /// A git checkout on disk.
@@ -105,7 +105,7 @@ pub enum RepoStatus {
     ToClone,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RepoPlan {
     pub name: String,
     /// Index of its `repositories` entry.
@@ -130,14 +130,14 @@ pub struct RepoPlan {
     pub optional: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Origin {
     Explicit,
     Discovered,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ItemPlan {
     pub repo: String,
     pub id: String,
@@ -348,7 +348,11 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
                     .as_ref()
                     .is_some_and(|g| !g.is_match(spec.id.as_str()));
             let _ = i;
-            if !reason_filtered && !missing_repositories.iter().any(|m: &MissingRepository| m.name == spec.repo) {
+            if !reason_filtered
+                && !missing_repositories
+                    .iter()
+                    .any(|m: &MissingRepository| m.name == spec.repo)
+            {
                 let m = MissingRepository {
                     name: spec.repo.clone(),
                     detail: "no `glob` entry matched a checkout of this name".into(),
@@ -711,7 +715,10 @@ fn analyse(
             it.detail = h.detail;
         }
     }
-    let missing = (repo_selected && !repo.optional && repo.status == RepoStatus::NotFound).then(|| {
+    // Missing matters where this run would have worked: the repository is selected, and
+    // `--items` (when given) selects one of its items.
+    let wanted = repo_selected && (item_filter.is_none() || items.iter().any(|it| selected(it)));
+    let missing = (wanted && !repo.optional && repo.status == RepoStatus::NotFound).then(|| {
         MissingRepository {
             name: repo.name.clone(),
             detail: repo.note.clone().unwrap_or_else(|| "not found".into()),

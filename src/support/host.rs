@@ -31,7 +31,7 @@ fn is_zombie(pid: u32) -> bool {
 
 /// Who holds something (a lease, a claim, a run): a process named by host, pid and start time,
 /// since pids are reused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Holder {
     pub host: String,
     pub pid: u32,
