@@ -56,8 +56,7 @@ fn init_finds_three_checkouts_guesses_their_gates_and_the_agent() {
     let out = init(root, &path);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        stderr(&out)
-            .contains("4 task files under .runner-tasks/ already; next, `runner plan runner.yaml`"),
+        stderr(&out).contains("4 task files under .runner-tasks/ already; commit any that are not"),
         "{}",
         stderr(&out)
     );
@@ -117,7 +116,8 @@ fn init_without_an_agent_writes_a_worker_to_fill_in_that_still_validates() {
         stderr(&out)
     );
     assert!(
-        stderr(&out).contains("next, add task files under .runner-tasks/"),
+        stderr(&out)
+            .contains("next, add task files under .runner-tasks/ in a repository and commit them"),
         "{}",
         stderr(&out)
     );

@@ -289,3 +289,95 @@ fn a_folder_that_is_not_a_checkout_is_not_found() {
     let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(item(&plan, "plain", "x")["reason"], "repo-not-found");
 }
+
+/// Items on work branches are discovered from what their worktree will hold — the base's
+/// committed files — and a match the checkout has but the base lacks is named with the fix,
+/// never run blind.
+#[test]
+fn discovery_for_work_branches_sees_committed_files_and_names_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = repo(&root.join("r"));
+    commit_file(&r, ".runner-tasks/committed.md", "Fix the typo\n");
+    commit_file(&r, ".runner-tasks/edited.md", "Add a test\n");
+    std::fs::write(r.join(".runner-tasks/edited.md"), "Add two tests\n").unwrap();
+    std::fs::write(r.join(".runner-tasks/untracked.md"), "Add a licence\n").unwrap();
+    std::fs::write(r.join(".gitignore"), "ignored.md\n").unwrap();
+    git(&r, &["add", ".gitignore"]);
+    git(&r, &["commit", "-q", "-m", "ignore"]);
+    std::fs::write(r.join(".runner-tasks/staged.md"), "Staged only\n").unwrap();
+    git(&r, &["add", ".runner-tasks/staged.md"]);
+    std::fs::write(r.join(".runner-tasks/ignored.md"), "Ignored\n").unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        r#"version: 1
+name: tasks
+repositories: [{path: r}]
+worker: {run: "cp {item.task} seen.txt"}
+discover:
+  - glob: ".runner-tasks/*.md"
+    id: "{match.stem}"
+    branch: "runner/{item}"
+    vars: {task: "{match.path}"}
+"#,
+    )
+    .unwrap();
+    let out = run_in(root, &["plan", "m.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<&str> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["committed", "edited"], "{plan:#}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("`.runner-tasks/ignored.md`, `.runner-tasks/staged.md`, `.runner-tasks/untracked.md` are not committed on `main`, from which their work branches are made, so they are not run: commit them"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`.runner-tasks/edited.md` has edits that are not committed; its item works on a branch from `main` and sees the committed version: commit them"),
+        "{err}"
+    );
+    assert!(!err.contains("matches no file"), "{err}");
+    // What the items saw is the committed text.
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("are not committed on `main`"));
+    assert_eq!(
+        git(&r, &["show", "runner/edited:seen.txt"]),
+        "Add a test",
+        "the item saw the committed task"
+    );
+
+    // A base other than the branch the checkout is on: the base's files are what items see.
+    let b = repo(&root.join("b"));
+    commit_file(&b, "tasks/on-main.md", "main's task\n");
+    git(&b, &["checkout", "-q", "-b", "feature"]);
+    commit_file(&b, "tasks/on-feature.md", "feature's task\n");
+    std::fs::write(
+        root.join("b.yaml"),
+        r#"version: 1
+name: based
+repositories: [{path: b, base: main}]
+worker: {run: "true"}
+discover:
+  - glob: "tasks/*.md"
+    id: "{match.stem}"
+    branch: "runner/{item}"
+"#,
+    )
+    .unwrap();
+    let out = run_in(root, &["plan", "b.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<&str> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["on-main"], "{plan:#}");
+}

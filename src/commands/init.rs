@@ -148,12 +148,12 @@ pub fn run(ui: &Ui, args: &InitArgs) -> i32 {
         .sum();
     if tasks == 0 {
         eprintln!(
-            "runner: next, add task files under .runner-tasks/ in a repository, then `runner plan {}`",
+            "runner: next, add task files under .runner-tasks/ in a repository and commit them (each item works on a branch made from the last commit, so it sees only committed files), then `runner plan {}`",
             args.output.display()
         );
     } else {
         eprintln!(
-            "runner: {tasks} task file{} under .runner-tasks/ already; next, `runner plan {}`",
+            "runner: {tasks} task file{} under .runner-tasks/ already; commit any that are not (each item works on a branch made from the last commit, so it sees only committed files), then `runner plan {}`",
             if tasks == 1 { "" } else { "s" },
             args.output.display()
         );

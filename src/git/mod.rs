@@ -419,6 +419,65 @@ pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitErro
     }
 }
 
+/// A file of a commit's tree: its path relative to the top, and whether it is a symbolic link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeFile {
+    pub path: String,
+    pub symlink: bool,
+}
+
+/// The files of `rev`'s tree under the folders `roots` (relative to the top; `""` for all).
+pub fn tree_files(dir: &Path, rev: &str, roots: &[String]) -> Result<Vec<TreeFile>, GitError> {
+    let treeish = format!("{rev}^{{tree}}");
+    let mut args = vec!["ls-tree", "-r", "-z", "--full-tree", treeish.as_str(), "--"];
+    args.extend(roots.iter().filter(|r| !r.is_empty()).map(String::as_str));
+    let out = run(dir, &args)?;
+    if !out.status.success() {
+        return Err(failed("ls-tree", dir, &out));
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter_map(|entry| {
+            let entry = std::str::from_utf8(entry).ok()?;
+            let (meta, path) = entry.split_once('\t')?;
+            let mode = meta.split(' ').next()?;
+            (!meta.contains(" commit ")).then(|| TreeFile {
+                path: path.to_string(),
+                symlink: mode == "120000",
+            })
+        })
+        .collect())
+}
+
+/// The files under `roots` (relative to the top) where the checkout differs from its HEAD
+/// commit: untracked, ignored, staged, changed or deleted.
+pub fn uncommitted_under(
+    dir: &Path,
+    roots: &[String],
+) -> Result<std::collections::HashSet<String>, GitError> {
+    let mut args = vec![
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--ignored=matching",
+        "--no-renames",
+        "--",
+    ];
+    args.extend(roots.iter().filter(|r| !r.is_empty()).map(String::as_str));
+    let out = run(dir, &args)?;
+    if !out.status.success() {
+        return Err(failed("status", dir, &out));
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter_map(|entry| Some(std::str::from_utf8(entry).ok()?.get(3..)?.to_string()))
+        .filter(|p| !p.is_empty())
+        .collect())
+}
+
 /// Whether the working tree has uncommitted changes (tracked or untracked).
 pub fn is_dirty(dir: &Path) -> Result<bool, GitError> {
     let text = checked(dir, &["status", "--porcelain", "--untracked-files=normal"])?;

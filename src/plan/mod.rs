@@ -641,7 +641,11 @@ fn analyse(
     let mut notes = Vec::new();
     let mut matched = vec![0; m.discover.len()];
     if repo.status == RepoStatus::Found && !m.discover.is_empty() {
-        matched = discover(loaded, l, &mut items, &mut problems, &mut notes);
+        let mut seen = Committed::new(
+            repo.base.clone(),
+            probe.as_ref().and_then(|p| p.branch.clone()),
+        );
+        matched = discover(loaded, l, &mut items, &mut problems, &mut notes, &mut seen);
     }
 
     // A work branch runs in a worktree of its own: the branch the checkout itself is on cannot be
@@ -775,6 +779,95 @@ pub fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> Option<S
     (!missing.is_empty()).then(|| format!("{what} lacks {}", missing.join(", ")))
 }
 
+/// The matches of rule `di` an item on a work branch will see: on the base, the checkout's
+/// matches that are committed there (edited ones kept, with a note); off it, the base's own
+/// matching files. What the item would not see is named, with the fix.
+fn seen_on_branch(
+    l: &Located,
+    di: usize,
+    glob: &str,
+    matcher: &globset::GlobMatcher,
+    matches: Vec<String>,
+    committed: &mut Committed,
+    notes: &mut Vec<String>,
+) -> Vec<String> {
+    let (root, _) = glob_root(glob);
+    let roots = vec![root.to_string_lossy().replace('\\', "/")];
+    let base = committed.base.clone().unwrap_or_else(|| "HEAD".into());
+    let files = match committed.files(&l.path, &roots) {
+        Ok(None) => return matches,
+        Ok(Some(f)) => f,
+        Err(e) => {
+            if !matches.is_empty() {
+                notes.push(format!(
+                    "`discover[{di}]` in repository `{}`: {e}; its {} match{} are not run",
+                    l.name,
+                    matches.len(),
+                    if matches.len() == 1 { "" } else { "es" }
+                ));
+            }
+            return Vec::new();
+        }
+    };
+    let candidates: Vec<String> = if files.on_base {
+        matches
+    } else {
+        let mut c: Vec<String> = files
+            .tree
+            .keys()
+            .filter(|p| matcher.is_match(p.as_str()))
+            .cloned()
+            .collect();
+        c.sort();
+        c
+    };
+    let mut kept = Vec::new();
+    let mut absent = Vec::new();
+    for rel in candidates {
+        if files.tree.get(&rel) == Some(&true) {
+            notes.push(format!(
+                "`discover[{di}]` in repository `{}`: `{}` is a symbolic link in `{base}`; skipped",
+                l.name,
+                printable(&rel)
+            ));
+            continue;
+        }
+        match files.seen(&rel) {
+            Seen::Committed => kept.push(rel),
+            Seen::Edited => {
+                notes.push(format!(
+                    "`discover[{di}]` in repository `{}`: `{}` has edits that are not committed; its item works on a branch from `{base}` and sees the committed version: commit them",
+                    l.name,
+                    printable(&rel)
+                ));
+                kept.push(rel);
+            }
+            Seen::Absent => absent.push(rel),
+        }
+    }
+    if !absent.is_empty() {
+        let shown: Vec<String> = absent
+            .iter()
+            .take(5)
+            .map(|p| format!("`{}`", printable(p)))
+            .collect();
+        let more = absent.len().saturating_sub(5);
+        notes.push(format!(
+            "`discover[{di}]` in repository `{}`: {}{} {} not committed on `{base}`, from which {} work branch{} made, so {} not run: commit {} (`git add` and `git commit` in `{}`)",
+            l.name,
+            shown.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() },
+            if absent.len() == 1 { "is" } else { "are" },
+            if absent.len() == 1 { "its" } else { "their" },
+            if absent.len() == 1 { " is" } else { "es are" },
+            if absent.len() == 1 { "it is" } else { "they are" },
+            if absent.len() == 1 { "it" } else { "them" },
+            l.path.display()
+        ));
+    }
+    kept
+}
+
 /// Literal folder prefix of a glob, and how deep below it a match can be (`None`: unbounded).
 fn glob_root(glob: &str) -> (PathBuf, Option<usize>) {
     let mut base = PathBuf::new();
@@ -797,14 +890,106 @@ fn glob_root(glob: &str) -> (PathBuf, Option<usize>) {
     (base, (!unbounded).then_some(depth))
 }
 
+/// What an item on a work branch will see of a repository: the committed tree of the base its
+/// worktree is made from, not the checkout's files. Asked of git once, only when the checkout's
+/// own files cannot prove it is that tree (clean, on the base).
+struct Committed {
+    /// The base new work branches are forked from (`None`: HEAD).
+    base: Option<String>,
+    /// The branch the checkout is on.
+    head_branch: Option<String>,
+    /// `Some(None)`: the checkout is proven to be its HEAD commit, on the base; `Some(Some(..))`:
+    /// the base's files and the checkout's uncommitted ones, as git gave them; `None`: not yet
+    /// asked.
+    view: Option<Option<CommittedFiles>>,
+}
+
+struct CommittedFiles {
+    /// The base's files (`true`: a symbolic link).
+    tree: HashMap<String, bool>,
+    /// The checkout's files that differ from its HEAD commit, when the checkout is on the
+    /// base; empty otherwise.
+    uncommitted: std::collections::HashSet<String>,
+    /// The checkout is on the base: its files are the candidates.
+    on_base: bool,
+}
+
+/// How a file a `discover` rule matched stands for an item on a work branch.
+enum Seen {
+    /// The item sees it as it is here.
+    Committed,
+    /// Committed, but with edits in the checkout the item will not see.
+    Edited,
+    /// Not in the base's tree: the item would not see it.
+    Absent,
+}
+
+impl Committed {
+    fn new(base: Option<String>, head_branch: Option<String>) -> Self {
+        Committed {
+            base,
+            head_branch,
+            view: None,
+        }
+    }
+
+    fn on_base(&self) -> bool {
+        self.base.is_none() || self.base == self.head_branch
+    }
+
+    /// The base's files and what the checkout holds uncommitted, under `roots`; `None` when the
+    /// checkout is proven to be the base's tree already.
+    fn files(&mut self, dir: &Path, roots: &[String]) -> Result<Option<&CommittedFiles>, String> {
+        if self.view.is_none() {
+            let on_base = self.on_base();
+            if on_base && git::proven_clean(dir).is_some() {
+                self.view = Some(None);
+            } else {
+                let rev = self.base.clone().unwrap_or_else(|| "HEAD".into());
+                let tree = git::tree_files(dir, &rev, roots)
+                    .map_err(|e| format!("cannot read the files of `{rev}`: {e}"))?
+                    .into_iter()
+                    .map(|f| (f.path, f.symlink))
+                    .collect();
+                let uncommitted = if on_base {
+                    git::uncommitted_under(dir, roots)
+                        .map_err(|e| format!("cannot tell which files are committed: {e}"))?
+                } else {
+                    Default::default()
+                };
+                self.view = Some(Some(CommittedFiles {
+                    tree,
+                    uncommitted,
+                    on_base,
+                }));
+            }
+        }
+        Ok(self.view.as_ref().and_then(Option::as_ref))
+    }
+}
+
+impl CommittedFiles {
+    fn seen(&self, rel: &str) -> Seen {
+        match (self.tree.contains_key(rel), self.uncommitted.contains(rel)) {
+            (false, _) => Seen::Absent,
+            (true, true) => Seen::Edited,
+            (true, false) => Seen::Committed,
+        }
+    }
+}
+
 /// Discover items in one repository: every file matching a `discover` glob becomes an item.
-/// Returns how many files each rule matched; a folder it could not read is noted.
+/// Returns how many files each rule matched; a folder it could not read is noted. A rule whose
+/// items work on a branch matches what their worktree will hold — the committed files of the
+/// base — and names a match the checkout has that the base does not (untracked, ignored, or
+/// only staged): the fix is to commit it.
 fn discover(
     loaded: &LoadedManifest,
     l: &Located,
     items: &mut Vec<ItemPlan>,
     problems: &mut Vec<Problem>,
     notes: &mut Vec<String>,
+    committed: &mut Committed,
 ) -> Vec<usize> {
     let mut matched = vec![0; loaded.manifest.discover.len()];
     let repo_root = std::fs::canonicalize(&l.path).ok();
@@ -870,8 +1055,13 @@ fn discover(
                 matches.push(rel);
             }
         }
-        matches.sort();
+        // What the rule matched here, committed or not: a rule that matches nothing anywhere
+        // is warned of apart from files it matched that are not committed.
         matched[di] = matches.len();
+        matches.sort();
+        if d.branch.is_some() {
+            matches = seen_on_branch(l, di, &d.glob, &matcher, matches, committed, notes);
+        }
         for rel in matches {
             // A path is named in messages with its control characters escaped: a folder name
             // can hold a newline or a terminal escape.
