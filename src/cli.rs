@@ -105,6 +105,9 @@ pub struct PlanArgs {
     /// Plan as `apply --rerun WHICH` would.
     #[arg(long, value_enum, value_name = "WHICH")]
     pub rerun: Option<crate::plan::history::Rerun>,
+    /// Plan as `apply --rerun WHICH --fresh` would.
+    #[arg(long, requires = "rerun")]
+    pub fresh: bool,
     #[command(flatten)]
     pub state: StateArgs,
     #[command(flatten)]
@@ -153,6 +156,10 @@ pub struct ApplyArgs {
     /// Run again items an earlier run finished: `failed` (halted or failed) or `all`.
     #[arg(long, value_enum, value_name = "WHICH")]
     pub rerun: Option<crate::plan::history::Rerun>,
+    /// With `--rerun`: start items whose work branch exists again from the base (as it is
+    /// now), keeping the old branch as `<branch>.backup-<commit>`, instead of continuing it.
+    #[arg(long, requires = "rerun")]
+    pub fresh: bool,
     /// Drain, look for work again (discovery runs anew), drain again, until a look finds
     /// nothing pending; each round is a run with its own report.
     #[arg(long = "loop")]

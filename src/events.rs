@@ -85,11 +85,22 @@ pub enum Event {
         waited: Option<Duration>,
     },
     /// `failures` provider failures of `model` within the window (the last one on this item):
+    /// What attempt `n`'s worker used cannot be known: it wrote no usage to `RUNNER_USAGE`, or
+    /// wrote something that is not a usage object (`why`). With a budget, nothing new is
+    /// admitted: a spend that cannot be counted is not assumed to be nothing.
+    UsageUnknown {
+        item: ItemIndex,
+        n: u32,
+        why: String,
+    },
     /// items that start from now on begin on the next model of their chain, until it is quiet.
     ModelDemoted {
         item: ItemIndex,
         model: String,
         failures: usize,
+        /// The items whose failures demoted it (`repo/id`), at least two.
+        #[serde(default)]
+        items: Vec<String>,
     },
     /// A completed item's work branch was published (pushed, and its pull request opened or
     /// updated), or `error` says what failed; the branch is kept either way.
@@ -245,6 +256,9 @@ pub enum Event {
     Worktree {
         item: ItemIndex,
         path: PathBuf,
+        /// The item started anew from the base (`--fresh`): its old branch is kept as this.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backup: Option<String>,
     },
     /// What an earlier run left uncommitted in the item's worktree, saved as a patch before
     /// this run started from the branch's committed state.

@@ -48,11 +48,30 @@ pub fn quarantine(common_dir: &Path, q: &Quarantine) -> std::io::Result<()> {
 }
 
 /// The quarantine in force on the repository, if any (a lifted one is not).
+///
+/// A record that is there but cannot be read or understood (not a regular file, truncated, not
+/// JSON) keeps the repository quarantined, naming the record: only its absence or a lift by
+/// `runner unlock` (which writes a whole record) frees the repository.
 pub fn quarantined(common_dir: &Path) -> Option<Quarantine> {
-    let q: Quarantine =
-        serde_json::from_slice(&read_regular(&common_dir.join(QUARANTINE_FILE), None).ok()?)
-            .ok()?;
-    q.lifted.is_none().then_some(q)
+    let path = common_dir.join(QUARANTINE_FILE);
+    let unreadable = |why: String| Quarantine {
+        run_id: "unknown".into(),
+        reason: format!(
+            "its quarantine record `{}` cannot be read ({why}); `runner unlock` lifts it",
+            path.display()
+        ),
+        at: String::new(),
+        lifted: None,
+    };
+    let bytes = match read_regular(&path, Some(1 << 20)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(unreadable(e.to_string())),
+    };
+    match serde_json::from_slice::<Quarantine>(&bytes) {
+        Ok(q) => q.lifted.is_none().then_some(q),
+        Err(e) => Some(unreadable(e.to_string())),
+    }
 }
 
 /// Lift the repository's quarantine, recording who, when and why; `Ok(false)` when none was in
@@ -128,6 +147,14 @@ pub enum LeaseError {
         #[source]
         source: std::io::Error,
     },
+    /// The holder's record could not be written: without it, a run that dies while holding the
+    /// lease leaves nothing the next run can find its processes by, so the lease is let go.
+    #[error("cannot write the lease's record `{path}`: {source}")]
+    Record {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Lease {
@@ -155,21 +182,26 @@ impl Lease {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
-        // The record is informational; failing to write it does not give up the lock. A run
-        // takes one repository's lease many times, and the record it left last time is still
-        // right: it is rewritten only when it names someone else. A stale record is removed
-        // first, so that the new one is a plain create (renaming over an existing file makes
-        // ext4 flush).
+        // The record is how the next run finds what this one started should it die: a lease
+        // whose record cannot be written is let go (fail closed). A run takes one repository's
+        // lease many times, and the record it left last time is still right: it is rewritten
+        // only when it names someone else. A stale record is removed first, so that the new one
+        // is a plain create (renaming over an existing file makes ext4 flush); what it said was
+        // acted on before the lock was taken (a dead holder's processes are ended first).
         let record = common_dir.join(RECORD_FILE);
         let bytes = serde_json::to_vec_pretty(&holder).unwrap_or_default();
         if !RecordsSeen::says(&record, &bytes) {
-            let holds = read_regular(&record, None).ok().as_deref() == Some(bytes.as_slice()) || {
+            if read_regular(&record, None).ok().as_deref() != Some(bytes.as_slice()) {
                 let _ = std::fs::remove_file(&record);
-                write_atomic(&record, &bytes).is_ok()
-            };
-            if holds {
-                RecordsSeen::saw(record, bytes);
+                if let Err(source) = write_atomic(&record, &bytes) {
+                    let _ = file.unlock();
+                    return Err(LeaseError::Record {
+                        path: record.display().to_string(),
+                        source,
+                    });
+                }
             }
+            RecordsSeen::saw(record, bytes);
         }
         tracing::debug!(lock = %path.display(), run = %holder.run_id, repo = %holder.repo, "lease taken");
         Ok(Some(Lease { file }))

@@ -150,6 +150,13 @@ pub enum HoldReason {
     Filtered,
     /// Claimed by another live run, which runs it.
     Taken,
+    /// The environment failed the item (a clone or fetch, a git call past its deadline, a lease
+    /// record that cannot be written, the ledger): not the work's fault; the next run tries it
+    /// again.
+    Environment,
+    /// The only model of a chain without fallbacks kept failing for the provider's reasons:
+    /// the next run tries again.
+    ProviderUnavailable,
 }
 
 impl HoldReason {
@@ -163,6 +170,8 @@ impl HoldReason {
             HoldReason::Paused => "paused",
             HoldReason::Filtered => "filtered",
             HoldReason::Taken => "taken",
+            HoldReason::Environment => "environment",
+            HoldReason::ProviderUnavailable => "provider-unavailable",
         }
     }
     /// The state an item with this reason is in.

@@ -95,7 +95,9 @@ capacity: {{workers: 3}}
 repositories: [{{path: pattern}}, {{path: silent}}, {{path: quoted}}]
 models:
   primary: m1
+  fallbacks: [m2]
   threshold: 1
+  backoff: {{initial: 20ms, max: 100ms}}
   provider_failure: {{patterns: ["rate limit"], silence: 1s}}
 stall: {{after: 10}}
 worker:
@@ -236,7 +238,7 @@ fn bundle(repo: &Path, to: &Path) {
 }
 
 #[test]
-fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
+fn a_bundle_url_repository_drains_and_a_failed_clone_holds_only_its_items_for_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
     let src = repo(&dir.path().join("src"));
     commit_file(&src, "tasks/a.md", "a\n");
@@ -249,8 +251,10 @@ fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
     assert_eq!(report_item(&report, "repo", "lib")["outcome"], "completed");
+    // The environment's fault, not the work's: held, and tried again by the next run.
     let private = report_item(&report, "repo", "private");
-    assert_eq!(private["outcome"], "failed");
+    assert_eq!(private["outcome"], "held", "{private:#}");
+    assert_eq!(private["reason"], "environment", "{private:#}");
     let cause = private["cause"].as_str().unwrap();
     assert!(cause.contains("cannot clone"), "{cause}");
     let text = std::fs::read_to_string(dir.path().join("runner-reports/latest/report.json"))
@@ -262,10 +266,18 @@ fn a_bundle_url_repository_drains_and_a_failed_clone_fails_only_its_items() {
     let clone = dir.path().join(".runner/workspace/repos/lib");
     commit_file(&src, "tasks/b.md", "b\n");
     bundle(&src, &dir.path().join("lib.bundle"));
-    let _ = apply(dir.path());
+    let out = apply(dir.path());
     assert!(
         git(&clone, &["log", "--all", "--format=%s"]).contains("add tasks/b.md"),
         "not fetched"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let private = report_item(&report, "repo", "private");
+    assert_eq!(private["reason"], "environment", "tried again: {private:#}");
+    assert!(
+        stderr(&out).contains("held (environment 1)"),
+        "{}",
+        stderr(&out)
     );
 }
 
@@ -338,4 +350,165 @@ fn the_critical_base_is_checked_again_just_before_the_attempt() {
         old,
         "the branch was not touched"
     );
+}
+
+#[test]
+fn one_items_provider_failures_move_its_own_chain_not_every_item() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    // Model `a` fails only for item `one`: its chain moves; `two` still starts on `a`. Then `a`
+    // fails for `three` and `four` too: two items' evidence, and the run demotes it.
+    write(
+        dir.path(),
+        r#"version: 1
+name: demotion
+capacity: {workers: 1}
+repositories: [{path: r}]
+models: {primary: a, fallbacks: [b, c], threshold: 2, backoff: {initial: 10ms, max: 20ms}}
+worker:
+  run: ["sh", "-c", 'case "$RUNNER_MODEL/$RUNNER_ITEM" in a/one|a/three|a/four) exit 75;; esac']
+items:
+  - {repo: r, id: one}
+  - {repo: r, id: two}
+  - {repo: r, id: three}
+  - {repo: r, id: four}
+  - {repo: r, id: five}
+"#,
+    );
+    let out = apply(dir.path());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(
+        models_of(report_item(&report, "id", "one")),
+        ["a", "a", "b"]
+    );
+    assert_eq!(
+        models_of(report_item(&report, "id", "two")),
+        ["a"],
+        "one item's trouble moved another: {report:#}"
+    );
+    assert_eq!(
+        models_of(report_item(&report, "id", "three")),
+        ["a", "a", "b"]
+    );
+    // `three` and `one` are two items: `a` is demoted, and the item after starts on `b`.
+    assert_eq!(report["demoted"][0]["model"], "a", "{report:#}");
+    assert_eq!(
+        report["demoted"][0]["items"],
+        serde_json::json!(["r/one", "r/three"]),
+        "{report:#}"
+    );
+    assert_eq!(models_of(report_item(&report, "id", "four")), ["b"]);
+    assert!(err.contains("(r/one, r/three)"), "{err}");
+}
+
+#[test]
+fn a_chain_without_fallbacks_keeps_its_model_then_holds_the_item_for_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    write(
+        dir.path(),
+        "version: 1\nname: x\nrepositories: [{path: r}]\nmodels: {primary: only, threshold: 2, backoff: {initial: 10ms, max: 20ms}}\nworker: {run: \"exit 75\"}\nitems: [{repo: r, id: i}]\n",
+    );
+    let out = apply(dir.path());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "held", "{item:#}");
+    assert_eq!(item["reason"], "provider-unavailable");
+    assert_eq!(
+        models_of(item),
+        vec!["only"; 8],
+        "kept on its model, 8 times"
+    );
+    assert!(
+        item["cause"]
+            .as_str()
+            .unwrap()
+            .contains("failed for the provider's reasons 8 times in a row"),
+        "{item:#}"
+    );
+    // Held, not done: the next run tries it again.
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
+    let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(plan["items"][0]["state"], "pending", "{plan:#}");
+}
+
+/// A branch continued after its base moved says how far behind it is; `--rerun failed --fresh`
+/// starts the item again from the base as it is now, keeping the old branch under a backup name.
+#[test]
+fn a_stale_branch_is_shown_behind_and_fresh_starts_it_again_from_the_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    // The gate needs `fixed.txt`, which only a later commit on `main` brings.
+    write(
+        dir.path(),
+        "version: 1\nname: fresh\nrepositories: [{path: r}]\nworker: {run: \"echo work >> work.txt\"}\ngates: [{name: needs-fix, run: \"test -f fixed.txt\"}]\nitems: [{repo: r, id: x, branch: runner/x}]\n",
+    );
+    let out = apply(dir.path());
+    assert_eq!(out.status.code(), Some(1), "halted: {}", stderr(&out));
+    let old_tip = git(&r, &["rev-parse", "runner/x"]);
+    commit_file(&r, "fixed.txt", "the fix\n");
+    commit_file(&r, "other.txt", "more\n");
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--rerun", "failed"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("continues `runner/x`, 2 commits behind `main`"),
+        "{text}"
+    );
+    let out = run_in(
+        dir.path(),
+        &["plan", "m.yaml", "--rerun", "failed", "--json"],
+    );
+    let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(plan["items"][0]["behind"], 2, "{plan:#}");
+    // Continued, the rerun fails the same way: the branch lacks the fix.
+    let out = run_in(
+        dir.path(),
+        &["apply", "m.yaml", "--no-progress", "--rerun", "failed"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let continued_tip = git(&r, &["rev-parse", "runner/x"]);
+    // `--fresh` without `--rerun` is refused.
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--fresh"]);
+    assert_eq!(out.status.code(), Some(2));
+    let backup = format!("runner/x.backup-{}", &continued_tip[..12]);
+    let out = run_in(
+        dir.path(),
+        &["plan", "m.yaml", "--rerun", "failed", "--fresh"],
+    );
+    assert!(
+        stdout(&out).contains(&format!(
+            "starts anew from `main`; the old `runner/x` is kept as `{backup}`"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let out = run_in(
+        dir.path(),
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--rerun",
+            "failed",
+            "--fresh",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(git(&r, &["rev-parse", &backup]), continued_tip);
+    assert!(
+        git(&r, &["merge-base", "--is-ancestor", &old_tip, &backup]).is_empty(),
+        "the backup keeps the old work"
+    );
+    // The new branch is the current base plus one commit of new work.
+    assert_eq!(
+        git(&r, &["rev-parse", "runner/x~1"]),
+        git(&r, &["rev-parse", "main"])
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["items"][0]["backup_branch"], backup.as_str());
 }

@@ -1026,3 +1026,206 @@ fn an_optional_repository_that_is_not_there_is_skipped_without_failing_the_run()
         "{err}"
     );
 }
+
+/// One repository `r` and a manifest `m.yaml` over it with `items` (YAML flow list) and the
+/// given worker and gates.
+fn one_repo(root: &Path, worker: &str, extra: &str, items: &str) -> std::path::PathBuf {
+    let r = repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: closed\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}]\nworker: {{run: {worker:?}}}\n{extra}items: {items}\n"
+        ),
+    )
+    .unwrap();
+    r
+}
+
+#[test]
+fn an_item_the_environment_fails_is_held_and_tried_again_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    one_repo(
+        dir.path(),
+        "true",
+        "",
+        "[{repo: r, id: a, branch: runner/a}]",
+    );
+    // Where the worktree's folder goes, a file: git cannot make the worktree.
+    let blocker = dir.path().join(".runner/workspace/worktrees/r");
+    std::fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+    std::fs::write(&blocker, "in the way\n").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.ends_with(
+            "runner: 1 held (environment 1) — exit 1: an item halted, failed or was held\n"
+        ),
+        "{err}"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["items"][0]["reason"], "environment", "{report:#}");
+    // Not done: once the environment is mended, the next run runs it.
+    std::fs::remove_file(&blocker).unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_lease_record_that_cannot_be_written_holds_the_item_instead_of_running_it_unrecorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let r = one_repo(
+        dir.path(),
+        &format!("touch {}", marker.display()),
+        "",
+        "[{repo: r, id: a}]",
+    );
+    // A folder where the record goes: it can be neither removed as a file nor replaced.
+    std::fs::create_dir_all(r.join(".git/runner.lease.json/x")).unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!marker.exists(), "the worker ran without a lease record");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let item = &report["items"][0];
+    assert_eq!(item["reason"], "environment", "{item:#}");
+    assert!(
+        item["cause"]
+            .as_str()
+            .unwrap()
+            .contains("runner.lease.json"),
+        "{item:#}"
+    );
+}
+
+#[test]
+fn an_unreadable_quarantine_record_keeps_the_repository_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = one_repo(dir.path(), "true", "", "[{repo: r, id: a}]");
+    std::fs::write(
+        r.join(".git/runner.quarantine.json"),
+        "{\"run_id\": \"x\", trunc",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("r/a (quarantined)") && err.contains("runner.quarantine.json` cannot be read"),
+        "{err}"
+    );
+    // `unlock` lifts it, writing a whole record.
+    let out = run_in(dir.path(), &["unlock", "r", "--reason", "checked"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn leftovers_that_cannot_be_saved_are_not_reset_away() {
+    let dir = tempfile::tempdir().unwrap();
+    // `x` leaves an uncommitted file and halts; on the rerun, `a` (first) blocks the folder the
+    // patch would be saved in.
+    let r = one_repo(
+        dir.path(),
+        "echo left > left.txt",
+        "gates: [{name: g, run: 'test \"$RUNNER_ITEM\" = a'}]\n",
+        "[{repo: r, id: x, branch: runner/x}]",
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let wt = dir.path().join(".runner/workspace/worktrees/r/x");
+    assert!(wt.join("left.txt").exists());
+    let reports = dir.path().join("runner-reports");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: closed\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}]\nworker: {{run: 'if [ \"$RUNNER_ITEM\" = a ]; then mkdir -p {reports}/$RUNNER_RUN_ID/leftovers; touch {reports}/$RUNNER_RUN_ID/leftovers/r; fi; echo left > left.txt'}}\ngates: [{{name: g, run: 'test \"$RUNNER_ITEM\" = a'}}]\nitems: [{{repo: r, id: a, branch: runner/a}}, {{repo: r, id: x, branch: runner/x}}]\n",
+            reports = reports.display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(
+        dir.path(),
+        &["apply", "m.yaml", "--no-progress", "--rerun", "failed"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let report = latest_report(&reports);
+    let x = common::report_item(&report, "id", "x");
+    assert_eq!(x["reason"], "environment", "{x:#}");
+    assert!(
+        x["cause"]
+            .as_str()
+            .unwrap()
+            .contains("the worktree is left as it was"),
+        "{x:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(wt.join("left.txt")).unwrap(),
+        "left\n",
+        "what the earlier run left was removed before it was saved"
+    );
+    let _ = r;
+}
+
+#[test]
+fn a_budget_stops_admission_when_a_workers_spend_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    one_repo(
+        dir.path(),
+        "true",
+        "budget: {cost_usd: 5}\n",
+        "[{repo: r, id: a}, {repo: r, id: b}]",
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("what a worker used is unknown (its worker wrote no usage to `RUNNER_USAGE`)"),
+        "{err}"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(
+        common::report_item(&report, "id", "b")["outcome"],
+        "cancelled"
+    );
+    // A malformed usage file is named even without a budget.
+    let dir = tempfile::tempdir().unwrap();
+    one_repo(
+        dir.path(),
+        "echo '{{\"cost_usd\": \"lots\"}}' > \"$RUNNER_USAGE\"",
+        "",
+        "[{repo: r, id: a}]",
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert!(
+        report["warnings"][0].as_str().unwrap().contains(
+            "r/a attempt 1: what its worker used is unknown: its usage file is not a JSON object"
+        ),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn plan_refuses_an_emptied_ledger_as_apply_does() {
+    let dir = tempfile::tempdir().unwrap();
+    one_repo(dir.path(), "true", "", "[{repo: r, id: a}]");
+    std::fs::create_dir_all(dir.path().join(".runner")).unwrap();
+    std::fs::write(dir.path().join(".runner/state.db"), "").unwrap();
+    for args in [
+        &["plan", "m.yaml"][..],
+        &["apply", "m.yaml", "--no-progress"],
+    ] {
+        let out = run_in(dir.path(), args);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("the file is empty: a ledger that lost its contents"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -61,6 +61,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
         shard: args.shard,
+        fresh: args.fresh,
     };
     let state_path = super::state_path(&args.state, Some(&args.manifest));
     let mut ledger = match Store::open(&state_path) {
@@ -605,8 +606,9 @@ pub fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
                 .and_then(|r| r.ending.clone())
                 .unwrap_or_else(|| "failed".to_string());
         }
-        // `--rerun` is for the first round: later rounds take what is new.
+        // `--rerun` (and `--fresh`) is for the first round: later rounds take what is new.
         round_args.rerun = None;
+        round_args.fresh = false;
         if let Some(d) = args.interval {
             std::thread::sleep(d);
         }
@@ -745,6 +747,7 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
         shard: args.shard,
+        fresh: args.fresh,
     };
     let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
         return Err(EXIT_INVALID);
@@ -915,6 +918,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Leftovers { item, .. }
         | Event::Resting { item, .. }
         | Event::Usage { item, .. }
+        | Event::UsageUnknown { item, .. }
         | Event::ModelDemoted { item, .. }
         | Event::Published { item, .. }
         | Event::LeaseWaited { item, .. }

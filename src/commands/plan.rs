@@ -19,6 +19,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
         shard: args.shard,
+        fresh: args.fresh,
     };
     let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
         return error_code;
@@ -208,6 +209,32 @@ fn render_shards(m: &ShardMatrix) -> String {
     out
 }
 
+/// What an item's work branch will be: continued (and how far behind its base), new, or
+/// started anew with the old one kept.
+fn branch_detail(plan: &Plan, it: &crate::plan::ItemPlan) -> String {
+    let Some(b) = &it.branch else {
+        return String::new();
+    };
+    let base = plan
+        .repositories
+        .iter()
+        .find(|r| r.name == it.repo)
+        .and_then(|r| r.base.clone())
+        .unwrap_or_else(|| "HEAD".into());
+    if let Some(backup) = &it.replaces {
+        return format!("starts anew from `{base}`; the old `{b}` is kept as `{backup}`");
+    }
+    match (it.continues, it.behind) {
+        (Some(true), Some(0)) => format!("continues `{b}`"),
+        (Some(true), Some(n)) => format!(
+            "continues `{b}`, {n} commit{} behind `{base}` (`--rerun … --fresh` starts it anew from there)",
+            if n == 1 { "" } else { "s" }
+        ),
+        (Some(true), None) => format!("continues `{b}`"),
+        _ => format!("new branch `{b}`"),
+    }
+}
+
 /// The human plan: a header, the repositories that need attention, then one row per item.
 pub fn render_table(plan: &Plan, display_path: &str) -> String {
     let mut out = String::new();
@@ -287,13 +314,7 @@ pub fn render_table(plan: &Plan, display_path: &str) -> String {
                     crate::manifest::format_approx(std::time::Duration::from_millis(ms))
                 }),
                 it.reason.map_or(String::new(), |r| r.as_str().to_string()),
-                it.detail
-                    .clone()
-                    .unwrap_or_else(|| match (&it.branch, it.continues) {
-                        (Some(b), Some(true)) => format!("continues `{b}`"),
-                        (Some(b), _) => format!("new branch `{b}`"),
-                        _ => String::new(),
-                    }),
+                it.detail.clone().unwrap_or_else(|| branch_detail(plan, it)),
             ]
         })
         .collect();

@@ -22,6 +22,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         return EXIT_INVALID;
     };
     let opts = PlanOptions {
+        fresh: false,
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
         shard: None,

@@ -5,6 +5,11 @@
 //! move is the item's own, never global. After the last model the chain is exhausted and stays
 //! so: it never skips a model, never goes back, and ends after at most
 //! `models × threshold` provider failures.
+//!
+//! A chain of one model (no fallbacks) has nowhere to move: it keeps that model, the item
+//! resting with back-off between tries, for [`NO_FALLBACK_LIMIT`] provider failures in a row,
+//! then gives up for this run ([`ChainStep::Unavailable`]: the item is held, not halted — the
+//! provider's trouble is no verdict on the work, and the next run tries again).
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChainStep {
@@ -14,7 +19,14 @@ pub enum ChainStep {
     Moved,
     /// No model left.
     Exhausted,
+    /// The only model (a chain without fallbacks) kept failing: give up for this run.
+    Unavailable,
 }
+
+/// Provider failures in a row a chain without fallbacks takes on its only model before the item
+/// is held (`provider-unavailable`); with back-off between them (10 s doubling up to 10 min by
+/// default) that is about half an hour of a provider's trouble.
+pub const NO_FALLBACK_LIMIT: u32 = 8;
 
 #[derive(Clone, Debug)]
 pub struct ModelChain {
@@ -59,6 +71,13 @@ impl ModelChain {
             return ChainStep::Exhausted;
         }
         self.consecutive += 1;
+        if self.len() == 1 {
+            return if self.consecutive >= NO_FALLBACK_LIMIT {
+                ChainStep::Unavailable
+            } else {
+                ChainStep::Stay
+            };
+        }
         if self.consecutive < self.threshold {
             return ChainStep::Stay;
         }
@@ -87,6 +106,23 @@ impl ModelChain {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_chain_without_fallbacks_keeps_its_model_then_gives_up_for_the_run() {
+        let mut c = ModelChain::new(vec!["only".into()], 2);
+        for _ in 1..NO_FALLBACK_LIMIT {
+            assert_eq!(c.provider_failure(), ChainStep::Stay);
+            assert_eq!(c.current(), Some("only"));
+        }
+        assert_eq!(c.provider_failure(), ChainStep::Unavailable);
+        // Any other outcome starts the count again.
+        let mut c = ModelChain::new(vec!["only".into()], 2);
+        for _ in 1..NO_FALLBACK_LIMIT {
+            c.provider_failure();
+        }
+        c.other_outcome();
+        assert_eq!(c.provider_failure(), ChainStep::Stay);
+    }
 
     #[test]
     fn moves_after_threshold_consecutive_provider_failures() {
@@ -126,11 +162,26 @@ mod tests {
                 prop_assert!(pos == last || pos == last + 1, "skipped or went back: {last} -> {pos}");
                 last = pos;
             }
-            // Ends: with only provider failures it is exhausted after models × threshold of them.
+            // Ends: with only provider failures a chain with fallbacks is exhausted after
+            // models × threshold of them; one without gives up after NO_FALLBACK_LIMIT.
             let mut c2 = ModelChain::new(models.clone(), threshold);
             let mut k = 0;
-            while c2.provider_failure() != ChainStep::Exhausted { k += 1; prop_assert!(k < 1000); }
-            prop_assert_eq!(k + 1, n.max(1) * threshold as usize);
+            let end = loop {
+                match c2.provider_failure() {
+                    ChainStep::Stay | ChainStep::Moved => {}
+                    step => break step,
+                }
+                k += 1;
+                prop_assert!(k < 1000);
+            };
+            if n > 1 {
+                prop_assert_eq!(end, ChainStep::Exhausted);
+                prop_assert_eq!(k + 1, n * threshold as usize);
+            } else {
+                prop_assert_eq!(end, ChainStep::Unavailable);
+                prop_assert_eq!(k + 1, NO_FALLBACK_LIMIT as usize);
+                prop_assert!(!c2.exhausted(), "the only model is kept");
+            }
             let _ = provider_failures;
         }
     }

@@ -569,9 +569,12 @@ async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
 /// against the budget.
 fn pass(sink: &mut dyn RunSink, sched: &mut Scheduler, ev: &Event) {
     sink.event(ev);
-    if let Event::Usage { usage, .. } = ev
-        && let Some(cause) = sched.spent(usage.cost_usd)
-    {
+    let cause = match ev {
+        Event::Usage { usage, .. } => sched.spent(usage.cost_usd),
+        Event::UsageUnknown { why, .. } => sched.cost_unknown(why),
+        _ => None,
+    };
+    if let Some(cause) = cause {
         info!(%cause, "budget spent: no new item starts");
     }
 }

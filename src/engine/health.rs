@@ -2,8 +2,9 @@
 //! failures as items meet them.
 //!
 //! A provider failure is evidence about the model, not only the item. Once `threshold` provider
-//! failures of one model fall within `window`, the model is demoted: items that start from then
-//! on begin on the next model of their chain that is not demoted. A demoted model is trusted
+//! failures of one model fall within `window`, from at least two different items (one item's
+//! trouble is that item's: its own chain handles it), the model is demoted: items that start
+//! from then on begin on the next model of their chain that is not demoted. A demoted model is trusted
 //! again once `quiet` has passed without a provider failure of its own, and new items start on
 //! it again. An item's own chain stays as it is once started (see `super::chain`).
 
@@ -14,13 +15,20 @@ use std::time::{Duration, Instant};
 pub const WINDOW: Duration = Duration::from_secs(300);
 pub const QUIET: Duration = Duration::from_secs(300);
 
+/// A model demoted: its provider failures in the window, and the items that met them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Demoted {
+    pub failures: usize,
+    pub items: Vec<String>,
+}
+
 #[derive(Debug)]
 pub struct Health {
     threshold: u32,
     window: Duration,
     quiet: Duration,
-    /// Recent provider failures per model, oldest first.
-    failures: HashMap<String, VecDeque<Instant>>,
+    /// Recent provider failures per model, oldest first, with the item that met each.
+    failures: HashMap<String, VecDeque<(Instant, String)>>,
     /// Demoted models, with their latest provider failure.
     demoted: HashMap<String, Instant>,
 }
@@ -36,25 +44,34 @@ impl Health {
         }
     }
 
-    /// A provider failure of `model` at `now`. Returns the number of failures in the window when
-    /// this one demoted the model.
-    pub fn failed(&mut self, model: &str, now: Instant) -> Option<usize> {
+    /// A provider failure of `model` at `now`, met by `item` (`repo/id`). When this one demoted
+    /// the model: the failures in the window and the items that gave them, in order.
+    pub fn failed(&mut self, model: &str, item: &str, now: Instant) -> Option<Demoted> {
         let seen = self.failures.entry(model.to_string()).or_default();
-        seen.push_back(now);
+        seen.push_back((now, item.to_string()));
         while seen
             .front()
-            .is_some_and(|t| now.saturating_duration_since(*t) > self.window)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > self.window)
         {
             seen.pop_front();
         }
         let count = seen.len();
+        let mut items: Vec<String> = Vec::new();
+        for (_, i) in seen.iter() {
+            if !items.contains(i) {
+                items.push(i.clone());
+            }
+        }
         if let Some(last) = self.demoted.get_mut(model) {
             *last = now;
             return None;
         }
-        if count >= self.threshold as usize {
+        if count >= self.threshold as usize && items.len() >= 2 {
             self.demoted.insert(model.to_string(), now);
-            return Some(count);
+            return Some(Demoted {
+                failures: count,
+                items,
+            });
         }
         None
     }
@@ -86,14 +103,32 @@ mod tests {
         let s = Duration::from_secs;
         let mut h = Health::new(2, s(60), s(120));
         assert_eq!(h.start(&chain(), t), 0);
-        assert_eq!(h.failed("a", t), None);
+        assert_eq!(h.failed("a", "r/1", t), None);
         assert_eq!(h.start(&chain(), t), 0, "one failure is not a pattern");
-        assert_eq!(h.failed("a", t + s(10)), Some(2));
+        assert_eq!(
+            h.failed("a", "r/2", t + s(10)),
+            Some(Demoted {
+                failures: 2,
+                items: vec!["r/1".into(), "r/2".into()]
+            })
+        );
         assert_eq!(h.start(&chain(), t + s(11)), 1, "new items start on b");
         // A failure keeps it demoted; quiet brings it back.
-        h.failed("a", t + s(100));
+        h.failed("a", "r/3", t + s(100));
         assert_eq!(h.start(&chain(), t + s(150)), 1);
         assert_eq!(h.start(&chain(), t + s(221)), 0);
+    }
+
+    #[test]
+    fn one_items_failures_never_demote_a_model_for_every_item() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut h = Health::new(2, s(60), s(120));
+        for k in 0..5 {
+            assert_eq!(h.failed("a", "r/1", t + s(k)), None);
+        }
+        assert_eq!(h.start(&chain(), t + s(6)), 0, "new items still start on a");
+        assert!(h.failed("a", "r/2", t + s(7)).is_some());
     }
 
     #[test]
@@ -101,8 +136,8 @@ mod tests {
         let t = Instant::now();
         let s = Duration::from_secs;
         let mut h = Health::new(2, s(60), s(120));
-        h.failed("a", t);
-        assert_eq!(h.failed("a", t + s(61)), None);
+        h.failed("a", "r/1", t);
+        assert_eq!(h.failed("a", "r/2", t + s(61)), None);
         assert_eq!(h.start(&chain(), t + s(62)), 0);
     }
 
@@ -111,7 +146,8 @@ mod tests {
         let t = Instant::now();
         let mut h = Health::new(1, WINDOW, QUIET);
         for m in chain() {
-            h.failed(&m, t);
+            h.failed(&m, "r/1", t);
+            h.failed(&m, "r/2", t);
         }
         assert_eq!(h.start(&chain(), t), 2);
     }

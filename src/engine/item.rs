@@ -75,44 +75,18 @@ pub async fn run_item(
     let eff = super::config::effective(&cx.loaded, repo.entry);
     let logs = cx.run_dir.join("logs").join(&repo.name).join(&item.id);
     let workdir = match prepare(&cx, repo, item).await {
-        Ok((w, state)) => {
+        Ok(ready) => {
             if item.branch.is_some() {
                 let _ = events.send(Event::Worktree {
                     item: idx,
-                    path: w.clone(),
+                    path: ready.dir.clone(),
+                    backup: ready.backup,
                 });
             }
-            if let git::Worktree::Reused {
-                leftovers: Some(patch),
-            } = state
-            {
-                let path = cx
-                    .run_dir
-                    .join("leftovers")
-                    .join(&repo.name)
-                    .join(format!("{}.patch", item.id));
-                let saved = path
-                    .parent()
-                    .map_or(Ok(()), std::fs::create_dir_all)
-                    .and_then(|()| crate::support::fs::write_atomic(&path, patch.as_bytes()));
-                match saved {
-                    Ok(()) => {
-                        let _ = events.send(Event::Leftovers {
-                            item: idx,
-                            patch: path,
-                        });
-                    }
-                    Err(e) => {
-                        let mut r = ItemRun::ended(ItemOutcome::Failed);
-                        r.cause = Some(format!(
-                            "cannot save what an earlier run left in the worktree to `{}`: {e}",
-                            path.display()
-                        ));
-                        return r;
-                    }
-                }
+            if let Some(patch) = ready.leftovers {
+                let _ = events.send(Event::Leftovers { item: idx, patch });
             }
-            w
+            ready.dir
         }
         Err(Prepared::Held(reason, detail)) => {
             let mut r = ItemRun::ended(ItemOutcome::Held);
@@ -124,16 +98,7 @@ pub async fn run_item(
             // Its git call was ended by the stop: not a verdict on the item.
             return ItemRun::ended(ItemOutcome::Cancelled);
         }
-        Err(Prepared::Failed(e)) => {
-            let mut r = ItemRun::ended(ItemOutcome::Failed);
-            r.cause = Some(e.to_string());
-            r.halt = Some(HaltSignature::of(
-                "git",
-                r.cause.as_deref().unwrap_or(""),
-                None,
-            ));
-            return r;
-        }
+        Err(Prepared::Failed(e)) => return environmental(e.to_string()),
     };
     let anchor_of = |probe: git::Probe| {
         probe.head.map(|start| Anchor {
@@ -154,21 +119,12 @@ pub async fn run_item(
     let anchor = match anchor {
         Ok(a) => a,
         Err(_) if *stop.borrow() != Stop::Run => return ItemRun::ended(ItemOutcome::Cancelled),
-        Err(e) => {
-            let mut r = ItemRun::ended(ItemOutcome::Failed);
-            r.cause = Some(e.to_string());
-            r.halt = Some(HaltSignature::described("git", &e.to_string()));
-            return r;
-        }
+        Err(e) => return environmental(e.to_string()),
     };
     // Made on the loop: a directory in the cgroup file system, held in memory by the kernel.
     let cgroup = match cx.contained.item(&repo.name) {
         Ok(c) => c,
-        Err(e) => {
-            let mut r = ItemRun::ended(ItemOutcome::Failed);
-            r.cause = Some(e.to_string());
-            return r;
-        }
+        Err(e) => return environmental(e.to_string()),
     };
     let icx = ItemCx {
         cx: &cx,
@@ -255,6 +211,16 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
     });
 }
 
+/// An item the environment failed (git, the cgroup file system, the disk): held, not failed —
+/// nothing was wrong with the work, and the next run tries it again. The stall guard counts it.
+fn environmental(cause: String) -> ItemRun {
+    let mut r = ItemRun::ended(ItemOutcome::Held);
+    r.reason = Some(crate::vocab::HoldReason::Environment.as_str().into());
+    r.halt = Some(HaltSignature::described("environment", &cause));
+    r.cause = Some(cause);
+    r
+}
+
 enum Prepared {
     Held(&'static str, String),
     Failed(ItemError),
@@ -273,14 +239,27 @@ pub enum ItemError {
     Template { name: String, message: String },
 }
 
-/// Where the item runs: its worktree on the work branch, or the repository itself.
-async fn prepare(
-    cx: &RunCx,
-    repo: &RepoPlan,
-    item: &ItemPlan,
-) -> Result<(PathBuf, git::Worktree), Prepared> {
+/// Where an item runs, made ready.
+struct Workplace {
+    dir: PathBuf,
+    /// What an earlier run left uncommitted there, saved as a patch before it was removed.
+    leftovers: Option<PathBuf>,
+    /// The name the item's old branch is kept under, when it started anew (`--fresh`).
+    backup: Option<String>,
+}
+
+/// Where the item runs: its worktree on the work branch, or the repository itself. What an
+/// earlier run left in a kept worktree is written to the run's report folder, durably, before
+/// the worktree is reset (a patch that cannot be saved holds the item, the worktree untouched).
+/// With `--fresh`, an existing branch is kept under its backup name and started anew from the
+/// base.
+async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<Workplace, Prepared> {
     let Some(branch) = item.branch.clone() else {
-        return Ok((repo.path.clone(), git::Worktree::Fresh));
+        return Ok(Workplace {
+            dir: repo.path.clone(),
+            leftovers: None,
+            backup: None,
+        });
     };
     let spec = &cx.loaded.manifest.repositories[repo.entry];
     let markers = spec.critical_base.clone();
@@ -291,13 +270,21 @@ async fn prepare(
         .join("worktrees")
         .join(&repo.name)
         .join(&item.id);
+    let patch_path = cx
+        .run_dir
+        .join("leftovers")
+        .join(&repo.name)
+        .join(format!("{}.patch", item.id));
+    let fresh = item.replaces.is_some();
     tokio::task::spawn_blocking(move || {
+        let failed = |e: git::GitError| Prepared::Failed(e.into());
         let exists = git::local_branches(&repo_path)
-            .map_err(|e| Prepared::Failed(e.into()))?
+            .map_err(failed)?
             .contains(&branch);
+        let restart = fresh && exists;
         // Checked again just before the attempt: the branch or the base may have moved since
-        // the plan.
-        let tip = if exists {
+        // the plan. A branch started anew is forked from the base, which must hold the markers.
+        let tip = if exists && !restart {
             crate::plan::Tip::Branch(&branch)
         } else {
             crate::plan::Tip::Base(&base)
@@ -305,9 +292,41 @@ async fn prepare(
         if let Some(detail) = crate::plan::missing_markers(&repo_path, tip, &markers) {
             return Err(Prepared::Held("stale-base", detail));
         }
-        let state = git::ensure_worktree(&repo_path, &wt, &branch, &base, exists)
-            .map_err(|e| Prepared::Failed(e.into()))?;
-        Ok((wt, state))
+        let leftovers = match git::kept_leftovers(&wt, &branch).map_err(failed)? {
+            Some(patch) => {
+                let saved = patch_path
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| crate::support::fs::write_atomic(&patch_path, patch.as_bytes()));
+                if let Err(e) = saved {
+                    return Err(Prepared::Held(
+                        "environment",
+                        format!(
+                            "cannot save what an earlier run left in `{}` to `{}`: {e}; the worktree is left as it was",
+                            wt.display(),
+                            patch_path.display()
+                        ),
+                    ));
+                }
+                git::reset_worktree(&wt).map_err(failed)?;
+                Some(patch_path)
+            }
+            None => None,
+        };
+        let backup = if restart {
+            let old = git::branch_tip(&repo_path, &branch).map_err(failed)?;
+            let backup = crate::plan::backup_branch(&branch, &old);
+            git::restart_branch(&repo_path, &wt, &branch, &backup, &base).map_err(failed)?;
+            Some(backup)
+        } else {
+            None
+        };
+        git::ensure_worktree(&repo_path, &wt, &branch, &base, exists).map_err(failed)?;
+        Ok(Workplace {
+            dir: wt,
+            leftovers,
+            backup,
+        })
     })
     .await
     .map_err(|e| Prepared::Failed(e.into()))?
@@ -535,12 +554,17 @@ fn provider_failed(icx: &ItemCx<'_>, model: Option<&str>, chain: &mut ModelChain
             .health
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .failed(m, std::time::Instant::now());
-        if let Some(failures) = demoted {
+            .failed(
+                m,
+                &format!("{}/{}", icx.item.repo, icx.item.id),
+                std::time::Instant::now(),
+            );
+        if let Some(d) = demoted {
             let _ = icx.events.send(Event::ModelDemoted {
                 item: icx.idx,
                 model: m.to_string(),
-                failures,
+                failures: d.failures,
+                items: d.items,
             });
         }
     }
@@ -552,10 +576,19 @@ fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
     icx.logs.join(format!("{n}-usage.json"))
 }
 
+/// What reading a worker's `$RUNNER_USAGE` file gave.
+enum UsageRead {
+    /// What it used, and the model it says it used.
+    Reported(Usage, Option<String>),
+    /// It wrote nothing.
+    Missing,
+    /// It wrote something that is not a usage object: why.
+    Malformed(String),
+}
+
 /// What a worker wrote to `$RUNNER_USAGE`: a JSON object with `input_tokens`, `output_tokens`,
 /// `cost_usd` and `model` (the model it actually used), each optional; other fields are ignored.
-/// Nothing when it wrote nothing; a file that is not such an object is logged and ignored.
-fn read_usage(path: &Path) -> Option<(Usage, Option<String>)> {
+fn read_usage(path: &Path) -> UsageRead {
     #[derive(serde::Deserialize)]
     struct File {
         #[serde(flatten)]
@@ -565,23 +598,22 @@ fn read_usage(path: &Path) -> Option<(Usage, Option<String>)> {
     }
     use std::io::Read;
     let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(64 * 1024)
-        .read_to_string(&mut text)
-        .ok()?;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return UsageRead::Missing,
+        Err(e) => return UsageRead::Malformed(format!("its usage file cannot be read: {e}")),
+    };
+    if let Err(e) = file.take(64 * 1024).read_to_string(&mut text) {
+        return UsageRead::Malformed(format!("its usage file cannot be read: {e}"));
+    }
     match serde_json::from_str::<File>(&text) {
         Ok(File { usage: u, model }) if u.cost_usd.is_finite() && u.cost_usd >= 0.0 => {
-            Some((u, model.filter(|m| !m.trim().is_empty() && m.len() <= 200)))
+            UsageRead::Reported(u, model.filter(|m| !m.trim().is_empty() && m.len() <= 200))
         }
-        Ok(_) => {
-            tracing::warn!(path = %path.display(), "a usage file with a negative or infinite cost is ignored");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "a usage file that is not a JSON object of numbers is ignored");
-            None
-        }
+        Ok(_) => UsageRead::Malformed("its usage file gives a negative or infinite cost".into()),
+        Err(e) => UsageRead::Malformed(format!(
+            "its usage file is not a JSON object of `input_tokens`, `output_tokens` and `cost_usd`: {e}"
+        )),
     }
 }
 
@@ -722,14 +754,32 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         .instrument(attempt_span.clone())
         .await;
         let class = classify(&fin, &policy);
-        if let Some((usage, used_model)) = read_usage(&usage_path(icx, n)) {
-            let _ = icx.events.send(Event::Usage {
-                item: icx.idx,
-                n,
-                model: model.clone(),
-                usage,
-                used_model,
-            });
+        match read_usage(&usage_path(icx, n)) {
+            UsageRead::Reported(usage, used_model) => {
+                let _ = icx.events.send(Event::Usage {
+                    item: icx.idx,
+                    n,
+                    model: model.clone(),
+                    usage,
+                    used_model,
+                });
+            }
+            // Most workers report nothing; with a budget, nothing is not zero.
+            UsageRead::Missing if icx.cx.loaded.manifest.budget.is_none() => {}
+            UsageRead::Missing => {
+                let _ = icx.events.send(Event::UsageUnknown {
+                    item: icx.idx,
+                    n,
+                    why: "its worker wrote no usage to `RUNNER_USAGE`".into(),
+                });
+            }
+            UsageRead::Malformed(why) => {
+                let _ = icx.events.send(Event::UsageUnknown {
+                    item: icx.idx,
+                    n,
+                    why,
+                });
+            }
         }
         tracing::debug!(parent: &attempt_span, class = class.as_str(), exit = fin.exit, "worker finished");
         run.tree_gone &= fin.tree_gone;
@@ -769,6 +819,20 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                         return run;
                     }
                     continue;
+                }
+                ChainStep::Unavailable => {
+                    run.outcome = ItemOutcome::Held;
+                    run.reason = Some(
+                        crate::vocab::HoldReason::ProviderUnavailable
+                            .as_str()
+                            .into(),
+                    );
+                    run.cause = Some(format!(
+                        "model `{}` failed for the provider's reasons {} times in a row and the chain has no fallback; the next run tries again",
+                        model.as_deref().unwrap_or("(none)"),
+                        super::chain::NO_FALLBACK_LIMIT
+                    ));
+                    return run;
                 }
                 ChainStep::Exhausted => {
                     run.outcome = ItemOutcome::Halted;
@@ -863,8 +927,13 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                                 continue;
                             }
                             Err(e) => {
-                                run.outcome = ItemOutcome::Failed;
-                                run.cause = Some(e.to_string());
+                                // The work passed; git could not keep it. The next run tries
+                                // the item again.
+                                let held = environmental(e.to_string());
+                                run.outcome = held.outcome;
+                                run.reason = held.reason;
+                                run.cause = held.cause;
+                                run.halt = held.halt;
                                 return run;
                             }
                         }

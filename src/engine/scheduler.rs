@@ -20,7 +20,7 @@
 
 use super::stall::{HaltSignature, Observed, StallGuard};
 use crate::plan::schedule::Backlog;
-use crate::vocab::{ItemOutcome, RunEnding};
+use crate::vocab::{HoldReason, ItemOutcome, RunEnding};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -164,6 +164,8 @@ pub struct Scheduler {
     probed: Option<u32>,
     wait_for_locks: Option<Duration>,
     clone_errors: HashMap<String, String>,
+    /// Repositories whose failed clone the stall guard has heard of.
+    clone_seen: HashSet<String>,
     nothing_found: bool,
     running: HashMap<usize, String>,
     /// Items resting between attempts: their repository, and until when.
@@ -198,6 +200,7 @@ impl Scheduler {
             probed: None,
             wait_for_locks: s.wait_for_locks,
             clone_errors: s.clone_errors,
+            clone_seen: HashSet::new(),
             nothing_found: s.nothing_found,
             running: HashMap::new(),
             resting: HashMap::new(),
@@ -242,6 +245,20 @@ impl Scheduler {
         let cause = format!(
             "workers reported ${:.2} of the ${budget:.2} budget",
             self.spent_usd
+        );
+        self.budget = Some(cause.clone());
+        Some(cause)
+    }
+
+    /// A worker's spend cannot be known: with a budget, admit nothing more (a cost that cannot
+    /// be counted is not taken for zero). Returns the cause when this stopped admission.
+    pub fn cost_unknown(&mut self, why: &str) -> Option<String> {
+        let budget = self.budget_usd?;
+        if self.budget.is_some() {
+            return None;
+        }
+        let cause = format!(
+            "the ${budget:.2} budget cannot be kept: what a worker used is unknown ({why})"
         );
         self.budget = Some(cause.clone());
         Some(cause)
@@ -356,23 +373,39 @@ impl Scheduler {
         }
         if let Some(err) = self.clone_errors.get(&repo).cloned() {
             self.dequeue(idx);
-            let seen = Observed {
-                outcome: ItemOutcome::Failed,
-                progress: false,
-                halt: Some(HaltSignature::of("clone", &err, None)),
-            };
-            if let Some(c) = self.guard.observe(&seen)
-                && self.stalled.is_none()
-            {
-                self.stalled = Some(c);
+            // The environment's fault, not the work's: held, and tried again by the next run.
+            // The stall guard hears of each repository once: one unreachable remote is not a
+            // broken environment, every remote failing is.
+            if self.clone_seen.insert(repo.clone()) {
+                self.environmental(HaltSignature::of("clone", &err, None));
             }
-            return Some(settle(idx, ItemOutcome::Failed, None, Some(&err)));
+            return Some(settle(
+                idx,
+                ItemOutcome::Held,
+                Some(HoldReason::Environment.as_str()),
+                Some(&err),
+            ));
         }
         if self.probe && !self.running.is_empty() && self.probed.is_none() {
             return Some(Decision::Probe);
         }
         self.admitting = Some(idx);
         Some(Decision::Admit(idx))
+    }
+
+    /// An item held for the environment's fault: the stall guard counts it as it counts a halt
+    /// (a broken environment holds every item, and should not go through the whole queue).
+    fn environmental(&mut self, halt: HaltSignature) {
+        let seen = Observed {
+            outcome: ItemOutcome::Held,
+            progress: false,
+            halt: Some(halt),
+        };
+        if let Some(c) = self.guard.observe(&seen)
+            && self.stalled.is_none()
+        {
+            self.stalled = Some(c);
+        }
     }
 
     /// The capacity probe's answer: free provider slots (clamped to `1..=workers`).
@@ -422,7 +455,15 @@ impl Scheduler {
                 format!("{outcome} by run `{run}` meanwhile"),
             ),
             Admission::Paused(p) => self.paused = Some(p),
-            Admission::Failed(e) => leave(self, ItemOutcome::Failed, None, e),
+            Admission::Failed(e) => {
+                self.environmental(HaltSignature::of("admission", &e, None));
+                leave(
+                    self,
+                    ItemOutcome::Held,
+                    Some(HoldReason::Environment.as_str()),
+                    e,
+                )
+            }
             Admission::LeaseBusy {
                 holder,
                 cooperating,

@@ -69,7 +69,14 @@ impl StallGuard {
             self.streak.clear();
             return None;
         }
-        if !matches!(o.outcome, ItemOutcome::Halted | ItemOutcome::Failed) {
+        // A hold counts only when it carries a failure: the environment's (a clone, git, the
+        // lease's record), which is what the guard watches for.
+        let counts = match o.outcome {
+            ItemOutcome::Halted | ItemOutcome::Failed => true,
+            ItemOutcome::Held => o.halt.is_some(),
+            _ => false,
+        };
+        if !counts {
             return None;
         }
         let sig = o.halt.clone()?;
@@ -301,8 +308,9 @@ mod tests {
     }
 
     proptest! {
-        /// Against the rule written as plainly as it can be: count halts with nothing passing,
-        /// since the last item on which anything passed.
+        /// Against the rule written as plainly as it can be: count halts (and holds for the
+        /// environment's fault) with nothing passing, since the last item on which anything
+        /// passed.
         #[test]
         fn fires_exactly_when_the_reference_model_does(
             after in 1u32..5,
@@ -313,14 +321,14 @@ mod tests {
             for (i, o) in seq.iter().enumerate() {
                 if o.progress {
                     streak = 0;
-                } else if matches!(o.outcome, ItemOutcome::Halted | ItemOutcome::Failed)
+                } else if matches!(o.outcome, ItemOutcome::Halted | ItemOutcome::Failed | ItemOutcome::Held)
                     && o.halt.is_some()
                 {
                     streak += 1;
                 }
                 let fired = g.observe(o);
                 prop_assert_eq!(fired.is_some(), !o.progress && o.halt.is_some()
-                    && matches!(o.outcome, ItemOutcome::Halted | ItemOutcome::Failed)
+                    && matches!(o.outcome, ItemOutcome::Halted | ItemOutcome::Failed | ItemOutcome::Held)
                     && streak >= after, "item {}", i);
                 if let Some(c) = fired {
                     prop_assert!(c.starts_with(&format!("{streak} items halted in a row")), "{}", c);

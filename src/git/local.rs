@@ -193,6 +193,47 @@ pub fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
     Some(false)
 }
 
+/// How many commits `base` has that local branch `branch` lacks (`git rev-list --count
+/// refs/heads/<branch>..<base>`), read from the repository's files as [`is_ancestor`] reads
+/// them; `None` says nothing, and git is asked.
+pub fn behind(dir: &Path, branch: &str, base: &str) -> Option<u64> {
+    let (_, git_dir) = plain_checkout(dir, Reads::All)?;
+    if rewrites_history(&git_dir, Reads::All)?
+        || git_dir.join("shallow").exists()
+        || git_dir.join("objects/info/alternates").exists()
+    {
+        return None;
+    }
+    let base = resolve_marker(&git_dir, base)?;
+    let tip = resolve_ref(&git_dir, &format!("refs/heads/{branch}"), Reads::All)??;
+    if base == tip {
+        return Some(0);
+    }
+    let objects = git_dir.join("objects");
+    let walk = |from: Oid, stop: &HashSet<Oid>, seen: &mut HashSet<Oid>| -> Option<()> {
+        let mut todo = vec![from];
+        while let Some(c) = todo.pop() {
+            if stop.contains(&c) || !seen.insert(c) {
+                continue;
+            }
+            if seen.len() > WALK_LIMIT {
+                return None;
+            }
+            let (kind, body) = object_start(&objects, &c, 4096)?;
+            if kind != "commit" {
+                return None;
+            }
+            todo.extend(parents(&body)?);
+        }
+        Some(())
+    };
+    let mut on_branch = HashSet::new();
+    walk(tip, &HashSet::new(), &mut on_branch)?;
+    let mut only_base = HashSet::new();
+    walk(base, &on_branch, &mut only_base)?;
+    Some(only_base.len() as u64)
+}
+
 /// The most commits [`is_ancestor`] reads before it leaves the question to git.
 pub const WALK_LIMIT: usize = 20_000;
 

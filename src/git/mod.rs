@@ -419,6 +419,21 @@ pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitErro
     }
 }
 
+/// How many commits `base` has that local branch `branch` lacks: how far a continued work
+/// branch is behind the base new ones are forked from.
+pub fn behind(dir: &Path, branch: &str, base: &str) -> Result<u64, GitError> {
+    if let Some(n) = local::behind(dir, branch, base) {
+        return Ok(n);
+    }
+    let range = format!("refs/heads/{branch}..{base}");
+    let text = checked(dir, &["rev-list", "--count", &range, "--"])?;
+    text.trim().parse().map_err(|_| GitError::Failed {
+        args: format!("rev-list --count {range}"),
+        dir: dir.display().to_string(),
+        stderr: format!("unexpected output `{}`", text.trim()),
+    })
+}
+
 /// A file of a commit's tree: its path relative to the top, and whether it is a symbolic link.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeFile {
@@ -547,36 +562,40 @@ pub fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
 
 /// Check out `branch` in a worktree at `path`: continued when the branch exists, created from
 /// `base` when not. An existing worktree at `path` on that branch is reused.
-/// Where an item's worktree stands after [`ensure_worktree`]: created fresh, or kept from an
-/// earlier run (with what that run left uncommitted, as a patch, when it left anything).
-#[derive(Debug)]
-pub enum Worktree {
-    Fresh,
-    Reused { leftovers: Option<String> },
+/// What an earlier run left uncommitted in the runner-owned worktree at `path`, as a patch,
+/// when that worktree is still on `branch` and holds anything; nothing is changed. The caller
+/// saves the patch durably before [`reset_worktree`] removes it.
+pub fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>, GitError> {
+    if !path.join(".git").exists() {
+        return Ok(None);
+    }
+    let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    if on != branch || !is_dirty(path)? {
+        return Ok(None);
+    }
+    let patch = leftovers_patch(path)?;
+    Ok((!patch.is_empty()).then_some(patch))
 }
 
+/// Make the runner-owned worktree at `path` hold `branch`: a worktree kept from an earlier run
+/// on that branch is used as it is (its leftovers saved and reset first by the caller, see
+/// [`kept_leftovers`]); one on another branch is removed; a missing one is added — on the
+/// existing branch, or on a new one forked from `base`.
 pub fn ensure_worktree(
     repo: &Path,
     path: &Path,
     branch: &str,
     base: &str,
     exists: bool,
-) -> Result<Worktree, GitError> {
+) -> Result<(), GitError> {
     if path.join(".git").exists() {
         let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
         if on == branch {
-            // Kept from an earlier run: every run starts from the branch's committed state, and
-            // what the earlier run left is handed back as a patch.
-            let patch = if is_dirty(path)? {
-                let p = leftovers_patch(path)?;
-                reset_worktree(path)?;
-                (!p.is_empty()).then_some(p)
-            } else {
-                None
-            };
-            return Ok(Worktree::Reused { leftovers: patch });
+            return Ok(());
         }
         let p = path.to_string_lossy().to_string();
         checked(repo, &["worktree", "remove", "--force", &p])?;
@@ -594,10 +613,44 @@ pub fn ensure_worktree(
             &["worktree", "add", "--quiet", "-b", branch, &p, base],
         )?;
     }
-    Ok(Worktree::Fresh)
+    Ok(())
 }
 
-/// Remove a worktree runner created (its branch keeps the work).
+/// Start `branch` anew from `base`, keeping what it held as branch `backup` (made at its tip;
+/// one already there at that tip is the same backup). A runner-owned worktree at `worktree` on
+/// it is removed first; git refuses, and this fails, while another worktree has it checked out.
+pub fn restart_branch(
+    repo: &Path,
+    worktree: &Path,
+    branch: &str,
+    backup: &str,
+    base: &str,
+) -> Result<(), GitError> {
+    if worktree.join(".git").exists() {
+        let p = worktree.to_string_lossy().to_string();
+        checked(repo, &["worktree", "remove", "--force", &p])?;
+    }
+    let tip = branch_tip(repo, branch)?;
+    match branch_tip(repo, backup) {
+        Ok(t) if t == tip => {}
+        Ok(t) => {
+            return Err(GitError::Failed {
+                args: format!("branch {backup}"),
+                dir: repo.display().to_string(),
+                stderr: format!("branch `{backup}` exists already, at `{t}`"),
+            });
+        }
+        Err(_) => {
+            checked(repo, &["branch", "--no-track", "--", backup, &tip])?;
+        }
+    }
+    checked(
+        repo,
+        &["branch", "--force", "--no-track", "--", branch, base],
+    )?;
+    Ok(())
+}
+
 pub fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
     let p = path.to_string_lossy().to_string();
     checked(repo, &["worktree", "remove", "--force", &p])?;

@@ -199,6 +199,14 @@ pub(super) fn outcome_from(s: &str) -> Option<ItemOutcome> {
     ItemOutcome::ALL.into_iter().find(|o| o.as_str() == s)
 }
 
+/// An existing ledger file that is empty: one that lost its contents, not a new one.
+fn emptied(path: &Path) -> LedgerError {
+    LedgerError::Unusable {
+        path: path.display().to_string(),
+        message: "the file is empty: a ledger that lost its contents, not a new one (every completed item would run again); move it aside to start a new ledger".into(),
+    }
+}
+
 impl SqliteLedger {
     /// Open (creating when absent) the ledger at `path`. A ledger that is locked past the busy
     /// timeout, unreadable or corrupt is an error; nothing is deleted or overwritten to "fix" it.
@@ -228,12 +236,7 @@ impl SqliteLedger {
             Self::create(path)?;
         }
         let existed = match std::fs::metadata(path) {
-            Ok(m) if m.len() == 0 => {
-                return Err(LedgerError::Unusable {
-                    path: path.display().to_string(),
-                    message: "the file is empty: a ledger that lost its contents, not a new one (every completed item would run again); move it aside to start a new ledger".into(),
-                });
-            }
+            Ok(m) if m.len() == 0 => return Err(emptied(path)),
             Ok(_) => true,
             Err(_) => false,
         };
@@ -860,8 +863,12 @@ impl SqliteLedger {
     /// Open an existing ledger for reading only, without creating or changing any file (for
     /// `plan`). What the last run has not yet checkpointed may be missing.
     pub fn open_snapshot(path: &Path) -> Result<Option<Self>> {
-        if !path.exists() {
-            return Ok(None);
+        match std::fs::metadata(path) {
+            Err(_) => return Ok(None),
+            // Read as `apply` would refuse it: an empty ledger lost its contents, and reading it
+            // as no history would show every completed item pending.
+            Ok(m) if m.len() == 0 => return Err(emptied(path)),
+            Ok(_) => {}
         }
         // A URI, so the few characters that mean something in one are escaped.
         let escaped = path

@@ -64,6 +64,10 @@ pub fn apply(
             if !again {
                 it.state = ItemState::Done;
                 it.reason = None;
+                // Not run: its branch is neither continued nor replaced.
+                if it.replaces.take().is_some() {
+                    it.continues = Some(true);
+                }
                 it.detail = Some(match p.outcome {
                     ItemOutcome::Completed => format!("completed in run `{}`", p.run_id),
                     o => format!(

@@ -153,6 +153,14 @@ pub struct ItemPlan {
     /// Whether the work branch exists already (a continuation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub continues: Option<bool>,
+    /// For a continued branch: how many commits of the base it lacks (what a rerun that
+    /// continues it will not see).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind: Option<u64>,
+    /// With `--fresh`: the item starts again from the base, and its existing branch is kept
+    /// under this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
     /// For discovered items, the matched file.
@@ -176,6 +184,9 @@ pub struct PlanOptions {
     pub items: Vec<String>,
     /// Only the repositories of this shard (`--shard K/N`).
     pub shard: Option<shard::Shard>,
+    /// Start items whose work branch exists again from the base (`--fresh`), keeping the old
+    /// branch under a backup name.
+    pub fresh: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -293,7 +304,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     let analyse_all = || -> Vec<Analysed> {
         located
             .par_iter()
-            .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref(), opts.shard))
+            .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref(), opts))
             .collect()
     };
     // A pool of its own that ends with the plan: the drain that follows then has no idle threads,
@@ -379,6 +390,8 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
                     .then(|| "no `glob` entry matched a checkout of this name".to_string()),
                 branch: None,
                 continues: None,
+                behind: None,
+                replaces: None,
                 vars: spec.vars.clone(),
                 matched: None,
             }]);
@@ -515,8 +528,9 @@ fn analyse(
     l: &Located,
     only: Option<&GlobSet>,
     item_filter: Option<&GlobSet>,
-    shard: Option<shard::Shard>,
+    opts: &PlanOptions,
 ) -> Analysed {
+    let shard = opts.shard;
     let m = &loaded.manifest;
     let spec = &m.repositories[l.entry];
     let mut problems = Vec::new();
@@ -633,6 +647,8 @@ fn analyse(
                 detail: None,
                 branch,
                 continues: None,
+                behind: None,
+                replaces: None,
                 vars: it.vars.clone(),
                 matched: None,
             }
@@ -669,11 +685,29 @@ fn analyse(
         && shard.is_none_or(|s| s.holds(shard::identity(l)));
     let found = repo.status == RepoStatus::Found;
     let needs_branches = found && items.iter().any(|i| i.branch.is_some());
-    let branches = if needs_branches {
+    let mut branches = if needs_branches {
         git::local_branches(&l.path).ok()
     } else {
         None
     };
+    // `--fresh`: an existing branch is kept under a backup name and the item starts anew from
+    // the base, so it is judged as a new branch.
+    let mut replaced: HashMap<String, String> = HashMap::new();
+    if opts.fresh
+        && let Some(set) = branches.as_mut()
+    {
+        for it in &items {
+            if let Some(b) = &it.branch
+                && set.contains(b)
+                && let Ok(tip) = git::branch_tip(&l.path, b)
+            {
+                replaced.insert(b.clone(), backup_branch(b, &tip));
+            }
+        }
+        for b in replaced.keys() {
+            set.remove(b);
+        }
+    }
     let needs_dirty = found && items.iter().any(|i| i.branch.is_none());
     if needs_dirty {
         repo.dirty = known_dirty.or_else(|| git::is_dirty(&l.path).ok());
@@ -710,6 +744,7 @@ fn analyse(
             &spec.critical_base,
         ));
     }
+    let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
     for it in &mut items {
         let h = holds::hold(&facts, selected(it), it.branch.as_deref());
         it.continues = h.continues;
@@ -718,10 +753,16 @@ fn analyse(
             it.reason = Some(r);
             it.detail = h.detail;
         }
+        if let Some(b) = &it.branch {
+            it.replaces = replaced.get(b).cloned();
+            if it.continues == Some(true) && selected(it) {
+                it.behind = git::behind(&l.path, b, &base).ok();
+            }
+        }
     }
     // Missing matters where this run would have worked: the repository is selected, and
     // `--items` (when given) selects one of its items.
-    let wanted = repo_selected && (item_filter.is_none() || items.iter().any(|it| selected(it)));
+    let wanted = repo_selected && (item_filter.is_none() || items.iter().any(selected));
     let missing = (wanted && !repo.optional && repo.status == RepoStatus::NotFound).then(|| {
         MissingRepository {
             name: repo.name.clone(),
@@ -736,6 +777,13 @@ fn analyse(
         notes,
         matched,
     }
+}
+
+/// The name an existing work branch is kept under when its item starts again from the base
+/// (`--fresh`): the branch and the commit it was at, so that backing up one tip twice is one
+/// backup.
+pub fn backup_branch(branch: &str, tip: &str) -> String {
+    format!("{branch}.backup-{}", &tip[..tip.len().min(12)])
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -1201,6 +1249,8 @@ fn discover(
                     detail: None,
                     branch,
                     continues: None,
+                    behind: None,
+                    replaces: None,
                     vars,
                     matched: Some(rel.clone()),
                 });

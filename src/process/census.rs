@@ -352,6 +352,18 @@ enum Carries {
     Unsure,
 }
 
+/// What reading a live process's environment gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Environ {
+    /// Whether it carries the key.
+    Read(bool),
+    /// It shows none (cleared, or in the middle of `execve`).
+    Empty,
+    /// It is there but its environment cannot be read (a process that made itself
+    /// non-dumpable, or changed its credentials): absence of evidence, never "not ours".
+    Unreadable,
+}
+
 /// Whether `pid`'s environment carries the run token and repository of `key`. A process gone
 /// meanwhile, a zombie and a kernel thread carry nothing.
 ///
@@ -360,22 +372,44 @@ enum Carries {
 /// reads made right after a spawn returned came back empty, for up to 5 ms). So when one of
 /// runner's own children (`ours`) shows none, the answer is [`Carries::Unsure`], and the sweep
 /// looks again after a timer (never a sleep on the loop) before it counts as carrying nothing.
+///
+/// One of runner's own children whose environment cannot be read at all (it made itself
+/// non-dumpable) came from one of runner's items: it counts as carrying the key (fail closed:
+/// an unproven stranger is ended, never left holding the repository). Any other process whose
+/// environment cannot be read is not runner's to end.
 fn carries_key(pid: i32, key: &CensusKey, ours: impl Fn() -> bool) -> Carries {
-    match environ_carries(pid, key) {
-        Some(true) => Carries::Yes,
-        Some(false) => Carries::No,
-        None if ours() => Carries::Unsure,
-        None => Carries::No,
+    let env = environ_carries(pid, key);
+    let ours = matches!(env, Environ::Empty | Environ::Unreadable) && ours();
+    judge(env, ours)
+}
+
+/// [`carries_key`]'s decision from what the read gave and whether the process is one of
+/// runner's own children.
+fn judge(env: Environ, ours: bool) -> Carries {
+    match env {
+        Environ::Read(true) => Carries::Yes,
+        Environ::Read(false) => Carries::No,
+        Environ::Empty if ours => Carries::Unsure,
+        Environ::Empty => Carries::No,
+        Environ::Unreadable if ours => Carries::Yes,
+        Environ::Unreadable => Carries::No,
     }
 }
 
-/// [`carries_key`] from one read: `None` when the process shows no environment.
-fn environ_carries(pid: i32, key: &CensusKey) -> Option<bool> {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return Some(false);
+/// [`carries_key`] from one read. A process gone meanwhile carries nothing.
+fn environ_carries(pid: i32, key: &CensusKey) -> Environ {
+    let environ = match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(e) => e,
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            return Environ::Read(false);
+        }
+        Err(_) => return Environ::Unreadable,
     };
     if environ.is_empty() {
-        return None;
+        return Environ::Empty;
     }
     let (mut token, mut repo) = (false, false);
     for var in environ.split(|b| *b == 0) {
@@ -385,7 +419,7 @@ fn environ_carries(pid: i32, key: &CensusKey) -> Option<bool> {
             repo |= v == key.repo.as_bytes();
         }
     }
-    Some(token && repo)
+    Environ::Read(token && repo)
 }
 
 /// The pids listed in `/proc`.
@@ -710,6 +744,20 @@ mod tests {
             unregister(pid);
             assert_eq!(found, vec![pid]);
         }
+    }
+
+    #[test]
+    fn an_unreadable_environment_of_runners_own_child_counts_as_the_items() {
+        assert_eq!(judge(Environ::Unreadable, true), Carries::Yes);
+        assert_eq!(judge(Environ::Unreadable, false), Carries::No);
+        assert_eq!(judge(Environ::Empty, true), Carries::Unsure);
+        assert_eq!(judge(Environ::Read(false), true), Carries::No);
+        // A process gone meanwhile carries nothing.
+        let key = CensusKey {
+            token: "t".into(),
+            repo: "r".into(),
+        };
+        assert_eq!(environ_carries(i32::MAX, &key), Environ::Read(false));
     }
 
     #[test]

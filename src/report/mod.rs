@@ -92,6 +92,9 @@ pub struct Demotion {
     pub at: String,
     /// Provider failures of the model within the window.
     pub failures: usize,
+    /// The items whose failures they were (`repo/id`).
+    #[serde(default)]
+    pub items: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]
@@ -140,6 +143,10 @@ pub struct ItemReport {
     /// The worktree the item ran in, while it is kept (an item that did not complete).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree: Option<String>,
+    /// The item started anew from its base (`--fresh`): what its branch held is kept as this
+    /// branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_branch: Option<String>,
     /// What an earlier run left uncommitted in that worktree, saved as a patch before this run
     /// started from the branch's committed state (relative to the run's report folder).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -249,6 +256,11 @@ pub fn log_gap(error: Option<&str>, unlogged: Option<u64>) -> Option<String> {
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+/// `1 item`, `3 items`.
+fn plural_items(n: usize) -> String {
+    format!("{n} item{}", if n == 1 { "" } else { "s" })
 }
 
 /// A gate is required unless it says otherwise.
@@ -364,6 +376,7 @@ impl ReportBuilder {
                     marks: Vec::new(),
                     uncommitted: Vec::new(),
                     worktree: None,
+                    backup_branch: None,
                     leftovers: None,
                     publish: None,
                     waited: None,
@@ -440,9 +453,17 @@ impl ReportBuilder {
                     pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
                 ));
             }
-            Event::Worktree { item, path } => {
+            Event::Worktree { item, path, backup } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.worktree = Some(path.display().to_string());
+                    if let Some(b) = backup {
+                        it.backup_branch = Some(b.clone());
+                        let branch = it.branch.clone().unwrap_or_default();
+                        self.report.warnings.push(format!(
+                            "{}/{} started anew from its base (`--fresh`): what `{branch}` held is kept as `{b}`",
+                            it.repo, it.id
+                        ));
+                    }
                 }
             }
             Event::Leftovers { item, patch } => {
@@ -519,16 +540,30 @@ impl ReportBuilder {
                 }
             }
             Event::ModelDemoted {
-                model, failures, ..
+                model,
+                failures,
+                items,
+                ..
             } => {
                 self.report.demoted.push(Demotion {
                     model: model.clone(),
                     at: at.to_string(),
                     failures: *failures,
+                    items: items.clone(),
                 });
                 self.report.warnings.push(format!(
-                    "model `{model}` failed for the provider's reasons {failures} times: items started after {at} began on the next model of their chain"
+                    "model `{model}` failed for the provider's reasons {failures} times, for {} ({}): items started after {at} began on the next model of their chain",
+                    plural_items(items.len()),
+                    items.join(", ")
                 ));
+            }
+            Event::UsageUnknown { item, n, why } => {
+                if let Some(it) = self.report.items.get(*item) {
+                    self.report.warnings.push(format!(
+                        "{}/{} attempt {n}: what its worker used is unknown: {why}",
+                        it.repo, it.id
+                    ));
+                }
             }
             Event::Usage {
                 item,

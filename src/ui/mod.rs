@@ -194,6 +194,9 @@ impl Progress {
             | Event::Worktree { .. }
             | Event::Usage { .. }
             | Event::LeaseWaited { .. } => {}
+            Event::UsageUnknown { item, n, why } => {
+                self.line(&format!("{} attempt {n}: usage unknown: {why}", self.name(*item)));
+            }
             Event::ResourceWaiting {
                 item,
                 n,
@@ -221,9 +224,13 @@ impl Progress {
                 (None, None) => format!("{} published `{branch}`", self.name(*item)),
             }),
             Event::ModelDemoted {
-                model, failures, ..
+                model,
+                failures,
+                items,
+                ..
             } => self.line(&format!(
-                "model {model} failed for the provider's reasons {failures} times: new items start on the next model"
+                "model {model} failed for the provider's reasons {failures} times ({}): new items start on the next model",
+                items.join(", ")
             )),
             Event::Reaped { run, pids, .. } => self.line(&format!(
                 "ended {} process(es) that dead run {run} had left: {pids:?}",
