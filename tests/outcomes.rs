@@ -1229,3 +1229,31 @@ fn plan_refuses_an_emptied_ledger_as_apply_does() {
         );
     }
 }
+
+#[test]
+fn status_names_each_runs_ending_with_its_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    stall_fixture(dir.path());
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("run ended: drained (1 completed, 3 halted)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_in(dir.path(), &["status", "m.yaml"]);
+    let text = common::stdout(&out);
+    assert!(
+        text.contains("ended drained (1 completed, 3 halted)"),
+        "{text}"
+    );
+    let out = run_in(dir.path(), &["status", "m.yaml", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&common::stdout(&out)).unwrap();
+    assert_eq!(v["runs"][0]["counts"]["halted"], 3, "{v:#}");
+    let summary =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
+    assert!(
+        summary.starts_with("# runner: `stall` — drained: 1 completed, 3 halted\n"),
+        "{summary}"
+    );
+}

@@ -421,6 +421,16 @@ fn html_pages_render_in_chromium_with_a_lane_per_slot_and_no_request() {
             s["scrollsSideways"], false,
             "fits a laptop screen ({mode}): {s}"
         );
+        assert_eq!(s["labelsCut"], serde_json::json!([]), "{mode}: {s}");
+        assert_eq!(s["backticks"], serde_json::json!([]), "{mode}: {s}");
+        // The ending is never named without the counts.
+        assert!(
+            s["heading"]
+                .as_str()
+                .unwrap()
+                .ends_with("— drained: 4 completed, 1 halted"),
+            "{mode}: {s}"
+        );
     }
     assert_eq!(seen["light"]["filtersShown"], true);
     assert_eq!(
@@ -447,6 +457,14 @@ fn html_pages_render_in_chromium_with_a_lane_per_slot_and_no_request() {
         );
         assert_eq!(s["flaky"], 1, "login flipped back and forth ({mode}): {s}");
         assert_eq!(s["trend"], true);
+        assert_eq!(s["labelsCut"], serde_json::json!([]), "{mode}: {s}");
+        let labels = s["trendLabels"].as_array().unwrap();
+        for want in ["items", "time", "0", "5", "oldest run", "newest run"] {
+            assert!(
+                labels.iter().any(|l| l == want),
+                "no `{want}` label ({mode}): {s}"
+            );
+        }
     }
 }
 

@@ -35,6 +35,9 @@ pub(crate) struct RunView {
     #[serde(flatten)]
     run: RunRow,
     status: crate::ledger::RunStatus,
+    /// Its items per outcome (so far, for a live run): a run's ending is never named without
+    /// them.
+    counts: std::collections::BTreeMap<crate::vocab::ItemOutcome, usize>,
     /// What its workers reported they used so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<crate::events::Usage>,
@@ -105,12 +108,15 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         let runs = ledger
             .recent_runs(name.as_deref(), 10)?
             .into_iter()
-            .map(|r| RunView {
-                status: r.status(),
-                usage: ledger.usage_of(&r.id).ok().flatten(),
-                run: r,
+            .map(|r| {
+                Ok(RunView {
+                    status: r.status(),
+                    counts: ledger.counts_of(&r.id)?,
+                    usage: ledger.usage_of(&r.id).ok().flatten(),
+                    run: r,
+                })
             })
-            .collect();
+            .collect::<crate::ledger::Result<Vec<_>>>()?;
         let running = ledger
             .live_claims()?
             .into_iter()
@@ -244,8 +250,15 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             r.run.holder.pid,
             r.run.holder.host
         );
-        if let Some(e) = &r.run.ending {
-            line.push_str(&format!("  ended {e}"));
+        let counts = crate::report::nonzero_counts(&r.counts);
+        let counts = if counts.is_empty() {
+            "no items".to_string()
+        } else {
+            counts.join(", ")
+        };
+        match &r.run.ending {
+            Some(e) => line.push_str(&format!("  ended {e} ({counts})")),
+            None => line.push_str(&format!("  ({counts} so far)")),
         }
         if let Some(c) = &r.run.cause {
             line.push_str(&format!(" — {c}"));

@@ -415,6 +415,40 @@ impl PgLedger {
         })
     }
 
+    /// Run `id`'s items per outcome: as its report counted them once it ended, else the
+    /// results it has recorded so far.
+    pub fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {
+        let id = id.to_string();
+        let (totals, rows) = self.call(move |s| {
+            let totals: Option<String> = s
+                .client
+                .query_opt("SELECT totals FROM runs WHERE id = $1", &[&id])?
+                .and_then(|r| r.get(0));
+            let rows: Vec<(String, i64)> = s
+                .client
+                .query(
+                    "SELECT outcome, count(*) FROM item_results WHERE run_id = $1 GROUP BY outcome",
+                    &[&id],
+                )?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            Ok((totals, rows))
+        })?;
+        if let Some(t) = totals.and_then(|t| serde_json::from_str::<RunTotals>(&t).ok()) {
+            return Ok(t.counts);
+        }
+        Ok(rows
+            .into_iter()
+            .filter_map(|(o, n)| {
+                Some((
+                    ItemOutcome::ALL.into_iter().find(|x| x.as_str() == o)?,
+                    n.max(0) as usize,
+                ))
+            })
+            .collect())
+    }
+
     /// Record what a run came to.
     pub fn record_totals(&mut self, id: &str, totals: &RunTotals) -> Result<()> {
         let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {

@@ -335,6 +335,31 @@ impl SqliteLedger {
         Ok(())
     }
 
+    /// Run `id`'s items per outcome: as its report counted them once it ended, else the
+    /// results it has recorded so far.
+    pub fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {
+        let totals: Option<Option<String>> = self
+            .conn
+            .query_row("SELECT totals FROM runs WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if let Some(t) = totals
+            .flatten()
+            .and_then(|t| serde_json::from_str::<super::RunTotals>(&t).ok())
+        {
+            return Ok(t.counts);
+        }
+        let rows = self.rows(
+            "SELECT outcome, count(*) FROM item_results WHERE run_id = ?1 GROUP BY outcome",
+            [id],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(o, n)| Some((outcome_from(&o)?, n.max(0) as usize)))
+            .collect())
+    }
+
     /// The latest `limit` runs of `manifest`, newest first, with their report folders and what
     /// they came to (absent for a run that died or predates the record).
     pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<super::RunHistory>> {

@@ -85,6 +85,16 @@ impl Store {
         }
     }
 
+    pub fn counts_of(
+        &self,
+        id: &str,
+    ) -> Result<std::collections::BTreeMap<crate::vocab::ItemOutcome, usize>> {
+        match self {
+            Store::Sqlite(l) => l.counts_of(id),
+            Store::Pg(l) => l.counts_of(id),
+        }
+    }
+
     pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
         match self {
             Store::Sqlite(l) => l.usage_of(id),

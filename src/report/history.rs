@@ -52,7 +52,7 @@ fn total(counts: &BTreeMap<ItemOutcome, usize>) -> usize {
 /// a line of durations above them.
 fn trend(runs: &[&HistoryRun], out: &mut Page<'_>) {
     const W: f64 = 1000.0;
-    const H: f64 = 150.0;
+    const H: f64 = 166.0;
     const LEFT: f64 = 48.0;
     let n = runs.len().max(1) as f64;
     let col = (W - LEFT - 8.0) / n;
@@ -73,20 +73,36 @@ fn trend(runs: &[&HistoryRun], out: &mut Page<'_>) {
         "<svg class=\"trend\" role=\"img\" aria-label=\"durations and outcomes of the last {} runs\" viewBox=\"0 0 {W} {H}\" width=\"100%\">",
         runs.len()
     );
-    // Outcomes in the lower part, durations in the upper part.
-    let (bars_top, bars_bottom, line_top, line_bottom) = (70.0, H - 16.0, 12.0, 62.0);
+    // Outcomes in the lower part, durations in the upper part; each scale labelled at its top
+    // and its foot, and the runs' order under the axis.
+    let (bars_top, bars_bottom, line_top, line_bottom) = (70.0, H - 30.0, 12.0, 62.0);
     let _ = writeln!(
         out,
-        "<text x=\"4\" y=\"{}\">items</text><text x=\"4\" y=\"{}\">time</text><text x=\"4\" y=\"{}\">{}</text>",
-        bars_top + 10.0,
-        line_top + 10.0,
-        line_top + 24.0,
-        human_ms(longest as u64)
+        "<text x=\"4\" y=\"{}\">items</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>",
+        bars_top + 22.0,
+        LEFT - 4.0,
+        bars_top + 8.0,
+        most as u64,
+        LEFT - 4.0,
+        bars_bottom
     );
     let _ = writeln!(
         out,
-        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{bars_bottom}\" x2=\"{}\" y2=\"{bars_bottom}\"/>",
-        W - 8.0
+        "<text x=\"4\" y=\"{}\">time</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>",
+        line_top + 26.0,
+        LEFT - 4.0,
+        line_top + 8.0,
+        human_ms(longest as u64),
+        LEFT - 4.0,
+        line_bottom
+    );
+    let _ = writeln!(
+        out,
+        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{bars_bottom}\" x2=\"{}\" y2=\"{bars_bottom}\"/><text x=\"{LEFT}\" y=\"{}\">oldest run</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">newest run</text>",
+        W - 8.0,
+        bars_bottom + 14.0,
+        W - 8.0,
+        bars_bottom + 14.0
     );
     let mut points = Vec::new();
     for (i, r) in runs.iter().enumerate() {
@@ -192,7 +208,7 @@ fn write_page(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory], b: &mu
             Some(c) => format!(
                 "{} <span class=\"muted\">({})</span>",
                 esc(&r.status),
-                esc(c)
+                super::html::esc_text(c)
             ),
             None => esc(&r.status),
         };

@@ -26,6 +26,28 @@ pub(super) fn esc(s: &str) -> String {
     out
 }
 
+/// `s` for HTML text, its `code` spans (between backticks, as runner writes commands, paths and
+/// names in its messages) shown as code rather than as backticks; an unpaired backtick stays as
+/// it is.
+pub(super) fn esc_text(s: &str) -> String {
+    let parts: Vec<&str> = s.split('`').collect();
+    let pairs = (parts.len() - 1) / 2;
+    let mut out = String::with_capacity(s.len() + 16);
+    for (i, part) in parts.iter().enumerate() {
+        if i % 2 == 1 && i <= pairs * 2 {
+            out.push_str("<code>");
+            out.push_str(&esc(part));
+            out.push_str("</code>");
+        } else {
+            if i > pairs * 2 && i > 0 {
+                out.push('`');
+            }
+            out.push_str(&esc(part));
+        }
+    }
+    out
+}
+
 /// `850 ms`, `12.3 s`, `4 min 05 s`, `2 h 03 min`.
 pub(super) fn human_ms(ms: u64) -> String {
     let s = ms / 1000;
@@ -339,9 +361,11 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
     let mut tick = 0;
     while tick <= t.span {
         let tx = x(tick);
+        // A label near the right edge ends at its tick, so that it is not cut off.
+        let anchor = if tx > W - 40.0 { "end" } else { "middle" };
         let _ = writeln!(
             out,
-            "<line class=\"axis\" x1=\"{tx:.1}\" y1=\"14\" x2=\"{tx:.1}\" y2=\"{y2}\"/><text x=\"{tx:.1}\" y=\"11\" text-anchor=\"middle\">{label}</text>",
+            "<line class=\"axis\" x1=\"{tx:.1}\" y1=\"14\" x2=\"{tx:.1}\" y2=\"{y2}\"/><text x=\"{tx:.1}\" y=\"11\" text-anchor=\"{anchor}\">{label}</text>",
             y2 = height - 4.0,
             label = axis_label(tick)
         );
@@ -620,12 +644,11 @@ pub fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> 
 
 fn write_page(r: &Report, b: &mut Page<'_>) {
     page_start(b, &format!("runner: {} — {}", r.manifest.name, r.run_id));
-    let ending = r.ending.map_or("unfinished", |e| e.as_str());
     let _ = writeln!(
         b,
         "<header><h1>runner: {} — {}</h1>",
         esc(&r.manifest.name),
-        esc(ending)
+        esc(&super::ending_with_counts(r))
     );
     b.push_str("<dl class=\"facts\">");
     let mut fact = |k: &str, v: String| {
@@ -661,13 +684,13 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
     fact("runner", esc(&r.runner_version));
     b.push_str("</dl>\n");
     if let Some(c) = &r.cause {
-        let _ = writeln!(b, "<p><strong>Cause:</strong> {}</p>", esc(c));
+        let _ = writeln!(b, "<p><strong>Cause:</strong> {}</p>", esc_text(c));
     }
     for s in &r.suspect_gates {
         let _ = writeln!(
             b,
             "<p><strong>Suspected misconfigured gate:</strong> {}</p>",
-            esc(&super::suspect_line(s))
+            esc_text(&super::suspect_line(s))
         );
     }
     b.push_str("<div class=\"counts\">");
@@ -682,7 +705,7 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
     if !r.warnings.is_empty() {
         b.push_str("<section class=\"warnings\"><h2>Warnings</h2><ul>");
         for w in &r.warnings {
-            let _ = write!(b, "<li>{}</li>", esc(w));
+            let _ = write!(b, "<li>{}</li>", esc_text(w));
         }
         b.push_str("</ul></section>\n");
     }
@@ -737,7 +760,7 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
             esc(it.model.as_deref().unwrap_or("")),
             it.attempts.len(),
             duration_of(it).map(human_ms).unwrap_or_default(),
-            esc(&detail_of(it))
+            esc_text(&detail_of(it))
         );
         b.push_str("\n<div class=\"detail\">");
         if let Some(br) = &it.branch {
@@ -772,6 +795,20 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_spans_are_shown_as_code_and_their_text_escaped() {
+        assert_eq!(
+            esc_text("gate `test` failed in `<a>`"),
+            "gate <code>test</code> failed in <code>&lt;a&gt;</code>"
+        );
+        assert_eq!(
+            esc_text("a `b` and ` alone"),
+            "a <code>b</code> and ` alone"
+        );
+        assert_eq!(esc_text("no code"), "no code");
+        assert_eq!(esc_text("`"), "`");
+    }
 
     #[test]
     fn text_is_escaped() {

@@ -20,8 +20,11 @@ fn fence(out: &mut String, tail: &str) {
 
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
-    let ending = r.ending.map_or("unfinished", |e| e.as_str());
-    out.push_str(&format!("# runner: `{}` — {ending}\n\n", r.manifest.name));
+    out.push_str(&format!(
+        "# runner: `{}` — {}\n\n",
+        r.manifest.name,
+        super::ending_with_counts(r)
+    ));
     out.push_str(&format!(
         "Run `{}` · started {} · ended {} · up to {} at once\n\n",
         r.run_id,

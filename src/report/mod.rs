@@ -842,6 +842,18 @@ impl ReportBuilder {
     }
 }
 
+/// The run's ending with its counts, as every place that names an ending gives it: `drained: 3
+/// completed, 1 halted`.
+pub fn ending_with_counts(r: &Report) -> String {
+    let ending = r.ending.map_or("unfinished", |e| e.as_str());
+    let counts = nonzero_counts(&r.counts);
+    if counts.is_empty() {
+        format!("{ending}: no items")
+    } else {
+        format!("{ending}: {}", counts.join(", "))
+    }
+}
+
 /// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
 /// One line saying why a gate is suspected of being misconfigured.
 pub fn suspect_line(s: &SuspectGate) -> String {

@@ -20,6 +20,8 @@ pub struct Progress {
     bars: Option<Bars>,
     /// Per running item: attempt, model, current gate.
     state: HashMap<usize, (u32, Option<String>, Option<String>)>,
+    /// Items per outcome so far: those the plan settled, then each that finished.
+    counts: std::collections::BTreeMap<crate::vocab::ItemOutcome, usize>,
 }
 
 /// The ETA from the plan's estimates: the least the items not yet finished could take,
@@ -118,6 +120,15 @@ impl Progress {
                 items: HashMap::new(),
             }
         });
+        let mut counts = std::collections::BTreeMap::new();
+        for it in &plan.items {
+            let outcome = match it.state {
+                ItemState::Pending => continue,
+                ItemState::Held => crate::vocab::ItemOutcome::Held,
+                ItemState::Done | ItemState::Skipped => crate::vocab::ItemOutcome::Skipped,
+            };
+            *counts.entry(outcome).or_insert(0) += 1;
+        }
         Progress {
             eta,
             names,
@@ -125,6 +136,7 @@ impl Progress {
             finished: 0,
             bars,
             state: HashMap::new(),
+            counts,
         }
     }
 
@@ -361,6 +373,7 @@ impl Progress {
                 cause,
             } => {
                 self.state.remove(item);
+                *self.counts.entry(*outcome).or_insert(0) += 1;
                 if let Some(e) = &mut self.eta
                     && e.left.remove(item).is_some()
                 {
@@ -395,7 +408,21 @@ impl Progress {
                     let _ = b.multi.clear();
                     log::set_bars(None);
                 }
-                let mut msg = format!("run ended: {}", ending.as_str());
+                let counts: Vec<String> = self
+                    .counts
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(o, n)| format!("{n} {}", o.as_str()))
+                    .collect();
+                let mut msg = format!(
+                    "run ended: {} ({})",
+                    ending.as_str(),
+                    if counts.is_empty() {
+                        "no items".to_string()
+                    } else {
+                        counts.join(", ")
+                    }
+                );
                 if let Some(c) = cause {
                     msg.push_str(&format!(" — {c}"));
                 }

@@ -36,6 +36,27 @@ const look = () => {
     trend: !!document.querySelector('svg.trend'),
     background: getComputedStyle(document.body).backgroundColor,
     scrollsSideways: document.documentElement.scrollWidth > window.innerWidth + 1,
+    // Labels of the charts drawn past their chart's edge (cut off).
+    labelsCut: [...document.querySelectorAll('svg text')].filter((t) => {
+      const box = t.getBoundingClientRect();
+      const chart = t.ownerSVGElement.getBoundingClientRect();
+      return box.width > 0 && (box.left < chart.left - 0.5 || box.right > chart.right + 0.5
+        || box.top < chart.top - 0.5 || box.bottom > chart.bottom + 0.5);
+    }).map((t) => t.textContent),
+    trendLabels: [...document.querySelectorAll('svg.trend text')].map((t) => t.textContent),
+    // Text shown with the backticks of runner's messages left in (they are shown as code),
+    // output tails (preformatted) aside.
+    backticks: (() => {
+      const out = [];
+      const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        if (n.textContent.includes('`') && !n.parentElement.closest('pre, title, script, style')) {
+          out.push(n.textContent);
+        }
+      }
+      return out;
+    })(),
+    heading: document.querySelector('h1') ? document.querySelector('h1').textContent : '',
   };
 };
 
