@@ -252,8 +252,9 @@ pub fn hold_lease(repo: &Path, secs: u32) -> std::process::Child {
     holder
 }
 
-/// Whether an outside tool is here. Missing in CI is a failure; elsewhere the check is skipped,
-/// loudly.
+/// Whether an outside tool is here. Missing in CI is a failure; elsewhere the check does not
+/// run, and says so: on stderr, and — under the README's test command (`tests/run.sh`) — in the
+/// list of checks that did not run it prints at the end. Never a silent pass.
 pub fn have(tool: &str, probe: &mut Command) -> bool {
     let ok = probe
         .stdout(std::process::Stdio::null())
@@ -261,21 +262,41 @@ pub fn have(tool: &str, probe: &mut Command) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{tool} is needed in CI: .ci/run installs it"
-        );
-        eprintln!(
-            "SKIPPED: {tool} is not installed here; .ci/run installs it (this check runs in CI)"
-        );
+        not_run(&format!("{tool} is not installed here"));
     }
     ok
 }
 
+/// This check cannot run (`why`): a failure in CI; elsewhere recorded as not run.
+pub fn not_run(why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{why}: it is needed in CI (.ci/run installs it)"
+    );
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a check")
+        .to_string();
+    eprintln!("NOT RUN: {test}: {why} (.ci/run installs it; this check runs in CI)");
+    if let Some(dir) = std::env::var_os("RUNNER_NOT_RUN_DIR") {
+        let binary = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .map(|s| s.rsplit_once('-').map_or(s.clone(), |(b, _)| b.to_string()))
+            .unwrap_or_default();
+        let _ = std::fs::create_dir_all(&dir);
+        let name = format!("{binary}::{test}").replace(['/', ':'], "_");
+        let _ = std::fs::write(
+            Path::new(&dir).join(name),
+            format!("{binary}::{test}: {why}\n"),
+        );
+    }
+}
+
 /// A fresh, empty PostgreSQL database for one test, on the private server
 /// `tests/postgres/start.sh` starts (or the one `RUNNER_TEST_POSTGRES` names: a URL whose
-/// user may create databases). `None` — said loudly — when no server can be started outside CI;
-/// in CI that fails the test.
+/// user may create databases). `None` — recorded as not run — when no server can be started
+/// outside CI; in CI that fails the test.
 pub fn postgres_db() -> Option<String> {
     static SERVER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let admin = SERVER.get_or_init(|| {
@@ -295,11 +316,7 @@ pub fn postgres_db() -> Option<String> {
         }
     });
     let Some(admin) = admin else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "a PostgreSQL server is needed in CI: .ci/run installs it"
-        );
-        eprintln!("SKIPPED: no PostgreSQL server here; .ci/run starts one (this check runs in CI)");
+        not_run("no PostgreSQL server can be started here");
         return None;
     };
     let name = format!("t_{}", uuid_like());
