@@ -8,16 +8,16 @@ use std::path::PathBuf;
 #[command(name = "runner", version, about, propagate_version = true)]
 pub struct Cli {
     /// When to use colour on stderr.
-    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true, help_heading = "Global options")]
     pub color: ColorChoice,
     /// Log more of what runner decides and why (`-v` info, `-vv` debug, `-vvv` trace).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Global options")]
     pub verbose: u8,
     /// Log less (`-q` errors only, `-qq` nothing).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose")]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose", help_heading = "Global options")]
     pub quiet: u8,
     /// The format of diagnostic logs on stderr (`RUNNER_LOG` filters them).
-    #[arg(long, value_enum, default_value_t = LogFormatArg::Text, global = true)]
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text, global = true, help_heading = "Global options")]
     pub log_format: LogFormatArg,
     #[command(subcommand)]
     pub command: Command,
@@ -291,7 +291,7 @@ pub struct PublishArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// The folder whose git checkouts become the manifest's repositories (default: here).
+    /// The folder whose git checkouts become the manifest's repositories.
     #[arg(default_value = ".")]
     pub dir: PathBuf,
     /// Where to write the manifest, relative to the folder.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{latest_report, repo, report_item, run_in, stderr};
+use common::{latest_report, repo, report_item, run_in, runner, stderr};
 use std::path::Path;
 
 /// One repository, items `a`..`d` run one at a time in that order, one attempt each, and the
@@ -1255,5 +1255,66 @@ fn status_names_each_runs_ending_with_its_counts() {
     assert!(
         summary.starts_with("# runner: `stall` — drained: 1 completed, 3 halted\n"),
         "{summary}"
+    );
+}
+
+#[test]
+fn a_bare_worker_program_missing_from_path_fails_validation_with_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    one_repo(dir.path(), "true", "", "[{repo: r, id: a}]");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: p\nrepositories: [{path: r}]\nworker:\n  run: [\"agnet-not-installed\", \"--task\", \"{item}\"]\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`worker.run`: `agnet-not-installed` is not on `PATH`")
+            && err.contains("m.yaml:5:10"),
+        "{err}"
+    );
+}
+
+#[test]
+fn reports_and_manifests_follow_the_umask_and_help_keeps_global_options_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    one_repo(dir.path(), "true", "", "[{repo: r, id: a}]");
+    // Under umask 022, as a login shell has it.
+    let under_umask = |args: &str| {
+        std::process::Command::new("sh")
+            .current_dir(dir.path())
+            .arg("-c")
+            .arg(format!("umask 022; exec \"$0\" {args}"))
+            .arg(env!("CARGO_BIN_EXE_runner"))
+            .env_remove("RUNNER_ROLE")
+            .output()
+            .unwrap()
+    };
+    let out = under_umask("apply m.yaml --no-progress");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let latest = dir.path().join("runner-reports/latest");
+    for f in ["report.json", "summary.md", "junit.xml", "index.html"] {
+        assert_eq!(mode(&latest.join(f)), 0o644, "{f}");
+    }
+    let out = under_umask("init -o new.yaml");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(mode(&dir.path().join("new.yaml")), 0o644);
+    let help = common::stdout(&runner().args(["apply", "--help"]).output().unwrap());
+    let (own, global) = help
+        .split_once("Global options:")
+        .expect("a heading of their own");
+    assert!(
+        !own.contains("--verbose") && global.contains("--verbose"),
+        "{help}"
+    );
+    let help = common::stdout(&runner().args(["init", "--help"]).output().unwrap());
+    assert_eq!(
+        help.matches("default").count(),
+        4,
+        "each default once: {help}"
     );
 }

@@ -5,6 +5,7 @@
 //! named — what `apply` would meet is said before it runs.
 
 use super::{EXIT_INVALID, EXIT_OK, Ui, load};
+use crate::manifest::{CommandSpec, Problem};
 use crate::plan::{Origin, PlanOptions, RepoStatus};
 use std::path::Path;
 
@@ -16,6 +17,11 @@ pub fn run(ui: &Ui, path: &Path) -> i32 {
     let Some(plan) = super::plan(ui, &loaded, &PlanOptions::default()) else {
         return EXIT_INVALID;
     };
+    let missing = programs_not_on_path(&loaded);
+    if !missing.is_empty() {
+        eprint!("{}", loaded.error(missing).render(ui.color));
+        return EXIT_INVALID;
+    }
     let m = &loaded.manifest;
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
@@ -50,4 +56,78 @@ pub fn run(ui: &Ui, path: &Path) -> i32 {
         m.name,
     );
     EXIT_OK
+}
+
+/// A list `run` whose program is a bare name (no `/`) that is not on `PATH` — as its command
+/// will look it up (runner's `PATH`, or `/bin:/usr/bin` without one): the command could never
+/// start, as a relative path that does not exist could not.
+fn programs_not_on_path(loaded: &crate::manifest::LoadedManifest) -> Vec<Problem> {
+    let m = &loaded.manifest;
+    let mut commands: Vec<(String, &CommandSpec)> = vec![("worker.run".into(), &m.worker.run)];
+    for (i, g) in m.gates.iter().enumerate() {
+        commands.push((format!("gates[{i}].run"), &g.run));
+    }
+    for (r, repo) in m.repositories.iter().enumerate() {
+        if let Some(run) = repo.worker.as_ref().and_then(|w| w.run.as_ref()) {
+            commands.push((format!("repositories[{r}].worker.run"), run));
+        }
+        for (i, g) in repo.gates.iter().flatten().enumerate() {
+            commands.push((format!("repositories[{r}].gates[{i}].run"), &g.run));
+        }
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    let found = |program: &str| {
+        std::env::split_paths(&path).any(|d| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(d.join(program))
+                .is_ok_and(|md| md.is_file() && md.permissions().mode() & 0o111 != 0)
+        })
+    };
+    let mut problems = Vec::new();
+    for (key, cmd) in commands {
+        let CommandSpec::Argv(argv) = cmd else {
+            continue;
+        };
+        let Some(program) = argv.first() else {
+            continue;
+        };
+        if program.is_empty() || program.contains('/') || program.contains('{') || found(program) {
+            continue;
+        }
+        let mut p = Problem::new(
+            "program-not-found",
+            key,
+            format!(
+                "`{program}` is not on `PATH` (`{}`)",
+                path.to_string_lossy()
+            ),
+        )
+        .help("install it, give its path, or run `runner validate` where it is installed");
+        if let Some(span) = span_of(&loaded.text, program) {
+            p = p.at(span);
+        }
+        problems.push(p);
+    }
+    problems
+}
+
+/// Where `needle` first appears in `text` as a quoted or bare word.
+fn span_of(text: &str, needle: &str) -> Option<crate::manifest::yaml::Span> {
+    let offset = [
+        format!("\"{needle}\""),
+        format!("'{needle}'"),
+        format!("[{needle},"),
+    ]
+    .iter()
+    .find_map(|n| text.find(n.as_str()).map(|at| at + 1))
+    .or_else(|| text.find(needle))?;
+    let before = &text[..offset];
+    let line = before.matches('\n').count() as u64 + 1;
+    let column = (offset - before.rfind('\n').map_or(0, |i| i + 1)) as u64 + 1;
+    Some(crate::manifest::yaml::Span {
+        offset,
+        len: needle.len(),
+        line,
+        column,
+    })
 }

@@ -19,7 +19,11 @@ pub fn write_atomic_with(
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    // Made as any new file is, mode 0666 less the umask (a temporary file's own 0600 would
+    // leave reports and manifests readable by their owner only, where logs beside them are not).
+    let tmp = tempfile::Builder::new()
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)?;
     let mut w = std::io::BufWriter::with_capacity(64 * 1024, tmp);
     fill(&mut w)?;
     let tmp = w.into_inner().map_err(|e| e.into_error())?;
