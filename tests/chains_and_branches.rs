@@ -511,4 +511,8 @@ fn a_stale_branch_is_shown_behind_and_fresh_starts_it_again_from_the_base() {
     );
     let report = latest_report(&dir.path().join("runner-reports"));
     assert_eq!(report["items"][0]["backup_branch"], backup.as_str());
+    assert!(
+        err.contains(&format!("its old branch is kept as `{backup}`")),
+        "{err}"
+    );
 }

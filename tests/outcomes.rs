@@ -980,6 +980,14 @@ fn a_declared_repository_that_is_not_there_fails_the_run_and_is_named_everywhere
             && err.contains("textkitt` does not exist"),
         "{err}"
     );
+    // No checkout beside it is a typo away: nothing is suggested.
+    assert!(!err.contains("did you mean"), "{err}");
+    repo(&dir.path().join("textkit"));
+    let out = run_in(dir.path(), &["plan", "m.yaml"]);
+    assert!(
+        stderr(&out).contains("does not exist (did you mean `textkit`?)"),
+        "{err}"
+    );
     assert_eq!(
         err.lines().last().unwrap(),
         "runner: 1 completed (no-change 1, unverified 1), 1 skipped (repo-not-found 1) — exit 1: repository `textkitt` was not found",

@@ -585,7 +585,11 @@ fn analyse(
     } else {
         repo.note = Some(match l.source {
             SourceKind::Url => format!("not cloned yet; `apply` clones it from `{}`", l.location),
-            _ => format!("`{}` does not exist", l.path.display()),
+            _ => format!(
+                "`{}` does not exist{}",
+                l.path.display(),
+                near_miss(&l.path)
+            ),
         });
         None
     };
@@ -776,6 +780,29 @@ fn analyse(
         problems,
         notes,
         matched,
+    }
+}
+
+/// `; did you mean `textkit`?` when a git checkout beside a missing path has a name a typo
+/// away from it; nothing otherwise.
+fn near_miss(path: &Path) -> String {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+    else {
+        return String::new();
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return String::new();
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .filter(|e| git::looks_like_checkout(&e.path()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .take(10_000)
+        .collect();
+    let known: Vec<&str> = names.iter().map(String::as_str).collect();
+    match crate::manifest::load::suggest(name, &known) {
+        Some(near) => format!(" (did you mean `{}`?)", printable(near)),
+        None => String::new(),
     }
 }
 

@@ -202,6 +202,14 @@ impl Progress {
                     if *pending == 1 { "" } else { "s" }
                 ));
             }
+            Event::Worktree {
+                item,
+                backup: Some(b),
+                ..
+            } => self.line(&format!(
+                "{}: starts anew from its base; its old branch is kept as `{b}`",
+                self.name(*item)
+            )),
             Event::Work { .. }
             | Event::Worktree { .. }
             | Event::Usage { .. }

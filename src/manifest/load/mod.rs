@@ -402,7 +402,7 @@ fn found(node: &Node) -> String {
 }
 
 /// Closest known key within two edits, for "did you mean".
-fn suggest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
     known
         .iter()
         .map(|k| (edit_distance(key, k), *k))
