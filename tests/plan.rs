@@ -342,6 +342,13 @@ discover:
         "{err}"
     );
     assert!(!err.contains("matches no file"), "{err}");
+    // `validate` counts what discovery finds, as `plan` does.
+    let out = run_in(root, &["validate", "m.yaml"]);
+    assert!(
+        stdout(&out).contains("2 items (0 declared, 2 discovered now by 1 discovery rule)"),
+        "{}",
+        stdout(&out)
+    );
     // What the items saw is the committed text.
     let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
