@@ -431,6 +431,9 @@ struct Anchor {
 struct Snapshot {
     /// The tree to commit; `None` when the checkout was proven clean (nothing to commit).
     tree: Option<String>,
+    /// The temporary index the tree was written through (its stat data for telling later what
+    /// the gates changed); `None` with `tree`: the checkout's own index is the snapshot.
+    index: Option<Arc<tempfile::TempPath>>,
     /// The worker changed something (committed or not) since the item started.
     changed: bool,
     /// Where HEAD was after the worker, checked.
@@ -521,6 +524,7 @@ fn clean_snapshot(
     let head = check_probed(dir, anchor, markers, Some(clean))?;
     Ok(Snapshot {
         tree: None,
+        index: None,
         changed: head != anchor.start,
         head,
     })
@@ -534,11 +538,12 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
         return clean_snapshot(dir, anchor, markers, clean);
     }
     let head = check_head(dir, anchor, markers)?;
-    let tree = git::snapshot_tree(dir).map_err(|e| e.to_string())?;
+    let (tree, index) = git::snapshot(dir).map_err(|e| e.to_string())?;
     let start_tree = git::tree_of(dir, &anchor.start).map_err(|e| e.to_string())?;
     Ok(Snapshot {
         changed: tree != start_tree || head != anchor.start,
         tree: Some(tree),
+        index: Some(Arc::new(index)),
         head,
     })
 }
@@ -900,7 +905,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                     attempt_failed(icx, &mut run, &mut feedback, n, "worker", why);
                     continue;
                 }
-                match gates(
+                let judged = gates(
                     icx,
                     n,
                     model.as_deref(),
@@ -908,8 +913,22 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                     start.as_deref(),
                 )
                 .instrument(attempt_span.clone())
-                .await
+                .await;
+                // What the gates wrote (bytecode, build output, a formatter's edits) goes: the
+                // next worker pass, the commit and a halted item's leftovers hold the worker's
+                // tree only.
+                if !icx.eff.gates.is_empty()
+                    && let Some(s) = &snap
+                    && let Err(e) = undo_gates(icx, s).await
                 {
+                    let held = environmental(e);
+                    run.outcome = held.outcome;
+                    run.reason = held.reason;
+                    run.cause = held.cause;
+                    run.halt = held.halt;
+                    return run;
+                }
+                match judged {
                     GatesOutcome::Passed {
                         any_passed,
                         verified,
@@ -977,6 +996,34 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             }
         }
     }
+}
+
+/// Put the worker's tree back after the gates: remove what they created (not ignored) and write
+/// back what they changed, as the snapshot holds it.
+async fn undo_gates(icx: &ItemCx<'_>, snap: &Snapshot) -> Result<(), String> {
+    // A checkout that was clean and still is: nothing to undo, and its files say so.
+    if snap.index.is_none() && git::proven_clean_small(&icx.workdir).is_some() {
+        return Ok(());
+    }
+    let dir = icx.workdir.clone();
+    let index = snap.index.clone();
+    let restored = blocking(move || git::restore_snapshot(&dir, index.as_deref().map(|p| &**p)))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| {
+            format!(
+                "cannot undo what the gates wrote in `{}`: {e}",
+                icx.workdir.display()
+            )
+        })?;
+    if !restored.removed.is_empty() || !restored.restored.is_empty() {
+        tracing::debug!(
+            removed = restored.removed.len(),
+            restored = restored.restored.len(),
+            "what the gates wrote is undone"
+        );
+    }
+    Ok(())
 }
 
 /// An attempt failed for a reason of runner's finding (HEAD moved, nothing changed): it counts

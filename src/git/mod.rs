@@ -723,28 +723,100 @@ pub fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
 /// files that are not ignored), written to the object store through a temporary index: the
 /// checkout's own index and files are left as they are.
 pub fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
+    snapshot(dir).map(|(tree, _)| tree)
+}
+
+/// [`snapshot_tree`], with the temporary index it was written through: the snapshot's files
+/// with the stat data they had, so that [`restore_snapshot`] can tell later what changed
+/// without hashing anything unchanged. The index is removed when the path is dropped.
+pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
     let index = checked(
         dir,
         &["rev-parse", "--path-format=absolute", "--git-path", "index"],
     )?;
-    let tmp = tempfile::NamedTempFile::new()?;
+    let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
     // Starting from the checkout's index keeps its stat data: only changed files are hashed.
-    if let Err(e) = std::fs::copy(index.trim(), tmp.path())
+    if let Err(e) = std::fs::copy(index.trim(), &tmp)
         && e.kind() != std::io::ErrorKind::NotFound
     {
         return Err(e.into());
     }
-    let with_index = |args: &[&str]| -> Result<String, GitError> {
-        let out = crate::process::spawn_helper(
-            command(dir).env("GIT_INDEX_FILE", tmp.path()).args(args),
-        )?;
+    with_index(dir, Some(&tmp), &["add", "-A"])?;
+    let tree = with_index(dir, Some(&tmp), &["write-tree"])?;
+    Ok((tree, tmp))
+}
+
+/// Run git in `dir` with `GIT_INDEX_FILE` set to `index` (the checkout's own index when
+/// `None`); its output, trimmed.
+fn with_index(dir: &Path, index: Option<&Path>, args: &[&str]) -> Result<String, GitError> {
+    let mut cmd = command(dir);
+    if let Some(i) = index {
+        cmd.env("GIT_INDEX_FILE", i);
+    }
+    let out = crate::process::spawn_helper(cmd.args(args))?;
+    if !out.status.success() {
+        return Err(failed(args.join(" "), dir, &out));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// What [`restore_snapshot`] put back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Files that were not in the snapshot (not ignored either), removed.
+    pub removed: Vec<String>,
+    /// Files of the snapshot that were changed or deleted, written back.
+    pub restored: Vec<String>,
+}
+
+/// Bring the working tree of `dir` back to a snapshot: the one whose index `index` holds (see
+/// [`snapshot`]), or with `None` what the checkout's own index holds (a checkout that was
+/// clean). Files that are not in it and not ignored are removed — exactly what appeared since
+/// — and its files that changed or went are written back; ignored files are left alone, as the
+/// snapshot left them out. Only changed files are read: the index's stat data says which.
+pub fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Restored, GitError> {
+    let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
+        let mut cmd = command(dir);
+        if let Some(i) = index {
+            cmd.env("GIT_INDEX_FILE", i);
+        }
+        let out = crate::process::spawn_helper(cmd.args(args))?;
         if !out.status.success() {
             return Err(failed(args.join(" "), dir, &out));
         }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect())
     };
-    with_index(&["add", "-A"])?;
-    with_index(&["write-tree"])
+    let mut restored = list(&["diff-files", "-z", "--name-only", "--no-renames"])?;
+    restored.sort();
+    restored.dedup();
+    let removed = list(&["ls-files", "-z", "--others", "--exclude-standard"])?;
+    for rel in &removed {
+        let path = dir.join(rel);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Folders the removed files alone filled go too (git tracks no empty folder).
+        let mut parent = path.parent();
+        while let Some(p) = parent {
+            if p == dir || std::fs::remove_dir(p).is_err() {
+                break;
+            }
+            parent = p.parent();
+        }
+    }
+    for chunk in restored.chunks(256) {
+        let mut args = vec!["checkout-index", "--force", "--"];
+        args.extend(chunk.iter().map(String::as_str));
+        with_index(dir, index, &args)?;
+    }
+    Ok(Restored { removed, restored })
 }
 
 /// Whether `dir`'s repository names who commits (`user.name` and `user.email`).
