@@ -259,6 +259,22 @@ pub enum Event {
         /// The item started anew from the base (`--fresh`): its old branch is kept as this.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         backup: Option<String>,
+        /// What of `worktree.share` the worktree got from the checkout.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        shared: Vec<String>,
+        /// What of it it did not get, and why.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unshared: Vec<String>,
+    },
+    /// The worktree's `worktree.setup` ran, before the item's first attempt: `ok`, or its
+    /// failure holds the item.
+    SetupFinished {
+        item: ItemIndex,
+        exit: Option<i32>,
+        ok: bool,
+        duration: Duration,
+        log: Option<PathBuf>,
+        output_tail: String,
     },
     /// What an earlier run left uncommitted in the item's worktree, saved as a patch before
     /// this run started from the branch's committed state.

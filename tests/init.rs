@@ -129,3 +129,41 @@ fn init_without_an_agent_writes_a_worker_to_fill_in_that_still_validates() {
         "{manifest}"
     );
 }
+
+#[test]
+fn init_prepares_worktrees_for_the_projects_it_recognises() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let web = repo(&root.join("web"));
+    common::commit_file(
+        &web,
+        "package.json",
+        "{\"scripts\": {\"test\": \"node t.js\"}}\n",
+    );
+    common::commit_file(&web, "package-lock.json", "{}\n");
+    let lib = repo(&root.join("lib"));
+    common::commit_file(&lib, "Cargo.toml", "[package]\nname = \"lib\"\n");
+    common::commit_file(&lib, ".gitignore", "Cargo.lock\ntarget/\n");
+    std::fs::write(lib.join("Cargo.lock"), "version = 3\n").unwrap();
+    let py = repo(&root.join("py"));
+    common::commit_file(&py, "pyproject.toml", "[tool.pytest.ini_options]\n");
+    common::commit_file(&py, "src/pkg/__init__.py", "");
+    common::commit_file(&py, ".gitignore", ".venv/\n");
+    std::fs::create_dir_all(py.join(".venv/bin")).unwrap();
+    let bare = repo(&root.join("bare"));
+    common::commit_file(&bare, "test_math.py", "import unittest\n");
+    let out = init(root, "/usr/bin:/bin");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let manifest = std::fs::read_to_string(root.join("runner.yaml")).unwrap();
+    for want in [
+        "setup: \"npm ci\"",
+        "share: [\"Cargo.lock\"]",
+        "share: [\".venv\"]",
+        "run: \"PYTHONPATH=src python3 -m pytest\"",
+        "run: \"python3 -m unittest\"",
+    ] {
+        assert!(manifest.contains(want), "`{want}` in:\n{manifest}");
+    }
+    let out = common::run_in(root, &["validate", "runner.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

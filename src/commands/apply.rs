@@ -919,6 +919,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Resting { item, .. }
         | Event::Usage { item, .. }
         | Event::UsageUnknown { item, .. }
+        | Event::SetupFinished { item, .. }
         | Event::ModelDemoted { item, .. }
         | Event::Published { item, .. }
         | Event::LeaseWaited { item, .. }

@@ -65,6 +65,54 @@ struct Found {
     path: String,
     name: String,
     test: Option<(&'static str, &'static str)>,
+    prep: Prep,
+}
+
+/// How a worktree of a recognised project is made ready: its `worktree` section.
+#[derive(Default)]
+struct Prep {
+    setup: Option<&'static str>,
+    share: Vec<&'static str>,
+    /// What suggested it.
+    why: Vec<&'static str>,
+}
+
+/// What a worktree of the project at `repo` needs that only its checkout has: dependencies
+/// installed there (`node_modules`, a virtualenv), an ignored lock file.
+fn worktree_prep(repo: &Path) -> Prep {
+    let has = |f: &str| repo.join(f).exists();
+    let mut prep = Prep::default();
+    if has("package.json") && has("package-lock.json") {
+        prep.setup = Some("npm ci");
+        prep.why.push("package-lock.json");
+    }
+    let mut candidates: Vec<&'static str> = Vec::new();
+    if has("package.json") && prep.setup.is_none() {
+        candidates.push("node_modules");
+    }
+    candidates.extend([".venv", "venv"]);
+    if has("Cargo.toml") {
+        candidates.push("Cargo.lock");
+    }
+    let present: Vec<&'static str> = candidates.into_iter().filter(|c| has(c)).collect();
+    let asked: Vec<String> = present
+        .iter()
+        .map(|c| {
+            if repo.join(c).is_dir() {
+                format!("{c}/")
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    let ignored = crate::git::ignored_of(repo, &asked).unwrap_or_default();
+    for c in present {
+        if ignored.contains(c) {
+            prep.share.push(c);
+            prep.why.push(c);
+        }
+    }
+    prep
 }
 
 pub fn run(ui: &Ui, args: &InitArgs) -> i32 {
@@ -228,6 +276,7 @@ fn checkouts(dir: &Path) -> (Vec<Found>, Vec<String>) {
         }
         found.push(Found {
             test: test_command(&path),
+            prep: worktree_prep(&path),
             path: folder.clone(),
             name: folder,
         });
@@ -237,6 +286,7 @@ fn checkouts(dir: &Path) -> (Vec<Found>, Vec<String>) {
             path: ".".into(),
             name: manifest_name(dir),
             test: test_command(dir),
+            prep: worktree_prep(dir),
         });
     }
     (found, skipped)
@@ -280,11 +330,38 @@ fn test_command(repo: &Path) -> Option<(&'static str, &'static str)> {
         let pytest = has("conftest.py")
             || configs.iter().any(|c| names_pytest(&repo.join(c)))
             || requirements.into_iter().any(|r| names_pytest(&r));
-        return Some(if pytest {
-            ("python3 -m pytest", f)
-        } else {
-            ("python3 -m unittest", f)
+        // A `src/` layout is importable once `src` is on the path (an editable install would
+        // do it; a worktree has none).
+        let src_layout = std::fs::read_dir(repo.join("src"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.path().join("__init__.py").is_file());
+        return Some(match (pytest, src_layout) {
+            (true, false) => ("python3 -m pytest", f),
+            (true, true) => ("PYTHONPATH=src python3 -m pytest", f),
+            (false, false) => ("python3 -m unittest", f),
+            (false, true) => ("PYTHONPATH=src python3 -m unittest", f),
         });
+    }
+    // Python tests with no project file: the standard library's runner finds `test_*.py`.
+    let python_tests = std::fs::read_dir(repo)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .chain(
+            std::fs::read_dir(repo.join("tests"))
+                .into_iter()
+                .flatten()
+                .flatten(),
+        )
+        .any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("test_") && n.ends_with(".py"))
+        });
+    if python_tests {
+        return Some(("python3 -m unittest", "test_*.py files"));
     }
     if has("go.mod") {
         return Some(("go test ./...", "go.mod"));
@@ -357,6 +434,21 @@ fn render(name: &str, dir: &Path, found: &[Found], agent: Option<&Agent>) -> Str
                     m,
                     "    # No test command could be guessed: add `gates:` with the repository's own checks."
                 );
+            }
+        }
+        if f.prep.setup.is_some() || !f.prep.share.is_empty() {
+            let _ = writeln!(
+                m,
+                "    # A worktree holds committed files only; guessed from {}:",
+                f.prep.why.join(", ")
+            );
+            let _ = writeln!(m, "    worktree:");
+            if let Some(s) = f.prep.setup {
+                let _ = writeln!(m, "      setup: {}", quoted(s));
+            }
+            if !f.prep.share.is_empty() {
+                let shared: Vec<String> = f.prep.share.iter().map(|s| quoted(s)).collect();
+                let _ = writeln!(m, "      share: [{}]", shared.join(", "));
             }
         }
     }

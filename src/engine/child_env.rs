@@ -1,7 +1,8 @@
 //! The environment of every spawned worker and gate, built purely from what it is handed.
 //!
 //! A child gets exactly: the variables of runner's own environment named in `env.pass` or
-//! `env.secrets` (those that are set), then the worker's `env` (workers only), then the
+//! `env.secrets` (those that are set), then the worker's `env` (workers only), then runner's
+//! defaults for what neither set (`CARGO_TARGET_DIR` for an item in a worktree), then the
 //! `RUNNER_*` set (`RUNNER_FEEDBACK` when there is a failure to hand on). Each name appears once; a later source wins over an earlier one, so no entry
 //! of `env.pass` or `worker.env` can stand in for a `RUNNER_*` variable. (Duplicates would be
 //! ambiguous: `getenv` returns the first, a shell the last.)
@@ -34,6 +35,9 @@ pub struct RunnerVars<'a> {
     pub feedback: Option<&'a Path>,
     /// Where a worker may write what it used (`RUNNER_USAGE`).
     pub usage: Option<&'a Path>,
+    /// Variables runner sets unless `env.pass` or the worker's `env` did (a build cache per
+    /// repository for items in worktrees).
+    pub defaults: &'a [(String, String)],
 }
 
 /// The child's environment. `outer` reads runner's own environment; `worker_env` is the
@@ -46,20 +50,26 @@ pub fn child_env(
     v: &RunnerVars<'_>,
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::new();
-    let mut set = |k: &str, val: String| {
+    fn put(env: &mut Vec<(String, String)>, k: &str, val: String) {
         env.retain(|(name, _)| name != k);
         env.push((k.to_string(), val));
-    };
+    }
     for name in pass.iter().chain(secrets) {
         if let Some(val) = outer(name) {
-            set(name, val);
+            put(&mut env, name, val);
         }
     }
     if v.role == Role::Worker {
         for (k, val) in worker_env {
-            set(k, val.clone());
+            put(&mut env, k, val.clone());
         }
     }
+    for (k, val) in v.defaults {
+        if !env.iter().any(|(name, _)| name == k) {
+            env.push((k.clone(), val.clone()));
+        }
+    }
+    let mut set = |k: &str, val: String| put(&mut env, k, val);
     let role = match v.role {
         Role::Worker => "worker",
         Role::Gate => "gate",
@@ -117,6 +127,7 @@ mod tests {
             max_workers: 3,
             feedback,
             usage: None,
+            defaults: &[],
         }
     }
 

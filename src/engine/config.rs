@@ -1,7 +1,7 @@
 //! The effective configuration of one repository: the top level narrowed by its overrides.
 
 use crate::manifest::template;
-use crate::manifest::{CommandSpec, EnvPolicy, Gate, LoadedManifest, Models, Worker};
+use crate::manifest::{CommandSpec, EnvPolicy, Gate, LoadedManifest, Models, Worker, WorktreePrep};
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
@@ -11,6 +11,8 @@ pub struct Effective {
     pub models: Option<Models>,
     pub env_pass: Vec<String>,
     pub secrets: Vec<String>,
+    /// How a fresh worktree is made ready: the repository's `worktree`, else the top level's.
+    pub worktree: WorktreePrep,
 }
 
 /// Merge the top level with the overrides of `repositories[entry]`. Validation has already
@@ -59,12 +61,18 @@ pub fn effective(loaded: &LoadedManifest, entry: usize) -> Effective {
         ),
         None => (top_env.pass(), top_env.secrets.clone()),
     };
+    let worktree = spec
+        .worktree
+        .clone()
+        .or_else(|| m.worktree.clone())
+        .unwrap_or_default();
     Effective {
         worker,
         gates,
         models,
         env_pass,
         secrets,
+        worktree,
     }
 }
 

@@ -74,6 +74,7 @@ pub async fn run_item(
     let _ = events.send(Event::ItemStarted { item: idx });
     let eff = super::config::effective(&cx.loaded, repo.entry);
     let logs = cx.run_dir.join("logs").join(&repo.name).join(&item.id);
+    let fresh;
     let workdir = match prepare(&cx, repo, item).await {
         Ok(ready) => {
             if item.branch.is_some() {
@@ -81,11 +82,14 @@ pub async fn run_item(
                     item: idx,
                     path: ready.dir.clone(),
                     backup: ready.backup,
+                    shared: ready.shared,
+                    unshared: ready.unshared,
                 });
             }
             if let Some(patch) = ready.leftovers {
                 let _ = events.send(Event::Leftovers { item: idx, patch });
             }
+            fresh = ready.fresh;
             ready.dir
         }
         Err(Prepared::Held(reason, detail)) => {
@@ -141,6 +145,11 @@ pub async fn run_item(
         stop,
         anchor,
     };
+    if let Err((why, tree_gone)) = set_up(&icx, fresh).await {
+        let mut held = environmental(why);
+        held.tree_gone = tree_gone;
+        return held;
+    }
     let run = attempts(&icx).await;
     if run.outcome == ItemOutcome::Completed
         && let (Some(publish), Some(branch)) = (&cx.loaded.manifest.publish, &item.branch)
@@ -242,6 +251,11 @@ pub enum ItemError {
 /// Where an item runs, made ready.
 struct Workplace {
     dir: PathBuf,
+    /// The worktree was made now (its `worktree.setup` has not run in it yet).
+    fresh: bool,
+    /// What of `worktree.share` it got from the checkout, and what it did not, with why.
+    shared: Vec<String>,
+    unshared: Vec<String>,
     /// What an earlier run left uncommitted there, saved as a patch before it was removed.
     leftovers: Option<PathBuf>,
     /// The name the item's old branch is kept under, when it started anew (`--fresh`).
@@ -256,6 +270,9 @@ struct Workplace {
 async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<Workplace, Prepared> {
     let Some(branch) = item.branch.clone() else {
         return Ok(Workplace {
+            fresh: false,
+            shared: Vec::new(),
+            unshared: Vec::new(),
             dir: repo.path.clone(),
             leftovers: None,
             backup: None,
@@ -276,6 +293,9 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<Workpla
         .join(&repo.name)
         .join(format!("{}.patch", item.id));
     let fresh = item.replaces.is_some();
+    let eff = super::config::effective(&cx.loaded, repo.entry);
+    let share = eff.worktree.share.clone();
+    let marker = setup_marker(&wt);
     tokio::task::spawn_blocking(move || {
         let failed = |e: git::GitError| Prepared::Failed(e.into());
         let exists = git::local_branches(&repo_path)
@@ -321,8 +341,15 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<Workpla
         } else {
             None
         };
-        git::ensure_worktree(&repo_path, &wt, &branch, &base, exists).map_err(failed)?;
+        let made = git::ensure_worktree(&repo_path, &wt, &branch, &base, exists).map_err(failed)?;
+        if made {
+            let _ = std::fs::remove_file(&marker);
+        }
+        let (shared, unshared) = share_into(&repo_path, &wt, &share).map_err(failed)?;
         Ok(Workplace {
+            fresh: made,
+            shared,
+            unshared,
             dir: wt,
             leftovers,
             backup,
@@ -330,6 +357,162 @@ async fn prepare(cx: &RunCx, repo: &RepoPlan, item: &ItemPlan) -> Result<Workpla
     })
     .await
     .map_err(|e| Prepared::Failed(e.into()))?
+}
+
+/// Give the worktree `wt` the checkout's ignored `paths`: a folder's entries linked, a file
+/// copied. A path
+/// the checkout lacks, or that git does not ignore in the worktree (it would show there as new
+/// work and be committed), is not given; what was given and what was not (with why) is said.
+fn share_into(
+    checkout: &Path,
+    wt: &Path,
+    paths: &[String],
+) -> Result<(Vec<String>, Vec<String>), git::GitError> {
+    let mut shared = Vec::new();
+    let mut unshared = Vec::new();
+    let wanted: Vec<String> = paths
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(wt.join(p)).is_err())
+        .cloned()
+        .collect();
+    // A folder is asked about as one (`node_modules/`): it is not in the worktree yet, and a
+    // rule for folders only matches a path known to be one.
+    let asked: Vec<String> = wanted
+        .iter()
+        .map(|p| {
+            if checkout.join(p).is_dir() {
+                format!("{}/", p.trim_end_matches('/'))
+            } else {
+                p.clone()
+            }
+        })
+        .collect();
+    let ignored = git::ignored_of(wt, &asked)?;
+    for p in wanted {
+        let src = checkout.join(&p);
+        let dst = wt.join(&p);
+        let Ok(meta) = std::fs::metadata(&src) else {
+            unshared.push(format!("`{p}`: not in the checkout"));
+            continue;
+        };
+        if !ignored.contains(p.trim_end_matches('/')) {
+            unshared.push(format!(
+                "`{p}`: not ignored in the repository, so it would be committed as new work"
+            ));
+            continue;
+        }
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if meta.is_dir() {
+            // A real folder holding a link to each entry: git ignores a folder by a rule such
+            // as `node_modules/`, which a link in its place would not match (and the link would
+            // be committed).
+            std::fs::create_dir_all(&dst)?;
+            for entry in std::fs::read_dir(&src)? {
+                let entry = entry?;
+                std::os::unix::fs::symlink(entry.path(), dst.join(entry.file_name()))?;
+            }
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+        shared.push(p);
+    }
+    Ok((shared, unshared))
+}
+
+/// Where a worktree's setup is recorded as done: beside the worktree, never in it.
+fn setup_marker(wt: &Path) -> PathBuf {
+    let mut name = wt.as_os_str().to_owned();
+    name.push(".setup");
+    PathBuf::from(name)
+}
+
+/// What the setup marker says for a worktree set up with `setup`: the command and the identity
+/// of the worktree's `.git` (a worktree made anew at the same place is another one).
+fn setup_stamp(wt: &Path, setup: &CommandSpec) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(wt.join(".git")).ok()?;
+    Some(format!(
+        "{}:{}:{}\n{}",
+        meta.dev(),
+        meta.ino(),
+        meta.ctime(),
+        serde_json::to_string(setup).unwrap_or_default()
+    ))
+}
+
+/// Run the repository's `worktree.setup` in the item's worktree unless it ran there already:
+/// once per worktree, before the first attempt. `Err` with why the item cannot go on, and
+/// whether the setup's processes are proven gone.
+async fn set_up(icx: &ItemCx<'_>, fresh: bool) -> Result<(), (String, bool)> {
+    let Some(setup) = icx.eff.worktree.setup.clone() else {
+        return Ok(());
+    };
+    if icx.item.branch.is_none() {
+        return Ok(());
+    }
+    let marker = setup_marker(&icx.workdir);
+    let stamp = setup_stamp(&icx.workdir, &setup);
+    if !fresh && stamp.is_some() && std::fs::read_to_string(&marker).ok() == stamp {
+        return Ok(());
+    }
+    let _ = std::fs::create_dir_all(&icx.logs);
+    let log = icx.logs.join("0-setup.log");
+    let timeout = icx.eff.worktree.timeout();
+    let fin = spawn(
+        icx,
+        &setup,
+        0,
+        None,
+        None,
+        None,
+        log.clone(),
+        timeout,
+        icx.eff.worker.grace(),
+        None,
+    )
+    .await;
+    let ok = fin.success() && !fin.timed_out && !fin.cancelled;
+    let _ = icx.events.send(Event::SetupFinished {
+        item: icx.idx,
+        exit: fin.exit,
+        ok,
+        duration: fin.duration,
+        log: fin.logged.then_some(log),
+        output_tail: if ok {
+            String::new()
+        } else {
+            last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES)
+        },
+    });
+    if !fin.tree_gone {
+        return Err((
+            "the worktree's setup left processes that could not be proven gone".into(),
+            false,
+        ));
+    }
+    if ok {
+        if let Some(s) = stamp {
+            let _ = crate::support::fs::write_atomic(&marker, s.as_bytes());
+        }
+        return Ok(());
+    }
+    let how = if fin.timed_out {
+        format!(
+            "timed out after {}",
+            crate::manifest::format_duration(timeout)
+        )
+    } else {
+        exit_text(&fin)
+    };
+    Err((
+        format!(
+            "the worktree's setup failed ({how}): {}",
+            last_lines(&fin.tail, 5, 1024).trim()
+        ),
+        true,
+    ))
 }
 
 /// A completed item's work: the snapshot of its passing attempt committed (on the work branch,
@@ -1880,9 +2063,30 @@ fn command(
             max_workers: cx.workers,
             feedback,
             usage: usage.as_deref(),
+            defaults: &build_cache(icx),
         },
     );
     Ok(Ready { argv, env })
+}
+
+/// What runner sets for an item in a worktree unless the manifest does: a build cache of the
+/// repository's own under the workspace (`CARGO_TARGET_DIR`), so that a fresh worktree does not
+/// build every dependency again. Two items of one repository never run at once, and cargo locks
+/// its folder besides.
+fn build_cache(icx: &ItemCx<'_>) -> Vec<(String, String)> {
+    if icx.item.branch.is_none() {
+        return Vec::new();
+    }
+    let dir = icx
+        .cx
+        .workspace
+        .join("cache")
+        .join("target")
+        .join(&icx.repo.name);
+    vec![(
+        "CARGO_TARGET_DIR".to_string(),
+        dir.to_string_lossy().into_owned(),
+    )]
 }
 
 /// Start a prepared command and wait for its end, holding the shared resources it uses.

@@ -582,20 +582,20 @@ pub fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>, GitEr
 /// Make the runner-owned worktree at `path` hold `branch`: a worktree kept from an earlier run
 /// on that branch is used as it is (its leftovers saved and reset first by the caller, see
 /// [`kept_leftovers`]); one on another branch is removed; a missing one is added — on the
-/// existing branch, or on a new one forked from `base`.
+/// existing branch, or on a new one forked from `base`. `true` when the worktree is new.
 pub fn ensure_worktree(
     repo: &Path,
     path: &Path,
     branch: &str,
     base: &str,
     exists: bool,
-) -> Result<(), GitError> {
+) -> Result<bool, GitError> {
     if path.join(".git").exists() {
         let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
         if on == branch {
-            return Ok(());
+            return Ok(false);
         }
         let p = path.to_string_lossy().to_string();
         checked(repo, &["worktree", "remove", "--force", &p])?;
@@ -613,7 +613,33 @@ pub fn ensure_worktree(
             &["worktree", "add", "--quiet", "-b", branch, &p, base],
         )?;
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Which of `paths` (relative to the top of `dir`) git ignores there: untracked and matched by
+/// an exclude rule. A path nothing ignores would show as new work in the checkout.
+pub fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String>, GitError> {
+    let paths: Vec<String> = paths
+        .iter()
+        .filter(|p| !p.contains('\n'))
+        .cloned()
+        .collect();
+    if paths.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let mut args = vec!["check-ignore", "--"];
+    args.extend(paths.iter().map(String::as_str));
+    let out = run(dir, &args)?;
+    // 1: none of them is ignored.
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        return Err(failed("check-ignore", dir, &out));
+    }
+    // One path a line, as given (paths with a newline are not asked about).
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|p| !p.is_empty())
+        .map(|p| p.trim_end_matches('/').to_string())
+        .collect())
 }
 
 /// Start `branch` anew from `base`, keeping what it held as branch `backup` (made at its tip;

@@ -68,6 +68,33 @@ pub struct Manifest {
     /// (default `.runner/workspace`, relative to the manifest's folder).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// How a fresh worktree of an item on a work branch is made ready: what the checkout's
+    /// ignored files gave its gates (`node_modules`, a virtualenv, an ignored `Cargo.lock`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<WorktreePrep>,
+}
+
+/// How a fresh worktree is made ready before its item's first attempt.
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct WorktreePrep {
+    /// Run once in each fresh worktree, before the first attempt (`npm ci`), with the worker's
+    /// environment; a setup that fails holds the item (the next run tries again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<CommandSpec>,
+    /// The setup's time limit (default 30m).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSpec>,
+    /// Ignored paths of the checkout (relative to its top) each worktree gets: a folder linked
+    /// (`node_modules`, `.venv`), a file copied (an ignored `Cargo.lock`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub share: Vec<String>,
+}
+
+impl WorktreePrep {
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(DEFAULT_GATE_TIMEOUT, |d| d.0)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -140,6 +167,9 @@ pub struct RepositorySpec {
     /// Narrows the environment: only variables the top level passes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<EnvPolicy>,
+    /// Replaces the top-level `worktree` for this repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<WorktreePrep>,
     #[serde(skip)]
     #[schemars(skip)]
     pub span: Span,
@@ -527,6 +557,10 @@ impl Publish {
 
 /// Placeholders `publish.pr` may use.
 pub const PUBLISH_VARS: &[&str] = &["branch", "item", "repo", "remote"];
+
+/// The placeholders a worktree's `setup` may use: it runs once per fresh worktree, for its
+/// item.
+pub const SETUP_VARS: &[&str] = &["repo", "repo.path", "item"];
 
 /// `budget`: what a run may spend, as its workers report it in `$RUNNER_USAGE`.
 #[derive(Clone, Copy, Debug, Serialize, JsonSchema)]

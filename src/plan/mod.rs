@@ -764,6 +764,9 @@ fn analyse(
             }
         }
     }
+    if found && items.iter().any(|it| it.branch.is_some() && selected(it)) {
+        notes.extend(worktree_gaps(loaded, l));
+    }
     // Missing matters where this run would have worked: the repository is selected, and
     // `--items` (when given) selects one of its items.
     let wanted = repo_selected && (item_filter.is_none() || items.iter().any(selected));
@@ -804,6 +807,45 @@ fn near_miss(path: &Path) -> String {
         Some(near) => format!(" (did you mean `{}`?)", printable(near)),
         None => String::new(),
     }
+}
+
+/// What the repository's checkout has, ignored, that its gates likely need and a worktree of it
+/// will lack (a worktree holds committed files only): a warning each, with the fix. Nothing
+/// when `worktree.setup` prepares worktrees, or `worktree.share` gives the path.
+fn worktree_gaps(loaded: &LoadedManifest, l: &Located) -> Vec<String> {
+    let m = &loaded.manifest;
+    let prep = m.repositories[l.entry]
+        .worktree
+        .clone()
+        .or_else(|| m.worktree.clone())
+        .unwrap_or_default();
+    if prep.setup.is_some() {
+        return Vec::new();
+    }
+    let candidates: Vec<String> = ["node_modules", ".venv", "venv", "Cargo.lock"]
+        .iter()
+        .filter(|p| !prep.share.iter().any(|s| s == *p))
+        .filter(|p| std::fs::symlink_metadata(l.path.join(p)).is_ok())
+        .map(|p| p.to_string())
+        .collect();
+    let Ok(ignored) = git::ignored_of(&l.path, &candidates) else {
+        return Vec::new();
+    };
+    ignored
+        .iter()
+        .map(|p| {
+            let make = if p == "node_modules" {
+                " or a `worktree.setup` that makes it (`npm ci`)"
+            } else {
+                ""
+            };
+            format!(
+                "items of repository `{}` work in worktrees, which hold committed files only and so will lack `{p}` (ignored in `{}`): add it to `worktree.share`{make}",
+                l.name,
+                l.path.display()
+            )
+        })
+        .collect()
 }
 
 /// The name an existing work branch is kept under when its item starts again from the base

@@ -143,6 +143,13 @@ pub struct ItemReport {
     /// The worktree the item ran in, while it is kept (an item that did not complete).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree: Option<String>,
+    /// What of `worktree.share` its worktree got from the checkout (folders linked, files
+    /// copied).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<String>,
+    /// Its worktree's `worktree.setup`, when it ran in this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupReport>,
     /// The item started anew from its base (`--fresh`): what its branch held is kept as this
     /// branch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +168,18 @@ pub struct ItemReport {
     /// What its workers reported they used, over every attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::events::Usage>,
+}
+
+/// A worktree's setup (`worktree.setup`), run once before the item's first attempt.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct SetupReport {
+    pub ok: bool,
+    pub exit: Option<i32>,
+    pub duration_ms: u64,
+    /// Relative to the run's report folder.
+    pub log: Option<String>,
+    /// The end of its output when it failed.
+    pub output_tail: String,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -376,6 +395,8 @@ impl ReportBuilder {
                     marks: Vec::new(),
                     uncommitted: Vec::new(),
                     worktree: None,
+                    shared: Vec::new(),
+                    setup: None,
                     backup_branch: None,
                     leftovers: None,
                     publish: None,
@@ -453,9 +474,22 @@ impl ReportBuilder {
                     pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
                 ));
             }
-            Event::Worktree { item, path, backup } => {
+            Event::Worktree {
+                item,
+                path,
+                backup,
+                shared,
+                unshared,
+            } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.worktree = Some(path.display().to_string());
+                    it.shared = shared.clone();
+                    for u in unshared {
+                        self.report.warnings.push(format!(
+                            "{}/{}: `worktree.share` not given to its worktree: {u}",
+                            it.repo, it.id
+                        ));
+                    }
                     if let Some(b) = backup {
                         it.backup_branch = Some(b.clone());
                         let branch = it.branch.clone().unwrap_or_default();
@@ -556,6 +590,25 @@ impl ReportBuilder {
                     plural_items(items.len()),
                     items.join(", ")
                 ));
+            }
+            Event::SetupFinished {
+                item,
+                exit,
+                ok,
+                duration,
+                log,
+                output_tail,
+            } => {
+                let log = log.as_ref().map(|l| self.rel(l));
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    it.setup = Some(SetupReport {
+                        ok: *ok,
+                        exit: *exit,
+                        duration_ms: duration.as_millis() as u64,
+                        log,
+                        output_tail: output_tail.clone(),
+                    });
+                }
             }
             Event::UsageUnknown { item, n, why } => {
                 if let Some(it) = self.report.items.get(*item) {

@@ -214,6 +214,14 @@ impl Progress {
             | Event::Worktree { .. }
             | Event::Usage { .. }
             | Event::LeaseWaited { .. } => {}
+            Event::SetupFinished {
+                item, ok, duration, ..
+            } => self.line(&format!(
+                "{}: worktree setup {} ({:.1}s)",
+                self.name(*item),
+                if *ok { "done" } else { "failed" },
+                duration.as_secs_f64()
+            )),
             Event::UsageUnknown { item, n, why } => {
                 self.line(&format!("{} attempt {n}: usage unknown: {why}", self.name(*item)));
             }

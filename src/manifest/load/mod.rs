@@ -253,7 +253,9 @@ const TOP_KEYS: &[&str] = &[
     "reports",
     "workspace",
     "resources",
+    "worktree",
 ];
+const WORKTREE_KEYS: &[&str] = &["setup", "timeout", "share"];
 const BUDGET_KEYS: &[&str] = &["cost_usd"];
 const PUBLISH_KEYS: &[&str] = &["push", "remote", "pr", "timeout"];
 const CAPACITY_KEYS: &[&str] = &["workers", "probe"];
@@ -269,6 +271,7 @@ const REPOSITORY_KEYS: &[&str] = &[
     "gates",
     "models",
     "env",
+    "worktree",
 ];
 const MODELS_KEYS: &[&str] = &[
     "primary",
@@ -329,6 +332,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("EnvPolicy", ENV_KEYS),
     ("Stall", STALL_KEYS),
     ("Reports", REPORTS_KEYS),
+    ("WorktreePrep", WORKTREE_KEYS),
 ];
 
 /// Which configuration a template belongs to, so that `{item.<var>}` is checked against exactly

@@ -155,6 +155,9 @@ impl Cx {
                 .get("models")
                 .map(|v| self.models(v, &child(&p, "models")));
             let env = m.get("env").map(|v| self.env(v, &child(&p, "env")));
+            let worktree = m
+                .get("worktree")
+                .and_then(|v| self.worktree(v, &child(&p, "worktree")));
             let worker = worker.flatten().map(|w| WorkerOverride {
                 run: match w.run {
                     CommandSpec::Argv(v) if v.is_empty() => None,
@@ -177,6 +180,7 @@ impl Cx {
                 gates: gates.flatten(),
                 models: rmodels.flatten(),
                 env: env.flatten(),
+                worktree,
                 span: n.span,
             });
         }

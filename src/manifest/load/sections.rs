@@ -79,6 +79,7 @@ impl Cx {
             Some(Budget { cost_usd: cost })
         });
         let publish = m.get("publish").and_then(|n| self.publish(n));
+        let worktree = m.get("worktree").and_then(|n| self.worktree(n, "worktree"));
         let reports = m.get("reports").and_then(|n| self.reports(n));
         let workspace = m
             .get("workspace")
@@ -144,6 +145,68 @@ impl Cx {
             reports,
             workspace,
             resources,
+            worktree,
+        })
+    }
+
+    /// `worktree` (top level, or a repository's): setup, its timeout, paths to share.
+    pub(super) fn worktree(&mut self, node: &Node, path: &str) -> Option<WorktreePrep> {
+        let m = self.map(node, path, WORKTREE_KEYS)?;
+        let setup = m.get("setup").and_then(|n| {
+            let p = child(path, "setup");
+            let c = self.command(n, &p)?;
+            for part in c.parts() {
+                if let Err(e) = template::placeholders(part).and_then(|vars| {
+                    match vars
+                        .iter()
+                        .find(|v| !SETUP_VARS.contains(&v.strip_prefix(template::RAW).unwrap_or(v)))
+                    {
+                        Some(v) => Err(format!(
+                            "unknown placeholder `{{{v}}}`; here you may use {}",
+                            SETUP_VARS
+                                .iter()
+                                .map(|v| format!("`{{{v}}}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )),
+                        None => Ok(()),
+                    }
+                }) {
+                    self.err("unknown-placeholder", &p, n.span, e);
+                }
+            }
+            Some(c)
+        });
+        let timeout = m
+            .get("timeout")
+            .and_then(|n| self.duration(n, &child(path, "timeout"), false));
+        let share = m
+            .get("share")
+            .and_then(|n| {
+                let p = child(path, "share");
+                let list = self.string_list(n, &p, "path")?;
+                for s in &list {
+                    let bad = s.is_empty()
+                        || s.starts_with('/')
+                        || s.split('/').any(|c| c == ".." || c == ".git")
+                        || s.contains(['*', '?', '[', '{', '\\']);
+                    if bad {
+                        self.err_help(
+                            "invalid-value",
+                            &p,
+                            n.span,
+                            format!("`{s}` is not a path inside the checkout"),
+                            "give paths relative to the repository's top, such as `node_modules` or `.venv`, without `..`, `.git` or glob characters",
+                        );
+                    }
+                }
+                Some(list)
+            })
+            .unwrap_or_default();
+        Some(WorktreePrep {
+            setup,
+            timeout,
+            share,
         })
     }
 
