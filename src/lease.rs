@@ -365,9 +365,86 @@ pub fn try_resource(dir: &Path, name: &str, units: u32) -> std::io::Result<Optio
     Ok(None)
 }
 
+/// The host-wide worker slots of one manifest: `capacity.workers` units (lock files in
+/// [`resources_dir`]) that every run of the manifest on the host takes one of for each item it
+/// runs, so that overlapping runs (two cron drains) together never run more items than the
+/// bound. A run holds exactly as many as it has items running; an item resting between
+/// attempts holds none.
+pub struct HostSlots {
+    dir: PathBuf,
+    name: String,
+    units: u32,
+    held: Vec<ResourceUnit>,
+}
+
+impl HostSlots {
+    /// The slots of manifest `manifest` (by name: what scopes its ledger) with `units` of them.
+    pub fn new(manifest: &str, units: u32) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(manifest.as_bytes());
+        HostSlots {
+            dir: resources_dir(),
+            name: format!("workers-{}", crate::support::hex(&digest[..8])),
+            units: units.max(1),
+            held: Vec::new(),
+        }
+    }
+
+    /// Hold at least `n` slots: `Ok(false)` when another run holds the rest.
+    pub fn ensure(&mut self, n: usize) -> std::io::Result<bool> {
+        while self.held.len() < n {
+            match try_resource(&self.dir, &self.name, self.units)? {
+                Some(u) => self.held.push(u),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Hold at most `n` slots, letting the others go.
+    pub fn trim(&mut self, n: usize) {
+        self.held.truncate(n);
+    }
+
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// How many of the manifest's slots some run on the host holds now.
+    pub fn in_use(manifest: &str, units: u32) -> usize {
+        let probe = HostSlots::new(manifest, units);
+        (0..probe.units)
+            .filter(|k| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(probe.dir.join(format!("{}.{k}.lock", probe.name)))
+                    .is_ok_and(|f| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)))
+            })
+            .count()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_slots_bound_every_holder_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = |n| HostSlots {
+            dir: dir.path().to_path_buf(),
+            name: "workers-test".into(),
+            units: n,
+            held: Vec::new(),
+        };
+        let (mut a, mut b) = (slots(3), slots(3));
+        assert!(a.ensure(2).unwrap());
+        assert!(b.ensure(1).unwrap());
+        assert!(!b.ensure(2).unwrap(), "a fourth slot of three");
+        assert_eq!(b.held(), 1);
+        a.trim(1);
+        assert!(b.ensure(2).unwrap(), "one let go is taken");
+    }
 
     #[test]
     fn one_holder_at_a_time() {

@@ -1326,3 +1326,50 @@ fn reports_and_manifests_follow_the_umask_and_help_keeps_global_options_apart() 
         "each default once: {help}"
     );
 }
+
+/// Two overlapping drains of one manifest (a cron drain that outlived its interval) together
+/// run no more items at once than `capacity.workers`.
+#[test]
+fn overlapping_drains_of_one_manifest_share_its_worker_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("intervals.log");
+    let mut m = "version: 1\nname: bound\ncapacity: {workers: 2}\nrepositories:\n".to_string();
+    for r in 0..6 {
+        repo(&dir.path().join(format!("r{r}")));
+        m.push_str(&format!("  - path: r{r}\n"));
+    }
+    m.push_str(&format!(
+        "worker:\n  run: 'echo \"start $RUNNER_REPO $RUNNER_ITEM $(date +%s%N)\" >> {log}; sleep 1; echo \"end $RUNNER_REPO $RUNNER_ITEM $(date +%s%N)\" >> {log}'\nitems:\n",
+        log = log.display()
+    ));
+    for r in 0..6 {
+        m.push_str(&format!("  - {{repo: r{r}, id: i{r}}}\n"));
+    }
+    std::fs::write(dir.path().join("m.yaml"), m).unwrap();
+    let first = spawn_apply(dir.path());
+    assert!(common::wait_for(20, || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.matches("start").count() >= 2)
+    }));
+    let second = spawn_apply(dir.path());
+    let status = run_in(dir.path(), &["status", "m.yaml", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["slots"]["bound"], 2, "{status:#}");
+    assert!(
+        status["slots"]["in_use"].as_u64().unwrap() >= 1,
+        "{status:#}"
+    );
+    let outs = [
+        first.wait_with_output().unwrap(),
+        second.wait_with_output().unwrap(),
+    ];
+    for o in &outs {
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+    }
+    let iv = common::intervals(&log);
+    assert_eq!(iv.len(), 6, "{iv:?}");
+    assert!(
+        common::max_overlap(&iv) <= 2,
+        "{} items ran at once: {iv:?}",
+        common::max_overlap(&iv)
+    );
+}

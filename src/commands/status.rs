@@ -21,6 +21,17 @@ pub struct Status {
     held: Vec<Held>,
     quarantined: Vec<Quarantined>,
     leases: Vec<LeaseStatus>,
+    /// With a manifest: its host-wide worker slots, held by every run of it on this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slots: Option<Slots>,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Slots {
+    /// Items running on this host now, over every run of the manifest.
+    in_use: usize,
+    /// `capacity.workers`: the most that may.
+    bound: u32,
 }
 
 #[derive(Serialize, schemars::JsonSchema)]
@@ -199,7 +210,15 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                 quarantined.push(q);
             }
         }
+        let slots = loaded.as_ref().map(|l| {
+            let bound = crate::plan::effective_workers(l, None);
+            Slots {
+                in_use: crate::lease::HostSlots::in_use(&l.manifest.name, bound),
+                bound,
+            }
+        });
         Ok(Status {
+            slots,
             schema: STATUS_SCHEMA,
             ledger: path.display().to_string(),
             paused,
@@ -234,6 +253,13 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
     outln!("ledger {}", safe(&st.ledger));
     if let Some(p) = &st.paused {
         outln!("PAUSED: {}", safe(p));
+    }
+    if let Some(s) = &st.slots {
+        outln!(
+            "worker slots on this host: {} of {} in use (over every run of the manifest)",
+            s.in_use,
+            s.bound
+        );
     }
     outln!("\nruns (newest first):");
     if st.runs.is_empty() {

@@ -119,12 +119,22 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         lease_wait: HashMap::new(),
     };
 
+    // The manifest's bound holds across its runs on this host: each running item holds one of
+    // `capacity.workers` host-wide slots. A nested run (started by a worker) runs inside its
+    // parent's item and its slot.
+    let mut slots = cx.parent_token.is_none().then(|| {
+        crate::lease::HostSlots::new(&m.name, crate::plan::effective_workers(&cx.loaded, None))
+    });
     let polls_stop = sink.polls_stop();
     let mut stop_poll = tokio::time::interval(STOP_POLL);
     stop_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if let Some(f) = sink.failure() {
             sched.ledger_failed(f);
+        }
+        // What no longer runs (finished, resting) gives its host slot back.
+        if let Some(s) = slots.as_mut() {
+            s.trim(sched.running());
         }
         let until = match sched.next(Instant::now()) {
             Decision::Probe => {
@@ -136,6 +146,15 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                 continue;
             }
             Decision::Resume(idx) => {
+                // A host slot first: the scheduler counts the item as running again.
+                let slot = slots
+                    .as_mut()
+                    .map_or(Ok(true), |s| s.ensure(sched.running()));
+                if !matches!(slot, Ok(true)) && sched.stopped_by().is_none() {
+                    debug!(item = %label(&cx, idx), "rest over, but the host's slots are taken: resting a little more");
+                    sched.rest(idx, Instant::now() + crate::engine::scheduler::LEASE_RETRY);
+                    continue;
+                }
                 debug!(item = %label(&cx, idx), "rest over: the item goes on");
                 if let Some(wake) = pool.resting.remove(&idx) {
                     let _ = wake.send(());
@@ -143,7 +162,16 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
                 continue;
             }
             Decision::Admit(idx) => {
-                let answer = admit(&cx, sink, &mut pool, idx, &ev_tx, &stop_rx).await;
+                let slot = slots
+                    .as_mut()
+                    .map_or(Ok(true), |s| s.ensure(sched.running() + 1));
+                let answer = match slot {
+                    Ok(true) => admit(&cx, sink, &mut pool, idx, &ev_tx, &stop_rx).await,
+                    Ok(false) => Admission::HostFull,
+                    Err(e) => Admission::Failed(format!(
+                        "cannot take a host-wide worker slot of the manifest: {e}"
+                    )),
+                };
                 debug!(item = %label(&cx, idx), ?answer, running = sched.running(), "admission");
                 // How long an item waited for its repository's lease, once it has it.
                 match &answer {

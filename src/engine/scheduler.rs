@@ -80,6 +80,9 @@ pub enum Admission {
     },
     /// runner could not ask (a lease file that cannot be opened, …).
     Failed(String),
+    /// Every host-wide worker slot of the manifest is held by its runs: the item stays queued,
+    /// and admission is asked again shortly.
+    HostFull,
 }
 
 /// How an item that ran ended.
@@ -184,6 +187,9 @@ pub struct Scheduler {
     failed: Option<String>,
     /// The budget was spent (how much of what).
     budget: Option<String>,
+    /// The host's worker slots were all held by other runs of the manifest at the last try: no
+    /// admission before then.
+    host_retry_at: Option<Instant>,
     budget_usd: Option<f64>,
     /// What the workers reported they spent so far.
     spent_usd: f64,
@@ -215,6 +221,7 @@ impl Scheduler {
             paused: s.paused,
             failed: None,
             budget: None,
+            host_retry_at: None,
             budget_usd: s.budget,
             spent_usd: 0.0,
         }
@@ -291,7 +298,11 @@ impl Scheduler {
                 .queue
                 .iter()
                 .any(|&i| self.blocked.contains_key(&self.repo_of[i]));
-        if self.running.is_empty() && self.busy.is_empty() && !waiting_for_lock {
+        // Other runs of the manifest hold the host's slots: what is queued waits for one.
+        let waiting_for_host =
+            !self.halted() && !self.queue.is_empty() && self.host_retry_at.is_some_and(|t| t > now);
+        if self.running.is_empty() && self.busy.is_empty() && !waiting_for_lock && !waiting_for_host
+        {
             return Decision::Done;
         }
         // The earliest rest still to come (one already due waits for a slot: an item ending).
@@ -316,10 +327,10 @@ impl Scheduler {
                 now + LEASE_RETRY
             }
         });
-        let until = match (until, rest) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let until = [until, rest, self.host_retry_at.filter(|_| waiting_for_host)]
+            .into_iter()
+            .flatten()
+            .min();
         Decision::Wait { until }
     }
 
@@ -355,7 +366,7 @@ impl Scheduler {
     /// again, while a slot is free.
     fn admission(&mut self, now: Instant) -> Option<Decision> {
         let bound = self.probed.unwrap_or(self.workers).min(self.workers);
-        if self.running.len() as u32 >= bound {
+        if self.running.len() as u32 >= bound || self.host_retry_at.is_some_and(|t| now < t) {
             return None;
         }
         let idx = self.backlog.pick(|repo| {
@@ -435,7 +446,11 @@ impl Scheduler {
                 cause: Some(cause),
             });
         };
+        if answer != Admission::HostFull {
+            self.host_retry_at = None;
+        }
         match answer {
+            Admission::HostFull => self.host_retry_at = Some(now + LEASE_RETRY),
             Admission::Started => {
                 self.dequeue(item);
                 self.blocked.remove(&repo);

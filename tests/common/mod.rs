@@ -8,15 +8,31 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The built `runner` binary with a clean, colourless environment.
+/// The built `runner` binary with a clean, colourless environment. Host-wide units (shared
+/// resources, a manifest's worker slots) live in a folder of the calling test's own, so that
+/// tests running at once with manifests of one name do not share them (a test sets
+/// `RUNNER_RESOURCES_DIR` itself to share them on purpose).
 pub fn runner() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
     c.env("NO_COLOR", "1")
         .env_remove("RUNNER_ROLE")
         .env_remove("RUNNER_STATE")
         .env_remove("RUNNER_CONTAINMENT")
-        .env_remove("RUNNER_CGROUP");
+        .env_remove("RUNNER_CGROUP")
+        .env("RUNNER_RESOURCES_DIR", test_units_dir());
     c
+}
+
+/// The calling test's folder for host-wide units.
+fn test_units_dir() -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::thread::current().name().unwrap_or("main").hash(&mut h);
+    std::env::temp_dir().join(format!(
+        "runner-test-units-{}-{:x}",
+        std::process::id(),
+        h.finish()
+    ))
 }
 
 /// Start `runner apply m.yaml` in `root` with `env`, wait until a process matching each of

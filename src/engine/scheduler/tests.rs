@@ -505,3 +505,19 @@ proptest! {
         simulate(repos, workers, probe, wait, answers, stop_at);
     }
 }
+
+#[test]
+fn a_host_whose_slots_are_taken_keeps_the_item_queued_and_asks_again() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0, 1], 2));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::HostFull, t);
+    // Nothing runs here, yet the drain is not over: it waits for a slot.
+    match s.next(t) {
+        Decision::Wait { until: Some(u) } => assert_eq!(u, t + LEASE_RETRY),
+        d => panic!("{d:?}"),
+    }
+    assert_eq!(s.next(t + LEASE_RETRY), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t + LEASE_RETRY);
+    assert_eq!(s.next(t + LEASE_RETRY), Decision::Admit(1));
+}
