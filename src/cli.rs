@@ -160,6 +160,11 @@ pub struct ApplyArgs {
     /// now), keeping the old branch as `<branch>.backup-<commit>`, instead of continuing it.
     #[arg(long, requires = "rerun")]
     pub fresh: bool,
+    /// Whether items still held fail a run that ran nothing (exit 1, the default: a hold needs
+    /// a person) or not (`pass`: a cron drain with nothing new exits 0, and says what stays
+    /// held).
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = StandingHolds::Fail)]
+    pub standing_holds: StandingHolds,
     /// Drain, look for work again (discovery runs anew), drain again, until a look finds
     /// nothing pending; each round is a run with its own report.
     #[arg(long = "loop")]
@@ -184,6 +189,15 @@ pub struct ApplyArgs {
     /// together run every item once, without a shared ledger.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<crate::plan::shard::Shard>,
+}
+
+/// What items still held do to the exit code of a run that ran nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StandingHolds {
+    /// Exit 1, as any hold.
+    Fail,
+    /// Exit 0: nothing new happened.
+    Pass,
 }
 
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {

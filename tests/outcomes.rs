@@ -1373,3 +1373,53 @@ fn overlapping_drains_of_one_manifest_share_its_worker_bound() {
         common::max_overlap(&iv)
     );
 }
+
+/// A cron drain after the work is done: an item stays held `stale-base` until a person acts.
+#[test]
+fn a_run_with_nothing_new_keeps_latest_and_standing_holds_are_a_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    common::git(&r, &["checkout", "-q", "-b", "side"]);
+    let marker = common::commit_file(&r, "side.txt", "side\n");
+    common::git(&r, &["checkout", "-q", "main"]);
+    repo(&dir.path().join("s"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: cron\nrepositories: [{{path: r, critical_base: [\"{marker}\"]}}, {{path: s}}]\nworker: {{run: \"true\"}}\nitems: [{{repo: r, id: old, branch: runner/old}}, {{repo: s, id: new}}]\n"
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let first = std::fs::read_link(dir.path().join("runner-reports/latest")).unwrap();
+    // Nothing new: exit 1 by default (a hold needs a person), `latest` stays the run that worked.
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        std::fs::read_link(dir.path().join("runner-reports/latest")).unwrap(),
+        first
+    );
+    assert_eq!(
+        common::run_folders(dir.path()).len(),
+        2,
+        "the empty run is recorded"
+    );
+    let out = run_in(
+        dir.path(),
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--standing-holds",
+            "pass",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.ends_with("exit 0: nothing new: 1 item still held (`--standing-holds pass`)\n"),
+        "{err}"
+    );
+}

@@ -458,7 +458,13 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     }
     // The run history: what the run came to, then the reports folder's page of runs.
     let totals = super::report::totals_of(report);
-    let (code, why) = verdict(end.ending, end.signal, report, sink.failure.as_deref());
+    let (code, why) = verdict(
+        end.ending,
+        end.signal,
+        report,
+        sink.failure.as_deref(),
+        args.standing_holds,
+    );
     let last = format!("{} — exit {code}: {why}", report::counts_line(report));
     // Everything the report is needed for is done: its items are let go before the history
     // page reads the ledger, so the two are never in memory together.
@@ -1124,6 +1130,7 @@ fn verdict(
     signal: Option<i32>,
     report: &report::Report,
     failure: Option<&str>,
+    standing: crate::cli::StandingHolds,
 ) -> (i32, String) {
     if let Some(f) = failure {
         return (EXIT_INTERNAL, f.to_string());
@@ -1166,6 +1173,31 @@ fn verdict(
                 .iter()
                 .any(|i| i.publish.as_ref().is_some_and(|p| p.error.is_some()));
             let missing = missing_line(&report.missing_repositories);
+            // A run that ran nothing, whose only trouble is items held as before: with
+            // `--standing-holds pass` that is nothing new.
+            let only_held = !report
+                .items
+                .iter()
+                .any(|i| matches!(i.outcome, ItemOutcome::Halted | ItemOutcome::Failed));
+            if bad
+                && only_held
+                && missing.is_none()
+                && standing == crate::cli::StandingHolds::Pass
+                && !report::ran_work(report)
+            {
+                let held = report
+                    .items
+                    .iter()
+                    .filter(|i| i.outcome == ItemOutcome::Held)
+                    .count();
+                return (
+                    EXIT_OK,
+                    format!(
+                        "nothing new: {held} item{} still held (`--standing-holds pass`)",
+                        if held == 1 { "" } else { "s" }
+                    ),
+                );
+            }
             if bad {
                 let mut why = "an item halted, failed or was held".to_string();
                 if let Some(m) = missing {

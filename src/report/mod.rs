@@ -1049,13 +1049,21 @@ impl Default for Formats {
     }
 }
 
+/// Whether any item of the run started: a run that only found its items done or held ran no
+/// work.
+pub fn ran_work(report: &Report) -> bool {
+    report.items.iter().any(|i| i.started_at.is_some())
+}
+
 /// Write the report in `formats` into `run_dir` (`report.json`, `summary.md`, `junit.xml`,
-/// `index.html`), then point `latest` at it. Returns the first error; what was written stays
-/// whole.
+/// `index.html`), then point `latest` at it — when the run ran work, or nothing is `latest` yet:
+/// a cron run that found nothing to do is recorded, and `latest` stays the last run that did
+/// something. Returns the first error; what was written stays whole.
 pub fn write(report: &Report, run_dir: &Path, formats: Formats) -> Result<(), ReportError> {
     write_files(report, run_dir, formats)?;
     if let Some(parent) = run_dir.parent()
         && let Some(name) = run_dir.file_name()
+        && (ran_work(report) || std::fs::symlink_metadata(parent.join("latest")).is_err())
     {
         let tmp = parent.join(format!(".latest-{}", std::process::id()));
         // A leftover of an earlier process with this pid; absent as a rule.
