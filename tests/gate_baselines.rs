@@ -407,3 +407,58 @@ fn verdicts_older_than_the_kept_days_are_removed_by_gc() {
     );
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0);
 }
+
+/// `cargo test -q` names a failed test as `name --- FAILED`: a baseline of such a gate forgives
+/// what fails on the base too.
+#[test]
+fn a_terse_libtest_baseline_forgives_what_the_base_fails_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("r"));
+    commit_file(
+        &root.join("r"),
+        "t.sh",
+        "echo 'running 2 tests'; echo 'emoji_test_file --- FAILED'; [ -e new.fail ] && echo 'tests::new --- FAILED'; exit 1\n",
+    );
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: terse\nrepositories: [{path: r}]\nworker: {run: [sh, -c, 'echo x > work.txt']}\ngates: [{name: test, run: [sh, t.sh], baseline: true}]\nitems: [{repo: r, id: a, branch: runner/a}]\n",
+    )
+    .unwrap();
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(0), "the known failure is forgiven: {err}");
+    let report = latest_report(&root.join("runner-reports"));
+    let g = gate(report_item(&report, "id", "a"));
+    assert_eq!(g["forgiven"], true, "{g:#}");
+    assert_eq!(
+        strings(&g["failures"]["forgiven"]),
+        ["emoji_test_file --- FAILED"]
+    );
+}
+
+/// One gate name over repositories with their own commands is a gate of each: items halted by
+/// their own failures there are no evidence against a gate elsewhere.
+#[test]
+fn gates_of_one_name_with_different_commands_are_judged_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for r in ["js", "py"] {
+        repo(&root.join(r));
+    }
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: apart\ncapacity: {workers: 1}\nrepositories:\n  - path: js\n    gates: [{name: test, run: 'node -e \"process.exit(1)\" 2>/dev/null || false'}]\n  - path: py\n    gates: [{name: test, run: 'python3 -c \"raise SystemExit(1)\"'}]\n\
+         worker: {run: 'echo change > notes.txt'}\ngates: [{name: test, run: 'true'}]\n\
+         items:\n  - {repo: js, id: x}\n  - {repo: py, id: x}\n",
+    )
+    .unwrap();
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let report = latest_report(&root.join("runner-reports"));
+    assert_eq!(
+        report["suspect_gates"],
+        serde_json::Value::Null,
+        "one halt each is each gate doing its work: {report:#}"
+    );
+    assert!(!err.contains("misconfigured"), "{err}");
+}

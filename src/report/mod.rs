@@ -328,6 +328,8 @@ pub struct SuspectGate {
 /// What the builder knows of one gate across the run.
 #[derive(Clone, Debug, Default)]
 struct GateTally {
+    /// The program it runs (`cargo`, `npm`, `python3 -m pytest`'s `python3`).
+    program: String,
     /// Passes anywhere: on an item, or on a base commit (which proves the command can pass).
     passed: usize,
     command: Option<String>,
@@ -357,6 +359,8 @@ pub struct ReportBuilder {
     started: std::collections::HashMap<(usize, u32, String), bool>,
     /// A baseline run, until its gate's `gate-finished`.
     baselines: std::collections::HashMap<(usize, u32, String), BaselineReport>,
+    /// The program each item's gate last ran, by (item, gate).
+    programs: std::collections::HashMap<(usize, String), String>,
 }
 
 impl ReportBuilder {
@@ -433,6 +437,7 @@ impl ReportBuilder {
             gates: Vec::new(),
             started: std::collections::HashMap::new(),
             baselines: std::collections::HashMap::new(),
+            programs: std::collections::HashMap::new(),
         };
         b.recount();
         b
@@ -707,7 +712,11 @@ impl ReportBuilder {
                 ..
             } => {
                 self.started.insert((*item, *n, gate.clone()), *required);
-                let t = self.tally(gate);
+                if let Some(c) = command {
+                    self.programs
+                        .insert((*item, gate.clone()), program_of(c).to_string());
+                }
+                let t = self.tally(*item, gate);
                 if command.is_some() {
                     t.command = command.clone();
                 }
@@ -728,7 +737,7 @@ impl ReportBuilder {
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if *result == GateResult::Passed {
-                    self.tally(gate).passed += 1;
+                    self.tally(*item, gate).passed += 1;
                     self.name_suspects();
                 }
                 self.baselines.insert(
@@ -764,7 +773,7 @@ impl ReportBuilder {
                 let key = (*item, *n, gate.clone());
                 let required = self.started.remove(&key).unwrap_or(true);
                 let baseline = self.baselines.remove(&key);
-                let t = self.tally(gate);
+                let t = self.tally(*item, gate);
                 if exit.is_some() {
                     t.exit = *exit;
                 }
@@ -824,11 +833,29 @@ impl ReportBuilder {
         }
     }
 
-    fn tally(&mut self, gate: &str) -> &mut GateTally {
-        let i = match self.gates.iter().position(|(g, _)| g == gate) {
+    /// The tally of gate `gate` as item `item` last started it: a gate is judged by the program
+    /// it runs, so one name over repositories with different commands (npm, pytest, cargo) is
+    /// one gate each, and one command over many repositories is one gate.
+    fn tally(&mut self, item: usize, gate: &str) -> &mut GateTally {
+        let program = self
+            .programs
+            .get(&(item, gate.to_string()))
+            .cloned()
+            .unwrap_or_default();
+        let i = match self
+            .gates
+            .iter()
+            .position(|(g, t)| g == gate && t.program == program)
+        {
             Some(i) => i,
             None => {
-                self.gates.push((gate.to_string(), GateTally::default()));
+                self.gates.push((
+                    gate.to_string(),
+                    GateTally {
+                        program,
+                        ..GateTally::default()
+                    },
+                ));
                 self.gates.len() - 1
             }
         };
@@ -853,7 +880,7 @@ impl ReportBuilder {
             return;
         };
         let name = format!("{}/{}", it.repo, it.id);
-        self.tally(&gate).halted.push(name);
+        self.tally(item, &gate).halted.push(name);
         self.name_suspects();
     }
 
@@ -892,6 +919,7 @@ impl ReportBuilder {
         self.gates = Vec::new();
         self.started = Default::default();
         self.baselines = Default::default();
+        self.programs = Default::default();
     }
 }
 
@@ -908,6 +936,26 @@ pub fn ending_with_counts(r: &Report) -> String {
 }
 
 /// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
+/// The program a command line runs: its first word, or under `sh -c`/`bash -c` the script's
+/// first word (`cargo` of `sh -c 'cargo test -q'`), leading `VAR=value` words passed over.
+fn program_of(command: &str) -> &str {
+    let words: Vec<&str> = command
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut rest: &[&str] = &words;
+    if let [shell, "-c", tail @ ..] = rest
+        && matches!(*shell, "sh" | "bash" | "/bin/sh" | "/bin/bash")
+    {
+        rest = tail;
+    }
+    rest.iter()
+        .copied()
+        .find(|w| !(w.contains('=') && !w.starts_with('=')))
+        .unwrap_or("")
+}
+
 /// One line saying why a gate is suspected of being misconfigured.
 pub fn suspect_line(s: &SuspectGate) -> String {
     let mut line = format!("`{}`", s.gate);
@@ -1128,4 +1176,21 @@ pub fn write_files(report: &Report, dir: &Path, formats: Formats) -> Result<(), 
 pub fn report_schema_json() -> Result<String, serde_json::Error> {
     let schema = schemars::schema_for!(Report);
     Ok(serde_json::to_string_pretty(&schema)? + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::program_of;
+
+    #[test]
+    fn a_gate_is_known_by_the_program_it_runs() {
+        assert_eq!(program_of("sh -c 'cargo test --offline -q'"), "cargo");
+        assert_eq!(program_of("npm test"), "npm");
+        assert_eq!(
+            program_of("sh -c 'PYTHONPATH=src python3 -m pytest'"),
+            "python3"
+        );
+        assert_eq!(program_of("test -f done/a.txt"), "test");
+        assert_eq!(program_of(""), "");
+    }
 }

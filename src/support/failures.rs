@@ -128,6 +128,13 @@ fn recognise(line: &str) -> Option<String> {
         let name = name.trim_end_matches(" - should panic");
         return Some(format!("test {}", doc_test_lines(name)));
     }
+    // libtest, terse (`cargo test -q`): `tests::name --- FAILED`.
+    if let Some(name) = t.strip_suffix(" --- FAILED")
+        && !name.is_empty()
+        && !name.contains(char::is_whitespace)
+    {
+        return Some(format!("test {name}"));
+    }
     // cargo-nextest: `FAIL [   0.004s] crate::bin tests::name` (also `SIGSEGV [...]`, `TIMEOUT`).
     for word in ["FAIL [", "SIGSEGV [", "SIGABRT [", "TIMEOUT ["] {
         if let Some(rest) = t.strip_prefix(word)
@@ -378,6 +385,18 @@ mod tests {
         assert_eq!(
             prints(out),
             ["test a::bad", "test src/lib.rs - f (line N)", "test b::p"]
+        );
+    }
+
+    #[test]
+    fn libtest_terse_output_names_the_same_failures() {
+        let out = "running 3 tests\n.F.\nemoji_test_file --- FAILED\ntests::wide --- FAILED\n\
+                   ---- emoji_test_file stdout ----\ntest result: FAILED. 1 passed; 2 failed\n";
+        assert_eq!(prints(out), ["test emoji_test_file", "test tests::wide"]);
+        // The verbose line names the same failure, so a `-q` gate compares with its base.
+        assert_eq!(
+            prints("test emoji_test_file ... FAILED\n"),
+            ["test emoji_test_file"]
         );
     }
 
