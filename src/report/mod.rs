@@ -952,7 +952,7 @@ fn program_of(command: &str) -> &str {
     }
     rest.iter()
         .copied()
-        .find(|w| !(w.contains('=') && !w.starts_with('=')))
+        .find(|w| !w.contains('=') || w.starts_with('='))
         .unwrap_or("")
 }
 
