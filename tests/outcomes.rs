@@ -1261,7 +1261,7 @@ fn status_names_each_runs_ending_with_its_counts() {
     let summary =
         std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
     assert!(
-        summary.starts_with("# runner: `stall` — drained: 1 completed, 3 halted\n"),
+        summary.starts_with("# runner: `stall` — drained: 1 completed (no-change 1), 3 halted\n"),
         "{summary}"
     );
 }
@@ -1421,5 +1421,62 @@ fn a_run_with_nothing_new_keeps_latest_and_standing_holds_are_a_choice() {
     assert!(
         err.ends_with("exit 0: nothing new: 1 item still held (`--standing-holds pass`)\n"),
         "{err}"
+    );
+}
+
+/// A run killed outright, its report rendered again from the ledger: what never finished was in
+/// flight when the run died, or not started — nothing cancelled it.
+#[test]
+fn a_killed_runs_report_says_its_items_were_in_flight_not_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    queue_fixture(dir.path(), &[&["a", "b"], &["c"]], "5317", 1);
+    common::kill_runner_while(dir.path(), &[], &["sleep 5317"]);
+    // What the dead run's worker left goes (the next run would end it).
+    for p in common::processes_matching("sleep 5317") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let out = run_in(dir.path(), &["report", "latest", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reasons: Vec<(&str, &str)> = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["reason"].as_str().unwrap_or(""),
+                i["cause"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(
+        reasons.contains(&(
+            "run-died",
+            "in flight when the run died: its result was never recorded"
+        )),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&("run-died", "not started: the run died first")),
+        "{reasons:?}"
+    );
+    let out = run_in(
+        dir.path(),
+        &[
+            "report",
+            "latest",
+            "--manifest",
+            "m.yaml",
+            "--format",
+            "markdown",
+        ],
+    );
+    assert!(
+        common::stdout(&out).contains("# runner: `queue` — died: 3 cancelled (run-died 3)"),
+        "{}",
+        common::stdout(&out)
     );
 }

@@ -330,3 +330,36 @@ fn a_worker_that_used_another_model_is_flagged() {
         "{report:#}"
     );
 }
+
+/// A rest after a provider failure is reported as long as it was; the wait for a free slot
+/// after it, apart.
+#[test]
+fn back_off_is_reported_apart_from_the_wait_for_a_free_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    for r in ["a", "b"] {
+        common::repo(&dir.path().join(r));
+    }
+    let flag = dir.path().join("failed-once");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: slot\ncapacity: {{workers: 1}}\nrepositories: [{{path: a}}, {{path: b}}]\nmodels: {{primary: m, fallbacks: [n], threshold: 5, backoff: {{initial: 300ms, max: 300ms}}}}\nworker: {{run: 'if [ \"$RUNNER_REPO\" = a ] && [ ! -e {f} ]; then touch {f}; exit 75; fi; if [ \"$RUNNER_REPO\" = b ]; then sleep 2; fi'}}\nitems: [{{repo: a, id: x}}, {{repo: b, id: y}}]\n",
+            f = flag.display()
+        ),
+    )
+    .unwrap();
+    let out = common::run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    let x = common::report_item(&report, "id", "x");
+    let second = &x["attempts"][1];
+    assert!(second["waited_ms"].as_u64().unwrap() <= 300, "{x:#}");
+    assert!(second["slot_wait_ms"].as_u64().unwrap() >= 1000, "{x:#}");
+    assert!(x["waited"]["backoff_ms"].as_u64().unwrap() <= 300, "{x:#}");
+    assert!(x["waited"]["slot_ms"].as_u64().unwrap() >= 1000, "{x:#}");
+    // The timeline has the run's one slot, its bars labelled with their items.
+    let page =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/index.html")).unwrap();
+    assert!(page.contains(">slot 1</text>") && !page.contains(">slot 2</text>"));
+    assert!(page.contains("class=\"bar-label\""), "no bar labelled");
+}

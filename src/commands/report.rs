@@ -29,6 +29,10 @@ pub fn render(ledger: &Store, run: &str) -> crate::ledger::Result<Option<report:
     for (at, ev) in &replay.events {
         b.on(ev, at);
     }
+    let died = ledger
+        .run(run)?
+        .is_some_and(|r| r.status() == crate::ledger::RunStatus::Died);
+    b.unended(died, &ledger.claimed_by(run)?);
     Ok(Some(b.report().clone()))
 }
 

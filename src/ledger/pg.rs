@@ -415,6 +415,19 @@ impl PgLedger {
         })
     }
 
+    /// The items run `id` still holds claims on (repository, item): what it was working on, if
+    /// it died.
+    pub fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
+        let id = id.to_string();
+        self.call(move |s| {
+            Ok(s.client
+                .query("SELECT repo, item FROM claims WHERE run_id = $1", &[&id])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect())
+        })
+    }
+
     /// Run `id`'s items per outcome: as its report counted them once it ended, else the
     /// results it has recorded so far.
     pub fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {

@@ -335,6 +335,16 @@ impl SqliteLedger {
         Ok(())
     }
 
+    /// The items run `id` still holds claims on (repository, item): what it was working on, if
+    /// it died.
+    pub fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
+        self.rows(
+            "SELECT repo, item FROM claims WHERE run_id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
     /// Run `id`'s items per outcome: as its report counted them once it ended, else the
     /// results it has recorded so far.
     pub fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {

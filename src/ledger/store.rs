@@ -85,6 +85,13 @@ impl Store {
         }
     }
 
+    pub fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
+        match self {
+            Store::Sqlite(l) => l.claimed_by(id),
+            Store::Pg(l) => l.claimed_by(id),
+        }
+    }
+
     pub fn counts_of(
         &self,
         id: &str,

@@ -94,6 +94,7 @@ svg text { fill: var(--fg); font-size: 11px; font-family: system-ui, sans-serif;
 svg .axis { stroke: var(--line); } svg .lane { fill: var(--panel); }
 svg .gate-passed { fill: var(--gate-ok); } svg .gate-failed, svg .gate-timed-out { fill: var(--gate-bad); }
 svg .gate-skipped, svg .gate-not-run { fill: var(--gate-other); }
+svg .bar-label { fill: #fff; stroke: rgba(0,0,0,.55); stroke-width: 2px; paint-order: stroke; font-size: 9px; pointer-events: none; }
 svg .bar { stroke: var(--bg); stroke-width: 1; } svg a:hover .bar { stroke: var(--fg); stroke-width: 2; }
 svg .f-completed { fill: var(--completed); } svg .f-halted { fill: var(--halted); }
 svg .f-failed { fill: var(--failed); } svg .f-cancelled { fill: var(--cancelled); }
@@ -200,8 +201,10 @@ pub struct Bar {
     pub class: &'static str,
     /// Gate segments: name, result, start, end.
     pub gates: Vec<(String, GateResult, i64, i64)>,
-    /// The provider back-off the attempt waited out before it started.
+    /// The provider back-off the attempt waited out before it started: from, to (a wait for a
+    /// free slot may follow it).
     pub backoff_from: Option<i64>,
+    pub backoff_to: i64,
 }
 
 /// The run laid out on lanes: no two bars of a lane overlap, and there are at least as many lanes
@@ -253,7 +256,8 @@ pub fn timeline(r: &Report) -> Timeline {
             let work = attempt_work_ms(a);
             let next = it.attempts.get(k + 1);
             let until = match next {
-                Some(b) => at(&b.started_at).map(|s| s - b.waited_ms.unwrap_or(0) as i64),
+                Some(b) => at(&b.started_at)
+                    .map(|s| s - (b.waited_ms.unwrap_or(0) + b.slot_wait_ms.unwrap_or(0)) as i64),
                 None => ended,
             };
             let end = until
@@ -275,23 +279,31 @@ pub fn timeline(r: &Report) -> Timeline {
                 end,
                 class: class_of(it, next.is_none()),
                 gates,
-                backoff_from: a.waited_ms.filter(|w| *w > 0).map(|w| start - w as i64),
+                backoff_from: a
+                    .waited_ms
+                    .filter(|w| *w > 0)
+                    .map(|w| start - (w + a.slot_wait_ms.unwrap_or(0)) as i64),
+                backoff_to: start - a.slot_wait_ms.unwrap_or(0) as i64,
             });
         }
     }
     bars.sort_by_key(|b| (b.start, b.item, b.n));
+    // As many lanes as the run had slots: an attempt that seems to start before a lane is free
+    // (its slot's last item was still being recorded, clocks read a moment apart) takes the
+    // lane that frees first, never a lane the run did not have.
+    let slots = (r.capacity.workers as usize).max(1);
     let mut free_at: Vec<i64> = Vec::new();
     for b in &mut bars {
-        match free_at.iter().position(|f| *f <= b.start) {
-            Some(l) => {
-                b.lane = l;
-                free_at[l] = b.end;
+        let lane = match free_at.iter().position(|f| *f <= b.start) {
+            Some(l) => l,
+            None if free_at.len() < slots => {
+                free_at.push(i64::MIN);
+                free_at.len() - 1
             }
-            None => {
-                b.lane = free_at.len();
-                free_at.push(b.end);
-            }
-        }
+            None => (0..free_at.len()).min_by_key(|l| free_at[*l]).unwrap_or(0),
+        };
+        b.lane = lane;
+        free_at[lane] = free_at[lane].max(b.end);
     }
     let run_end = r.ended_at.as_deref().and_then(at).unwrap_or(0);
     let span = bars.iter().map(|b| b.end).fold(run_end, i64::max).max(1);
@@ -380,11 +392,11 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
                 "<rect class=\"backoff\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{}\" fill=\"url(#hatch)\"><title>{} attempt {}: provider back-off, {}</title></rect>",
                 x(from),
                 y + LANE - 10.0,
-                (x(b.start) - x(from)).max(1.0),
+                (x(b.backoff_to) - x(from)).max(1.0),
                 5,
                 esc(&format!("{}/{}", it.repo, it.id)),
                 b.n,
-                human_ms((b.start - from) as u64)
+                human_ms((b.backoff_to - from).max(0) as u64)
             );
         }
         let attempt = it.attempts.iter().find(|a| a.n == b.n);
@@ -438,6 +450,23 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
                 x(*s),
                 y + 5.0,
                 (x(*e) - x(*s)).max(1.0)
+            );
+        }
+        // The item's id on its bar, where the bar is wide enough to hold some of it.
+        let room = ((bw - 8.0) / 6.5).floor() as usize;
+        if room >= 4 {
+            let name = &it.id;
+            let shown: String = if name.chars().count() > room {
+                name.chars().take(room - 1).chain(['…']).collect()
+            } else {
+                name.clone()
+            };
+            let _ = writeln!(
+                out,
+                "<text class=\"bar-label\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                bx + 4.0,
+                y + 16.5,
+                esc(&shown)
             );
         }
         out.push_str("</g></a>\n");
@@ -520,6 +549,9 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
         }
         if let Some(w) = a.waited_ms.filter(|w| *w > 0) {
             let _ = write!(out, " · after {} of provider back-off", human_ms(w));
+        }
+        if let Some(w) = a.slot_wait_ms {
+            let _ = write!(out, " and {} waiting for a free slot", human_ms(w));
         }
         let _ = writeln!(
             out,

@@ -29,7 +29,11 @@ pub fn render(r: &Report) -> String {
         "Run `{}` · started {} · ended {} · up to {} at once\n\n",
         r.run_id,
         r.started_at,
-        r.ended_at.as_deref().unwrap_or("still running"),
+        r.ended_at.as_deref().unwrap_or(if super::died(r) {
+            "never (the run died)"
+        } else {
+            "still running"
+        }),
         count(r.capacity.workers as usize, "item", "items")
     ));
     if let Some(c) = &r.cause {

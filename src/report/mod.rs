@@ -66,7 +66,11 @@ pub struct Report {
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct Waited {
     pub lease_ms: u64,
+    /// Resting after provider failures, as long as each rest asked.
     pub backoff_ms: u64,
+    /// After a rest was over, waiting for a free slot (other items held every one).
+    #[serde(default)]
+    pub slot_ms: u64,
     /// For shared resources (`uses`), over every command of every attempt.
     #[serde(default)]
     pub resources_ms: u64,
@@ -196,9 +200,13 @@ pub struct AttemptReport {
     /// The model the worker says it used, when that is not the one asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_used: Option<String>,
-    /// How long the item rested before this attempt, after a provider failure.
+    /// How long the item rested before this attempt, after a provider failure (the back-off
+    /// asked for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waited_ms: Option<u64>,
+    /// How long it then waited for a free slot before this attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_wait_ms: Option<u64>,
     pub started_at: String,
     pub worker: Option<WorkerReport>,
     pub gates: Vec<GateReport>,
@@ -361,6 +369,8 @@ pub struct ReportBuilder {
     baselines: std::collections::HashMap<(usize, u32, String), BaselineReport>,
     /// The program each item's gate last ran, by (item, gate).
     programs: std::collections::HashMap<(usize, String), String>,
+    /// The rest each resting item asked for, until its next attempt starts.
+    rests: std::collections::HashMap<usize, std::time::Duration>,
 }
 
 impl ReportBuilder {
@@ -438,6 +448,7 @@ impl ReportBuilder {
             started: std::collections::HashMap::new(),
             baselines: std::collections::HashMap::new(),
             programs: std::collections::HashMap::new(),
+            rests: std::collections::HashMap::new(),
         };
         b.recount();
         b
@@ -545,7 +556,10 @@ impl ReportBuilder {
                     it.started_at = Some(at.to_string());
                 }
             }
-            Event::Resting { .. } | Event::ResourceWaiting { .. } => {}
+            Event::Resting { item, wait, .. } => {
+                self.rests.insert(*item, *wait);
+            }
+            Event::ResourceWaiting { .. } => {}
             Event::ResourceAcquired { item, waited, .. } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.waited.get_or_insert_with(Default::default).resources_ms +=
@@ -658,10 +672,16 @@ impl ReportBuilder {
                 model,
                 waited,
             } => {
+                // The wait before the attempt: the rest it asked for, then a free slot.
+                let split = waited.map(|w| {
+                    let rest = self.rests.remove(item).map_or(w, |r| r.min(w));
+                    (rest.as_millis() as u64, (w - rest).as_millis() as u64)
+                });
                 if let Some(it) = self.report.items.get_mut(*item) {
-                    if let Some(w) = waited {
-                        it.waited.get_or_insert_with(Default::default).backoff_ms +=
-                            w.as_millis() as u64;
+                    if let Some((rest, slot)) = split {
+                        let w = it.waited.get_or_insert_with(Default::default);
+                        w.backoff_ms += rest;
+                        w.slot_ms += slot;
                     }
                     it.model = model.clone();
                     // Most items make one attempt: room for one, not the four a first push
@@ -670,7 +690,8 @@ impl ReportBuilder {
                     it.attempts.push(AttemptReport {
                         n: *n,
                         model: model.clone(),
-                        waited_ms: waited.map(|w| w.as_millis() as u64),
+                        waited_ms: split.map(|(rest, _)| rest),
+                        slot_wait_ms: split.map(|(_, slot)| slot).filter(|s| *s > 0),
                         model_used: None,
                         started_at: at.to_string(),
                         worker: None,
@@ -913,6 +934,33 @@ impl ReportBuilder {
         &self.report
     }
 
+    /// The run recorded no ending: its items that never finished are not `cancelled` — nothing
+    /// cancelled them — but were running, or not yet started, when the run died (`died`) or are
+    /// so now (a live run).
+    /// `claimed` lists the items (repository, id) the run held claims on: those it had started.
+    pub fn unended(&mut self, died: bool, claimed: &[(String, String)]) {
+        if self.report.ending.is_some() {
+            return;
+        }
+        for it in &mut self.report.items {
+            if it.outcome != ItemOutcome::Cancelled || it.ended_at.is_some() {
+                continue;
+            }
+            let started = it.started_at.is_some()
+                || claimed.iter().any(|(r, i)| *r == it.repo && *i == it.id);
+            it.reason = Some(if died { "run-died" } else { "in-progress" }.to_string());
+            it.cause = Some(
+                match (died, started) {
+                    (true, true) => "in flight when the run died: its result was never recorded",
+                    (true, false) => "not started: the run died first",
+                    (false, true) => "running",
+                    (false, false) => "not started yet",
+                }
+                .to_string(),
+            );
+        }
+    }
+
     /// Let go of the items (the bulk of a report) once nothing needs them any more.
     pub fn release(&mut self) {
         self.report.items = Vec::new();
@@ -926,13 +974,20 @@ impl ReportBuilder {
 /// The run's ending with its counts, as every place that names an ending gives it: `drained: 3
 /// completed, 1 halted`.
 pub fn ending_with_counts(r: &Report) -> String {
-    let ending = r.ending.map_or("unfinished", |e| e.as_str());
-    let counts = nonzero_counts(&r.counts);
-    if counts.is_empty() {
-        format!("{ending}: no items")
-    } else {
-        format!("{ending}: {}", counts.join(", "))
-    }
+    let ending = match r.ending {
+        Some(e) => e.as_str(),
+        None if died(r) => "died",
+        None => "unfinished",
+    };
+    format!("{ending}: {}", counts_line(r))
+}
+
+/// The run recorded no ending and died (see [`ReportBuilder::unended`]).
+pub fn died(r: &Report) -> bool {
+    r.ending.is_none()
+        && r.items
+            .iter()
+            .any(|i| i.reason.as_deref() == Some("run-died"))
 }
 
 /// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
@@ -1038,7 +1093,11 @@ pub fn counts_line(report: &Report) -> String {
                 part.push_str(&format!(" ({})", marks.join(", ")));
             }
         }
-        if matches!(outcome, ItemOutcome::Held | ItemOutcome::Skipped) {
+        if matches!(
+            outcome,
+            ItemOutcome::Held | ItemOutcome::Skipped | ItemOutcome::Cancelled
+        ) && items.iter().any(|i| i.reason.is_some())
+        {
             let mut reasons: Vec<(&str, usize)> = Vec::new();
             for i in &items {
                 let r = i.reason.as_deref().unwrap_or("no reason");
