@@ -290,12 +290,13 @@ fn every_file_runner_writes_validates_against_its_schema() {
     // The newest run's report (a run that ran nothing leaves `latest` where it was).
     let report_of = |n: usize| {
         let p = out_dir.join(format!("report-{n}.json"));
-        let newest = common::run_folders(root).pop().unwrap();
-        std::fs::copy(
-            root.join("runner-reports").join(newest).join("report.json"),
-            &p,
-        )
-        .unwrap();
+        // Run ids sort by the second they started in: the report written last is the newest.
+        let newest = common::run_folders(root)
+            .into_iter()
+            .map(|f| root.join("runner-reports").join(f).join("report.json"))
+            .max_by_key(|r| std::fs::metadata(r).and_then(|m| m.modified()).ok())
+            .unwrap();
+        std::fs::copy(newest, &p).unwrap();
         p
     };
 
