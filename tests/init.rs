@@ -150,6 +150,16 @@ fn init_prepares_worktrees_for_the_projects_it_recognises() {
     common::commit_file(&py, "src/pkg/__init__.py", "");
     common::commit_file(&py, ".gitignore", ".venv/\n");
     std::fs::create_dir_all(py.join(".venv/bin")).unwrap();
+    // A lock file the repository ignores is not in a worktree: `npm ci` could not run there.
+    let js = repo(&root.join("js"));
+    common::commit_file(
+        &js,
+        "package.json",
+        "{\"scripts\": {\"test\": \"uvu test\"}}\n",
+    );
+    common::commit_file(&js, ".gitignore", "node_modules\n*-lock.*\n");
+    std::fs::write(js.join("package-lock.json"), "{}\n").unwrap();
+    std::fs::create_dir_all(js.join("node_modules/uvu")).unwrap();
     let bare = repo(&root.join("bare"));
     common::commit_file(&bare, "test_math.py", "import unittest\n");
     let out = init(root, "/usr/bin:/bin");
@@ -159,6 +169,7 @@ fn init_prepares_worktrees_for_the_projects_it_recognises() {
         "setup: \"npm ci\"",
         "share: [\"Cargo.lock\"]",
         "share: [\".venv\"]",
+        "share: [\"node_modules\"]",
         "run: \"PYTHONPATH=src python3 -m pytest\"",
         "run: \"python3 -m unittest\"",
     ] {
@@ -166,4 +177,5 @@ fn init_prepares_worktrees_for_the_projects_it_recognises() {
     }
     let out = common::run_in(root, &["validate", "runner.yaml"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(manifest.matches("npm ci").count(), 1, "{manifest}");
 }

@@ -82,7 +82,11 @@ struct Prep {
 fn worktree_prep(repo: &Path) -> Prep {
     let has = |f: &str| repo.join(f).exists();
     let mut prep = Prep::default();
-    if has("package.json") && has("package-lock.json") {
+    // `npm ci` installs from the lock file, so a worktree must hold it: committed, not ignored.
+    let lock_committed = has("package-lock.json")
+        && crate::git::ignored_of(repo, &["package-lock.json".to_string()])
+            .is_ok_and(|i| i.is_empty());
+    if has("package.json") && lock_committed {
         prep.setup = Some("npm ci");
         prep.why.push("package-lock.json");
     }
