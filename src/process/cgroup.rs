@@ -22,6 +22,14 @@
 //!
 //! Each lease record names its item's cgroups, so a run that finds the holder dead ends what is
 //! left in them (`runner apply`, `runner unlock --kill`) and removes them.
+//!
+//! The unified item cgroup holds no process itself: its processes start in a leaf below it
+//! (`repo-<repository>/g<n>`), and after every kill the next process starts in a fresh leaf.
+//! Killing a cgroup (`cgroup.kill`) leaves it killing whatever the kernel later creates in it
+//! with `CLONE_INTO_CGROUP` (seen on Linux 6.18: every such child dies of SIGKILL at once), so a
+//! repository whose item left a process that needed the kill would otherwise kill every later
+//! item's first process. The item cgroup stays the one the lease record names; limits are set
+//! on it and hold for every leaf below; `cgroup.events` and a kill of it cover them all.
 
 use crate::support::limits::Limits;
 use crate::vocab::Containment;
@@ -296,10 +304,16 @@ impl Contained {
                 }
                 write_file(&dir.join(file), &value)?;
             }
-            // Opened now to be told at once if it cannot be, and again for each process.
-            open_procs(dir)?;
+            // Opened now to be told at once if it cannot be, and again for each process (in
+            // the unified hierarchy, of the leaf it starts in).
+            if i > 0 {
+                open_procs(dir)?;
+            }
         }
-        Ok(ItemCgroup { dirs })
+        Ok(ItemCgroup {
+            dirs,
+            leaf: std::sync::Mutex::new(0),
+        })
     }
 
     /// Remove the run's cgroups (each once empty; a cgroup with processes left stays).
@@ -323,6 +337,9 @@ impl Drop for Contained {
 #[derive(Debug)]
 pub struct ItemCgroup {
     dirs: Vec<PathBuf>,
+    /// The generation of the unified leaf processes start in (`g<n>` below the item cgroup);
+    /// moved on by every kill.
+    leaf: std::sync::Mutex<u32>,
 }
 
 /// `dir`'s `cgroup.procs`, open for a process to move itself in.
@@ -363,15 +380,30 @@ impl Joining {
 }
 
 impl ItemCgroup {
-    /// Open the cgroups for a process to start in.
+    /// The unified leaf processes start in now, made when missing.
+    fn leaf(&self) -> io::Result<PathBuf> {
+        let n = *self.leaf.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = self.dirs[0].join(format!("g{n}"));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(dir),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("cannot create cgroup `{}`: {e}", dir.display()),
+            )),
+        }
+    }
+
+    /// Open the cgroups for a process to start in: the unified leaf, and each v1 cgroup.
     pub fn joining(&self) -> io::Result<Joining> {
+        let leaf = self.leaf()?;
+        let mut procs = vec![open_procs(&leaf)?];
+        for d in &self.dirs[1..] {
+            procs.push(open_procs(d)?);
+        }
         Ok(Joining {
-            folder: std::fs::File::open(&self.dirs[0]).ok().map(OwnedFd::from),
-            procs: self
-                .dirs
-                .iter()
-                .map(|d| open_procs(d))
-                .collect::<io::Result<_>>()?,
+            folder: std::fs::File::open(&leaf).ok().map(OwnedFd::from),
+            procs,
         })
     }
 
@@ -398,13 +430,22 @@ impl ItemCgroup {
     }
 
     /// Kill every member at once, and wait (at most `within`) until none is left. Returns
-    /// whether the cgroup is empty.
+    /// whether the cgroup is empty. The next process starts in a fresh leaf: the killed one
+    /// kills what is created in it.
     pub async fn kill(&self, within: Duration) -> bool {
-        kill_and_wait(self.path(), within).await
+        let gone = kill_and_wait(self.path(), within).await;
+        let old = {
+            let mut n = self.leaf.lock().unwrap_or_else(|p| p.into_inner());
+            *n += 1;
+            self.dirs[0].join(format!("g{}", *n - 1))
+        };
+        let _ = std::fs::remove_dir(old);
+        gone
     }
 
-    /// Remove the cgroups (once empty).
+    /// Remove the cgroups (once empty), the unified one's leaves first.
     pub fn remove(&self) {
+        remove_leaves(&self.dirs[0]);
         for dir in &self.dirs {
             let _ = std::fs::remove_dir(dir);
         }
@@ -440,6 +481,7 @@ pub async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i32>, Vec
             return Err(members(unified));
         }
     }
+    remove_leaves(unified);
     for dir in dirs {
         let _ = std::fs::remove_dir(dir);
         // The dead run's own cgroup goes with its last item.
@@ -450,13 +492,33 @@ pub async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i32>, Vec
     Ok(found)
 }
 
-/// The live processes in cgroup `dir`.
+/// The live processes in cgroup `dir` and every cgroup below it.
 pub fn members(dir: &Path) -> Vec<i32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
+    let mut out: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .split_ascii_whitespace()
         .filter_map(|p| p.parse().ok())
-        .collect()
+        .collect();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(members(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+/// Remove the (empty) cgroups below `dir`.
+fn remove_leaves(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_leaves(&e.path());
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
 }
 
 /// Whether a live process is left in unified cgroup `dir` (or any below it).
@@ -625,13 +687,7 @@ fn remove_stale(parent: &Path) {
         if alive {
             continue;
         }
-        if let Ok(items) = std::fs::read_dir(entry.path()) {
-            for item in items.flatten() {
-                if item.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = std::fs::remove_dir(item.path());
-                }
-            }
-        }
+        remove_leaves(&entry.path());
         let _ = std::fs::remove_dir(entry.path());
     }
 }
