@@ -262,3 +262,18 @@ fn items_in_worktrees_share_a_build_cache_per_repository() {
     );
     let _ = r;
 }
+
+#[test]
+fn an_edit_hidden_behind_assume_unchanged_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: hidden\nrepositories: [{path: r}]\nworker: {run: 'git update-index --assume-unchanged README.md && echo edited >> README.md'}\nitems: [{repo: r, id: x, branch: runner/x}]\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(files_of(&r, "runner/x"), ["README.md"]);
+    assert_eq!(git(&r, &["show", "runner/x:README.md"]), "hello\nedited");
+}

@@ -462,3 +462,83 @@ fn gates_of_one_name_with_different_commands_are_judged_apart() {
     );
     assert!(!err.contains("misconfigured"), "{err}");
 }
+
+/// A worker that writes a passing verdict into the cache for the tree it is about to break (the
+/// key is computable from what it can see) does not get its gate passed: only verdicts runner
+/// sealed are reused.
+#[test]
+fn a_verdict_a_worker_forged_into_the_cache_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("r"));
+    let allow = root.join("allow");
+    std::fs::write(&allow, "").unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: forged\nrepositories: [{{path: r}}]\nworker: {{run: 'echo broken > broken.txt'}}\ngates: [{{name: test, run: 'test ! -e broken.txt || test -e {}'}}]\nitems: [{{repo: r, id: a, branch: runner/a}}]\n",
+            allow.display()
+        ),
+    )
+    .unwrap();
+    // The broken tree passes once (the gate reads a file outside the tree): its verdict is kept.
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let cache = root.join(".runner/workspace/cache/verdicts");
+    let file = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    // What a worker that computed the key would write: a verdict of its own, unsealed.
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let verdict = stored.get("verdict").cloned().unwrap_or(stored);
+    std::fs::write(&file, serde_json::to_vec(&verdict).unwrap()).unwrap();
+    std::fs::remove_file(&allow).unwrap();
+    let (code, err) = apply(root, &["--rerun", "all"]);
+    assert_eq!(code, Some(1), "a forged verdict passed the gate: {err}");
+    let report = latest_report(&root.join("runner-reports"));
+    let g = gate(report_item(&report, "id", "a"));
+    assert_eq!(g["result"], "failed", "{g:#}");
+    assert!(g["cached"].is_null(), "{g:#}");
+}
+
+/// What a gate reads that the tree does not show is part of its verdict's key: an ignored file,
+/// and an edit hidden from git by `assume-unchanged`.
+#[test]
+fn a_verdict_is_not_reused_where_the_change_hides_from_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = repo(&root.join("r"));
+    commit_file(&r, ".gitignore", "config.local\n");
+    std::fs::write(r.join("config.local"), "good\n").unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: hidden\nrepositories: [{path: r}]\nworker: {run: 'true'}\ngates: [{name: test, run: 'grep -q good config.local && ! grep -q broken README.md'}]\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    // An ignored file the gate reads changed: the gate runs again, and fails.
+    std::fs::write(r.join("config.local"), "bad\n").unwrap();
+    let (code, err) = apply(root, &["--rerun", "all"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a verdict of another config.local was reused: {err}"
+    );
+    std::fs::write(r.join("config.local"), "good\n").unwrap();
+    let (code, err) = apply(root, &["--rerun", "all"]);
+    assert_eq!(code, Some(0), "{err}");
+    // A tracked file edited behind `assume-unchanged`: the checkout is not clean, and the edit
+    // is no part of a verdict on the clean tree.
+    git(&r, &["update-index", "--assume-unchanged", "README.md"]);
+    std::fs::write(r.join("README.md"), "broken\n").unwrap();
+    let out = common::run_in(root, &["plan", "m.yaml", "--rerun", "all"]);
+    assert!(
+        common::stdout(&out).contains("dirty-tree"),
+        "{}",
+        common::stdout(&out)
+    );
+}

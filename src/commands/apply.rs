@@ -74,6 +74,14 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
     let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
         return EXIT_INVALID;
     };
+    // The key that seals cached verdicts: the ledger's, never in a child's reach.
+    let verdict_key = match ledger.verdict_key() {
+        Ok(k) => k,
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INTERNAL;
+        }
+    };
     if std::env::var_os("RUNNER_ROLE").is_some()
         && let Ok(parent) = std::env::var("RUNNER_REPO_PATH")
     {
@@ -353,7 +361,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         run_id: run_id.clone(),
         token: uuid::Uuid::new_v4().simple().to_string(),
         run_dir: run_dir.clone(),
-        verdicts: engine::verdicts::Verdicts::new(&workspace, !args.no_cache),
+        verdicts: engine::verdicts::Verdicts::new(&workspace, !args.no_cache, &verdict_key),
         baselines: std::sync::Mutex::new(HashMap::new()),
         workspace,
         workers,

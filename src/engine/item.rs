@@ -1487,16 +1487,20 @@ async fn judged(
         Err(e) => return (unstarted(e), None),
     };
     let key = if gate.cache() {
-        let tree = match tree {
-            Some(t) => Some(t),
-            None => {
-                let d = run.dir.to_path_buf();
-                blocking(move || git::working_tree(&d).ok())
-                    .await
-                    .ok()
-                    .flatten()
-            }
-        };
+        // The tree, and what the gate can read that the tree does not show (ignored files, a
+        // link's target outside the folder); nothing to key by when a submodule has changes.
+        let d = run.dir.to_path_buf();
+        let tree = blocking(move || {
+            let tree = match tree {
+                Some(t) => t,
+                None => git::working_tree(&d).ok()?,
+            };
+            let hidden = git::hidden_inputs(&d).ok()??;
+            Some(format!("{tree}\0{hidden}"))
+        })
+        .await
+        .ok()
+        .flatten();
         let counting = gate.min_tests.as_ref().map(|m| m.pattern.as_str());
         tree.map(|t| verdicts::key(kind, &t, &ready.argv, &ready.env, run.dir, counting))
     } else {

@@ -15,8 +15,12 @@
 //! exiting are kept: a timeout, a cancellation, a command that could not start or was not found
 //! (exit 126 or 127) or one killed by a signal says nothing about the tree.
 //!
-//! Verdicts are files under `<workspace>/cache/verdicts`, one per key, written atomically: any
-//! run of any manifest sharing the workspace may reuse them, a lost or unreadable one is a miss.
+//! Verdicts are files under `<workspace>/cache/verdicts`, one per key, written atomically: a
+//! lost or unreadable one is a miss. The folder is within a worker's reach, so each verdict is
+//! sealed with an HMAC under a key the ledger keeps (made once per ledger, in no file of the
+//! workspace and in no child's environment): a verdict runner did not write — a worker that
+//! computed a key and wrote a pass — does not verify and is not reused. The runs of one ledger
+//! share verdicts.
 
 use crate::process::Finished;
 use crate::support::failures::Failure;
@@ -152,19 +156,63 @@ fn varies(kind: Kind, name: &str) -> bool {
 }
 
 /// Where verdicts are kept.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Verdicts {
     dir: PathBuf,
     /// Recorded verdicts may be reused (`apply --no-cache` says no; new ones are still kept).
     pub reuse: bool,
+    /// The ledger's key that seals them.
+    secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for Verdicts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verdicts")
+            .field("dir", &self.dir)
+            .field("reuse", &self.reuse)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A verdict as stored: the verdict and its seal.
+#[derive(Serialize, Deserialize)]
+struct Sealed {
+    verdict: Verdict,
+    /// HMAC-SHA256 of the key and the verdict's JSON, in hex.
+    mac: String,
+}
+
+/// HMAC-SHA256 (RFC 2104) of `message` under `key`.
+fn hmac(key: &[u8], message: &[&[u8]]) -> [u8; 32] {
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    for m in message {
+        inner.update(m);
+    }
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
 }
 
 impl Verdicts {
-    pub fn new(workspace: &Path, reuse: bool) -> Self {
+    /// Verdicts in `workspace`, sealed with the ledger's `secret`.
+    pub fn new(workspace: &Path, reuse: bool, secret: &str) -> Self {
         Verdicts {
             dir: dir(workspace),
             reuse,
+            secret: secret.as_bytes().to_vec(),
         }
+    }
+
+    fn seal(&self, key: &str, body: &[u8]) -> String {
+        crate::support::hex(&hmac(&self.secret, &[key.as_bytes(), b"\0", body]))
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -177,19 +225,38 @@ impl Verdicts {
             return None;
         }
         let bytes = std::fs::read(self.path(key)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let sealed: Sealed = serde_json::from_slice(&bytes).ok()?;
+        let body = serde_json::to_vec(&sealed.verdict).ok()?;
+        if !constant_time_eq(self.seal(key, &body).as_bytes(), sealed.mac.as_bytes()) {
+            tracing::warn!(
+                file = %self.path(key).display(),
+                "a cached verdict runner did not write (its seal does not verify) is not reused"
+            );
+            return None;
+        }
+        Some(sealed.verdict)
     }
 
     /// Record `v` under `key` (a failure to is only logged: the cache is an economy).
     pub fn put(&self, key: &str, v: &Verdict) {
         let written = std::fs::create_dir_all(&self.dir).and_then(|()| {
-            let bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+            let body = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+            let sealed = Sealed {
+                verdict: v.clone(),
+                mac: self.seal(key, &body),
+            };
+            let bytes = serde_json::to_vec(&sealed).map_err(std::io::Error::other)?;
             crate::support::fs::write_atomic(&self.path(key), &bytes)
         });
         if let Err(e) = written {
             tracing::warn!(dir = %self.dir.display(), error = %e, "a gate's verdict could not be cached");
         }
     }
+}
+
+/// Whether `a` and `b` are equal, in time that does not depend on where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The verdict folder of a workspace.
@@ -218,6 +285,48 @@ pub fn prune(workspace: &Path, cutoff: SystemTime) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hmac_is_rfc_4231s() {
+        assert_eq!(
+            crate::support::hex(&hmac(&[0x0b; 20], &[b"Hi There"])),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        );
+        assert_eq!(
+            crate::support::hex(&hmac(b"Jefe", &[b"what do ya want ", b"for nothing?"])),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn a_verdict_runner_did_not_seal_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Verdicts::new(dir.path(), true, "the ledger's key");
+        let verdict = Verdict {
+            exit: 0,
+            counted: 0,
+            tail: String::new(),
+            failures: Vec::new(),
+            duration_ms: 5,
+            run_id: "r".into(),
+            repo: "a".into(),
+            item: "i".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        };
+        v.put("k1", &verdict);
+        assert!(v.get("k1").is_some());
+        // Another key (another ledger, or a worker's guess) does not verify.
+        assert!(
+            Verdicts::new(dir.path(), true, "a guess")
+                .get("k1")
+                .is_none()
+        );
+        // A verdict written as a plain file, or moved to another key, is no verdict.
+        std::fs::write(v.path("k2"), serde_json::to_vec(&verdict).unwrap()).unwrap();
+        assert!(v.get("k2").is_none());
+        std::fs::copy(v.path("k1"), v.path("k3")).unwrap();
+        assert!(v.get("k3").is_none());
+    }
 
     #[test]
     fn the_key_ignores_the_folder_and_what_changes_every_attempt() {

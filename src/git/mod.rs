@@ -351,6 +351,7 @@ pub fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
         }
     }
     let top = std::path::absolute(dir).ok()?;
+    let dirty = dirty || hides_edits(dir).unwrap_or(true);
     Some((
         Probe {
             common_dir: top.join(".git"),
@@ -493,10 +494,123 @@ pub fn uncommitted_under(
         .collect())
 }
 
+/// Folders of what tools derive from the tree and keep as their own cache: left out of
+/// [`hidden_inputs`].
+pub const DERIVED: &[&str] = &[
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "target",
+    ".cache",
+];
+
+/// What a command run in `dir` can read that the git tree of `dir` does not show, as a digest:
+/// the ignored files (their names, sizes, times and modes; a link's target too), and where a
+/// tracked link leads outside `dir`, the file it leads to. `None` when a submodule has changes
+/// of its own (what a gate reads there is not in the tree either): nothing should be judged
+/// from the tree alone then.
+pub fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
+        let out = run(dir, args)?;
+        if !out.status.success() {
+            return Err(failed(args.join(" "), dir, &out));
+        }
+        Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect())
+    };
+    let status = list(&[
+        "status",
+        "--porcelain=v2",
+        "-z",
+        "--untracked-files=no",
+        "--ignore-submodules=none",
+    ])?;
+    // `1 XY S<c><m><u> …`: a submodule whose commit moved, or with changes or new files inside.
+    let dirty_submodule = status.iter().any(|l| {
+        l.split(' ')
+            .nth(2)
+            .is_some_and(|s| s.starts_with('S') && s != "S...")
+    });
+    if dirty_submodule {
+        return Ok(None);
+    }
+    let mut h = Sha256::new();
+    let stat = |h: &mut Sha256, p: &Path| match std::fs::metadata(p) {
+        Ok(m) => h.update(format!(
+            "{} {} {} {}\0",
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.mode()
+        )),
+        Err(_) => h.update(b"-\0"),
+    };
+    let mut ignored = list(&[
+        "ls-files",
+        "-z",
+        "--others",
+        "--ignored",
+        "--exclude-standard",
+    ])?;
+    // What tools write from the tree and read back as a cache of it (bytecode, a test runner's
+    // last-failed list, build output) is no input of its own, and changes with every run.
+    ignored.retain(|rel| !rel.split('/').any(|c| DERIVED.contains(&c)));
+    ignored.sort();
+    for rel in &ignored {
+        let p = dir.join(rel);
+        h.update(rel.as_bytes());
+        h.update(b"\0");
+        if let Ok(target) = std::fs::read_link(&p) {
+            h.update(target.as_os_str().as_encoded_bytes());
+            h.update(b"\0");
+        }
+        stat(&mut h, &p);
+    }
+    let top = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    for entry in list(&["ls-files", "-z", "-s"])? {
+        let Some((meta, rel)) = entry.split_once('\t') else {
+            continue;
+        };
+        if !meta.starts_with("120000 ") {
+            continue;
+        }
+        let p = dir.join(rel);
+        let leads_out = std::fs::canonicalize(&p).map_or(true, |t| !t.starts_with(&top));
+        if leads_out {
+            h.update(b"link\0");
+            h.update(rel.as_bytes());
+            h.update(b"\0");
+            stat(&mut h, &p);
+        }
+    }
+    Ok(Some(crate::support::hex(&h.finalize())))
+}
+
 /// Whether the working tree has uncommitted changes (tracked or untracked).
 pub fn is_dirty(dir: &Path) -> Result<bool, GitError> {
     let text = checked(dir, &["status", "--porcelain", "--untracked-files=normal"])?;
-    Ok(!text.trim().is_empty())
+    if !text.trim().is_empty() {
+        return Ok(true);
+    }
+    hides_edits(dir)
+}
+
+/// Whether a clean `git status` may be hiding edits: files flagged `assume-unchanged` (or
+/// `skip-worktree` while there) whose content is not what HEAD holds.
+fn hides_edits(dir: &Path) -> Result<bool, GitError> {
+    if flagged(dir, None)?.is_empty() {
+        return Ok(false);
+    }
+    let (tree, _index) = snapshot(dir)?;
+    Ok(tree_of(dir, "HEAD").ok() != Some(tree))
 }
 
 pub use crate::support::refname::valid_branch_name;
@@ -767,9 +881,47 @@ pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
     {
         return Err(e.into());
     }
+    // Flags that tell git a file did not change (`assume-unchanged`, and `skip-worktree` on a
+    // file that is there after all) would hide its edits from the snapshot: cleared in the copy.
+    let hidden = flagged(dir, Some(&tmp))?;
+    for chunk in hidden.chunks(256) {
+        let mut args = vec![
+            "update-index",
+            "--no-assume-unchanged",
+            "--no-skip-worktree",
+            "--",
+        ];
+        args.extend(chunk.iter().map(String::as_str));
+        with_index(dir, Some(&tmp), &args)?;
+    }
     with_index(dir, Some(&tmp), &["add", "-A"])?;
     let tree = with_index(dir, Some(&tmp), &["write-tree"])?;
     Ok((tree, tmp))
+}
+
+/// The index entries whose flags keep git from looking at the file: `assume-unchanged` ones,
+/// and `skip-worktree` ones whose file is in the working tree (a sparse checkout's absent files
+/// are left as they are).
+fn flagged(dir: &Path, index: Option<&Path>) -> Result<Vec<String>, GitError> {
+    let mut cmd = command(dir);
+    if let Some(i) = index {
+        cmd.env("GIT_INDEX_FILE", i);
+    }
+    let out = crate::process::spawn_helper(cmd.args(["ls-files", "-z", "-v"]))?;
+    if !out.status.success() {
+        return Err(failed("ls-files -v", dir, &out));
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter_map(|e| {
+            let e = std::str::from_utf8(e).ok()?;
+            let (tag, path) = e.split_once(' ')?;
+            let assumed = tag.chars().all(|c| c.is_ascii_lowercase());
+            let skipped = tag.eq_ignore_ascii_case("s") && dir.join(path).exists();
+            (assumed || skipped).then(|| path.to_string())
+        })
+        .collect())
 }
 
 /// Run git in `dir` with `GIT_INDEX_FILE` set to `index` (the checkout's own index when

@@ -104,6 +104,9 @@ CREATE TABLE quarantines (
 ALTER TABLE runs ADD COLUMN pruned_at TEXT;
 CREATE INDEX item_results_by_run ON item_results (run_id);
 "#,
+    r#"
+CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"#,
 ];
 
 /// The key of the advisory lock that serialises migrations.
@@ -412,6 +415,25 @@ impl PgLedger {
             Ok(s.client
                 .query_opt("SELECT run_dir FROM runs WHERE id = $1", &[&id])?
                 .map(|r| r.get(0)))
+        })
+    }
+
+    /// The key that authenticates the verdicts this ledger's runs cache, made the first time it
+    /// is asked for (by whichever runner asks first).
+    pub fn verdict_key(&mut self) -> Result<String> {
+        let fresh = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        self.call(move |s| {
+            s.client.execute(
+                "INSERT INTO secrets (name, value) VALUES ('verdicts', $1) ON CONFLICT DO NOTHING",
+                &[&fresh],
+            )?;
+            Ok(s.client
+                .query_one("SELECT value FROM secrets WHERE name = 'verdicts'", &[])?
+                .get(0))
         })
     }
 

@@ -130,6 +130,10 @@ ALTER TABLE runs ADD COLUMN totals TEXT;
     r#"
 ALTER TABLE runs ADD COLUMN pruned_at TEXT;
 "#,
+    // Keys runner keeps to itself: the one that authenticates cached gate verdicts.
+    r#"
+CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"#,
 ];
 
 /// The latest `?2` runs of manifest `?1` that retention kept: the window history is read from.
@@ -333,6 +337,27 @@ impl SqliteLedger {
             params![id, json],
         )?;
         Ok(())
+    }
+
+    /// The key that authenticates the verdicts this ledger's runs cache, made the first time it
+    /// is asked for.
+    pub fn verdict_key(&mut self) -> Result<String> {
+        let fresh = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        self.write(
+            "INSERT OR IGNORE INTO secrets (name, value) VALUES ('verdicts', ?1)",
+            params![fresh],
+        )?;
+        self.conn
+            .query_row(
+                "SELECT value FROM secrets WHERE name = 'verdicts'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
     }
 
     /// The items run `id` still holds claims on (repository, item): what it was working on, if

@@ -85,6 +85,13 @@ impl Store {
         }
     }
 
+    pub fn verdict_key(&mut self) -> Result<String> {
+        match self {
+            Store::Sqlite(l) => l.verdict_key(),
+            Store::Pg(l) => l.verdict_key(),
+        }
+    }
+
     pub fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
         match self {
             Store::Sqlite(l) => l.claimed_by(id),
