@@ -541,3 +541,59 @@ fn a_fifo_in_place_of_runners_files_in_git_dir_is_refused_not_waited_on() {
         }
     }
 }
+
+/// A worker that removes its `RUNNER_*` variables is still inside its item: it cannot cancel its
+/// own run, nor start a drain of another manifest. Told from its ancestry (process-group mode)
+/// and its cgroup (cgroup mode).
+#[test]
+fn a_worker_without_its_runner_environment_still_cannot_steer_or_drain() {
+    for containment in ["process-group", "cgroup"] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        repo(&root.join("r"));
+        repo(&root.join("other"));
+        std::fs::write(
+            root.join("other.yaml"),
+            "version: 1\nname: other\nrepositories: [{path: other}]\nworker: {run: 'touch drained-by-a-worker'}\nitems: [{repo: other, id: x}]\n",
+        )
+        .unwrap();
+        let exe = env!("CARGO_BIN_EXE_runner");
+        std::fs::write(
+            root.join("m.yaml"),
+            format!(
+                "version: 1\nname: steer\nrepositories: [{{path: r}}]\nworker:\n  run: 'env -u RUNNER_ROLE -u RUNNER_MAX_WORKERS -u RUNNER_REPO_PATH {exe} cancel \"$RUNNER_RUN_ID\" --manifest {m} > {out}/cancel.txt 2>&1; echo \"exit $?\" >> {out}/cancel.txt; env -i PATH=\"$PATH\" {exe} apply {o} --no-progress > {out}/apply.txt 2>&1; echo \"exit $?\" >> {out}/apply.txt'\nitems: [{{repo: r, id: a}}]\n",
+                m = root.join("m.yaml").display(),
+                o = root.join("other.yaml").display(),
+                out = root.display()
+            ),
+        )
+        .unwrap();
+        let out = runner()
+            .current_dir(root)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env("RUNNER_CONTAINMENT", containment)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        if containment == "cgroup" && err.contains("cgroup") && out.status.code() == Some(2) {
+            common::not_run(&format!("cgroup containment is not usable here: {err}"));
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{containment}: {err}");
+        let cancel = std::fs::read_to_string(root.join("cancel.txt")).unwrap();
+        assert!(
+            cancel.contains("`runner cancel` is refused inside an item of a run")
+                && cancel.ends_with("exit 2\n"),
+            "{containment}: {cancel}"
+        );
+        let apply = std::fs::read_to_string(root.join("apply.txt")).unwrap();
+        assert!(
+            apply.contains("runs inside an item of a run") && apply.ends_with("exit 2\n"),
+            "{containment}: {apply}"
+        );
+        assert!(
+            !root.join("other/drained-by-a-worker").exists(),
+            "{containment}"
+        );
+    }
+}

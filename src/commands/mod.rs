@@ -134,20 +134,41 @@ pub fn run(cli: Cli) -> i32 {
         return EXIT_INVALID;
     }
     // Steering runs is for operators: a worker or gate that could cancel, pause or unlock would
-    // steer the very run it belongs to.
-    if let Ok(role) = std::env::var("RUNNER_ROLE") {
-        let verb = match &cli.command {
-            Command::Cancel(_) => Some("cancel"),
-            Command::Pause(_) => Some("pause"),
-            Command::Resume(_) => Some("resume"),
-            Command::Unlock(_) => Some("unlock"),
-            _ => None,
-        };
-        if let Some(verb) = verb {
-            ui.error(format_args!(
-                "`runner {verb}` is refused inside a {role} (`RUNNER_ROLE` is set): runs are steered by their operators"
-            ));
-            return EXIT_INVALID;
+    // steer the very run it belongs to. Whether this is one is told from what it cannot change
+    // (its cgroup, its ancestry), not only from `RUNNER_ROLE`, which it can unset.
+    let verb = match &cli.command {
+        Command::Cancel(_) => Some("cancel"),
+        Command::Pause(_) => Some("pause"),
+        Command::Resume(_) => Some("resume"),
+        Command::Unlock(_) => Some("unlock"),
+        Command::Apply(_) => Some("apply"),
+        _ => None,
+    };
+    if let Some(verb) = verb {
+        let role = std::env::var("RUNNER_ROLE").ok();
+        if verb == "apply" {
+            // A nested apply keeps its `RUNNER_*` environment: its parent's ceiling and
+            // repository come from it (and it fails closed without them).
+            if role.is_none()
+                && let Some(why) = crate::support::host::inside_item()
+            {
+                ui.error(format_args!(
+                    "this runner runs inside an item of a run ({why}) but without the `RUNNER_*` environment it was given: a nested `runner apply` keeps it, so that its parent's ceiling and repository hold"
+                ));
+                return EXIT_INVALID;
+            }
+        } else {
+            let what = match role {
+                Some(role) => Some(format!("a {role} (`RUNNER_ROLE` is set)")),
+                None => crate::support::host::inside_item()
+                    .map(|why| format!("an item of a run ({why})")),
+            };
+            if let Some(what) = what {
+                ui.error(format_args!(
+                    "`runner {verb}` is refused inside {what}: runs are steered by their operators"
+                ));
+                return EXIT_INVALID;
+            }
         }
     }
     match cli.command {

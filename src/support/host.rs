@@ -93,6 +93,57 @@ pub fn is_ancestor(holder: &Holder) -> bool {
     false
 }
 
+/// Why this process is part of a running item of a runner's, told from what the process cannot
+/// change about itself: its cgroup (an item's, in cgroup mode), or an ancestor that is a
+/// `runner apply` (runner is a child subreaper, so even a process that left its session and
+/// cleared its environment has the runner above it). `None` when neither says so.
+pub fn inside_item() -> Option<String> {
+    if let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") {
+        for line in text.lines() {
+            let Some(path) = line.strip_prefix("0::") else {
+                continue;
+            };
+            let parts: Vec<&str> = path.split('/').collect();
+            if let Some(i) = parts.iter().position(|p| p.starts_with("runner-"))
+                && parts.get(i + 1).is_some_and(|p| p.starts_with("repo-"))
+            {
+                return Some(format!(
+                    "it runs in cgroup `{path}`, which is an item's of run `{}`",
+                    parts[i].trim_start_matches("runner-")
+                ));
+            }
+        }
+    }
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_os_string()));
+    let mut pid = std::process::id();
+    for _ in 0..4096 {
+        match parent_of(pid) {
+            Some(p) if p > 1 => pid = p,
+            _ => return None,
+        }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let same = exe
+            .as_ref()
+            .and_then(|e| e.file_name())
+            .is_some_and(|n| me.as_deref() == Some(n) || n == "runner");
+        if !same {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.split(|b| *b == 0).any(|a| a == b"apply") {
+            return Some(format!("its ancestor, pid {pid}, is `runner apply`"));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
