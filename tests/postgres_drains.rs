@@ -598,3 +598,96 @@ fn an_unreachable_server_is_named_without_its_password() {
     assert!(!err.contains("hunter2secret"), "{err}");
     assert!(!dir.path().join("ran.log").exists(), "nothing ran");
 }
+
+/// A PostgreSQL server of this test's own (the others' keep running): its URL and data folder.
+fn own_server(port: u16) -> Option<(String, PathBuf)> {
+    let data = std::env::temp_dir().join(format!("runner-test-pg-{port}-{}", std::process::id()));
+    let out = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/postgres/start.sh"))
+        .env("RUNNER_TEST_PGDATA", &data)
+        .env("RUNNER_TEST_PGPORT", port.to_string())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        common::not_run(&format!(
+            "no PostgreSQL server could be started: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+        return None;
+    }
+    Some((
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        data,
+    ))
+}
+
+/// `pg_ctl` on the test's server (as the `postgres` user when root, as the script starts it).
+fn pg_ctl(data: &Path, args: &[&str]) {
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("bin/pg_ctl"))
+        .find(|p| p.exists())
+        .unwrap();
+    let mut c = if nix::unistd::getuid().is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(&bin);
+        c
+    } else {
+        Command::new(&bin)
+    };
+    let out = c.arg("-D").arg(data).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "pg_ctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The shared ledger's server stops mid-drain and comes back: the run waits for it, starts
+/// nothing meanwhile, records what finished during the outage once it is back, and every item
+/// runs exactly once.
+#[test]
+fn a_ledger_server_restart_mid_drain_loses_and_repeats_nothing() {
+    let Some((admin, data)) = own_server(54339) else {
+        return;
+    };
+    let db = format!("failover_{}", std::process::id());
+    common::psql(&admin, &format!("CREATE DATABASE {db}"));
+    let url = format!("{}/{db}", admin.rsplit_once('/').unwrap().0);
+    let dir = tempfile::tempdir().unwrap();
+    let machines = fleet(dir.path(), 4, 4, 1, "sleep 0.7");
+    let mut child = apply(&machines[0], &url, "30");
+    assert!(common::wait_for(30, || runs(dir.path()).len() >= 3));
+    pg_ctl(&data, &["stop", "-m", "fast", "-w"]);
+    std::thread::sleep(Duration::from_secs(4));
+    let started_during = runs(dir.path()).len();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        runs(dir.path()).len(),
+        started_during,
+        "an item started while the ledger was down"
+    );
+    pg_ctl(
+        &data,
+        &[
+            "start",
+            "-w",
+            "-l",
+            &data.join("server.log").display().to_string(),
+            "-o",
+            &format!(
+                "-c listen_addresses=127.0.0.1 -p 54339 -c unix_socket_directories={} -c fsync=off",
+                data.display()
+            ),
+        ],
+    );
+    let code = child.wait().unwrap().code();
+    let err = std::fs::read_to_string(machines[0].join("err.txt")).unwrap();
+    pg_ctl(&data, &["stop", "-m", "immediate", "-w"]);
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_file(data.with_extension("lock"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("16 completed"), "{err}");
+    exactly_once_and_exclusive(dir.path(), 16);
+}

@@ -147,6 +147,65 @@ struct Session {
     statements: std::collections::HashMap<&'static str, ::postgres::Statement>,
     /// The run whose heartbeat this connection writes.
     beating: Option<String>,
+    /// Where to connect again when the connection is lost.
+    url: String,
+    /// The repositories' advisory locks this session holds: a lost connection loses them, and a
+    /// new one takes them again before anything else.
+    locks: std::collections::BTreeSet<i64>,
+}
+
+/// How long a lost connection to the server is tried again before the ledger is failed
+/// (`RUNNER_LEDGER_RETRY`, a duration; default 3 minutes): a server restarted, failed over or
+/// briefly unreachable stops no run.
+fn ledger_retry() -> std::time::Duration {
+    std::env::var("RUNNER_LEDGER_RETRY")
+        .ok()
+        .and_then(|v| crate::manifest::parse_duration(&v).ok())
+        .unwrap_or(std::time::Duration::from_secs(180))
+}
+
+/// Whether `e` says the connection is gone (or the server is going away), rather than that the
+/// statement was wrong: the work is done again on a new connection.
+fn connection_lost(e: &::postgres::Error, client: &Client) -> bool {
+    if client.is_closed() {
+        return true;
+    }
+    match e.code() {
+        // Class 08: connection exceptions; 57P01-57P03: shutdown, crash, cannot connect now.
+        Some(c) => c.code().starts_with("08") || matches!(c.code(), "57P01" | "57P02" | "57P03"),
+        // No SQL state: an I/O error on the socket.
+        None => e.as_db_error().is_none(),
+    }
+}
+
+impl Session {
+    /// Connect again, with back-off, until `until`: the schema is there already; the locks
+    /// this session held are taken again. `false` when the server did not come back in time.
+    fn reconnect(&mut self, until: std::time::Instant) -> bool {
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            if let Ok(mut c) = Client::connect(&self.url, NoTls) {
+                let relocked = self.locks.iter().all(|k| {
+                    c.query_one("SELECT pg_try_advisory_lock($1)", &[k])
+                        .is_ok_and(|r| r.get::<_, bool>(0))
+                });
+                if !relocked {
+                    tracing::error!(
+                        "the shared ledger is back, but a repository lock this runner held was taken meanwhile"
+                    );
+                }
+                self.client = c;
+                self.statements.clear();
+                tracing::warn!("the connection to the shared ledger is back");
+                return true;
+            }
+            if std::time::Instant::now() + pause >= until {
+                return false;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_secs(5));
+        }
+    }
 }
 
 impl Session {
@@ -252,6 +311,8 @@ impl PgLedger {
                     client,
                     statements: std::collections::HashMap::new(),
                     beating: None,
+                    url: target.clone(),
+                    locks: Default::default(),
                 };
                 if let Err(e) = migrate(&mut session.client) {
                     let _ = ready_tx.send(Err(message(&e)));
@@ -288,14 +349,31 @@ impl PgLedger {
         &self.url
     }
 
-    /// Run `f` on the client's thread and wait for its answer.
+    /// Run `f` on the client's thread and wait for its answer. A connection lost on the way is
+    /// made again (for [`ledger_retry`], with back-off) and `f` run again on it: a server that
+    /// restarts stops no run; the caller waits, so nothing new starts meanwhile.
     fn call<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Session) -> std::result::Result<T, ::postgres::Error> + Send + 'static,
+        mut f: impl FnMut(&mut Session) -> std::result::Result<T, ::postgres::Error> + Send + 'static,
     ) -> Result<T> {
         let (tx, rx) = mpsc::sync_channel(1);
         let job: Job = Box::new(move |s| {
-            let _ = tx.send(f(s).map_err(|e| message(&e)));
+            let mut until = None;
+            let answer = loop {
+                match f(s) {
+                    Err(e) if connection_lost(&e, &s.client) => {
+                        let until = *until.get_or_insert_with(|| {
+                            tracing::warn!(error = %message(&e), "the connection to the shared ledger was lost: connecting again");
+                            std::time::Instant::now() + ledger_retry()
+                        });
+                        if !s.reconnect(until) {
+                            break Err(e);
+                        }
+                    }
+                    r => break r,
+                }
+            };
+            let _ = tx.send(answer.map_err(|e| message(&e)));
         });
         self.jobs.send(job).map_err(|_| self.gone())?;
         match rx.recv() {
@@ -340,7 +418,11 @@ impl PgLedger {
         let key = repo_key(identity);
         self.call(move |s| {
             let st = s.statement("SELECT pg_try_advisory_lock($1)")?;
-            Ok(s.client.query_one(&st, &[&key])?.get::<_, bool>(0))
+            let got = s.client.query_one(&st, &[&key])?.get::<_, bool>(0);
+            if got {
+                s.locks.insert(key);
+            }
+            Ok(got)
         })
     }
 
@@ -348,6 +430,7 @@ impl PgLedger {
     pub fn unlock_repo(&self, identity: &str) -> Result<()> {
         let key = repo_key(identity);
         self.call(move |s| {
+            s.locks.remove(&key);
             let st = s.statement("SELECT pg_advisory_unlock($1)")?;
             s.client.query_one(&st, &[&key]).map(|_| ())
         })
@@ -800,7 +883,7 @@ impl PgLedger {
                 head.get::<_, String>(2),
                 head.get::<_, String>(3),
                 events,
-                id,
+                id.clone(),
             )))
         })?;
         let Some((plan_json, workers, run_dir, started_at, raw, id)) = got else {
@@ -1065,11 +1148,24 @@ fn serve(s: &mut Session, inbox: &mpsc::Receiver<Job>) {
         if last_beat.elapsed() >= every {
             if let Some(run) = &s.beating {
                 let run = run.clone();
-                if let Err(e) = s.client.execute(
-                    "UPDATE runs SET heartbeat_at = now() WHERE id = $1",
-                    &[&run],
-                ) {
-                    tracing::warn!(error = %message(&e), "the run's heartbeat was not written");
+                let beat = |s: &mut Session| {
+                    s.client.execute(
+                        "UPDATE runs SET heartbeat_at = now() WHERE id = $1",
+                        &[&run],
+                    )
+                };
+                match beat(s) {
+                    Err(e) if connection_lost(&e, &s.client) => {
+                        // Back before the others judge this run gone, and its locks with it.
+                        tracing::warn!(error = %message(&e), "the connection to the shared ledger was lost: connecting again");
+                        if s.reconnect(std::time::Instant::now() + ledger_retry()) {
+                            let _ = beat(s);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %message(&e), "the run's heartbeat was not written");
+                    }
+                    Ok(_) => {}
                 }
             }
             last_beat = std::time::Instant::now();

@@ -22,7 +22,9 @@ if [ -x "$bin/pg_isready" ] && "$bin/pg_isready" -q -h 127.0.0.1 -p "$port"; the
   echo "$url"
   exit 0
 fi
-exec 9> "/tmp/runner-test-pg.lock"
+# One starter at a time per server (the lock is the data folder's: a second server of a test's
+# own starts beside the first).
+exec 9> "$data.lock"
 flock 9
 if ! "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" 2>/dev/null; then
   if [ ! -f "$data/PG_VERSION" ]; then
@@ -33,6 +35,6 @@ if ! "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" 2>/dev/null; then
   fi
   as_owner "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w \
     -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$data -c fsync=off -c max_connections=200" \
-    start >/dev/null
+    start >/dev/null 9>&-
 fi
 echo "$url"
