@@ -597,3 +597,34 @@ fn a_worker_without_its_runner_environment_still_cannot_steer_or_drain() {
         );
     }
 }
+
+/// A tracked link to a folder outside the repository is not walked by discovery: no file
+/// outside becomes a work item.
+#[test]
+fn discovery_never_follows_a_folder_link_out_of_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("elsewhere");
+    std::fs::create_dir_all(outside.join("deep")).unwrap();
+    std::fs::write(outside.join("secret.md"), "not yours\n").unwrap();
+    std::fs::write(outside.join("deep/more.md"), "not yours\n").unwrap();
+    let r = repo(&dir.path().join("r"));
+    std::os::unix::fs::symlink(&outside, r.join("tasks")).unwrap();
+    std::os::unix::fs::symlink(&outside, r.join("link")).unwrap();
+    common::git(&r, &["add", "tasks", "link"]);
+    common::git(&r, &["commit", "-q", "-m", "links"]);
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: links\nrepositories: [{path: r}]\nworker: {run: 'true'}\ndiscover:\n  - {glob: 'tasks/*.md', id: '{match.stem}'}\n  - {glob: 'link/**/*', id: 'l-{match.stem}'}\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["items"], serde_json::json!([]), "{plan:#}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("`tasks` leads outside the repository")
+            && err.contains("`link` leads outside"),
+        "{err}"
+    );
+}

@@ -1124,6 +1124,19 @@ fn discover(
         if !root.is_dir() {
             continue;
         }
+        // The folder the walk starts from is inside the repository, or nothing is matched
+        // under it: a tracked link to a folder elsewhere (`tasks -> /x/tasks`) would make
+        // files outside the repository work items.
+        if let Some(top) = &repo_root
+            && !std::fs::canonicalize(&root).is_ok_and(|r| r.starts_with(top))
+        {
+            notes.push(format!(
+                "`discover[{di}]` in repository `{}`: `{}` leads outside the repository (a link); nothing under it is matched",
+                l.name,
+                printable(&base.to_string_lossy())
+            ));
+            continue;
+        }
         let mut walker = walkdir::WalkDir::new(&root).min_depth(1);
         if let Some(depth) = depth {
             walker = walker.max_depth(depth);
