@@ -639,3 +639,73 @@ fn a_flooding_worker_fills_its_log_to_the_limit_and_no_further() {
         );
     }
 }
+
+/// Output that tries to break out of the reports: a Markdown fence, a heading, raw HTML, a
+/// `javascript:` link, control bytes and characters XML forbids. `summary.md` read back by a
+/// Markdown renderer shows it as text; `junit.xml` passes xmllint.
+#[test]
+fn hostile_output_stays_text_in_every_report() {
+    let markdown_ok = have(
+        "Python-Markdown",
+        Command::new("python3").args(["-c", "import markdown"]),
+    );
+    let xmllint_ok = have("xmllint", Command::new("xmllint").arg("--version"));
+    if !markdown_ok && !xmllint_ok {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("app"));
+    std::fs::write(
+        root.join("out.txt"),
+        "```\n# Pwned heading\n<script>alert(1)</script>\n[click](javascript:alert(1))\n\u{0}\u{1b}[2J bell\u{7} \u{fffe}\u{ffff} end\n````\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: hostile\nrepositories: [{{path: app}}]\nmodels: {{primary: \"<img src=x onerror=alert(1)>|m\"}}\nworker: {{run: 'cat {out}; exit 1'}}\nitems: [{{repo: app, id: a}}]\n",
+            out = root.join("out.txt").display()
+        ),
+    )
+    .unwrap();
+    let out = apply(root, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let latest = root.join("runner-reports/latest");
+    if markdown_ok {
+        let rendered = Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schemas/render_markdown.py"))
+            .arg(latest.join("summary.md"))
+            .output()
+            .unwrap();
+        assert!(rendered.status.success());
+        let html = String::from_utf8_lossy(&rendered.stdout);
+        for bad in [
+            "<script",
+            "<h1>Pwned",
+            "href=\"javascript",
+            "<img",
+            "onerror=alert(1)>",
+        ] {
+            assert!(!html.contains(bad), "`{bad}` rendered live:\n{html}");
+        }
+        assert!(
+            html.contains("# Pwned heading"),
+            "the output is shown:\n{html}"
+        );
+        let md = std::fs::read_to_string(latest.join("summary.md")).unwrap();
+        assert!(!md.contains('\u{0}') && !md.contains('\u{1b}'), "{md:?}");
+    }
+    if xmllint_ok {
+        let lint = Command::new("xmllint")
+            .arg("--noout")
+            .arg(latest.join("junit.xml"))
+            .output()
+            .unwrap();
+        assert!(
+            lint.status.success(),
+            "{}",
+            String::from_utf8_lossy(&lint.stderr)
+        );
+    }
+}

@@ -220,13 +220,24 @@ fn case(w: &mut dyn std::io::Write, repo: &str, it: &ItemReport) -> std::io::Res
     w.write_all(b"        </testcase>\n")
 }
 
-/// Text as XML allows it: colour codes and control characters other than tab and line ends
-/// removed.
+/// Text as XML 1.0 allows it: colour codes removed, and every character XML does not allow
+/// (control characters but tab and line ends, U+FFFE, U+FFFF) shown escaped (`\u{fffe}`).
 fn clean(s: &str) -> String {
-    crate::support::failures::strip_ansi(s).replace(
-        |c| matches!(c, '\x00'..='\x08' | '\x0b' | '\x0c' | '\x0e'..='\x1f'),
-        "",
-    )
+    let allowed = |c: char| {
+        matches!(c, '\t' | '\n' | '\r')
+            || ('\u{20}'..='\u{d7ff}').contains(&c)
+            || ('\u{e000}'..='\u{fffd}').contains(&c)
+            || c >= '\u{10000}'
+    };
+    let mut out = String::new();
+    for c in crate::support::failures::strip_ansi(s).chars() {
+        if allowed(c) {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    out
 }
 
 /// Element text, escaped.

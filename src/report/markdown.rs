@@ -3,8 +3,28 @@
 use super::Report;
 use crate::vocab::ItemOutcome;
 
+/// Text for a line or a table cell of Markdown: shown as text, never read as Markdown or HTML
+/// (a worker's output, a model name, a path are not runner's to render): HTML is escaped, link
+/// brackets too, a line end is a space, other control characters are shown escaped. Backticks
+/// stay: runner's own messages name things in code spans.
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '|' => out.push_str("\\|"),
+            '\n' | '\r' => out.push(' '),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '[' => out.push_str("\\["),
+            ']' => out.push_str("\\]"),
+            c if c.is_control() && c != '\t' => {
+                out.push_str(&crate::support::text::printable(&c.to_string()));
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `1 item`, `2 items`.
@@ -12,10 +32,28 @@ fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// A worker's or gate's output as a code block: its fence longer than any run of backticks in
+/// it (so nothing it prints closes the block), its control characters shown escaped.
 fn fence(out: &mut String, tail: &str) {
-    out.push_str("\n```text\n");
-    out.push_str(tail.trim_end());
-    out.push_str("\n```\n\n");
+    let longest = tail.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let ticks = "`".repeat(longest.max(2) + 1);
+    let shown: String = tail
+        .trim_end()
+        .split('\n')
+        .map(|l| {
+            l.chars()
+                .map(|c| {
+                    if c.is_control() && c != '\t' {
+                        crate::support::text::printable(&c.to_string())
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    out.push_str(&format!("\n{ticks}text\n{shown}\n{ticks}\n\n"));
 }
 
 pub fn render(r: &Report) -> String {
