@@ -628,3 +628,83 @@ fn discovery_never_follows_a_folder_link_out_of_the_repository() {
         "{err}"
     );
 }
+
+/// A FIFO where git expects a regular file is named at once by `plan` and `apply`, which do not
+/// wait for git's deadline (10 minutes a call).
+#[test]
+fn a_fifo_git_would_wait_on_is_named_up_front() {
+    for name in ["index", "packed-refs", "refs/heads/feature", "config"] {
+        let dir = tempfile::tempdir().unwrap();
+        fixture(dir.path());
+        let path = dir.path().join("r/.git").join(name);
+        let _ = std::fs::remove_file(&path);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for verb in ["plan", "apply"] {
+            let started = std::time::Instant::now();
+            let mut child = runner()
+                .current_dir(dir.path())
+                .args([verb, "m.yaml"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let ended = common::wait_for(30, || child.try_wait().unwrap().is_some());
+            if !ended {
+                child.kill().unwrap();
+            }
+            let out = child.wait_with_output().unwrap();
+            assert!(ended, "{verb} waited on a FIFO at .git/{name}");
+            let err = stderr(&out);
+            assert!(
+                err.contains(&format!(".git/{name}` is a FIFO, not a regular file")),
+                "{verb} {name}: {err}"
+            );
+            let _ = started;
+        }
+    }
+}
+
+/// A git call of runner's that blocks for ever (a FIFO in place of a loose object, which is
+/// left to git) dies with runner: SIGTERM to `plan` leaves no git behind.
+#[test]
+fn runners_own_git_calls_die_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let r = dir.path().join("r");
+    let head = common::git(&r, &["rev-parse", "HEAD"]);
+    let object = r.join(".git/objects").join(&head[..2]).join(&head[2..]);
+    std::fs::remove_file(&object).unwrap();
+    nix::unistd::mkfifo(&object, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // Dirty, so that git is asked (it opens the commit, and waits).
+    std::fs::write(r.join("new.txt"), "x\n").unwrap();
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["plan", "m.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let blocked = || {
+        common::processes_matching("git")
+            .into_iter()
+            .filter(|p| {
+                std::fs::read_link(format!("/proc/{p}/cwd")).is_ok_and(|c| c.starts_with(&r))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        common::wait_for(20, || !blocked().is_empty()),
+        "git was not asked"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.wait_with_output();
+    assert!(
+        common::wait_for(5, || blocked().is_empty()),
+        "git outlived runner: {:?}",
+        blocked()
+    );
+}

@@ -488,13 +488,14 @@ items: [{repo: app, id: loud}]
     )
     .unwrap();
     // `ulimit -f 600`: 300 KiB in POSIX's 512-byte blocks (600 KiB where a shell counts KiB),
-    // room for the ledger and the reports, not for the worker's 1.2 MB. With SIGXFSZ ignored,
-    // a write past the limit fails as one on a full disk does.
+    // room for the ledger and the reports, not for the worker's 1.2 MB. runner ignores SIGXFSZ
+    // itself (it would otherwise die at the first write past the limit, exit 153, no report): a
+    // write past the limit fails as one on a full disk does.
     let out = Command::new("sh")
         .current_dir(root)
         .args([
             "-c",
-            r#"ulimit -f 600 && trap '' XFSZ && exec "$0" apply m.yaml --no-progress"#,
+            r#"ulimit -f 600 && exec "$0" apply m.yaml --no-progress"#,
             env!("CARGO_BIN_EXE_runner"),
         ])
         .env("NO_COLOR", "1")

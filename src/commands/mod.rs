@@ -90,6 +90,7 @@ impl Ui {
 /// Run the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
     crate::process::alloc::one_arena();
+    crate::process::ignore_file_size_signal();
     let ui = Ui::new(cli.color);
     // How long runner's own git calls may take (a clone over a slow link may need more).
     if let Ok(v) = std::env::var("RUNNER_GIT_TIMEOUT") {

@@ -615,6 +615,69 @@ fn hides_edits(dir: &Path) -> Result<bool, GitError> {
 
 pub use crate::support::refname::valid_branch_name;
 
+/// A file git opens in the checkout at `dir` that is there but not a regular file (a FIFO, a
+/// device, a socket): git would wait on it for ever (opening a FIFO nobody writes blocks), so
+/// the repository is refused up front, naming it. HEAD, the index, the configuration,
+/// `packed-refs`, `commondir` and every ref are looked at; a loose object is left to git, whose
+/// calls have a deadline.
+pub fn special_file(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let git_dir = dir.join(".git");
+    if !std::fs::symlink_metadata(&git_dir).is_ok_and(|m| m.is_dir()) {
+        return None;
+    }
+    let odd = |p: &Path| -> Option<String> {
+        let t = std::fs::symlink_metadata(p).ok()?.file_type();
+        let what = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "`{}` is {what}, not a regular file: git would wait on it for ever",
+            p.display()
+        ))
+    };
+    for name in [
+        "HEAD",
+        "index",
+        "config",
+        "packed-refs",
+        "commondir",
+        "ORIG_HEAD",
+        "FETCH_HEAD",
+    ] {
+        if let Some(why) = odd(&git_dir.join(name)) {
+            return Some(why);
+        }
+    }
+    let mut dirs = vec![git_dir.join("refs")];
+    let mut seen = 0usize;
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            // A repository with more refs than this is left to git's deadline past them.
+            if seen > 100_000 {
+                return None;
+            }
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                dirs.push(e.path());
+            } else if let Some(why) = odd(&e.path()) {
+                return Some(why);
+            }
+        }
+    }
+    None
+}
+
 /// Whether `path` holds a `.git` entry (a checkout or a linked worktree), without spawning git.
 pub fn looks_like_checkout(path: &Path) -> bool {
     path.join(".git").exists()

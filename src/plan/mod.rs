@@ -556,7 +556,15 @@ fn analyse(
         .any(|it| it.repo == l.name && it.branch.is_none())
         || m.discover.iter().any(|d| d.branch.is_none());
     let mut known_dirty = None;
-    let probe = if l.path.is_dir() {
+    let special = if l.path.is_dir() {
+        git::special_file(&l.path)
+    } else {
+        None
+    };
+    let probe = if let Some(why) = special {
+        repo.note = Some(why);
+        None
+    } else if l.path.is_dir() {
         let combined = if wants_dirty {
             git::probe_with_status(&l.path)
         } else {

@@ -581,7 +581,7 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
                 [sig, 0, old.as_mut_ptr() as usize, 8],
             );
             let handled = r == 0 && old[0] != libc::SIG_DFL && old[0] != libc::SIG_IGN;
-            if handled || sig == libc::SIGPIPE as usize {
+            if handled || sig == libc::SIGPIPE as usize || sig == libc::SIGXFSZ as usize {
                 sys(
                     libc::SYS_rt_sigaction,
                     [sig, default.as_ptr() as usize, 0, 8],
@@ -672,6 +672,47 @@ pub(super) fn set_cloexec(fd: i32, on: bool) {
             };
             libc::fcntl(fd, libc::F_SETFD, flags);
         }
+    }
+}
+
+/// Ignore SIGXFSZ in runner itself: under a file-size limit (`ulimit -f`) a write past it then
+/// fails (`EFBIG`) and is reported as a full disk is — a log not written whole, a report that
+/// could not be written, exit 4 — rather than killing runner with nothing said and temporary
+/// files left. Children get the default disposition back ([`launch`]).
+pub fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to ignore installs no handler; nothing else of the
+    // process depends on SIGXFSZ.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
+/// For a helper (git) the standard library starts: it dies with runner (a parent-death signal,
+/// SIGKILL), so a helper blocked for ever — a FIFO in place of a file git opens — never
+/// outlives a runner that was killed or stopped while it waited. The child checks that runner
+/// is still its parent after asking, so a runner that died in between is no race.
+pub(super) fn die_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the hook runs in the forked child before `execve` and makes only `prctl`,
+    // `getppid` and `_exit` calls, all async-signal-safe, with no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(137);
+            }
+            Ok(())
+        });
     }
 }
 

@@ -19,6 +19,7 @@ pub mod cgroup;
     reason = "the one module of runner that may: raw process creation, see its comment"
 )]
 mod launch;
+pub use launch::ignore_file_size_signal;
 pub mod output;
 #[expect(
     unsafe_code,
@@ -501,6 +502,7 @@ pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::pro
     }
     let timeout = *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner());
     let stops = STOPS.load(std::sync::atomic::Ordering::SeqCst);
+    launch::die_with_parent(cmd);
     let mut child = {
         let mut direct = census::lock_direct();
         let child = cmd
