@@ -296,6 +296,48 @@ pub fn is_held(common_dir: &Path) -> bool {
     matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
 }
 
+/// Every process that has the lease's lock file open (pid and command line), found through
+/// `/proc/<pid>/fd`: whatever it did to its environment, session or group, a process that keeps
+/// the lock keeps the repository. Processes whose descriptors cannot be read are not listed.
+pub fn lock_holders(common_dir: &Path) -> Vec<(i32, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(lock) = std::fs::metadata(common_dir.join(LOCK_FILE)) else {
+        return Vec::new();
+    };
+    let (dev, ino) = (lock.dev(), lock.ino());
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino));
+        if holds {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            out.push((
+                pid,
+                String::from_utf8_lossy(&cmd)
+                    .replace('\0', " ")
+                    .trim_end()
+                    .to_string(),
+            ));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The holder recorded in a common dir, if any. The lock, not the record, says whether the
 /// lease is held ([`is_held`]): a released or killed holder leaves its record behind.
 pub fn read_record(path: &Path) -> Option<Record> {

@@ -708,3 +708,48 @@ fn runners_own_git_calls_die_with_it() {
         blocked()
     );
 }
+
+/// In process-group mode, an escapee that cleared its environment and outlived runner's
+/// SIGKILL keeps the lease: `status` and `unlock` name it (found by the lock file it holds open),
+/// and `unlock --kill` ends it.
+#[test]
+fn what_keeps_a_dead_runs_lease_is_named_and_can_be_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid env -i /bin/sleep 5331 & sleep 5332'\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    common::kill_runner_while(
+        dir.path(),
+        &[("RUNNER_CONTAINMENT", "process-group")],
+        &["sleep 5331", "sleep 5332"],
+    );
+    let escapee = common::processes_matching("sleep 5331");
+    assert_eq!(escapee.len(), 1, "the escapee lives on");
+    let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(
+        status.contains(&format!("{}  /bin/sleep 5331", escapee[0])),
+        "{status}"
+    );
+    let out = run_in(dir.path(), &["unlock", "r", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!("{} `/bin/sleep 5331`", escapee[0])),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_in(
+        dir.path(),
+        &["unlock", "r", "--manifest", "m.yaml", "--kill"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("that kept its lease"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(common::processes_matching("sleep 5331").is_empty());
+    assert!(common::processes_matching("sleep 5332").is_empty());
+}

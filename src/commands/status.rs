@@ -179,7 +179,14 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
                         crate::lease::read_record(&p.common_dir.join(crate::lease::RECORD_FILE));
                     let survivors = match &holder {
                         Some(h) if held && h.holder.is_dead() => {
-                            crate::process::census::survivors(&h.token, &h.cgroups)
+                            let mut found = crate::process::census::survivors(&h.token, &h.cgroups);
+                            // Also what keeps the lock file open, whatever its environment.
+                            for k in crate::lease::lock_holders(&p.common_dir) {
+                                if !found.iter().any(|(pid, _)| *pid == k.0) {
+                                    found.push(k);
+                                }
+                            }
+                            found
                                 .into_iter()
                                 .map(|(pid, command)| Survivor { pid, command })
                                 .collect()

@@ -38,6 +38,27 @@ fn repo_folder(ui: &Ui, args: &UnlockArgs) -> Result<std::path::PathBuf, i32> {
     Err(EXIT_INVALID)
 }
 
+/// SIGTERM to `pids`, up to 5 seconds for them to go, then SIGKILL.
+fn end_pids(pids: &[i32]) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let alive = |p: i32| kill(Pid::from_raw(p), None).is_ok();
+    for &p in pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < until && pids.iter().any(|&p| alive(p)) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for &p in pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < until && pids.iter().any(|&p| alive(p)) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
     let repo = match repo_folder(ui, args) {
         Ok(r) => r,
@@ -79,13 +100,35 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
                 return crate::commands::EXIT_FAILURES;
             }
         }
+        // What still keeps the lock — a process that left its group and cleared its
+        // environment, invisible to the census — is found by the open lock file itself.
+        let keepers = crate::lease::lock_holders(&probe.common_dir);
+        if !keepers.is_empty() {
+            let pids: Vec<i32> = keepers.iter().map(|(p, _)| *p).collect();
+            end_pids(&pids);
+            eprintln!(
+                "runner: ended {} process(es) of dead run `{}` that kept its lease: {}",
+                keepers.len(),
+                h.run_id,
+                keepers
+                    .iter()
+                    .map(|(pid, cmd)| format!("{pid} `{}`", crate::support::text::printable(cmd)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     if crate::lease::is_held(&probe.common_dir) {
         let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
-        let survivors = holder
+        let mut survivors = holder
             .as_ref()
             .map(|h| crate::process::census::survivors(&h.token, &h.cgroups))
             .unwrap_or_default();
+        for k in crate::lease::lock_holders(&probe.common_dir) {
+            if !survivors.iter().any(|(p, _)| *p == k.0) {
+                survivors.push(k);
+            }
+        }
         let named = if survivors.is_empty() {
             String::new()
         } else {
