@@ -102,6 +102,81 @@ impl Redactor {
                 out = out.replace(s.as_str(), "***");
             }
         }
+        if out.contains('\x1b') {
+            out = self.redact_through_escapes(&out);
+        }
+        out
+    }
+
+    /// A secret printed with terminal escapes inside it (`p@ss\x1b[0mw0rd`, a colour changed
+    /// mid-word): matched in the text as shown — escapes left out — and replaced whole, the
+    /// escapes within it included.
+    fn redact_through_escapes(&self, text: &str) -> String {
+        // The shown text, and for each of its bytes where it is in `text`.
+        let mut shown = String::with_capacity(text.len());
+        let mut at: Vec<usize> = Vec::with_capacity(text.len());
+        let b = text.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == 0x1b {
+                // CSI (`ESC [ … final`), OSC (`ESC ] … BEL or ESC \\`), or a two-byte escape.
+                let mut j = i + 1;
+                match b.get(j) {
+                    Some(b'[') => {
+                        j += 1;
+                        while j < b.len() && !(0x40..=0x7e).contains(&b[j]) {
+                            j += 1;
+                        }
+                        j += 1;
+                    }
+                    Some(b']') => {
+                        while j < b.len()
+                            && b[j] != 0x07
+                            && !(b[j] == 0x1b && b.get(j + 1) == Some(&b'\\'))
+                        {
+                            j += 1;
+                        }
+                        j += if b.get(j) == Some(&0x07) { 1 } else { 2 };
+                    }
+                    Some(_) => j += 1,
+                    None => {}
+                }
+                i = j.min(b.len());
+                continue;
+            }
+            let ch = text[i..].chars().next().unwrap_or('\u{fffd}');
+            for k in 0..ch.len_utf8() {
+                at.push(i + k);
+            }
+            shown.push(ch);
+            i += ch.len_utf8();
+        }
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for s in &self.secrets {
+            let mut from = 0;
+            while let Some(p) = shown[from..].find(s.as_str()) {
+                let start = from + p;
+                let end = start + s.len();
+                spans.push((at[start], at[end - 1] + 1));
+                from = end;
+            }
+        }
+        if spans.is_empty() {
+            return text.to_string();
+        }
+        spans.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut pos = 0;
+        for (s, e) in spans {
+            if s < pos {
+                pos = pos.max(e);
+                continue;
+            }
+            out.push_str(&text[pos..s]);
+            out.push_str("***");
+            pos = e;
+        }
+        out.push_str(&text[pos..]);
         out
     }
 }
@@ -133,15 +208,34 @@ fn encoded_forms(value: &str) -> Vec<String> {
             forms.push(middle.replace('+', "-").replace('/', "_"));
         }
     }
-    let mut percent = String::new();
+    // Percent-encoded as in a URL, and form-encoded (`+` for a space), each in either case.
+    let (mut percent, mut form) = (String::new(), String::new());
     for b in bytes {
         if b.is_ascii_alphanumeric() || b"-._~".contains(b) {
             percent.push(*b as char);
+            form.push(*b as char);
         } else {
             percent.push_str(&format!("%{b:02X}"));
+            if *b == b' ' {
+                form.push('+');
+            } else {
+                form.push_str(&format!("%{b:02X}"));
+            }
         }
     }
-    forms.push(percent);
+    let lower = |s: &str| {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(i) = rest.find('%') {
+            out.push_str(&rest[..i]);
+            let code = rest.get(i..i + 3).unwrap_or(&rest[i..]);
+            out.push_str(&code.to_ascii_lowercase());
+            rest = &rest[i + code.len()..];
+        }
+        out.push_str(rest);
+        out
+    };
+    forms.extend([lower(&percent), lower(&form), percent, form]);
     if let Ok(json) = serde_json::to_string(value) {
         let json = &json[1..json.len() - 1];
         // Some encoders escape `/` too, and some (Python's, by default) all but ASCII.
@@ -159,12 +253,23 @@ fn encoded_forms(value: &str) -> Vec<String> {
                 }
             }
         }
-        forms.extend([lower, upper, json.to_string()]);
+        // And both at once: `\/` and `\uXXXX`.
+        forms.extend([
+            lower.replace('/', "\\/"),
+            upper.replace('/', "\\/"),
+            lower,
+            upper,
+            json.to_string(),
+        ]);
     }
     // Hex, as dumps and digest tools print bytes.
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     forms.push(hex.to_uppercase());
     forms.push(hex);
+    // And as `od -An -tx1` and `xxd` print them, a space between bytes.
+    let spaced: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    forms.push(spaced.join(" ").to_uppercase());
+    forms.push(spaced.join(" "));
     forms.retain(|f| f != value && f.len() >= MIN_ENCODED_LEN);
     forms.sort();
     forms.dedup();
@@ -508,6 +613,33 @@ pub fn last_lines(text: &str, lines: usize, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_in_the_forms_tools_print_is_redacted() {
+        let secret = "p@ss/w0rd+&x=1 \"q\" é\\z";
+        let r = Redactor::new([secret.to_string()]);
+        let forms = [
+            // Form encoding, and percent-encoding in lower case.
+            "p%40ss%2Fw0rd%2B%26x%3D1+%22q%22+%C3%A9%5Cz".to_string(),
+            "p%40ss%2fw0rd%2b%26x%3d1%20%22q%22%20%c3%a9%5cz".to_string(),
+            // JSON escaping `/` and all but ASCII at once.
+            "p@ss\\/w0rd+&x=1 \\\"q\\\" \\u00e9\\\\z".to_string(),
+            // Hex with a space between bytes, on one line.
+            secret
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            // An escape sequence inside the printed secret.
+            "p@ss/w0\x1b[31mrd+&x=1 \"q\" é\\z".to_string(),
+        ];
+        for f in forms {
+            let line = format!("before {f} after");
+            assert_eq!(r.redact(&line), "before *** after", "{f}");
+        }
+        // Escapes elsewhere stay.
+        assert_eq!(r.redact("\x1b[1mbold\x1b[0m"), "\x1b[1mbold\x1b[0m");
+    }
 
     #[test]
     fn redacts_secrets_longest_first() {

@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// SIGINT, SIGTERM, SIGHUP: the signals that stop a run.
 const WATCHED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 static LAST: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+/// When each last arrived, in milliseconds since boot (`CLOCK_BOOTTIME`, as process start
+/// times count): a process that started after its signal arrived is another one, the pid
+/// reused.
+static ARRIVED: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 const SEEN: u64 = 1 << 63;
 
 /// A signal's sender, as the kernel gave it.
@@ -18,6 +22,8 @@ const SEEN: u64 = 1 << 63;
 pub struct Sender {
     pub pid: i32,
     pub uid: u32,
+    /// When the signal arrived, in milliseconds since boot.
+    pub arrived_ms: u64,
 }
 
 /// Start recording the senders of the stop signals (once per process). Until the first one
@@ -31,6 +37,16 @@ pub fn record_senders() {
                 // SAFETY: for signals sent by kill(2), sigqueue(2) or the terminal, the kernel
                 // fills in the sender's pid and uid.
                 let (pid, uid) = unsafe { (info.si_pid(), info.si_uid()) };
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: clock_gettime is async-signal-safe and writes only `ts`.
+                unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+                ARRIVED[slot].store(
+                    (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000,
+                    Ordering::SeqCst,
+                );
                 LAST[slot].store(
                     SEEN | (u64::from(uid) << 32) | u64::from(pid as u32),
                     Ordering::SeqCst,
@@ -53,6 +69,7 @@ pub fn sender_of(sig: i32) -> Option<Sender> {
     (v & SEEN != 0).then_some(Sender {
         pid: (v & 0xffff_ffff) as u32 as i32,
         uid: ((v >> 32) & 0x7fff_ffff) as u32,
+        arrived_ms: ARRIVED[slot].load(Ordering::SeqCst),
     })
 }
 
@@ -60,10 +77,30 @@ impl Sender {
     /// `pid 4242 (uid 1000 alice: `systemctl stop nightly`)`; the user name and the command line
     /// when they can be read, the command line through `redact` (it may carry a secret). A pid
     /// of 0 is the kernel (a closed terminal's hangup, for one).
+    ///
+    /// The process is read only while it is the one that sent the signal: one that started after
+    /// the signal arrived has the pid reused, and is not named. Its program name is kept; its
+    /// arguments only after `redact` and the redaction of anything shaped like a secret
+    /// ([`redact_shaped`]): a manifest's secrets are not the only ones a command line carries.
     pub fn describe(&self, redact: impl Fn(&str) -> String) -> String {
         if self.pid == 0 {
             return "the kernel (pid 0)".to_string();
         }
+        let started_ms = crate::support::host::process_start_time(self.pid as u32).map(|ticks| {
+            // SAFETY: sysconf has no preconditions.
+            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+            ticks * 1000 / hz
+        });
+        // A tick's rounding aside, a process that started after the signal is another one.
+        if started_ms.is_some_and(|s| self.arrived_ms > 0 && s > self.arrived_ms + 20) {
+            return format!(
+                "pid {} (uid {}; it has exited, the pid belongs to another process now)",
+                self.pid, self.uid
+            );
+        }
+        let program = std::fs::read_to_string(format!("/proc/{}/comm", self.pid))
+            .ok()
+            .map(|c| crate::support::text::printable(c.trim_end()));
         let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid))
             .ok()
             .flatten()
@@ -78,12 +115,155 @@ impl Sender {
                     .filter(|w| !w.is_empty())
                     .map(|w| String::from_utf8_lossy(w).into_owned())
                     .collect();
+                let words: Vec<String> = redact_shaped(&words);
                 let line = crate::support::text::printable(&words.join(" "));
                 let line = redact(&line);
                 let short: String = line.chars().take(200).collect();
                 format!(": `{short}`")
             })
             .unwrap_or_default();
-        format!("pid {} (uid {}{user}{cmd})", self.pid, self.uid)
+        let started = started_ms
+            .map(|ms| format!(", started {}.{:03} s after boot", ms / 1000, ms % 1000))
+            .unwrap_or_default();
+        let program = program
+            .map(|p| format!(", program {p}"))
+            .unwrap_or_default();
+        format!(
+            "pid {} (uid {}{user}{program}{started}{cmd})",
+            self.pid, self.uid
+        )
+    }
+}
+
+/// A command line's words with what looks like a secret replaced by `***`: the value of a
+/// `--password`/`--token`/`-p`-like flag (the next word, or after `=`), of a `NAME=value` whose
+/// name says secret, a URL's credentials, an `Authorization`/`Bearer` value, and long opaque
+/// words (24 or more characters of letters, digits and `+/=_-`, letters and digits mixed).
+pub fn redact_shaped(words: &[String]) -> Vec<String> {
+    let secretish = |name: &str| {
+        let n = name.trim_start_matches('-').to_ascii_uppercase();
+        [
+            "TOKEN",
+            "SECRET",
+            "PASSWORD",
+            "PASSWD",
+            "KEY",
+            "AUTH",
+            "CREDENTIAL",
+        ]
+        .iter()
+        .any(|w| n.contains(w))
+            || n == "P"
+    };
+    let opaque = |w: &str| {
+        w.len() >= 24
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+/=_-".contains(c))
+            && w.chars().any(|c| c.is_ascii_digit())
+            && w.chars().any(|c| c.is_ascii_alphabetic())
+    };
+    let mut out = Vec::with_capacity(words.len());
+    let mut hide_next = false;
+    for w in words {
+        if hide_next {
+            out.push("***".to_string());
+            hide_next = false;
+            continue;
+        }
+        if let Some((name, _)) = w.split_once('=')
+            && secretish(name)
+        {
+            out.push(format!("{name}=***"));
+            continue;
+        }
+        if w.starts_with('-') && secretish(w) {
+            out.push(w.clone());
+            hide_next = true;
+            continue;
+        }
+        if w.eq_ignore_ascii_case("bearer") || w.eq_ignore_ascii_case("authorization:") {
+            out.push(w.clone());
+            hide_next = true;
+            continue;
+        }
+        if let Some(scheme) = w.find("://")
+            && let Some(at) = w[scheme + 3..].find('@')
+        {
+            out.push(format!(
+                "{}://***@{}",
+                &w[..scheme],
+                &w[scheme + 3 + at + 1..]
+            ));
+            continue;
+        }
+        if opaque(w) {
+            out.push("***".to_string());
+            continue;
+        }
+        out.push(w.clone());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sender_that_started_after_the_signal_is_not_named() {
+        // This process started long after the first millisecond since boot.
+        let s = Sender {
+            pid: std::process::id() as i32,
+            uid: 0,
+            arrived_ms: 1,
+        };
+        let d = s.describe(|t| t.to_string());
+        assert!(d.contains("the pid belongs to another process now"), "{d}");
+        // Arrived now: it is this process, named with its program and start time.
+        let now = Sender {
+            arrived_ms: u64::MAX / 2,
+            ..s
+        };
+        let d = now.describe(|t| t.to_string());
+        assert!(
+            d.contains(", program ") && d.contains("s after boot"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn what_looks_like_a_secret_on_a_command_line_is_redacted() {
+        let words: Vec<String> = [
+            "deploy",
+            "--token",
+            "abc",
+            "--password=hunter22",
+            "API_KEY=xyz",
+            "https://bob:pw@example.com/x",
+            "Bearer",
+            "eyJhbGciOi",
+            "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+            "--verbose",
+            "plain-word-without-digits-that-is-long",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            redact_shaped(&words),
+            [
+                "deploy",
+                "--token",
+                "***",
+                "--password=***",
+                "API_KEY=***",
+                "https://***@example.com/x",
+                "Bearer",
+                "***",
+                "***",
+                "--verbose",
+                "plain-word-without-digits-that-is-long",
+            ]
+        );
     }
 }
