@@ -48,8 +48,9 @@ items:
                 d.contains("assertion failed: 1 == 2 <at> lib.rs:7"),
                 "{xml}"
             );
-            // Colour and control characters are not XML; quotes and ampersands are escaped.
-            assert!(d.contains("\"red\" & it's done"), "{d:?}");
+            // Colour is removed and control characters, which XML forbids, shown escaped;
+            // quotes and ampersands are escaped.
+            assert!(d.contains("\"red\" & it's \\u{1}done"), "{d:?}");
             assert!(!d.contains("[31m") && !d.contains('\u{1}'), "{d:?}");
         }
         other => panic!("bad is a failure: {other:?}"),

@@ -56,6 +56,8 @@ fn apply(dir: &Path, url: &str, lapse: &str) -> Child {
         .current_dir(dir)
         .args(["apply", "m.yaml", "--no-progress", "--state", url])
         .env("RUNNER_HEARTBEAT_LAPSE", lapse)
+        // Each folder stands for a machine of its own: its host-wide units are its own.
+        .env("RUNNER_RESOURCES_DIR", dir.join(".units"))
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("err.txt")).unwrap())
         .spawn()

@@ -158,10 +158,14 @@ struct Session {
 /// (`RUNNER_LEDGER_RETRY`, a duration; default 3 minutes): a server restarted, failed over or
 /// briefly unreachable stops no run.
 fn ledger_retry() -> std::time::Duration {
-    std::env::var("RUNNER_LEDGER_RETRY")
-        .ok()
-        .and_then(|v| crate::manifest::parse_duration(&v).ok())
-        .unwrap_or(std::time::Duration::from_secs(180))
+    std::time::Duration::from_millis(LEDGER_RETRY_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+static LEDGER_RETRY_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(180_000);
+
+/// Set how long a lost connection is tried again (`RUNNER_LEDGER_RETRY`).
+pub fn set_ledger_retry(d: std::time::Duration) {
+    LEDGER_RETRY_MS.store(d.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Whether `e` says the connection is gone (or the server is going away), rather than that the
