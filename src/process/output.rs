@@ -31,10 +31,26 @@ fn log_limit() -> u64 {
 /// without hiding anything worth hiding.
 pub const MIN_SECRET_LEN: usize = 4;
 
+/// Lines held back at most while a secret wrapped over lines may run through them: past this,
+/// the oldest is written out as it is.
+const MAX_HELD_LINES: usize = 256;
+
 /// Replaces secret values with `***`.
 #[derive(Debug, Default)]
 pub struct Redactor {
     secrets: Vec<String>,
+    /// What is also matched where a tool wraps it over lines (`base64` at 76 columns, `od` at
+    /// 16 bytes a line): each secret and encoded form long enough not to match by chance,
+    /// longest first, with the bytes one can begin with.
+    wrapped: Option<Wrapped>,
+}
+
+#[derive(Debug)]
+struct Wrapped {
+    forms: Vec<Vec<u8>>,
+    any: regex::bytes::Regex,
+    first: [bool; 256],
+    longest: usize,
 }
 
 impl Redactor {
@@ -58,7 +74,129 @@ impl Redactor {
         // Longest first, so a secret containing another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
-        Redactor { secrets }
+        let forms: Vec<Vec<u8>> = secrets
+            .iter()
+            .filter(|s| s.len() >= MIN_ENCODED_LEN && !s.contains('\n'))
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        let wrapped = (!forms.is_empty())
+            .then(|| {
+                let pattern = forms
+                    .iter()
+                    .map(|f| regex::escape(&String::from_utf8_lossy(f)))
+                    .collect::<Vec<_>>()
+                    .join("|");
+                let any = regex::bytes::RegexBuilder::new(&pattern)
+                    .size_limit(64 << 20)
+                    .build()
+                    .ok()?;
+                let mut first = [false; 256];
+                for f in &forms {
+                    first[usize::from(f[0])] = true;
+                }
+                let longest = forms.iter().map(Vec::len).max().unwrap_or_default();
+                Some(Wrapped {
+                    forms,
+                    any,
+                    first,
+                    longest,
+                })
+            })
+            .flatten();
+        Redactor { secrets, wrapped }
+    }
+
+    /// Takes the lines in `bytes` (the last one may lack its end) after those `held` back, and
+    /// gives what can be written now: where a secret runs over line ends (as `base64 -w` and
+    /// `od` print one), `***` where it starts and the rest of it taken out of its lines, the
+    /// line ends kept. A line stays held while a secret could begin in it and go on into lines
+    /// not yet printed; with `all` (the output ended), none does.
+    pub fn unwrap_lines(&self, held: &mut Vec<u8>, bytes: &[u8], all: bool) -> Vec<u8> {
+        held.extend_from_slice(bytes);
+        let Some(w) = &self.wrapped else {
+            return std::mem::take(held);
+        };
+        // Each line's content (its end left out) as a range of `held`, and the contents joined:
+        // the text a wrapped secret is looked for in, with where each line starts in it.
+        let lines = |held: &[u8]| {
+            let mut ranges = Vec::new();
+            let mut at = 0;
+            for line in held.split_inclusive(|b| *b == b'\n') {
+                let mut n = line.len();
+                if line.ends_with(b"\n") {
+                    n -= 1;
+                    if line[..n].ends_with(b"\r") {
+                        n -= 1;
+                    }
+                }
+                ranges.push((at, at + n, at + line.len()));
+                at += line.len();
+            }
+            let mut text = Vec::with_capacity(held.len());
+            let mut starts = Vec::with_capacity(ranges.len() + 1);
+            for (from, to, _) in &ranges {
+                starts.push(text.len());
+                text.extend_from_slice(&held[*from..*to]);
+            }
+            starts.push(text.len());
+            (ranges, text, starts)
+        };
+        let (mut ranges, mut text, mut starts) = lines(held);
+        // The line holding byte `at` of the text: the last whose content starts at or before it.
+        let line_of = |starts: &[usize], at: usize| starts.partition_point(|s| *s <= at) - 1;
+        let spans: Vec<(usize, usize)> = w
+            .any
+            .find_iter(&text)
+            .map(|m| (m.start(), m.end()))
+            .filter(|(s, e)| line_of(&starts, *s) != line_of(&starts, e - 1))
+            .collect();
+        if !spans.is_empty() {
+            // Each span's first byte becomes `***`, the rest of it goes; line ends stay.
+            let mut mark = vec![0u8; text.len()];
+            for (s, e) in spans {
+                mark[s] = 1;
+                mark[s + 1..e].fill(2);
+            }
+            let mut out = Vec::with_capacity(held.len());
+            for (i, (from, to, end)) in ranges.iter().enumerate() {
+                for (k, b) in held[*from..*to].iter().enumerate() {
+                    match mark[starts[i] + k] {
+                        0 => out.push(*b),
+                        1 => out.extend_from_slice(b"***"),
+                        _ => {}
+                    }
+                }
+                out.extend_from_slice(&held[*to..*end]);
+            }
+            *held = out;
+            (ranges, text, starts) = lines(held);
+        }
+        if all {
+            return std::mem::take(held);
+        }
+        // A line is written once no secret can begin in it and run on past what is held: only
+        // the last `longest` bytes of the text can.
+        let open = |p: usize| {
+            let rest = &text[p..];
+            w.first[usize::from(text[p])]
+                && w.forms
+                    .iter()
+                    .any(|f| f.len() > rest.len() && f.starts_with(rest))
+        };
+        let lo = text.len().saturating_sub(w.longest.saturating_sub(1));
+        let mut keep = ranges.len();
+        for i in (0..ranges.len()).rev() {
+            if starts[i + 1] <= lo && starts[i + 1] > starts[i] {
+                break;
+            }
+            if (starts[i].max(lo)..starts[i + 1]).any(open) {
+                keep = i;
+            }
+        }
+        keep = keep.max(ranges.len().saturating_sub(MAX_HELD_LINES));
+        let ready = ranges.get(keep).map_or(held.len(), |r| r.0);
+        let rest = held.split_off(ready);
+        std::mem::replace(held, rest)
     }
 
     /// Where `buf` (a partial line) may be cut so that no secret is split: before a suffix that
@@ -300,6 +438,9 @@ struct State {
     counted: u64,
     /// Reads failure-shaped lines (of gates), as redacted.
     failures: Option<crate::support::failures::Scanner>,
+    /// Lines held back while a secret wrapped over lines may run through them
+    /// ([`Redactor::unwrap_lines`]).
+    held: Vec<u8>,
 }
 
 impl State {
@@ -452,6 +593,7 @@ impl Collector {
                 last: Instant::now(),
                 counted: 0,
                 failures: None,
+                held: Vec::new(),
             })),
             redactor,
             counter: None,
@@ -480,7 +622,7 @@ impl Collector {
             None => return,
         };
         let lines: Vec<u8> = st.pending.drain(..cut).collect();
-        self.emit(&mut st, &lines);
+        self.emit(&mut st, &lines, false);
     }
 
     /// Keep `n` bytes of output in the log (instead of the process-wide limit).
@@ -512,7 +654,8 @@ impl Collector {
         self
     }
 
-    fn emit(&self, st: &mut State, bytes: &[u8]) {
+    /// Write out `bytes` (whole lines, or a long line's part); `all` when the output ended.
+    fn emit(&self, st: &mut State, bytes: &[u8], all: bool) {
         if let Some(re) = &self.counter {
             let raw = String::from_utf8_lossy(bytes);
             st.counted += raw
@@ -520,7 +663,11 @@ impl Collector {
                 .filter(|l| re.is_match(l.trim_end_matches('\r')))
                 .count() as u64;
         }
-        let text = self.redactor.redact(&String::from_utf8_lossy(bytes));
+        let ready = self.redactor.unwrap_lines(&mut st.held, bytes, all);
+        if ready.is_empty() {
+            return;
+        }
+        let text = self.redactor.redact(&String::from_utf8_lossy(&ready));
         if let Some(scanner) = st.failures.as_mut() {
             for line in text.lines() {
                 scanner.line(line);
@@ -554,8 +701,8 @@ impl Collector {
             };
         };
         let rest: Vec<u8> = std::mem::take(&mut st.pending);
-        if !rest.is_empty() {
-            self.emit(&mut st, &rest);
+        if !rest.is_empty() || !st.held.is_empty() {
+            self.emit(&mut st, &rest, true);
         }
         // Every process has its log, an empty one when it printed nothing: a report never
         // points at a log that is not there, nor leaves one out.
@@ -829,6 +976,143 @@ mod tests {
                     proptest::prop_assert!(!shown.contains(line), "{:?} in {:?}", line, shown);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_secret_a_tool_wraps_over_lines_is_redacted() {
+        use base64::Engine;
+        let secret = "tok-0123456789abcdef";
+        let r = Redactor::new([secret.to_string()]);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(secret);
+        let wrap = |text: &str, width: usize| {
+            text.as_bytes()
+                .chunks(width)
+                .map(|c| format!("{}\n", String::from_utf8_lossy(c)))
+                .collect::<String>()
+        };
+        let hex: Vec<String> = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        let od: String = hex
+            .chunks(4)
+            .map(|c| format!(" {}\n", c.join(" ")))
+            .collect();
+        for printed in [
+            wrap(&b64, 8),
+            wrap(&b64, 5),
+            od,
+            wrap(secret, 7),
+            format!("key: {}\r\n{}\r\n", &secret[..9], &secret[9..]),
+        ] {
+            let mut held = Vec::new();
+            let text = format!("before\n{printed}after\n");
+            let mut out = Vec::new();
+            for line in text.split_inclusive('\n') {
+                out.extend(r.unwrap_lines(&mut held, line.as_bytes(), false));
+            }
+            out.extend(r.unwrap_lines(&mut held, b"", true));
+            let out = r.redact(&String::from_utf8(out).unwrap());
+            assert!(
+                out.starts_with("before\n") && out.ends_with("after\n"),
+                "{out:?}"
+            );
+            assert!(out.contains("***"), "{printed:?} -> {out:?}");
+            assert_eq!(
+                out.matches('\n').count(),
+                text.matches('\n').count(),
+                "line ends are kept: {out:?}"
+            );
+            let joined: String = out.lines().map(|l| l.trim_end_matches('\r')).collect();
+            for piece in [&secret[..8], &secret[8..16], &b64[..8], &b64[8..16]] {
+                assert!(!joined.contains(piece), "{piece} left in {out:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn lines_are_held_back_only_while_a_wrapped_secret_may_run_through_them() {
+        let r = Redactor::new(["tok-0123456789abcdef".to_string()]);
+        let mut held = Vec::new();
+        // Nothing in it can begin the secret: written at once.
+        assert_eq!(
+            r.unwrap_lines(&mut held, b"plain line\n", false),
+            b"plain line\n"
+        );
+        // It ends with what could be the secret's start: held until the next line says not.
+        assert!(r.unwrap_lines(&mut held, b"id tok-01\n", false).is_empty());
+        assert_eq!(
+            r.unwrap_lines(&mut held, b"and more\n", false),
+            b"id tok-01\nand more\n"
+        );
+        // Held while the secret goes on, then cut where it ran.
+        assert!(r.unwrap_lines(&mut held, b"x tok-01\n", false).is_empty());
+        assert!(r.unwrap_lines(&mut held, b"23456\n", false).is_empty());
+        assert_eq!(
+            r.unwrap_lines(&mut held, b"789abcdef y\n", false),
+            b"x ***\n\n y\n"
+        );
+        // The end of the output lets everything out.
+        assert!(r.unwrap_lines(&mut held, b"tok-0123\n", false).is_empty());
+        assert_eq!(r.unwrap_lines(&mut held, b"", true), b"tok-0123\n");
+        // A line that never ends the suspicion is held at most MAX_HELD_LINES deep.
+        let long = Redactor::new(["a".repeat(2000)]);
+        let mut held = Vec::new();
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            out.extend(long.unwrap_lines(&mut held, b"a\n", false));
+        }
+        assert_eq!(held.len(), 2 * MAX_HELD_LINES);
+        assert_eq!(out.len(), 2 * (1000 - MAX_HELD_LINES));
+        // With no secret long enough, nothing is ever held.
+        let none = Redactor::new(["abcd".to_string()]);
+        let mut held = Vec::new();
+        assert_eq!(none.unwrap_lines(&mut held, b"ab\n", false), b"ab\n");
+    }
+
+    proptest::proptest! {
+        /// A secret (or its base64) wrapped at any width, amid any lines, pushed in any chunks:
+        /// no line-wide piece of it reaches the log.
+        #[test]
+        fn a_secret_wrapped_over_lines_never_reaches_the_log(
+            secret in "[a-zA-Z0-9_-]{8,40}",
+            encode in proptest::bool::ANY,
+            width in 3usize..20,
+            before in "[ a-z\n]{0,40}",
+            after in "[ a-z\n]{0,40}",
+            cuts in proptest::collection::vec(0usize..400, 0..8),
+        ) {
+            use base64::Engine;
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("log");
+            let c = Collector::new(Some(path.clone()), Arc::new(Redactor::new([secret.clone()])));
+            let shown = if encode {
+                base64::engine::general_purpose::STANDARD.encode(&secret)
+            } else {
+                secret.clone()
+            };
+            let wrapped: String = shown
+                .as_bytes()
+                .chunks(width)
+                .map(|c| format!("{}\n", String::from_utf8_lossy(c)))
+                .collect();
+            let text = format!("{before}\n{wrapped}{after}");
+            let bytes = text.as_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort();
+            let mut at = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                c.push(&bytes[at..cut.max(at)]);
+                at = cut.max(at);
+            }
+            c.finish();
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            let joined: String = log.lines().collect();
+            // What is left of an encoding's last group is shared with what follows it.
+            let core = if encode { &shown[..shown.len().saturating_sub(4)] } else { &shown[..] };
+            proptest::prop_assert!(
+                core.len() < 8 || !joined.contains(core),
+                "{:?} in {:?}", core, log
+            );
+            proptest::prop_assert_eq!(log.matches('\n').count(), text.matches('\n').count());
         }
     }
 
