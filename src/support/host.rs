@@ -108,7 +108,7 @@ pub fn inside_item() -> Option<String> {
                 && parts.get(i + 1).is_some_and(|p| p.starts_with("repo-"))
             {
                 return Some(format!(
-                    "it runs in cgroup `{path}`, which is an item's of run `{}`",
+                    "it runs in cgroup `{path}`, which belongs to an item of run `{}`",
                     parts[i].trim_start_matches("runner-")
                 ));
             }
