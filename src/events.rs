@@ -101,6 +101,18 @@ pub enum Event {
         /// The items whose failures demoted it (`repo/id`), at least two.
         #[serde(default)]
         items: Vec<String>,
+        /// The model new items of this item's chain start on now; none when the demoted model
+        /// is the last usable one, which they go on trying.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next: Option<String>,
+    },
+    /// The provider refused `model`'s key (authentication, or billing: `message` says which,
+    /// in the provider's words as the worker printed them): no item uses the model again in
+    /// this run. Said once per model; `model` is none for a worker run without one.
+    ModelRefused {
+        item: ItemIndex,
+        model: Option<String>,
+        message: String,
     },
     /// A completed item's work branch was published (pushed, and its pull request opened or
     /// updated), or `error` says what failed; the branch is kept either way.

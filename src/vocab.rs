@@ -76,6 +76,9 @@ pub enum WorkerClass {
     Failed,
     /// Ended by a cancel; not a verdict on the work.
     Cancelled,
+    /// The provider refused the key (authentication, billing): the model is not used again in
+    /// the run; not a verdict on the work.
+    Refused,
 }
 
 impl WorkerClass {
@@ -86,6 +89,7 @@ impl WorkerClass {
             WorkerClass::Timeout => "timeout",
             WorkerClass::Failed => "failed",
             WorkerClass::Cancelled => "cancelled",
+            WorkerClass::Refused => "refused",
         }
     }
 }
@@ -105,6 +109,9 @@ pub enum RunEnding {
     Failed,
     /// The manifest's budget was spent: nothing new was admitted.
     Budget,
+    /// Every model an item needed was refused by its provider (a key refused or expired,
+    /// billing): nothing new was admitted, and what could not run is held.
+    Refused,
 }
 
 impl RunEnding {
@@ -117,6 +124,7 @@ impl RunEnding {
             RunEnding::Paused => "paused",
             RunEnding::Failed => "failed",
             RunEnding::Budget => "budget",
+            RunEnding::Refused => "refused",
         }
     }
 }
@@ -157,6 +165,9 @@ pub enum HoldReason {
     /// The only model of a chain without fallbacks kept failing for the provider's reasons:
     /// the next run tries again.
     ProviderUnavailable,
+    /// Every model of the item's chain was refused by its provider (a key refused or expired,
+    /// billing): the next run tries again, once the key is fixed.
+    ProviderRefused,
 }
 
 impl HoldReason {
@@ -172,6 +183,7 @@ impl HoldReason {
             HoldReason::Taken => "taken",
             HoldReason::Environment => "environment",
             HoldReason::ProviderUnavailable => "provider-unavailable",
+            HoldReason::ProviderRefused => "provider-refused",
         }
     }
     /// The state an item with this reason is in.

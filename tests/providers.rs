@@ -363,3 +363,166 @@ fn back_off_is_reported_apart_from_the_wait_for_a_free_slot() {
     assert!(page.contains(">slot 1</text>") && !page.contains(">slot 2</text>"));
     assert!(page.contains("class=\"bar-label\""), "no bar labelled");
 }
+
+/// `file` validates against `schemas/<schema>.schema.json`, by Python's jsonschema.
+fn validates(schema: &str, file: &Path) {
+    if !common::have(
+        "Python's jsonschema",
+        std::process::Command::new("python3").args(["-c", "import jsonschema"]),
+    ) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("python3")
+        .arg(root.join("tests/schemas/validate.py"))
+        .arg(root.join(format!("schemas/{schema}.schema.json")))
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{schema}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A manifest over `n` repositories with one item each, a worker and a chain.
+fn fleet(dir: &Path, n: usize, models: &str, worker: &str) {
+    let mut repos = String::new();
+    let mut items = String::new();
+    for i in 0..n {
+        repo(&dir.join(format!("r{i}")));
+        repos.push_str(&format!("  - path: r{i}\n"));
+        items.push_str(&format!("  - {{repo: r{i}, id: i{i}}}\n"));
+    }
+    std::fs::write(
+        dir.join("m.yaml"),
+        format!(
+            "version: 1\nname: keys\ncapacity: {{workers: 1}}\nrepositories:\n{repos}models: {models}\nworker:\n  run: '{worker}'\nitems:\n{items}"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_refused_key_is_not_retried_and_its_model_is_dropped_for_every_item() {
+    let dir = tempfile::tempdir().unwrap();
+    // m1's key is refused; m2 works. The worker counts its runs per model.
+    fleet(
+        dir.path(),
+        4,
+        "{primary: m1, fallbacks: [m2], threshold: 3, backoff: {initial: 5s, max: 5s}}",
+        r#"echo "$RUNNER_MODEL" >> ../calls; if [ "$RUNNER_MODEL" = m1 ]; then echo "runner adapter: the provider refused the key (authentication): 401 invalid x-api-key"; exit 77; fi"#,
+    );
+    let started = std::time::Instant::now();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // Neither rested nor retried on m1: one call of m1 in all, then m2 for every item.
+    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
+    assert_eq!(calls, "m1\nm2\nm2\nm2\nm2\n", "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "no back-off was taken"
+    );
+    assert!(
+        err.contains("the provider refused model m1 (the provider refused the key (authentication): 401 invalid x-api-key)"),
+        "{err}"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["refused"][0]["model"], "m1", "{report:#}");
+    assert_eq!(report["refused"][0]["item"], "r0/i0");
+    assert_eq!(report["counts"]["completed"], 4);
+    let first = report_item(&report, "id", "i0");
+    assert_eq!(
+        first["attempts"][0]["worker"]["class"], "refused",
+        "{first:#}"
+    );
+}
+
+#[test]
+fn with_every_model_refused_nothing_more_starts_and_the_items_are_held_for_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        4,
+        "{primary: m1, fallbacks: [m2]}",
+        r#"echo "$RUNNER_MODEL" >> ../calls; if [ -e ../key-fixed ]; then exit 0; fi; case "$RUNNER_MODEL" in m1) echo "Error: 401 invalid x-api-key"; exit 77;; *) echo "runner adapter: the provider refused the key (billing): credit balance is too low"; exit 77;; esac"#,
+    );
+    let events = dir.path().join("events.jsonl");
+    let out = run_in(
+        dir.path(),
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--events",
+            events.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(6), "{err}");
+    validates(
+        "report",
+        &dir.path().join("runner-reports/latest/report.json"),
+    );
+    validates("events", &events);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.contains("exit 6"), "{last}");
+    assert!(
+        last.contains("`m1` (Error: 401 invalid x-api-key)")
+            && last.contains(
+                "`m2` (the provider refused the key (billing): credit balance is too low)"
+            ),
+        "{last}"
+    );
+    // One item found both keys refused; no other item ran.
+    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
+    assert_eq!(calls, "m1\nm2\n", "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "refused", "{report:#}");
+    assert_eq!(report["counts"]["held"], 4, "{report:#}");
+    for i in 0..4 {
+        let it = report_item(&report, "id", &format!("i{i}"));
+        assert_eq!(it["outcome"], "held", "{it:#}");
+        assert_eq!(it["reason"], "provider-refused", "{it:#}");
+    }
+    // The key fixed, the next run takes every item.
+    std::fs::write(dir.path().join("key-fixed"), "").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["counts"]["completed"], 4, "{report:#}");
+}
+
+#[test]
+fn an_exit_code_cannot_mean_both_a_provider_failure_and_a_refused_key() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        1,
+        "{primary: m1, provider_failure: {exit_codes: [75, 77], refused_exit_codes: [77]}}",
+        "true",
+    );
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("exit code 77 is also a provider failure"),
+        "{err}"
+    );
+    // Without `refused_exit_codes`, a 77 the manifest made a provider failure stays one.
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        1,
+        "{primary: m1, fallbacks: [m2], threshold: 1, provider_failure: {exit_codes: [77]}, backoff: {initial: 0s, max: 0s}}",
+        r#"if [ "$RUNNER_MODEL" = m1 ]; then exit 77; fi"#,
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let it = report_item(&report, "id", "i0");
+    assert_eq!(it["attempts"][0]["worker"]["class"], "provider", "{it:#}");
+}

@@ -935,6 +935,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::UsageUnknown { item, .. }
         | Event::SetupFinished { item, .. }
         | Event::ModelDemoted { item, .. }
+        | Event::ModelRefused { item, .. }
         | Event::Published { item, .. }
         | Event::LeaseWaited { item, .. }
         | Event::ResourceWaiting { item, .. }
@@ -1159,6 +1160,13 @@ fn verdict(
             format!(
                 "the budget was spent ({})",
                 report.cause.as_deref().unwrap_or("no cost given")
+            ),
+        ),
+        RunEnding::Refused => (
+            super::EXIT_REFUSED,
+            format!(
+                "the provider refused the models ({}); fix the key, and the next run takes the held items",
+                report.cause.as_deref().unwrap_or("no message given")
             ),
         ),
         RunEnding::Failed => (EXIT_INTERNAL, "runner could not continue".into()),

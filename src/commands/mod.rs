@@ -43,6 +43,9 @@ pub const EXIT_INVALID: i32 = 2;
 pub const EXIT_STALLED: i32 = 3;
 pub const EXIT_INTERNAL: i32 = 4;
 pub const EXIT_BUDGET: i32 = 5;
+/// `apply`: every model an item needed was refused by its provider (a key refused or expired,
+/// billing): nothing more was admitted, and the items that could not run are held.
+pub const EXIT_REFUSED: i32 = 6;
 
 /// The closed vocabulary of `RUNNER_ROLE`, set for every process runner spawns.
 pub const ROLES: &[&str] = &["worker", "gate"];

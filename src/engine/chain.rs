@@ -57,6 +57,19 @@ impl ModelChain {
         self.pos = pos.min(self.len().saturating_sub(1));
     }
 
+    /// Where in the chain the next attempt is.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Go on at model `pos` (later in the chain: the ones between were refused), its count of
+    /// provider failures from zero.
+    pub fn move_to(&mut self, pos: usize) {
+        debug_assert!(pos >= self.pos, "a chain never goes back");
+        self.pos = pos.max(self.pos).min(self.len());
+        self.consecutive = 0;
+    }
+
     pub fn exhausted(&self) -> bool {
         self.pos >= self.len()
     }

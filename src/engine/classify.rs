@@ -12,6 +12,8 @@ pub const PATTERN_WINDOW: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderPolicy {
     pub exit_codes: Vec<i32>,
+    /// Exit codes that mean the provider refused the key (authentication, billing).
+    pub refused_exit_codes: Vec<i32>,
     /// Lowercased.
     pub patterns: Vec<String>,
 }
@@ -23,6 +25,19 @@ impl ProviderPolicy {
             exit_codes: pf
                 .and_then(|p| p.exit_codes.clone())
                 .unwrap_or_else(|| crate::manifest::DEFAULT_PROVIDER_EXIT_CODES.to_vec()),
+            // The default gives way to a code the manifest made a provider failure.
+            refused_exit_codes: pf
+                .and_then(|p| p.refused_exit_codes.clone())
+                .unwrap_or_else(|| {
+                    crate::manifest::DEFAULT_REFUSED_EXIT_CODES
+                        .iter()
+                        .copied()
+                        .filter(|c| {
+                            !pf.and_then(|p| p.exit_codes.as_ref())
+                                .is_some_and(|e| e.contains(c))
+                        })
+                        .collect()
+                }),
             patterns: pf
                 .map(|p| p.patterns.iter().map(|s| s.to_lowercase()).collect())
                 .unwrap_or_default(),
@@ -47,6 +62,7 @@ pub fn classify(f: &Finished, policy: &ProviderPolicy) -> WorkerClass {
     }
     match f.exit {
         Some(0) => WorkerClass::Ok,
+        Some(code) if policy.refused_exit_codes.contains(&code) => WorkerClass::Refused,
         Some(code) if policy.exit_codes.contains(&code) => WorkerClass::Provider,
         _ => {
             let tail = tail_window(&f.tail).to_lowercase();
@@ -85,6 +101,7 @@ mod tests {
     fn policy() -> ProviderPolicy {
         ProviderPolicy {
             exit_codes: vec![75],
+            refused_exit_codes: vec![77],
             patterns: vec!["rate limit".into(), "overloaded".into()],
         }
     }

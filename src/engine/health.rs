@@ -7,6 +7,10 @@
 //! from then on begin on the next model of their chain that is not demoted. A demoted model is trusted
 //! again once `quiet` has passed without a provider failure of its own, and new items start on
 //! it again. An item's own chain stays as it is once started (see `super::chain`).
+//!
+//! A model whose provider refused the key (authentication, billing) is another matter: one
+//! refusal is enough, it is never trusted again in the run, and no item, running or starting,
+//! uses it again.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -31,6 +35,8 @@ pub struct Health {
     failures: HashMap<String, VecDeque<(Instant, String)>>,
     /// Demoted models, with their latest provider failure.
     demoted: HashMap<String, Instant>,
+    /// Models whose provider refused the key, with what it said, in the order refused.
+    refused: Vec<(String, String)>,
 }
 
 impl Health {
@@ -41,7 +47,32 @@ impl Health {
             quiet,
             failures: HashMap::new(),
             demoted: HashMap::new(),
+            refused: Vec::new(),
         }
+    }
+
+    /// The provider refused `model`'s key, saying `message`: no item uses the model again in
+    /// this run. Whether this is the first refusal of it.
+    pub fn refuse(&mut self, model: &str, message: &str) -> bool {
+        if self.is_refused(model) {
+            return false;
+        }
+        self.refused.push((model.to_string(), message.to_string()));
+        true
+    }
+
+    pub fn is_refused(&self, model: &str) -> bool {
+        self.refused.iter().any(|(m, _)| m == model)
+    }
+
+    /// The models refused so far, with what their provider said.
+    pub fn refused(&self) -> &[(String, String)] {
+        &self.refused
+    }
+
+    /// The first model of `chain` from `from` on that is not refused.
+    pub fn usable(&self, chain: &[String], from: usize) -> Option<usize> {
+        (from..chain.len()).find(|&i| !self.is_refused(&chain[i]))
     }
 
     /// A provider failure of `model` at `now`, met by `item` (`repo/id`). When this one demoted
@@ -76,16 +107,21 @@ impl Health {
         None
     }
 
-    /// Where in `chain` an item starting at `now` begins: the first model not demoted (the
-    /// last one when every model is), after trusting again the models quiet for long enough.
-    pub fn start(&mut self, chain: &[String], now: Instant) -> usize {
+    /// Where in `chain` an item starting at `now` begins: the first model neither refused nor
+    /// demoted (the last usable one when every usable model is demoted), after trusting again
+    /// the models quiet for long enough; none when every model is refused.
+    pub fn start(&mut self, chain: &[String], now: Instant) -> Option<usize> {
         let quiet = self.quiet;
         self.demoted
             .retain(|_, last| now.saturating_duration_since(*last) < quiet);
-        chain
+        let usable: Vec<usize> = (0..chain.len())
+            .filter(|&i| !self.is_refused(&chain[i]))
+            .collect();
+        usable
             .iter()
-            .position(|m| !self.demoted.contains_key(m))
-            .unwrap_or(chain.len().saturating_sub(1))
+            .copied()
+            .find(|&i| !self.demoted.contains_key(&chain[i]))
+            .or_else(|| usable.last().copied())
     }
 }
 
@@ -102,9 +138,13 @@ mod tests {
         let t = Instant::now();
         let s = Duration::from_secs;
         let mut h = Health::new(2, s(60), s(120));
-        assert_eq!(h.start(&chain(), t), 0);
+        assert_eq!(h.start(&chain(), t), Some(0));
         assert_eq!(h.failed("a", "r/1", t), None);
-        assert_eq!(h.start(&chain(), t), 0, "one failure is not a pattern");
+        assert_eq!(
+            h.start(&chain(), t),
+            Some(0),
+            "one failure is not a pattern"
+        );
         assert_eq!(
             h.failed("a", "r/2", t + s(10)),
             Some(Demoted {
@@ -112,11 +152,15 @@ mod tests {
                 items: vec!["r/1".into(), "r/2".into()]
             })
         );
-        assert_eq!(h.start(&chain(), t + s(11)), 1, "new items start on b");
+        assert_eq!(
+            h.start(&chain(), t + s(11)),
+            Some(1),
+            "new items start on b"
+        );
         // A failure keeps it demoted; quiet brings it back.
         h.failed("a", "r/3", t + s(100));
-        assert_eq!(h.start(&chain(), t + s(150)), 1);
-        assert_eq!(h.start(&chain(), t + s(221)), 0);
+        assert_eq!(h.start(&chain(), t + s(150)), Some(1));
+        assert_eq!(h.start(&chain(), t + s(221)), Some(0));
     }
 
     #[test]
@@ -127,7 +171,11 @@ mod tests {
         for k in 0..5 {
             assert_eq!(h.failed("a", "r/1", t + s(k)), None);
         }
-        assert_eq!(h.start(&chain(), t + s(6)), 0, "new items still start on a");
+        assert_eq!(
+            h.start(&chain(), t + s(6)),
+            Some(0),
+            "new items still start on a"
+        );
         assert!(h.failed("a", "r/2", t + s(7)).is_some());
     }
 
@@ -138,7 +186,7 @@ mod tests {
         let mut h = Health::new(2, s(60), s(120));
         h.failed("a", "r/1", t);
         assert_eq!(h.failed("a", "r/2", t + s(61)), None);
-        assert_eq!(h.start(&chain(), t + s(62)), 0);
+        assert_eq!(h.start(&chain(), t + s(62)), Some(0));
     }
 
     #[test]
@@ -149,6 +197,6 @@ mod tests {
             h.failed(&m, "r/1", t);
             h.failed(&m, "r/2", t);
         }
-        assert_eq!(h.start(&chain(), t), 2);
+        assert_eq!(h.start(&chain(), t), Some(2));
     }
 }

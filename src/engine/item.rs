@@ -735,24 +735,79 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
 /// is exhausted.
 /// A provider-class failure on `model`: the run's view of the model learns of it (saying so
 /// when that demotes the model), and the item's chain takes the step it calls for.
+/// What a worker said when its provider refused the key: the adapter's own line when it wrote
+/// one (`runner adapter: the provider refused the key (billing): …`), else its last line.
+fn refusal_message(tail: &str) -> String {
+    let lines: Vec<&str> = tail
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("runner adapter:"))
+        .map(str::trim)
+        .or(lines.last().copied())
+        .unwrap_or("it printed nothing");
+    let mut end = line.len().min(300);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].to_string()
+}
+
+/// The item's chain by name; a manifest without `models` has one unnamed model.
+fn chain_names(icx: &ItemCx<'_>) -> Vec<String> {
+    icx.eff.models.as_ref().map_or_else(
+        || vec![String::new()],
+        |m| m.chain().into_iter().map(str::to_string).collect(),
+    )
+}
+
+/// An item none of whose models can be used, each refused by its provider: held, for the next
+/// run to try once the key is fixed; the scheduler admits nothing more.
+fn refused_everywhere(run: &mut ItemRun, health: &super::health::Health, names: &[String]) {
+    let named: Vec<String> = names
+        .iter()
+        .map(|m| {
+            let said = health
+                .refused()
+                .iter()
+                .find(|(r, _)| r == m)
+                .map_or("", |(_, s)| s.as_str());
+            if m.is_empty() {
+                format!("the worker's provider refused it ({said})")
+            } else {
+                format!("`{m}` ({said})")
+            }
+        })
+        .collect();
+    run.outcome = ItemOutcome::Held;
+    run.reason = Some(crate::vocab::HoldReason::ProviderRefused.as_str().into());
+    run.cause = Some(format!(
+        "no model of the chain can be used: {}; the next run tries again",
+        named.join(", ")
+    ));
+}
+
 fn provider_failed(icx: &ItemCx<'_>, model: Option<&str>, chain: &mut ModelChain) -> ChainStep {
     if let Some(m) = model {
-        let demoted = icx
-            .cx
-            .health
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .failed(
-                m,
-                &format!("{}/{}", icx.item.repo, icx.item.id),
-                std::time::Instant::now(),
-            );
+        let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let demoted = health.failed(m, &format!("{}/{}", icx.item.repo, icx.item.id), now);
         if let Some(d) = demoted {
+            let names = chain_names(icx);
+            let next = health
+                .start(&names, now)
+                .map(|i| names[i].clone())
+                .filter(|n| n != m);
             let _ = icx.events.send(Event::ModelDemoted {
                 item: icx.idx,
                 model: m.to_string(),
                 failures: d.failures,
                 items: d.items,
+                next,
             });
         }
     }
@@ -873,13 +928,15 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
     // Models the run found failing are skipped by items that start now.
     if let Some(models) = icx.eff.models.as_ref() {
         let names: Vec<String> = models.chain().into_iter().map(str::to_string).collect();
-        let start = icx
-            .cx
-            .health
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .start(&names, std::time::Instant::now());
-        chain.start_at(start);
+        let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
+        match health.start(&names, std::time::Instant::now()) {
+            Some(start) => chain.start_at(start),
+            None => {
+                let mut run = ItemRun::ended(ItemOutcome::Held);
+                refused_everywhere(&mut run, &health, &names);
+                return run;
+            }
+        }
     }
     let mut used = 0u32;
     let mut n = 0u32;
@@ -997,6 +1054,32 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 run.outcome = ItemOutcome::Cancelled;
                 return run;
             }
+            WorkerClass::Refused => {
+                // Not retried on this model, by this item or any other: the next usable model
+                // of the chain goes on at once; none left holds the item.
+                let names = chain_names(icx);
+                let message = refusal_message(&fin.tail);
+                let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
+                let key = model.clone().unwrap_or_default();
+                if health.refuse(&key, &message) {
+                    let _ = icx.events.send(Event::ModelRefused {
+                        item: icx.idx,
+                        model: model.clone(),
+                        message,
+                    });
+                }
+                provider_streak = 0;
+                match health.usable(&names, chain.position() + 1) {
+                    Some(next) => {
+                        chain.move_to(next);
+                        continue;
+                    }
+                    None => {
+                        refused_everywhere(&mut run, &health, &names);
+                        return run;
+                    }
+                }
+            }
             WorkerClass::Provider => match provider_failed(icx, model.as_deref(), &mut chain) {
                 ChainStep::Stay | ChainStep::Moved => {
                     provider_streak += 1;
@@ -1047,7 +1130,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 };
                 run.cause = Some(what);
                 run.halt = Some(HaltSignature::of("worker", &fin.tail, fin.exit));
-                feedback = write_feedback(icx, n, "worker", &fin.tail);
+                feedback = write_feedback(icx, n, "the worker", &fin.tail);
             }
             WorkerClass::Ok => {
                 chain.other_outcome();
@@ -1169,11 +1252,11 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                         });
                         let stage = format!("gate `{gate}`");
                         run.halt = Some(if timed_out {
-                            HaltSignature::described(stage, "timed out")
+                            HaltSignature::described(stage.clone(), "timed out")
                         } else {
-                            HaltSignature::of(stage, &fin.tail, fin.exit)
+                            HaltSignature::of(stage.clone(), &fin.tail, fin.exit)
                         });
-                        feedback = write_feedback(icx, n, &gate, &fin.tail);
+                        feedback = write_feedback(icx, n, &stage, &fin.tail);
                     }
                 }
             }
@@ -1220,7 +1303,12 @@ fn attempt_failed(
     why: String,
 ) {
     run.halt = Some(HaltSignature::described(stage, &why));
-    *feedback = write_feedback(icx, n, stage, &why);
+    let at = match stage {
+        "worker" => "the worker",
+        "gates" => "the gates",
+        other => other,
+    };
+    *feedback = write_feedback(icx, n, at, &why);
     run.cause = Some(why);
 }
 
@@ -1817,6 +1905,8 @@ fn send_baseline(
     });
 }
 
+/// Write `<n>-feedback.txt`: `attempt N failed at <stage>; the end of its output:` (the stage
+/// is ``gate `test` `` or `the worker`), a blank line, the output's last lines.
 fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<PathBuf> {
     let path = icx.logs.join(format!("{n}-feedback.txt"));
     let text = format!(

@@ -187,6 +187,8 @@ pub struct Scheduler {
     failed: Option<String>,
     /// The budget was spent (how much of what).
     budget: Option<String>,
+    /// Every model an item needed was refused by its provider: why.
+    refused: Option<String>,
     /// The host's worker slots were all held by other runs of the manifest at the last try: no
     /// admission before then.
     host_retry_at: Option<Instant>,
@@ -221,6 +223,7 @@ impl Scheduler {
             paused: s.paused,
             failed: None,
             budget: None,
+            refused: None,
             host_retry_at: None,
             budget_usd: s.budget,
             spent_usd: 0.0,
@@ -239,6 +242,7 @@ impl Scheduler {
             || self.paused.is_some()
             || self.failed.is_some()
             || self.budget.is_some()
+            || self.refused.is_some()
     }
 
     /// A worker reported what it cost: once the total reaches the budget, admit nothing more.
@@ -558,6 +562,12 @@ impl Scheduler {
         {
             self.stalled = Some(c);
         }
+        // No model is left that the provider accepts: nothing more is admitted.
+        if f.reason.as_deref() == Some(HoldReason::ProviderRefused.as_str())
+            && self.refused.is_none()
+        {
+            self.refused = Some(cause.clone().unwrap_or_default());
+        }
         Settled {
             item,
             outcome: f.outcome,
@@ -616,6 +626,12 @@ impl Scheduler {
             _ if self.budget.is_some() => "not started: the budget was spent".to_string(),
             _ => "not started".to_string(),
         };
+        // Items a refused key kept from running are held: the next run, with the key fixed,
+        // takes them (a signal, a stall or a ledger failure still cancels them).
+        let held_refused = self.stopping.is_none()
+            && self.stalled.is_none()
+            && self.failed.is_none()
+            && self.refused.is_some();
         let held_paused = self.stopping.is_none()
             && self.stalled.is_none()
             && self.failed.is_none()
@@ -624,8 +640,14 @@ impl Scheduler {
         let left = self
             .queue
             .iter()
-            .map(|&item| match &self.paused {
-                Some(p) if held_paused => Settled {
+            .map(|&item| match (&self.paused, &self.refused) {
+                (_, Some(r)) if held_refused => Settled {
+                    item,
+                    outcome: ItemOutcome::Held,
+                    reason: Some(HoldReason::ProviderRefused.as_str().into()),
+                    cause: Some(format!("not started: {r}")),
+                },
+                (Some(p), _) if held_paused => Settled {
                     item,
                     outcome: ItemOutcome::Held,
                     reason: Some("paused".into()),
@@ -649,6 +671,8 @@ impl Scheduler {
             (RunEnding::Failed, Some(f))
         } else if let Some(c) = self.stalled {
             (RunEnding::Stalled, Some(c))
+        } else if let Some(r) = self.refused {
+            (RunEnding::Refused, Some(r))
         } else if let Some(b) = self.budget {
             (RunEnding::Budget, Some(b))
         } else if let Some(p) = self.paused {

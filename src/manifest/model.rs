@@ -20,6 +20,9 @@ pub const DEFAULT_STALL_AFTER: u32 = 3;
 pub const DEFAULT_REPORTS_DIR: &str = "runner-reports";
 pub const DEFAULT_WORKSPACE: &str = ".runner/workspace";
 pub const DEFAULT_PROVIDER_EXIT_CODES: &[i32] = &[75];
+/// Default `models.provider_failure.refused_exit_codes`: EX_NOPERM, the provider refused the
+/// key (authentication, billing).
+pub const DEFAULT_REFUSED_EXIT_CODES: &[i32] = &[77];
 pub const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR"];
 
 /// A runner job manifest.
@@ -261,6 +264,10 @@ pub struct ProviderFailure {
     /// Exit codes that mean a provider failure (default [75], EX_TEMPFAIL).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_codes: Option<Vec<i32>>,
+    /// Exit codes that mean the provider refused the key — authentication or billing (default
+    /// [77], EX_NOPERM): the model is not used again in the run, by any item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_exit_codes: Option<Vec<i32>>,
     /// Case-insensitive substrings matched against the worker's output tail.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patterns: Vec<String>,

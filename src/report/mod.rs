@@ -48,6 +48,10 @@ pub struct Report {
     /// Models the run demoted for provider failures across items.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub demoted: Vec<Demotion>,
+    /// Models whose provider refused the key (authentication, billing), never used again in
+    /// the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refusal>,
     /// Items per outcome; every outcome is present.
     pub counts: BTreeMap<ItemOutcome, usize>,
     pub items: Vec<ItemReport>,
@@ -99,6 +103,22 @@ pub struct Demotion {
     /// The items whose failures they were (`repo/id`).
     #[serde(default)]
     pub items: Vec<String>,
+    /// The model items started on after it; none when it was the last usable one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A model whose provider refused the key.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Refusal {
+    /// None for a worker run without a model.
+    pub model: Option<String>,
+    /// RFC 3339.
+    pub at: String,
+    /// The item whose worker met it (`repo/id`).
+    pub item: String,
+    /// What the provider said, as the worker printed it (redacted).
+    pub message: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]
@@ -422,6 +442,7 @@ impl ReportBuilder {
         let mut b = ReportBuilder {
             report: Report {
                 demoted: Vec::new(),
+                refused: Vec::new(),
                 containment: None,
                 usage: None,
                 schema: REPORT_SCHEMA.into(),
@@ -596,6 +617,7 @@ impl ReportBuilder {
                 model,
                 failures,
                 items,
+                next,
                 ..
             } => {
                 self.report.demoted.push(Demotion {
@@ -603,11 +625,41 @@ impl ReportBuilder {
                     at: at.to_string(),
                     failures: *failures,
                     items: items.clone(),
+                    next: next.clone(),
                 });
+                let then = match next {
+                    Some(n) => format!("items started after {at} began on `{n}`"),
+                    None => "it is the last model of the chain, so items went on with it".into(),
+                };
                 self.report.warnings.push(format!(
-                    "model `{model}` failed for the provider's reasons {failures} times, for {} ({}): items started after {at} began on the next model of their chain",
+                    "model `{model}` failed for the provider's reasons {failures} times, for {} ({}): {then}",
                     plural_items(items.len()),
                     items.join(", ")
+                ));
+            }
+            Event::ModelRefused {
+                item,
+                model,
+                message,
+            } => {
+                let name = self
+                    .report
+                    .items
+                    .get(*item)
+                    .map(|i| format!("{}/{}", i.repo, i.id))
+                    .unwrap_or_default();
+                self.report.refused.push(Refusal {
+                    model: model.clone(),
+                    at: at.to_string(),
+                    item: name,
+                    message: message.clone(),
+                });
+                self.report.warnings.push(format!(
+                    "the provider refused {} ({message}): no item used it again in the run",
+                    model.as_deref().map_or_else(
+                        || "the worker's key".to_string(),
+                        |m| format!("model `{m}`")
+                    )
                 ));
             }
             Event::SetupFinished {

@@ -223,7 +223,10 @@ impl Progress {
                 duration.as_secs_f64()
             )),
             Event::UsageUnknown { item, n, why } => {
-                self.line(&format!("{} attempt {n}: usage unknown: {why}", self.name(*item)));
+                self.line(&format!(
+                    "{} attempt {n}: usage unknown: {why}",
+                    self.name(*item)
+                ));
             }
             Event::ResourceWaiting {
                 item,
@@ -255,10 +258,26 @@ impl Progress {
                 model,
                 failures,
                 items,
+                next,
                 ..
             } => self.line(&format!(
-                "model {model} failed for the provider's reasons {failures} times ({}): new items start on the next model",
-                items.join(", ")
+                "model {model} failed for the provider's reasons {failures} times ({}): {}",
+                items.join(", "),
+                match next {
+                    Some(n) => format!("new items start on {n}"),
+                    None => "it is the last model of the chain: new items go on with it".into(),
+                }
+            )),
+            Event::ModelRefused {
+                item,
+                model,
+                message,
+            } => self.line(&format!(
+                "{}: the provider refused {} ({message}): no item uses it again in this run",
+                self.name(*item),
+                model
+                    .as_deref()
+                    .map_or_else(|| "the worker's key".to_string(), |m| format!("model {m}"))
             )),
             Event::Reaped { run, pids, .. } => self.line(&format!(
                 "ended {} process(es) that dead run {run} had left: {pids:?}",

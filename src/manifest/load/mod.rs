@@ -281,7 +281,7 @@ const MODELS_KEYS: &[&str] = &[
     "backoff",
 ];
 const BACKOFF_KEYS: &[&str] = &["initial", "max"];
-const PROVIDER_FAILURE_KEYS: &[&str] = &["exit_codes", "patterns", "silence"];
+const PROVIDER_FAILURE_KEYS: &[&str] = &["exit_codes", "refused_exit_codes", "patterns", "silence"];
 const WORKER_KEYS: &[&str] = &[
     "run",
     "timeout",

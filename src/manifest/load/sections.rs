@@ -346,24 +346,41 @@ impl Cx {
         let provider_failure = m.get("provider_failure").map(|n| {
             let p = child(path, "provider_failure");
             let pf = self.map(n, &p, PROVIDER_FAILURE_KEYS)?;
-            let exit_codes = pf.get("exit_codes").map(|n| {
-                let ep = child(&p, "exit_codes");
-                let nodes = self.list(n, &ep)?;
-                let mut out = Vec::new();
-                for (i, c) in nodes.iter().enumerate() {
-                    let code = self.int(c, &index(&ep, i), 1, 255)? as i32;
-                    if out.contains(&code) {
-                        self.err(
-                            "duplicate",
-                            &index(&ep, i),
-                            c.span,
-                            format!("exit code {code} is listed twice"),
-                        );
+            let mut codes = |key: &str, taken: &[i32]| {
+                pf.get(key).map(|n| {
+                    let ep = child(&p, key);
+                    let nodes = self.list(n, &ep)?;
+                    let mut out = Vec::new();
+                    for (i, c) in nodes.iter().enumerate() {
+                        let code = self.int(c, &index(&ep, i), 1, 255)? as i32;
+                        if out.contains(&code) {
+                            self.err(
+                                "duplicate",
+                                &index(&ep, i),
+                                c.span,
+                                format!("exit code {code} is listed twice"),
+                            );
+                        } else if taken.contains(&code) {
+                            self.err(
+                                "duplicate",
+                                &index(&ep, i),
+                                c.span,
+                                format!(
+                                    "exit code {code} is also a provider failure (`exit_codes`): a code means one thing"
+                                ),
+                            );
+                        }
+                        out.push(code);
                     }
-                    out.push(code);
-                }
-                Some(out)
-            });
+                    Some(out)
+                })
+            };
+            let exit_codes = codes("exit_codes", &[]);
+            let taken = exit_codes
+                .clone()
+                .flatten()
+                .unwrap_or_else(|| crate::manifest::DEFAULT_PROVIDER_EXIT_CODES.to_vec());
+            let refused_exit_codes = codes("refused_exit_codes", &taken);
             let patterns = pf
                 .get("patterns")
                 .map(|n| self.string_list(n, &child(&p, "patterns"), "pattern"));
@@ -372,6 +389,7 @@ impl Cx {
                 .map(|n| self.duration(n, &child(&p, "silence"), false));
             Some(ProviderFailure {
                 exit_codes: exit_codes.flatten(),
+                refused_exit_codes: refused_exit_codes.flatten(),
                 patterns: patterns.flatten().unwrap_or_default(),
                 silence: silence.flatten(),
             })
