@@ -1,7 +1,7 @@
 //! The shipped manifests validate, and each agent adapter under `manifests/agents/` reads its
 //! CLI's outcomes right: run against a stub of the CLI that replays outputs in the style the
 //! CLI's documentation and error messages show, every provider trouble (rate limit, overload,
-//! quota, authentication) exits 75, a crash exits with a failure of its own, and a success
+//! quota) exits 75, a refused key or billing 77, a crash exits with a failure of its own, and a success
 //! exits 0 with the usage the agent reported written to `$RUNNER_USAGE`.
 
 mod common;
@@ -68,13 +68,18 @@ struct Replay {
 enum Read {
     Ok,
     Provider,
+    /// The provider refused the key: authentication, or billing.
+    Refused,
     Failed,
 }
 
-fn expected(scenario: &str) -> Read {
-    match scenario {
-        "success" | "success-json" => Read::Ok,
-        "crash" | "crash-exit-0" | "work-mentions-limits" => Read::Failed,
+fn expected(agent: &str, scenario: &str) -> Read {
+    match (agent, scenario) {
+        (_, "success" | "success-json") => Read::Ok,
+        (_, "crash" | "crash-exit-0" | "work-mentions-limits") => Read::Failed,
+        (_, "auth") => Read::Refused,
+        // A credit balance, or a quota the account's plan and billing set, is money, not time.
+        ("claude" | "codex" | "aider", "quota") => Read::Refused,
         _ => Read::Provider,
     }
 }
@@ -325,6 +330,7 @@ fn run_adapter(agent: &str, replay: &Replay) -> (Read, String, Option<serde_json
     let read = match out.status.code() {
         Some(0) => Read::Ok,
         Some(75) => Read::Provider,
+        Some(77) => Read::Refused,
         _ => Read::Failed,
     };
     let passed = std::fs::read_to_string(&args).unwrap_or_default();
@@ -357,7 +363,7 @@ fn each_adapter_reads_its_clis_outcomes() {
             let (read, printed, usage) = run_adapter(agent, &replay);
             assert_eq!(
                 read,
-                expected(replay.scenario),
+                expected(agent, replay.scenario),
                 "{agent} {}: printed {printed}",
                 replay.scenario
             );
@@ -579,4 +585,66 @@ fn an_adapter_clears_what_a_killed_one_left_in_tmpdir() {
         .collect();
     left.sort();
     assert_eq!(left, ["runner-agent.live"]);
+}
+
+/// On a later attempt the adapter hands the CLI the task and then, marked off after it, what
+/// runner recorded of the attempt before; and each CLI runs with its own retries off.
+#[test]
+fn each_adapter_hands_the_feedback_to_its_agent_after_the_task_with_retries_off() {
+    for agent in ["claude", "codex", "gemini", "aider", "opencode"] {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        stub_cli(
+            &bin,
+            agent,
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$STUB_ARGS\"\nenv > \"$STUB_ENV\"\nexit 0\n",
+        );
+        std::fs::write(dir.path().join("task.md"), "Fix the flaky test.\n").unwrap();
+        let feedback = dir.path().join("1-feedback.txt");
+        std::fs::write(
+            &feedback,
+            "attempt 1 failed at gate `test`; the end of its output:\n\nassertion failed: left == right\n",
+        )
+        .unwrap();
+        let (args, env) = (dir.path().join("args"), dir.path().join("env"));
+        let out = std::process::Command::new(manifests().join(format!("agents/{agent}.sh")))
+            .args(["some-model", "task.md"])
+            .current_dir(dir.path())
+            .env("PATH", path_with(&bin))
+            .env("STUB_ARGS", &args)
+            .env("STUB_ENV", &env)
+            .env("RUNNER_FEEDBACK", &feedback)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{agent}: {out:?}");
+        let passed = std::fs::read_to_string(&args).unwrap();
+        let task = passed.find("Fix the flaky test.").expect("the task");
+        let said = passed
+            .find("attempt 1 failed at gate `test`")
+            .unwrap_or_else(|| panic!("{agent}: the feedback reaches the CLI: {passed}"));
+        assert!(task < said, "{agent}: after the task: {passed}");
+        assert!(
+            passed.contains("<runner-feedback>") && passed.contains("</runner-feedback>"),
+            "{agent}: marked off: {passed}"
+        );
+        assert!(
+            passed.contains("assertion failed: left == right"),
+            "{agent}"
+        );
+        let env = std::fs::read_to_string(&env).unwrap();
+        match agent {
+            "claude" => {
+                assert!(env.contains("CLAUDE_CODE_MAX_RETRIES=0"), "{env}");
+                assert!(
+                    env.contains("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"),
+                    "{env}"
+                );
+            }
+            "codex" => {
+                assert!(passed.contains("request_max_retries=0"), "{passed}");
+                assert!(passed.contains("stream_max_retries=0"), "{passed}");
+            }
+            _ => {}
+        }
+    }
 }

@@ -15,7 +15,7 @@
 set -u
 . "$(dirname "$0")/common.sh"
 run_agent aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pretty \
-  --message "$(task_text "$2")"
+  --message "$(prompt_text "$2")"
 # "12k" / "1.5k" / "900" tokens, "$0.05 session".
 tokens() {
   printf '%s' "$1" | awk '{ n = $1; if (n ~ /k$/) { sub(/k$/, "", n); n = n * 1000 } printf "%d", n }'

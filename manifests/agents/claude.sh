@@ -14,10 +14,19 @@
 #   worker:
 #     run: ["./agents/claude.sh", "{model}", "{item.task}"]
 #
+# Checked against Claude Code 2.1.332: an API error ends the run with a result event carrying
+# `is_error`, `api_error_status` (401, 429, 529, …) and the provider's message in `result`;
+# `CLAUDE_CODE_MAX_RETRIES=0` makes it give up at the first error instead of retrying ten times
+# over minutes (printing only `api_retry` events meanwhile). It does not show a `Retry-After`.
+#
 # $1: model (e.g. claude-sonnet-4-5); $2: the task, a task file in the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-run_agent claude -p "$(task_text "$2")" --model "$1" --output-format stream-json --verbose \
+# runner retries, rests and falls back; the CLI sends nothing but the work.
+export CLAUDE_CODE_MAX_RETRIES="${CLAUDE_CODE_MAX_RETRIES:-0}"
+export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
+  DISABLE_AUTOUPDATER=1
+run_agent claude -p "$(prompt_text "$2")" --model "$1" --output-format stream-json --verbose \
   --permission-mode acceptEdits
 write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" \
   "$(json_number total_cost_usd "$out")"
@@ -27,4 +36,11 @@ if [ "$code" -eq 0 ] && grep '"type":[[:space:]]*"result"' "$out" |
   grep -q '"is_error"[[:space:]]*:[[:space:]]*true'; then code=1; fi
 # Its messages and tool results are the work; the result event and plain lines speak for the CLI.
 work_lines='"type":[[:space:]]*"(assistant|user)"'
-finish "$code" "$out"
+# The provider's status and words, as the result event gives them.
+result=$(grep '"type":[[:space:]]*"result"' "$out" | tail -n 1)
+status=$(printf '%s' "$result" | grep -o '"api_error_status"[[:space:]]*:[[:space:]]*[0-9]*' |
+  sed 's/.*:[[:space:]]*//')
+said=
+[ -z "$status" ] ||
+  said=$(printf '%s' "$result" | sed -n 's/.*"result"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p')
+finish "$code" "$out" "$status" "$said"

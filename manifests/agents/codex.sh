@@ -15,7 +15,24 @@
 # $1: model (e.g. gpt-5-codex); $2: the task, a task file in the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-run_agent codex exec --model "$1" --sandbox workspace-write --json "$(task_text "$2")"
+# runner retries, rests and falls back, so the CLI's own request and stream retries are off,
+# and it sends no analytics. Codex 0.171 refuses to amend its built-in `openai` provider, so the
+# adapter declares `runner-openai`, the same API (`OPENAI_BASE_URL`, default
+# https://api.openai.com/v1, with the key in `OPENAI_API_KEY`) without retries; a provider of
+# the user's own config named in `CODEX_PROVIDER` is used instead, its retries turned off.
+if [ -n "${CODEX_PROVIDER:-}" ]; then
+  set -- "$1" "$2" -c "model_provider=$CODEX_PROVIDER" \
+    -c "model_providers.$CODEX_PROVIDER.request_max_retries=0" \
+    -c "model_providers.$CODEX_PROVIDER.stream_max_retries=0"
+else
+  set -- "$1" "$2" -c model_provider=runner-openai \
+    -c "model_providers.runner-openai={name=\"OpenAI\",base_url=\"${OPENAI_BASE_URL:-https://api.openai.com/v1}\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\",request_max_retries=0,stream_max_retries=0,supports_websockets=false}"
+fi
+model=$1
+task=$2
+shift 2
+run_agent codex exec --model "$model" --sandbox workspace-write --json "$@" \
+  -c analytics.enabled=false "$(prompt_text "$task")"
 write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" ""
 # Its items (messages, commands and their output, file changes) are the work; error,
 # turn.failed and plain lines speak for the CLI.

@@ -5,9 +5,16 @@
 # prints it, writes what the agent reported it used to $RUNNER_USAGE, and exits so that runner
 # can tell the provider's failures from the agent's:
 #   0   the agent finished
-#   75  the provider failed (rate limit, overload, quota, authentication): runner rests and
+#   75  the provider failed for a while (rate limit, overload, quota): runner rests and
 #       retries, then moves along the model chain (EX_TEMPFAIL, runner's default provider code)
+#   77  the provider refused the key (authentication, or billing): runner drops the model for
+#       the whole run at once (EX_NOPERM, runner's default refused code)
 #   any other non-zero code: the agent itself failed (runner counts an attempt)
+#
+# runner owns retries and waits: each adapter turns its CLI's own API retries off, so that a
+# provider failure reaches runner in seconds rather than after the CLI's minutes of back-off,
+# and turns off what the CLI sends besides the work (telemetry, update checks, error reports),
+# which an unattended drain over private code does not want.
 
 # A folder for the agent's output, removed when the adapter exits: normally, or ended by a
 # signal (runner's SIGTERM at a timeout or a cancel), each signal keeping its conventional exit
@@ -58,6 +65,18 @@ task_text() {
   if [ -f "$1" ] && [ -r "$1" ]; then cat "$1"; else printf '%s\n' "$1"; fi
 }
 
+# The prompt: the task ($1, as task_text reads it) and, on a later attempt, what runner recorded
+# of the one before ($RUNNER_FEEDBACK: which step failed, then the end of its output), after the
+# task and clearly marked off from it.
+prompt_text() {
+  task_text "$1"
+  if [ -n "${RUNNER_FEEDBACK:-}" ] && [ -r "$RUNNER_FEEDBACK" ]; then
+    printf '\n---\nAn earlier attempt at this task did not pass. What runner recorded of it is below, between the markers; fix what it shows, then do the task above.\n<runner-feedback>\n'
+    cat "$RUNNER_FEEDBACK"
+    printf '</runner-feedback>\n'
+  fi
+}
+
 # The last value of JSON number field "$1" in file $2 (flat matching: good for the one-object
 # and one-event-per-line outputs agents print; one pass, however long the output).
 json_number() {
@@ -78,7 +97,8 @@ write_usage() {
 # "429" or a "rate limit" there is the task's, not the provider's, so `finish` reads past them.
 work_lines=
 
-# Exit as runner should read it: agent exit code $1, agent output in file $2.
+# Exit as runner should read it: agent exit code $1, agent output in file $2; $3 and $4, when the
+# adapter read them from the CLI's structured output, the provider's HTTP status and message.
 finish() {
   code=$1
   [ "$code" -eq 0 ] && exit 0
@@ -87,21 +107,46 @@ finish() {
   else
     tail=$(tail -c 4096 "$2")
   fi
+  status=${3:-}
+  said=${4:-}
+  billing='credit balance|billing|insufficient.?funds|insufficient_quota|exceeded your current quota|payment required|\b402\b'
+  auth='\b401\b|\b403\b|unauthori[sz]ed|forbidden|invalid.{0,20}(api.?key|x-api-key)|api key (is )?(missing|not valid|expired)|authenticat|not logged in|/login'
+  limit='rate.?limit|too many requests|\b429\b|quota|resource.?exhausted'
+  busy='overloaded|\b529\b|\b503\b|service unavailable|server (is )?busy|try again later'
   kind=
-  if printf '%s' "$tail" | grep -Eiq 'rate.?limit|too many requests|\b429\b'; then
-    kind="rate limit"
-  elif printf '%s' "$tail" | grep -Eiq 'overloaded|\b529\b|\b503\b|service unavailable|server (is )?busy|try again later'; then
-    kind="overload"
-  elif printf '%s' "$tail" | grep -Eiq 'quota|resource.?exhausted|credit balance|billing|insufficient.?funds'; then
-    kind="quota"
-  elif printf '%s' "$tail" | grep -Eiq '\b401\b|\b403\b|unauthori[sz]ed|invalid.{0,20}(api.?key|x-api-key)|api key (is )?(missing|not valid)|authenticat|not logged in|/login'; then
-    kind="authentication"
-  fi
-  if [ -n "$kind" ]; then
-    echo "runner adapter: the provider failed ($kind)"
-    exit 75
-  fi
-  # The agent's own failure; 75 is kept for the provider.
-  [ "$code" -eq 75 ] && exit 1
+  case "$status" in
+    401 | 403) kind=authentication ;;
+    402) kind=billing ;;
+    429) kind="rate limit" ;;
+    500 | 502 | 503 | 504 | 529) kind=overload ;;
+  esac
+  # The provider's words, from its status line when the adapter has it, else the line of the
+  # output that names the failure.
+  for k in billing auth limit busy; do
+    [ -z "$kind" ] || break
+    eval "pattern=\$$k"
+    line=$(printf '%s\n%s\n' "$said" "$tail" | grep -Ei "$pattern" | tail -n 1)
+    [ -n "$line" ] || continue
+    case $k in
+      billing) kind=billing ;;
+      auth) kind=authentication ;;
+      limit) kind="rate limit" ;;
+      busy) kind=overload ;;
+    esac
+    [ -n "$said" ] || said=$line
+  done
+  said=$(printf '%s' "$said" | tr -s '\n\t' '  ' | cut -c1-240)
+  case "$kind" in
+    authentication | billing)
+      echo "runner adapter: the provider refused the key ($kind): ${said:-no message}"
+      exit 77
+      ;;
+    "rate limit" | overload)
+      echo "runner adapter: the provider failed ($kind)${said:+: $said}"
+      exit 75
+      ;;
+  esac
+  # The agent's own failure; 75 and 77 are kept for the provider.
+  case "$code" in 75 | 77) exit 1 ;; esac
   exit "$code"
 }

@@ -17,7 +17,7 @@
 # $1: model (e.g. gemini-2.5-pro); $2: the task, a task file in the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-run_agent gemini -p "$(task_text "$2")" -m "$1" --approval-mode auto_edit \
+run_agent gemini -p "$(prompt_text "$2")" -m "$1" --approval-mode auto_edit \
   --output-format stream-json
 input=$(json_number input_tokens "$out")
 output=$(json_number output_tokens "$out")

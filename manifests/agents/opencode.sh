@@ -14,5 +14,5 @@
 # the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
-run_agent opencode run --model "$1" "$(task_text "$2")"
+run_agent opencode run --model "$1" "$(prompt_text "$2")"
 finish "$code" "$out"
