@@ -187,6 +187,10 @@ pub enum Event {
         /// which ends with the output's last lines instead.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         unlogged_bytes: Option<u64>,
+        /// Why runner ended it, when it did: `no output for 15s` (`silence`), `timed out
+        /// after 1h`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ended: Option<String>,
     },
     GateStarted {
         item: ItemIndex,

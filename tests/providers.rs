@@ -526,3 +526,47 @@ fn an_exit_code_cannot_mean_both_a_provider_failure_and_a_refused_key() {
     let it = report_item(&report, "id", "i0");
     assert_eq!(it["attempts"][0]["worker"]["class"], "provider", "{it:#}");
 }
+
+#[test]
+fn a_worker_ended_for_silence_says_so_wherever_its_attempt_is_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        1,
+        "{primary: m1, fallbacks: [m2], threshold: 1, provider_failure: {silence: 300ms}, backoff: {initial: 0s, max: 0s}}",
+        r#"if [ "$RUNNER_MODEL" = m1 ]; then sleep 30; fi"#,
+    );
+    let events = dir.path().join("events.jsonl");
+    let out = run_in(
+        dir.path(),
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--events",
+            events.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("attempt 1: worker provider (no exit code; ended: no output for 300ms"),
+        "{err}"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let it = report_item(&report, "id", "i0");
+    let ended = it["attempts"][0]["worker"]["ended"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(ended.starts_with("no output for 300ms"), "{it:#}");
+    let stream = std::fs::read_to_string(&events).unwrap();
+    assert!(
+        stream.contains("\"ended\":\"no output for 300ms"),
+        "{stream}"
+    );
+    validates(
+        "report",
+        &dir.path().join("runner-reports/latest/report.json"),
+    );
+    validates("events", &events);
+}

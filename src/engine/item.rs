@@ -1037,6 +1037,21 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             log: fin.logged.then_some(log),
             log_error: fin.log_error.clone(),
             unlogged_bytes: (fin.unlogged > 0).then_some(fin.unlogged),
+            ended: if fin.silenced {
+                silence.map(|d| {
+                    format!(
+                        "no output for {} (`models.provider_failure.silence`)",
+                        crate::manifest::format_duration(d)
+                    )
+                })
+            } else if fin.timed_out {
+                Some(format!(
+                    "timed out after {}",
+                    crate::manifest::format_duration(icx.eff.worker.timeout())
+                ))
+            } else {
+                None
+            },
             output_tail: match (&fin.spawn_error, class) {
                 (Some(e), _) => e.clone(),
                 (None, WorkerClass::Ok) => String::new(),

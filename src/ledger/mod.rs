@@ -457,6 +457,7 @@ mod tests {
             output_tail: String::new(),
             log_error: None,
             unlogged_bytes: None,
+            ended: None,
         })
         .unwrap()
     }

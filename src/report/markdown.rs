@@ -241,8 +241,12 @@ pub fn render(r: &Report) -> String {
                     let exit = w
                         .exit
                         .map_or("no exit code".to_string(), |c| format!("exit {c}"));
+                    let ended = w
+                        .ended
+                        .as_deref()
+                        .map_or(String::new(), |e| format!("; ended: {}", cell(e)));
                     format!(
-                        "worker {} ({exit}, {:.1} s)",
+                        "worker {} ({exit}{ended}, {:.1} s)",
                         w.class.as_str(),
                         w.duration_ms as f64 / 1000.0
                     )

@@ -249,6 +249,9 @@ pub struct WorkerReport {
     pub unlogged_bytes: Option<u64>,
     /// The end of its output when it did not succeed (empty otherwise).
     pub output_tail: String,
+    /// Why runner ended it, when it did: `no output for 15s` (`silence`), `timed out after 1h`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -761,10 +764,12 @@ impl ReportBuilder {
                 output_tail,
                 log_error,
                 unlogged_bytes,
+                ended,
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if let Some(a) = self.attempt(*item, *n) {
                     a.worker = Some(WorkerReport {
+                        ended: ended.clone(),
                         exit: *exit,
                         class: *class,
                         duration_ms: duration.as_millis() as u64,

@@ -326,15 +326,19 @@ impl Progress {
                 exit,
                 class,
                 duration,
+                ended,
                 ..
             } => {
                 // Plain logs name what went wrong; what went right is in the item's last line.
                 if self.bars.is_none() && *class != WorkerClass::Ok {
                     self.line(&format!(
-                        "{} attempt {n}: worker {} ({}, {:.1}s)",
+                        "{} attempt {n}: worker {} ({}{}, {:.1}s)",
                         self.name(*item),
                         class.as_str(),
                         exit.map_or("no exit code".to_string(), |c| format!("exit {c}")),
+                        ended
+                            .as_deref()
+                            .map_or(String::new(), |e| format!("; ended: {e}")),
                         duration.as_secs_f64()
                     ));
                 }
