@@ -18,21 +18,40 @@ pub struct ContainmentInfo {
 }
 
 /// What a worker reported it used, in `$RUNNER_USAGE`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Usage {
     #[serde(default)]
     pub input_tokens: u64,
     #[serde(default)]
     pub output_tokens: u64,
+    /// What it cost; none when the worker did not say (unknown, never taken for zero). A sum
+    /// with an unknown part is unknown.
     #[serde(default)]
-    pub cost_usd: f64,
+    pub cost_usd: Option<f64>,
+}
+
+/// Nothing used yet: no tokens, and a cost known to be zero (what sums start from).
+impl Default for Usage {
+    fn default() -> Self {
+        Usage {
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: Some(0.0),
+        }
+    }
 }
 
 impl Usage {
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.cost_usd += other.cost_usd;
+        self.cost_usd = self.cost_usd.zip(other.cost_usd).map(|(a, b)| a + b);
+    }
+
+    /// The cost as people read it: `$0.42`, or `cost unknown`.
+    pub fn cost_text(&self) -> String {
+        self.cost_usd
+            .map_or_else(|| "cost unknown".to_string(), |c| format!("${c:.2}"))
     }
 }
 

@@ -570,3 +570,42 @@ fn a_worker_ended_for_silence_says_so_wherever_its_attempt_is_shown() {
     );
     validates("events", &events);
 }
+
+#[test]
+fn a_cost_the_worker_did_not_report_is_unknown_never_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        2,
+        "{primary: m1}",
+        r#"printf "{{\"input_tokens\": 100, \"output_tokens\": 7}}" > "$RUNNER_USAGE""#,
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["usage"]["total"]["input_tokens"], 200, "{report:#}");
+    assert!(report["usage"]["total"]["cost_usd"].is_null(), "{report:#}");
+    let summary =
+        std::fs::read_to_string(dir.path().join("runner-reports/latest/summary.md")).unwrap();
+    assert!(
+        summary.contains("**Usage:** cost unknown · 200 input tokens"),
+        "{summary}"
+    );
+    assert!(!summary.contains("$0.00"), "{summary}");
+    validates(
+        "report",
+        &dir.path().join("runner-reports/latest/report.json"),
+    );
+    // With a budget, a cost that cannot be counted stops admission after the first item.
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        2,
+        "{primary: m1}\nbudget: {cost_usd: 5}",
+        r#"printf "{{\"input_tokens\": 100, \"output_tokens\": 7}}" > "$RUNNER_USAGE""#,
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("reported tokens but no cost"), "{err}");
+}

@@ -84,12 +84,17 @@ json_number() {
     sed 's/.*:[[:space:]]*//'
 }
 
-# Write $RUNNER_USAGE from input tokens $1, output tokens $2 and cost $3 (each may be empty).
+# Write $RUNNER_USAGE from input tokens $1, output tokens $2 and cost $3 (each may be empty: a
+# cost the CLI did not print is left out, and runner counts it unknown, never zero).
 write_usage() {
   [ -n "${RUNNER_USAGE:-}" ] || return 0
   [ -n "$1$2$3" ] || return 0
-  printf '{"input_tokens": %s, "output_tokens": %s, "cost_usd": %s}\n' \
-    "${1:-0}" "${2:-0}" "${3:-0}" > "$RUNNER_USAGE"
+  if [ -n "$3" ]; then
+    printf '{"input_tokens": %s, "output_tokens": %s, "cost_usd": %s}\n' \
+      "${1:-0}" "${2:-0}" "$3" > "$RUNNER_USAGE"
+  else
+    printf '{"input_tokens": %s, "output_tokens": %s}\n' "${1:-0}" "${2:-0}" > "$RUNNER_USAGE"
+  fi
 }
 
 # The lines of the output that carry the agent's own work — its messages, what its tools read

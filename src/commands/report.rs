@@ -152,7 +152,7 @@ pub fn totals_of(rep: &report::Report) -> crate::ledger::RunTotals {
     crate::ledger::RunTotals {
         counts: rep.counts.clone(),
         duration_ms,
-        cost_usd: rep.usage.as_ref().map(|u| u.total.cost_usd),
+        cost_usd: rep.usage.as_ref().and_then(|u| u.total.cost_usd),
     }
 }
 

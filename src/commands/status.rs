@@ -298,8 +298,10 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         }
         if let Some(u) = &r.usage {
             line.push_str(&format!(
-                "  [${:.2}, {} in / {} out tokens]",
-                u.cost_usd, u.input_tokens, u.output_tokens
+                "  [{}, {} in / {} out tokens]",
+                u.cost_text(),
+                u.input_tokens,
+                u.output_tokens
             ));
         }
         if let Some(by) = &r.run.stop_requested_by {

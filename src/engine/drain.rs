@@ -598,7 +598,10 @@ async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
 fn pass(sink: &mut dyn RunSink, sched: &mut Scheduler, ev: &Event) {
     sink.event(ev);
     let cause = match ev {
-        Event::Usage { usage, .. } => sched.spent(usage.cost_usd),
+        Event::Usage { usage, .. } => match usage.cost_usd {
+            Some(c) => sched.spent(c),
+            None => sched.cost_unknown("its worker reported tokens but no cost"),
+        },
         Event::UsageUnknown { why, .. } => sched.cost_unknown(why),
         _ => None,
     };

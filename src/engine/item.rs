@@ -850,7 +850,7 @@ fn read_usage(path: &Path) -> UsageRead {
         return UsageRead::Malformed(format!("its usage file cannot be read: {e}"));
     }
     match serde_json::from_str::<File>(&text) {
-        Ok(File { usage: u, model }) if u.cost_usd.is_finite() && u.cost_usd >= 0.0 => {
+        Ok(File { usage: u, model }) if u.cost_usd.is_none_or(|c| c.is_finite() && c >= 0.0) => {
             UsageRead::Reported(u, model.filter(|m| !m.trim().is_empty() && m.len() <= 200))
         }
         Ok(_) => UsageRead::Malformed("its usage file gives a negative or infinite cost".into()),

@@ -708,8 +708,10 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
         fact(
             "usage",
             format!(
-                "${:.2} · {} in / {} out tokens",
-                u.total.cost_usd, u.total.input_tokens, u.total.output_tokens
+                "{} · {} in / {} out tokens",
+                u.total.cost_text(),
+                u.total.input_tokens,
+                u.total.output_tokens
             ),
         );
     }

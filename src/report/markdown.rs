@@ -95,14 +95,16 @@ pub fn render(r: &Report) -> String {
     ));
     if let Some(u) = &r.usage {
         out.push_str(&format!(
-            "**Usage:** ${:.2} · {} input tokens · {} output tokens",
-            u.total.cost_usd, u.total.input_tokens, u.total.output_tokens
+            "**Usage:** {} · {} input tokens · {} output tokens",
+            u.total.cost_text(),
+            u.total.input_tokens,
+            u.total.output_tokens
         ));
         if u.by_model.len() > 1 {
             let per: Vec<String> = u
                 .by_model
                 .iter()
-                .map(|(m, x)| format!("{} ${:.2}", cell(m), x.cost_usd))
+                .map(|(m, x)| format!("{} {}", cell(m), x.cost_text()))
                 .collect();
             out.push_str(&format!(" ({})", per.join(", ")));
         }
