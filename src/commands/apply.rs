@@ -11,7 +11,7 @@ use crate::ledger::{Claim, Holder, ItemKey, Ledger, RunRow};
 use crate::manifest::{LoadedManifest, SourceKind};
 use crate::plan::history;
 use crate::plan::{self, PlanOptions, repos};
-use crate::process::output::Redactor;
+use crate::process::redact::Redactor;
 use crate::report::{self, ReportBuilder};
 use crate::vocab::{ItemOutcome, RunEnding};
 use std::collections::HashMap;

@@ -28,7 +28,7 @@ pub use drain::{drain, end_left};
 use crate::events::Event;
 use crate::manifest::LoadedManifest;
 use crate::plan::Plan;
-use crate::process::output::Redactor;
+use crate::process::redact::Redactor;
 use crate::vocab::RunEnding;
 use std::collections::HashMap;
 use std::path::PathBuf;

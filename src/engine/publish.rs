@@ -27,7 +27,7 @@ pub struct Request<'a> {
     /// Where the command's output and the body file go.
     pub logs: PathBuf,
     pub token: &'a str,
-    pub redactor: Arc<process::output::Redactor>,
+    pub redactor: Arc<process::redact::Redactor>,
 }
 
 /// What came of it.

@@ -21,13 +21,15 @@ pub mod cgroup;
 mod launch;
 pub use launch::ignore_file_size_signal;
 pub mod output;
+pub mod redact;
 #[expect(
     unsafe_code,
     reason = "a signal action reading the sender from siginfo, see its comment"
 )]
 pub mod signals;
 
-use output::{Collector, Redactor};
+use output::Collector;
+use redact::Redactor;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
