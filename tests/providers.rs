@@ -364,27 +364,27 @@ fn back_off_is_reported_apart_from_the_wait_for_a_free_slot() {
     assert!(page.contains("class=\"bar-label\""), "no bar labelled");
 }
 
-/// `file` validates against `schemas/<schema>.schema.json`, by Python's jsonschema.
-fn validates(schema: &str, file: &Path) {
-    if !common::have(
-        "Python's jsonschema",
-        std::process::Command::new("python3").args(["-c", "import jsonschema"]),
-    ) {
-        return;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new("python3")
-        .arg(root.join("tests/schemas/validate.py"))
-        .arg(root.join(format!("schemas/{schema}.schema.json")))
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{schema}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+/// `apply` in `dir` with the event stream written beside the manifest: its output, and the
+/// stream's path.
+fn apply_with_events(dir: &Path) -> (std::process::Output, std::path::PathBuf) {
+    let events = dir.join("events.jsonl");
+    let out = run_in(
+        dir,
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--events",
+            events.to_str().unwrap(),
+        ],
     );
+    (out, events)
+}
+
+/// The latest report and the event stream validate against their schemas.
+fn validates(dir: &Path, events: &Path) {
+    common::validates("report", &[dir.join("runner-reports/latest/report.json")]);
+    common::validates("events", &[events.to_path_buf()]);
 }
 
 /// A manifest over `n` repositories with one item each, a worker and a chain.
@@ -450,24 +450,10 @@ fn with_every_model_refused_nothing_more_starts_and_the_items_are_held_for_the_n
         "{primary: m1, fallbacks: [m2]}",
         r#"echo "$RUNNER_MODEL" >> ../calls; if [ -e ../key-fixed ]; then exit 0; fi; case "$RUNNER_MODEL" in m1) echo "Error: 401 invalid x-api-key"; exit 77;; *) echo "runner adapter: the provider refused the key (billing): credit balance is too low"; exit 77;; esac"#,
     );
-    let events = dir.path().join("events.jsonl");
-    let out = run_in(
-        dir.path(),
-        &[
-            "apply",
-            "m.yaml",
-            "--no-progress",
-            "--events",
-            events.to_str().unwrap(),
-        ],
-    );
+    let (out, events) = apply_with_events(dir.path());
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(6), "{err}");
-    validates(
-        "report",
-        &dir.path().join("runner-reports/latest/report.json"),
-    );
-    validates("events", &events);
+    validates(dir.path(), &events);
     let last = err.lines().last().unwrap_or_default();
     assert!(last.contains("exit 6"), "{last}");
     assert!(
@@ -536,17 +522,7 @@ fn a_worker_ended_for_silence_says_so_wherever_its_attempt_is_shown() {
         "{primary: m1, fallbacks: [m2], threshold: 1, provider_failure: {silence: 300ms}, backoff: {initial: 0s, max: 0s}}",
         r#"if [ "$RUNNER_MODEL" = m1 ]; then sleep 30; fi"#,
     );
-    let events = dir.path().join("events.jsonl");
-    let out = run_in(
-        dir.path(),
-        &[
-            "apply",
-            "m.yaml",
-            "--no-progress",
-            "--events",
-            events.to_str().unwrap(),
-        ],
-    );
+    let (out, events) = apply_with_events(dir.path());
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
@@ -564,11 +540,7 @@ fn a_worker_ended_for_silence_says_so_wherever_its_attempt_is_shown() {
         stream.contains("\"ended\":\"no output for 300ms"),
         "{stream}"
     );
-    validates(
-        "report",
-        &dir.path().join("runner-reports/latest/report.json"),
-    );
-    validates("events", &events);
+    validates(dir.path(), &events);
 }
 
 #[test]
@@ -592,9 +564,9 @@ fn a_cost_the_worker_did_not_report_is_unknown_never_zero() {
         "{summary}"
     );
     assert!(!summary.contains("$0.00"), "{summary}");
-    validates(
+    common::validates(
         "report",
-        &dir.path().join("runner-reports/latest/report.json"),
+        &[dir.path().join("runner-reports/latest/report.json")],
     );
     // With a budget, a cost that cannot be counted stops admission after the first item.
     let dir = tempfile::tempdir().unwrap();

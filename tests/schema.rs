@@ -151,23 +151,6 @@ fn shipped_manifests_carry_the_schema_line_and_validate() {
     }
 }
 
-/// Python's jsonschema (Draft 2020-12) validates `files` against `schemas/<schema>.schema.json`:
-/// an implementation of JSON Schema other than the one that generated the schema.
-fn validate_with_python(schema: &str, files: &[std::path::PathBuf]) {
-    let out = std::process::Command::new("python3")
-        .arg(root().join("tests/schemas/validate.py"))
-        .arg(root().join(format!("schemas/{schema}.schema.json")))
-        .args(files)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{schema}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Write `text` under `dir` as `name`, for the validator.
 fn saved(dir: &Path, name: &str, text: &[u8]) -> std::path::PathBuf {
     let p = dir.join(name);
@@ -467,9 +450,9 @@ fn every_file_runner_writes_validates_against_its_schema() {
     std::fs::write(root.join("release"), "").unwrap();
     assert_eq!(a.wait().unwrap().code(), Some(0));
 
-    validate_with_python("report", &reports);
-    validate_with_python("events", &events);
-    validate_with_python("status", &statuses);
-    validate_with_python("plan", &plans);
-    validate_with_python("matrix", &matrices);
+    common::validates("report", &reports);
+    common::validates("events", &events);
+    common::validates("status", &statuses);
+    common::validates("plan", &plans);
+    common::validates("matrix", &matrices);
 }

@@ -75,6 +75,28 @@ pub fn classify(f: &Finished, policy: &ProviderPolicy) -> WorkerClass {
     }
 }
 
+/// What a worker said when its provider refused the key: the adapter's own line when it wrote
+/// one (`runner adapter: the provider refused the key (billing): …`), else its last line.
+pub fn refusal_message(tail: &str) -> String {
+    let lines: Vec<&str> = tail
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("runner adapter:"))
+        .map(str::trim)
+        .or(lines.last().copied())
+        .unwrap_or("it printed nothing");
+    let mut end = line.len().min(300);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].to_string()
+}
+
 pub(super) fn tail_window(s: &str) -> &str {
     if s.len() <= PATTERN_WINDOW {
         return s;
@@ -145,5 +167,21 @@ mod tests {
             classify(&fin(Some(1), &quoted_early), &policy()),
             WorkerClass::Failed
         );
+    }
+
+    #[test]
+    fn a_refusal_is_told_in_the_adapters_words_or_the_last_line() {
+        assert_eq!(
+            refusal_message(
+                "noise\nrunner adapter: the provider refused the key (billing): low credit\nbye\n"
+            ),
+            "the provider refused the key (billing): low credit"
+        );
+        assert_eq!(
+            refusal_message("a\nError: 401 invalid x-api-key\n\n"),
+            "Error: 401 invalid x-api-key"
+        );
+        assert_eq!(refusal_message(""), "it printed nothing");
+        assert_eq!(refusal_message(&"é".repeat(400)).len(), 300);
     }
 }

@@ -70,6 +70,29 @@ impl Health {
         &self.refused
     }
 
+    /// Why an item on `chain` cannot run: each model, with what its provider said.
+    pub fn refusal_cause(&self, chain: &[String]) -> String {
+        let named: Vec<String> = chain
+            .iter()
+            .map(|m| {
+                let said = self
+                    .refused
+                    .iter()
+                    .find(|(r, _)| r == m)
+                    .map_or("", |(_, s)| s.as_str());
+                if m.is_empty() {
+                    format!("the worker's provider refused it ({said})")
+                } else {
+                    format!("`{m}` ({said})")
+                }
+            })
+            .collect();
+        format!(
+            "no model of the chain can be used: {}; the next run tries again",
+            named.join(", ")
+        )
+    }
+
     /// The first model of `chain` from `from` on that is not refused.
     pub fn usable(&self, chain: &[String], from: usize) -> Option<usize> {
         (from..chain.len()).find(|&i| !self.is_refused(&chain[i]))
@@ -198,5 +221,28 @@ mod tests {
             h.failed(&m, "r/2", t);
         }
         assert_eq!(h.start(&chain(), t), Some(2));
+    }
+
+    #[test]
+    fn a_refused_model_is_never_used_again_and_a_chain_all_refused_has_no_start() {
+        let t = Instant::now();
+        let mut h = Health::new(2, WINDOW, QUIET);
+        assert!(h.refuse("a", "401 invalid x-api-key"));
+        assert!(!h.refuse("a", "again"), "told once");
+        assert_eq!(h.start(&chain(), t), Some(1));
+        assert_eq!(h.usable(&chain(), 0), Some(1));
+        // A demoted b is passed over for c; quiet never brings a refused model back.
+        h.failed("b", "r/1", t);
+        h.failed("b", "r/2", t);
+        assert_eq!(h.start(&chain(), t), Some(2));
+        h.refuse("c", "credit balance too low");
+        assert_eq!(h.start(&chain(), t + QUIET * 3), Some(1));
+        h.refuse("b", "403");
+        assert_eq!(h.start(&chain(), t + QUIET * 3), None);
+        assert_eq!(h.usable(&chain(), 0), None);
+        assert_eq!(
+            h.refusal_cause(&chain()),
+            "no model of the chain can be used: `a` (401 invalid x-api-key), `b` (403), `c` (credit balance too low); the next run tries again"
+        );
     }
 }

@@ -735,28 +735,6 @@ fn after_worker(dir: &Path, anchor: &Anchor, markers: &[String]) -> Result<Snaps
 /// is exhausted.
 /// A provider-class failure on `model`: the run's view of the model learns of it (saying so
 /// when that demotes the model), and the item's chain takes the step it calls for.
-/// What a worker said when its provider refused the key: the adapter's own line when it wrote
-/// one (`runner adapter: the provider refused the key (billing): …`), else its last line.
-fn refusal_message(tail: &str) -> String {
-    let lines: Vec<&str> = tail
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let line = lines
-        .iter()
-        .rev()
-        .find_map(|l| l.strip_prefix("runner adapter:"))
-        .map(str::trim)
-        .or(lines.last().copied())
-        .unwrap_or("it printed nothing");
-    let mut end = line.len().min(300);
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    line[..end].to_string()
-}
-
 /// The item's chain by name; a manifest without `models` has one unnamed model.
 fn chain_names(icx: &ItemCx<'_>) -> Vec<String> {
     icx.eff.models.as_ref().map_or_else(
@@ -768,27 +746,9 @@ fn chain_names(icx: &ItemCx<'_>) -> Vec<String> {
 /// An item none of whose models can be used, each refused by its provider: held, for the next
 /// run to try once the key is fixed; the scheduler admits nothing more.
 fn refused_everywhere(run: &mut ItemRun, health: &super::health::Health, names: &[String]) {
-    let named: Vec<String> = names
-        .iter()
-        .map(|m| {
-            let said = health
-                .refused()
-                .iter()
-                .find(|(r, _)| r == m)
-                .map_or("", |(_, s)| s.as_str());
-            if m.is_empty() {
-                format!("the worker's provider refused it ({said})")
-            } else {
-                format!("`{m}` ({said})")
-            }
-        })
-        .collect();
     run.outcome = ItemOutcome::Held;
     run.reason = Some(crate::vocab::HoldReason::ProviderRefused.as_str().into());
-    run.cause = Some(format!(
-        "no model of the chain can be used: {}; the next run tries again",
-        named.join(", ")
-    ));
+    run.cause = Some(health.refusal_cause(names));
 }
 
 fn provider_failed(icx: &ItemCx<'_>, model: Option<&str>, chain: &mut ModelChain) -> ChainStep {
@@ -1073,7 +1033,7 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 // Not retried on this model, by this item or any other: the next usable model
                 // of the chain goes on at once; none left holds the item.
                 let names = chain_names(icx);
-                let message = refusal_message(&fin.tail);
+                let message = super::classify::refusal_message(&fin.tail);
                 let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
                 let key = model.clone().unwrap_or_default();
                 if health.refuse(&key, &message) {

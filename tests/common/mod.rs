@@ -283,6 +283,31 @@ pub fn have(tool: &str, probe: &mut Command) -> bool {
     ok
 }
 
+/// Python's jsonschema (Draft 2020-12) validates `files` against `schemas/<schema>.schema.json`:
+/// an implementation of JSON Schema other than the one that generated the schema. A machine
+/// without it does not run the check (a failure in CI, see [`have`]).
+pub fn validates(schema: &str, files: &[PathBuf]) {
+    if !have(
+        "Python's jsonschema",
+        Command::new("python3").args(["-c", "import jsonschema"]),
+    ) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(root.join("tests/schemas/validate.py"))
+        .arg(root.join(format!("schemas/{schema}.schema.json")))
+        .args(files)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{schema}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// This check cannot run (`why`): a failure in CI; elsewhere recorded as not run.
 pub fn not_run(why: &str) {
     assert!(

@@ -521,3 +521,29 @@ fn a_host_whose_slots_are_taken_keeps_the_item_queued_and_asks_again() {
     s.admitted(0, Admission::Started, t + LEASE_RETRY);
     assert_eq!(s.next(t + LEASE_RETRY), Decision::Admit(1));
 }
+
+#[test]
+fn an_item_held_for_a_refused_key_stops_admission_and_holds_the_rest() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(setup(&[0, 1, 2], 1));
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    let mut f = done(ItemOutcome::Held);
+    f.reason = Some("provider-refused".into());
+    f.cause = Some("no model of the chain can be used: `m1` (401)".into());
+    s.finished(0, f);
+    s.released("r0");
+    assert!(s.halted());
+    assert_eq!(s.next(t), Decision::Done, "nothing new starts");
+    let (left, ending, cause) = s.finish(None);
+    assert_eq!(ending, RunEnding::Refused);
+    assert_eq!(
+        cause.as_deref(),
+        Some("no model of the chain can be used: `m1` (401)")
+    );
+    assert_eq!(left.len(), 2);
+    for l in &left {
+        assert_eq!(l.outcome, ItemOutcome::Held, "{l:?}");
+        assert_eq!(l.reason.as_deref(), Some("provider-refused"));
+    }
+}
