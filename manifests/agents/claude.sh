@@ -28,8 +28,19 @@ export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_ER
   DISABLE_AUTOUPDATER=1
 run_agent claude -p "$(prompt_text "$2")" --model "$1" --output-format stream-json --verbose \
   --permission-mode acceptEdits
-write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" \
-  "$(json_number total_cost_usd "$out")"
+# Tokens and cost from one source: the result's `modelUsage`, per model, side requests (a
+# smaller model's) included — its `usage` counts the main loop's tokens only, while
+# `total_cost_usd` prices them all. Input tokens count the cached ones read and written.
+result=$(grep '"type":[[:space:]]*"result"' "$out" | tail -n 1)
+used=$(json_object modelUsage "$result")
+if printf '%s' "$used" | grep -q '"inputTokens"'; then
+  tokens() { for f in "$@"; do json_sum "$f" "$used"; done | awk '{ s += $1 } END { print s + 0 }'; }
+  write_usage "$(tokens inputTokens cacheReadInputTokens cacheCreationInputTokens)" \
+    "$(tokens outputTokens)" "$(json_sum costUSD "$used")"
+else
+  write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" \
+    "$(json_number total_cost_usd "$out")"
+fi
 # A result event can report an error with exit 0 in some versions: trust its `is_error` too (the
 # result's only: a tool call that failed along the way carries one of its own).
 if [ "$code" -eq 0 ] && grep '"type":[[:space:]]*"result"' "$out" |
@@ -37,7 +48,6 @@ if [ "$code" -eq 0 ] && grep '"type":[[:space:]]*"result"' "$out" |
 # Its messages and tool results are the work; the result event and plain lines speak for the CLI.
 work_lines='"type":[[:space:]]*"(assistant|user)"'
 # The provider's status and words, as the result event gives them.
-result=$(grep '"type":[[:space:]]*"result"' "$out" | tail -n 1)
 status=$(printf '%s' "$result" | grep -o '"api_error_status"[[:space:]]*:[[:space:]]*[0-9]*' |
   sed 's/.*:[[:space:]]*//')
 said=

@@ -84,6 +84,35 @@ json_number() {
     sed 's/.*:[[:space:]]*//'
 }
 
+# The sum of the values of JSON number field "$1" in text $2 (flat matching, as json_number), or
+# nothing when the field is not there.
+json_sum() {
+  printf '%s\n' "$2" | grep -o "\"$1\"[[:space:]]*:[[:space:]]*[0-9][0-9.eE+-]*" |
+    sed 's/.*:[[:space:]]*//' | awk '{ s += $1; n++ } END { if (n) printf "%.10g\n", s }'
+}
+
+# The object value of the first JSON field "$1" in text $2, its braces balanced (braces and
+# quotes inside its strings skipped), or nothing.
+json_object() {
+  printf '%s\n' "$2" | awk -v key="\"$1\"" '
+    {
+      at = index($0, key)
+      if (!at) next
+      rest = substr($0, at + length(key))
+      sub(/^[[:space:]]*:[[:space:]]*/, "", rest)
+      if (substr(rest, 1, 1) != "{") exit
+      depth = 0; quoted = 0
+      for (i = 1; i <= length(rest); i++) {
+        c = substr(rest, i, 1)
+        if (quoted) { if (c == "\\") i++; else if (c == "\"") quoted = 0; continue }
+        if (c == "\"") quoted = 1
+        else if (c == "{") depth++
+        else if (c == "}" && --depth == 0) { print substr(rest, 1, i); exit }
+      }
+      exit
+    }'
+}
+
 # Write $RUNNER_USAGE from input tokens $1, output tokens $2 and cost $3 (each may be empty: a
 # cost the CLI did not print is left out, and runner counts it unknown, never zero).
 write_usage() {

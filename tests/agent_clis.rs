@@ -1,0 +1,564 @@
+//! The shipped adapters with the real agent CLIs: Claude Code and Codex, installed from npm at
+//! the versions `tests/clis/package.json` pins (`npm ci --prefix tests/clis`, which `.ci/run`
+//! does), driven through runner against a loopback model API (`tests/clis/mock_api.py`: the
+//! streaming Anthropic Messages and OpenAI Responses APIs). The mock answers by model and task:
+//! an edit made with the CLI's own file tool lands in the item's commit; a broken first edit is
+//! fixed on attempt 2 from runner's feedback; a 429 with `retry-after`, an overload (529, 503), a
+//! refused key (401) and a stream that stalls after its first event each reach runner at once —
+//! one request, no retries of the CLI's own — and runner's back-off, chain and provider health
+//! decide what follows; the key and a manifest secret appear in nothing runner keeps.
+//!
+//! Each test prints the CLI's version and fails when it is not the pinned one, or when the CLI's
+//! output no longer carries what its adapter reads (naming it). Where a CLI is not installed the
+//! test says it did not run (a failure in CI).
+
+mod common;
+
+use common::{git, latest_report, report_item, stderr};
+use serde_json::Value;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+const KEY: &str = "sk-test-Zq8vN3kLw0pR5tYu";
+const TOKEN: &str = "tok-manifest-secret-7Hd2Kx";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One agent CLI and how its adapter is pointed at the mock.
+#[derive(Clone, Copy)]
+struct Cli {
+    program: &'static str,
+    package: &'static str,
+    adapter: &'static str,
+    /// The model names the mock reads, with the trouble as a suffix.
+    model: &'static str,
+    /// The provider's words for a refused key, as the mock gives them.
+    refused: &'static str,
+    /// The status the mock answers an overloaded model with.
+    overloaded: u16,
+}
+
+const CLAUDE: Cli = Cli {
+    program: "claude",
+    package: "@anthropic-ai/claude-code",
+    adapter: "claude.sh",
+    model: "claude-sonnet-4-5",
+    // Claude Code puts its own words in place of the provider's.
+    refused: "Invalid API key",
+    overloaded: 529,
+};
+
+const CODEX: Cli = Cli {
+    program: "codex",
+    package: "@openai/codex",
+    adapter: "codex.sh",
+    model: "gpt-5-codex",
+    refused: "Incorrect API key provided",
+    overloaded: 503,
+};
+
+fn bin() -> PathBuf {
+    root().join("tests/clis/node_modules/.bin")
+}
+
+/// The CLI is installed at its pinned version (printed), or the test does not run.
+fn installed(cli: Cli) -> bool {
+    let program = bin().join(cli.program);
+    if !program.exists() {
+        common::not_run(&format!(
+            "{} ({}) is not installed under tests/clis (npm ci --prefix tests/clis)",
+            cli.program, cli.package
+        ));
+        return false;
+    }
+    let package: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/clis/package.json")).unwrap(),
+    )
+    .unwrap();
+    let pinned = package["dependencies"][cli.package].as_str().unwrap();
+    let out = Command::new(&program)
+        .arg("--version")
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    println!("{} --version: {version}", cli.program);
+    eprintln!("{} --version: {version}", cli.program);
+    assert!(
+        version.contains(pinned),
+        "{} says it is `{version}`; its adapter (manifests/agents/{}) and these tests were \
+         checked against {pinned} (tests/clis/package.json): check the CLI's flags and output \
+         before moving the pin",
+        cli.program,
+        cli.adapter
+    );
+    true
+}
+
+/// The mock model API, listening on loopback until dropped.
+struct Mock {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Mock {
+    fn start(dir: &Path) -> Mock {
+        let log = dir.join("api.log");
+        let mut child = Command::new("python3")
+            .arg(root().join("tests/clis/mock_api.py"))
+            .arg("--log")
+            .arg(&log)
+            .env("MOCK_SECRET", TOKEN)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the mock API");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("the mock prints its port");
+        Mock { child, port, log }
+    }
+
+    /// The requests the mock answered, in order.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The statuses answered to `model`'s requests, in order.
+    fn statuses(&self, model: &str) -> Vec<u64> {
+        self.requests()
+            .iter()
+            .filter(|r| r["model"] == model)
+            .map(|r| r["status"].as_u64().unwrap())
+            .collect()
+    }
+}
+
+/// A fleet of one repository per item, driven by `cli`'s adapter against a fresh mock.
+struct Fleet {
+    dir: tempfile::TempDir,
+    mock: Mock,
+    cli: Cli,
+}
+
+/// A task the mock reads: write `content` into greeting.txt (`first` on a first attempt).
+fn task(content: &str, first: Option<&str>) -> String {
+    let first = first.map(|f| format!("\\nfirst: {f}")).unwrap_or_default();
+    format!("Write the greeting.\\nfile: greeting.txt\\ncontent: {content}{first}")
+}
+
+fn fleet(cli: Cli, models: &str, top: &str, tasks: &[String]) -> Fleet {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Mock::start(dir.path());
+    let mut repos = String::new();
+    let mut items = String::new();
+    for (i, t) in tasks.iter().enumerate() {
+        common::repo(&dir.path().join(format!("r{i}")));
+        repos.push_str(&format!("  - path: r{i}\n"));
+        items.push_str(&format!(
+            "  - {{repo: r{i}, id: i{i}, branch: \"agent/{{item}}\", vars: {{task: \"{t}\"}}}}\n"
+        ));
+    }
+    std::fs::create_dir_all(dir.path().join("home")).unwrap();
+    std::fs::create_dir_all(dir.path().join("codex-home")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: agent-{program}
+capacity: {{workers: 2}}
+repositories:
+{repos}models: {models}
+worker:
+  run: ["{adapter}", "{{model}}", "{{item.task}}"]
+  timeout: 2m
+{top}
+gates:
+  - name: test
+    run: "grep -qx hello greeting.txt"
+env:
+  pass: [PATH, HOME, LANG, TMPDIR, ANTHROPIC_BASE_URL, OPENAI_BASE_URL, CODEX_HOME]
+  secrets: [ANTHROPIC_API_KEY, OPENAI_API_KEY, RUNNER_TEST_TOKEN]
+items:
+{items}"#,
+            program = cli.program,
+            adapter = root().join("manifests/agents").join(cli.adapter).display(),
+        ),
+    )
+    .unwrap();
+    Fleet { dir, mock, cli }
+}
+
+impl Fleet {
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn apply(&self) -> Output {
+        let url = format!("http://127.0.0.1:{}", self.mock.port);
+        let out = common::runner()
+            .current_dir(self.path())
+            .args([
+                "apply",
+                "m.yaml",
+                "--no-progress",
+                "--events",
+                "events.jsonl",
+            ])
+            .env(
+                "PATH",
+                format!("{}:{}", bin().display(), std::env::var("PATH").unwrap()),
+            )
+            .env("HOME", self.path().join("home"))
+            .env("CODEX_HOME", self.path().join("codex-home"))
+            .env("ANTHROPIC_BASE_URL", &url)
+            .env("OPENAI_BASE_URL", format!("{url}/v1"))
+            .env("ANTHROPIC_API_KEY", KEY)
+            .env("OPENAI_API_KEY", KEY)
+            .env("RUNNER_TEST_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        self.nothing_kept_holds_a_secret(&out);
+        out
+    }
+
+    /// The key and the manifest secret are in no log, report, event or ledger row, nor on
+    /// runner's own output — though the mock echoed the key in its refusal and the agent
+    /// printed the secret in its last message.
+    fn nothing_kept_holds_a_secret(&self, out: &Output) {
+        let mut files = vec![self.path().join("events.jsonl")];
+        for top in [".runner", "runner-reports"] {
+            files.extend(walk(&self.path().join(top)));
+        }
+        let mut read = 0;
+        for file in files {
+            let Ok(bytes) = std::fs::read(&file) else {
+                continue;
+            };
+            read += 1;
+            let text = String::from_utf8_lossy(&bytes);
+            for secret in [KEY, TOKEN] {
+                assert!(!text.contains(secret), "{} holds a secret", file.display());
+            }
+        }
+        assert!(read >= 3, "runner kept nothing to look in: {}", stderr(out));
+        for secret in [KEY, TOKEN] {
+            assert!(!stderr(out).contains(secret), "{}", stderr(out));
+            assert!(!common::stdout(out).contains(secret));
+        }
+    }
+
+    fn report(&self) -> Value {
+        latest_report(&self.path().join("runner-reports"))
+    }
+
+    fn item(&self, id: &str) -> Value {
+        report_item(&self.report(), "id", id).clone()
+    }
+
+    fn model(&self, trouble: &str) -> String {
+        format!("{}{trouble}", self.cli.model)
+    }
+
+    fn validates(&self) {
+        common::validates(
+            "report",
+            &[self.path().join("runner-reports/latest/report.json")],
+        );
+        common::validates("events", &[self.path().join("events.jsonl")]);
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            if p.file_name().is_some_and(|n| n == "worktrees") {
+                continue;
+            }
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The agent's edit is the item's commit, and the usage it reported is in the report.
+fn the_edit_lands_in_the_items_commit(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let f = fleet(
+        cli,
+        &format!("{{primary: {}}}", cli.model),
+        "",
+        &[task("hello", None)],
+    );
+    let out = f.apply();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let item = f.item("i0");
+    assert_eq!(item["outcome"], "completed", "{item:#}");
+    let commit = item["commit"].as_str().expect("the item made a commit");
+    assert_eq!(
+        git(
+            &f.path().join("r0"),
+            &["show", &format!("{commit}:greeting.txt")]
+        ),
+        "hello"
+    );
+    // What the adapter reads from the CLI's output: the tokens (and, for Claude, the cost).
+    // The mock counts 100 input and 20 output tokens per request.
+    let turns = if cli.program == "claude" { 3 } else { 2 };
+    let usage = &item["usage"];
+    assert_eq!(
+        (
+            usage["input_tokens"].as_u64(),
+            usage["output_tokens"].as_u64()
+        ),
+        (Some(100 * turns as u64), Some(20 * turns as u64)),
+        "{} no longer reports the tokens its adapter reads as it did: {usage:#}",
+        cli.program
+    );
+    if cli.program == "claude" {
+        assert!(
+            usage["cost_usd"].as_f64().is_some_and(|c| c > 0.0),
+            "claude no longer reports `total_cost_usd`: {usage:#}"
+        );
+    }
+    // Claude Code reads the file, writes it, and is done; Codex runs one command and is done.
+    assert_eq!(
+        f.mock.statuses(cli.model),
+        vec![200; turns],
+        "{:?}",
+        f.mock.requests()
+    );
+    f.validates();
+}
+
+/// The first edit breaks the gate; the second attempt's prompt carries the feedback, and its
+/// edit passes.
+fn a_broken_edit_is_fixed_on_attempt_2_from_the_feedback(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let f = fleet(
+        cli,
+        &format!("{{primary: {}}}", cli.model),
+        "  attempts: 2",
+        &[task("hello", Some("helo"))],
+    );
+    let out = f.apply();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let item = f.item("i0");
+    assert_eq!(item["outcome"], "completed", "{item:#}");
+    assert_eq!(item["attempts"].as_array().unwrap().len(), 2, "{item:#}");
+    let feedback: Vec<bool> = f
+        .mock
+        .requests()
+        .iter()
+        .map(|r| r["feedback"].as_bool().unwrap())
+        .collect();
+    let turns = if cli.program == "claude" { 3 } else { 2 };
+    let expected: Vec<bool> = [vec![false; turns], vec![true; turns]].concat();
+    assert_eq!(
+        feedback, expected,
+        "the second attempt's prompt did not carry runner's feedback"
+    );
+    let commit = item["commit"].as_str().unwrap();
+    assert_eq!(
+        git(
+            &f.path().join("r0"),
+            &["show", &format!("{commit}:greeting.txt")]
+        ),
+        "hello"
+    );
+}
+
+/// A 429 with `retry-after` reaches runner in one request; runner rests and the next attempt
+/// works on the same model.
+fn a_rate_limit_is_runners_to_retry(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let f = fleet(
+        cli,
+        &format!(
+            "{{primary: {}-429, threshold: 3, backoff: {{initial: 1s, max: 1s}}}}",
+            cli.model
+        ),
+        "",
+        &[task("hello", None)],
+    );
+    let out = f.apply();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let item = f.item("i0");
+    assert_eq!(item["outcome"], "completed", "{item:#}");
+    assert_eq!(
+        f.mock.statuses(&f.model("-429")),
+        [
+            vec![429],
+            vec![200; if cli.program == "claude" { 3 } else { 2 }]
+        ]
+        .concat(),
+        "the CLI retried on its own, or runner did not"
+    );
+    let attempts = item["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{item:#}");
+    // runner rested before it (its back-off: neither CLI shows the `retry-after`).
+    assert!(attempts[1]["waited_ms"].as_u64().unwrap() > 0, "{item:#}");
+    f.validates();
+}
+
+/// An overloaded model fails at once, and the chain moves to the fallback.
+fn an_overloaded_model_falls_back(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let primary = format!("{}-{}", cli.model, cli.overloaded);
+    let f = fleet(
+        cli,
+        &format!(
+            "{{primary: {primary}, fallbacks: [{}], threshold: 1, backoff: {{initial: 1s, max: 1s}}}}",
+            cli.model
+        ),
+        "",
+        &[task("hello", None)],
+    );
+    let out = f.apply();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let item = f.item("i0");
+    assert_eq!(item["outcome"], "completed", "{item:#}");
+    assert_eq!(item["model"], cli.model, "{item:#}");
+    assert_eq!(
+        f.mock.statuses(&primary),
+        vec![u64::from(cli.overloaded)],
+        "the CLI retried on its own"
+    );
+}
+
+/// A refused key stops the run at its first request, the provider's words named (the key
+/// itself redacted), every item held.
+fn a_refused_key_stops_the_run(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let f = fleet(
+        cli,
+        &format!(
+            "{{primary: {}-401, threshold: 3, backoff: {{initial: 30s, max: 30s}}}}",
+            cli.model
+        ),
+        "",
+        &[
+            task("hello", None),
+            task("hello", None),
+            task("hello", None),
+        ],
+    );
+    let started = std::time::Instant::now();
+    let out = f.apply();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(6), "{err}");
+    assert!(started.elapsed().as_secs() < 60, "{err}");
+    assert!(err.contains(cli.refused), "{err}");
+    // The two items started at once (capacity 2) each asked once; none asked again, and the
+    // third never started.
+    assert_eq!(
+        f.mock.statuses(&f.model("-401")),
+        vec![401, 401],
+        "a refused key was asked again"
+    );
+    let report = f.report();
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["outcome"], "held", "{item:#}");
+        assert_eq!(item["reason"], "provider-refused", "{item:#}");
+    }
+    let refused = report["refused"].as_array().unwrap();
+    assert!(
+        refused[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains(cli.refused),
+        "{report:#}"
+    );
+    f.validates();
+}
+
+/// A stream that stalls after its first event is ended for silence, said so, and the chain
+/// moves on.
+fn a_stalled_stream_is_ended_for_silence(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let f = fleet(
+        cli,
+        &format!(
+            "{{primary: {}-stall, fallbacks: [{}], threshold: 1, backoff: {{initial: 1s, max: 1s}}, provider_failure: {{silence: 4s}}}}",
+            cli.model, cli.model
+        ),
+        "",
+        &[task("hello", None)],
+    );
+    let out = f.apply();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("no output for 4s"), "{err}");
+    let item = f.item("i0");
+    assert_eq!(item["outcome"], "completed", "{item:#}");
+    assert_eq!(item["model"], cli.model, "{item:#}");
+    let first = &item["attempts"][0];
+    assert!(
+        first["worker"]["ended"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no output for 4s"),
+        "{item:#}"
+    );
+    assert_eq!(
+        f.mock.statuses(&f.model("-stall")),
+        vec![200],
+        "{:?}",
+        f.mock.requests()
+    );
+}
+
+macro_rules! for_each_cli {
+    ($($scenario:ident),*) => {
+        mod claude {
+            $(#[test] fn $scenario() { super::$scenario(super::CLAUDE) })*
+        }
+        mod codex {
+            $(#[test] fn $scenario() { super::$scenario(super::CODEX) })*
+        }
+    };
+}
+
+for_each_cli!(
+    the_edit_lands_in_the_items_commit,
+    a_broken_edit_is_fixed_on_attempt_2_from_the_feedback,
+    a_rate_limit_is_runners_to_retry,
+    an_overloaded_model_falls_back,
+    a_refused_key_stops_the_run,
+    a_stalled_stream_is_ended_for_silence
+);
