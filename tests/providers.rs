@@ -581,3 +581,63 @@ fn a_cost_the_worker_did_not_report_is_unknown_never_zero() {
     assert_eq!(out.status.code(), Some(5), "{err}");
     assert!(err.contains("reported tokens but no cost"), "{err}");
 }
+
+#[test]
+fn tokens_without_a_cost_are_priced_at_models_prices_and_count_toward_the_budget() {
+    // $3 and $15 per million: each item's 100 000 input and 10 000 output tokens cost $0.45;
+    // the third brings the spend to $1.35, past the $1 budget, and admission stops there.
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        5,
+        "{primary: m1, prices: {m1: {input: 3, output: 15}}}\nbudget: {cost_usd: 1}",
+        r#"printf "{{\"input_tokens\": 100000, \"output_tokens\": 10000}}" > "$RUNNER_USAGE""#,
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let cost = report["usage"]["total"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - 1.35).abs() < 1e-9, "{report:#}");
+    let item = report_item(&report, "id", "i0");
+    assert!(
+        (item["usage"]["cost_usd"].as_f64().unwrap() - 0.45).abs() < 1e-9,
+        "{item:#}"
+    );
+    common::validates(
+        "report",
+        &[dir.path().join("runner-reports/latest/report.json")],
+    );
+    // A cost the worker reports is its own, prices or not.
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        1,
+        "{primary: m1, prices: {m1: {input: 3, output: 15}}}",
+        r#"printf "{{\"input_tokens\": 100000, \"output_tokens\": 10000, \"cost_usd\": 0.01}}" > "$RUNNER_USAGE""#,
+    );
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["usage"]["total"]["cost_usd"], 0.01, "{report:#}");
+}
+
+#[test]
+fn a_price_for_a_model_outside_the_chain_is_refused_by_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet(
+        dir.path(),
+        1,
+        "{primary: m1, fallbacks: [m2], prices: {m3: {input: 3, output: 15}, m1: {input: -1, output: 2}}}",
+        "true",
+    );
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`m3` is not a model of the chain (m1, m2)"),
+        "{err}"
+    );
+    assert!(err.contains("must be 0 or more, found -1"), "{err}");
+    assert!(err.contains("m.yaml:"), "{err}");
+}

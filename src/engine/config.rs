@@ -42,6 +42,9 @@ pub fn effective(loaded: &LoadedManifest, entry: usize) -> Effective {
             if merged.threshold.is_none() {
                 merged.threshold = top.threshold;
             }
+            for (model, price) in &top.prices {
+                merged.prices.entry(model.clone()).or_insert(*price);
+            }
             Some(merged)
         }
         (_, top) => top.clone(),

@@ -960,7 +960,18 @@ async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         .await;
         let class = classify(&fin, &policy);
         match read_usage(&usage_path(icx, n)) {
-            UsageRead::Reported(usage, used_model) => {
+            UsageRead::Reported(mut usage, used_model) => {
+                // Tokens without a cost are priced at `models.prices`, for the model the worker
+                // says it used, else the attempt's.
+                if usage.cost_usd.is_none() {
+                    usage.cost_usd = icx.eff.models.as_ref().and_then(|m| {
+                        let price = used_model
+                            .as_deref()
+                            .or(model.as_deref())
+                            .and_then(|name| m.prices.get(name))?;
+                        Some(price.cost(usage.input_tokens, usage.output_tokens))
+                    });
+                }
                 let _ = icx.events.send(Event::Usage {
                     item: icx.idx,
                     n,

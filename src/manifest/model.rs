@@ -216,6 +216,30 @@ pub struct Models {
     /// (default `{initial: 10s, max: 10m}`); a retry hint in the output is honoured up to `max`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backoff: Option<BackoffSpec>,
+    /// What a model's tokens cost, in US dollars per million, by model name (each a model of the
+    /// chain): runner prices a worker's reported tokens with it when the worker reports no cost
+    /// of its own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// `models.prices.<model>`: US dollars per million tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Price {
+    /// Per million input tokens.
+    #[schemars(range(min = 0))]
+    pub input: f64,
+    /// Per million output tokens.
+    #[schemars(range(min = 0))]
+    pub output: f64,
+}
+
+impl Price {
+    /// What `input` and `output` tokens cost at this price.
+    pub fn cost(&self, input: u64, output: u64) -> f64 {
+        (input as f64 * self.input + output as f64 * self.output) / 1_000_000.0
+    }
 }
 
 /// `models.backoff`.

@@ -279,7 +279,9 @@ const MODELS_KEYS: &[&str] = &[
     "threshold",
     "provider_failure",
     "backoff",
+    "prices",
 ];
+const PRICE_KEYS: &[&str] = &["input", "output"];
 const BACKOFF_KEYS: &[&str] = &["initial", "max"];
 const PROVIDER_FAILURE_KEYS: &[&str] = &["exit_codes", "refused_exit_codes", "patterns", "silence"];
 const WORKER_KEYS: &[&str] = &[
@@ -322,6 +324,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("Capacity", CAPACITY_KEYS),
     ("RepositorySpec", REPOSITORY_KEYS),
     ("Models", MODELS_KEYS),
+    ("Price", PRICE_KEYS),
     ("ProviderFailure", PROVIDER_FAILURE_KEYS),
     ("Worker", WORKER_KEYS),
     ("WorkerOverride", WORKER_OVERRIDE_KEYS),

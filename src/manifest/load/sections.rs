@@ -421,12 +421,22 @@ impl Cx {
             }
             Some(BackoffSpec { initial, max })
         });
+        let primary = primary?;
+        let fallbacks = fallbacks.flatten().unwrap_or_default();
+        let chain: Vec<&str> = std::iter::once(primary.as_str())
+            .chain(fallbacks.iter().map(String::as_str))
+            .collect();
+        let prices = m
+            .get("prices")
+            .and_then(|n| self.prices(n, &child(path, "prices"), &chain))
+            .unwrap_or_default();
         Some(Models {
-            primary: primary?,
-            fallbacks: fallbacks.flatten().unwrap_or_default(),
+            primary,
+            fallbacks,
             threshold: threshold.flatten(),
             provider_failure: provider_failure.flatten(),
             backoff,
+            prices,
         })
     }
 
@@ -575,6 +585,73 @@ impl Cx {
             }
             if let Some(n) = self.u32(v, &p, 1, 1024) {
                 out.insert(name.clone(), n);
+            }
+        }
+        Some(out)
+    }
+
+    /// `models.prices`: per model, US dollars per million input and output tokens.
+    fn prices(
+        &mut self,
+        node: &Node,
+        path: &str,
+        chain: &[&str],
+    ) -> Option<BTreeMap<String, Price>> {
+        let Value::Map(entries) = &node.value else {
+            self.wrong_type(node, path, "a mapping of model names to prices");
+            return None;
+        };
+        let mut out = BTreeMap::new();
+        for (k, v) in entries {
+            let Value::Str(model) = &k.value else {
+                self.wrong_type(k, path, "a model name");
+                continue;
+            };
+            let p = child(path, model);
+            if !chain.contains(&model.as_str()) {
+                self.err(
+                    "invalid-value",
+                    &p,
+                    k.span,
+                    format!(
+                        "`{model}` is not a model of the chain ({})",
+                        chain.join(", ")
+                    ),
+                );
+                continue;
+            }
+            let Some(m) = self.map(v, &p, PRICE_KEYS) else {
+                continue;
+            };
+            let mut rate = |key: &str| {
+                let n = self.required(&m, &p, key)?;
+                let kp = child(&p, key);
+                let x = match n.value {
+                    Value::Int(i) => i as f64,
+                    Value::Float(f) => f,
+                    _ => {
+                        self.wrong_type(
+                            n,
+                            &kp,
+                            "US dollars per million tokens, such as `3` or `0.25`",
+                        );
+                        return None;
+                    }
+                };
+                if !(x.is_finite() && x >= 0.0) {
+                    self.err(
+                        "invalid-value",
+                        &kp,
+                        n.span,
+                        format!("must be 0 or more, found {x}"),
+                    );
+                    return None;
+                }
+                Some(x)
+            };
+            let (input, output) = (rate("input"), rate("output"));
+            if let (Some(input), Some(output)) = (input, output) {
+                out.insert(model.clone(), Price { input, output });
             }
         }
         Some(out)
