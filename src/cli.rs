@@ -184,6 +184,9 @@ pub struct ApplyArgs {
     /// Run every gate, reusing no recorded verdict (new verdicts are still recorded).
     #[arg(long)]
     pub no_cache: bool,
+    /// Ask no model the manifest's probe question (`worker.probe`) before the queue.
+    #[arg(long)]
+    pub no_probe: bool,
     /// Run only the repositories of shard K of N (K from 0, as `JOB_COMPLETION_INDEX`): a
     /// stable hash of each repository's url (or name) decides, so N runners with K = 0..N-1
     /// together run every item once, without a shared ledger.

@@ -133,6 +133,16 @@ pub enum Event {
         model: Option<String>,
         message: String,
     },
+    /// The probe before the queue asked `model` its question (`worker.probe`): what it found,
+    /// and, when it did not answer, the provider's or the worker's words (`message`). A
+    /// refused model is used by no item of the run.
+    Probed {
+        model: String,
+        verdict: crate::vocab::ProbeVerdict,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        duration: Duration,
+    },
     /// A completed item's work branch was published (pushed, and its pull request opened or
     /// updated), or `error` says what failed; the branch is kept either way.
     Published {

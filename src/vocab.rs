@@ -94,6 +94,32 @@ impl WorkerClass {
     }
 }
 
+/// What the probe of a model before the queue found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeVerdict {
+    /// It answered.
+    Ok,
+    /// Its provider refused the key: no item uses the model in this run.
+    Refused,
+    /// Its provider failed for a while (rate limit, overload, silence, timeout): the run goes
+    /// on, and its items meet the failure as usual.
+    Unavailable,
+    /// The worker failed for a reason of its own: the run goes on.
+    Failed,
+}
+
+impl ProbeVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeVerdict::Ok => "ok",
+            ProbeVerdict::Refused => "refused",
+            ProbeVerdict::Unavailable => "unavailable",
+            ProbeVerdict::Failed => "failed",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunEnding {

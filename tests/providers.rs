@@ -641,3 +641,141 @@ fn a_price_for_a_model_outside_the_chain_is_refused_by_validate() {
     assert!(err.contains("must be 0 or more, found -1"), "{err}");
     assert!(err.contains("m.yaml:"), "{err}");
 }
+
+/// `fleet`, with `worker.probe` asking `question`.
+fn probed_fleet(dir: &Path, n: usize, models: &str, worker: &str) {
+    fleet(dir, n, models, worker);
+    let m = std::fs::read_to_string(dir.join("m.yaml")).unwrap();
+    std::fs::write(
+        dir.join("m.yaml"),
+        m.replace(
+            "worker:\n",
+            "worker:\n  probe: \"Reply with the word OK.\"\n",
+        ),
+    )
+    .unwrap();
+}
+
+/// A worker that logs each run (`probe|item model task`) to `calls` and whose key for the
+/// models in `refused` is refused.
+fn logging_worker(calls: &Path, refused: &str) -> String {
+    format!(
+        r#"if [ -n "$RUNNER_PROBE" ]; then k=probe; else k=item; fi; echo "$k $RUNNER_MODEL $TASK" >> {c}; case " {refused} " in *" $RUNNER_MODEL "*) echo "runner adapter: the provider refused the key (authentication): invalid x-api-key"; exit 77;; esac"#,
+        c = calls.display()
+    )
+}
+
+fn calls(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_probe_that_finds_the_key_refused_stops_the_run_before_any_item_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls");
+    probed_fleet(dir.path(), 3, "{primary: m1}", &logging_worker(&log, "m1"));
+    let m = std::fs::read_to_string(dir.path().join("m.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        m.replace("  run: '", "  env: {TASK: \"{item.task}\"}\n  run: '")
+            .replace("i0}", "i0, vars: {task: work}}")
+            .replace("i1}", "i1, vars: {task: work}}")
+            .replace("i2}", "i2, vars: {task: work}}"),
+    )
+    .unwrap();
+    let before: Vec<_> = (0..3)
+        .map(|i| common::tree_fingerprint(&dir.path().join(format!("r{i}"))))
+        .collect();
+    let (out, events) = apply_with_events(dir.path());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(6), "{err}");
+    // One probe of m1, with the question as the task; no item's worker ran.
+    assert_eq!(
+        calls(&log),
+        vec!["probe m1 Reply with the word OK."],
+        "{err}"
+    );
+    assert!(
+        err.contains("probe: the provider refused model m1 (the provider refused the key (authentication): invalid x-api-key)"),
+        "{err}"
+    );
+    let report = latest_report(&dir.path().join("runner-reports"));
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["outcome"], "held", "{item:#}");
+        assert_eq!(item["reason"], "provider-refused", "{item:#}");
+        assert!(
+            item["attempts"].as_array().is_none_or(|a| a.is_empty()),
+            "{item:#}"
+        );
+    }
+    assert_eq!(report["probes"][0]["verdict"], "refused", "{report:#}");
+    assert!(report["refused"][0].get("item").is_none(), "{report:#}");
+    // No repository was touched: no work branch, no change.
+    for (i, b) in before.iter().enumerate() {
+        assert_eq!(
+            &common::tree_fingerprint(&dir.path().join(format!("r{i}"))),
+            b
+        );
+    }
+    validates(dir.path(), &events);
+}
+
+#[test]
+fn a_probe_refusal_of_the_primary_starts_every_item_on_the_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls");
+    probed_fleet(
+        dir.path(),
+        2,
+        "{primary: m1, fallbacks: [m2]}",
+        &logging_worker(&log, "m1"),
+    );
+    let (out, events) = apply_with_events(dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut seen = calls(&log);
+    seen.sort();
+    assert_eq!(seen, vec!["item m2 ", "item m2 ", "probe m1 ", "probe m2 "]);
+    let report = latest_report(&dir.path().join("runner-reports"));
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["outcome"], "completed", "{item:#}");
+        assert_eq!(item["attempts"][0]["model"], "m2", "{item:#}");
+    }
+    validates(dir.path(), &events);
+}
+
+#[test]
+fn a_probe_that_fails_for_a_while_does_not_stop_the_run_and_no_probe_skips_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls");
+    let worker = format!(
+        r#"if [ -n "$RUNNER_PROBE" ]; then echo probe >> {c}; echo "429 rate limit"; exit 75; fi; echo item >> {c}"#,
+        c = log.display()
+    );
+    probed_fleet(dir.path(), 2, "{primary: m1}", &worker);
+    let (out, _) = apply_with_events(dir.path());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("probe: model m1 did not answer for the provider's reasons (429 rate limit); the run goes on"),
+        "{err}"
+    );
+    assert_eq!(calls(&log), vec!["probe", "item", "item"]);
+    std::fs::remove_file(&log).unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--no-probe",
+            "--rerun",
+            "all",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(calls(&log), vec!["item", "item"]);
+}

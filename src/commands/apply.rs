@@ -372,6 +372,7 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
         previous_feedback,
         contained: contained.clone(),
         health: std::sync::Mutex::new(health),
+        probe_models: !args.no_probe,
         published,
         parent_token: std::env::var_os("RUNNER_ROLE")
             .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
@@ -941,7 +942,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::ResourceWaiting { item, .. }
         | Event::ResourceAcquired { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
-        Event::RunStarted { .. } | Event::RunEnded { .. } => None,
+        Event::RunStarted { .. } | Event::RunEnded { .. } | Event::Probed { .. } => None,
     }
 }
 

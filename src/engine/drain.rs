@@ -125,6 +125,23 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let mut slots = cx.parent_token.is_none().then(|| {
         crate::lease::HostSlots::new(&m.name, crate::plan::effective_workers(&cx.loaded, None))
     });
+    // Each model asked its probe question before the first item starts: a refused key stops
+    // the run here, with every item held; a stop meanwhile ends the probes.
+    if cx.probe_models {
+        let probing = probe_models(&cx, sink, &stop_rx);
+        tokio::pin!(probing);
+        let refusal = loop {
+            tokio::select! {
+                r = &mut probing => break r,
+                _ = recv_signal(&mut sigint) => on_signal(&cx, &mut sched, libc::SIGINT, &stop_tx, &mut signal_from),
+                _ = recv_signal(&mut sigterm) => on_signal(&cx, &mut sched, libc::SIGTERM, &stop_tx, &mut signal_from),
+                _ = recv_signal(&mut sighup) => on_signal(&cx, &mut sched, libc::SIGHUP, &stop_tx, &mut signal_from),
+            }
+        };
+        if let Some(cause) = refusal {
+            sched.refused_before_start(cause);
+        }
+    }
     let polls_stop = sink.polls_stop();
     let mut stop_poll = tokio::time::interval(STOP_POLL);
     stop_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -608,6 +625,73 @@ fn pass(sink: &mut dyn RunSink, sched: &mut Scheduler, ev: &Event) {
     if let Some(cause) = cause {
         info!(%cause, "budget spent: no new item starts");
     }
+}
+
+/// The probe before the queue (`worker.probe`) of every model the pending items would use; a
+/// refused model is dropped for the run. When no pending item has a model left, why.
+async fn probe_models(
+    cx: &RunCx,
+    sink: &mut dyn RunSink,
+    stop: &watch::Receiver<process::Stop>,
+) -> Option<String> {
+    let mut entries: Vec<usize> = Vec::new();
+    for it in cx
+        .plan
+        .items
+        .iter()
+        .filter(|it| it.state == ItemState::Pending)
+    {
+        if let Some(r) = cx.plan.repositories.iter().find(|r| r.name == it.repo)
+            && !entries.contains(&r.entry)
+        {
+            entries.push(r.entry);
+        }
+    }
+    if !super::preflight::wanted(&cx.loaded, &entries) {
+        return None;
+    }
+    let probes = super::preflight::probe_models(
+        &cx.loaded,
+        &entries,
+        cx.redactor.clone(),
+        &cx.token,
+        &cx.run_id,
+        &cx.run_dir.join("logs"),
+        stop.clone(),
+    )
+    .await;
+    let mut health = cx.health.lock().unwrap_or_else(|p| p.into_inner());
+    for p in probes {
+        if p.verdict == crate::vocab::ProbeVerdict::Refused {
+            health.refuse(&p.model, p.message.as_deref().unwrap_or("no message"));
+        }
+        sink.event(&Event::Probed {
+            model: p.model,
+            verdict: p.verdict,
+            message: p.message,
+            duration: p.duration,
+        });
+    }
+    if *stop.borrow() != process::Stop::Run {
+        return None;
+    }
+    // Nothing to stop for while one item has a model its provider accepts.
+    let now = Instant::now();
+    let mut causes = Vec::new();
+    for &entry in &entries {
+        let chain: Vec<String> = super::config::effective(&cx.loaded, entry)
+            .models
+            .map(|m| m.chain().into_iter().map(str::to_string).collect())
+            .unwrap_or_default();
+        if chain.is_empty() || health.start(&chain, now).is_some() {
+            return None;
+        }
+        let cause = health.refusal_cause(&chain);
+        if !causes.contains(&cause) {
+            causes.push(cause);
+        }
+    }
+    (!causes.is_empty()).then(|| causes.join("; "))
 }
 
 fn on_signal(

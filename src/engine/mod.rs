@@ -18,6 +18,7 @@ pub mod config;
 mod drain;
 pub mod health;
 pub mod item;
+pub mod preflight;
 pub mod publish;
 pub mod scheduler;
 pub mod stall;
@@ -132,6 +133,8 @@ pub struct RunCx {
     pub parent_token: Option<String>,
     /// Pull requests earlier runs opened, by item: the publish command updates them.
     pub published: HashMap<usize, String>,
+    /// Probe each model before the queue (`worker.probe`; off with `apply --no-probe`).
+    pub probe_models: bool,
     /// The run's view of each model's provider, shared by its items.
     pub health: std::sync::Mutex<health::Health>,
     /// Recorded gate verdicts, reused on the same tree, command and environment.

@@ -576,6 +576,12 @@ impl Scheduler {
         }
     }
 
+    /// The probe before the queue found no model any pending item may use (`cause`): nothing
+    /// is admitted, and every item is held for the next run.
+    pub fn refused_before_start(&mut self, cause: String) {
+        self.refused.get_or_insert(cause);
+    }
+
     /// A finished item's result is durable and its repository's lease released.
     pub fn released(&mut self, repo: &str) {
         self.busy.remove(repo);

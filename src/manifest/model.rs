@@ -333,7 +333,16 @@ pub struct Worker {
     /// Shared resources (declared in `resources`) held while the worker runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uses: Vec<String>,
+    /// A cheap question `apply` (and `doctor`) puts to each model of the chain through this
+    /// worker before the queue, as its `{item.task}`, with `RUNNER_PROBE=1`, in an empty
+    /// scratch repository: a refused key stops the run before it touches an item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub probe: Option<String>,
 }
+
+/// How long a probe may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `worker.limits`: `{memory: 4G, pids: 512, cpu: 2}`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -52,6 +52,9 @@ pub struct Report {
     /// the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<Refusal>,
+    /// The probe before the queue (`worker.probe`): each model asked, and what it found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeReport>,
     /// Items per outcome; every outcome is present.
     pub counts: BTreeMap<ItemOutcome, usize>,
     pub items: Vec<ItemReport>,
@@ -108,6 +111,17 @@ pub struct Demotion {
     pub next: Option<String>,
 }
 
+/// One model's probe before the queue.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ProbeReport {
+    pub model: String,
+    pub verdict: crate::vocab::ProbeVerdict,
+    /// The provider's or the worker's words, when it did not answer (redacted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub duration_ms: u64,
+}
+
 /// A model whose provider refused the key.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Refusal {
@@ -115,8 +129,9 @@ pub struct Refusal {
     pub model: Option<String>,
     /// RFC 3339.
     pub at: String,
-    /// The item whose worker met it (`repo/id`).
-    pub item: String,
+    /// The item whose worker met it (`repo/id`); absent when the probe before the queue did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<String>,
     /// What the provider said, as the worker printed it (redacted).
     pub message: String,
 }
@@ -446,6 +461,7 @@ impl ReportBuilder {
             report: Report {
                 demoted: Vec::new(),
                 refused: Vec::new(),
+                probes: Vec::new(),
                 containment: None,
                 usage: None,
                 schema: REPORT_SCHEMA.into(),
@@ -500,6 +516,41 @@ impl ReportBuilder {
         match ev {
             Event::RunStarted { containment, .. } => {
                 self.report.containment = containment.clone();
+            }
+            Event::Probed {
+                model,
+                verdict,
+                message,
+                duration,
+            } => {
+                self.report.probes.push(ProbeReport {
+                    model: model.clone(),
+                    verdict: *verdict,
+                    message: message.clone(),
+                    duration_ms: duration.as_millis() as u64,
+                });
+                let said = message.as_deref().unwrap_or("no message");
+                match verdict {
+                    crate::vocab::ProbeVerdict::Refused => {
+                        self.report.refused.push(Refusal {
+                            model: Some(model.clone()),
+                            at: at.to_string(),
+                            item: None,
+                            message: said.to_string(),
+                        });
+                        self.report.warnings.push(format!(
+                            "the provider refused model `{model}` when probed before the queue ({said}): no item used it in the run"
+                        ));
+                    }
+                    crate::vocab::ProbeVerdict::Unavailable
+                    | crate::vocab::ProbeVerdict::Failed => {
+                        self.report.warnings.push(format!(
+                            "the probe of model `{model}` before the queue did not answer ({}: {said}); the run went on",
+                            verdict.as_str()
+                        ));
+                    }
+                    crate::vocab::ProbeVerdict::Ok => {}
+                }
             }
             Event::Reaped { item, run, pids } => {
                 let repo = self
@@ -654,7 +705,7 @@ impl ReportBuilder {
                 self.report.refused.push(Refusal {
                     model: model.clone(),
                     at: at.to_string(),
-                    item: name,
+                    item: Some(name),
                     message: message.clone(),
                 });
                 self.report.warnings.push(format!(

@@ -279,6 +279,29 @@ impl Progress {
                     .as_deref()
                     .map_or_else(|| "the worker's key".to_string(), |m| format!("model {m}"))
             )),
+            Event::Probed {
+                model,
+                verdict,
+                message,
+                duration,
+            } => {
+                let took = crate::manifest::format_duration(*duration);
+                let said = message.as_deref().unwrap_or("no message");
+                self.line(&match verdict {
+                    crate::vocab::ProbeVerdict::Ok => {
+                        format!("probe: model {model} answered ({took})")
+                    }
+                    crate::vocab::ProbeVerdict::Refused => format!(
+                        "probe: the provider refused model {model} ({said}): no item uses it in this run"
+                    ),
+                    crate::vocab::ProbeVerdict::Unavailable => format!(
+                        "probe: model {model} did not answer for the provider's reasons ({said}); the run goes on"
+                    ),
+                    crate::vocab::ProbeVerdict::Failed => format!(
+                        "probe: the worker failed to ask model {model} ({said}); the run goes on"
+                    ),
+                })
+            }
             Event::Reaped { run, pids, .. } => self.line(&format!(
                 "ended {} process(es) that dead run {run} had left: {pids:?}",
                 pids.len()

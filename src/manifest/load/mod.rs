@@ -294,6 +294,7 @@ const WORKER_KEYS: &[&str] = &[
     "require_change",
     "limits",
     "uses",
+    "probe",
 ];
 const LIMITS_KEYS: &[&str] = &["memory", "pids", "cpu"];
 const WORKER_OVERRIDE_KEYS: &[&str] = &["run", "timeout", "grace", "env", "attempts"];

@@ -521,6 +521,9 @@ impl Cx {
             .get("uses")
             .and_then(|n| self.resource_uses(n, &child(path, "uses")))
             .unwrap_or_default();
+        let probe = m
+            .get("probe")
+            .and_then(|n| self.nonempty(n, &child(path, "probe")));
         // A repository override may omit `run`; the caller keeps it apart from a full worker.
         let run = match (run, repo) {
             (Some(r), _) => r,
@@ -537,6 +540,7 @@ impl Cx {
             require_change,
             limits,
             uses,
+            probe,
         })
     }
 

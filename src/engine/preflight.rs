@@ -1,0 +1,273 @@
+//! Before the queue: each model of the chain is asked one cheap question (`worker.probe`)
+//! through the worker that would run it, so that a refused key stops the run before it touches
+//! an item. A probe runs in an empty scratch repository of its own, with `{item.task}` the
+//! question, `RUNNER_PROBE=1`, and the environment the worker would get.
+
+use super::child_env::{Role, RunnerVars, child_env};
+use super::classify::{ProviderPolicy, classify, refusal_message};
+use super::config::{Effective, command_argv, effective};
+use crate::manifest::LoadedManifest;
+use crate::process::census::CensusKey;
+use crate::process::redact::Redactor;
+use crate::process::{SpawnSpec, Stop};
+use crate::vocab::{ProbeVerdict, WorkerClass};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What one probe found.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub model: String,
+    pub verdict: ProbeVerdict,
+    /// The provider's or the worker's words, when it did not answer (redacted).
+    pub message: Option<String>,
+    pub duration: Duration,
+}
+
+/// One probe to run: a model with the worker of a repository that would run it.
+struct Planned {
+    model: String,
+    eff: Effective,
+}
+
+/// The probes for the items of these repository entries: each model of their chains once per
+/// worker command, when the manifest gives a `worker.probe`.
+fn planned(loaded: &LoadedManifest, entries: &[usize]) -> Vec<Planned> {
+    if loaded.manifest.worker.probe.is_none() {
+        return Vec::new();
+    }
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut out = Vec::new();
+    for &entry in entries {
+        let eff = effective(loaded, entry);
+        let Some(models) = eff.models.as_ref() else {
+            continue;
+        };
+        for model in models.chain() {
+            let key = (model.to_string(), format!("{:?}", eff.worker.run));
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            out.push(Planned {
+                model: model.to_string(),
+                eff: eff.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Whether any probe would run for these repository entries.
+pub fn wanted(loaded: &LoadedManifest, entries: &[usize]) -> bool {
+    !planned(loaded, entries).is_empty()
+}
+
+/// Probe every model the items of `entries` would use, all at once; logs under `logs`.
+pub async fn probe_models(
+    loaded: &LoadedManifest,
+    entries: &[usize],
+    redactor: Arc<Redactor>,
+    token: &str,
+    run_id: &str,
+    logs: &std::path::Path,
+    stop: watch::Receiver<Stop>,
+) -> Vec<Probe> {
+    let question = loaded.manifest.worker.probe.clone().unwrap_or_default();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut results: Vec<Option<Probe>> = Vec::new();
+    for (i, p) in planned(loaded, entries).into_iter().enumerate() {
+        results.push(None);
+        let scratch = match scratch_repo() {
+            Ok(d) => d,
+            Err(e) => {
+                results[i] = Some(Probe {
+                    model: p.model,
+                    verdict: ProbeVerdict::Failed,
+                    message: Some(format!("cannot make a scratch repository: {e}")),
+                    duration: Duration::ZERO,
+                });
+                continue;
+            }
+        };
+        let dir = scratch.path().to_string_lossy().into_owned();
+        let lookup = |name: &str| -> Option<String> {
+            match name {
+                "model" => Some(p.model.clone()),
+                "repo" => Some("runner-probe".into()),
+                "repo.path" => Some(dir.clone()),
+                "item" => Some("runner-probe".into()),
+                "item.task" => Some(question.clone()),
+                "attempt" => Some("1".into()),
+                "run" => Some(run_id.to_string()),
+                // Other variables of an item have no value for a probe.
+                other => other.strip_prefix("item.").map(|_| String::new()),
+            }
+        };
+        let argv = match command_argv(loaded, &p.eff.worker.run, lookup) {
+            Ok(a) => a,
+            Err(e) => {
+                results[i] = Some(Probe {
+                    model: p.model,
+                    verdict: ProbeVerdict::Failed,
+                    message: Some(e),
+                    duration: Duration::ZERO,
+                });
+                continue;
+            }
+        };
+        let mut worker_env: Vec<(String, String)> = p
+            .eff
+            .worker
+            .env
+            .iter()
+            .filter_map(|(k, v)| {
+                crate::manifest::template::render(v, |n| {
+                    lookup(n.strip_prefix(crate::manifest::template::RAW).unwrap_or(n))
+                })
+                .ok()
+                .map(|v| (k.clone(), v))
+            })
+            .collect();
+        worker_env.push(("RUNNER_PROBE".into(), "1".into()));
+        let env = child_env(
+            |name| std::env::var(name).ok(),
+            &p.eff.env_pass,
+            &p.eff.secrets,
+            &worker_env,
+            &RunnerVars {
+                run_id,
+                repo: "runner-probe",
+                repo_path: &dir,
+                item: "runner-probe",
+                model: Some(&p.model),
+                attempt: 1,
+                role: Role::Worker,
+                gate: None,
+                token,
+                max_workers: 1,
+                feedback: None,
+                usage: None,
+                defaults: &[],
+            },
+        );
+        let _ = std::fs::create_dir_all(logs);
+        let spec = SpawnSpec {
+            argv,
+            cwd: scratch.path().to_path_buf(),
+            env,
+            log_path: logs.join(format!("probe-{}.log", file_safe(&p.model))),
+            timeout: p.eff.worker.timeout().min(crate::manifest::PROBE_TIMEOUT),
+            grace: p.eff.worker.grace(),
+            silence: p
+                .eff
+                .models
+                .as_ref()
+                .and_then(|m| m.provider_failure.as_ref())
+                .and_then(|f| f.silence)
+                .map(|d| d.0),
+            redactor: redactor.clone(),
+            inherit_fd: None,
+            census: CensusKey {
+                token: token.to_string(),
+                repo: "runner-probe".into(),
+            },
+            count_lines: None,
+            failure_roots: None,
+            cgroup: None,
+        };
+        let policy = ProviderPolicy::from_models(p.eff.models.as_ref());
+        let stop = stop.clone();
+        let model = p.model;
+        tasks.spawn(async move {
+            let fin = crate::process::run(spec, stop).await;
+            drop(scratch);
+            (i, judge(model, &fin, &policy))
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Ok((i, probe)) = done {
+            results[i] = Some(probe);
+        }
+    }
+    results.into_iter().flatten().collect()
+}
+
+/// The verdict on a probe that ended as `fin`.
+fn judge(model: String, fin: &crate::process::Finished, policy: &ProviderPolicy) -> Probe {
+    let last_line = || {
+        fin.tail
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .map(|l| l.chars().take(240).collect::<String>())
+    };
+    let (verdict, message) = match classify(fin, policy) {
+        WorkerClass::Ok => (ProbeVerdict::Ok, None),
+        WorkerClass::Refused => (ProbeVerdict::Refused, Some(refusal_message(&fin.tail))),
+        WorkerClass::Provider if fin.silenced => (
+            ProbeVerdict::Unavailable,
+            Some("it printed nothing for `models.provider_failure.silence`".into()),
+        ),
+        WorkerClass::Provider => (ProbeVerdict::Unavailable, last_line()),
+        WorkerClass::Timeout => (
+            ProbeVerdict::Unavailable,
+            Some(format!(
+                "no answer within {}",
+                crate::manifest::format_duration(fin.duration)
+            )),
+        ),
+        WorkerClass::Cancelled => (ProbeVerdict::Unavailable, Some("cancelled".into())),
+        WorkerClass::Failed => (
+            ProbeVerdict::Failed,
+            Some(match (&fin.spawn_error, fin.exit) {
+                (Some(e), _) => e.clone(),
+                (None, code) => {
+                    let code = code.map_or("a signal".to_string(), |c| format!("exit {c}"));
+                    match last_line() {
+                        Some(l) => format!("{code}: {l}"),
+                        None => code,
+                    }
+                }
+            }),
+        ),
+    };
+    Probe {
+        model,
+        verdict,
+        message,
+        duration: fin.duration,
+    }
+}
+
+/// An empty git repository to probe in (agent CLIs want one), removed when dropped.
+fn scratch_repo() -> std::io::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new().prefix("runner-probe.").tempdir()?;
+    let ok = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(dir)
+    } else {
+        Err(std::io::Error::other("git init failed"))
+    }
+}
+
+/// A model's name as part of a file name.
+fn file_safe(model: &str) -> String {
+    model
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
