@@ -62,6 +62,9 @@ pub enum Command {
     /// Prune history past `reports.keep`: older runs' report folders and their record in the
     /// ledger (each item's latest result stays). `apply` does it after every run.
     Gc(GcArgs),
+    /// Check what a drain needs before it starts: repositories reachable, worker and gate
+    /// programs on PATH, containment, ledger writable, disk space, and each model's probe.
+    Doctor(DoctorArgs),
     /// Write a commented starter manifest for the checkouts in a folder.
     Init(InitArgs),
     /// Publish the work branches of items earlier runs completed and did not publish (or that
@@ -328,6 +331,17 @@ pub struct GcArgs {
     /// The reports folder, when runs were given `--report-dir`.
     #[arg(long, value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The manifest to check.
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Ask no model the probe question (`worker.probe`).
+    #[arg(long)]
+    pub no_probe: bool,
 }
 
 #[derive(Debug, Args)]

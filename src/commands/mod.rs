@@ -18,6 +18,7 @@ macro_rules! outln {
 
 pub mod apply;
 pub mod cancel;
+pub mod doctor;
 pub mod gc;
 pub mod init;
 pub mod pause;
@@ -190,6 +191,7 @@ pub fn run(cli: Cli) -> i32 {
     match cli.command {
         Command::Validate { manifest } => validate::run(&ui, &manifest),
         Command::Init(args) => init::run(&ui, &args),
+        Command::Doctor(args) => doctor::run(&ui, &args),
         Command::Publish(args) => publish::run(&ui, &args),
         Command::Plan(args) => plan::run(&ui, &args),
         Command::Apply(args) if args.looping => apply::run_loop(&ui, &args),
