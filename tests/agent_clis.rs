@@ -211,16 +211,23 @@ impl Fleet {
     }
 
     fn apply(&self) -> Output {
+        let out = self.command(&[
+            "apply",
+            "m.yaml",
+            "--no-progress",
+            "--events",
+            "events.jsonl",
+        ]);
+        self.nothing_kept_holds_a_secret(&out);
+        out
+    }
+
+    /// runner with `args`, its environment pointing the CLIs at the mock.
+    fn command(&self, args: &[&str]) -> Output {
         let url = format!("http://127.0.0.1:{}", self.mock.port);
-        let out = common::runner()
+        common::runner()
             .current_dir(self.path())
-            .args([
-                "apply",
-                "m.yaml",
-                "--no-progress",
-                "--events",
-                "events.jsonl",
-            ])
+            .args(args)
             .env(
                 "PATH",
                 format!("{}:{}", bin().display(), std::env::var("PATH").unwrap()),
@@ -233,9 +240,7 @@ impl Fleet {
             .env("OPENAI_API_KEY", KEY)
             .env("RUNNER_TEST_TOKEN", TOKEN)
             .output()
-            .unwrap();
-        self.nothing_kept_holds_a_secret(&out);
-        out
+            .unwrap()
     }
 
     /// The key and the manifest secret are in no log, report, event or ledger row, nor on
@@ -543,6 +548,64 @@ fn a_stalled_stream_is_ended_for_silence(cli: Cli) {
     );
 }
 
+/// With `worker.probe`, the probe meets the refused key before the queue: one request, no
+/// item started; `doctor` says the same (exit 6). A working model's probe answers.
+fn the_probe_finds_a_refused_key_before_any_item(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let f = fleet(
+        cli,
+        &format!("{{primary: {}-401, fallbacks: [{}]}}", cli.model, cli.model),
+        "  probe: \"Reply with the single word OK.\"",
+        &[task("hello", None), task("hello", None)],
+    );
+    // Only the refused model: the run stops before any item.
+    let m = std::fs::read_to_string(f.path().join("m.yaml")).unwrap();
+    let only = m.replace(&format!(", fallbacks: [{}]", cli.model), "");
+    std::fs::write(f.path().join("m.yaml"), &only).unwrap();
+    let out = f.apply();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(6), "{err}");
+    assert!(err.contains("probe: the provider refused model"), "{err}");
+    assert_eq!(f.mock.statuses(&f.model("-401")), vec![401], "{err}");
+    let report = f.report();
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["outcome"], "held", "{item:#}");
+        assert!(
+            item["attempts"].as_array().is_none_or(|a| a.is_empty()),
+            "{item:#}"
+        );
+    }
+    assert_eq!(report["probes"][0]["verdict"], "refused", "{report:#}");
+    f.validates();
+    // With the fallback: the probe drops the primary, its answer clears the fallback, and the
+    // items run on the fallback from their first attempt.
+    std::fs::write(f.path().join("m.yaml"), &m).unwrap();
+    let out = f.apply();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = f.report();
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["outcome"], "completed", "{item:#}");
+        assert_eq!(item["attempts"][0]["model"], cli.model, "{item:#}");
+    }
+    let verdicts: Vec<&str> = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, vec!["refused", "ok"], "{report:#}");
+    // `doctor` runs the same probe.
+    let out = f.command(&["doctor", "m.yaml"]);
+    let said = common::stdout(&out);
+    assert_eq!(out.status.code(), Some(6), "{said}");
+    assert!(
+        said.contains(&format!("ok    probe of model `{}`: answered", cli.model)),
+        "{said}"
+    );
+}
+
 macro_rules! for_each_cli {
     ($($scenario:ident),*) => {
         mod claude {
@@ -560,5 +623,6 @@ for_each_cli!(
     a_rate_limit_is_runners_to_retry,
     an_overloaded_model_falls_back,
     a_refused_key_stops_the_run,
-    a_stalled_stream_is_ended_for_silence
+    a_stalled_stream_is_ended_for_silence,
+    the_probe_finds_a_refused_key_before_any_item
 );
