@@ -381,7 +381,7 @@ fn probe(v: &mut Verdicts, loaded: &LoadedManifest, plan: &crate::plan::Plan) {
     });
     for p in probes {
         let what = format!("probe of model `{}`", p.model);
-        let took = crate::manifest::format_duration(p.duration);
+        let took = format!("{:.1}s", p.duration.as_secs_f64());
         let said = p.message.as_deref().unwrap_or("no message");
         match p.verdict {
             ProbeVerdict::Ok => v.ok(&what, format_args!("answered ({took})")),

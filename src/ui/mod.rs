@@ -285,7 +285,7 @@ impl Progress {
                 message,
                 duration,
             } => {
-                let took = crate::manifest::format_duration(*duration);
+                let took = format!("{:.1}s", duration.as_secs_f64());
                 let said = message.as_deref().unwrap_or("no message");
                 self.line(&match verdict {
                     crate::vocab::ProbeVerdict::Ok => {

@@ -11,8 +11,8 @@ What it answers is chosen by the request:
   OpenAI's 503),
   `...-stall` sends its first event and then nothing; any other model works;
 - by the task, the edit: a task holding the lines `file: NAME`, `content: TEXT` and optionally
-  `first: TEXT` writes TEXT (or, on a first attempt, the broken FIRST) into NAME with the CLI's
-  own file tools — Claude Code's `Read` and `Write`, Codex's `exec_command` — and then says it is done; a
+  `first: TEXT` (`\\n` a line break in either) writes TEXT (or, on a first attempt, the
+  broken FIRST) into NAME with the CLI's own file tools — Claude Code's `Read` and `Write`, Codex's `exec_command` — and then says it is done; a
   later attempt is one whose prompt carries runner's feedback (`<runner-feedback>`).
 
 Every request is logged, one JSON object per line, to the file named by `--log`: the API, the
@@ -61,7 +61,8 @@ def task_of(conversation):
     first = re.search(r"^first: (.*)$", whole, re.M)
     feedback = "<runner-feedback>" in whole
     text = first.group(1) if first and not feedback else content.group(1)
-    return file.group(1), text, feedback
+    # A two-character `\n` in the task is a line break of the content.
+    return file.group(1), text.replace("\\n", "\n"), feedback
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
