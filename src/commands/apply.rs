@@ -148,22 +148,11 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
 
     let run_id = new_run_id();
     // How each item's processes are kept together: a cgroup each where the machine allows it.
-    let contained = {
-        use crate::process::cgroup::{Contained, Want};
-        let limits = loaded
-            .manifest
-            .worker
-            .limits
-            .map(|l| l.0)
-            .unwrap_or_default();
-        let set_up = Want::parse(std::env::var("RUNNER_CONTAINMENT").ok().as_deref())
-            .and_then(|want| Contained::set_up(&run_id, want, limits));
-        match set_up {
-            Ok(c) => Arc::new(c),
-            Err(e) => {
-                ui.error(format_args!("{e}; nothing ran"));
-                return EXIT_INVALID;
-            }
+    let contained = match containment(&loaded, &run_id) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            ui.error(format_args!("{e}; nothing ran"));
+            return EXIT_INVALID;
         }
     };
     tracing::info!(containment = %contained.describe(), "processes are contained");
@@ -1270,6 +1259,23 @@ fn new_run_id() -> String {
 /// Values to redact: every variable named as a secret, every passed variable whose name says it
 /// is one (`TOKEN`, `SECRET`, `PASSWORD`, `KEY`), and every value the manifest sets in
 /// `worker.env` under such a name.
+/// How run `run_id`'s items will be contained: `RUNNER_CONTAINMENT` and `worker.limits` say
+/// what is wanted, the machine what it allows.
+pub(super) fn containment(
+    loaded: &LoadedManifest,
+    run_id: &str,
+) -> Result<crate::process::cgroup::Contained, String> {
+    use crate::process::cgroup::{Contained, Want};
+    let limits = loaded
+        .manifest
+        .worker
+        .limits
+        .map(|l| l.0)
+        .unwrap_or_default();
+    Want::parse(std::env::var("RUNNER_CONTAINMENT").ok().as_deref())
+        .and_then(|want| Contained::set_up(run_id, want, limits))
+}
+
 pub(super) fn redactor(loaded: &LoadedManifest) -> Redactor {
     let mut names: Vec<String> = Vec::new();
     let mut values: Vec<String> = Vec::new();

@@ -239,17 +239,8 @@ fn found(program: &str, path: &str) -> bool {
 
 /// How each item's processes will be kept together.
 fn containment(v: &mut Verdicts, loaded: &LoadedManifest) {
-    use crate::process::cgroup::{Contained, Want};
-    let limits = loaded
-        .manifest
-        .worker
-        .limits
-        .map(|l| l.0)
-        .unwrap_or_default();
     let id = format!("doctor-{}", std::process::id());
-    match Want::parse(std::env::var("RUNNER_CONTAINMENT").ok().as_deref())
-        .and_then(|want| Contained::set_up(&id, want, limits))
-    {
+    match super::apply::containment(loaded, &id) {
         Ok(c) => {
             let said = c.describe();
             c.remove();
