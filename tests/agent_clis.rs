@@ -39,6 +39,9 @@ struct Cli {
     refused: &'static str,
     /// The status the mock answers an overloaded model with.
     overloaded: u16,
+    /// Requests of one task done: Claude Code reads the file, writes it and says it is done;
+    /// Codex runs one command and says it is done.
+    turns: usize,
 }
 
 const CLAUDE: Cli = Cli {
@@ -49,6 +52,7 @@ const CLAUDE: Cli = Cli {
     // Claude Code puts its own words in place of the provider's.
     refused: "Invalid API key",
     overloaded: 529,
+    turns: 3,
 };
 
 const CODEX: Cli = Cli {
@@ -58,6 +62,7 @@ const CODEX: Cli = Cli {
     model: "gpt-5-codex",
     refused: "Incorrect API key provided",
     overloaded: 503,
+    turns: 2,
 };
 
 fn bin() -> PathBuf {
@@ -334,7 +339,7 @@ fn the_edit_lands_in_the_items_commit(cli: Cli) {
     );
     // What the adapter reads from the CLI's output: the tokens (and, for Claude, the cost).
     // The mock counts 100 input and 20 output tokens per request.
-    let turns = if cli.program == "claude" { 3 } else { 2 };
+    let turns = cli.turns;
     let usage = &item["usage"];
     assert_eq!(
         (
@@ -351,7 +356,6 @@ fn the_edit_lands_in_the_items_commit(cli: Cli) {
             "claude no longer reports `total_cost_usd`: {usage:#}"
         );
     }
-    // Claude Code reads the file, writes it, and is done; Codex runs one command and is done.
     assert_eq!(
         f.mock.statuses(cli.model),
         vec![200; turns],
@@ -384,7 +388,7 @@ fn a_broken_edit_is_fixed_on_attempt_2_from_the_feedback(cli: Cli) {
         .iter()
         .map(|r| r["feedback"].as_bool().unwrap())
         .collect();
-    let turns = if cli.program == "claude" { 3 } else { 2 };
+    let turns = cli.turns;
     let expected: Vec<bool> = [vec![false; turns], vec![true; turns]].concat();
     assert_eq!(
         feedback, expected,
@@ -421,11 +425,7 @@ fn a_rate_limit_is_runners_to_retry(cli: Cli) {
     assert_eq!(item["outcome"], "completed", "{item:#}");
     assert_eq!(
         f.mock.statuses(&f.model("-429")),
-        [
-            vec![429],
-            vec![200; if cli.program == "claude" { 3 } else { 2 }]
-        ]
-        .concat(),
+        [vec![429], vec![200; cli.turns]].concat(),
         "the CLI retried on its own, or runner did not"
     );
     let attempts = item["attempts"].as_array().unwrap();

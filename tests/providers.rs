@@ -779,3 +779,21 @@ fn a_probe_that_fails_for_a_while_does_not_stop_the_run_and_no_probe_skips_it() 
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(calls(&log), vec!["item", "item"]);
 }
+
+/// A paused manifest's items are held at plan time: no item is pending, so no model is asked.
+#[test]
+fn a_paused_manifest_asks_no_model_its_probe_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls");
+    probed_fleet(dir.path(), 2, "{primary: m1}", &logging_worker(&log, ""));
+    let out = run_in(dir.path(), &["pause", "m.yaml", "--reason", "maintenance"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (out, _) = apply_with_events(dir.path());
+    assert!(!stderr(&out).contains("probe:"), "{}", stderr(&out));
+    assert_eq!(calls(&log), Vec::<String>::new());
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert!(report.get("probes").is_none(), "{report:#}");
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["reason"], "paused", "{item:#}");
+    }
+}

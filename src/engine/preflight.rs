@@ -82,12 +82,10 @@ pub async fn probe_models(
         let scratch = match scratch_repo() {
             Ok(d) => d,
             Err(e) => {
-                results[i] = Some(Probe {
-                    model: p.model,
-                    verdict: ProbeVerdict::Failed,
-                    message: Some(format!("cannot make a scratch repository: {e}")),
-                    duration: Duration::ZERO,
-                });
+                results[i] = Some(unrunnable(
+                    p.model,
+                    format!("cannot make a scratch repository: {e}"),
+                ));
                 continue;
             }
         };
@@ -108,28 +106,30 @@ pub async fn probe_models(
         let argv = match command_argv(loaded, &p.eff.worker.run, lookup) {
             Ok(a) => a,
             Err(e) => {
-                results[i] = Some(Probe {
-                    model: p.model,
-                    verdict: ProbeVerdict::Failed,
-                    message: Some(e),
-                    duration: Duration::ZERO,
-                });
+                results[i] = Some(unrunnable(p.model, e));
                 continue;
             }
         };
-        let mut worker_env: Vec<(String, String)> = p
+        let rendered: Result<Vec<(String, String)>, String> = p
             .eff
             .worker
             .env
             .iter()
-            .filter_map(|(k, v)| {
+            .map(|(k, v)| {
                 crate::manifest::template::render(v, |n| {
                     lookup(n.strip_prefix(crate::manifest::template::RAW).unwrap_or(n))
                 })
-                .ok()
                 .map(|v| (k.clone(), v))
+                .map_err(|e| format!("`worker.env.{k}`: {e}"))
             })
             .collect();
+        let mut worker_env = match rendered {
+            Ok(env) => env,
+            Err(e) => {
+                results[i] = Some(unrunnable(p.model, e));
+                continue;
+            }
+        };
         worker_env.push(("RUNNER_PROBE".into(), "1".into()));
         let env = child_env(
             |name| std::env::var(name).ok(),
@@ -192,6 +192,16 @@ pub async fn probe_models(
         }
     }
     results.into_iter().flatten().collect()
+}
+
+/// A probe that could not be started, and why.
+fn unrunnable(model: String, why: impl Into<String>) -> Probe {
+    Probe {
+        model,
+        verdict: ProbeVerdict::Failed,
+        message: Some(why.into()),
+        duration: Duration::ZERO,
+    }
 }
 
 /// The verdict on a probe that ended as `fin`.
