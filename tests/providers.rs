@@ -797,3 +797,65 @@ fn a_paused_manifest_asks_no_model_its_probe_question() {
         assert_eq!(item["reason"], "paused", "{item:#}");
     }
 }
+
+/// A runner killed outright mid-probe leaves its scratch repository under the workspace, where
+/// the next probe clears it: nothing piles up in the temporary folder.
+#[test]
+fn a_probe_killed_with_its_runner_leaves_nothing_behind_after_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    probed_fleet(
+        dir.path(),
+        1,
+        "{primary: m1}",
+        r#"if [ -n "$RUNNER_PROBE" ] && [ ! -e ../../../go ]; then exec sleep 4243; fi; true"#,
+    );
+    common::kill_runner_while(
+        dir.path(),
+        &[("TMPDIR", tmp.to_str().unwrap())],
+        &["sleep 4243"],
+    );
+    for pid in common::processes_matching("sleep 4243") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let leftovers = |d: &Path| {
+        std::fs::read_dir(d)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_else(|_| Vec::<String>::new())
+    };
+    assert!(
+        leftovers(&tmp)
+            .iter()
+            .all(|n| !n.starts_with("runner-probe")),
+        "{:?}",
+        leftovers(&tmp)
+    );
+    let probes = dir.path().join(".runner/workspace/probes");
+    assert!(
+        !leftovers(&probes).is_empty(),
+        "the killed probe's scratch repository is kept where the next run finds it"
+    );
+    // The next run's probe answers at once and clears what the killed one left.
+    std::fs::write(dir.path().join(".runner/workspace/go"), "").unwrap();
+    let out = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(leftovers(&probes), Vec::<String>::new());
+    assert!(
+        leftovers(&tmp)
+            .iter()
+            .all(|n| !n.starts_with("runner-probe"))
+    );
+}

@@ -363,10 +363,13 @@ fn probe(v: &mut Verdicts, loaded: &LoadedManifest, plan: &crate::plan::Plan) {
         runtime.block_on(crate::engine::preflight::probe_models(
             loaded,
             &entries,
-            redactor,
-            &token,
-            "doctor",
-            logs.path(),
+            crate::engine::preflight::ProbeRun {
+                redactor,
+                token: &token,
+                run_id: "doctor",
+                logs: logs.path(),
+                scratch_in: logs.path(),
+            },
             stop_rx,
         ))
     });

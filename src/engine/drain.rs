@@ -653,10 +653,13 @@ async fn probe_models(
     let probes = super::preflight::probe_models(
         &cx.loaded,
         &entries,
-        cx.redactor.clone(),
-        &cx.token,
-        &cx.run_id,
-        &cx.run_dir.join("logs"),
+        super::preflight::ProbeRun {
+            redactor: cx.redactor.clone(),
+            token: &cx.token,
+            run_id: &cx.run_id,
+            logs: &cx.run_dir.join("logs"),
+            scratch_in: &cx.workspace.join("probes"),
+        },
         stop.clone(),
     )
     .await;

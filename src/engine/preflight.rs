@@ -64,22 +64,43 @@ pub fn wanted(loaded: &LoadedManifest, entries: &[usize]) -> bool {
     !planned(loaded, entries).is_empty()
 }
 
-/// Probe every model the items of `entries` would use, all at once; logs under `logs`.
+/// Where and as whom probes run.
+pub struct ProbeRun<'a> {
+    pub redactor: Arc<Redactor>,
+    /// The run's token, in every probe's environment.
+    pub token: &'a str,
+    pub run_id: &'a str,
+    /// Where each probe's log is written.
+    pub logs: &'a std::path::Path,
+    /// Where the scratch repositories are made (a folder of the run's under it).
+    pub scratch_in: &'a std::path::Path,
+}
+
+/// Probe every model the items of `entries` would use, all at once.
 pub async fn probe_models(
     loaded: &LoadedManifest,
     entries: &[usize],
-    redactor: Arc<Redactor>,
-    token: &str,
-    run_id: &str,
-    logs: &std::path::Path,
+    how: ProbeRun<'_>,
     stop: watch::Receiver<Stop>,
 ) -> Vec<Probe> {
+    let ProbeRun {
+        redactor,
+        token,
+        run_id,
+        logs,
+        scratch_in,
+    } = how;
     let question = loaded.manifest.worker.probe.clone().unwrap_or_default();
+    let here = scratch_folder(scratch_in, run_id);
     let mut tasks = tokio::task::JoinSet::new();
     let mut results: Vec<Option<Probe>> = Vec::new();
     for (i, p) in planned(loaded, entries).into_iter().enumerate() {
         results.push(None);
-        let scratch = match scratch_repo() {
+        let scratch = match here
+            .as_deref()
+            .map_err(|e| e.to_string())
+            .and_then(|d| scratch_repo(&d.join(i.to_string())).map_err(|e| e.to_string()))
+        {
             Ok(d) => d,
             Err(e) => {
                 results[i] = Some(unrunnable(
@@ -191,6 +212,9 @@ pub async fn probe_models(
             results[i] = Some(probe);
         }
     }
+    if let Ok(d) = &here {
+        let _ = std::fs::remove_dir_all(d);
+    }
     results.into_iter().flatten().collect()
 }
 
@@ -251,20 +275,58 @@ fn judge(model: String, fin: &crate::process::Finished, policy: &ProviderPolicy)
     }
 }
 
-/// An empty git repository to probe in (agent CLIs want one), removed when dropped.
-fn scratch_repo() -> std::io::Result<tempfile::TempDir> {
-    let dir = tempfile::Builder::new().prefix("runner-probe.").tempdir()?;
+/// This run's folder of scratch repositories under `root`, made anew; folders there of runs
+/// whose runner is gone (killed outright mid-probe) are removed first. Each holds its runner's
+/// pid, so that overlapping runs of one workspace leave each other's alone.
+fn scratch_folder(root: &std::path::Path, run_id: &str) -> std::io::Result<std::path::PathBuf> {
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for e in entries.flatten() {
+            let pid = std::fs::read_to_string(e.path().join("pid"))
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok());
+            let alive = pid.is_some_and(|p| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok()
+            });
+            if !alive {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = root.join(run_id);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("pid"), std::process::id().to_string())?;
+    Ok(dir)
+}
+
+/// An empty git repository at `dir` to probe in (agent CLIs want one).
+fn scratch_repo(dir: &std::path::Path) -> std::io::Result<ScratchRepo> {
+    std::fs::create_dir_all(dir)?;
     let ok = std::process::Command::new("git")
         .args(["init", "-q"])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if ok {
-        Ok(dir)
+        Ok(ScratchRepo(dir.to_path_buf()))
     } else {
         Err(std::io::Error::other("git init failed"))
+    }
+}
+
+/// A scratch repository, removed when dropped.
+struct ScratchRepo(std::path::PathBuf);
+
+impl ScratchRepo {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchRepo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
