@@ -578,6 +578,10 @@ fn an_adapter_clears_what_a_killed_one_left_in_tmpdir() {
         std::fs::write(tmp.join(name).join("pid"), format!("{pid}\n")).unwrap();
         std::fs::write(tmp.join(name).join("output"), "the agent's output\n").unwrap();
     }
+    // An adapter starting alongside, its pid file made but not yet written: not taken for dead
+    // (two adapters starting at once once removed each other's folder this way).
+    std::fs::create_dir_all(tmp.join("runner-agent.starting")).unwrap();
+    std::fs::write(tmp.join("runner-agent.starting").join("pid"), "").unwrap();
     let out = std::process::Command::new(manifests().join("agents/opencode.sh"))
         .args(["some-model", "a task"])
         .current_dir(dir.path())
@@ -591,7 +595,7 @@ fn an_adapter_clears_what_a_killed_one_left_in_tmpdir() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left, ["runner-agent.live"]);
+    assert_eq!(left, ["runner-agent.live", "runner-agent.starting"]);
 }
 
 /// On a later attempt the adapter hands the CLI the task and then, marked off after it, what

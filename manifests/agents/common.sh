@@ -20,13 +20,17 @@
 # signal (runner's SIGTERM at a timeout or a cancel), each signal keeping its conventional exit
 # code. An adapter killed outright (SIGKILL, as when runner itself is killed) runs no clean-up:
 # the next one removes the folders whose adapter is gone, by the pid each holds.
+# The pid file is written whole (renamed into place), so that an adapter starting alongside
+# never reads it empty and takes a live adapter's folder for a dead one's.
 for old in "${TMPDIR:-/tmp}"/runner-agent.*; do
   [ -f "$old/pid" ] || continue
-  kill -0 "$(cat "$old/pid")" 2> /dev/null || rm -rf "$old" 2> /dev/null
+  pid=$(cat "$old/pid" 2> /dev/null)
+  [ -n "$pid" ] || continue
+  kill -0 "$pid" 2> /dev/null || rm -rf "$old" 2> /dev/null
 done
 work=$(mktemp -d "${TMPDIR:-/tmp}/runner-agent.XXXXXX") ||
   { echo "runner adapter: cannot make a temporary folder" >&2; exit 1; }
-echo $$ > "$work/pid"
+echo $$ > "$work/pid.new" && mv "$work/pid.new" "$work/pid"
 out="$work/output"
 trap 'rm -rf "$work"' EXIT
 trap 'exit 129' HUP

@@ -281,20 +281,23 @@ fn judge(model: String, fin: &crate::process::Finished, policy: &ProviderPolicy)
 fn scratch_folder(root: &std::path::Path, run_id: &str) -> std::io::Result<std::path::PathBuf> {
     if let Ok(entries) = std::fs::read_dir(root) {
         for e in entries.flatten() {
-            let pid = std::fs::read_to_string(e.path().join("pid"))
+            // A folder without its pid yet is a run starting now: left alone.
+            let Some(pid) = std::fs::read_to_string(e.path().join("pid"))
                 .ok()
-                .and_then(|p| p.trim().parse::<i32>().ok());
-            let alive = pid.is_some_and(|p| {
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok()
-            });
-            if !alive {
+                .and_then(|p| p.trim().parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
     }
     let dir = root.join(run_id);
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("pid"), std::process::id().to_string())?;
+    // Written whole, then renamed into place: never read half-written.
+    std::fs::write(dir.join("pid.new"), std::process::id().to_string())?;
+    std::fs::rename(dir.join("pid.new"), dir.join("pid"))?;
     Ok(dir)
 }
 
