@@ -1,7 +1,7 @@
-//! The shipped adapters with the real agent CLIs: Claude Code and Codex, installed from npm at
+//! The shipped adapters with the real agent CLIs: Claude Code, Codex and Gemini CLI, installed from npm at
 //! the versions `tests/clis/package.json` pins (`npm ci --prefix tests/clis`, which `.ci/run`
 //! does), driven through runner against a loopback model API (`tests/clis/mock_api.py`: the
-//! streaming Anthropic Messages and OpenAI Responses APIs). The mock answers by model and task:
+//! streaming Anthropic Messages, OpenAI Responses and Gemini `streamGenerateContent` APIs). The mock answers by model and task:
 //! an edit made with the CLI's own file tool lands in the item's commit; a broken first edit is
 //! fixed on attempt 2 from runner's feedback; a 429 with `retry-after`, an overload (529, 503), a
 //! refused key (401) and a stream that stalls after its first event each reach runner at once —
@@ -40,8 +40,12 @@ struct Cli {
     /// The status the mock answers an overloaded model with.
     overloaded: u16,
     /// Requests of one task done: Claude Code reads the file, writes it and says it is done;
-    /// Codex runs one command and says it is done.
+    /// Codex runs one command and Gemini CLI writes the file, each then says it is done.
     turns: usize,
+    /// The wait the CLI shows from the provider's 429 (the mock asks for 2 s), which its
+    /// adapter hands on: Gemini CLI shows the `RetryInfo` delay; neither Claude Code nor Codex
+    /// shows a `retry-after` once its own retries are off.
+    retry_hint_ms: Option<u64>,
 }
 
 const CLAUDE: Cli = Cli {
@@ -53,6 +57,7 @@ const CLAUDE: Cli = Cli {
     refused: "Invalid API key",
     overloaded: 529,
     turns: 3,
+    retry_hint_ms: None,
 };
 
 const CODEX: Cli = Cli {
@@ -63,6 +68,18 @@ const CODEX: Cli = Cli {
     refused: "Incorrect API key provided",
     overloaded: 503,
     turns: 2,
+    retry_hint_ms: None,
+};
+
+const GEMINI: Cli = Cli {
+    program: "gemini",
+    package: "@google/gemini-cli",
+    adapter: "gemini.sh",
+    model: "gemini-2.5-pro",
+    refused: "API key not valid",
+    overloaded: 503,
+    turns: 2,
+    retry_hint_ms: Some(2000),
 };
 
 fn bin() -> PathBuf {
@@ -198,8 +215,8 @@ gates:
   - name: test
     run: "grep -qx hello greeting.txt"
 env:
-  pass: [PATH, HOME, LANG, TMPDIR, ANTHROPIC_BASE_URL, OPENAI_BASE_URL, CODEX_HOME]
-  secrets: [ANTHROPIC_API_KEY, OPENAI_API_KEY, RUNNER_TEST_TOKEN]
+  pass: [PATH, HOME, LANG, TMPDIR, ANTHROPIC_BASE_URL, OPENAI_BASE_URL, CODEX_HOME, GOOGLE_GEMINI_BASE_URL]
+  secrets: [ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, RUNNER_TEST_TOKEN]
 items:
 {items}"#,
             program = cli.program,
@@ -241,8 +258,10 @@ impl Fleet {
             .env("CODEX_HOME", self.path().join("codex-home"))
             .env("ANTHROPIC_BASE_URL", &url)
             .env("OPENAI_BASE_URL", format!("{url}/v1"))
+            .env("GOOGLE_GEMINI_BASE_URL", &url)
             .env("ANTHROPIC_API_KEY", KEY)
             .env("OPENAI_API_KEY", KEY)
+            .env("GEMINI_API_KEY", KEY)
             .env("RUNNER_TEST_TOKEN", TOKEN)
             .output()
             .unwrap()
@@ -413,7 +432,7 @@ fn a_rate_limit_is_runners_to_retry(cli: Cli) {
     let f = fleet(
         cli,
         &format!(
-            "{{primary: {}-429, threshold: 3, backoff: {{initial: 1s, max: 1s}}}}",
+            "{{primary: {}-429, threshold: 3, backoff: {{initial: 1s, max: 5s}}}}",
             cli.model
         ),
         "",
@@ -430,8 +449,16 @@ fn a_rate_limit_is_runners_to_retry(cli: Cli) {
     );
     let attempts = item["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2, "{item:#}");
-    // runner rested before it (its back-off: neither CLI shows the `retry-after`).
-    assert!(attempts[1]["waited_ms"].as_u64().unwrap() > 0, "{item:#}");
+    // runner rested before it: the wait the provider asked for where the CLI shows it, else
+    // runner's own back-off (at most `initial` after one failure).
+    let waited = attempts[1]["waited_ms"].as_u64().unwrap();
+    match cli.retry_hint_ms {
+        Some(hint) => assert!(
+            (hint - 100..hint + 1000).contains(&waited),
+            "the provider's retry delay was not honoured: {item:#}"
+        ),
+        None => assert!((1..=1000).contains(&waited), "{item:#}"),
+    }
     f.validates();
 }
 
@@ -613,6 +640,9 @@ macro_rules! for_each_cli {
         }
         mod codex {
             $(#[test] fn $scenario() { super::$scenario(super::CODEX) })*
+        }
+        mod gemini {
+            $(#[test] fn $scenario() { super::$scenario(super::GEMINI) })*
         }
     };
 }

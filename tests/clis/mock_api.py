@@ -1,7 +1,8 @@
 """A loopback model API for the agent-CLI tests: the streaming Anthropic Messages API
-(`POST /v1/messages`, server-sent events) and the streaming OpenAI Responses API
-(`POST /v1/responses`), as their documentation gives them, enough for Claude Code and Codex to
-run a task with a tool call.
+(`POST /v1/messages`, server-sent events), the streaming OpenAI Responses API
+(`POST /v1/responses`) and Gemini's `POST /v1beta/models/M:streamGenerateContent?alt=sse`, as
+their documentation gives them, enough for Claude Code, Codex and Gemini CLI to run a task with a
+tool call.
 
 What it answers is chosen by the request:
 
@@ -9,10 +10,12 @@ What it answers is chosen by the request:
   provider might), `...-429` answers 429 with `retry-after: 1` to its first request and works
   after, `...-529` or `...-503` is overloaded (Anthropic's 529,
   OpenAI's 503),
-  `...-stall` sends its first event and then nothing; any other model works;
+  `...-stall` sends its first event and then nothing; any other model works (Gemini's 429 carries a
+`RetryInfo` of 2 s);
 - by the task, the edit: a task holding the lines `file: NAME`, `content: TEXT` and optionally
   `first: TEXT` (`\\n` a line break in either) writes TEXT (or, on a first attempt, the
-  broken FIRST) into NAME with the CLI's own file tools — Claude Code's `Read` and `Write`, Codex's `exec_command` — and then says it is done; a
+  broken FIRST) into NAME with the CLI's own file tools — Claude Code's `Read` and `Write`, Codex's
+`exec_command`, Gemini CLI's `write_file` — and then says it is done; a
   later attempt is one whose prompt carries runner's feedback (`<runner-feedback>`).
 
 Every request is logged, one JSON object per line, to the file named by `--log`: the API, the
@@ -74,11 +77,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("content-length", 0))
         body = json.loads(self.rfile.read(length) or b"{}")
+        if os.environ.get("MOCK_DUMP"):
+            log(os.environ["MOCK_DUMP"], {"path": self.path, "body": body})
         path = self.path.split("?")[0]
         if path.endswith("/messages"):
             self.anthropic(body)
         elif path.endswith("/responses"):
             self.openai(body)
+        elif ":streamGenerateContent" in path or ":generateContent" in path:
+            model = path.rsplit("/", 1)[-1].split(":")[0]
+            self.gemini(model, body, stream=":stream" in path)
         else:
             self.error(404, {"error": {"message": f"no such endpoint {path}"}})
 
@@ -86,7 +94,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def key(self):
         auth = self.headers.get("authorization", "")
-        return self.headers.get("x-api-key") or auth.removeprefix("Bearer ")
+        query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&") if "=" in p)
+        return (self.headers.get("x-api-key") or self.headers.get("x-goog-api-key")
+                or query.get("key") or auth.removeprefix("Bearer "))
 
     def trouble(self, model, api, feedback, steps):
         """The status this model's trouble answers with, or None to work."""
@@ -247,6 +257,61 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "usage": {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0},
                       "total_tokens": 120}}})
+
+
+    # --- Gemini generateContent ------------------------------------------------------------
+
+    def gemini(self, model, body, stream):
+        contents = body.get("contents", [])
+        task = task_of(contents)
+        feedback = bool(task and task[2])
+        steps = sum(1 for c in contents for p in c.get("parts", [])
+                    if isinstance(p, dict) and "functionResponse" in p)
+        status = self.trouble(model, "gemini", feedback, steps)
+        self.record("gemini", model, feedback, status or 200)
+        if status == 401:
+            return self.error(401, {"error": {
+                "code": 401, "status": "UNAUTHENTICATED",
+                "message": f"API key not valid. Please pass a valid API key. ({self.key()})"}})
+        if status == 429:
+            return self.error(429, {"error": {
+                "code": 429, "status": "RESOURCE_EXHAUSTED",
+                "message": "Resource has been exhausted (e.g. check quota).",
+                "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                             "retryDelay": "2s"}]}},
+                [("retry-after", "1")])
+        if status == 503:
+            return self.error(503, {"error": {
+                "code": 503, "status": "UNAVAILABLE", "message": "The model is overloaded."}})
+        usage = {"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120}
+        if task and steps == 0:
+            name, text, _ = task
+            workdir = re.search(r"Workspace Directories:\*\*\s*-\s*(/\S+)",
+                                "\n".join(texts(body)))
+            path = os.path.join(workdir.group(1), name) if workdir else name
+            part = {"functionCall": {"name": "write_file",
+                                     "args": {"file_path": path, "content": text + "\n"}}}
+        else:
+            part = {"text": self.closing_words()}
+        chunk = {"candidates": [{"content": {"role": "model", "parts": [part]},
+                                 "finishReason": "STOP", "index": 0}],
+                 "usageMetadata": usage, "modelVersion": model}
+        if not stream:
+            data = json.dumps(chunk).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            return self.wfile.write(data)
+        self.stream_start()
+        if model.endswith("-stall"):
+            first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Let"}]},
+                                     "index": 0}]}
+            self.wfile.write(f"data: {json.dumps(first)}\r\n\r\n".encode())
+            self.wfile.flush()
+            return self.stall()
+        self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
+        self.wfile.flush()
 
 
 class Server(http.server.ThreadingHTTPServer):
