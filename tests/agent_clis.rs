@@ -1,4 +1,4 @@
-//! The shipped adapters with the real agent CLIs: Claude Code, Codex and Gemini CLI, installed from npm at
+//! The shipped adapters with the real agent CLIs: Claude Code, Codex, Gemini CLI and opencode, installed from npm at
 //! the versions `tests/clis/package.json` pins (`npm ci --prefix tests/clis`, which `.ci/run`
 //! does), driven through runner against a loopback model API (`tests/clis/mock_api.py`: the
 //! streaming Anthropic Messages, OpenAI Responses and Gemini `streamGenerateContent` APIs). The mock answers by model and task:
@@ -33,7 +33,8 @@ struct Cli {
     program: &'static str,
     package: &'static str,
     adapter: &'static str,
-    /// The model names the mock reads, with the trouble as a suffix.
+    /// The model as the chain names it (the mock reads the part after any `provider/`), with
+    /// the trouble as a suffix.
     model: &'static str,
     /// The provider's words for a refused key, as the mock gives them.
     refused: &'static str,
@@ -68,6 +69,18 @@ const CODEX: Cli = Cli {
     refused: "Incorrect API key provided",
     overloaded: 503,
     turns: 2,
+    retry_hint_ms: None,
+};
+
+const OPENCODE: Cli = Cli {
+    program: "opencode",
+    package: "opencode-ai",
+    adapter: "opencode.sh",
+    // opencode names a model by its provider: here Anthropic's, at the mock's address.
+    model: "anthropic/claude-sonnet-4-5",
+    refused: "invalid x-api-key",
+    overloaded: 529,
+    turns: 3,
     retry_hint_ms: None,
 };
 
@@ -164,6 +177,7 @@ impl Mock {
 
     /// The statuses answered to `model`'s requests, in order.
     fn statuses(&self, model: &str) -> Vec<u64> {
+        let model = model.rsplit('/').next().unwrap_or(model);
         self.requests()
             .iter()
             .filter(|r| r["model"] == model)
@@ -199,6 +213,23 @@ fn fleet(cli: Cli, models: &str, top: &str, tasks: &[String]) -> Fleet {
     }
     std::fs::create_dir_all(dir.path().join("home")).unwrap();
     std::fs::create_dir_all(dir.path().join("codex-home")).unwrap();
+    // opencode reads its providers from the user's config: Anthropic's at the mock, with the
+    // models the mock knows (a model opencode does not know it will not ask for).
+    let opencode = dir.path().join("home/.config/opencode");
+    std::fs::create_dir_all(&opencode).unwrap();
+    let known: serde_json::Map<String, Value> = ["", "-401", "-429", "-529", "-stall"]
+        .iter()
+        .map(|t| (format!("claude-sonnet-4-5{t}"), serde_json::json!({})))
+        .collect();
+    std::fs::write(
+        opencode.join("opencode.json"),
+        serde_json::json!({"provider": {"anthropic": {
+            "options": {"baseURL": format!("http://127.0.0.1:{}/v1", mock.port)},
+            "models": known,
+        }}})
+        .to_string(),
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("m.yaml"),
         format!(
@@ -643,6 +674,9 @@ macro_rules! for_each_cli {
         }
         mod gemini {
             $(#[test] fn $scenario() { super::$scenario(super::GEMINI) })*
+        }
+        mod opencode {
+            $(#[test] fn $scenario() { super::$scenario(super::OPENCODE) })*
         }
     };
 }

@@ -37,6 +37,12 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# An extended regular expression an adapter sets when its CLI's own retries cannot be turned
+# off: the agent is ended at the first line of its output that matches (its first provider
+# failure), which is then in $gave_up, so that runner, not the CLI, decides what follows.
+give_up_on=
+gave_up=
+
 # Run the agent, "$@", with stdin closed: what it prints (stdout and stderr) goes out as it comes
 # — into runner's log, live, so that a stalled stream can be told from a working agent and a
 # run cut short keeps what it printed — and into $out, for the usage and the verdict read from
@@ -47,10 +53,14 @@ run_agent() {
   mkfifo "$work/pipe"
   tee "$out" < "$work/pipe" &
   copier=$!
-  # In a subshell, so that the adapter's own output stays runner's: a shell reports a command
-  # ended by a signal on its stderr, and the copy may be gone by then.
-  ("$@" < /dev/null > "$work/pipe" 2>&1)
-  code=$?
+  if [ -n "$give_up_on" ]; then
+    watch_agent "$@"
+  else
+    # In a subshell, so that the adapter's own output stays runner's: a shell reports a
+    # command ended by a signal on its stderr, and the copy may be gone by then.
+    ("$@" < /dev/null > "$work/pipe" 2>&1)
+    code=$?
+  fi
   # The copy ends at the agent's last byte, or after 2 s when something still holds the output.
   (
     trap 'kill "$nap" 2> /dev/null; exit 0' TERM
@@ -61,6 +71,28 @@ run_agent() {
   watch=$!
   wait "$copier"
   kill "$watch" 2> /dev/null
+}
+
+# Run "$@" as run_agent does, looking at what it printed twice a second (the new part, and the
+# line it may have cut in two) and ending it at the first line matching $give_up_on.
+watch_agent() {
+  "$@" < /dev/null > "$work/pipe" 2>&1 &
+  agent=$!
+  seen=0
+  while kill -0 "$agent" 2> /dev/null; do
+    sleep 0.5
+    size=$(wc -c < "$out" 2> /dev/null || echo 0)
+    [ "$size" -gt "$seen" ] || continue
+    from=$((seen > 4096 ? seen - 4096 : 0))
+    gave_up=$(tail -c +"$((from + 1))" "$out" | grep -E "$give_up_on" | head -n 1)
+    seen=$size
+    if [ -n "$gave_up" ]; then
+      kill "$agent" 2> /dev/null
+      break
+    fi
+  done
+  wait "$agent" 2> /dev/null
+  code=$?
 }
 
 # The task: the contents of $1 when it names a readable file (a task file of the item), else $1

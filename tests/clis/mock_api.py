@@ -1,7 +1,7 @@
 """A loopback model API for the agent-CLI tests: the streaming Anthropic Messages API
 (`POST /v1/messages`, server-sent events), the streaming OpenAI Responses API
 (`POST /v1/responses`) and Gemini's `POST /v1beta/models/M:streamGenerateContent?alt=sse`, as
-their documentation gives them, enough for Claude Code, Codex and Gemini CLI to run a task with a
+their documentation gives them, enough for Claude Code, opencode, Codex and Gemini CLI to run a task with a
 tool call.
 
 What it answers is chosen by the request:
@@ -15,7 +15,7 @@ What it answers is chosen by the request:
 - by the task, the edit: a task holding the lines `file: NAME`, `content: TEXT` and optionally
   `first: TEXT` (`\\n` a line break in either) writes TEXT (or, on a first attempt, the
   broken FIRST) into NAME with the CLI's own file tools — Claude Code's `Read` and `Write`, Codex's
-`exec_command`, Gemini CLI's `write_file` — and then says it is done; a
+`exec_command`, Gemini CLI's `write_file`, opencode's `read` and `write` — and then says it is done; a
   later attempt is one whose prompt carries runner's feedback (`<runner-feedback>`).
 
 Every request is logged, one JSON object per line, to the file named by `--log`: the API, the
@@ -58,10 +58,10 @@ def task_of(conversation):
     """The edit the task asks for: (file, content, first), or None."""
     whole = "\n".join(texts(conversation))
     file = re.search(r"^file: (\S+)$", whole, re.M)
-    content = re.search(r"^content: (.*)$", whole, re.M)
+    content = re.search(r"^content: ([^\"\n]*)", whole, re.M)
     if not file or not content:
         return None
-    first = re.search(r"^first: (.*)$", whole, re.M)
+    first = re.search(r"^first: ([^\"\n]*)", whole, re.M)
     feedback = "<runner-feedback>" in whole
     text = first.group(1) if first and not feedback else content.group(1)
     # A two-character `\n` in the task is a line break of the content.
@@ -181,13 +181,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}})
         if model.endswith("-stall"):
             return self.stall()
-        workdir = re.search(r"Primary working directory: (\S+)", "\n".join(texts(body)))
-        if task and steps < 2 and workdir:
-            # Read the file first (Write refuses to replace a file it has not read), then write.
+        # Claude Code says "Primary working directory: …" and names its tools `Read` and
+        # `Write` (`file_path`); opencode says "Working directory: …", `read` and `write`
+        # (`filePath`).
+        workdir = re.search(r"(?:Primary working|Working) directory: (\S+)",
+                            "\n".join(texts(body)))
+        tools = {t.get("name") for t in body.get("tools", [])}
+        read, write, key = ("Read", "Write", "file_path") if "Write" in tools else \
+            ("read", "write", "filePath")
+        if task and steps < 2 and workdir and write in tools:
+            # Read the file first (a write tool refuses to replace a file it has not read).
             name, text, _ = task
             path = os.path.join(workdir.group(1), name)
-            tool, arguments = ("Read", {"file_path": path}) if steps == 0 else \
-                ("Write", {"file_path": path, "content": text + "\n"})
+            tool, arguments = (read, {key: path}) if steps == 0 else \
+                (write, {key: path, "content": text + "\n"})
             self.event("content_block_start", {"type": "content_block_start", "index": 0,
                        "content_block": {"type": "tool_use", "id": f"toolu_{steps}",
                                          "name": tool, "input": {}}})
