@@ -74,7 +74,7 @@ const CODEX: Cli = Cli {
 
 const OPENCODE: Cli = Cli {
     program: "opencode",
-    package: "opencode-ai",
+    package: "opencode-linux-x64",
     adapter: "opencode.sh",
     // opencode names a model by its provider: here Anthropic's, at the mock's address.
     model: "anthropic/claude-sonnet-4-5",
@@ -95,20 +95,27 @@ const GEMINI: Cli = Cli {
     retry_hint_ms: Some(2000),
 };
 
-fn bin() -> PathBuf {
-    root().join("tests/clis/node_modules/.bin")
+/// Where the installed CLIs are: npm's bin folder, and the folder of opencode's platform package
+/// (which ships its binary and no bin entry; `opencode-ai`, which would link it, installs the
+/// packages of every platform, not all of which the registry here has).
+fn bins() -> Vec<PathBuf> {
+    let modules = root().join("tests/clis/node_modules");
+    vec![modules.join(".bin"), modules.join("opencode-linux-x64/bin")]
 }
 
 /// The CLI is installed at its pinned version (printed), or the test does not run.
 fn installed(cli: Cli) -> bool {
-    let program = bin().join(cli.program);
-    if !program.exists() {
+    let Some(program) = bins()
+        .into_iter()
+        .map(|b| b.join(cli.program))
+        .find(|p| p.exists())
+    else {
         common::not_run(&format!(
             "{} ({}) is not installed under tests/clis (npm ci --prefix tests/clis)",
             cli.program, cli.package
         ));
         return false;
-    }
+    };
     let package: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("tests/clis/package.json")).unwrap(),
     )
@@ -283,7 +290,11 @@ impl Fleet {
             .args(args)
             .env(
                 "PATH",
-                format!("{}:{}", bin().display(), std::env::var("PATH").unwrap()),
+                format!(
+                    "{}:{}",
+                    std::env::join_paths(bins()).unwrap().to_string_lossy(),
+                    std::env::var("PATH").unwrap()
+                ),
             )
             .env("HOME", self.path().join("home"))
             .env("CODEX_HOME", self.path().join("codex-home"))
