@@ -14,7 +14,16 @@
 # $1: model (e.g. sonnet, gpt-5); $2: the task, a task file in the repository or its text.
 set -u
 . "$(dirname "$0")/common.sh"
+# What aider keeps of a session stays out of the work: its history files go to the adapter's
+# folder, and the repository cache it writes in the working tree (`.aider.tags.cache.*`) is
+# ignored through the repository's own `info/exclude` — not through `.gitignore`, which aider
+# would otherwise edit and the commit would carry. No analytics, no update check.
+exclude=$(git rev-parse --git-path info/exclude 2> /dev/null) &&
+  { grep -qx '.aider\*' "$exclude" 2> /dev/null ||
+    { mkdir -p "$(dirname "$exclude")" && echo '.aider*' >> "$exclude"; }; }
 run_agent aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pretty \
+  --no-gitignore --input-history-file "$work/input.history" \
+  --chat-history-file "$work/chat.history.md" --analytics-disable --no-check-update \
   --message "$(prompt_text "$2")"
 # "12k" / "1.5k" / "900" tokens, "$0.05 session".
 tokens() {
