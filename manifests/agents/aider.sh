@@ -21,6 +21,10 @@ set -u
 exclude=$(git rev-parse --git-path info/exclude 2> /dev/null) &&
   { grep -qx '.aider\*' "$exclude" 2> /dev/null ||
     { mkdir -p "$(dirname "$exclude")" && echo '.aider*' >> "$exclude"; }; }
+# aider retries a failed request on its own for about a minute (and then exits 0), printing
+# `Retrying in N seconds...` after each failure; no option turns that off. The adapter ends it at
+# the first, so that the provider failure reaches runner at once, in the words aider printed.
+give_up_on='^Retrying in [0-9.]+ seconds'
 run_agent aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pretty \
   --no-gitignore --input-history-file "$work/input.history" \
   --chat-history-file "$work/chat.history.md" --analytics-disable --no-check-update \
@@ -36,4 +40,5 @@ if [ -n "$line" ]; then
   cost=$(printf '%s' "$line" | sed -n 's/.*\$\([0-9.]*\) session.*/\1/p')
   write_usage "$(tokens "$sent")" "$(tokens "$received")" "$cost"
 fi
+[ -z "$gave_up" ] || [ "$code" -ne 0 ] || code=1
 finish "$code" "$out"
