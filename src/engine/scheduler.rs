@@ -34,12 +34,6 @@ pub const LEASE_RETRY: Duration = Duration::from_millis(100);
 /// the repository still has it after this long.
 pub const LEASE_GRACE: Duration = Duration::from_secs(1);
 
-/// How many times in a row, besides [`LEASE_GRACE`], a lease must be found busy with no live
-/// run holding it before its repository is held: on a loaded machine a runner may not look
-/// again for longer than the grace, and two looks that both fell in another runner's moment of
-/// replacing the record prove nothing.
-pub const LEASE_GRACE_LOOKS: u32 = 5;
-
 /// What the effect loop is to do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -158,8 +152,6 @@ struct Blocked {
     /// Since when the lease has been busy with no live run of this ledger holding it; none
     /// while one did at the last look.
     since: Option<Instant>,
-    /// How many looks in a row found it so.
-    looks: u32,
     retry_at: Instant,
 }
 
@@ -497,24 +489,20 @@ impl Scheduler {
             } => {
                 let b = self.blocked.entry(repo.clone()).or_insert(Blocked {
                     since: None,
-                    looks: 0,
                     retry_at: now,
                 });
                 // A live run's lease is waited for however long; what follows it (the run
                 // ended, or another holder) is judged from then.
-                if cooperating {
-                    b.since = None;
-                    b.looks = 0;
+                b.since = if cooperating {
+                    None
                 } else {
-                    b.since = Some(b.since.unwrap_or(now));
-                    b.looks = b.looks.saturating_add(1);
-                }
+                    Some(b.since.unwrap_or(now))
+                };
                 let waited = b
                     .since
                     .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
                 let within = cooperating
                     || waited < LEASE_GRACE
-                    || b.looks < LEASE_GRACE_LOOKS
                     || self.wait_for_locks.is_some_and(|w| waited < w);
                 if within {
                     b.retry_at = now + LEASE_RETRY;

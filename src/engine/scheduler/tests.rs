@@ -103,19 +103,16 @@ fn a_lease_held_elsewhere_is_waited_for_then_held() {
             until: Some(t + LEASE_RETRY)
         }
     );
-    let mut later = t + Duration::from_secs(2);
-    for _ in 1..LEASE_GRACE_LOOKS {
-        assert_eq!(s.next(later), Decision::Admit(0));
-        s.admitted(
-            0,
-            Admission::LeaseBusy {
-                holder: Some("run `x` (pid 1 on h)".into()),
-                cooperating: false,
-            },
-            later,
-        );
-        later += LEASE_RETRY;
-    }
+    let later = t + Duration::from_secs(2);
+    assert_eq!(s.next(later), Decision::Admit(0));
+    s.admitted(
+        0,
+        Admission::LeaseBusy {
+            holder: Some("run `x` (pid 1 on h)".into()),
+            cooperating: false,
+        },
+        later,
+    );
     for item in [0, 1] {
         let Decision::Settle(st) = s.next(later) else {
             panic!("item {item} not held")
@@ -153,14 +150,8 @@ fn a_holder_that_is_no_live_run_is_asked_again_for_a_moment_before_the_repositor
     let a_bit = hour + LEASE_GRACE / 2;
     assert_eq!(s.next(a_bit), Decision::Admit(0), "not held at once");
     s.admitted(0, foreign(), a_bit);
-    // Still busy after the grace, looked at often enough, with no live run holding it: held.
-    let mut past = hour + LEASE_GRACE;
-    // Two looks so far; the last of LEASE_GRACE_LOOKS holds it.
-    for _ in 3..LEASE_GRACE_LOOKS {
-        assert_eq!(s.next(past), Decision::Admit(0));
-        s.admitted(0, foreign(), past);
-        past += LEASE_RETRY;
-    }
+    // Still busy after the grace, with no live run holding it: held.
+    let past = hour + LEASE_GRACE;
     assert_eq!(s.next(past), Decision::Admit(0));
     s.admitted(0, foreign(), past);
     let Decision::Settle(st) = s.next(past) else {
@@ -170,42 +161,6 @@ fn a_holder_that_is_no_live_run_is_asked_again_for_a_moment_before_the_repositor
         (st.outcome, st.reason.as_deref()),
         (ItemOutcome::Held, Some("repo-busy"))
     );
-}
-
-#[test]
-fn a_runner_that_looks_seldom_does_not_hold_a_repository_on_two_unlucky_looks() {
-    // On a loaded machine a runner may look again only after the grace: the two looks that
-    // both fell in another runner's moment of replacing the lease record are not enough.
-    let t = Instant::now();
-    let unknown = || Admission::LeaseBusy {
-        holder: None,
-        cooperating: false,
-    };
-    let mut s = Scheduler::new(setup(&[0], 1));
-    assert_eq!(s.next(t), Decision::Admit(0));
-    s.admitted(0, unknown(), t);
-    let late = t + LEASE_GRACE * 3;
-    assert_eq!(s.next(late), Decision::Admit(0));
-    s.admitted(0, unknown(), late);
-    assert_eq!(
-        s.next(late),
-        Decision::Wait {
-            until: Some(late + LEASE_RETRY)
-        },
-        "asked again, not held"
-    );
-    // The next look finds the live run that holds it, then its lease free.
-    assert_eq!(s.next(late + LEASE_RETRY), Decision::Admit(0));
-    s.admitted(
-        0,
-        Admission::LeaseBusy {
-            holder: Some("run `b`".into()),
-            cooperating: true,
-        },
-        late + LEASE_RETRY,
-    );
-    assert_eq!(s.next(late + LEASE_RETRY * 2), Decision::Admit(0));
-    s.admitted(0, Admission::Started, late + LEASE_RETRY * 2);
 }
 
 #[test]
