@@ -344,6 +344,23 @@ pub fn read_record(path: &Path) -> Option<Record> {
     serde_json::from_slice(&read_regular(path, None).ok()?).ok()
 }
 
+/// The record of a lease found held: [`read_record`], asked again for a few milliseconds while
+/// the record is missing — its new holder removes the old record and then writes its own, and
+/// a look that falls between the two (or a holder paused there by a loaded machine) is not a
+/// holder without a record.
+pub fn read_held_record(path: &Path) -> Option<Record> {
+    for _ in 0..10 {
+        match read_regular(path, None) {
+            Ok(bytes) => return serde_json::from_slice(&bytes).ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// The holder recorded in `common_dir`, unless the record is known to be `own`: this process
 /// wrote it (or read it) last and it has not been replaced since, which a `stat` tells.
 pub fn recorded_other(common_dir: &Path, own: &Record) -> Option<Record> {

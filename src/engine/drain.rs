@@ -409,7 +409,7 @@ async fn admit(
             lease
         }
         Ok(None) => {
-            let holder = crate::lease::read_record(&common.join(crate::lease::RECORD_FILE));
+            let holder = crate::lease::read_held_record(&common.join(crate::lease::RECORD_FILE));
             let cooperating = holder.as_ref().is_some_and(|h| sink.live_run(&h.run_id));
             return Admission::LeaseBusy {
                 holder: holder.map(|h| h.to_string()),
