@@ -25,9 +25,13 @@ exclude=$(git rev-parse --git-path info/exclude 2> /dev/null) &&
 # `Retrying in N seconds...` after each failure; no option turns that off. The adapter ends it at
 # the first, so that the provider failure reaches runner at once, in the words aider printed.
 give_up_on='^Retrying in [0-9.]+ seconds'
+# The API client's own retries (two, inside each of aider's) off for every model.
+printf '%s\n' '- name: aider/extra_params' '  extra_params:' '    max_retries: 0' \
+  > "$work/model-settings.yml"
 run_agent aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pretty \
   --no-gitignore --input-history-file "$work/input.history" \
   --chat-history-file "$work/chat.history.md" --analytics-disable --no-check-update \
+  --model-settings-file "$work/model-settings.yml" \
   --message "$(prompt_text "$2")"
 # "12k" / "1.5k" / "900" tokens, "$0.05 session".
 tokens() {
@@ -41,4 +45,8 @@ if [ -n "$line" ]; then
   write_usage "$(tokens "$sent")" "$(tokens "$received")" "$cost"
 fi
 [ -z "$gave_up" ] || [ "$code" -ne 0 ] || code=1
+# aider exits 0 after an API error it does not retry (a refused key): a `litellm.…Error` line
+# after its last reply's `Tokens:` line is a failed run.
+if [ "$code" -eq 0 ] && awk '/^litellm\.[A-Za-z]*Error/ { e = NR } /^Tokens: / { t = NR }
+  END { exit !(e > t) }' "$out"; then code=1; fi
 finish "$code" "$out"
