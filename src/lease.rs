@@ -347,7 +347,7 @@ pub fn read_record(path: &Path) -> Option<Record> {
 /// The record of a lease found held: [`read_record`], asked again for a few milliseconds while
 /// the record is missing — its new holder removes the old record and then writes its own, and
 /// a look that falls between the two (or a holder paused there by a loaded machine) is not a
-/// holder without a record.
+/// holder without a record. It blocks for at most 20 ms, and only while the record is missing.
 pub fn read_held_record(path: &Path) -> Option<Record> {
     for _ in 0..10 {
         match read_regular(path, None) {

@@ -44,7 +44,6 @@ if [ -n "$line" ]; then
   cost=$(printf '%s' "$line" | sed -n 's/.*\$\([0-9.]*\) session.*/\1/p')
   write_usage "$(tokens "$sent")" "$(tokens "$received")" "$cost"
 fi
-[ -z "$gave_up" ] || [ "$code" -ne 0 ] || code=1
 # aider exits 0 after an API error it does not retry (a refused key): a `litellm.…Error` line
 # after its last reply's `Tokens:` line is a failed run.
 if [ "$code" -eq 0 ] && awk '/^litellm\.[A-Za-z]*Error/ { e = NR } /^Tokens: / { t = NR }

@@ -93,6 +93,8 @@ watch_agent() {
   done
   wait "$agent" 2> /dev/null
   code=$?
+  # Ended for a provider failure, whatever the CLI would have made of it.
+  [ -z "$gave_up" ] || [ "$code" -ne 0 ] || code=1
 }
 
 # The task: the contents of $1 when it names a readable file (a task file of the item), else $1

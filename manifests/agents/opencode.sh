@@ -12,8 +12,8 @@
 # Retries: opencode retries a request that failed for a retryable reason (429, 5xx, overload)
 # up to five times with growing waits, and no setting or variable changes that. With
 # `--print-logs` it logs each request it makes (`stream`) and each that failed (`stream error`),
-# which also shows it at work while it starts; the
-# adapter ends it at the first one, so that a provider failure reaches runner within a second.
+# which also shows it at work while it starts; the adapter ends it at the first failed one, so
+# that a provider failure reaches runner within a second.
 # It also turns off what opencode fetches besides the work (the models list, updates, sharing,
 # language-server downloads).
 #
@@ -30,7 +30,7 @@ export OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DI
 # user's database fail with "database is locked" (a drain runs several at once). The session's
 # events are in runner's log all the same.
 export OPENCODE_DB="${OPENCODE_DB:-$work/opencode.db}"
-give_up_on='message="stream error".*error\.error="[^"]*([Rr]ate.?limit|[Oo]verload|[Tt]oo many|[Qq]uota|[Ee]xhausted|[Uu]navailable|[Ss]erver error|\b429\b|\b5[0-9][0-9]\b)'
+give_up_on='message="stream error".*error\.error="[^"]*([Rr]ate.?limit|[Oo]verload|[Tt]oo many|[Qq]uota|[Ee]xhausted|[Uu]navailable|[Ss]erver error|[^0-9]429([^0-9]|$)|[^0-9]5[0-9][0-9]([^0-9]|$))'
 run_agent opencode run --format json --print-logs --log-level INFO \
   --title "runner ${RUNNER_REPO:-}/${RUNNER_ITEM:-task}" --model "$1" "$(prompt_text "$2")"
 # Tokens and cost: the sum over its steps (cached input counted as input). A cost of 0 is what
@@ -52,7 +52,6 @@ said=$(printf '%s' "$error" |
   sed -En 's/.*"message"[[:space:]]*:[[:space:]]*"((\\.|[^"\\])*)".*/\1/p' | head -n 1)
 if [ -n "$gave_up" ]; then
   said=$(printf '%s' "$gave_up" | sed -n 's/.*error\.error="\([^"]*\)".*/\1/p')
-  [ "$code" -ne 0 ] || code=1
 fi
 # An error event is a failed run, whatever the exit code.
 [ -z "$error" ] || [ "$code" -ne 0 ] || code=1
