@@ -1,7 +1,9 @@
-//! The shipped adapters with the real agent CLIs: Claude Code, Codex, Gemini CLI and opencode, installed from npm at
-//! the versions `tests/clis/package.json` pins (`npm ci --prefix tests/clis`, which `.ci/run`
-//! does), driven through runner against a loopback model API (`tests/clis/mock_api.py`: the
-//! streaming Anthropic Messages, OpenAI Responses and Gemini `streamGenerateContent` APIs). The mock answers by model and task:
+//! The shipped adapters with the real agent CLIs: Claude Code, Codex, Gemini CLI and opencode,
+//! installed from npm at the versions `tests/clis/package.json` pins, and aider, from PyPI at the
+//! version `tests/clis/requirements.txt` pins (both installed by `.ci/run`), driven through
+//! runner against a loopback model API (`tests/clis/mock_api.py`: Anthropic Messages, OpenAI
+//! Responses and Chat Completions, Gemini `streamGenerateContent`). The mock answers by model
+//! and task:
 //! an edit made with the CLI's own file tool lands in the item's commit; a broken first edit is
 //! fixed on attempt 2 from runner's feedback; a 429 with `retry-after`, an overload (529, 503), a
 //! refused key (401) and a stream that stalls after its first event each reach runner at once —
@@ -95,12 +97,50 @@ const GEMINI: Cli = Cli {
     retry_hint_ms: Some(2000),
 };
 
-/// Where the installed CLIs are: npm's bin folder, and the folder of opencode's platform package
+const AIDER: Cli = Cli {
+    program: "aider",
+    package: "aider-chat",
+    adapter: "aider.sh",
+    // aider (through litellm) names a model by its provider: here OpenAI's, at the mock's
+    // address (`OPENAI_API_BASE`).
+    model: "openai/gpt-4.1",
+    // litellm's words for OpenAI's 401.
+    refused: "not able to authenticate you",
+    overloaded: 503,
+    // aider asks once and answers with an edit block it applies itself.
+    turns: 1,
+    // aider shows its own first wait (`Retrying in 0.2 seconds...`), not the provider's.
+    retry_hint_ms: Some(200),
+};
+
+/// Where the installed CLIs are: npm's bin folder, the folder of opencode's platform package
 /// (which ships its binary and no bin entry; `opencode-ai`, which would link it, installs the
-/// packages of every platform, not all of which the registry here has).
+/// packages of every platform, not all of which the registry here has), and the virtual
+/// environment aider is installed in from PyPI (`tests/clis/requirements.txt`).
 fn bins() -> Vec<PathBuf> {
-    let modules = root().join("tests/clis/node_modules");
-    vec![modules.join(".bin"), modules.join("opencode-linux-x64/bin")]
+    let clis = root().join("tests/clis");
+    vec![
+        clis.join("node_modules/.bin"),
+        clis.join("node_modules/opencode-linux-x64/bin"),
+        clis.join("venv/bin"),
+    ]
+}
+
+/// The version `tests/clis` pins `package` at: in package.json (npm), else in
+/// requirements.txt (PyPI).
+fn pinned(package: &str) -> String {
+    let npm: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/clis/package.json")).unwrap(),
+    )
+    .unwrap();
+    if let Some(v) = npm["dependencies"][package].as_str() {
+        return v.to_string();
+    }
+    std::fs::read_to_string(root().join("tests/clis/requirements.txt"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{package}==")).map(str::to_string))
+        .unwrap_or_else(|| panic!("tests/clis pins no version of {package}"))
 }
 
 /// The CLI is installed at its pinned version (printed), or the test does not run.
@@ -111,16 +151,12 @@ fn installed(cli: Cli) -> bool {
         .find(|p| p.exists())
     else {
         common::not_run(&format!(
-            "{} ({}) is not installed under tests/clis (npm ci --prefix tests/clis)",
+            "{} ({}) is not installed under tests/clis (see .ci/run)",
             cli.program, cli.package
         ));
         return false;
     };
-    let package: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("tests/clis/package.json")).unwrap(),
-    )
-    .unwrap();
-    let pinned = package["dependencies"][cli.package].as_str().unwrap();
+    let pinned = pinned(cli.package);
     let out = Command::new(&program)
         .arg("--version")
         .env("HOME", std::env::temp_dir())
@@ -130,9 +166,9 @@ fn installed(cli: Cli) -> bool {
     println!("{} --version: {version}", cli.program);
     eprintln!("{} --version: {version}", cli.program);
     assert!(
-        version.contains(pinned),
+        version.contains(&pinned),
         "{} says it is `{version}`; its adapter (manifests/agents/{}) and these tests were \
-         checked against {pinned} (tests/clis/package.json): check the CLI's flags and output \
+         checked against {pinned} (tests/clis): check the CLI's flags and output \
          before moving the pin",
         cli.program,
         cli.adapter
@@ -253,7 +289,7 @@ gates:
   - name: test
     run: "grep -qx hello greeting.txt"
 env:
-  pass: [PATH, HOME, LANG, TMPDIR, ANTHROPIC_BASE_URL, OPENAI_BASE_URL, CODEX_HOME, GOOGLE_GEMINI_BASE_URL]
+  pass: [PATH, HOME, LANG, TMPDIR, ANTHROPIC_BASE_URL, OPENAI_BASE_URL, OPENAI_API_BASE, CODEX_HOME, GOOGLE_GEMINI_BASE_URL]
   secrets: [ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, RUNNER_TEST_TOKEN]
 items:
 {items}"#,
@@ -300,6 +336,7 @@ impl Fleet {
             .env("CODEX_HOME", self.path().join("codex-home"))
             .env("ANTHROPIC_BASE_URL", &url)
             .env("OPENAI_BASE_URL", format!("{url}/v1"))
+            .env("OPENAI_API_BASE", format!("{url}/v1"))
             .env("GOOGLE_GEMINI_BASE_URL", &url)
             .env("ANTHROPIC_API_KEY", KEY)
             .env("OPENAI_API_KEY", KEY)
@@ -688,6 +725,9 @@ macro_rules! for_each_cli {
         }
         mod opencode {
             $(#[test] fn $scenario() { super::$scenario(super::OPENCODE) })*
+        }
+        mod aider {
+            $(#[test] fn $scenario() { super::$scenario(super::AIDER) })*
         }
     };
 }

@@ -49,13 +49,35 @@ gave_up=
 # it afterwards. Sets $code to the agent's exit code. The copy ends with the agent: a process the
 # agent left behind that still holds its output is not waited for past 2 s (runner ends such
 # processes once the adapter has exited).
+#
+# With $give_up_on set, each line is also matched as it arrives, and the agent is ended at the
+# first that matches — before a CLI that retries at once (aider's first retry is 0.25 s after
+# the failure) has sent its second request; that line is then in $gave_up and the run is a
+# failed one whatever the CLI's exit code.
 run_agent() {
   mkfifo "$work/pipe"
-  tee "$out" < "$work/pipe" &
-  copier=$!
   if [ -n "$give_up_on" ]; then
-    watch_agent "$@"
+    mkfifo "$work/scan"
+    (
+      grep -E --line-buffered -e "$give_up_on" < "$work/scan" 2> /dev/null | {
+        if IFS= read -r first; then
+          printf '%s\n' "$first" > "$work/gave_up"
+          until [ -s "$work/agent" ]; do sleep 0.01; done
+          kill "$(cat "$work/agent")" 2> /dev/null
+        fi
+        cat > /dev/null
+      }
+    ) > /dev/null 2>&1 &
+    scanner=$!
+    tee "$out" "$work/scan" < "$work/pipe" &
+    copier=$!
+    "$@" < /dev/null > "$work/pipe" 2>&1 &
+    echo $! > "$work/agent.new" && mv "$work/agent.new" "$work/agent"
+    wait $!
+    code=$?
   else
+    tee "$out" < "$work/pipe" &
+    copier=$!
     # In a subshell, so that the adapter's own output stays runner's: a shell reports a
     # command ended by a signal on its stderr, and the copy may be gone by then.
     ("$@" < /dev/null > "$work/pipe" 2>&1)
@@ -71,30 +93,12 @@ run_agent() {
   watch=$!
   wait "$copier"
   kill "$watch" 2> /dev/null
-}
-
-# Run "$@" as run_agent does, looking at what it printed twice a second (the new part, and the
-# line it may have cut in two) and ending it at the first line matching $give_up_on.
-watch_agent() {
-  "$@" < /dev/null > "$work/pipe" 2>&1 &
-  agent=$!
-  seen=0
-  while kill -0 "$agent" 2> /dev/null; do
-    sleep 0.5
-    size=$(wc -c < "$out" 2> /dev/null || echo 0)
-    [ "$size" -gt "$seen" ] || continue
-    from=$((seen > 4096 ? seen - 4096 : 0))
-    gave_up=$(tail -c +"$((from + 1))" "$out" | grep -E "$give_up_on" | head -n 1)
-    seen=$size
-    if [ -n "$gave_up" ]; then
-      kill "$agent" 2> /dev/null
-      break
-    fi
-  done
-  wait "$agent" 2> /dev/null
-  code=$?
-  # Ended for a provider failure, whatever the CLI would have made of it.
-  [ -z "$gave_up" ] || [ "$code" -ne 0 ] || code=1
+  if [ -n "$give_up_on" ]; then
+    wait "$scanner"
+    gave_up=$(cat "$work/gave_up" 2> /dev/null)
+    # Ended for a provider failure, whatever the CLI would have made of it.
+    [ -z "$gave_up" ] || [ "$code" -ne 0 ] || code=1
+  fi
 }
 
 # The task: the contents of $1 when it names a readable file (a task file of the item), else $1

@@ -1,7 +1,8 @@
 """A loopback model API for the agent-CLI tests: the streaming Anthropic Messages API
 (`POST /v1/messages`, server-sent events), the streaming OpenAI Responses API
-(`POST /v1/responses`) and Gemini's `POST /v1beta/models/M:streamGenerateContent?alt=sse`, as
-their documentation gives them, enough for Claude Code, opencode, Codex and Gemini CLI to run a task with a
+(`POST /v1/responses`), OpenAI Chat Completions (`POST /v1/chat/completions`, not streamed, as
+aider asks with `--no-stream`) and Gemini's `POST /v1beta/models/M:streamGenerateContent?alt=sse`, as
+their documentation gives them, enough for Claude Code, opencode, Codex, Gemini CLI and aider to run a task with a
 tool call.
 
 What it answers is chosen by the request:
@@ -15,7 +16,7 @@ What it answers is chosen by the request:
 - by the task, the edit: a task holding the lines `file: NAME`, `content: TEXT` and optionally
   `first: TEXT` (`\\n` a line break in either) writes TEXT (or, on a first attempt, the
   broken FIRST) into NAME with the CLI's own file tools — Claude Code's `Read` and `Write`, Codex's
-`exec_command`, Gemini CLI's `write_file`, opencode's `read` and `write` — and then says it is done; a
+`exec_command`, Gemini CLI's `write_file`, opencode's `read` and `write`, aider's edit blocks — and then says it is done; a
   later attempt is one whose prompt carries runner's feedback (`<runner-feedback>`).
 
 Every request is logged, one JSON object per line, to the file named by `--log`: the API, the
@@ -84,6 +85,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.anthropic(body)
         elif path.endswith("/responses"):
             self.openai(body)
+        elif path.endswith("/chat/completions"):
+            self.chat(body)
         elif ":streamGenerateContent" in path or ":generateContent" in path:
             model = path.rsplit("/", 1)[-1].split(":")[0]
             self.gemini(model, body, stream=":stream" in path)
@@ -265,6 +268,62 @@ class Handler(http.server.BaseHTTPRequestHandler):
                       "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0},
                       "total_tokens": 120}}})
 
+
+    # --- OpenAI Chat Completions (not streamed) ---------------------------------------------
+
+    def chat(self, body):
+        model = body.get("model", "")
+        messages = body.get("messages", [])
+        task = task_of([m for m in messages if m.get("role") == "user"])
+        feedback = bool(task and task[2])
+        status = self.trouble(model, "openai", feedback, 0)
+        self.record("chat", model, feedback, status or 200)
+        if status == 401:
+            return self.error(401, {"error": {
+                "message": f"Incorrect API key provided: {self.key()}.",
+                "type": "invalid_request_error", "code": "invalid_api_key"}})
+        if status == 429:
+            return self.error(429, {"error": {
+                "message": "Rate limit reached for requests", "type": "requests",
+                "code": "rate_limit_exceeded"}}, [("retry-after", "1")])
+        if status == 503:
+            return self.error(503, {"error": {
+                "message": "The server is overloaded", "type": "server_error"}})
+        if model.endswith("-stall"):
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "1000")
+            self.end_headers()
+            self.wfile.write(b"{")
+            self.wfile.flush()
+            return self.stall()
+        if task:
+            # aider's edit formats: a SEARCH/REPLACE block (an empty SEARCH makes the file; on a
+            # later attempt the first attempt's text is replaced), or the whole file.
+            name, text, again = task
+            system = "\n".join(texts([m for m in messages if m.get("role") == "system"]))
+            if "SEARCH" in system:
+                first = re.search(r"^first: ([^\"\n]*)", "\n".join(texts(messages)), re.M)
+                was = first.group(1).replace("\\n", "\n") + "\n" if again and first else ""
+                reply = (f"{name}\n```\n<<<<<<< SEARCH\n{was}=======\n{text}\n"
+                         f">>>>>>> REPLACE\n```\n")
+            else:
+                reply = f"{name}\n```\n{text}\n```\n"
+            reply += "\n" + self.closing_words()
+        else:
+            reply = self.closing_words()
+        data = json.dumps({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": reply}}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+        }).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     # --- Gemini generateContent ------------------------------------------------------------
 
