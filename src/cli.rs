@@ -99,6 +99,9 @@ pub enum Command {
 pub struct PlanArgs {
     /// The manifest file.
     pub manifest: PathBuf,
+    /// Plan as `apply -j N` would run: the order and the ETA with at most N items at once.
+    #[arg(short = 'j', long = "workers", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: Option<u32>,
     /// Print the plan as JSON on stdout.
     #[arg(long)]
     pub json: bool,

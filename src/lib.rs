@@ -2,7 +2,8 @@
 //!
 //! The module list below is the architecture, top floor first; an import only ever points down
 //! (`tests/architecture.rs` fails on one that points up). `cli` holds the argument types and
-//! `commands` one module per verb. `ui` (progress) and `report` consume the event stream;
+//! `commands` one module per verb, wiring a run `session` (prepare, fan-out, finish) where
+//! a run is made. `ui` (progress) and `report` consume the event stream;
 //! `ledger` is the SQLite state behind the engine's `RunSink`. `engine` runs the drain: a pure
 //! `scheduler` decides, a thin loop performs. `plan` turns the manifest and the repositories into
 //! items with states, shared by `plan` and `apply`. `git` is the one command builder over git,
@@ -23,6 +24,7 @@ pub mod manifest;
 pub mod plan;
 pub mod process;
 pub mod report;
+pub mod session;
 pub mod support;
 pub mod ui;
 pub mod vocab;

@@ -19,6 +19,6 @@ fn main() {
     }));
     let cli = runner::cli::Cli::parse();
     let code = std::panic::catch_unwind(|| runner::commands::run(cli))
-        .unwrap_or(runner::commands::EXIT_INTERNAL);
+        .unwrap_or(runner::vocab::EXIT_INTERNAL);
     std::process::exit(code);
 }

@@ -49,6 +49,10 @@ struct Cli {
     /// adapter hands on: Gemini CLI shows the `RetryInfo` delay; neither Claude Code nor Codex
     /// shows a `retry-after` once its own retries are off.
     retry_hint_ms: Option<u64>,
+    /// The `silence` of the stall test, in seconds: longer than the CLI takes to start and send
+    /// its first request while the other tests load both cores (aider imports litellm first,
+    /// and was seen silent for over 4 s before asking anything).
+    silence_s: u64,
 }
 
 const CLAUDE: Cli = Cli {
@@ -61,6 +65,7 @@ const CLAUDE: Cli = Cli {
     overloaded: 529,
     turns: 3,
     retry_hint_ms: None,
+    silence_s: 4,
 };
 
 const CODEX: Cli = Cli {
@@ -72,6 +77,7 @@ const CODEX: Cli = Cli {
     overloaded: 503,
     turns: 2,
     retry_hint_ms: None,
+    silence_s: 4,
 };
 
 const OPENCODE: Cli = Cli {
@@ -84,6 +90,7 @@ const OPENCODE: Cli = Cli {
     overloaded: 529,
     turns: 3,
     retry_hint_ms: None,
+    silence_s: 4,
 };
 
 const GEMINI: Cli = Cli {
@@ -95,6 +102,7 @@ const GEMINI: Cli = Cli {
     overloaded: 503,
     turns: 2,
     retry_hint_ms: Some(2000),
+    silence_s: 4,
 };
 
 const AIDER: Cli = Cli {
@@ -111,6 +119,7 @@ const AIDER: Cli = Cli {
     turns: 1,
     // aider shows its own first wait (`Retrying in 0.2 seconds...`), not the provider's.
     retry_hint_ms: Some(200),
+    silence_s: 15,
 };
 
 /// Where the installed CLIs are: npm's bin folder, the folder of opencode's platform package
@@ -625,8 +634,8 @@ fn a_stalled_stream_is_ended_for_silence(cli: Cli) {
     let f = fleet(
         cli,
         &format!(
-            "{{primary: {}-stall, fallbacks: [{}], threshold: 1, backoff: {{initial: 1s, max: 1s}}, provider_failure: {{silence: 4s}}}}",
-            cli.model, cli.model
+            "{{primary: {}-stall, fallbacks: [{}], threshold: 1, backoff: {{initial: 1s, max: 1s}}, provider_failure: {{silence: {}s}}}}",
+            cli.model, cli.model, cli.silence_s
         ),
         "",
         &[task("hello", None)],
@@ -634,7 +643,8 @@ fn a_stalled_stream_is_ended_for_silence(cli: Cli) {
     let out = f.apply();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("no output for 4s"), "{err}");
+    let silent = format!("no output for {}s", cli.silence_s);
+    assert!(err.contains(&silent), "{err}");
     let item = f.item("i0");
     assert_eq!(item["outcome"], "completed", "{item:#}");
     assert_eq!(item["model"], cli.model, "{item:#}");
@@ -643,7 +653,7 @@ fn a_stalled_stream_is_ended_for_silence(cli: Cli) {
         first["worker"]["ended"]
             .as_str()
             .unwrap_or("")
-            .contains("no output for 4s"),
+            .contains(&silent),
         "{item:#}"
     );
     assert_eq!(

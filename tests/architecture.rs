@@ -26,10 +26,17 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("ui", &["support", "vocab", "events", "plan"]),
     ("cli", &["vocab", "manifest", "plan"]),
     (
+        "session",
+        &[
+            "support", "vocab", "events", "manifest", "lease", "process", "git", "plan", "engine",
+            "ledger", "report", "ui",
+        ],
+    ),
+    (
         "commands",
         &[
             "support", "vocab", "events", "manifest", "lease", "process", "git", "plan", "engine",
-            "ledger", "report", "ui", "cli",
+            "ledger", "report", "ui", "cli", "session",
         ],
     ),
 ];
@@ -57,30 +64,84 @@ fn module_of(src: &Path, file: &Path) -> String {
     first.trim_end_matches(".rs").to_string()
 }
 
-/// Every `crate::name` in the code of `text`, comments left out.
-fn crate_paths(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+/// The code of `text`: line comments left out, lines joined, so that a path group written over
+/// several lines reads as one.
+fn code_of(text: &str) -> String {
+    let mut code = String::new();
     for line in text.lines() {
-        let code = match line.find("//") {
+        code.push_str(match line.find("//") {
             Some(i) => &line[..i],
             None => line,
-        };
-        let mut rest = code;
-        while let Some(i) = rest.find("crate::") {
-            let before = rest[..i].chars().next_back();
-            let after = &rest[i + "crate::".len()..];
-            let name: String = after
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            // `$crate::` and `some_crate::` are not paths into this crate.
-            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
-                && !name.is_empty()
-            {
-                out.insert(name);
+        });
+        code.push('\n');
+    }
+    // `crate :: x` is the same path as `crate::x`.
+    regex::Regex::new(r"\s*::\s*")
+        .unwrap()
+        .replace_all(&code, "::")
+        .into_owned()
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The first names of the paths in a `{a, b::c, d::{e, f}}` group that `text` opens with: `a`,
+/// `b`, `d`. `self` names the module the group is under, left out here.
+fn group_heads(text: &str, out: &mut BTreeSet<String>) {
+    let mut depth = 0usize;
+    let mut at_start = true;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '{' => {
+                depth += 1;
+                at_start = depth == 1;
             }
-            rest = after;
+            '}' => {
+                if depth <= 1 {
+                    return;
+                }
+                depth -= 1;
+            }
+            ',' if depth == 1 => at_start = true,
+            c if c.is_whitespace() => {}
+            c if is_ident(c) && at_start && depth == 1 => {
+                let name: String = text[i..].chars().take_while(|c| is_ident(*c)).collect();
+                for _ in 1..name.len() {
+                    chars.next();
+                }
+                if name != "self" {
+                    out.insert(name);
+                }
+                at_start = false;
+            }
+            _ => at_start = false,
         }
+    }
+}
+
+/// Every `crate::name` in the code of `text`, comments left out; in a group
+/// (`use crate::{a, b::c};`) every name it opens with.
+fn crate_paths(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let code = code_of(text);
+    let mut rest = code.as_str();
+    while let Some(i) = rest.find("crate::") {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + "crate::".len()..].trim_start();
+        // `$crate::` and `some_crate::` are not paths into this crate.
+        if !before.is_some_and(|c| is_ident(c) || c == '$') {
+            if after.starts_with('{') {
+                group_heads(after, &mut out);
+            } else {
+                let name: String = after.chars().take_while(|c| is_ident(*c)).collect();
+                if !name.is_empty() {
+                    out.insert(name);
+                }
+            }
+        }
+        rest = after;
     }
     out
 }
@@ -135,6 +196,17 @@ fn the_scanner_sees_paths_and_skips_comments() {
 }
 
 #[test]
+fn the_scanner_reads_every_form_of_a_use() {
+    let seen = crate_paths(
+        "use crate::{engine, report::x};\nuse crate::{\n    ui::{a, b},\n    // crate::ledger\n    self,\n    ledger::Ledger as L,\n};\nuse crate :: plan;\nuse crate::{git::{x, y}, lease};",
+    );
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["engine", "git", "lease", "ledger", "plan", "report", "ui"]
+    );
+}
+
+#[test]
 fn every_module_of_the_crate_has_a_floor() {
     let lib =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
@@ -147,4 +219,134 @@ fn every_module_of_the_crate_has_a_floor() {
             );
         }
     }
+}
+
+/// The modules of folder `dir`: each `.rs` file but `mod.rs`, and each sub-folder, by name.
+fn children(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        if p.is_dir() || (p.extension().is_some_and(|x| x == "rs") && name != "mod") {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+/// Whether `code` names `name::` as a path of its own: at its start, or after `self::` or
+/// `prefix` — not as the tail of another path (`other::name::`).
+fn names_path(code: &str, name: &str, prefix: &str) -> bool {
+    let needle = format!("{name}::");
+    let mut from = 0;
+    while let Some(i) = code[from..].find(&needle) {
+        let at = from + i;
+        let before = &code[..at];
+        let last = before.chars().next_back();
+        if !last.is_some_and(|c| is_ident(c) || c == ':')
+            || before.ends_with("self::")
+            || before.ends_with(prefix)
+        {
+            return true;
+        }
+        from = at + needle.len();
+    }
+    false
+}
+
+/// Whether `code` (a file of folder `folder`, `crate::` path `prefix`) names something of the
+/// folder's `mod.rs`: `super::x` or `crate::folder::x` where `x` is not one of its sibling
+/// modules.
+fn names_parent(code: &str, prefix: &str, siblings: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for lead in ["super::", prefix] {
+        let mut rest = code;
+        while let Some(i) = rest.find(lead) {
+            let before = rest[..i].chars().next_back();
+            let after = &rest[i + lead.len()..];
+            rest = after;
+            if before.is_some_and(|c| is_ident(c) || c == ':') {
+                continue;
+            }
+            let mut heads = BTreeSet::new();
+            if after.starts_with('{') {
+                group_heads(after, &mut heads);
+            } else {
+                let name: String = after.chars().take_while(|c| is_ident(*c)).collect();
+                heads.insert(name);
+            }
+            for h in heads {
+                if !h.is_empty() && h != "super" && !siblings.contains(&h) {
+                    out.push(h);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn folders(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.push(p.clone());
+            folders(&p, out);
+        }
+    }
+}
+
+/// Inside a folder the arrows run one way: a `mod.rs` that uses its own files is not used by
+/// them, and one whose files use it (shared types, say) uses none of them.
+#[test]
+fn no_folder_and_its_files_use_each_other_both_ways() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut dirs = Vec::new();
+    folders(&src, &mut dirs);
+    dirs.sort();
+    let mut both = Vec::new();
+    for dir in dirs {
+        let head = if dir.join("mod.rs").exists() {
+            dir.join("mod.rs")
+        } else {
+            dir.with_extension("rs")
+        };
+        let Ok(head_text) = std::fs::read_to_string(&head) else {
+            continue;
+        };
+        let rel = dir.strip_prefix(&src).unwrap();
+        let prefix = format!(
+            "crate::{}::",
+            rel.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("::")
+        );
+        let head_code = code_of(&head_text);
+        let kids = children(&dir);
+        for kid in &kids {
+            let file = dir.join(format!("{kid}.rs"));
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            // Unit tests live beside their module and use it by design.
+            if kid == "tests" {
+                continue;
+            }
+            let down = names_path(&head_code, kid, &prefix);
+            let up = names_parent(&code_of(&text), &prefix, &kids);
+            if down && !up.is_empty() {
+                both.push(format!(
+                    "{} uses `{kid}`, and {} uses its {:?}",
+                    head.strip_prefix(&src).unwrap().display(),
+                    file.strip_prefix(&src).unwrap().display(),
+                    up.into_iter().collect::<BTreeSet<_>>()
+                ));
+            }
+        }
+    }
+    assert!(
+        both.is_empty(),
+        "folders whose head and files use each other:\n{}",
+        both.join("\n")
+    );
 }

@@ -388,3 +388,84 @@ discover:
         .collect();
     assert_eq!(ids, ["on-main"], "{plan:#}");
 }
+
+/// Four repositories with one item each, whose worker takes a while, run once so that the
+/// ledger has their durations.
+fn timed_fixture(root: &Path) {
+    let mut repos = String::new();
+    let mut items = String::new();
+    for i in 0..4 {
+        repo(&root.join(format!("r{i}")));
+        repos.push_str(&format!("  - path: r{i}\n"));
+        items.push_str(&format!("  - {{repo: r{i}, id: t{i}}}\n"));
+    }
+    std::fs::write(
+        root.join("manifest.yaml"),
+        format!(
+            "version: 1\nname: timed\ncapacity: {{workers: 4}}\nrepositories:\n{repos}worker:\n  run: \"sleep 0.4\"\nitems:\n{items}"
+        ),
+    )
+    .unwrap();
+    let out = run_in(root, &["apply", "manifest.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `plan -j N` estimates as `apply -j N` runs: the order, the expected duration and the ETA come
+/// from a simulation with N workers, not the manifest's bound.
+#[test]
+fn plan_and_apply_estimate_with_the_bound_j_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    timed_fixture(root);
+    let planned = |extra: &[&str]| -> Value {
+        let mut args = vec!["plan", "manifest.yaml", "--json", "--rerun", "all"];
+        args.extend_from_slice(extra);
+        let out = run_in(root, &args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let four = planned(&[]);
+    let one = planned(&["-j", "1"]);
+    assert_eq!(four["capacity"]["workers"], 4);
+    assert_eq!(one["capacity"]["workers"], 1);
+    let ms = |p: &Value, k: &str| p["expected"][k].as_u64().unwrap_or_else(|| panic!("{p:#}"));
+    // Four items of about the same estimate: one after another with one worker (the whole work),
+    // all at once with four (the longest one).
+    assert_eq!(
+        ms(&one, "lower_bound_ms"),
+        ms(&one, "makespan_ms"),
+        "{one:#}"
+    );
+    assert!(
+        ms(&one, "makespan_ms") > 3 * ms(&four, "makespan_ms"),
+        "{one:#}\n{four:#}"
+    );
+
+    // `apply -j 1` plans as `plan -j 1` did: the plan it records carries the same bound and
+    // estimate (the ETA of its progress display is counted from them).
+    let out = run_in(
+        root,
+        &[
+            "apply",
+            "manifest.yaml",
+            "--no-progress",
+            "-j",
+            "1",
+            "--rerun",
+            "all",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("up to 1 at once"), "{}", stderr(&out));
+    let db = rusqlite::Connection::open(root.join(".runner/state.db")).unwrap();
+    let recorded: String = db
+        .query_row(
+            "SELECT plan_json FROM runs ORDER BY started_at DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let recorded: Value = serde_json::from_str(&recorded).unwrap();
+    assert_eq!(recorded["capacity"]["workers"], 1);
+    assert_eq!(recorded["expected"], one["expected"]);
+}

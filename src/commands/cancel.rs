@@ -1,12 +1,15 @@
 //! `runner cancel RUN`: stop a live run (SIGTERM), recording who asked and why.
 
-use super::{EXIT_INTERNAL, EXIT_OK, Ui, found, state_path, who};
+use super::shared::{found, state_path};
 use crate::cli::CancelArgs;
+use crate::session::prepare::who;
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
 
 pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
     let path = state_path(&args.state, args.manifest.as_deref());
     let shared = crate::ledger::pg::is_url(&path.to_string_lossy());
-    let mut ledger = match super::open_store(ui, &path) {
+    let mut ledger = match super::shared::open_store(ui, &path) {
         Ok(l) => l,
         Err(c) => return c,
     };
@@ -20,14 +23,14 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
             run.id,
             run.status()
         ));
-        return crate::commands::EXIT_FAILURES;
+        return crate::vocab::EXIT_FAILURES;
     }
     if !shared && run.holder.host != crate::support::host::hostname() {
         ui.error(format_args!(
             "run `{}` runs on {}; cancel it there",
             run.id, run.holder.host
         ));
-        return crate::commands::EXIT_FAILURES;
+        return crate::vocab::EXIT_FAILURES;
     }
     // Who and why are recorded before the signal, so the run can name them as it ends.
     if let Err(e) = ledger.request_stop(
@@ -35,7 +38,7 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
         &format!(
             "{}{}",
             who("cancel"),
-            super::affected(&ledger, &run.manifest, Some(&run.id))
+            super::shared::affected(&ledger, &run.manifest, Some(&run.id))
         ),
         args.reason.as_deref(),
         &crate::support::clock::now(),
@@ -89,7 +92,7 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
         }
         if until.is_some_and(|u| std::time::Instant::now() >= u) {
             ui.error(format_args!("run `{}` has not ended yet", run.id));
-            return crate::commands::EXIT_FAILURES;
+            return crate::vocab::EXIT_FAILURES;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }

@@ -3,12 +3,14 @@
 //! contained, the ledger can be written, the disk has room, and — with `worker.probe` — each
 //! model of the chain answers its probe question. Touches no repository and starts no run.
 
-use super::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK, EXIT_REFUSED, Ui, load};
+use super::shared::load;
 use crate::cli::DoctorArgs;
 use crate::engine::config::{command_argv, effective};
 use crate::manifest::{CommandSpec, LoadedManifest};
 use crate::plan::{PlanOptions, RepoStatus, repos};
+use crate::ui::term::Ui;
 use crate::vocab::ProbeVerdict;
+use crate::vocab::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK, EXIT_REFUSED};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,7 +45,7 @@ pub fn run(ui: &Ui, args: &DoctorArgs) -> i32 {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let Some(plan) = super::plan(ui, &loaded, &PlanOptions::default()) else {
+    let Some(plan) = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default()) else {
         return EXIT_INVALID;
     };
     outln!(
@@ -57,10 +59,14 @@ pub fn run(ui: &Ui, args: &DoctorArgs) -> i32 {
     containment(&mut v, &loaded);
     ledger(
         &mut v,
-        &super::state_path(&args.state, Some(&args.manifest)),
+        &super::shared::state_path(&args.state, Some(&args.manifest)),
     );
     disk(&mut v, &repos::workspace_dir(&loaded), "the workspace");
-    disk(&mut v, &super::reports_dir(&loaded, None), "the reports");
+    disk(
+        &mut v,
+        &crate::session::prepare::reports_dir(&loaded, None),
+        "the reports",
+    );
     if args.no_probe {
         outln!("  -     probe: skipped (--no-probe)");
     } else {
@@ -240,7 +246,7 @@ fn found(program: &str, path: &str) -> bool {
 /// How each item's processes will be kept together.
 fn containment(v: &mut Verdicts, loaded: &LoadedManifest) {
     let id = format!("doctor-{}", std::process::id());
-    match super::apply::containment(loaded, &id) {
+    match crate::session::prepare::containment(loaded, &id) {
         Ok(c) => {
             let said = c.describe();
             c.remove();
@@ -341,7 +347,7 @@ fn probe(v: &mut Verdicts, loaded: &LoadedManifest, plan: &crate::plan::Plan) {
         outln!("  -     probe: none (the manifest has no `worker.probe`, or no model chain)");
         return;
     }
-    let redactor = Arc::new(super::apply::redactor(loaded));
+    let redactor = Arc::new(crate::session::prepare::redactor(loaded));
     let token = uuid::Uuid::new_v4().simple().to_string();
     let logs = tempfile::Builder::new().prefix("runner-doctor.").tempdir();
     let Ok(logs) = logs else {

@@ -2,8 +2,9 @@
 //! worker for the agent CLI found on `PATH` (its adapter written beside the manifest) and a test
 //! gate guessed from each project's files. What it writes validates as written.
 
-use super::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui};
 use crate::cli::InitArgs;
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

@@ -1,12 +1,15 @@
 //! `runner pause M` / `runner resume M`: a durable pause of a manifest's drains, and its lifting.
 
-use super::{EXIT_INTERNAL, EXIT_OK, Ui, state_path, who};
+use super::shared::state_path;
 use crate::cli::PauseArgs;
 use crate::ledger::Ledger;
 use crate::ledger::store::Store;
+use crate::session::prepare::who;
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
 
 pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
-    let loaded = match super::load(ui, &args.manifest) {
+    let loaded = match super::shared::load(ui, &args.manifest) {
         Ok(l) => l,
         Err(c) => return c,
     };
@@ -23,13 +26,17 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
     let name = &loaded.manifest.name;
     if args.wait && !on {
         ui.error("`--wait` is for `pause`: a resume has nothing to wait for");
-        return super::EXIT_INVALID;
+        return crate::vocab::EXIT_INVALID;
     }
     let r = if on {
         ledger
             .set_paused(
                 name,
-                &format!("{}{}", who("pause"), super::affected(&ledger, name, None)),
+                &format!(
+                    "{}{}",
+                    who("pause"),
+                    super::shared::affected(&ledger, name, None)
+                ),
                 args.reason.as_deref(),
                 &crate::support::clock::now(),
             )
@@ -79,7 +86,7 @@ fn wait_for_drain(
                     "`{name}` was resumed while waiting for its drain to end; {} item(s) still run",
                     running.len()
                 ));
-                return super::EXIT_FAILURES;
+                return crate::vocab::EXIT_FAILURES;
             }
             Err(e) => {
                 ui.error(e);
@@ -99,7 +106,7 @@ fn wait_for_drain(
                 "`{name}` stays paused, but items still run: {}",
                 crate::support::text::printable(&items.join(", "))
             ));
-            return super::EXIT_FAILURES;
+            return crate::vocab::EXIT_FAILURES;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }

@@ -1,8 +1,11 @@
 //! `runner plan M`: what `apply` would do, with no side effects.
 
-use super::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK, Ui, load};
+use super::shared::load;
 use crate::cli::PlanArgs;
 use crate::plan::{ItemState, Plan, PlanOptions, RepoStatus};
+use crate::session::prepare::{self, Standing};
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK};
 
 pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     // With --detailed-exitcode, 2 means "work pending", so errors must be 1 (as Terraform).
@@ -21,67 +24,41 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         shard: args.shard,
         fresh: args.fresh,
     };
-    let Some(mut plan) = super::plan(ui, &loaded, &opts) else {
+    let Some(mut plan) = prepare::planned(ui, &loaded, &opts) else {
         return error_code;
     };
-    // The ledger is read as a snapshot: `plan` creates and changes no file.
-    let state_path = super::state_path(&args.state, Some(&args.manifest));
-    // A shared PostgreSQL ledger is read as it stands; a SQLite one as a snapshot.
-    let opened = if crate::ledger::pg::is_url(&state_path.to_string_lossy()) {
-        crate::ledger::store::Store::open(&state_path).map(Some)
+    let internal = if args.detailed_exitcode {
+        EXIT_FAILURES
     } else {
-        crate::ledger::sqlite::SqliteLedger::open_snapshot(&state_path)
-            .map(|l| l.map(crate::ledger::store::Store::Sqlite))
+        crate::vocab::EXIT_INTERNAL
     };
-    match opened {
-        Ok(Some(ledger)) => {
-            use crate::ledger::Ledger;
-            let name = &loaded.manifest.name;
-            match (
-                ledger.past_outcomes(name),
-                ledger.paused(name),
-                ledger.quarantines(),
-                ledger.live_claims_of(name),
-            ) {
-                (Ok(past), Ok(paused), Ok(q), Ok(claims)) => {
-                    crate::plan::history::apply(
-                        &mut plan,
-                        &past.into_iter().collect(),
-                        args.rerun,
-                        paused.as_deref(),
-                    );
-                    let q = super::quarantines_of(&plan, q);
-                    crate::plan::history::quarantine(&mut plan, &q);
-                    crate::plan::history::taken(&mut plan, &claims);
-                    match ledger.item_durations(name, super::HISTORY_RUNS) {
-                        Ok(d) => crate::plan::schedule::estimate(&mut plan, &d),
-                        Err(e) => ui.warn(format_args!("no estimates: {e}")),
-                    }
-                }
-                (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
-                    ui.error(e);
-                    return if args.detailed_exitcode {
-                        EXIT_FAILURES
-                    } else {
-                        super::EXIT_INTERNAL
-                    };
-                }
-            }
-        }
-        Ok(None) => {
-            // No ledger yet: quarantines kept with the repositories still hold.
-            let q = super::quarantines_of(&plan, Vec::new());
-            crate::plan::history::quarantine(&mut plan, &q);
-            crate::plan::schedule::estimate(&mut plan, &Default::default());
-        }
+    // The worker bound `apply` would settle on: the order and the ETA are simulated with it.
+    let Ok(workers) = prepare::settle_workers(ui, &loaded, args.workers) else {
+        return error_code;
+    };
+    // The ledger is read as it stands: `plan` creates and changes no file.
+    let state_path = super::shared::state_path(&args.state, Some(&args.manifest));
+    let ledger = match super::shared::open_snapshot(&state_path) {
+        Ok(l) => l,
         Err(e) => {
             ui.error(e);
-            return if args.detailed_exitcode {
-                EXIT_FAILURES
-            } else {
-                super::EXIT_INTERNAL
-            };
+            return internal;
         }
+    };
+    let standing = match &ledger {
+        Some(l) => Standing::read(l, &loaded.manifest.name),
+        // No ledger yet: quarantines kept with the repositories still hold.
+        None => Ok(Standing::none()),
+    };
+    match standing {
+        Ok(s) => s.lay_over(&mut plan, args.rerun, true),
+        Err(e) => {
+            ui.error(e);
+            return internal;
+        }
+    }
+    if let Err(e) = prepare::estimate(&mut plan, workers, ledger.as_ref()) {
+        ui.warn(format_args!("no estimates: {e}"));
     }
     if let Some(n) = args.shards {
         let m = shard_matrix(&plan, n);

@@ -1,12 +1,14 @@
 //! `runner publish M`: publish what earlier runs completed and did not publish — a manifest that
 //! gained a `publish` section, a push that was rejected, a branch that moved since.
 
-use super::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, load};
+use super::shared::load;
 use crate::cli::PublishArgs;
 use crate::events::Event;
 use crate::ledger::Ledger;
 use crate::plan::PlanOptions;
+use crate::ui::term::Ui;
 use crate::vocab::ItemOutcome;
+use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK};
 use std::sync::Arc;
 
 pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
@@ -27,11 +29,11 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         items: args.filter.items.clone(),
         shard: None,
     };
-    let Some(plan) = super::plan(ui, &loaded, &opts) else {
+    let Some(plan) = crate::session::prepare::planned(ui, &loaded, &opts) else {
         return EXIT_INVALID;
     };
-    let path = super::state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match super::open_store(ui, &path) {
+    let path = super::shared::state_path(&args.state, Some(&args.manifest));
+    let mut ledger = match super::shared::open_store(ui, &path) {
         Ok(l) => l,
         Err(c) => return c,
     };
@@ -57,7 +59,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         }
     };
     crate::process::become_subreaper();
-    let redactor = Arc::new(super::apply::redactor(&loaded));
+    let redactor = Arc::new(crate::session::prepare::redactor(&loaded));
     let token = uuid::Uuid::new_v4().simple().to_string();
     let (_stop_tx, stop_rx) = tokio::sync::watch::channel(crate::process::Stop::Run);
     let (mut done, mut failed, mut current) = (0usize, 0usize, 0usize);

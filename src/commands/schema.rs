@@ -1,6 +1,6 @@
 //! `runner schema` and `runner completions SHELL`.
 
-use super::EXIT_OK;
+use crate::vocab::EXIT_OK;
 use clap::CommandFactory;
 
 /// Which schema to print.
@@ -53,7 +53,7 @@ pub fn run_schema(of: Of) -> i32 {
         Ok(s) => out!("{s}"),
         Err(e) => {
             eprintln!("error: cannot encode the {of:?} schema: {e}");
-            return super::EXIT_INTERNAL;
+            return crate::vocab::EXIT_INTERNAL;
         }
     }
     EXIT_OK

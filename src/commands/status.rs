@@ -1,9 +1,11 @@
 //! `runner status [M]`: live and recent runs, running and held items, leases, quarantines and
 //! pauses, for people or (`--json`) machines.
 
-use super::{EXIT_INTERNAL, EXIT_OK, Ui, open_store, state_path};
+use super::shared::{open_store, state_path};
 use crate::cli::StatusArgs;
 use crate::ledger::{Ledger, RunRow};
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -108,7 +110,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         Err(c) => return c,
     };
     let loaded = match &args.manifest {
-        Some(m) => match super::load(ui, m) {
+        Some(m) => match super::shared::load(ui, m) {
             Ok(l) => Some(l),
             Err(c) => return c,
         },

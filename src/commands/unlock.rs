@@ -1,8 +1,10 @@
 //! `runner unlock REPO`: an operator's release of a repository's lease and quarantine, refused
 //! while any process runner started there lives.
 
-use super::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, Ui, state_path};
+use super::shared::state_path;
 use crate::cli::UnlockArgs;
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK};
 use std::path::Path;
 
 /// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`). `Err`
@@ -19,7 +21,7 @@ fn repo_folder(ui: &Ui, args: &UnlockArgs) -> Result<std::path::PathBuf, i32> {
     let Some(m) = &args.manifest else {
         return Ok(given);
     };
-    let loaded = super::load(ui, m)?;
+    let loaded = super::shared::load(ui, m)?;
     let name = args.repo.to_string_lossy();
     let located = crate::plan::repos::locate(&loaded);
     if let Some(l) = located.iter().find(|l| l.name == name) {
@@ -97,7 +99,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
             ),
             Err(e) => {
                 ui.error(format_args!("cannot end what run `{}` left: {e}", h.run_id));
-                return crate::commands::EXIT_FAILURES;
+                return crate::vocab::EXIT_FAILURES;
             }
         }
         // What still keeps the lock — a process that left its group and cleared its
@@ -146,7 +148,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
             repo.display(),
             holder.map(|h| format!(" by {h}")).unwrap_or_default()
         ));
-        return crate::commands::EXIT_FAILURES;
+        return crate::vocab::EXIT_FAILURES;
     }
     match processes_in(&repo) {
         Ok(pids) if pids.is_empty() => {}
@@ -155,7 +157,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
                 "processes of runner still work in `{}` (pids {pids:?}); refusing",
                 repo.display()
             ));
-            return crate::commands::EXIT_FAILURES;
+            return crate::vocab::EXIT_FAILURES;
         }
         Err(e) => {
             ui.error(format_args!(
@@ -181,7 +183,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
     let lifted = crate::lease::lift(
         &probe.common_dir,
         crate::lease::Lifted {
-            by: super::who("unlock"),
+            by: crate::session::prepare::who("unlock"),
             at: crate::support::clock::now(),
             why: args.reason.clone(),
         },

@@ -4,9 +4,11 @@
 //! matches are counted, ids two matches share are errors, and a repository that is not there is
 //! named — what `apply` would meet is said before it runs.
 
-use super::{EXIT_INVALID, EXIT_OK, Ui, load};
+use super::shared::load;
 use crate::manifest::{CommandSpec, Problem};
 use crate::plan::{Origin, PlanOptions, RepoStatus};
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_INVALID, EXIT_OK};
 use std::path::Path;
 
 pub fn run(ui: &Ui, path: &Path) -> i32 {
@@ -14,7 +16,7 @@ pub fn run(ui: &Ui, path: &Path) -> i32 {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let Some(plan) = super::plan(ui, &loaded, &PlanOptions::default()) else {
+    let Some(plan) = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default()) else {
         return EXIT_INVALID;
     };
     let missing = programs_not_on_path(&loaded);

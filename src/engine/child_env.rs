@@ -7,15 +7,8 @@
 //! of `env.pass` or `worker.env` can stand in for a `RUNNER_*` variable. (Duplicates would be
 //! ambiguous: `getenv` returns the first, a shell the last.)
 
+use crate::vocab::Role;
 use std::path::Path;
-
-/// Whether the child is the worker or a gate (`RUNNER_ROLE`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Worker,
-    /// A gate, by name (`RUNNER_GATE`).
-    Gate,
-}
 
 /// The `RUNNER_*` facts of one spawn.
 #[derive(Clone, Debug)]
@@ -70,17 +63,13 @@ pub fn child_env(
         }
     }
     let mut set = |k: &str, val: String| put(&mut env, k, val);
-    let role = match v.role {
-        Role::Worker => "worker",
-        Role::Gate => "gate",
-    };
     set("RUNNER_RUN_ID", v.run_id.to_string());
     set("RUNNER_REPO", v.repo.to_string());
     set("RUNNER_REPO_PATH", v.repo_path.to_string());
     set("RUNNER_ITEM", v.item.to_string());
     set("RUNNER_MODEL", v.model.unwrap_or_default().to_string());
     set("RUNNER_ATTEMPT", v.attempt.to_string());
-    set("RUNNER_ROLE", role.to_string());
+    set("RUNNER_ROLE", v.role.as_str().to_string());
     set("RUNNER_TOKEN", v.token.to_string());
     set("RUNNER_MAX_WORKERS", v.max_workers.to_string());
     if let Some(g) = v.gate {

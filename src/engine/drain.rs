@@ -7,9 +7,10 @@
 //! ([`RunSink::commit_results`]); a lease whose tree was not proven gone is kept until runner
 //! exits and the repository quarantined. Nothing here decides; nothing here blocks.
 
+use super::config;
 use super::item::{self, ItemRun};
+use super::run::{ClaimAnswer, DrainEnd, RepoLock, RunCx, RunSink};
 use super::scheduler::{Admission, Decision, Scheduler, Settled, Setup, StopLevel};
-use super::{ClaimAnswer, DrainEnd, RepoLock, RunCx, RunSink, config};
 use crate::events::Event;
 use crate::lease::{Lease, Record};
 use crate::plan::ItemState;
@@ -710,7 +711,7 @@ fn on_signal(
         *from = process::signals::sender_of(sig).map(|s| s.describe(|t| cx.redactor.redact(t)));
     }
     info!(
-        signal = super::signal_name(sig),
+        signal = super::run::signal_name(sig),
         ?level,
         from = from.as_deref(),
         "stop requested"

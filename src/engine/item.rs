@@ -1,11 +1,11 @@
 //! One item's lifecycle: where it runs, then worker and gates for up to `attempts` passes, with
 //! the model chain moving on provider-class failures.
 
-use super::RunCx;
 use super::chain::{ChainStep, ModelChain};
-use super::child_env::{Role, RunnerVars, child_env};
+use super::child_env::{RunnerVars, child_env};
 use super::classify::{ProviderPolicy, classify};
 use super::config::Effective;
+use super::run::RunCx;
 use super::stall::HaltSignature;
 use super::verdicts::{self, Verdict};
 use crate::events::{CachedFrom, Event, GateFailures, Usage};
@@ -16,6 +16,7 @@ use crate::manifest::template;
 use crate::plan::{ItemPlan, RepoPlan};
 use crate::process::{self, CensusKey, Finished, SpawnSpec, Stop, output::last_lines};
 use crate::support::failures::{Failure, compare};
+use crate::vocab::Role;
 use crate::vocab::{GateResult, ItemOutcome, WorkerClass};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -3,13 +3,14 @@
 //! an item. A probe runs in an empty scratch repository of its own, with `{item.task}` the
 //! question, `RUNNER_PROBE=1`, and the environment the worker would get.
 
-use super::child_env::{Role, RunnerVars, child_env};
+use super::child_env::{RunnerVars, child_env};
 use super::classify::{ProviderPolicy, classify, refusal_message};
 use super::config::{Effective, command_argv, effective};
 use crate::manifest::LoadedManifest;
 use crate::process::census::CensusKey;
 use crate::process::redact::Redactor;
 use crate::process::{SpawnSpec, Stop};
+use crate::vocab::Role;
 use crate::vocab::{ProbeVerdict, WorkerClass};
 use std::sync::Arc;
 use std::time::Duration;

@@ -625,7 +625,7 @@ impl Scheduler {
         let leftover_cause = match (&self.stopping, &self.stalled, &self.failed) {
             (Some(sig), _, _) => format!(
                 "not started: the run was cancelled by {}",
-                super::signal_name(*sig)
+                super::run::signal_name(*sig)
             ),
             (None, Some(_), _) => "not started: the run stalled".to_string(),
             (None, None, Some(_)) => "not started: runner could not record its work".to_string(),
@@ -669,8 +669,11 @@ impl Scheduler {
             .collect();
         let (ending, cause) = if let Some(sig) = self.stopping {
             let who = match stop_by {
-                Some(by) => format!("cancelled by {by} ({})", super::signal_name(sig)),
-                None => format!("cancelled by {} (unattributed)", super::signal_name(sig)),
+                Some(by) => format!("cancelled by {by} ({})", super::run::signal_name(sig)),
+                None => format!(
+                    "cancelled by {} (unattributed)",
+                    super::run::signal_name(sig)
+                ),
             };
             (RunEnding::Cancelled, Some(who))
         } else if let Some(f) = self.failed {

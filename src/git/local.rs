@@ -29,7 +29,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::Probe;
+use super::probe::Probe;
+use crate::support::refname::valid_branch_name;
 
 /// A SHA-1 object name.
 type Oid = [u8; 20];
@@ -122,7 +123,7 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
             }
             let content = Reads::All.bytes(&entry.path()).ok()?;
             parse_oid(content.strip_suffix(b"\n").unwrap_or(&content))?;
-            if !super::valid_branch_name(&name) {
+            if !valid_branch_name(&name) {
                 return None;
             }
             names.insert(name);
@@ -137,7 +138,7 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
                 let (oid, name) = line.split_once(' ')?;
                 parse_oid(oid.as_bytes())?;
                 if let Some(branch) = name.strip_prefix("refs/heads/") {
-                    if !super::valid_branch_name(branch) {
+                    if !valid_branch_name(branch) {
                         return None;
                     }
                     names.insert(branch.to_string());
@@ -459,7 +460,7 @@ fn read_head(git_dir: &Path, reads: Reads) -> Option<(Option<Oid>, Option<String
     match text.strip_prefix("ref: ") {
         Some(target) => {
             let branch = target.strip_prefix("refs/heads/")?;
-            if !super::valid_branch_name(branch) {
+            if !valid_branch_name(branch) {
                 return None;
             }
             Some((

@@ -8,7 +8,7 @@
 //! item, or none. A branch item's markers are checked on its branch when it exists, and on the
 //! base it would be forked from when it does not.
 
-use super::RepoStatus;
+use super::model::RepoStatus;
 use crate::vocab::HoldReason;
 use std::collections::{BTreeSet, HashMap};
 

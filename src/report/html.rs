@@ -6,7 +6,7 @@
 //! tooltips, the rows are `<details>`); the script adds the outcome and repository filters and
 //! opens a row when its bar is clicked.
 
-use super::{AttemptReport, ItemReport, Report, timestamp};
+use super::model::{AttemptReport, ItemReport, Report, timestamp};
 use crate::vocab::{GateResult, ItemOutcome, WorkerClass};
 use std::fmt::Write;
 
@@ -574,7 +574,7 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
             log_link(
                 out,
                 w.log.as_deref(),
-                super::log_gap(w.log_error.as_deref(), w.unlogged_bytes).as_deref(),
+                super::model::log_gap(w.log_error.as_deref(), w.unlogged_bytes).as_deref(),
             );
             out.push_str("</td></tr>\n");
         }
@@ -600,7 +600,7 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
             log_link(
                 out,
                 g.log.as_deref(),
-                super::log_gap(g.log_error.as_deref(), g.unlogged_bytes).as_deref(),
+                super::model::log_gap(g.log_error.as_deref(), g.unlogged_bytes).as_deref(),
             );
             out.push_str("</td></tr>\n");
             if let Some(f) = &g.failures {
@@ -680,7 +680,7 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
         b,
         "<header><h1>runner: {} — {}</h1>",
         esc(&r.manifest.name),
-        esc(&super::ending_with_counts(r))
+        esc(&super::model::ending_with_counts(r))
     );
     b.push_str("<dl class=\"facts\">");
     let mut fact = |k: &str, v: String| {
@@ -724,7 +724,7 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
         let _ = writeln!(
             b,
             "<p><strong>Suspected misconfigured gate:</strong> {}</p>",
-            esc_text(&super::suspect_line(s))
+            esc_text(&super::model::suspect_line(s))
         );
     }
     b.push_str("<div class=\"counts\">");

@@ -3,21 +3,21 @@
 //! cancelled items are skipped with their reason, and each attempt's steps are in the case's
 //! system-out.
 
-use super::{ItemReport, Report};
+use super::model::{ItemReport, Report};
 use crate::vocab::{GateResult, ItemOutcome, WorkerClass};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn seconds_between(from: Option<&str>, to: Option<&str>) -> Option<Duration> {
-    let a = super::timestamp(from?)?;
-    let b = super::timestamp(to?)?;
+    let a = super::model::timestamp(from?)?;
+    let b = super::model::timestamp(to?)?;
     let d = b.duration_since(a);
     (!d.is_negative()).then(|| Duration::from_secs_f64(d.as_secs_f64()))
 }
 
 /// A timestamp as JUnit consumers read it: RFC 3339 with milliseconds and a numeric offset.
 fn stamp(s: &str) -> Option<String> {
-    super::timestamp(s).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3f+00:00").to_string())
+    super::model::timestamp(s).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3f+00:00").to_string())
 }
 
 /// What the item's attempts did, a line per step.

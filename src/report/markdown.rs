@@ -1,6 +1,6 @@
 //! `summary.md`: the run for people, PR comments and `$GITHUB_STEP_SUMMARY`.
 
-use super::Report;
+use super::model::Report;
 use crate::vocab::ItemOutcome;
 
 /// Text for a line or a table cell of Markdown: shown as text, never read as Markdown or HTML
@@ -61,13 +61,13 @@ pub fn render(r: &Report) -> String {
     out.push_str(&format!(
         "# runner: `{}` — {}\n\n",
         r.manifest.name,
-        super::ending_with_counts(r)
+        super::model::ending_with_counts(r)
     ));
     out.push_str(&format!(
         "Run `{}` · started {} · ended {} · up to {} at once\n\n",
         r.run_id,
         r.started_at,
-        r.ended_at.as_deref().unwrap_or(if super::died(r) {
+        r.ended_at.as_deref().unwrap_or(if super::model::died(r) {
             "never (the run died)"
         } else {
             "still running"
@@ -80,10 +80,10 @@ pub fn render(r: &Report) -> String {
     for s in &r.suspect_gates {
         out.push_str(&format!(
             "**Suspected misconfigured gate:** {}\n\n",
-            cell(&super::suspect_line(s))
+            cell(&super::model::suspect_line(s))
         ));
     }
-    let counts = super::nonzero_counts(&r.counts);
+    let counts = super::model::nonzero_counts(&r.counts);
     out.push_str(&format!(
         "**{}:** {}\n\n",
         count(r.items.len(), "item", "items"),
@@ -122,7 +122,7 @@ pub fn render(r: &Report) -> String {
     }
     out.push_str("| repository | item | outcome | model | attempts | detail |\n");
     out.push_str("|---|---|---|---|---|---|\n");
-    let provider = |a: &super::AttemptReport| {
+    let provider = |a: &super::model::AttemptReport| {
         a.worker
             .as_ref()
             .is_some_and(|w| w.class == crate::vocab::WorkerClass::Provider)
@@ -172,7 +172,7 @@ pub fn render(r: &Report) -> String {
             detail = format!("{detail}{sep}commit `{}`{stat}", &c[..c.len().min(10)]);
         }
         if let Some(last) = it.attempts.last() {
-            for note in super::gate_notes(last) {
+            for note in super::model::gate_notes(last) {
                 let sep = if detail.is_empty() { "" } else { "; " };
                 detail = format!("{detail}{sep}{note}");
             }
@@ -293,11 +293,11 @@ pub fn render(r: &Report) -> String {
     for it in &r.items {
         for a in &it.attempts {
             let worker = a.worker.iter().map(|w| {
-                let gap = super::log_gap(w.log_error.as_deref(), w.unlogged_bytes);
+                let gap = super::model::log_gap(w.log_error.as_deref(), w.unlogged_bytes);
                 ("worker".to_string(), &w.log, gap)
             });
             let gates = a.gates.iter().map(|g| {
-                let gap = super::log_gap(g.log_error.as_deref(), g.unlogged_bytes);
+                let gap = super::model::log_gap(g.log_error.as_deref(), g.unlogged_bytes);
                 (format!("gate `{}`", g.name), &g.log, gap)
             });
             for (what, log, gap) in worker.chain(gates) {

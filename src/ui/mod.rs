@@ -3,6 +3,7 @@
 //! A consumer of the event stream like the report builder; it never touches a process.
 
 pub mod log;
+pub mod term;
 
 use crate::events::Event;
 use crate::plan::{ItemState, Plan};

@@ -1,0 +1,136 @@
+//! What the verbs share: loading and planning a manifest with its problems printed, where the
+//! ledger lives, and the ledger opened for a verb that steers or reads runs.
+
+use crate::manifest::{LoadError, LoadedManifest};
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_INTERNAL, EXIT_INVALID};
+use std::path::Path;
+
+/// Run the parsed command line; returns the exit code.
+/// Load a manifest, printing its problems on failure. `Err` carries the exit code.
+pub fn load(ui: &Ui, path: &Path) -> Result<LoadedManifest, i32> {
+    match crate::manifest::load_file(path) {
+        Ok(m) => Ok(m),
+        Err(LoadError::Invalid(e)) => {
+            eprint!("{}", e.render(ui.color));
+            Err(EXIT_INVALID)
+        }
+        Err(e @ LoadError::Read { .. }) => {
+            ui.error(e);
+            Err(EXIT_INVALID)
+        }
+    }
+}
+
+pub fn state_path(state: &crate::cli::StateArgs, manifest: Option<&Path>) -> std::path::PathBuf {
+    if let Some(p) = &state.state {
+        return p.clone();
+    }
+    let dir = manifest
+        .and_then(|m| std::path::absolute(m).ok())
+        .and_then(|m| m.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| std::path::PathBuf::from("."));
+    dir.join(".runner").join("state.db")
+}
+
+/// The items running now (of `run`, or of any run of `manifest`) for a provenance record:
+/// ` while 2 items ran: api/parse, web/login` (at most ten named), or nothing.
+pub(crate) fn affected(
+    ledger: &dyn crate::ledger::Ledger,
+    manifest: &str,
+    run: Option<&str>,
+) -> String {
+    let Ok(claims) = ledger.live_claims_of(manifest) else {
+        return String::new();
+    };
+    let names: Vec<String> = claims
+        .iter()
+        .filter(|(_, r)| run.is_none_or(|id| id == r))
+        .map(|(k, _)| format!("{}/{}", k.repo, k.item))
+        .collect();
+    match names.len() {
+        0 => " while no item ran".to_string(),
+        n => format!(
+            " while {n} item{} ran: {}{}",
+            if n == 1 { "" } else { "s" },
+            names
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if n > 10 { ", …" } else { "" }
+        ),
+    }
+}
+
+/// Open the SQLite ledger at `path`, which must exist: reading commands never create one.
+fn open_existing(ui: &Ui, path: &Path) -> Result<crate::ledger::sqlite::SqliteLedger, i32> {
+    if !path.exists() {
+        ui.error(format_args!(
+            "no state ledger at `{}`; give the manifest or `--state`",
+            path.display()
+        ));
+        return Err(EXIT_INVALID);
+    }
+    crate::ledger::sqlite::SqliteLedger::open(path).map_err(|e| {
+        ui.error(e);
+        EXIT_INTERNAL
+    })
+}
+
+/// Open the ledger for a reading command: a shared PostgreSQL ledger (`--state postgres://…`),
+/// or the SQLite file, which must exist (reading commands never create one).
+pub(crate) fn open_store(ui: &Ui, path: &Path) -> Result<crate::ledger::store::Store, i32> {
+    if crate::ledger::pg::is_url(&path.to_string_lossy()) {
+        return crate::ledger::store::Store::open(path).map_err(|e| {
+            ui.error(e);
+            EXIT_INTERNAL
+        });
+    }
+    open_existing(ui, path).map(crate::ledger::store::Store::Sqlite)
+}
+
+/// A looked-up run, or the exit code after saying why there is none.
+pub(crate) fn found<T>(
+    ui: &Ui,
+    r: crate::ledger::Result<Option<T>>,
+    run: &str,
+    path: &Path,
+) -> Result<T, i32> {
+    match r {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => {
+            let shown = crate::support::text::printable(run);
+            // A manifest given where a run id goes is the likely slip.
+            let hint = if Path::new(run).is_file() {
+                format!(
+                    "; `{shown}` is a file: give a run id (`runner status {shown}` lists the runs) and `--manifest {shown}`"
+                )
+            } else {
+                String::new()
+            };
+            ui.error(format_args!(
+                "no run `{shown}` in `{}`{hint}",
+                path.display()
+            ));
+            Err(EXIT_INVALID)
+        }
+        Err(e) => {
+            ui.error(e);
+            Err(EXIT_INTERNAL)
+        }
+    }
+}
+
+/// The ledger at `path` as it stands, for a verb that only reads: a shared PostgreSQL ledger
+/// as it is, a SQLite one as a snapshot (no file created or changed); `None` when there is no
+/// ledger yet.
+pub fn open_snapshot(path: &Path) -> crate::ledger::Result<Option<crate::ledger::store::Store>> {
+    use crate::ledger::store::Store;
+    if crate::ledger::pg::is_url(&path.to_string_lossy()) {
+        Store::open(path).map(Some)
+    } else {
+        crate::ledger::sqlite::SqliteLedger::open_snapshot(path).map(|l| l.map(Store::Sqlite))
+    }
+}

@@ -1,0 +1,138 @@
+//! What a drain runs with and reports to: the run's context ([`RunCx`]), the sink that takes
+//! every event and answers the decisions that need durable state ([`RunSink`]), the answers it
+//! gives, and how a drain ended.
+
+use crate::events::Event;
+use crate::manifest::LoadedManifest;
+use crate::plan::Plan;
+use crate::process::redact::Redactor;
+use crate::vocab::RunEnding;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the engine reports to and asks of the world outside it: every event, and the decisions
+/// that need durable state (claims, pauses). The engine knows this trait, never what is behind
+/// it (the ledger, the report, the progress display).
+pub trait RunSink {
+    /// Record an event. An `ItemFinished` is the item's result, which may wait for the next
+    /// claim or [`RunSink::commit_results`] to become durable.
+    fn event(&mut self, ev: &Event);
+    /// Claim an item for this run before it starts, its repository's lease already held (which
+    /// also makes the results recorded so far durable).
+    fn claim(&mut self, item: usize) -> ClaimAnswer;
+    /// Whether `run_id` is a live run of this ledger: a lease it holds will be let go, and its
+    /// items are worth waiting for rather than holding as `repo-busy`.
+    fn live_run(&mut self, run_id: &str) -> bool;
+    /// Whether `run_id` recorded its ending (its processes were then proven gone or its
+    /// repositories quarantined): nothing of it is left to end.
+    fn ended(&mut self, run_id: &str) -> bool;
+    /// Make every result recorded so far durable; a repository's lease is released only after.
+    fn commit_results(&mut self);
+    /// Who asked this run to stop, and why, if anyone did.
+    fn stop_requested(&mut self) -> Option<String>;
+    /// Set once runner cannot record what it does (the ledger failed); the run then stops.
+    fn failure(&self) -> Option<String>;
+    /// A repository's processes could not be proven gone: keep it out of later runs until an
+    /// operator releases it (`runner unlock`).
+    fn quarantine(&mut self, repo: &str, path: &std::path::Path, reason: &str);
+    /// Take repository `repo`'s lock shared by every runner of the ledger, on whatever machine
+    /// (its lease lives in one checkout; other machines have checkouts of their own). A ledger
+    /// on one machine has no such lock: the lease is the lock.
+    fn lock_repo(&mut self, _repo: &str) -> Result<RepoLock, String> {
+        Ok(RepoLock::NoSharedLock)
+    }
+    /// Let the lock of [`RunSink::lock_repo`] go.
+    fn unlock_repo(&mut self, _repo: &str) {}
+    /// Whether a stop may be asked for from another machine, which cannot signal this process:
+    /// then the drain asks [`RunSink::stop_requested`] every few seconds.
+    fn polls_stop(&self) -> bool {
+        false
+    }
+}
+
+/// A repository's lock shared by the runners of one ledger ([`RunSink::lock_repo`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepoLock {
+    /// Taken: whoever works on an item of the repository holds it until the item's result is
+    /// recorded, so a claim another run still holds there is a run that stopped.
+    Held,
+    /// Another runner holds it.
+    Busy,
+    /// The ledger has no such lock (one machine: the lease is the lock).
+    NoSharedLock,
+}
+
+/// The answer to a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimAnswer {
+    Claimed,
+    /// A live run works on it.
+    Taken(String),
+    /// Another run finished it meanwhile: the run, and the outcome.
+    Done {
+        run: String,
+        outcome: String,
+    },
+    /// The manifest is paused (by whom, when, why): admit nothing more.
+    Paused(String),
+    /// The ledger could not answer.
+    Failed(String),
+}
+
+/// Everything a run needs, fixed before it starts.
+pub struct RunCx {
+    pub loaded: LoadedManifest,
+    /// The limits of `timeout: auto` gates, from their history (absent: the default).
+    pub gate_timeouts: std::collections::HashMap<String, std::time::Duration>,
+    pub plan: Plan,
+    pub run_id: String,
+    /// Unguessable, in every spawned process's environment, to find escaped descendants.
+    pub token: String,
+    /// `<reports.dir>/<run-id>`: reports and `logs/`.
+    pub run_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub workers: u32,
+    pub wait_for_locks: Option<Duration>,
+    pub redactor: Arc<Redactor>,
+    /// Repositories that could not be cloned, with the (redacted) git error.
+    pub clone_errors: HashMap<String, String>,
+    /// The manifest was paused when the run started: by whom, when, why.
+    pub paused: Option<String>,
+    /// For items run again after a halt or failure: the previous run's last feedback file.
+    pub previous_feedback: HashMap<usize, PathBuf>,
+    /// How each item's processes are kept together (a cgroup each, or process groups).
+    pub contained: Arc<crate::process::cgroup::Contained>,
+    /// For a run started inside a worker or gate: that run's token, with which this one may
+    /// re-enter the lease it holds on their repository.
+    pub parent_token: Option<String>,
+    /// Pull requests earlier runs opened, by item: the publish command updates them.
+    pub published: HashMap<usize, String>,
+    /// Probe each model before the queue (`worker.probe`; off with `apply --no-probe`).
+    pub probe_models: bool,
+    /// The run's view of each model's provider, shared by its items.
+    pub health: std::sync::Mutex<super::health::Health>,
+    /// Recorded gate verdicts, reused on the same tree, command and environment.
+    pub verdicts: super::verdicts::Verdicts,
+    /// Baselines run so far, by repository, gate and base commit.
+    pub baselines: std::sync::Mutex<HashMap<String, super::item::Baseline>>,
+}
+
+/// How the drain ended.
+#[derive(Debug)]
+pub struct DrainEnd {
+    pub ending: RunEnding,
+    pub cause: Option<String>,
+    /// The signal that cancelled the run, if any.
+    pub signal: Option<i32>,
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
+}

@@ -1,0 +1,98 @@
+//! What one `git rev-parse` (or the checkout's own files, where they tell it) says about a
+//! checkout: its root, its git folders, its HEAD, and whether it is proven clean.
+
+use super::command::{GitError, checked, run};
+use super::local::{self, Reads};
+use std::path::{Path, PathBuf};
+
+/// What one `git rev-parse` tells about a checkout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Root of the working tree.
+    pub toplevel: PathBuf,
+    /// The common git dir, shared by all worktrees of one clone (where leases live).
+    pub common_dir: PathBuf,
+    /// The commit HEAD points at; `None` in a repository without commits.
+    pub head: Option<String>,
+    /// The branch HEAD is on; `None` when detached.
+    pub branch: Option<String>,
+}
+
+/// Ask git about the checkout at `dir` in one call (two for a repository without commits).
+pub fn probe(dir: &Path) -> Result<Probe, GitError> {
+    let args = [
+        "rev-parse",
+        "--path-format=absolute",
+        "--show-toplevel",
+        "--git-common-dir",
+        "HEAD",
+        "--symbolic-full-name",
+        "HEAD",
+    ];
+    let out = run(dir, &args)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    if out.status.success() && lines.len() >= 4 {
+        return Ok(Probe {
+            toplevel: PathBuf::from(lines[0]),
+            common_dir: PathBuf::from(lines[1]),
+            head: Some(lines[2].to_string()),
+            branch: lines[3].strip_prefix("refs/heads/").map(str::to_string),
+        });
+    }
+    // No commit yet: HEAD does not resolve, but the checkout is real.
+    let text = checked(
+        dir,
+        &[
+            "rev-parse",
+            "--path-format=absolute",
+            "--show-toplevel",
+            "--git-common-dir",
+        ],
+    )?;
+    let lines: Vec<&str> = text.lines().collect();
+    let branch = checked(dir, &["symbolic-ref", "-q", "HEAD"])
+        .ok()
+        .and_then(|b| b.trim().strip_prefix("refs/heads/").map(str::to_string));
+    match lines.as_slice() {
+        [top, common, ..] => Ok(Probe {
+            toplevel: PathBuf::from(top),
+            common_dir: PathBuf::from(common),
+            head: None,
+            branch,
+        }),
+        _ => Err(GitError::Failed {
+            args: "rev-parse".into(),
+            dir: dir.display().to_string(),
+            stderr: "unexpected output".into(),
+        }),
+    }
+}
+
+/// [`probe`], read from the checkout's own files where they tell it (a checkout whose `.git` is
+/// a plain folder), else asked of git. The top level is then the folder as named, not resolved
+/// through symbolic links.
+pub fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
+    match local::head(dir, Reads::All) {
+        Some(p) => Ok(p),
+        None => probe(dir),
+    }
+}
+
+/// HEAD of the checkout at `dir` when its own files prove it has no uncommitted change (a plain
+/// checkout, nothing staged, modified or untracked); `None` says nothing either way.
+pub fn proven_clean(dir: &Path) -> Option<Probe> {
+    local::clean_checkout(dir, Reads::All)
+}
+
+/// [`quick_probe`] from small files only ([`Reads::Small`]), never git: `None` says ask
+/// [`quick_probe`] on the blocking pool.
+pub fn small_probe(dir: &Path) -> Option<Probe> {
+    local::head(dir, Reads::Small)
+}
+
+/// [`proven_clean`] from small files only ([`Reads::Small`]): a small checkout's proof, cheap
+/// enough for the event loop. `None` says nothing either way.
+pub fn proven_clean_small(dir: &Path) -> Option<Probe> {
+    local::clean_checkout(dir, Reads::Small)
+}

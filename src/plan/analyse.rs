@@ -1,0 +1,409 @@
+//! One repository at planning time: what git says of it, its items found or discovered, and each
+//! item's state (pending, held and why, done, taken), with the markers a continued branch must hold.
+
+use super::discover::{Committed, discover};
+use super::model::{ItemPlan, MissingRepository, Origin, PlanOptions, RepoPlan, RepoStatus};
+use super::repos::Located;
+use super::{holds, shard};
+use crate::git::{self, Ancestry};
+use crate::manifest::template;
+use crate::manifest::{LoadedManifest, Problem, SourceKind};
+use crate::support::text::printable;
+use crate::vocab::ItemState;
+use globset::GlobSet;
+use std::collections::HashMap;
+use std::path::Path;
+
+pub(super) struct Analysed {
+    pub(super) repo: RepoPlan,
+    /// The repository is declared, selected, not optional, and not there.
+    pub(super) missing: Option<MissingRepository>,
+    pub(super) items: Vec<ItemPlan>,
+    pub(super) problems: Vec<Problem>,
+    /// What the user should hear: folders that could not be read.
+    pub(super) notes: Vec<String>,
+    /// Files each `discover` rule matched here.
+    pub(super) matched: Vec<usize>,
+}
+
+/// One repository: ask git, discover items, compute each item's state.
+pub(super) fn analyse(
+    loaded: &LoadedManifest,
+    l: &Located,
+    only: Option<&GlobSet>,
+    item_filter: Option<&GlobSet>,
+    opts: &PlanOptions,
+) -> Analysed {
+    let shard = opts.shard;
+    let m = &loaded.manifest;
+    let spec = &m.repositories[l.entry];
+    let mut problems = Vec::new();
+    let mut repo = RepoPlan {
+        name: l.name.clone(),
+        entry: l.entry,
+        source: l.source,
+        location: l.location.clone(),
+        path: l.path.clone(),
+        status: RepoStatus::NotFound,
+        head: None,
+        base: spec.base.clone(),
+        common_dir: None,
+        dirty: None,
+        note: None,
+        optional: spec.optional,
+    };
+    // One git call tells both what the checkout is and whether it is dirty, when in-place items
+    // need the latter.
+    let wants_dirty = m
+        .items
+        .iter()
+        .any(|it| it.repo == l.name && it.branch.is_none())
+        || m.discover.iter().any(|d| d.branch.is_none());
+    let mut known_dirty = None;
+    let special = if l.path.is_dir() {
+        git::special_file(&l.path)
+    } else {
+        None
+    };
+    let probe = if let Some(why) = special {
+        repo.note = Some(why);
+        None
+    } else if l.path.is_dir() {
+        let combined = if wants_dirty {
+            git::probe_with_status(&l.path)
+        } else {
+            None
+        };
+        match combined
+            .map(|(p, d)| {
+                known_dirty = Some(d);
+                Ok(p)
+            })
+            .unwrap_or_else(|| git::quick_probe(&l.path))
+        {
+            Ok(p) if same_dir(&p.toplevel, &l.path) => Some(p),
+            Ok(p) => {
+                repo.note = Some(format!(
+                    "not the top of a git checkout (it lies inside `{}`)",
+                    p.toplevel.display()
+                ));
+                None
+            }
+            Err(e) => {
+                repo.note = Some(format!("not a git checkout: {e}"));
+                None
+            }
+        }
+    } else {
+        repo.note = Some(match l.source {
+            SourceKind::Url => format!("not cloned yet; `apply` clones it from `{}`", l.location),
+            _ => format!(
+                "`{}` does not exist{}",
+                l.path.display(),
+                near_miss(&l.path)
+            ),
+        });
+        None
+    };
+    if let Some(p) = &probe {
+        repo.status = RepoStatus::Found;
+        repo.head = p.head.clone();
+        repo.common_dir = Some(p.common_dir.clone());
+        if repo.base.is_none() {
+            repo.base = p.branch.clone();
+        }
+    } else if l.source == SourceKind::Url {
+        repo.status = RepoStatus::ToClone;
+    }
+
+    // Items: explicit ones first, in manifest order, then discovered ones sorted by path.
+    let mut items: Vec<ItemPlan> = m
+        .items
+        .iter()
+        .filter(|it| it.repo == l.name)
+        .map(|it| {
+            let branch = it.branch.as_ref().map(|b| {
+                template::render(b, |name| match name {
+                    "repo" => Some(l.name.clone()),
+                    "item" => Some(it.id.clone()),
+                    other => other
+                        .strip_prefix("item.")
+                        .and_then(|v| it.vars.get(v).cloned()),
+                })
+            });
+            let branch = match branch {
+                Some(Ok(b)) => match crate::support::refname::work_branch_problem(&b) {
+                    None => Some(b),
+                    Some(why) => {
+                        problems.push(
+                            Problem::new(
+                                "invalid-branch",
+                                "items",
+                                format!("item `{}` would use branch `{b}`: {why}", it.id),
+                            )
+                            .at(it.span),
+                        );
+                        None
+                    }
+                },
+                Some(Err(e)) => {
+                    problems.push(Problem::new("invalid-template", "items", e).at(it.span));
+                    None
+                }
+                None => None,
+            };
+            ItemPlan {
+                start: None,
+                estimate_ms: None,
+                repo: l.name.clone(),
+                id: it.id.clone(),
+                origin: Origin::Explicit,
+                state: ItemState::Pending,
+                reason: None,
+                detail: None,
+                branch,
+                continues: None,
+                behind: None,
+                replaces: None,
+                vars: it.vars.clone(),
+                matched: None,
+            }
+        })
+        .collect();
+    let mut notes = Vec::new();
+    let mut matched = vec![0; m.discover.len()];
+    if repo.status == RepoStatus::Found && !m.discover.is_empty() {
+        let mut seen = Committed::new(
+            repo.base.clone(),
+            probe.as_ref().and_then(|p| p.branch.clone()),
+        );
+        matched = discover(loaded, l, &mut items, &mut problems, &mut notes, &mut seen);
+    }
+
+    // A work branch runs in a worktree of its own: the branch the checkout itself is on cannot be
+    // one (git refuses to check a branch out twice, and runner never works in the user's place).
+    if let Some(current) = probe.as_ref().and_then(|p| p.branch.as_deref()) {
+        for it in &items {
+            if it.branch.as_deref() == Some(current) {
+                problems.push(Problem::new(
+                    "checked-out-branch",
+                    "items",
+                    format!(
+                        "item `{}` would work on branch `{current}`, which the checkout `{}` itself is on; give it a branch of its own, or no `branch` to work in the checkout",
+                        it.id,
+                        l.path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()))
+        && shard.is_none_or(|s| s.holds(shard::identity(l)));
+    let found = repo.status == RepoStatus::Found;
+    let needs_branches = found && items.iter().any(|i| i.branch.is_some());
+    let mut branches = if needs_branches {
+        git::local_branches(&l.path).ok()
+    } else {
+        None
+    };
+    // `--fresh`: an existing branch is kept under a backup name and the item starts anew from
+    // the base, so it is judged as a new branch.
+    let mut replaced: HashMap<String, String> = HashMap::new();
+    if opts.fresh
+        && let Some(set) = branches.as_mut()
+    {
+        for it in &items {
+            if let Some(b) = &it.branch
+                && set.contains(b)
+                && let Ok(tip) = git::branch_tip(&l.path, b)
+            {
+                replaced.insert(b.clone(), backup_branch(b, &tip));
+            }
+        }
+        for b in replaced.keys() {
+            set.remove(b);
+        }
+    }
+    let needs_dirty = found && items.iter().any(|i| i.branch.is_none());
+    if needs_dirty {
+        repo.dirty = known_dirty.or_else(|| git::is_dirty(&l.path).ok());
+    }
+    // The facts first (the only git questions), then each item's hold, decided purely.
+    let mut facts = holds::RepoFacts {
+        status: Some(repo.status),
+        note: repo.note.clone(),
+        dirty: repo.dirty,
+        branches,
+        stale: HashMap::new(),
+        base_stale: None,
+    };
+    let selected =
+        |it: &ItemPlan| repo_selected && item_filter.is_none_or(|g| g.is_match(it.id.as_str()));
+    for it in &items {
+        if let Some(b) = &it.branch
+            && holds::needs_marker_check(&facts, selected(it), Some(b))
+            && !facts.stale.contains_key(b)
+        {
+            let lacks = missing_markers(&l.path, Tip::Branch(b), &spec.critical_base);
+            facts.stale.insert(b.clone(), lacks);
+        }
+    }
+    // A new branch is forked from the base: the base must hold every marker too.
+    if items
+        .iter()
+        .any(|it| holds::needs_base_check(&facts, selected(it), it.branch.as_deref()))
+    {
+        let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
+        facts.base_stale = Some(missing_markers(
+            &l.path,
+            Tip::Base(&base),
+            &spec.critical_base,
+        ));
+    }
+    let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
+    for it in &mut items {
+        let h = holds::hold(&facts, selected(it), it.branch.as_deref());
+        it.continues = h.continues;
+        if let Some(r) = h.reason {
+            it.state = r.state();
+            it.reason = Some(r);
+            it.detail = h.detail;
+        }
+        if let Some(b) = &it.branch {
+            it.replaces = replaced.get(b).cloned();
+            if it.continues == Some(true) && selected(it) {
+                it.behind = git::behind(&l.path, b, &base).ok();
+            }
+        }
+    }
+    if found && items.iter().any(|it| it.branch.is_some() && selected(it)) {
+        notes.extend(worktree_gaps(loaded, l));
+    }
+    // Missing matters where this run would have worked: the repository is selected, and
+    // `--items` (when given) selects one of its items.
+    let wanted = repo_selected && (item_filter.is_none() || items.iter().any(selected));
+    let missing = (wanted && !repo.optional && repo.status == RepoStatus::NotFound).then(|| {
+        MissingRepository {
+            name: repo.name.clone(),
+            detail: repo.note.clone().unwrap_or_else(|| "not found".into()),
+        }
+    });
+    Analysed {
+        repo,
+        missing,
+        items,
+        problems,
+        notes,
+        matched,
+    }
+}
+
+/// `; did you mean `textkit`?` when a git checkout beside a missing path has a name a typo
+/// away from it; nothing otherwise.
+fn near_miss(path: &Path) -> String {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+    else {
+        return String::new();
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return String::new();
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .filter(|e| git::looks_like_checkout(&e.path()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .take(10_000)
+        .collect();
+    let known: Vec<&str> = names.iter().map(String::as_str).collect();
+    match crate::manifest::load::suggest(name, &known) {
+        Some(near) => format!(" (did you mean `{}`?)", printable(near)),
+        None => String::new(),
+    }
+}
+
+/// What the repository's checkout has, ignored, that its gates likely need and a worktree of it
+/// will lack (a worktree holds committed files only): a warning each, with the fix. Nothing
+/// when `worktree.setup` prepares worktrees, or `worktree.share` gives the path.
+fn worktree_gaps(loaded: &LoadedManifest, l: &Located) -> Vec<String> {
+    let m = &loaded.manifest;
+    let prep = m.repositories[l.entry]
+        .worktree
+        .clone()
+        .or_else(|| m.worktree.clone())
+        .unwrap_or_default();
+    if prep.setup.is_some() {
+        return Vec::new();
+    }
+    let candidates: Vec<String> = ["node_modules", ".venv", "venv", "Cargo.lock"]
+        .iter()
+        .filter(|p| !prep.share.iter().any(|s| s == *p))
+        .filter(|p| std::fs::symlink_metadata(l.path.join(p)).is_ok())
+        .map(|p| p.to_string())
+        .collect();
+    let Ok(ignored) = git::ignored_of(&l.path, &candidates) else {
+        return Vec::new();
+    };
+    ignored
+        .iter()
+        .map(|p| {
+            let make = if p == "node_modules" {
+                " or a `worktree.setup` that makes it (`npm ci`)"
+            } else {
+                ""
+            };
+            format!(
+                "items of repository `{}` work in worktrees, which hold committed files only and so will lack `{p}` (ignored in `{}`): add it to `worktree.share`{make}",
+                l.name,
+                l.path.display()
+            )
+        })
+        .collect()
+}
+
+/// The name an existing work branch is kept under when its item starts again from the base
+/// (`--fresh`): the branch and the commit it was at, so that backing up one tip twice is one
+/// backup.
+pub fn backup_branch(branch: &str, tip: &str) -> String {
+    format!("{branch}.backup-{}", &tip[..tip.len().min(12)])
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// What the `critical_base` markers are checked against.
+#[derive(Clone, Copy, Debug)]
+pub enum Tip<'a> {
+    /// An existing work branch, continued.
+    Branch(&'a str),
+    /// The base a new work branch is forked from (a branch, tag, commit or `HEAD`).
+    Base(&'a str),
+}
+
+/// Which `critical_base` markers `tip` lacks, as a detail naming them, or `None` when it
+/// contains them all. Shared by `plan` and the checks just before an attempt.
+pub fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> Option<String> {
+    if markers.is_empty() {
+        return None;
+    }
+    let (rev, what) = match tip {
+        Tip::Branch(b) => (format!("refs/heads/{b}"), format!("branch `{b}`")),
+        Tip::Base(b) => (
+            b.to_string(),
+            format!("base `{b}`, from which the new branch would be forked,"),
+        ),
+    };
+    let mut missing = Vec::new();
+    for marker in markers {
+        match git::ancestry(dir, marker, &rev) {
+            Ok(Ancestry::Contained) => {}
+            Ok(Ancestry::Missing) => missing.push(format!("`{marker}`")),
+            Ok(Ancestry::Unresolvable) => missing.push(format!("`{marker}` (unresolvable)")),
+            Err(e) => missing.push(format!("`{marker}` ({e})")),
+        }
+    }
+    (!missing.is_empty()).then(|| format!("{what} lacks {}", missing.join(", ")))
+}

@@ -1,0 +1,507 @@
+//! The report as data: `report.json`'s types (its schema is generated from them) and the
+//! phrases every format shares (an ending with its counts, a suspect gate, a log gap).
+
+use crate::vocab::{GateResult, ItemOutcome, RunEnding, WorkerClass};
+use schemars::JsonSchema;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const REPORT_SCHEMA: &str = "runner.report/v1";
+
+/// A timestamp as runner writes them (RFC 3339), or `None` for anything else.
+pub(crate) fn timestamp(s: &str) -> Option<jiff::Timestamp> {
+    s.parse().ok()
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Report {
+    /// Always `runner.report/v1`.
+    pub schema: String,
+    pub run_id: String,
+    pub manifest: ManifestInfo,
+    pub runner_version: String,
+    /// RFC 3339.
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub ending: Option<RunEnding>,
+    /// Why the run ended as it did (stall cause, signal), when it is not plain.
+    pub cause: Option<String>,
+    pub capacity: CapacityInfo,
+    /// How each item's processes were kept together: a cgroup each, or process groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containment: Option<crate::events::ContainmentInfo>,
+    /// What the run's workers reported they used: in all, and per model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageInfo>,
+    /// Models the run demoted for provider failures across items.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub demoted: Vec<Demotion>,
+    /// Models whose provider refused the key (authentication, billing), never used again in
+    /// the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refusal>,
+    /// The probe before the queue (`worker.probe`): each model asked, and what it found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeReport>,
+    /// Items per outcome; every outcome is present.
+    pub counts: BTreeMap<ItemOutcome, usize>,
+    pub items: Vec<ItemReport>,
+    /// What planning warned of: a rule that matches nothing, a folder that could not be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Declared repositories that were not there (and not `optional`): the run exits 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_repositories: Vec<crate::plan::MissingRepository>,
+    /// Required gates that never passed in the run while halting items: suspected to be
+    /// misconfigured (a misspelt command, a wrong folder).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspect_gates: Vec<SuspectGate>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+pub struct Waited {
+    pub lease_ms: u64,
+    /// Resting after provider failures, as long as each rest asked.
+    pub backoff_ms: u64,
+    /// After a rest was over, waiting for a free slot (other items held every one).
+    #[serde(default)]
+    pub slot_ms: u64,
+    /// For shared resources (`uses`), over every command of every attempt.
+    #[serde(default)]
+    pub resources_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct PublishReport {
+    pub remote: String,
+    pub branch: String,
+    pub pushed: bool,
+    /// The commit published.
+    pub head: Option<String>,
+    /// The pull request.
+    pub url: Option<String>,
+    /// What failed (the branch is kept).
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Demotion {
+    pub model: String,
+    /// RFC 3339.
+    pub at: String,
+    /// Provider failures of the model within the window.
+    pub failures: usize,
+    /// The items whose failures they were (`repo/id`).
+    #[serde(default)]
+    pub items: Vec<String>,
+    /// The model items started on after it; none when it was the last usable one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// One model's probe before the queue.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ProbeReport {
+    pub model: String,
+    pub verdict: crate::vocab::ProbeVerdict,
+    /// The provider's or the worker's words, when it did not answer (redacted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// A model whose provider refused the key.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Refusal {
+    /// None for a worker run without a model.
+    pub model: Option<String>,
+    /// RFC 3339.
+    pub at: String,
+    /// The item whose worker met it (`repo/id`); absent when the probe before the queue did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<String>,
+    /// What the provider said, as the worker printed it (redacted).
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+pub struct UsageInfo {
+    pub total: crate::events::Usage,
+    /// Keyed by model (`-` for a worker run without one).
+    pub by_model: BTreeMap<String, crate::events::Usage>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ManifestInfo {
+    pub name: String,
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct CapacityInfo {
+    pub workers: u32,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ItemReport {
+    pub repo: String,
+    pub id: String,
+    pub outcome: ItemOutcome,
+    pub reason: Option<String>,
+    pub cause: Option<String>,
+    /// The model of its last attempt.
+    pub model: Option<String>,
+    pub branch: Option<String>,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    pub attempts: Vec<AttemptReport>,
+    /// The commit a completed item produced; absent when its branch did not move.
+    pub commit: Option<String>,
+    /// What that work changed, from the commit the item started at.
+    pub diffstat: Option<Diffstat>,
+    /// `no-change` (the worker changed nothing), `unverified` (no required gate ran and
+    /// passed): a completion that is not a checked change says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<String>,
+    /// Files left uncommitted (`worker.commit: false`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncommitted: Vec<String>,
+    /// The worktree the item ran in, while it is kept (an item that did not complete).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    /// What of `worktree.share` its worktree got from the checkout (folders linked, files
+    /// copied).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<String>,
+    /// Its worktree's `worktree.setup`, when it ran in this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupReport>,
+    /// The item started anew from its base (`--fresh`): what its branch held is kept as this
+    /// branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_branch: Option<String>,
+    /// What an earlier run left uncommitted in that worktree, saved as a patch before this run
+    /// started from the branch's committed state (relative to the run's report folder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leftovers: Option<String>,
+    /// What became of its work branch, when the manifest publishes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publish: Option<PublishReport>,
+    /// Where its time went besides work: waiting for its repository's lease, for shared
+    /// resources, and resting after provider failures, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited: Option<Waited>,
+    /// What its workers reported they used, over every attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::events::Usage>,
+}
+
+/// A worktree's setup (`worktree.setup`), run once before the item's first attempt.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct SetupReport {
+    pub ok: bool,
+    pub exit: Option<i32>,
+    pub duration_ms: u64,
+    /// Relative to the run's report folder.
+    pub log: Option<String>,
+    /// The end of its output when it failed.
+    pub output_tail: String,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Diffstat {
+    pub files: u64,
+    pub insertions: u64,
+    pub deletions: u64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct AttemptReport {
+    pub n: u32,
+    pub model: Option<String>,
+    /// The model the worker says it used, when that is not the one asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_used: Option<String>,
+    /// How long the item rested before this attempt, after a provider failure (the back-off
+    /// asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
+    /// How long it then waited for a free slot before this attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_wait_ms: Option<u64>,
+    pub started_at: String,
+    pub worker: Option<WorkerReport>,
+    pub gates: Vec<GateReport>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct WorkerReport {
+    pub exit: Option<i32>,
+    pub class: WorkerClass,
+    pub duration_ms: u64,
+    /// Relative to the run's report folder (an empty file when the worker printed nothing).
+    pub log: Option<String>,
+    /// Why the log is not all of the output: it could not be created or written whole (a full
+    /// disk). The run exits 4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
+    /// Bytes of output past the log's limit (`RUNNER_LOG_LIMIT`, 100 MiB by default), not in
+    /// the log: it stops at the limit, says so, and ends with the output's last lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlogged_bytes: Option<u64>,
+    /// The end of its output when it did not succeed (empty otherwise).
+    pub output_tail: String,
+    /// Why runner ended it, when it did: `no output for 15s` (`silence`), `timed out after 1h`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct GateReport {
+    pub name: String,
+    pub result: GateResult,
+    pub reason: Option<String>,
+    pub duration_ms: u64,
+    pub output_tail: String,
+    pub log: Option<String>,
+    /// Why the log is not all of the output: it could not be created or written whole (a full
+    /// disk). The run exits 4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
+    /// Bytes of output past the log's limit (`RUNNER_LOG_LIMIT`, 100 MiB by default), not in
+    /// the log: it stops at the limit, says so, and ends with the output's last lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlogged_bytes: Option<u64>,
+    /// How it exited, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i32>,
+    /// `false` for a gate that is reported but never decides (`required: false`).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub required: bool,
+    /// The result is a verdict recorded earlier on the same tree, command and environment
+    /// (the gate did not run): where it was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached: Option<crate::events::CachedFrom>,
+    /// It failed here, but only with failures its base commit has too: it passes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forgiven: bool,
+    /// For a `baseline: true` gate that failed here: new failures and forgiven ones, as the
+    /// lines they were read from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failures: Option<crate::events::GateFailures>,
+    /// Its run on the base commit, when one was needed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineReport>,
+}
+
+/// What a log lacks, when it lacks anything: why it could not be written whole, or how much
+/// output went past its limit.
+pub fn log_gap(error: Option<&str>, unlogged: Option<u64>) -> Option<String> {
+    match (error, unlogged) {
+        (Some(e), _) => Some(e.to_string()),
+        (None, Some(b)) => Some(format!(
+            "{b} bytes of output past its limit were not logged (RUNNER_LOG_LIMIT); its last lines end it"
+        )),
+        (None, None) => None,
+    }
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// `1 item`, `3 items`.
+pub(super) fn plural_items(n: usize) -> String {
+    format!("{n} item{}", if n == 1 { "" } else { "s" })
+}
+
+/// A gate is required unless it says otherwise.
+fn yes() -> bool {
+    true
+}
+
+/// A gate's run on the base commit.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct BaselineReport {
+    pub commit: String,
+    /// `passed`, `failed`, `timed-out` (forgives nothing) or `not-run` (could not be run).
+    pub result: GateResult,
+    /// The failures recognised there.
+    pub failures: Vec<String>,
+    /// Reused from an earlier run's verdict on the same tree.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    pub duration_ms: u64,
+    pub log: Option<String>,
+    /// Why the log is not all of the output: it could not be created or written whole (a full
+    /// disk). The run exits 4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<String>,
+    /// Bytes of output past the log's limit (`RUNNER_LOG_LIMIT`, 100 MiB by default), not in
+    /// the log: it stops at the limit, says so, and ends with the output's last lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlogged_bytes: Option<u64>,
+}
+
+/// A required gate that passed nowhere in the run while its failures halted items: more likely
+/// its command or setting is wrong than every item's work.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct SuspectGate {
+    pub gate: String,
+    /// Its command line (redacted), as last run.
+    pub command: Option<String>,
+    /// The folder it last ran in.
+    pub dir: Option<String>,
+    /// Its last exit code (127: the command was not found).
+    pub exit: Option<i32>,
+    /// The items its failures halted, as `repo/id`.
+    pub halted: Vec<String>,
+}
+
+/// The run's ending with its counts, as every place that names an ending gives it: `drained: 3
+/// completed, 1 halted`.
+pub fn ending_with_counts(r: &Report) -> String {
+    let ending = match r.ending {
+        Some(e) => e.as_str(),
+        None if died(r) => "died",
+        None => "unfinished",
+    };
+    format!("{ending}: {}", counts_line(r))
+}
+
+/// The run recorded no ending and died (see [`ReportBuilder::unended`]).
+pub fn died(r: &Report) -> bool {
+    r.ending.is_none()
+        && r.items
+            .iter()
+            .any(|i| i.reason.as_deref() == Some("run-died"))
+}
+
+/// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
+/// The program a command line runs: its first word, or under `sh -c`/`bash -c` the script's
+/// first word (`cargo` of `sh -c 'cargo test -q'`), leading `VAR=value` words passed over.
+pub(super) fn program_of(command: &str) -> &str {
+    let words: Vec<&str> = command
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut rest: &[&str] = &words;
+    if let [shell, "-c", tail @ ..] = rest
+        && matches!(*shell, "sh" | "bash" | "/bin/sh" | "/bin/bash")
+    {
+        rest = tail;
+    }
+    rest.iter()
+        .copied()
+        .find(|w| !w.contains('=') || w.starts_with('='))
+        .unwrap_or("")
+}
+
+/// One line saying why a gate is suspected of being misconfigured.
+pub fn suspect_line(s: &SuspectGate) -> String {
+    let mut line = format!("`{}`", s.gate);
+    if let Some(c) = &s.command {
+        line.push_str(&format!(" (`{c}`"));
+        if let Some(d) = &s.dir {
+            line.push_str(&format!(" in `{d}`"));
+        }
+        line.push(')');
+    }
+    line.push_str(" never passed");
+    match s.exit {
+        Some(127) => line.push_str(", exit 127: command not found"),
+        Some(126) => line.push_str(", exit 126: not executable"),
+        Some(c) => line.push_str(&format!(", last exit {c}")),
+        None => {}
+    }
+    let n = s.halted.len();
+    line.push_str(&format!(
+        "; it halted {n} item{}: {}",
+        if n == 1 { "" } else { "s" },
+        s.halted.join(", ")
+    ));
+    line
+}
+
+/// What an attempt's gates add to an item's line: verdicts reused, failures forgiven.
+pub fn gate_notes(a: &AttemptReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    for g in &a.gates {
+        if g.forgiven {
+            let n = g.failures.as_ref().map_or(0, |f| f.forgiven.len());
+            notes.push(format!(
+                "gate `{}` forgiven {n} failure{} the base commit has too",
+                g.name,
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(c) = &g.cached {
+            notes.push(format!("gate `{}` cached from run `{}`", g.name, c.run_id));
+        }
+    }
+    notes
+}
+
+pub fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<String> {
+    counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(o, n)| format!("{n} {}", o.as_str()))
+        .collect()
+}
+
+/// The counts of a run in one line, every outcome that occurred, with the reasons of held and
+/// skipped items: `8 completed, 1 halted, 2 held (stale-base 1, dirty-tree 1)`.
+pub fn counts_line(report: &Report) -> String {
+    let mut parts = Vec::new();
+    for outcome in ItemOutcome::ALL {
+        let items: Vec<&ItemReport> = report
+            .items
+            .iter()
+            .filter(|i| i.outcome == outcome)
+            .collect();
+        if items.is_empty() {
+            continue;
+        }
+        let mut part = format!("{} {}", items.len(), outcome.as_str());
+        if outcome == ItemOutcome::Completed {
+            let marks: Vec<String> = ["no-change", "unverified"]
+                .iter()
+                .filter_map(|m| {
+                    let n = items
+                        .iter()
+                        .filter(|i| i.marks.iter().any(|x| x == m))
+                        .count();
+                    (n > 0).then(|| format!("{m} {n}"))
+                })
+                .collect();
+            if !marks.is_empty() {
+                part.push_str(&format!(" ({})", marks.join(", ")));
+            }
+        }
+        if matches!(
+            outcome,
+            ItemOutcome::Held | ItemOutcome::Skipped | ItemOutcome::Cancelled
+        ) && items.iter().any(|i| i.reason.is_some())
+        {
+            let mut reasons: Vec<(&str, usize)> = Vec::new();
+            for i in &items {
+                let r = i.reason.as_deref().unwrap_or("no reason");
+                match reasons.iter_mut().find(|(name, _)| *name == r) {
+                    Some((_, n)) => *n += 1,
+                    None => reasons.push((r, 1)),
+                }
+            }
+            let list: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            part.push_str(&format!(" ({})", list.join(", ")));
+        }
+        parts.push(part);
+    }
+    if parts.is_empty() {
+        "no items".to_string()
+    } else {
+        parts.join(", ")
+    }
+}

@@ -1,0 +1,348 @@
+//! The finish of a run: the ledger told how it ended, the reports written in the formats the
+//! manifest lists, retention and the history page, and the last line with the exit code and why.
+
+use super::run::Session;
+use crate::engine::DrainEnd;
+use crate::ledger::Ledger;
+use crate::report;
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_OK, EXIT_STALLED};
+use crate::vocab::{ItemOutcome, RunEnding};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// GitHub Actions annotations on stderr: an error for each halted or failed item, a warning for
+/// each held one, at the file and line its failing output names when that file is in the
+/// repository.
+fn github_annotations(report: &report::Report, repos: &HashMap<String, PathBuf>) {
+    // Workflow-command escaping of a property value and of a message.
+    let data = |s: &str| {
+        s.replace('%', "%25")
+            .replace('\r', "%0D")
+            .replace('\n', "%0A")
+    };
+    let prop = |s: &str| data(s).replace(':', "%3A").replace(',', "%2C");
+    let place = regex::Regex::new(r"([A-Za-z0-9_./-]+\.[A-Za-z0-9]+):([0-9]+)").ok();
+    let mut lines = String::new();
+    for it in &report.items {
+        let level = match it.outcome {
+            ItemOutcome::Halted | ItemOutcome::Failed => "error",
+            ItemOutcome::Held => "warning",
+            _ => continue,
+        };
+        let tail = it
+            .attempts
+            .last()
+            .map(|a| {
+                a.gates
+                    .iter()
+                    .map(|g| g.output_tail.as_str())
+                    .chain(a.worker.iter().map(|w| w.output_tail.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        let mut props = vec![format!(
+            "title={}",
+            prop(&format!(
+                "runner: {}/{} {}",
+                it.repo,
+                it.id,
+                it.outcome.as_str()
+            ))
+        )];
+        if let (Some(re), Some(root)) = (&place, repos.get(&it.repo))
+            && let Some((file, line)) = re.captures_iter(&tail).find_map(|c| {
+                let f = c.get(1)?.as_str().trim_start_matches("./");
+                let line = c.get(2)?.as_str().to_string();
+                root.join(f).is_file().then(|| (f.to_string(), line))
+            })
+        {
+            // Relative to the workflow's workspace (or here), as GitHub expects.
+            let full = root.join(&file);
+            let base = std::env::var_os("GITHUB_WORKSPACE")
+                .map(PathBuf::from)
+                .or_else(|| std::env::current_dir().ok());
+            let shown = base
+                .and_then(|b| full.strip_prefix(b).ok().map(std::path::Path::to_path_buf))
+                .unwrap_or(full);
+            props.push(format!("file={}", prop(&shown.display().to_string())));
+            props.push(format!("line={line}"));
+        }
+        let message = match (&it.reason, &it.cause) {
+            (Some(r), Some(c)) => format!("{r}: {c}"),
+            (Some(r), None) => r.clone(),
+            (None, Some(c)) => c.clone(),
+            (None, None) => it.outcome.as_str().to_string(),
+        };
+        lines.push_str(&format!(
+            "::{level} {}::{}\n",
+            props.join(","),
+            data(&message)
+        ));
+    }
+    if !lines.is_empty() {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(lines.as_bytes());
+    }
+}
+
+/// The exit code of a run, and its reason in words.
+fn verdict(
+    ending: RunEnding,
+    signal: Option<i32>,
+    report: &report::Report,
+    failure: Option<&str>,
+    standing_holds_pass: bool,
+) -> (i32, String) {
+    if let Some(f) = failure {
+        return (EXIT_INTERNAL, f.to_string());
+    }
+    match ending {
+        RunEnding::Cancelled => {
+            let sig = signal.unwrap_or(libc::SIGINT);
+            // The cause names the sender: `cancelled by pid 4242 (…) (SIGTERM)`.
+            let why = report
+                .cause
+                .clone()
+                .unwrap_or_else(|| format!("cancelled by {}", crate::engine::signal_name(sig)));
+            (128 + sig, why)
+        }
+        RunEnding::Stalled => (EXIT_STALLED, "the run stalled".into()),
+        RunEnding::Budget => (
+            crate::vocab::EXIT_BUDGET,
+            format!(
+                "the budget was spent ({})",
+                report.cause.as_deref().unwrap_or("no cost given")
+            ),
+        ),
+        RunEnding::Refused => (
+            crate::vocab::EXIT_REFUSED,
+            format!(
+                "the provider refused the models ({}); fix the key, and the next run takes the held items",
+                report.cause.as_deref().unwrap_or("no message given")
+            ),
+        ),
+        RunEnding::Failed => (EXIT_INTERNAL, "runner could not continue".into()),
+        RunEnding::Paused => (
+            EXIT_FAILURES,
+            format!(
+                "the manifest is paused ({}); `runner resume` lifts it",
+                report.cause.as_deref().unwrap_or("no reason given")
+            ),
+        ),
+        RunEnding::NothingFound | RunEnding::Drained => {
+            let bad = report.items.iter().any(|i| {
+                matches!(
+                    i.outcome,
+                    ItemOutcome::Halted | ItemOutcome::Failed | ItemOutcome::Held
+                )
+            });
+            let unpublished = report
+                .items
+                .iter()
+                .any(|i| i.publish.as_ref().is_some_and(|p| p.error.is_some()));
+            let missing = missing_line(&report.missing_repositories);
+            // A run that ran nothing, whose only trouble is items held as before: with
+            // `--standing-holds pass` that is nothing new.
+            let only_held = !report
+                .items
+                .iter()
+                .any(|i| matches!(i.outcome, ItemOutcome::Halted | ItemOutcome::Failed));
+            if bad
+                && only_held
+                && missing.is_none()
+                && standing_holds_pass
+                && !report::ran_work(report)
+            {
+                let held = report
+                    .items
+                    .iter()
+                    .filter(|i| i.outcome == ItemOutcome::Held)
+                    .count();
+                return (
+                    EXIT_OK,
+                    format!(
+                        "nothing new: {held} item{} still held (`--standing-holds pass`)",
+                        if held == 1 { "" } else { "s" }
+                    ),
+                );
+            }
+            if bad {
+                let mut why = "an item halted, failed or was held".to_string();
+                if let Some(m) = missing {
+                    why.push_str(&format!("; {m}"));
+                }
+                (EXIT_FAILURES, why)
+            } else if let Some(m) = missing {
+                (EXIT_FAILURES, m)
+            } else if unpublished {
+                (
+                    EXIT_FAILURES,
+                    "a completed item's work could not be published (its branch is kept)".into(),
+                )
+            } else if ending == RunEnding::NothingFound {
+                (EXIT_OK, "no work item was found".into())
+            } else if report
+                .items
+                .iter()
+                .any(|i| i.outcome == ItemOutcome::Completed)
+            {
+                (EXIT_OK, "every pending item completed".into())
+            } else {
+                (EXIT_OK, "nothing was pending".into())
+            }
+        }
+    }
+}
+
+/// `repository `api` was not found` (or `3 repositories were not found: …`), when any was.
+fn missing_line(missing: &[crate::plan::MissingRepository]) -> Option<String> {
+    match missing {
+        [] => None,
+        [one] => Some(format!("repository `{}` was not found", one.name)),
+        many => Some(format!(
+            "{} repositories were not found: {}",
+            many.len(),
+            many.iter()
+                .map(|m| format!("`{}`", m.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// End the run of `session` that the drain ended with `end`: see [`super::Session::finish`].
+pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
+    let Session {
+        cx,
+        mut sink,
+        repo_paths,
+        opts,
+    } = session;
+    let run_id = &cx.run_id;
+    let run_dir = &cx.run_dir;
+    if let Err(e) = sink
+        .ledger
+        .end_run(
+            run_id,
+            end.ending,
+            end.cause.as_deref(),
+            &crate::support::clock::now(),
+        )
+        .and_then(|()| sink.ledger.checkpoint())
+    {
+        ui.error(e);
+        sink.failure
+            .get_or_insert_with(|| "the ledger failed".into());
+    }
+    if let Some(e) = sink.events_failed.take() {
+        ui.error(&e);
+        sink.failure.get_or_insert(e);
+    }
+    if let Some(e) = sink.log_failed.take() {
+        sink.failure.get_or_insert(e);
+    }
+    let formats = formats_of(&cx.loaded);
+    let report = sink.builder.report();
+    for s in &report.suspect_gates {
+        ui.warn(format_args!(
+            "suspected misconfigured gate: {}",
+            report::suspect_line(s)
+        ));
+    }
+    // A report that fails to write never changes an item's verdict, and is never a silent
+    // success: the run exits 4.
+    if let Err(e) = report::write(report, run_dir, formats) {
+        ui.error(format_args!(
+            "the report of run `{run_id}` was not written: {e}"
+        ));
+        sink.failure
+            .get_or_insert_with(|| "the report could not be written".into());
+    } else {
+        let shown = if formats.markdown {
+            run_dir.join("summary.md")
+        } else {
+            run_dir.clone()
+        };
+        eprintln!("runner: report in {}", shown.display());
+    }
+    if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
+        github_annotations(report, &repo_paths);
+    }
+    if opts.json {
+        match serde_json::to_string_pretty(report) {
+            Ok(s) => crate::ui::term::write_out(format_args!("{s}"), true),
+            Err(e) => ui.error(format_args!("cannot encode the report: {e}")),
+        }
+    }
+    // The run history: what the run came to, then the reports folder's page of runs.
+    let totals = super::records::totals_of(report);
+    let (code, why) = verdict(
+        end.ending,
+        end.signal,
+        report,
+        sink.failure.as_deref(),
+        opts.standing_holds_pass,
+    );
+    let last = format!("{} — exit {code}: {why}", report::counts_line(report));
+    // Everything the report is needed for is done: its items are let go before the history
+    // page reads the ledger, so the two are never in memory together.
+    sink.builder.release();
+    if let Err(e) = sink.ledger.record_totals(run_id, &totals) {
+        ui.warn(format_args!("the run history was not updated: {e}"));
+    } else if let Some(reports) = run_dir.parent() {
+        // Retention (`reports.keep`), then the history page of what is kept.
+        let keep = super::records::keep_of(&cx.loaded);
+        match super::records::retain(
+            &mut sink.ledger,
+            &cx.loaded.manifest.name,
+            &keep,
+            reports,
+            Some(run_id),
+            &sink.keys,
+        ) {
+            Ok(r) => {
+                if !r.runs.is_empty() {
+                    tracing::info!(pruned = r.runs.len(), "{}", r.line(&keep));
+                }
+                for l in &r.left {
+                    ui.warn(format_args!("a report folder could not be removed: {l}"));
+                }
+            }
+            Err(e) => ui.warn(format_args!("older runs were not pruned: {e}")),
+        }
+        super::records::prune_verdicts(&cx.loaded, &keep);
+        if formats.html
+            && let Err(e) =
+                super::records::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)
+        {
+            ui.warn(format_args!("the run history page was not written: {e}"));
+        }
+    }
+    if let Some(f) = &sink.failure {
+        ui.error(f);
+    }
+    // The last line: what happened, and why the exit code is what it is.
+    eprintln!("runner: {last}");
+    code
+}
+
+/// `reports.formats`, exactly; every one by default.
+fn formats_of(loaded: &crate::manifest::LoadedManifest) -> report::Formats {
+    use crate::manifest::ReportFormat;
+    match loaded
+        .manifest
+        .reports
+        .as_ref()
+        .and_then(|r| r.formats.as_ref())
+    {
+        None => report::Formats::default(),
+        Some(f) => report::Formats {
+            json: f.contains(&ReportFormat::Json),
+            markdown: f.contains(&ReportFormat::Markdown),
+            junit: f.contains(&ReportFormat::Junit),
+            html: f.contains(&ReportFormat::Html),
+        },
+    }
+}

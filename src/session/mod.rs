@@ -1,0 +1,20 @@
+//! A run session: what stands between the verbs and the engine.
+//!
+//! A session has three parts, each in a file of its own. [`prepare`] settles the worker bound
+//! (the manifest's, `-j`, and a nested run's ceiling) into the plan before anything is estimated
+//! from it, lays the ledger's standing over the plan, and builds what the engine is handed.
+//! [`fanout`] is the one place that hands each event to the ledger, the progress display, the
+//! report and the event stream. [`finish`] ends the run in the ledger, writes the reports, runs
+//! retention and the history page, and says the last line. [`records`] reads a manifest's runs
+//! back from the ledger for those verbs that only read (`report`, `gc`).
+//!
+//! `apply` wires them: [`Session::prepare`], [`Session::drain`], [`Session::finish`]. `plan`
+//! uses the same preparation, so what it estimates is what `apply` will do.
+
+pub mod fanout;
+pub mod finish;
+pub mod prepare;
+pub mod records;
+mod run;
+
+pub use run::{Options, Session};

@@ -1,0 +1,646 @@
+//! The preparation of a run: the worker bound settled (the manifest's, `-j`, and a nested run's
+//! ceiling) into the plan before anything is estimated from it, the ledger's standing (past
+//! outcomes, pauses, quarantines, claims) laid over the plan, and what the engine is handed.
+
+use super::fanout::{EventsOut, Fanout};
+use super::run::{Options, Session};
+use crate::engine::RunCx;
+use crate::engine::config;
+use crate::events::Event;
+use crate::ledger::Ledger;
+use crate::ledger::store::Store;
+use crate::ledger::{Holder, ItemKey, PastOutcome, RunRow};
+use crate::manifest::{LoadedManifest, SourceKind};
+use crate::plan::history::{self, Rerun};
+use crate::plan::{self, repos};
+use crate::plan::{ItemState, Plan};
+use crate::process::redact::Redactor;
+use crate::report::ReportBuilder;
+use crate::ui::term::Ui;
+use crate::vocab::{EXIT_INTERNAL, EXIT_INVALID, ItemOutcome};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How many of a manifest's latest runs its history (estimates, the history page) reads.
+pub const HISTORY_RUNS: usize = 50;
+
+/// The state ledger's path: `--state` / `RUNNER_STATE`, else `.runner/state.db` beside the
+/// manifest, else in the current folder.
+/// The manifest's reports folder, or `given` (`--report-dir`).
+pub fn reports_dir(loaded: &LoadedManifest, given: Option<&Path>) -> std::path::PathBuf {
+    match given {
+        Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf()),
+        None => loaded.resolve(
+            loaded
+                .manifest
+                .reports
+                .as_ref()
+                .and_then(|r| r.dir.as_deref())
+                .unwrap_or(crate::manifest::DEFAULT_REPORTS_DIR),
+        ),
+    }
+}
+
+/// Who is asking, for provenance: `alice (uid 1000)@host`, the user named by the process's real
+/// uid (never `$USER`, which anyone can set), `as worker` when a worker or gate asks (its
+/// `RUNNER_ROLE`), and `via `runner cancel`` naming the control used.
+pub fn who(control: &str) -> String {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map(|u| format!("{} (uid {uid})", u.name))
+        .unwrap_or_else(|| format!("uid {uid}"));
+    let role = std::env::var("RUNNER_ROLE")
+        .ok()
+        .filter(|r| {
+            !r.is_empty()
+                && r.len() <= 32
+                && r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+        .map(|r| format!(" as {r}"))
+        .unwrap_or_default();
+    format!(
+        "{user}@{}{role} via `runner {control}`",
+        crate::support::host::hostname()
+    )
+}
+
+/// The quarantines in force for `plan`'s repositories: those kept with each repository (seen by
+/// every manifest), and those this ledger recorded; as `(path, run, reason)`.
+pub fn quarantines_of(
+    plan: &crate::plan::Plan,
+    mut recorded: Vec<(String, String, String)>,
+) -> Vec<(String, String, String)> {
+    for r in &plan.repositories {
+        if let Some(common) = &r.common_dir
+            && let Some(q) = crate::lease::quarantined(common)
+        {
+            recorded.push((r.path.display().to_string(), q.run_id, q.reason));
+        }
+    }
+    recorded
+}
+
+/// The limits of the manifest's `timeout: auto` gates, from how long each took when it passed in
+/// the latest runs; each said on stderr.
+fn auto_gate_timeouts(
+    ui: &Ui,
+    loaded: &crate::manifest::LoadedManifest,
+    ledger: &Store,
+) -> HashMap<String, std::time::Duration> {
+    use crate::manifest::{
+        AUTO_TIMEOUT_SAMPLES, DEFAULT_GATE_TIMEOUT, format_approx, format_duration,
+    };
+    let mut names: Vec<&str> = loaded
+        .manifest
+        .gates
+        .iter()
+        .chain(
+            loaded
+                .manifest
+                .repositories
+                .iter()
+                .flat_map(|r| r.gates.iter().flatten()),
+        )
+        .filter(|g| g.timeout_is_auto())
+        .map(|g| g.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut out = HashMap::new();
+    if names.is_empty() {
+        return out;
+    }
+    let durations = match ledger.gate_durations(&loaded.manifest.name, 50) {
+        Ok(d) => d,
+        Err(e) => {
+            ui.warn(format_args!(
+                "`timeout: auto` gates get the default ({}): their history cannot be read: {e}",
+                format_duration(DEFAULT_GATE_TIMEOUT)
+            ));
+            return out;
+        }
+    };
+    for name in names {
+        let samples = durations.get(name).map_or(&[][..], Vec::as_slice);
+        match crate::engine::config::auto_timeout(samples) {
+            Some((limit, p95)) => {
+                eprintln!(
+                    "runner: gate `{name}`: timeout auto = {} (p95 {} over {} passing runs)",
+                    format_duration(limit),
+                    format_approx(p95),
+                    samples.len()
+                );
+                out.insert(name.to_string(), limit);
+            }
+            None => eprintln!(
+                "runner: gate `{name}`: timeout auto = {}, the default, until {AUTO_TIMEOUT_SAMPLES} passing runs are recorded ({} so far)",
+                format_duration(DEFAULT_GATE_TIMEOUT),
+                samples.len()
+            ),
+        }
+    }
+    out
+}
+
+/// The last feedback file an earlier run wrote for an item (`logs/<repo>/<item>/<n>-feedback.txt`
+/// under its report folder).
+fn last_feedback(run_dir: &std::path::Path, repo: &str, item: &str) -> Option<PathBuf> {
+    let dir = run_dir.join("logs").join(repo).join(item);
+    std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let n: u32 = name.strip_suffix("-feedback.txt")?.parse().ok()?;
+            Some((n, dir.join(name)))
+        })
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, p)| p)
+}
+
+/// `YYYYMMDDTHHMMSSZ-xxxxxx`: sortable by time, unique across concurrent runs.
+fn new_run_id() -> String {
+    let now = jiff::Timestamp::now();
+    let stamp = now.strftime("%Y%m%dT%H%M%SZ").to_string();
+    let rand = uuid::Uuid::new_v4().simple().to_string();
+    format!("{stamp}-{}", &rand[..6])
+}
+
+/// Values to redact: every variable named as a secret, every passed variable whose name says it
+/// is one (`TOKEN`, `SECRET`, `PASSWORD`, `KEY`), and every value the manifest sets in
+/// `worker.env` under such a name.
+/// How run `run_id`'s items will be contained: `RUNNER_CONTAINMENT` and `worker.limits` say
+/// what is wanted, the machine what it allows.
+pub fn containment(
+    loaded: &LoadedManifest,
+    run_id: &str,
+) -> Result<crate::process::cgroup::Contained, String> {
+    use crate::process::cgroup::{Contained, Want};
+    let limits = loaded
+        .manifest
+        .worker
+        .limits
+        .map(|l| l.0)
+        .unwrap_or_default();
+    Want::parse(std::env::var("RUNNER_CONTAINMENT").ok().as_deref())
+        .and_then(|want| Contained::set_up(run_id, want, limits))
+}
+
+pub fn redactor(loaded: &LoadedManifest) -> Redactor {
+    let mut names: Vec<String> = Vec::new();
+    let mut values: Vec<String> = Vec::new();
+    let mut worker_envs = vec![&loaded.manifest.worker.env];
+    for spec in &loaded.manifest.repositories {
+        if let Some(w) = &spec.worker {
+            worker_envs.push(&w.env);
+        }
+    }
+    for env in worker_envs {
+        values.extend(
+            env.iter()
+                .filter(|(k, _)| config::looks_secret(k))
+                .map(|(_, v)| v.clone()),
+        );
+    }
+    for entry in 0..loaded.manifest.repositories.len() {
+        let eff = config::effective(loaded, entry);
+        names.extend(eff.secrets.iter().cloned());
+        names.extend(
+            eff.env_pass
+                .iter()
+                .filter(|n| config::looks_secret(n))
+                .cloned(),
+        );
+    }
+    names.sort();
+    names.dedup();
+    values.extend(names.iter().filter_map(|n| std::env::var(n).ok()));
+    Redactor::new(values)
+}
+
+/// Clone every `url` repository not yet in the workspace, and fetch the ones that are. Failures
+/// are recorded per repository (their items fail with the git error, credentials removed); the
+/// run goes on. A failed clone leaves no folder behind (git removes it).
+/// Clone (or fetch) the manifest's url repositories — only the shard's, with `--shard`.
+fn clone_missing(
+    loaded: &LoadedManifest,
+    shard: Option<crate::plan::shard::Shard>,
+) -> HashMap<String, String> {
+    let workspace = repos::workspace_dir(loaded);
+    let mut errors = HashMap::new();
+    for spec in &loaded.manifest.repositories {
+        if spec.source_kind() != SourceKind::Url {
+            continue;
+        }
+        let (Some(name), Some(url)) = (&spec.name, &spec.url) else {
+            continue;
+        };
+        if shard.is_some_and(|s| !s.holds(&repos::redact_url(url))) {
+            continue;
+        }
+        let dest = repos::clone_dir(&workspace, name);
+        // A local bundle or repository path resolves against the manifest's folder.
+        let local = loaded.resolve(url);
+        let source = if !url.contains("://") && local.exists() {
+            local.to_string_lossy().to_string()
+        } else {
+            url.clone()
+        };
+        let result = if dest.join(".git").exists() {
+            crate::git::fetch(&dest)
+        } else {
+            crate::git::clone(&source, &dest)
+        };
+        if let Err(e) = result {
+            let fresh = !dest.join(".git").exists();
+            let shown = repos::redact_url(url);
+            let msg = e.to_string().replace(url.as_str(), &shown);
+            let what = if fresh { "clone" } else { "fetch" };
+            errors.insert(
+                name.clone(),
+                format!("cannot {what} `{shown}`: {}", redact_credentials(&msg)),
+            );
+        }
+    }
+    errors
+}
+
+/// Remove `user:password@` from any url inside a message.
+fn redact_credentials(msg: &str) -> String {
+    msg.split(' ')
+        .map(|w| {
+            if w.contains("://") {
+                repos::redact_url(w)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The most items a run takes at once: the manifest's `capacity.workers` (the machine's cores
+/// when it gives none), lowered by `-j`, and by a nested run's inherited ceiling
+/// (`RUNNER_MAX_WORKERS`), which fails closed: a ceiling that cannot be read is no licence to
+/// run unbounded, or anywhere. `Err` is the exit code, the reason said.
+pub fn settle_workers(ui: &Ui, loaded: &LoadedManifest, j: Option<u32>) -> Result<u32, i32> {
+    let mut workers = plan::effective_workers(loaded, j);
+    if let Some(j) = j
+        && j > workers
+    {
+        ui.warn(format_args!(
+            "`-j {j}` is above the manifest's bound; running at most {workers} at once (`-j` only lowers `capacity.workers`)"
+        ));
+    }
+    let nested = std::env::var_os("RUNNER_ROLE").is_some();
+    match std::env::var("RUNNER_MAX_WORKERS") {
+        Ok(v) => match v.parse::<u32>() {
+            Ok(max) => workers = workers.min(max.max(1)),
+            Err(_) => {
+                ui.error(format_args!(
+                    "`RUNNER_MAX_WORKERS` is `{v}`, not a number: the ceiling a nested run inherits cannot be read"
+                ));
+                return Err(EXIT_INVALID);
+            }
+        },
+        Err(_) if nested => {
+            ui.error("`RUNNER_ROLE` is set but `RUNNER_MAX_WORKERS` is not: the ceiling a nested run inherits cannot be read");
+            return Err(EXIT_INVALID);
+        }
+        Err(_) => {}
+    }
+    if nested && std::env::var_os("RUNNER_REPO_PATH").is_none() {
+        ui.error("`RUNNER_ROLE` is set but `RUNNER_REPO_PATH` is not: the repository a nested run is confined to is unknown");
+        return Err(EXIT_INVALID);
+    }
+    Ok(workers)
+}
+
+/// What the ledger says of a manifest's items before a run: past outcomes, a pause, the
+/// quarantines in force and the live claims of other runs.
+pub struct Standing {
+    pub past: HashMap<ItemKey, PastOutcome>,
+    pub paused: Option<String>,
+    pub quarantined: Vec<(String, String, String)>,
+    pub claims: Vec<(ItemKey, String)>,
+}
+
+impl Standing {
+    /// The standing of manifest `name` in `ledger`.
+    pub fn read(ledger: &Store, name: &str) -> crate::ledger::Result<Standing> {
+        Ok(Standing {
+            past: ledger.past_outcomes(name)?.into_iter().collect(),
+            paused: ledger.paused(name)?,
+            quarantined: ledger.quarantines()?,
+            claims: ledger.live_claims_of(name)?,
+        })
+    }
+
+    /// No ledger yet: only the quarantines kept with the repositories hold.
+    pub fn none() -> Standing {
+        Standing {
+            past: HashMap::new(),
+            paused: None,
+            quarantined: Vec::new(),
+            claims: Vec::new(),
+        }
+    }
+
+    /// The plan's items as this standing leaves them: done, held (paused, quarantined) or
+    /// taken by another live run. `taken` is false where admission settles claims instead (a
+    /// shared ledger, whose claims `apply` takes over when their runner stops).
+    pub fn lay_over(&self, plan: &mut Plan, rerun: Option<Rerun>, taken: bool) {
+        history::apply(plan, &self.past, rerun, self.paused.as_deref());
+        let q = quarantines_of(plan, self.quarantined.clone());
+        history::quarantine(plan, &q);
+        if taken {
+            history::taken(plan, &self.claims);
+        }
+    }
+}
+
+/// The plan's worker bound set to `workers`, then the order items start in and the expected
+/// duration estimated from what they took in the manifest's recent runs (none without a
+/// ledger), with that bound: what `plan` shows is what `apply` does.
+pub fn estimate(
+    plan: &mut Plan,
+    workers: u32,
+    ledger: Option<&Store>,
+) -> crate::ledger::Result<()> {
+    plan.capacity.workers = workers;
+    let durations = match ledger {
+        Some(l) => l.item_durations(&plan.manifest.name, HISTORY_RUNS)?,
+        None => Default::default(),
+    };
+    crate::plan::schedule::estimate(plan, &durations);
+    Ok(())
+}
+
+/// Prepare a run of `loaded`: see [`Session::prepare`].
+pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<Session, i32> {
+    let workers = settle_workers(ui, &loaded, opts.workers)?;
+    let clone_errors = clone_missing(&loaded, opts.plan.shard);
+    let mut ledger = Store::open(&opts.state).map_err(|e| {
+        ui.error(e);
+        EXIT_INTERNAL
+    })?;
+    let internal = |e: crate::ledger::LedgerError| {
+        ui.error(e);
+        EXIT_INTERNAL
+    };
+    let Some(mut plan) = planned(ui, &loaded, &opts.plan) else {
+        return Err(EXIT_INVALID);
+    };
+    // The key that seals cached verdicts: the ledger's, never in a child's reach.
+    let verdict_key = ledger.verdict_key().map_err(internal)?;
+    if std::env::var_os("RUNNER_ROLE").is_some()
+        && let Ok(parent) = std::env::var("RUNNER_REPO_PATH")
+    {
+        let parent = PathBuf::from(parent);
+        if let Some(r) = plan
+            .repositories
+            .iter()
+            .find(|r| !r.path.starts_with(&parent))
+        {
+            ui.error(format_args!(
+                "this runner was started by a worker in `{}` and may not work outside it, but repository `{}` is at `{}`",
+                parent.display(),
+                r.name,
+                r.path.display()
+            ));
+            return Err(EXIT_INVALID);
+        }
+    }
+
+    // The run's view of the ledger is taken now: a result another run records after this
+    // moment (while this one plans) is one this run will not repeat.
+    let started_at = crate::support::clock::now();
+    let standing = Standing::read(&ledger, &loaded.manifest.name).map_err(internal)?;
+    // Against a shared ledger, an item another runner claimed is left to admission, which waits
+    // for that runner's repository lock and takes the claim over if its runner stops.
+    standing.lay_over(&mut plan, opts.rerun, !ledger.is_shared());
+    if let Err(e) = estimate(&mut plan, workers, Some(&ledger)) {
+        ui.warn(format_args!("items start in plan order: {e}"));
+    }
+
+    let run_id = new_run_id();
+    // How each item's processes are kept together: a cgroup each where the machine allows it.
+    let contained = match containment(&loaded, &run_id) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            ui.error(format_args!("{e}; nothing ran"));
+            return Err(EXIT_INVALID);
+        }
+    };
+    tracing::info!(containment = %contained.describe(), "processes are contained");
+    let reports_dir = reports_dir(&loaded, opts.report_dir.as_deref());
+    let run_dir = reports_dir.join(&run_id);
+    if let Err(e) = std::fs::create_dir_all(&run_dir) {
+        ui.error(format_args!(
+            "cannot create the report folder `{}`: {e}",
+            run_dir.display()
+        ));
+        return Err(EXIT_INTERNAL);
+    }
+    let redactor = Arc::new(redactor(&loaded));
+    let workspace = repos::workspace_dir(&loaded);
+    // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).
+    let fancy = !opts.no_progress
+        && std::io::stderr().is_terminal()
+        && std::env::var("TERM").map_or(true, |t| t != "dumb")
+        && std::env::var_os("CI").is_none();
+    let keys: Vec<ItemKey> = plan
+        .items
+        .iter()
+        .map(|it| history::item_key(&loaded.manifest.name, it))
+        .collect();
+    let row = RunRow {
+        id: run_id.clone(),
+        manifest: loaded.manifest.name.clone(),
+        manifest_path: loaded.path.display().to_string(),
+        manifest_sha256: loaded.sha256.clone(),
+        holder: Holder::this_process(),
+        started_by: who("apply"),
+        started_at: started_at.clone(),
+        ended_at: None,
+        ending: None,
+        cause: None,
+        stop_requested_by: None,
+        stop_reason: None,
+        containment: Some(contained.describe()),
+        lapsed: false,
+    };
+    let plan_json = serde_json::to_string(&plan).map_err(|e| {
+        ui.error(format_args!("cannot encode the plan for the ledger: {e}"));
+        EXIT_INTERNAL
+    })?;
+    ledger
+        .begin_run(&row, &plan_json, workers, &run_dir.display().to_string())
+        .map_err(internal)?;
+    // The event stream: stdout (`-`), or a file created now (an error before anything runs).
+    let events = EventsOut::open(opts.events.as_deref(), opts.json).map_err(|e| {
+        ui.error(e);
+        EXIT_INVALID
+    })?;
+    let mut sink = Fanout::new(
+        events,
+        crate::ui::Progress::new(&plan, fancy, ui.color),
+        ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
+        ledger,
+        &plan,
+        &run_id,
+        keys,
+        row.holder.clone(),
+    );
+    // Holds decided at plan time are the run's results too: recorded (so `status` shows them),
+    // in the report and in the event stream, as the engine's events are.
+    for (i, it) in plan.items.iter().enumerate() {
+        if it.state != ItemState::Held {
+            continue;
+        }
+        sink.record(&Event::ItemFinished {
+            item: i,
+            outcome: ItemOutcome::Held,
+            reason: it.reason.map(|r| r.as_str().to_string()),
+            cause: it.detail.clone(),
+        });
+        if let Some(e) = &sink.failure {
+            ui.error(e);
+            return Err(EXIT_INTERNAL);
+        }
+    }
+    // Items run again after a halt or failure: the previous run's last word on them.
+    let mut previous_feedback = HashMap::new();
+    for (i, it) in plan.items.iter().enumerate() {
+        if it.state != ItemState::Pending {
+            continue;
+        }
+        let Some(p) = standing.past.get(&sink.keys[i]) else {
+            continue;
+        };
+        if p.outcome == ItemOutcome::Completed {
+            continue;
+        }
+        if let Ok(Some(dir)) = sink.ledger.run_dir(&p.run_id)
+            && let Some(f) = last_feedback(&PathBuf::from(dir), &it.repo, &it.id)
+        {
+            previous_feedback.insert(i, f);
+        }
+    }
+    say_held(&plan);
+    // Pull requests earlier runs opened for these items: publishing updates them.
+    let published = match sink.ledger.publications_of(&loaded.manifest.name) {
+        Ok(p) => plan
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, it)| {
+                p.get(&(it.repo.clone(), it.id.clone()))
+                    .and_then(|(_, _, url)| url.clone())
+                    .map(|u| (i, u))
+            })
+            .collect(),
+        Err(e) => return Err(internal(e)),
+    };
+    let health = crate::engine::health::Health::new(
+        loaded
+            .manifest
+            .models
+            .as_ref()
+            .map_or(crate::manifest::DEFAULT_THRESHOLD, |m| m.threshold()),
+        crate::engine::health::WINDOW,
+        crate::engine::health::QUIET,
+    );
+    let repo_paths: HashMap<String, PathBuf> = plan
+        .repositories
+        .iter()
+        .map(|r| (r.name.clone(), r.path.clone()))
+        .collect();
+    let gate_timeouts = auto_gate_timeouts(ui, &loaded, &sink.ledger);
+    let cx = Arc::new(RunCx {
+        gate_timeouts,
+        loaded,
+        plan,
+        run_id,
+        token: uuid::Uuid::new_v4().simple().to_string(),
+        run_dir,
+        verdicts: crate::engine::verdicts::Verdicts::new(&workspace, !opts.no_cache, &verdict_key),
+        baselines: std::sync::Mutex::new(HashMap::new()),
+        workspace,
+        workers,
+        wait_for_locks: opts.wait_for_locks,
+        redactor,
+        clone_errors,
+        paused: standing.paused.clone(),
+        previous_feedback,
+        contained,
+        health: std::sync::Mutex::new(health),
+        probe_models: !opts.no_probe,
+        published,
+        parent_token: std::env::var_os("RUNNER_ROLE")
+            .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
+    });
+    Ok(Session {
+        cx,
+        sink,
+        repo_paths,
+        opts,
+    })
+}
+
+/// Items that will not run for a reason the user can clear: named before the drain starts.
+fn say_held(plan: &Plan) {
+    let held: Vec<String> = plan
+        .items
+        .iter()
+        .filter(|it| it.state == ItemState::Held)
+        .map(|it| {
+            format!(
+                "runner:   {}/{} ({}){}",
+                it.repo,
+                it.id,
+                it.reason.map_or("held", |r| r.as_str()),
+                it.detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    if !held.is_empty() {
+        eprintln!(
+            "runner: {} item{} held at plan time:\n{}",
+            held.len(),
+            if held.len() == 1 { "" } else { "s" },
+            held.join("\n")
+        );
+    }
+}
+
+/// Plan a loaded manifest, or print why it cannot be planned (a manifest diagnostic rendered
+/// like a load error) and give `None`, for the caller to pick its exit code.
+pub fn planned(
+    ui: &Ui,
+    loaded: &LoadedManifest,
+    opts: &crate::plan::PlanOptions,
+) -> Option<crate::plan::Plan> {
+    match crate::plan::plan(loaded, opts) {
+        Ok(p) => {
+            for w in &p.warnings {
+                ui.warn(w);
+            }
+            Some(p)
+        }
+        Err(crate::plan::PlanError::Invalid(e)) => {
+            eprint!("{}", e.render(ui.color));
+            None
+        }
+        Err(e) => {
+            ui.error(e);
+            None
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The session itself: the options a verb gives it, and a prepared run's three steps.
+
+use super::{finish, prepare};
+use crate::engine::{DrainEnd, RunCx};
+use crate::plan::PlanOptions;
+use crate::plan::history::Rerun;
+use crate::ui::term::Ui;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a verb asks of a run session (`apply`'s flags, without the command line's types).
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// `-j N`: at most this many items at once (it only lowers `capacity.workers`).
+    pub workers: Option<u32>,
+    /// Which repositories and items, which shard, and `--fresh`.
+    pub plan: PlanOptions,
+    /// `--rerun WHICH`.
+    pub rerun: Option<Rerun>,
+    /// The ledger: a SQLite file or a PostgreSQL url.
+    pub state: PathBuf,
+    /// `--report-dir`, over the manifest's `reports.dir`.
+    pub report_dir: Option<PathBuf>,
+    /// `--json`: the report on stdout.
+    pub json: bool,
+    /// `--events FILE` (`-` for stdout).
+    pub events: Option<PathBuf>,
+    /// `--no-progress`.
+    pub no_progress: bool,
+    /// `--wait-for-locks`.
+    pub wait_for_locks: Option<Duration>,
+    /// `--no-cache`: every gate runs, no cached verdict is used.
+    pub no_cache: bool,
+    /// `--no-probe`.
+    pub no_probe: bool,
+    /// `--standing-holds pass`: items still held do not fail a run that ran nothing.
+    pub standing_holds_pass: bool,
+}
+
+/// A prepared run: its context for the engine, the fan-out its events go through, and what the
+/// finish needs.
+pub struct Session {
+    pub cx: Arc<RunCx>,
+    pub sink: super::fanout::Fanout,
+    /// Where each repository is, for annotations naming a file in it.
+    pub repo_paths: HashMap<String, PathBuf>,
+    pub opts: Options,
+}
+
+impl Session {
+    /// Load the ledger's standing over the plan, begin the run in the ledger and build the
+    /// engine's context. `Err` carries the exit code, the reason already said.
+    pub fn prepare(
+        ui: &Ui,
+        loaded: crate::manifest::LoadedManifest,
+        opts: Options,
+    ) -> Result<Session, i32> {
+        prepare::prepare(ui, loaded, opts)
+    }
+
+    /// Drain the queue on one event loop; `Err` is an exit code, the reason already said.
+    pub fn drain(&mut self, ui: &Ui) -> Result<DrainEnd, i32> {
+        crate::process::become_subreaper();
+        // One event loop on this thread; git questions on a blocking pool whose threads are
+        // named for what they are and end soon after their work.
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("runner-blocking")
+            .thread_keep_alive(Duration::from_secs(1))
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                ui.error(format_args!("cannot start the runtime: {e}"));
+                return Err(crate::vocab::EXIT_INTERNAL);
+            }
+        };
+        let cx = self.cx.clone();
+        let sink = &mut self.sink;
+        Ok(crate::support::blocking::as_event_loop(|| {
+            runtime.block_on(crate::engine::drain(cx, sink))
+        }))
+    }
+
+    /// End the run: ledger, reports, retention, history page, last line. Returns the exit code.
+    pub fn finish(self, ui: &Ui, end: DrainEnd) -> i32 {
+        finish::finish(ui, self, end)
+    }
+}
