@@ -3,7 +3,6 @@
 
 use super::shared::load;
 use crate::cli::{ApplyArgs, StandingHolds};
-use crate::ledger::sqlite::SqliteLedger;
 use crate::plan::PlanOptions;
 use crate::report;
 use crate::session::prepare::{self, Standing};
@@ -56,7 +55,7 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
     let Some(mut plan) = prepare::planned(ui, &loaded, &opts.plan) else {
         return Err(EXIT_INVALID);
     };
-    let standing = match super::shared::open_snapshot(&opts.state) {
+    let standing = match crate::ledger::store::open_snapshot(&opts.state) {
         Ok(Some(ledger)) => Standing::read(&ledger, &loaded.manifest.name),
         Ok(None) => Ok(Standing::none()),
         Err(e) => Err(e),
@@ -173,7 +172,7 @@ impl LoopSummary {
             .ok()
             .map(|l| l.manifest.name);
         let latest = name.and_then(|n| {
-            SqliteLedger::open_snapshot(&path)
+            crate::ledger::store::open_snapshot(&path)
                 .ok()
                 .flatten()?
                 .run_history(&n, 1)

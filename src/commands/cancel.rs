@@ -8,7 +8,7 @@ use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
 
 pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
     let path = state_path(&args.state, args.manifest.as_deref());
-    let shared = crate::ledger::pg::is_url(&path.to_string_lossy());
+    let shared = crate::ledger::store::is_shared(&path);
     let mut ledger = match super::shared::open_store(ui, &path) {
         Ok(l) => l,
         Err(c) => return c,
@@ -38,7 +38,7 @@ pub fn run(ui: &Ui, args: &CancelArgs) -> i32 {
         &format!(
             "{}{}",
             who("cancel"),
-            super::shared::affected(&ledger, &run.manifest, Some(&run.id))
+            super::shared::affected(&*ledger, &run.manifest, Some(&run.id))
         ),
         args.reason.as_deref(),
         &crate::support::clock::now(),

@@ -270,9 +270,8 @@ fn containment(v: &mut Verdicts, loaded: &LoadedManifest) {
 
 /// The ledger (or, before the first run, its folder) can be written.
 fn ledger(v: &mut Verdicts, path: &Path) {
-    let text = path.to_string_lossy();
-    if crate::ledger::pg::is_url(&text) {
-        match crate::ledger::store::Store::open(path) {
+    if crate::ledger::store::is_shared(path) {
+        match crate::ledger::store::open(path) {
             Ok(_) => v.ok("ledger", "the PostgreSQL ledger answers"),
             Err(e) => v.fail("ledger", e),
         }

@@ -57,7 +57,7 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
     if !retained.runs.is_empty()
         && reports.join("index.html").is_file()
         && let Err(e) =
-            crate::session::records::write_history(&ledger, &loaded.manifest.name, &reports)
+            crate::session::records::write_history(&*ledger, &loaded.manifest.name, &reports)
     {
         ui.warn(format_args!("the run history page was not rewritten: {e}"));
     }

@@ -59,7 +59,7 @@ pub fn run(cli: Cli) -> i32 {
     // How long a lost connection to a shared ledger is tried again.
     if let Ok(v) = std::env::var("RUNNER_LEDGER_RETRY") {
         match crate::manifest::parse_duration(&v) {
-            Ok(d) => crate::ledger::pg::set_ledger_retry(d),
+            Ok(d) => crate::ledger::store::set_retry(d),
             Err(_) => {
                 ui.error(format_args!(
                     "`RUNNER_LEDGER_RETRY` is `{v}`, not a duration such as `3m`"

@@ -3,7 +3,6 @@
 use super::shared::state_path;
 use crate::cli::PauseArgs;
 use crate::ledger::Ledger;
-use crate::ledger::store::Store;
 use crate::session::prepare::who;
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
@@ -16,7 +15,7 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
     let path = state_path(&args.state, Some(&args.manifest));
     // A pause given here is seen by every runner of the ledger: on a shared PostgreSQL ledger,
     // by every machine's.
-    let mut ledger = match Store::open(&path) {
+    let mut ledger = match crate::ledger::store::open(&path) {
         Ok(l) => l,
         Err(e) => {
             ui.error(e);
@@ -35,7 +34,7 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
                 &format!(
                     "{}{}",
                     who("pause"),
-                    super::shared::affected(&ledger, name, None)
+                    super::shared::affected(&*ledger, name, None)
                 ),
                 args.reason.as_deref(),
                 &crate::support::clock::now(),
@@ -57,7 +56,7 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
         return EXIT_INTERNAL;
     }
     if args.wait {
-        return wait_for_drain(ui, &ledger, name, args.timeout);
+        return wait_for_drain(ui, &*ledger, name, args.timeout);
     }
     EXIT_OK
 }

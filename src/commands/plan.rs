@@ -38,7 +38,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     };
     // The ledger is read as it stands: `plan` creates and changes no file.
     let state_path = super::shared::state_path(&args.state, Some(&args.manifest));
-    let ledger = match super::shared::open_snapshot(&state_path) {
+    let ledger = match crate::ledger::store::open_snapshot(&state_path) {
         Ok(l) => l,
         Err(e) => {
             ui.error(e);

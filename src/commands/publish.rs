@@ -4,7 +4,6 @@
 use super::shared::load;
 use crate::cli::PublishArgs;
 use crate::events::Event;
-use crate::ledger::Ledger;
 use crate::plan::PlanOptions;
 use crate::ui::term::Ui;
 use crate::vocab::ItemOutcome;

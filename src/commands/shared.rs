@@ -64,33 +64,6 @@ pub(crate) fn affected(
     }
 }
 
-/// Open the SQLite ledger at `path`, which must exist: reading commands never create one.
-fn open_existing(ui: &Ui, path: &Path) -> Result<crate::ledger::sqlite::SqliteLedger, i32> {
-    if !path.exists() {
-        ui.error(format_args!(
-            "no state ledger at `{}`; give the manifest or `--state`",
-            path.display()
-        ));
-        return Err(EXIT_INVALID);
-    }
-    crate::ledger::sqlite::SqliteLedger::open(path).map_err(|e| {
-        ui.error(e);
-        EXIT_INTERNAL
-    })
-}
-
-/// Open the ledger for a reading command: a shared PostgreSQL ledger (`--state postgres://…`),
-/// or the SQLite file, which must exist (reading commands never create one).
-pub(crate) fn open_store(ui: &Ui, path: &Path) -> Result<crate::ledger::store::Store, i32> {
-    if crate::ledger::pg::is_url(&path.to_string_lossy()) {
-        return crate::ledger::store::Store::open(path).map_err(|e| {
-            ui.error(e);
-            EXIT_INTERNAL
-        });
-    }
-    open_existing(ui, path).map(crate::ledger::store::Store::Sqlite)
-}
-
 /// A looked-up run, or the exit code after saying why there is none.
 pub(crate) fn found<T>(
     ui: &Ui,
@@ -123,14 +96,21 @@ pub(crate) fn found<T>(
     }
 }
 
-/// The ledger at `path` as it stands, for a verb that only reads: a shared PostgreSQL ledger
-/// as it is, a SQLite one as a snapshot (no file created or changed); `None` when there is no
-/// ledger yet.
-pub fn open_snapshot(path: &Path) -> crate::ledger::Result<Option<crate::ledger::store::Store>> {
-    use crate::ledger::store::Store;
-    if crate::ledger::pg::is_url(&path.to_string_lossy()) {
-        Store::open(path).map(Some)
-    } else {
-        crate::ledger::sqlite::SqliteLedger::open_snapshot(path).map(|l| l.map(Store::Sqlite))
+/// Open the ledger for a reading command: a shared PostgreSQL ledger (`--state postgres://…`),
+/// or the SQLite file, which must exist (reading commands never create one).
+pub(crate) fn open_store(ui: &Ui, path: &Path) -> Result<crate::ledger::store::Store, i32> {
+    match crate::ledger::store::open_existing(path) {
+        Ok(Some(l)) => Ok(l),
+        Ok(None) => {
+            ui.error(format_args!(
+                "no state ledger at `{}`; give the manifest or `--state`",
+                path.display()
+            ));
+            Err(EXIT_INVALID)
+        }
+        Err(e) => {
+            ui.error(e);
+            Err(EXIT_INTERNAL)
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::shared::{open_store, state_path};
 use crate::cli::StatusArgs;
-use crate::ledger::{Ledger, RunRow};
+use crate::ledger::RunRow;
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
 use serde::Serialize;

@@ -167,8 +167,8 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         }
     }
     let path = state_path(&args.state, args.manifest.as_deref());
-    if path.exists() || crate::ledger::pg::is_url(&path.to_string_lossy()) {
-        let mut ledger = match crate::ledger::store::Store::open(&path) {
+    if path.exists() || crate::ledger::store::is_shared(&path) {
+        let mut ledger = match crate::ledger::store::open(&path) {
             Ok(l) => l,
             Err(e) => {
                 ui.error(e);

@@ -272,7 +272,7 @@ pub fn item_durations_of(
         };
         *per_run.entry(key).or_default() += ms;
     }
-    let mut out: HashMap<(String, String), Vec<u64>> = HashMap::new();
+    let mut out: std::collections::HashMap<(String, String), Vec<u64>> = HashMap::new();
     for ((_, repo, item), ms) in per_run {
         out.entry((repo, item)).or_default().push(ms);
     }
@@ -392,7 +392,7 @@ pub trait History {
 }
 
 /// The ledger's interface: claims, results, runs and events.
-pub trait Ledger {
+pub trait Ledger: History {
     /// Record a new run; fails if the ledger cannot be written.
     fn begin_run(
         &mut self,
@@ -438,6 +438,111 @@ pub trait Ledger {
     ) -> Result<()>;
     /// Lift a pause; whether there was one.
     fn clear_paused(&mut self, manifest: &str) -> Result<bool>;
+
+    /// Whether several machines' runners share this ledger (PostgreSQL).
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    fn run(&self, id: &str) -> Result<Option<RunRow>>;
+
+    /// Ask a run to stop, recording who asked and why.
+    fn request_stop(
+        &mut self,
+        run_id: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()>;
+
+    fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>>;
+
+    fn verdict_key(&mut self) -> Result<String>;
+
+    fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>>;
+
+    fn counts_of(
+        &self,
+        id: &str,
+    ) -> Result<std::collections::BTreeMap<crate::vocab::ItemOutcome, usize>>;
+
+    fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>>;
+
+    fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>>;
+
+    fn waiting_for_resource(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>>;
+
+    fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>>;
+
+    fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>>;
+
+    fn run_events(&self, id: &str) -> Result<Option<RunReplay>>;
+
+    /// When retention pruned a run, if it did.
+    fn pruned_at(&self, id: &str) -> Result<Option<String>>;
+
+    /// Retention over a manifest's history (see [`SqliteLedger::prune`]); on a shared ledger,
+    /// over every machine's runs, with the folders that are this machine's to remove (then
+    /// [`Store::forget`] those removed).
+    fn prune(&mut self, ask: &Retention<'_>) -> Result<Pruned>;
+
+    /// Pruned runs whose report folders are gone: a shared ledger kept their rows until now.
+    fn forget(&mut self, ids: &[String]) -> Result<()> {
+        let _ = ids;
+        Ok(())
+    }
+
+    /// Where the ledger is, as it may be shown.
+    fn shown(&self) -> String;
+
+    fn run_dir(&self, id: &str) -> Result<Option<String>>;
+
+    fn quarantines(&self) -> Result<Vec<(String, String, String)>>;
+
+    fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()>;
+
+    /// Lift a quarantine; whether there was one.
+    fn release_quarantine(&mut self, path: &str) -> Result<bool>;
+
+    fn record_totals(&mut self, id: &str, totals: &RunTotals) -> Result<()>;
+
+    /// Everything buffered, durable now.
+    fn flush_all(&mut self) -> Result<()>;
+
+    fn checkpoint(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn item_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<std::collections::HashMap<(String, String), Vec<u64>>>;
+
+    fn gate_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<std::collections::HashMap<String, Vec<u64>>>;
+
+    fn publications_of(&self, manifest: &str) -> Result<Publications>;
+
+    /// Take a repository's lock across machines (PostgreSQL); always granted on one machine,
+    /// where the lease in the repository is the lock.
+    fn try_lock_repo(&self, identity: &str) -> Result<bool> {
+        let _ = identity;
+        Ok(true)
+    }
+
+    fn unlock_repo(&self, identity: &str) -> Result<()> {
+        let _ = identity;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -415,55 +415,6 @@ impl PgLedger {
         })
     }
 
-    /// Take the repository's lock for this runner (every machine's runners share it), unless
-    /// another holds it. Held until [`PgLedger::unlock_repo`] or until this runner's connection
-    /// ends.
-    pub fn try_lock_repo(&self, identity: &str) -> Result<bool> {
-        let key = repo_key(identity);
-        self.call(move |s| {
-            let st = s.statement("SELECT pg_try_advisory_lock($1)")?;
-            let got = s.client.query_one(&st, &[&key])?.get::<_, bool>(0);
-            if got {
-                s.locks.insert(key);
-            }
-            Ok(got)
-        })
-    }
-
-    /// Let a repository's lock go.
-    pub fn unlock_repo(&self, identity: &str) -> Result<()> {
-        let key = repo_key(identity);
-        self.call(move |s| {
-            s.locks.remove(&key);
-            let st = s.statement("SELECT pg_advisory_unlock($1)")?;
-            s.client.query_one(&st, &[&key]).map(|_| ())
-        })
-    }
-
-    /// Ask a run to stop, on whichever machine it runs.
-    pub fn request_stop(
-        &mut self,
-        run_id: &str,
-        by: &str,
-        reason: Option<&str>,
-        at: &str,
-    ) -> Result<()> {
-        let (id, b, r, a) = (
-            run_id.to_string(),
-            by.to_string(),
-            reason.map(str::to_string),
-            at.to_string(),
-        );
-        self.call(move |s| {
-            s.client
-                .execute(
-                    "UPDATE runs SET stop_requested_by = $2, stop_reason = $3, stop_requested_at = $4 WHERE id = $1",
-                    &[&id, &b, &r, &a],
-                )
-                .map(|_| ())
-        })
-    }
-
     /// Who asked `run_id` to stop, and why, if anyone did.
     pub fn stop_requested(&self, run_id: &str) -> Result<Option<String>> {
         let id = run_id.to_string();
@@ -479,171 +430,6 @@ impl PgLedger {
                     None => by,
                 }
             }))
-        })
-    }
-
-    /// A run, as recorded.
-    pub fn run(&self, id: &str) -> Result<Option<RunRow>> {
-        let id = id.to_string();
-        let lapse = lapse().as_secs_f64();
-        self.call(move |s| {
-            let row = s.client.query_opt(
-                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"),
-                &[&id, &lapse],
-            )?;
-            Ok(row.as_ref().map(run_of))
-        })
-    }
-
-    /// The report folder a run wrote to.
-    pub fn run_dir(&self, id: &str) -> Result<Option<String>> {
-        let id = id.to_string();
-        self.call(move |s| {
-            Ok(s.client
-                .query_opt("SELECT run_dir FROM runs WHERE id = $1", &[&id])?
-                .map(|r| r.get(0)))
-        })
-    }
-
-    /// The key that authenticates the verdicts this ledger's runs cache, made the first time it
-    /// is asked for (by whichever runner asks first).
-    pub fn verdict_key(&mut self) -> Result<String> {
-        let fresh = format!(
-            "{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
-        self.call(move |s| {
-            s.client.execute(
-                "INSERT INTO secrets (name, value) VALUES ('verdicts', $1) ON CONFLICT DO NOTHING",
-                &[&fresh],
-            )?;
-            Ok(s.client
-                .query_one("SELECT value FROM secrets WHERE name = 'verdicts'", &[])?
-                .get(0))
-        })
-    }
-
-    /// The items run `id` still holds claims on (repository, item): what it was working on, if
-    /// it died.
-    pub fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
-        let id = id.to_string();
-        self.call(move |s| {
-            Ok(s.client
-                .query("SELECT repo, item FROM claims WHERE run_id = $1", &[&id])?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect())
-        })
-    }
-
-    /// Run `id`'s items per outcome: as its report counted them once it ended, else the
-    /// results it has recorded so far.
-    pub fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {
-        let id = id.to_string();
-        let (totals, rows) = self.call(move |s| {
-            let totals: Option<String> = s
-                .client
-                .query_opt("SELECT totals FROM runs WHERE id = $1", &[&id])?
-                .and_then(|r| r.get(0));
-            let rows: Vec<(String, i64)> = s
-                .client
-                .query(
-                    "SELECT outcome, count(*) FROM item_results WHERE run_id = $1 GROUP BY outcome",
-                    &[&id],
-                )?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-            Ok((totals, rows))
-        })?;
-        if let Some(t) = totals.and_then(|t| serde_json::from_str::<RunTotals>(&t).ok()) {
-            return Ok(t.counts);
-        }
-        Ok(rows
-            .into_iter()
-            .filter_map(|(o, n)| {
-                Some((
-                    ItemOutcome::ALL.into_iter().find(|x| x.as_str() == o)?,
-                    n.max(0) as usize,
-                ))
-            })
-            .collect())
-    }
-
-    /// Record what a run came to.
-    pub fn record_totals(&mut self, id: &str, totals: &RunTotals) -> Result<()> {
-        let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {
-            path: self.url.clone(),
-            what: "run totals".into(),
-            source,
-        })?;
-        let id = id.to_string();
-        self.call(move |s| {
-            s.client
-                .execute("UPDATE runs SET totals = $2 WHERE id = $1", &[&id, &json])
-                .map(|_| ())
-        })
-    }
-
-    /// Record that a repository's processes could not be proven gone.
-    pub fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
-        let (p, r, why, when) = (
-            path.to_string(),
-            run_id.to_string(),
-            reason.to_string(),
-            at.to_string(),
-        );
-        self.call(move |s| {
-            s.client
-                .execute(
-                    "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (repo_path) DO UPDATE SET run_id = $2, reason = $3, at = $4",
-                    &[&p, &r, &why, &when],
-                )
-                .map(|_| ())
-        })
-    }
-
-    /// Lift a quarantine; whether there was one.
-    pub fn release_quarantine(&mut self, path: &str) -> Result<bool> {
-        let p = path.to_string();
-        self.call(move |s| {
-            s.client
-                .execute("DELETE FROM quarantines WHERE repo_path = $1", &[&p])
-                .map(|n| n > 0)
-        })
-    }
-
-    /// Quarantined repositories: (path, run, reason).
-    pub fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
-        self.call(|s| {
-            let rows = s.client.query(
-                "SELECT repo_path, run_id, reason FROM quarantines ORDER BY at",
-                &[],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2)))
-                .collect())
-        })
-    }
-
-    /// The latest runs (of `manifest`, or of every manifest), newest first.
-    pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
-        let m = manifest.map(str::to_string);
-        let lapse = lapse().as_secs_f64();
-        let limit = limit as i64;
-        self.call(move |s| {
-            let rows = s.client.query(
-                &format!(
-                    "SELECT {RUN_COLUMNS} FROM runs WHERE ($1::text IS NULL OR manifest = $1)
-                        AND pruned_at IS NULL
-                      ORDER BY started_at DESC, id DESC LIMIT $3"
-                ),
-                &[&m, &lapse, &limit],
-            )?;
-            Ok(rows.iter().map(run_of).collect())
         })
     }
 
@@ -701,90 +487,6 @@ impl PgLedger {
         })
     }
 
-    /// What each item's worker and gates took together in each of `manifest`'s latest `limit`
-    /// runs: milliseconds by `(repo, item)`.
-    pub fn item_durations(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<std::collections::HashMap<(String, String), Vec<u64>>> {
-        let m = manifest.to_string();
-        let limit = limit as i64;
-        let rows = self.call(move |s| {
-            let rows = s.client.query(
-                &format!(
-                    "SELECT run_id, repo, item, body FROM events
-                      WHERE (body LIKE '{{\"event\":\"worker-finished\"%' OR body LIKE '{{\"event\":\"gate-finished\"%')
-                        AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN {RECENT_RUNS}"
-                ),
-                &[&m, &limit],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-                .collect::<Vec<(String, String, String, String)>>())
-        })?;
-        Ok(item_durations_of(rows))
-    }
-
-    /// How long each gate took when it passed, in `manifest`'s latest `limit` runs.
-    pub fn gate_durations(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<std::collections::HashMap<String, Vec<u64>>> {
-        let m = manifest.to_string();
-        let limit = limit as i64;
-        let bodies = self.call(move |s| {
-            let rows = s.client.query(
-                &format!(
-                    "SELECT body FROM events WHERE body LIKE '{{\"event\":\"gate-finished\"%'
-                        AND run_id IN {RECENT_RUNS}"
-                ),
-                &[&m, &limit],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| r.get::<_, String>(0))
-                .collect::<Vec<_>>())
-        })?;
-        Ok(gate_durations_of(bodies))
-    }
-
-    /// What each item's work branch was last published as.
-    pub fn publications_of(&self, manifest: &str) -> Result<Publications> {
-        let m = manifest.to_string();
-        let rows = self.call(move |s| {
-            let rows = s.client.query(
-                "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
-                  WHERE r.manifest = $1 AND e.body LIKE '{\"event\":\"published\"%'
-                  ORDER BY e.id",
-                &[&m],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2)))
-                .collect::<Vec<(Option<String>, Option<String>, String)>>())
-        })?;
-        Ok(publications_from(rows))
-    }
-
-    /// What a run's workers reported they used.
-    pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
-        let id = id.to_string();
-        let bodies = self.call(move |s| {
-            let rows = s.client.query(
-                "SELECT body FROM events WHERE run_id = $1 AND body LIKE '{\"event\":\"usage\"%'",
-                &[&id],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| r.get::<_, String>(0))
-                .collect::<Vec<_>>())
-        })?;
-        Ok(sum_usage(bodies))
-    }
-
     /// An item's latest event in a run: (at, body).
     fn latest_event(
         &self,
@@ -802,113 +504,6 @@ impl PgLedger {
                 )?
                 .map(|row| (row.get(0), row.get(1))))
         })
-    }
-
-    pub fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
-        Ok(self
-            .latest_event(run_id, repo, item)?
-            .and_then(|(at, body)| resting_until_of(&at, &body)))
-    }
-
-    pub fn waiting_for_resource(
-        &self,
-        run_id: &str,
-        repo: &str,
-        item: &str,
-    ) -> Result<Option<(String, String)>> {
-        Ok(self
-            .latest_event(run_id, repo, item)?
-            .and_then(|(at, body)| waiting_of(&at, &body)))
-    }
-
-    /// Items the latest run of `manifest` held at plan time.
-    pub fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
-        let m = manifest.to_string();
-        self.call(move |s| {
-            let rows = s.client.query(
-                "SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
-                  WHERE r.manifest = $1 AND r.outcome = 'held' AND r.run_id = (
-                    SELECT id FROM runs WHERE manifest = $1 ORDER BY started_at DESC, id DESC LIMIT 1)",
-                &[&m],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-                .collect())
-        })
-    }
-
-    /// Claims of live runs, on every machine: (run, repo, item, holder).
-    pub fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
-        let lapse = lapse().as_secs_f64();
-        self.call(move |s| {
-            let rows = s.client.query(
-                "SELECT c.run_id, c.repo, c.item, c.host, c.pid, c.start_time
-                   FROM claims c JOIN runs r ON r.id = c.run_id
-                  WHERE r.ended_at IS NULL AND r.heartbeat_at > now() - make_interval(secs => $1)
-                  ORDER BY c.claimed_at",
-                &[&lapse],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| {
-                    (
-                        r.get(0),
-                        r.get(1),
-                        r.get(2),
-                        holder_of(r.get(3), r.get(4), r.get(5)),
-                    )
-                })
-                .filter(|c: &(String, String, String, Holder)| !c.3.is_dead())
-                .collect())
-        })
-    }
-
-    /// What is needed to render a run's report again.
-    pub fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
-        let id = id.to_string();
-        let url = self.url.clone();
-        let got = self.call(move |s| {
-            let Some(head) = s.client.query_opt(
-                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = $1 AND pruned_at IS NULL",
-                &[&id],
-            )?
-            else {
-                return Ok(None);
-            };
-            let rows = s.client.query(
-                "SELECT at, body FROM events WHERE run_id = $1 ORDER BY seq",
-                &[&id],
-            )?;
-            let events: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-            Ok(Some((
-                head.get::<_, String>(0),
-                head.get::<_, i32>(1),
-                head.get::<_, String>(2),
-                head.get::<_, String>(3),
-                events,
-                id.clone(),
-            )))
-        })?;
-        let Some((plan_json, workers, run_dir, started_at, raw, id)) = got else {
-            return Ok(None);
-        };
-        let mut events = Vec::with_capacity(raw.len());
-        for (at, body) in raw {
-            let ev: Event = serde_json::from_str(&body).map_err(|source| LedgerError::Record {
-                path: url.clone(),
-                what: format!("event of run `{id}`"),
-                source,
-            })?;
-            events.push((at, ev));
-        }
-        Ok(Some(RunReplay {
-            plan_json,
-            workers: workers as u32,
-            run_dir,
-            started_at,
-            events,
-        }))
     }
 
     /// The runs of `manifest` whose heartbeat is current and which have not ended.
@@ -939,7 +534,7 @@ impl PgLedger {
     /// this time.
     ///
     /// [`SqliteLedger::prune`]: super::sqlite::SqliteLedger::prune
-    pub fn prune(&mut self, ask: &Retention<'_>, host: &str) -> Result<Pruned> {
+    pub fn prune_as(&mut self, ask: &Retention<'_>, host: &str) -> Result<Pruned> {
         let Retention {
             manifest,
             keep_runs,
@@ -1043,36 +638,6 @@ impl PgLedger {
             pruned.earlier = earlier.iter().map(|r| (r.get(0), r.get(1))).collect();
             tx.commit()?;
             Ok(pruned)
-        })
-    }
-
-    /// Runs pruned whose report folders are gone: their rows go too, unless a kept result or
-    /// publication names them.
-    pub fn forget(&mut self, ids: &[String]) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let ids = ids.to_vec();
-        self.call(move |s| {
-            s.client
-                .execute(
-                    "DELETE FROM runs r WHERE r.id = ANY($1) AND r.pruned_at IS NOT NULL
-                       AND NOT EXISTS (SELECT 1 FROM item_results n WHERE n.run_id = r.id)
-                       AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id
-                                         AND e.body LIKE '{\"event\":\"published\"%')",
-                    &[&ids],
-                )
-                .map(|_| ())
-        })
-    }
-
-    /// When retention pruned a run, if it did.
-    pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
-        let id = id.to_string();
-        self.call(move |s| {
-            Ok(s.client
-                .query_opt("SELECT pruned_at FROM runs WHERE id = $1", &[&id])?
-                .and_then(|r| r.get(0)))
         })
     }
 }
@@ -1272,6 +837,9 @@ fn holder_of(host: String, pid: i64, start_time: Option<i64>) -> Holder {
 }
 
 impl Ledger for PgLedger {
+    fn flush_all(&mut self) -> Result<()> {
+        self.flush()
+    }
     fn begin_run(
         &mut self,
         run: &RunRow,
@@ -1563,6 +1131,453 @@ impl Ledger for PgLedger {
                 .execute("DELETE FROM pauses WHERE manifest = $1", &[&m])
                 .map(|n| n > 0)
         })
+    }
+
+    /// A run, as recorded.
+    fn run(&self, id: &str) -> Result<Option<RunRow>> {
+        let id = id.to_string();
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let row = s.client.query_opt(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"),
+                &[&id, &lapse],
+            )?;
+            Ok(row.as_ref().map(run_of))
+        })
+    }
+
+    /// Ask a run to stop, on whichever machine it runs.
+    fn request_stop(
+        &mut self,
+        run_id: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let (id, b, r, a) = (
+            run_id.to_string(),
+            by.to_string(),
+            reason.map(str::to_string),
+            at.to_string(),
+        );
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "UPDATE runs SET stop_requested_by = $2, stop_reason = $3, stop_requested_at = $4 WHERE id = $1",
+                    &[&id, &b, &r, &a],
+                )
+                .map(|_| ())
+        })
+    }
+
+    /// The latest runs (of `manifest`, or of every manifest), newest first.
+    fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
+        let m = manifest.map(str::to_string);
+        let lapse = lapse().as_secs_f64();
+        let limit = limit as i64;
+        self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE ($1::text IS NULL OR manifest = $1)
+                        AND pruned_at IS NULL
+                      ORDER BY started_at DESC, id DESC LIMIT $3"
+                ),
+                &[&m, &lapse, &limit],
+            )?;
+            Ok(rows.iter().map(run_of).collect())
+        })
+    }
+
+    /// The key that authenticates the verdicts this ledger's runs cache, made the first time it
+    /// is asked for (by whichever runner asks first).
+    fn verdict_key(&mut self) -> Result<String> {
+        let fresh = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        self.call(move |s| {
+            s.client.execute(
+                "INSERT INTO secrets (name, value) VALUES ('verdicts', $1) ON CONFLICT DO NOTHING",
+                &[&fresh],
+            )?;
+            Ok(s.client
+                .query_one("SELECT value FROM secrets WHERE name = 'verdicts'", &[])?
+                .get(0))
+        })
+    }
+
+    /// The items run `id` still holds claims on (repository, item): what it was working on, if
+    /// it died.
+    fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
+        let id = id.to_string();
+        self.call(move |s| {
+            Ok(s.client
+                .query("SELECT repo, item FROM claims WHERE run_id = $1", &[&id])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect())
+        })
+    }
+
+    /// Run `id`'s items per outcome: as its report counted them once it ended, else the
+    /// results it has recorded so far.
+    fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {
+        let id = id.to_string();
+        let (totals, rows) = self.call(move |s| {
+            let totals: Option<String> = s
+                .client
+                .query_opt("SELECT totals FROM runs WHERE id = $1", &[&id])?
+                .and_then(|r| r.get(0));
+            let rows: Vec<(String, i64)> = s
+                .client
+                .query(
+                    "SELECT outcome, count(*) FROM item_results WHERE run_id = $1 GROUP BY outcome",
+                    &[&id],
+                )?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            Ok((totals, rows))
+        })?;
+        if let Some(t) = totals.and_then(|t| serde_json::from_str::<RunTotals>(&t).ok()) {
+            return Ok(t.counts);
+        }
+        Ok(rows
+            .into_iter()
+            .filter_map(|(o, n)| {
+                Some((
+                    ItemOutcome::ALL.into_iter().find(|x| x.as_str() == o)?,
+                    n.max(0) as usize,
+                ))
+            })
+            .collect())
+    }
+
+    /// What a run's workers reported they used.
+    fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
+        let id = id.to_string();
+        let bodies = self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT body FROM events WHERE run_id = $1 AND body LIKE '{\"event\":\"usage\"%'",
+                &[&id],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>())
+        })?;
+        Ok(sum_usage(bodies))
+    }
+
+    fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
+        Ok(self
+            .latest_event(run_id, repo, item)?
+            .and_then(|(at, body)| resting_until_of(&at, &body)))
+    }
+
+    fn waiting_for_resource(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>> {
+        Ok(self
+            .latest_event(run_id, repo, item)?
+            .and_then(|(at, body)| waiting_of(&at, &body)))
+    }
+
+    /// Items the latest run of `manifest` held at plan time.
+    fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
+        let m = manifest.to_string();
+        self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
+                  WHERE r.manifest = $1 AND r.outcome = 'held' AND r.run_id = (
+                    SELECT id FROM runs WHERE manifest = $1 ORDER BY started_at DESC, id DESC LIMIT 1)",
+                &[&m],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect())
+        })
+    }
+
+    /// Claims of live runs, on every machine: (run, repo, item, holder).
+    fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
+        let lapse = lapse().as_secs_f64();
+        self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT c.run_id, c.repo, c.item, c.host, c.pid, c.start_time
+                   FROM claims c JOIN runs r ON r.id = c.run_id
+                  WHERE r.ended_at IS NULL AND r.heartbeat_at > now() - make_interval(secs => $1)
+                  ORDER BY c.claimed_at",
+                &[&lapse],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get(0),
+                        r.get(1),
+                        r.get(2),
+                        holder_of(r.get(3), r.get(4), r.get(5)),
+                    )
+                })
+                .filter(|c: &(String, String, String, Holder)| !c.3.is_dead())
+                .collect())
+        })
+    }
+
+    /// What is needed to render a run's report again.
+    fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
+        let id = id.to_string();
+        let url = self.url.clone();
+        let got = self.call(move |s| {
+            let Some(head) = s.client.query_opt(
+                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = $1 AND pruned_at IS NULL",
+                &[&id],
+            )?
+            else {
+                return Ok(None);
+            };
+            let rows = s.client.query(
+                "SELECT at, body FROM events WHERE run_id = $1 ORDER BY seq",
+                &[&id],
+            )?;
+            let events: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            Ok(Some((
+                head.get::<_, String>(0),
+                head.get::<_, i32>(1),
+                head.get::<_, String>(2),
+                head.get::<_, String>(3),
+                events,
+                id.clone(),
+            )))
+        })?;
+        let Some((plan_json, workers, run_dir, started_at, raw, id)) = got else {
+            return Ok(None);
+        };
+        let mut events = Vec::with_capacity(raw.len());
+        for (at, body) in raw {
+            let ev: Event = serde_json::from_str(&body).map_err(|source| LedgerError::Record {
+                path: url.clone(),
+                what: format!("event of run `{id}`"),
+                source,
+            })?;
+            events.push((at, ev));
+        }
+        Ok(Some(RunReplay {
+            plan_json,
+            workers: workers as u32,
+            run_dir,
+            started_at,
+            events,
+        }))
+    }
+
+    /// When retention pruned a run, if it did.
+    fn pruned_at(&self, id: &str) -> Result<Option<String>> {
+        let id = id.to_string();
+        self.call(move |s| {
+            Ok(s.client
+                .query_opt("SELECT pruned_at FROM runs WHERE id = $1", &[&id])?
+                .and_then(|r| r.get(0)))
+        })
+    }
+
+    /// The report folder a run wrote to.
+    fn run_dir(&self, id: &str) -> Result<Option<String>> {
+        let id = id.to_string();
+        self.call(move |s| {
+            Ok(s.client
+                .query_opt("SELECT run_dir FROM runs WHERE id = $1", &[&id])?
+                .map(|r| r.get(0)))
+        })
+    }
+
+    /// Quarantined repositories: (path, run, reason).
+    fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
+        self.call(|s| {
+            let rows = s.client.query(
+                "SELECT repo_path, run_id, reason FROM quarantines ORDER BY at",
+                &[],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
+        })
+    }
+
+    /// Record that a repository's processes could not be proven gone.
+    fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
+        let (p, r, why, when) = (
+            path.to_string(),
+            run_id.to_string(),
+            reason.to_string(),
+            at.to_string(),
+        );
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (repo_path) DO UPDATE SET run_id = $2, reason = $3, at = $4",
+                    &[&p, &r, &why, &when],
+                )
+                .map(|_| ())
+        })
+    }
+
+    /// Lift a quarantine; whether there was one.
+    fn release_quarantine(&mut self, path: &str) -> Result<bool> {
+        let p = path.to_string();
+        self.call(move |s| {
+            s.client
+                .execute("DELETE FROM quarantines WHERE repo_path = $1", &[&p])
+                .map(|n| n > 0)
+        })
+    }
+
+    /// Record what a run came to.
+    fn record_totals(&mut self, id: &str, totals: &RunTotals) -> Result<()> {
+        let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {
+            path: self.url.clone(),
+            what: "run totals".into(),
+            source,
+        })?;
+        let id = id.to_string();
+        self.call(move |s| {
+            s.client
+                .execute("UPDATE runs SET totals = $2 WHERE id = $1", &[&id, &json])
+                .map(|_| ())
+        })
+    }
+
+    /// What each item's worker and gates took together in each of `manifest`'s latest `limit`
+    /// runs: milliseconds by `(repo, item)`.
+    fn item_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<std::collections::HashMap<(String, String), Vec<u64>>> {
+        let m = manifest.to_string();
+        let limit = limit as i64;
+        let rows = self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT run_id, repo, item, body FROM events
+                      WHERE (body LIKE '{{\"event\":\"worker-finished\"%' OR body LIKE '{{\"event\":\"gate-finished\"%')
+                        AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN {RECENT_RUNS}"
+                ),
+                &[&m, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect::<Vec<(String, String, String, String)>>())
+        })?;
+        Ok(item_durations_of(rows))
+    }
+
+    /// How long each gate took when it passed, in `manifest`'s latest `limit` runs.
+    fn gate_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<std::collections::HashMap<String, Vec<u64>>> {
+        let m = manifest.to_string();
+        let limit = limit as i64;
+        let bodies = self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT body FROM events WHERE body LIKE '{{\"event\":\"gate-finished\"%'
+                        AND run_id IN {RECENT_RUNS}"
+                ),
+                &[&m, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>())
+        })?;
+        Ok(gate_durations_of(bodies))
+    }
+
+    /// What each item's work branch was last published as.
+    fn publications_of(&self, manifest: &str) -> Result<Publications> {
+        let m = manifest.to_string();
+        let rows = self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
+                  WHERE r.manifest = $1 AND e.body LIKE '{\"event\":\"published\"%'
+                  ORDER BY e.id",
+                &[&m],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect::<Vec<(Option<String>, Option<String>, String)>>())
+        })?;
+        Ok(publications_from(rows))
+    }
+
+    /// Runs pruned whose report folders are gone: their rows go too, unless a kept result or
+    /// publication names them.
+    fn forget(&mut self, ids: &[String]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids = ids.to_vec();
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "DELETE FROM runs r WHERE r.id = ANY($1) AND r.pruned_at IS NOT NULL
+                       AND NOT EXISTS (SELECT 1 FROM item_results n WHERE n.run_id = r.id)
+                       AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id
+                                         AND e.body LIKE '{\"event\":\"published\"%')",
+                    &[&ids],
+                )
+                .map(|_| ())
+        })
+    }
+
+    /// Take the repository's lock for this runner (every machine's runners share it), unless
+    /// another holds it. Held until [`PgLedger::unlock_repo`] or until this runner's connection
+    /// ends.
+    fn try_lock_repo(&self, identity: &str) -> Result<bool> {
+        let key = repo_key(identity);
+        self.call(move |s| {
+            let st = s.statement("SELECT pg_try_advisory_lock($1)")?;
+            let got = s.client.query_one(&st, &[&key])?.get::<_, bool>(0);
+            if got {
+                s.locks.insert(key);
+            }
+            Ok(got)
+        })
+    }
+
+    /// Let a repository's lock go.
+    fn unlock_repo(&self, identity: &str) -> Result<()> {
+        let key = repo_key(identity);
+        self.call(move |s| {
+            s.locks.remove(&key);
+            let st = s.statement("SELECT pg_advisory_unlock($1)")?;
+            s.client.query_one(&st, &[&key]).map(|_| ())
+        })
+    }
+
+    fn shown(&self) -> String {
+        self.url().to_string()
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn prune(&mut self, ask: &Retention<'_>) -> Result<Pruned> {
+        self.prune_as(ask, &crate::support::host::hostname())
     }
 }
 

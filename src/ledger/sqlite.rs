@@ -317,84 +317,6 @@ impl SqliteLedger {
         Ok(())
     }
 
-    /// The report folder of run `id`, as it recorded it.
-    pub fn run_dir(&self, id: &str) -> Result<Option<String>> {
-        Ok(self
-            .rows("SELECT run_dir FROM runs WHERE id = ?1", [id], |r| r.get(0))?
-            .into_iter()
-            .next())
-    }
-
-    /// Record what run `id` came to (its report's counts, duration and cost).
-    pub fn record_totals(&mut self, id: &str, totals: &super::RunTotals) -> Result<()> {
-        let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {
-            path: self.path.display().to_string(),
-            what: format!("totals of run `{id}`"),
-            source,
-        })?;
-        self.write(
-            "UPDATE runs SET totals = ?2 WHERE id = ?1",
-            params![id, json],
-        )?;
-        Ok(())
-    }
-
-    /// The key that authenticates the verdicts this ledger's runs cache, made the first time it
-    /// is asked for.
-    pub fn verdict_key(&mut self) -> Result<String> {
-        let fresh = format!(
-            "{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
-        self.write(
-            "INSERT OR IGNORE INTO secrets (name, value) VALUES ('verdicts', ?1)",
-            params![fresh],
-        )?;
-        self.conn
-            .query_row(
-                "SELECT value FROM secrets WHERE name = 'verdicts'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))
-    }
-
-    /// The items run `id` still holds claims on (repository, item): what it was working on, if
-    /// it died.
-    pub fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
-        self.rows(
-            "SELECT repo, item FROM claims WHERE run_id = ?1",
-            [id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-    }
-
-    /// Run `id`'s items per outcome: as its report counted them once it ended, else the
-    /// results it has recorded so far.
-    pub fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {
-        let totals: Option<Option<String>> = self
-            .conn
-            .query_row("SELECT totals FROM runs WHERE id = ?1", [id], |r| r.get(0))
-            .optional()
-            .map_err(|e| self.err(e))?;
-        if let Some(t) = totals
-            .flatten()
-            .and_then(|t| serde_json::from_str::<super::RunTotals>(&t).ok())
-        {
-            return Ok(t.counts);
-        }
-        let rows = self.rows(
-            "SELECT outcome, count(*) FROM item_results WHERE run_id = ?1 GROUP BY outcome",
-            [id],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
-        )?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(o, n)| Some((outcome_from(&o)?, n.max(0) as usize)))
-            .collect())
-    }
-
     /// The latest `limit` runs of `manifest`, newest first, with their report folders and what
     /// they came to (absent for a run that died or predates the record).
     pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<super::RunHistory>> {
@@ -450,60 +372,6 @@ impl SqliteLedger {
         Ok(out)
     }
 
-    /// How long each gate took when it passed, in the latest `limit` runs of `manifest`:
-    /// milliseconds by gate name.
-    pub fn gate_durations(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<HashMap<String, Vec<u64>>> {
-        let bodies = self.rows(
-            &format!(
-                "SELECT body FROM events WHERE body LIKE '{{\"event\":\"gate-finished\"%' AND run_id IN {RECENT_RUNS}"
-            ),
-            params![manifest, limit as i64],
-            |r| r.get::<_, String>(0),
-        )?;
-        Ok(super::gate_durations_of(bodies))
-    }
-
-    /// What each item's worker and gates took together in each of the latest `limit` runs of
-    /// `manifest` it ran in: milliseconds by `(repo, item)`, one value per run.
-    pub fn item_durations(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<HashMap<(String, String), Vec<u64>>> {
-        let rows = self.rows(
-            &format!(
-                "SELECT run_id, repo, item, body FROM events
-                 WHERE (body LIKE '{{\"event\":\"worker-finished\"%' OR body LIKE '{{\"event\":\"gate-finished\"%')
-                   AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN {RECENT_RUNS}"
-            ),
-            params![manifest, limit as i64],
-            |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            },
-        )?;
-        Ok(super::item_durations_of(rows))
-    }
-
-    /// When run `id` was pruned by retention, if it was.
-    pub fn pruned_at(&self, id: &str) -> Result<Option<String>> {
-        Ok(self
-            .rows("SELECT pruned_at FROM runs WHERE id = ?1", [id], |r| {
-                r.get::<_, Option<String>>(0)
-            })?
-            .into_iter()
-            .next()
-            .flatten())
-    }
-
     /// Prune a manifest's history: every run that is not among its latest `keep_runs`, or that
     /// started before `cutoff`, and is not live nor `spare`. A pruned run loses its plan and its
     /// events (but publications, which `publish` reads), its claims, and its item results but
@@ -512,7 +380,7 @@ impl SqliteLedger {
     /// kept: a definition it no longer has decides nothing, and an item whose definition changes
     /// every run would otherwise keep a row, and its run, for each. A pruned run's row goes once
     /// nothing names it. Returns the runs pruned, with their report folders.
-    pub fn prune(&mut self, ask: &super::Retention<'_>) -> Result<super::Pruned> {
+    fn prune_runs(&mut self, ask: &super::Retention<'_>) -> Result<super::Pruned> {
         let super::Retention {
             manifest,
             keep_runs,
@@ -765,161 +633,6 @@ impl SqliteLedger {
         tx.commit().map_err(|e| db(path, e))
     }
 
-    pub fn run(&self, id: &str) -> Result<Option<RunRow>> {
-        self.conn
-            .query_row(
-                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE id = ?1",
-                [id],
-                row_to_run,
-            )
-            .optional()
-            .map_err(|e| self.err(e))
-    }
-
-    /// The most recent runs, newest first (of one manifest, when given).
-    pub fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
-        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE (?1 IS NULL OR manifest = ?1) AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
-        Ok(rows)
-    }
-
-    /// Until when item `item` of `repo` in run `run_id` rests, when its latest event is a rest
-    /// (RFC 3339).
-    pub fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
-        let latest: Option<(String, String)> = self
-            .conn
-            .query_row(
-                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
-                 ORDER BY rowid DESC LIMIT 1",
-                params![run_id, repo, item],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        Ok(latest.and_then(|(at, body)| super::resting_until_of(&at, &body)))
-    }
-
-    /// What item `item` of `repo` in run `run_id` waits for, when its latest event is a wait
-    /// for a shared resource: (resource, since when, RFC 3339).
-    pub fn waiting_for_resource(
-        &self,
-        run_id: &str,
-        repo: &str,
-        item: &str,
-    ) -> Result<Option<(String, String)>> {
-        let latest: Option<(String, String)> = self
-            .conn
-            .query_row(
-                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
-                 ORDER BY rowid DESC LIMIT 1",
-                params![run_id, repo, item],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        Ok(latest.and_then(|(at, body)| super::waiting_of(&at, &body)))
-    }
-
-    /// Write everything recorded so far, events included, now.
-    pub fn flush_all(&mut self) -> Result<()> {
-        self.flush()
-    }
-
-    /// The latest successful publication of each item of `manifest`, by (repository, item id):
-    /// (branch, commit, pull request URL).
-    #[allow(clippy::type_complexity)]
-    pub fn publications_of(&self, manifest: &str) -> Result<super::Publications> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
-                 WHERE r.manifest = ?1 AND e.body LIKE '{\"event\":\"published\"%'
-                 ORDER BY e.rowid",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([manifest], |r| {
-                Ok((
-                    r.get::<_, Option<String>>(0)?,
-                    r.get::<_, Option<String>>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))?;
-        Ok(super::publications_from(rows))
-    }
-
-    /// What run `id`'s workers reported they used so far (as far as it is recorded), or `None`
-    /// when they reported nothing.
-    pub fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT body FROM events
-                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
-                   AND run_id = ?1 AND body LIKE '{\"event\":\"usage\"%'",
-            )
-            .map_err(|e| self.err(e))?;
-        let bodies = stmt
-            .query_map([id], |r| r.get::<_, String>(0))
-            .map_err(|e| self.err(e))?
-            .collect::<rusqlite::Result<Vec<String>>>()
-            .map_err(|e| self.err(e))?;
-        Ok(super::sum_usage(bodies))
-    }
-
-    /// The plan snapshot, worker bound, report folder and events of a run, for re-rendering
-    /// its report.
-    pub fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
-        let head: Option<(String, u32, String, String)> = self
-            .conn
-            .query_row(
-                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = ?1 AND pruned_at IS NULL",
-                [id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        let Some((plan, workers, run_dir, started_at)) = head else {
-            return Ok(None);
-        };
-        // Between the last event before the run began and the last one when it ended (a run
-        // that did not end, or one from before these bounds, is looked for to the end).
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT at, body FROM events
-                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
-                   AND rowid <= coalesce((SELECT last_event FROM runs WHERE id = ?1), 9223372036854775807)
-                   AND run_id = ?1
-                 ORDER BY seq",
-            )
-            .map_err(|e| self.err(e))?;
-        let mut events = Vec::new();
-        let rows = stmt
-            .query_map([id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })
-            .map_err(|e| self.err(e))?;
-        for row in rows {
-            let (at, body) = row.map_err(|e| self.err(e))?;
-            let ev: Event = serde_json::from_str(&body).map_err(|source| LedgerError::Record {
-                path: self.path.display().to_string(),
-                what: format!("event of run `{id}`"),
-                source,
-            })?;
-            events.push((at, ev));
-        }
-        Ok(Some(RunReplay {
-            plan_json: plan,
-            workers,
-            run_dir,
-            started_at,
-            events,
-        }))
-    }
-
     /// Open an existing ledger for reading only, without creating or changing any file (for
     /// `plan`). What the last run has not yet checkpointed may be missing.
     pub fn open_snapshot(path: &Path) -> Result<Option<Self>> {
@@ -967,83 +680,6 @@ impl SqliteLedger {
             return Ok(None);
         }
         Ok(Some(ledger))
-    }
-
-    /// Fold the write-ahead log into the database file, so that snapshot readers see it all.
-    pub fn checkpoint(&mut self) -> Result<()> {
-        self.flush()?;
-        self.conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-            .map_err(|e| self.err(e))
-    }
-
-    /// Claims whose holders live: (run, repo, item, holder).
-    pub fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
-        let rows = self.rows(
-            "SELECT run_id, repo, item, host, pid, start_time FROM claims ORDER BY claimed_at",
-            [],
-            |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    holder_at(r, 3)?,
-                ))
-            },
-        )?;
-        Ok(rows.into_iter().filter(|c| !c.3.is_dead()).collect())
-    }
-
-    /// Items whose last result in their latest run is `held`, with reason and cause.
-    pub fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
-        let rows = self.rows("SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
-                 WHERE r.manifest = ?1 AND r.outcome = 'held' AND r.run_id = (
-                   SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT 1)", [manifest], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?;
-        Ok(rows)
-    }
-
-    /// Ask a run to stop: record who and why (the caller signals the process).
-    pub fn request_stop(
-        &mut self,
-        run_id: &str,
-        by: &str,
-        reason: Option<&str>,
-        at: &str,
-    ) -> Result<()> {
-        self.write("UPDATE runs SET stop_requested_by = ?2, stop_reason = ?3, stop_requested_at = ?4 WHERE id = ?1",
-                params![run_id, by, reason, at])?;
-        Ok(())
-    }
-
-    /// Record that a repository's processes could not be proven gone.
-    pub fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
-        self.write(
-            "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (repo_path) DO UPDATE SET run_id = ?2, reason = ?3, at = ?4",
-            params![path, run_id, reason, at],
-        )?;
-        Ok(())
-    }
-
-    /// Quarantined repositories: (path, run, reason).
-    pub fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
-        let rows = self.rows(
-            "SELECT repo_path, run_id, reason FROM quarantines ORDER BY at",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
-        Ok(rows)
-    }
-
-    /// Lift a quarantine; whether there was one.
-    pub fn release_quarantine(&mut self, path: &str) -> Result<bool> {
-        let n = self
-            .conn
-            .execute("DELETE FROM quarantines WHERE repo_path = ?1", [path])
-            .map_err(|e| self.err(e))?;
-        Ok(n > 0)
     }
 
     pub fn set_paused(
@@ -1390,6 +1026,374 @@ impl Ledger for SqliteLedger {
 
     fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
         SqliteLedger::clear_paused(self, manifest)
+    }
+
+    fn run(&self, id: &str) -> Result<Option<RunRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE id = ?1",
+                [id],
+                row_to_run,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Ask a run to stop: record who and why (the caller signals the process).
+    fn request_stop(
+        &mut self,
+        run_id: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.write("UPDATE runs SET stop_requested_by = ?2, stop_reason = ?3, stop_requested_at = ?4 WHERE id = ?1",
+                params![run_id, by, reason, at])?;
+        Ok(())
+    }
+
+    /// The most recent runs, newest first (of one manifest, when given).
+    fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
+        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE (?1 IS NULL OR manifest = ?1) AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
+        Ok(rows)
+    }
+
+    /// The key that authenticates the verdicts this ledger's runs cache, made the first time it
+    /// is asked for.
+    fn verdict_key(&mut self) -> Result<String> {
+        let fresh = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        self.write(
+            "INSERT OR IGNORE INTO secrets (name, value) VALUES ('verdicts', ?1)",
+            params![fresh],
+        )?;
+        self.conn
+            .query_row(
+                "SELECT value FROM secrets WHERE name = 'verdicts'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// The items run `id` still holds claims on (repository, item): what it was working on, if
+    /// it died.
+    fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
+        self.rows(
+            "SELECT repo, item FROM claims WHERE run_id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    /// Run `id`'s items per outcome: as its report counted them once it ended, else the
+    /// results it has recorded so far.
+    fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {
+        let totals: Option<Option<String>> = self
+            .conn
+            .query_row("SELECT totals FROM runs WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if let Some(t) = totals
+            .flatten()
+            .and_then(|t| serde_json::from_str::<super::RunTotals>(&t).ok())
+        {
+            return Ok(t.counts);
+        }
+        let rows = self.rows(
+            "SELECT outcome, count(*) FROM item_results WHERE run_id = ?1 GROUP BY outcome",
+            [id],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(o, n)| Some((outcome_from(&o)?, n.max(0) as usize)))
+            .collect())
+    }
+
+    /// What run `id`'s workers reported they used so far (as far as it is recorded), or `None`
+    /// when they reported nothing.
+    fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT body FROM events
+                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
+                   AND run_id = ?1 AND body LIKE '{\"event\":\"usage\"%'",
+            )
+            .map_err(|e| self.err(e))?;
+        let bodies = stmt
+            .query_map([id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(super::sum_usage(bodies))
+    }
+
+    /// Until when item `item` of `repo` in run `run_id` rests, when its latest event is a rest
+    /// (RFC 3339).
+    fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
+                 ORDER BY rowid DESC LIMIT 1",
+                params![run_id, repo, item],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(latest.and_then(|(at, body)| super::resting_until_of(&at, &body)))
+    }
+
+    /// What item `item` of `repo` in run `run_id` waits for, when its latest event is a wait
+    /// for a shared resource: (resource, since when, RFC 3339).
+    fn waiting_for_resource(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
+                 ORDER BY rowid DESC LIMIT 1",
+                params![run_id, repo, item],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(latest.and_then(|(at, body)| super::waiting_of(&at, &body)))
+    }
+
+    /// Items whose last result in their latest run is `held`, with reason and cause.
+    fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
+        let rows = self.rows("SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
+                 WHERE r.manifest = ?1 AND r.outcome = 'held' AND r.run_id = (
+                   SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT 1)", [manifest], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        Ok(rows)
+    }
+
+    /// Claims whose holders live: (run, repo, item, holder).
+    fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
+        let rows = self.rows(
+            "SELECT run_id, repo, item, host, pid, start_time FROM claims ORDER BY claimed_at",
+            [],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    holder_at(r, 3)?,
+                ))
+            },
+        )?;
+        Ok(rows.into_iter().filter(|c| !c.3.is_dead()).collect())
+    }
+
+    /// The plan snapshot, worker bound, report folder and events of a run, for re-rendering
+    /// its report.
+    fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
+        let head: Option<(String, u32, String, String)> = self
+            .conn
+            .query_row(
+                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = ?1 AND pruned_at IS NULL",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some((plan, workers, run_dir, started_at)) = head else {
+            return Ok(None);
+        };
+        // Between the last event before the run began and the last one when it ended (a run
+        // that did not end, or one from before these bounds, is looked for to the end).
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT at, body FROM events
+                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
+                   AND rowid <= coalesce((SELECT last_event FROM runs WHERE id = ?1), 9223372036854775807)
+                   AND run_id = ?1
+                 ORDER BY seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut events = Vec::new();
+        let rows = stmt
+            .query_map([id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (at, body) = row.map_err(|e| self.err(e))?;
+            let ev: Event = serde_json::from_str(&body).map_err(|source| LedgerError::Record {
+                path: self.path.display().to_string(),
+                what: format!("event of run `{id}`"),
+                source,
+            })?;
+            events.push((at, ev));
+        }
+        Ok(Some(RunReplay {
+            plan_json: plan,
+            workers,
+            run_dir,
+            started_at,
+            events,
+        }))
+    }
+
+    /// When run `id` was pruned by retention, if it was.
+    fn pruned_at(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .rows("SELECT pruned_at FROM runs WHERE id = ?1", [id], |r| {
+                r.get::<_, Option<String>>(0)
+            })?
+            .into_iter()
+            .next()
+            .flatten())
+    }
+
+    /// The report folder of run `id`, as it recorded it.
+    fn run_dir(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .rows("SELECT run_dir FROM runs WHERE id = ?1", [id], |r| r.get(0))?
+            .into_iter()
+            .next())
+    }
+
+    /// Quarantined repositories: (path, run, reason).
+    fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
+        let rows = self.rows(
+            "SELECT repo_path, run_id, reason FROM quarantines ORDER BY at",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        Ok(rows)
+    }
+
+    /// Record that a repository's processes could not be proven gone.
+    fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
+        self.write(
+            "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (repo_path) DO UPDATE SET run_id = ?2, reason = ?3, at = ?4",
+            params![path, run_id, reason, at],
+        )?;
+        Ok(())
+    }
+
+    /// Lift a quarantine; whether there was one.
+    fn release_quarantine(&mut self, path: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .execute("DELETE FROM quarantines WHERE repo_path = ?1", [path])
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// Record what run `id` came to (its report's counts, duration and cost).
+    fn record_totals(&mut self, id: &str, totals: &super::RunTotals) -> Result<()> {
+        let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {
+            path: self.path.display().to_string(),
+            what: format!("totals of run `{id}`"),
+            source,
+        })?;
+        self.write(
+            "UPDATE runs SET totals = ?2 WHERE id = ?1",
+            params![id, json],
+        )?;
+        Ok(())
+    }
+
+    /// Write everything recorded so far, events included, now.
+    fn flush_all(&mut self) -> Result<()> {
+        self.flush()
+    }
+
+    /// What each item's worker and gates took together in each of the latest `limit` runs of
+    /// `manifest` it ran in: milliseconds by `(repo, item)`, one value per run.
+    fn item_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<HashMap<(String, String), Vec<u64>>> {
+        let rows = self.rows(
+            &format!(
+                "SELECT run_id, repo, item, body FROM events
+                 WHERE (body LIKE '{{\"event\":\"worker-finished\"%' OR body LIKE '{{\"event\":\"gate-finished\"%')
+                   AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN {RECENT_RUNS}"
+            ),
+            params![manifest, limit as i64],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            },
+        )?;
+        Ok(super::item_durations_of(rows))
+    }
+
+    /// How long each gate took when it passed, in the latest `limit` runs of `manifest`:
+    /// milliseconds by gate name.
+    fn gate_durations(&self, manifest: &str, limit: usize) -> Result<HashMap<String, Vec<u64>>> {
+        let bodies = self.rows(
+            &format!(
+                "SELECT body FROM events WHERE body LIKE '{{\"event\":\"gate-finished\"%' AND run_id IN {RECENT_RUNS}"
+            ),
+            params![manifest, limit as i64],
+            |r| r.get::<_, String>(0),
+        )?;
+        Ok(super::gate_durations_of(bodies))
+    }
+
+    /// The latest successful publication of each item of `manifest`, by (repository, item id):
+    /// (branch, commit, pull request URL).
+    #[allow(clippy::type_complexity)]
+    fn publications_of(&self, manifest: &str) -> Result<super::Publications> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
+                 WHERE r.manifest = ?1 AND e.body LIKE '{\"event\":\"published\"%'
+                 ORDER BY e.rowid",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([manifest], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(super::publications_from(rows))
+    }
+
+    /// Fold the write-ahead log into the database file, so that snapshot readers see it all.
+    fn checkpoint(&mut self) -> Result<()> {
+        self.flush()?;
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| self.err(e))
+    }
+
+    fn shown(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    fn prune(&mut self, ask: &super::Retention<'_>) -> Result<super::Pruned> {
+        self.prune_runs(ask)
     }
 }
 

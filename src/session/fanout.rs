@@ -5,7 +5,7 @@
 use crate::engine::{ClaimAnswer, RepoLock, RunSink};
 use crate::events::Event;
 use crate::ledger::store::Store;
-use crate::ledger::{Claim, Holder, ItemKey, Ledger};
+use crate::ledger::{Claim, Holder, ItemKey};
 use crate::report::ReportBuilder;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,6 @@
 
 use super::run::Session;
 use crate::engine::DrainEnd;
-use crate::ledger::Ledger;
 use crate::report;
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_OK, EXIT_STALLED};
@@ -315,7 +314,7 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
         super::records::prune_verdicts(&cx.loaded, &keep);
         if formats.html
             && let Err(e) =
-                super::records::write_history(&sink.ledger, &cx.loaded.manifest.name, reports)
+                super::records::write_history(&*sink.ledger, &cx.loaded.manifest.name, reports)
         {
             ui.warn(format_args!("the run history page was not written: {e}"));
         }

@@ -7,7 +7,6 @@ use super::run::{Options, Session};
 use crate::engine::RunCx;
 use crate::engine::config;
 use crate::events::Event;
-use crate::ledger::Ledger;
 use crate::ledger::store::Store;
 use crate::ledger::{Holder, ItemKey, PastOutcome, RunRow};
 use crate::manifest::{LoadedManifest, SourceKind};
@@ -383,7 +382,7 @@ pub fn estimate(
 pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<Session, i32> {
     let workers = settle_workers(ui, &loaded, opts.workers)?;
     let clone_errors = clone_missing(&loaded, opts.plan.shard);
-    let mut ledger = Store::open(&opts.state).map_err(|e| {
+    let mut ledger = crate::ledger::store::open(&opts.state).map_err(|e| {
         ui.error(e);
         EXIT_INTERNAL
     })?;
@@ -495,65 +494,11 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         keys,
         row.holder.clone(),
     );
-    // Holds decided at plan time are the run's results too: recorded (so `status` shows them),
-    // in the report and in the event stream, as the engine's events are.
-    for (i, it) in plan.items.iter().enumerate() {
-        if it.state != ItemState::Held {
-            continue;
-        }
-        sink.record(&Event::ItemFinished {
-            item: i,
-            outcome: ItemOutcome::Held,
-            reason: it.reason.map(|r| r.as_str().to_string()),
-            cause: it.detail.clone(),
-        });
-        if let Some(e) = &sink.failure {
-            ui.error(e);
-            return Err(EXIT_INTERNAL);
-        }
-    }
-    // Items run again after a halt or failure: the previous run's last word on them.
-    let mut previous_feedback = HashMap::new();
-    for (i, it) in plan.items.iter().enumerate() {
-        if it.state != ItemState::Pending {
-            continue;
-        }
-        let Some(p) = standing.past.get(&sink.keys[i]) else {
-            continue;
-        };
-        if p.outcome == ItemOutcome::Completed {
-            continue;
-        }
-        if let Ok(Some(dir)) = sink.ledger.run_dir(&p.run_id)
-            && let Some(f) = last_feedback(&PathBuf::from(dir), &it.repo, &it.id)
-        {
-            previous_feedback.insert(i, f);
-        }
-    }
+    record_plan_holds(ui, &plan, &mut sink)?;
+    let previous_feedback = previous_feedback(&plan, &standing, &sink);
     say_held(&plan);
-    // Pull requests earlier runs opened for these items: publishing updates them.
-    let published = match sink.ledger.publications_of(&loaded.manifest.name) {
-        Ok(p) => plan
-            .items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, it)| {
-                p.get(&(it.repo.clone(), it.id.clone()))
-                    .and_then(|(_, _, url)| url.clone())
-                    .map(|u| (i, u))
-            })
-            .collect(),
-        Err(e) => return Err(internal(e)),
-    };
-    let health = crate::engine::health::Health::new(
-        loaded
-            .manifest
-            .models
-            .as_ref()
-            .map_or(crate::manifest::DEFAULT_THRESHOLD, |m| m.threshold()),
-        crate::engine::health::WINDOW,
-        crate::engine::health::QUIET,
-    );
+    let published = published(&plan, &sink.ledger).map_err(internal)?;
+    let health = health_of(&loaded);
     let repo_paths: HashMap<String, PathBuf> = plan
         .repositories
         .iter()
@@ -643,4 +588,75 @@ pub fn planned(
             None
         }
     }
+}
+
+/// Holds decided at plan time are the run's results too: recorded (so `status` shows them), in
+/// the report and in the event stream, as the engine's events are.
+fn record_plan_holds(ui: &Ui, plan: &Plan, sink: &mut Fanout) -> Result<(), i32> {
+    for (i, it) in plan.items.iter().enumerate() {
+        if it.state != ItemState::Held {
+            continue;
+        }
+        sink.record(&Event::ItemFinished {
+            item: i,
+            outcome: ItemOutcome::Held,
+            reason: it.reason.map(|r| r.as_str().to_string()),
+            cause: it.detail.clone(),
+        });
+        if let Some(e) = &sink.failure {
+            ui.error(e);
+            return Err(EXIT_INTERNAL);
+        }
+    }
+    Ok(())
+}
+
+/// Items run again after a halt or failure: the previous run's last word on them, by item.
+fn previous_feedback(plan: &Plan, standing: &Standing, sink: &Fanout) -> HashMap<usize, PathBuf> {
+    let mut feedback = HashMap::new();
+    for (i, it) in plan.items.iter().enumerate() {
+        if it.state != ItemState::Pending {
+            continue;
+        }
+        let Some(p) = standing.past.get(&sink.keys[i]) else {
+            continue;
+        };
+        if p.outcome == ItemOutcome::Completed {
+            continue;
+        }
+        if let Ok(Some(dir)) = sink.ledger.run_dir(&p.run_id)
+            && let Some(f) = last_feedback(&PathBuf::from(dir), &it.repo, &it.id)
+        {
+            feedback.insert(i, f);
+        }
+    }
+    feedback
+}
+
+/// Pull requests earlier runs opened for the plan's items, by item: publishing updates them.
+fn published(plan: &Plan, ledger: &Store) -> crate::ledger::Result<HashMap<usize, String>> {
+    let p = ledger.publications_of(&plan.manifest.name)?;
+    Ok(plan
+        .items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, it)| {
+            p.get(&(it.repo.clone(), it.id.clone()))
+                .and_then(|(_, _, url)| url.clone())
+                .map(|u| (i, u))
+        })
+        .collect())
+}
+
+/// Provider health for the run, with the manifest's demotion threshold.
+fn health_of(loaded: &LoadedManifest) -> crate::engine::health::Health {
+    crate::engine::health::Health::new(
+        loaded
+            .manifest
+            .models
+            .as_ref()
+            .map_or(crate::manifest::DEFAULT_THRESHOLD, |m| m.threshold()),
+        crate::engine::health::WINDOW,
+        crate::engine::health::QUIET,
+    )
 }
