@@ -350,3 +350,17 @@ fn no_folder_and_its_files_use_each_other_both_ways() {
         both.join("\n")
     );
 }
+
+#[test]
+fn the_folder_check_tells_a_files_parent_from_its_siblings() {
+    let siblings: BTreeSet<String> = ["local", "probe"].iter().map(|s| s.to_string()).collect();
+    let code = code_of(
+        "use super::local::Reads;\nuse super::{probe, head};\n// super::hidden\nlet x = crate::git::command(d);\nlet y = other::super::z;",
+    );
+    let mut seen = names_parent(&code, "crate::git::", &siblings);
+    seen.sort();
+    assert_eq!(seen, ["command", "head"]);
+    let head = code_of("mod probe;\npub use probe::Probe;\nlet a = other::local::x();");
+    assert!(names_path(&head, "probe", "crate::git::"));
+    assert!(!names_path(&head, "local", "crate::git::"));
+}

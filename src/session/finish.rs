@@ -213,12 +213,7 @@ fn missing_line(missing: &[crate::plan::MissingRepository]) -> Option<String> {
 
 /// End the run of `session` that the drain ended with `end`: see [`super::Session::finish`].
 pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
-    let Session {
-        cx,
-        mut sink,
-        repo_paths,
-        opts,
-    } = session;
+    let Session { cx, mut sink, opts } = session;
     let run_id = &cx.run_id;
     let run_dir = &cx.run_dir;
     if let Err(e) = sink
@@ -267,7 +262,14 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
         eprintln!("runner: report in {}", shown.display());
     }
     if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
-        github_annotations(report, &repo_paths);
+        // Where each repository is, for annotations naming a file in it.
+        let repos = cx
+            .plan
+            .repositories
+            .iter()
+            .map(|r| (r.name.clone(), r.path.clone()))
+            .collect();
+        github_annotations(report, &repos);
     }
     if opts.json {
         match serde_json::to_string_pretty(report) {

@@ -395,24 +395,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     };
     // The key that seals cached verdicts: the ledger's, never in a child's reach.
     let verdict_key = ledger.verdict_key().map_err(internal)?;
-    if std::env::var_os("RUNNER_ROLE").is_some()
-        && let Ok(parent) = std::env::var("RUNNER_REPO_PATH")
-    {
-        let parent = PathBuf::from(parent);
-        if let Some(r) = plan
-            .repositories
-            .iter()
-            .find(|r| !r.path.starts_with(&parent))
-        {
-            ui.error(format_args!(
-                "this runner was started by a worker in `{}` and may not work outside it, but repository `{}` is at `{}`",
-                parent.display(),
-                r.name,
-                r.path.display()
-            ));
-            return Err(EXIT_INVALID);
-        }
-    }
+    confined(ui, &plan)?;
 
     // The run's view of the ledger is taken now: a result another run records after this
     // moment (while this one plans) is one this run will not repeat.
@@ -499,11 +482,6 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     say_held(&plan);
     let published = published(&plan, &sink.ledger).map_err(internal)?;
     let health = health_of(&loaded);
-    let repo_paths: HashMap<String, PathBuf> = plan
-        .repositories
-        .iter()
-        .map(|r| (r.name.clone(), r.path.clone()))
-        .collect();
     let gate_timeouts = auto_gate_timeouts(ui, &loaded, &sink.ledger);
     let cx = Arc::new(RunCx {
         gate_timeouts,
@@ -528,12 +506,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         parent_token: std::env::var_os("RUNNER_ROLE")
             .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
     });
-    Ok(Session {
-        cx,
-        sink,
-        repo_paths,
-        opts,
-    })
+    Ok(Session { cx, sink, opts })
 }
 
 /// Items that will not run for a reason the user can clear: named before the drain starts.
@@ -659,4 +632,28 @@ fn health_of(loaded: &LoadedManifest) -> crate::engine::health::Health {
         crate::engine::health::WINDOW,
         crate::engine::health::QUIET,
     )
+}
+
+/// A runner started by a worker works only inside that worker's repository
+/// (`RUNNER_REPO_PATH`): a plan reaching outside it is refused. `Err` is the exit code.
+fn confined(ui: &Ui, plan: &Plan) -> Result<(), i32> {
+    if std::env::var_os("RUNNER_ROLE").is_some()
+        && let Ok(parent) = std::env::var("RUNNER_REPO_PATH")
+    {
+        let parent = PathBuf::from(parent);
+        if let Some(r) = plan
+            .repositories
+            .iter()
+            .find(|r| !r.path.starts_with(&parent))
+        {
+            ui.error(format_args!(
+                "this runner was started by a worker in `{}` and may not work outside it, but repository `{}` is at `{}`",
+                parent.display(),
+                r.name,
+                r.path.display()
+            ));
+            return Err(EXIT_INVALID);
+        }
+    }
+    Ok(())
 }

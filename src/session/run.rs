@@ -5,7 +5,6 @@ use crate::engine::{DrainEnd, RunCx};
 use crate::plan::PlanOptions;
 use crate::plan::history::Rerun;
 use crate::ui::term::Ui;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,8 +43,6 @@ pub struct Options {
 pub struct Session {
     pub cx: Arc<RunCx>,
     pub sink: super::fanout::Fanout,
-    /// Where each repository is, for annotations naming a file in it.
-    pub repo_paths: HashMap<String, PathBuf>,
     pub opts: Options,
 }
 
