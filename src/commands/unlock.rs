@@ -167,15 +167,16 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         }
     }
     let path = state_path(&args.state, args.manifest.as_deref());
-    if path.exists() || crate::ledger::store::is_shared(&path) {
-        let mut ledger = match crate::ledger::store::open(&path) {
-            Ok(l) => l,
-            Err(e) => {
+    match crate::ledger::store::open_existing(&path) {
+        Ok(Some(mut ledger)) => {
+            if let Err(e) = ledger.release_quarantine(&repo.display().to_string()) {
                 ui.error(e);
                 return EXIT_INTERNAL;
             }
-        };
-        if let Err(e) = ledger.release_quarantine(&repo.display().to_string()) {
+        }
+        // No ledger yet: the quarantine is only the one kept with the repository.
+        Ok(None) => {}
+        Err(e) => {
             ui.error(e);
             return EXIT_INTERNAL;
         }
