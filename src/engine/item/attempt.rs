@@ -1,0 +1,641 @@
+//! The attempts of an item: the worker run with the model the chain gives, a provider failure
+//! rested and moved along the chain, usage read, the gates judged, and the feedback the next
+//! attempt is handed.
+
+use super::{
+    checkout::{Snapshot, after_worker, blocking, finish_work, unchanged_small},
+    cx::{ItemCx, ItemError, ItemRun, REPORT_TAIL_BYTES, REPORT_TAIL_LINES, Rest, environmental},
+    gates::{GatesOutcome, gates},
+    launch::{Launch, spawn},
+    verdict::{AfterWorker, gate_failed, worker_verdict},
+};
+use crate::engine::chain::{ChainStep, ModelChain};
+use crate::engine::classify::{ProviderPolicy, classify};
+use crate::engine::stall::HaltSignature;
+use crate::events::{Event, Usage};
+use crate::git;
+use crate::process::{Finished, Stop, output::last_lines};
+use crate::vocab::{ItemOutcome, WorkerClass};
+use std::path::{Path, PathBuf};
+use tracing::Instrument;
+
+/// The attempts loop: worker, then gates, until a pass succeeds, attempts run out, or the chain
+/// is exhausted.
+/// A provider-class failure on `model`: the run's view of the model learns of it (saying so
+/// when that demotes the model), and the item's chain takes the step it calls for.
+/// The item's chain by name; a manifest without `models` has one unnamed model.
+pub(super) fn chain_names(icx: &ItemCx<'_>) -> Vec<String> {
+    icx.eff.models.as_ref().map_or_else(
+        || vec![String::new()],
+        |m| m.chain().into_iter().map(str::to_string).collect(),
+    )
+}
+
+/// An item none of whose models can be used, each refused by its provider: held, for the next
+/// run to try once the key is fixed; the scheduler admits nothing more.
+pub(super) fn refused_everywhere(
+    run: &mut ItemRun,
+    health: &crate::engine::health::Health,
+    names: &[String],
+) {
+    run.outcome = ItemOutcome::Held;
+    run.reason = Some(crate::vocab::HoldReason::ProviderRefused.as_str().into());
+    run.cause = Some(health.refusal_cause(names));
+}
+
+pub(super) fn provider_failed(
+    icx: &ItemCx<'_>,
+    model: Option<&str>,
+    chain: &mut ModelChain,
+) -> ChainStep {
+    if let Some(m) = model {
+        let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let demoted = health.failed(m, &format!("{}/{}", icx.item.repo, icx.item.id), now);
+        if let Some(d) = demoted {
+            let names = chain_names(icx);
+            let next = health
+                .start(&names, now)
+                .map(|i| names[i].clone())
+                .filter(|n| n != m);
+            let _ = icx.events.send(Event::ModelDemoted {
+                item: icx.idx,
+                model: m.to_string(),
+                failures: d.failures,
+                items: d.items,
+                next,
+            });
+        }
+    }
+    chain.provider_failure()
+}
+
+/// Where attempt `n`'s worker may write what it used.
+pub(super) fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
+    icx.logs.join(format!("{n}-usage.json"))
+}
+
+/// What reading a worker's `$RUNNER_USAGE` file gave.
+pub(super) enum UsageRead {
+    /// What it used, and the model it says it used.
+    Reported(Usage, Option<String>),
+    /// It wrote nothing.
+    Missing,
+    /// It wrote something that is not a usage object: why.
+    Malformed(String),
+}
+
+/// What a worker wrote to `$RUNNER_USAGE`: a JSON object with `input_tokens`, `output_tokens`,
+/// `cost_usd` and `model` (the model it actually used), each optional; other fields are ignored.
+pub(super) fn read_usage(path: &Path) -> UsageRead {
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(flatten)]
+        usage: Usage,
+        #[serde(default)]
+        model: Option<String>,
+    }
+    use std::io::Read;
+    let mut text = String::new();
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return UsageRead::Missing,
+        Err(e) => return UsageRead::Malformed(format!("its usage file cannot be read: {e}")),
+    };
+    if let Err(e) = file.take(64 * 1024).read_to_string(&mut text) {
+        return UsageRead::Malformed(format!("its usage file cannot be read: {e}"));
+    }
+    match serde_json::from_str::<File>(&text) {
+        Ok(File { usage: u, model }) if u.cost_usd.is_none_or(|c| c.is_finite() && c >= 0.0) => {
+            UsageRead::Reported(u, model.filter(|m| !m.trim().is_empty() && m.len() <= 200))
+        }
+        Ok(_) => UsageRead::Malformed("its usage file gives a negative or infinite cost".into()),
+        Err(e) => UsageRead::Malformed(format!(
+            "its usage file is not a JSON object of `input_tokens`, `output_tokens` and `cost_usd`: {e}"
+        )),
+    }
+}
+
+/// Rest `wait` after attempt `n` failed for the provider's reasons, the item's slot free
+/// meanwhile: until the drain lets it go on. `false` when the run stopped instead.
+pub(super) async fn rest(icx: &ItemCx<'_>, n: u32, wait: std::time::Duration, tail: &str) -> bool {
+    if wait.is_zero() {
+        return true;
+    }
+    let _ = icx.events.send(Event::Resting {
+        item: icx.idx,
+        n,
+        wait,
+        hinted: crate::engine::backoff::retry_hint(tail).is_some(),
+    });
+    let (wake, woken) = tokio::sync::oneshot::channel();
+    if icx
+        .rest
+        .send(Rest {
+            item: icx.idx,
+            wait,
+            wake,
+        })
+        .is_err()
+    {
+        return false;
+    }
+    let mut stop = icx.stop.clone();
+    let stopped = async move {
+        loop {
+            if *stop.borrow_and_update() != Stop::Run {
+                return;
+            }
+            if stop.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        r = woken => r.is_ok() && *icx.stop.borrow() == Stop::Run,
+        () = stopped => false,
+    }
+}
+
+pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
+    let max_attempts = icx.eff.worker.attempts();
+    let policy = ProviderPolicy::from_models(icx.eff.models.as_ref());
+    let mut chain = ModelChain::new(
+        icx.eff
+            .models
+            .as_ref()
+            .map(|m| m.chain().into_iter().map(str::to_string).collect())
+            .unwrap_or_default(),
+        icx.eff.models.as_ref().map_or(2, |m| m.threshold()),
+    );
+    // Where the item's changes start, for gates with `paths`; not asked for when none has them.
+    let start = if icx.eff.gates.iter().any(|g| !g.paths.is_empty()) {
+        let w = icx.workdir.clone();
+        tokio::task::spawn_blocking(move || git::head(&w).ok())
+            .await
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
+    let markers = icx.cx.loaded.manifest.repositories[icx.repo.entry]
+        .critical_base
+        .clone();
+    // Models the run found failing are skipped by items that start now.
+    if let Some(models) = icx.eff.models.as_ref() {
+        let names: Vec<String> = models.chain().into_iter().map(str::to_string).collect();
+        let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
+        match health.start(&names, std::time::Instant::now()) {
+            Some(start) => chain.start_at(start),
+            None => {
+                let mut run = ItemRun::ended(ItemOutcome::Held);
+                refused_everywhere(&mut run, &health, &names);
+                return run;
+            }
+        }
+    }
+    let mut used = 0u32;
+    let mut n = 0u32;
+    // A rerun's first attempt is told how the previous run's last attempt failed.
+    let mut feedback: Option<PathBuf> = icx.cx.previous_feedback.get(&icx.idx).and_then(|prev| {
+        let here = icx.logs.join("0-feedback.txt");
+        std::fs::create_dir_all(&icx.logs).ok()?;
+        std::fs::copy(prev, &here).ok()?;
+        Some(here)
+    });
+    let mut run = ItemRun::ended(ItemOutcome::Halted);
+    // Provider failures in a row, for the back-off; and when the last rest began.
+    let mut provider_streak = 0u32;
+    let mut rested_since: Option<std::time::Instant> = None;
+    let backoff = {
+        let (initial, max) = icx.eff.models.as_ref().map_or(
+            (
+                crate::manifest::DEFAULT_BACKOFF_INITIAL,
+                crate::manifest::DEFAULT_BACKOFF_MAX,
+            ),
+            |m| m.backoff(),
+        );
+        crate::engine::backoff::Backoff { initial, max }
+    };
+    loop {
+        if used >= max_attempts {
+            run.outcome = ItemOutcome::Halted;
+            run.reason = Some("attempts-exhausted".into());
+            return run;
+        }
+        n += 1;
+        let model = chain.current().map(str::to_string);
+        let _ = icx.events.send(Event::AttemptStarted {
+            item: icx.idx,
+            n,
+            model: model.clone(),
+            waited: rested_since.take().map(|t| t.elapsed()),
+        });
+        let attempt_span = tracing::debug_span!("attempt", n, model = model.as_deref());
+        let log = icx.logs.join(format!("{n}-worker.log"));
+        let silence = icx
+            .eff
+            .models
+            .as_ref()
+            .and_then(|m| m.provider_failure.as_ref())
+            .and_then(|p| p.silence)
+            .map(|d| d.0);
+        let run_worker = Launch {
+            gate: None,
+            n,
+            log: log.clone(),
+            timeout: icx.eff.worker.timeout(),
+            grace: icx.eff.worker.grace(),
+            silence,
+            dir: &icx.workdir,
+        };
+        let fin = spawn(
+            icx,
+            &icx.eff.worker.run,
+            model.as_deref(),
+            feedback.as_deref(),
+            run_worker,
+        )
+        .instrument(attempt_span.clone())
+        .await;
+        let class = classify(&fin, &policy);
+        report_usage(icx, n, model.as_deref());
+        tracing::debug!(parent: &attempt_span, class = class.as_str(), exit = fin.exit, "worker finished");
+        run.tree_gone &= fin.tree_gone;
+        let _ = icx.events.send(Event::WorkerFinished {
+            item: icx.idx,
+            n,
+            exit: fin.exit,
+            class,
+            duration: fin.duration,
+            log: fin.logged.then_some(log),
+            log_error: fin.log_error.clone(),
+            unlogged_bytes: (fin.unlogged > 0).then_some(fin.unlogged),
+            ended: ended_note(&fin, silence, icx.eff.worker.timeout()),
+            output_tail: match (&fin.spawn_error, class) {
+                (Some(e), _) => e.clone(),
+                (None, WorkerClass::Ok) => String::new(),
+                (None, _) => last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES),
+            },
+        });
+        match worker_verdict(class, &fin, icx.eff.worker.timeout()) {
+            AfterWorker::Unstarted(e) => {
+                run.outcome = ItemOutcome::Failed;
+                run.halt = Some(HaltSignature::described("worker", &e));
+                run.cause = Some(e);
+                return run;
+            }
+            AfterWorker::Cancelled => {
+                run.outcome = ItemOutcome::Cancelled;
+                return run;
+            }
+            AfterWorker::Refused => {
+                // Not retried on this model, by this item or any other: the next usable model
+                // of the chain goes on at once; none left holds the item.
+                let names = chain_names(icx);
+                let message = crate::engine::classify::refusal_message(&fin.tail);
+                let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
+                let key = model.clone().unwrap_or_default();
+                if health.refuse(&key, &message) {
+                    let _ = icx.events.send(Event::ModelRefused {
+                        item: icx.idx,
+                        model: model.clone(),
+                        message,
+                    });
+                }
+                provider_streak = 0;
+                match health.usable(&names, chain.position() + 1) {
+                    Some(next) => {
+                        chain.move_to(next);
+                        continue;
+                    }
+                    None => {
+                        refused_everywhere(&mut run, &health, &names);
+                        return run;
+                    }
+                }
+            }
+            AfterWorker::Provider => match provider_failed(icx, model.as_deref(), &mut chain) {
+                ChainStep::Stay | ChainStep::Moved => {
+                    provider_streak += 1;
+                    let wait =
+                        backoff.delay(provider_streak, &fin.tail, crate::engine::backoff::unit());
+                    rested_since = Some(std::time::Instant::now());
+                    if !rest(icx, n, wait, &fin.tail).await {
+                        run.outcome = ItemOutcome::Cancelled;
+                        return run;
+                    }
+                    continue;
+                }
+                ChainStep::Unavailable => {
+                    run.outcome = ItemOutcome::Held;
+                    run.reason = Some(
+                        crate::vocab::HoldReason::ProviderUnavailable
+                            .as_str()
+                            .into(),
+                    );
+                    run.cause = Some(format!(
+                        "model `{}` failed for the provider's reasons {} times in a row and the chain has no fallback; the next run tries again",
+                        model.as_deref().unwrap_or("(none)"),
+                        crate::engine::chain::NO_FALLBACK_LIMIT
+                    ));
+                    return run;
+                }
+                ChainStep::Exhausted => {
+                    run.outcome = ItemOutcome::Halted;
+                    run.reason = Some("fallback-exhausted".into());
+                    run.cause = Some(format!(
+                        "every model of the chain failed for the provider's reasons ({})",
+                        chain.tried().join(", ")
+                    ));
+                    run.halt = Some(HaltSignature::of("worker (provider)", &fin.tail, fin.exit));
+                    return run;
+                }
+            },
+            AfterWorker::Failed { cause, halt } => {
+                chain.other_outcome();
+                provider_streak = 0;
+                used += 1;
+                run.cause = Some(cause);
+                run.halt = Some(halt);
+                feedback = write_feedback(icx, n, "the worker", &fin.tail);
+            }
+            AfterWorker::Judge => {
+                chain.other_outcome();
+                provider_streak = 0;
+                used += 1;
+                // Where the worker left HEAD, and what it changed, before any gate runs.
+                let snap = match &icx.anchor {
+                    Some(anchor)
+                        if let Some(s) = unchanged_small(&icx.workdir, anchor, &markers) =>
+                    {
+                        Some(s)
+                    }
+                    Some(anchor) => {
+                        let (dir, a, m) = (icx.workdir.clone(), anchor.clone(), markers.clone());
+                        match blocking(move || after_worker(&dir, &a, &m)).await {
+                            Ok(Ok(s)) => Some(s),
+                            Ok(Err(why)) => {
+                                attempt_failed(
+                                    icx,
+                                    &mut run,
+                                    &mut feedback,
+                                    n,
+                                    "worker",
+                                    why.to_string(),
+                                );
+                                continue;
+                            }
+                            Err(e) => {
+                                attempt_failed(
+                                    icx,
+                                    &mut run,
+                                    &mut feedback,
+                                    n,
+                                    "worker",
+                                    e.to_string(),
+                                );
+                                continue;
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                if icx.eff.worker.require_change() && snap.as_ref().is_some_and(|s| !s.changed) {
+                    let why = "the worker changed nothing (`worker.require_change`)".to_string();
+                    attempt_failed(icx, &mut run, &mut feedback, n, "worker", why);
+                    continue;
+                }
+                let judged = gates(
+                    icx,
+                    n,
+                    model.as_deref(),
+                    feedback.as_deref(),
+                    start.as_deref(),
+                )
+                .instrument(attempt_span.clone())
+                .await;
+                // What the gates wrote (bytecode, build output, a formatter's edits) goes: the
+                // next worker pass, the commit and a halted item's leftovers hold the worker's
+                // tree only.
+                if !icx.eff.gates.is_empty()
+                    && let Some(s) = &snap
+                    && let Err(e) = undo_gates(icx, s).await
+                {
+                    return held_for_environment(run, e.to_string());
+                }
+                match judged {
+                    GatesOutcome::Passed {
+                        any_passed,
+                        verified,
+                    } => {
+                        run.progress |= any_passed;
+                        // The gates must not have moved HEAD either; then the work is kept.
+                        let gates_ran = !icx.eff.gates.is_empty();
+                        match finish_work(icx, snap, !verified, &markers, gates_ran).await {
+                            Ok(Ok(work)) => {
+                                let _ = icx.events.send(work);
+                            }
+                            Ok(Err(moved)) => {
+                                let why = format!("after the gates: {moved}");
+                                attempt_failed(icx, &mut run, &mut feedback, n, "gates", why);
+                                continue;
+                            }
+                            Err(e) => {
+                                // The work passed; git could not keep it. The next run tries
+                                // the item again.
+                                return held_for_environment(run, e.to_string());
+                            }
+                        }
+                        run.outcome = ItemOutcome::Completed;
+                        run.progress = true;
+                        run.reason = None;
+                        run.cause = None;
+                        run.halt = None;
+                        return run;
+                    }
+                    GatesOutcome::Cancelled => {
+                        run.outcome = ItemOutcome::Cancelled;
+                        return run;
+                    }
+                    GatesOutcome::Failed {
+                        gate,
+                        fin,
+                        any_passed,
+                        timed_out,
+                        why,
+                    } => {
+                        run.progress |= any_passed;
+                        run.tree_gone &= fin.tree_gone;
+                        let failed = gate_failed(&gate, &fin, timed_out, why.as_deref());
+                        run.cause = Some(failed.cause);
+                        run.halt = Some(failed.halt);
+                        feedback = write_feedback(icx, n, &failed.stage, &fin.tail);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the gates wrote could not be undone: the item is held for the environment.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum UndoFailed {
+    #[error("cannot undo what the gates wrote in `{}`: {source}", dir.display())]
+    Git {
+        dir: PathBuf,
+        #[source]
+        source: git::GitError,
+    },
+    #[error(transparent)]
+    Task(#[from] ItemError),
+}
+
+/// Put the worker's tree back after the gates: remove what they created (not ignored) and write
+/// back what they changed, as the snapshot holds it.
+pub(super) async fn undo_gates(icx: &ItemCx<'_>, snap: &Snapshot) -> Result<(), UndoFailed> {
+    // A checkout that was clean and still is: nothing to undo, and its files say so.
+    if snap.index.is_none() && git::proven_clean_small(&icx.workdir).is_some() {
+        return Ok(());
+    }
+    let dir = icx.workdir.clone();
+    let index = snap.index.clone();
+    let restored = blocking(move || git::restore_snapshot(&dir, index.as_deref().map(|p| &**p)))
+        .await?
+        .map_err(|source| UndoFailed::Git {
+            dir: icx.workdir.clone(),
+            source,
+        })?;
+    if !restored.removed.is_empty() || !restored.restored.is_empty() {
+        tracing::debug!(
+            removed = restored.removed.len(),
+            restored = restored.restored.len(),
+            "what the gates wrote is undone"
+        );
+    }
+    Ok(())
+}
+
+/// An attempt failed for a reason of runner's finding (HEAD moved, nothing changed): it counts
+/// as a failed attempt, and the next one is told why.
+pub(super) fn attempt_failed(
+    icx: &ItemCx<'_>,
+    run: &mut ItemRun,
+    feedback: &mut Option<PathBuf>,
+    n: u32,
+    stage: &str,
+    why: String,
+) {
+    run.halt = Some(HaltSignature::described(stage, &why));
+    let at = match stage {
+        "worker" => "the worker",
+        "gates" => "the gates",
+        other => other,
+    };
+    *feedback = write_feedback(icx, n, at, &why);
+    run.cause = Some(why);
+}
+
+/// Write `<n>-feedback.txt`: `attempt N failed at <stage>; the end of its output:` (the stage
+/// is ``gate `test` `` or `the worker`), a blank line, the output's last lines.
+pub(super) fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) -> Option<PathBuf> {
+    let path = icx.logs.join(format!("{n}-feedback.txt"));
+    let text = format!(
+        "attempt {n} failed at {stage}; the end of its output:\n\n{}\n",
+        last_lines(tail, 200, 32 * 1024)
+    );
+    let written = std::fs::create_dir_all(&icx.logs)
+        .and_then(|()| crate::support::fs::write_atomic(&path, text.as_bytes()));
+    match written {
+        Ok(()) => Some(path),
+        Err(e) => {
+            // The next attempt runs without `RUNNER_FEEDBACK`: said, not silent.
+            tracing::warn!(
+                "{}/{}: the next attempt gets no feedback: cannot write `{}`: {e}",
+                icx.item.repo,
+                icx.item.id,
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// What the worker of attempt `n` (on `model`) reported using, priced at `models.prices` when
+/// it gave tokens without a cost, as an event; or that its usage is unknown, where a budget
+/// needs it.
+fn report_usage(icx: &ItemCx<'_>, n: u32, model: Option<&str>) {
+    match read_usage(&usage_path(icx, n)) {
+        UsageRead::Reported(mut usage, used_model) => {
+            // Tokens without a cost are priced at `models.prices`, for the model the worker
+            // says it used, else the attempt's.
+            if usage.cost_usd.is_none() {
+                usage.cost_usd = icx.eff.models.as_ref().and_then(|m| {
+                    let price = used_model
+                        .as_deref()
+                        .or(model)
+                        .and_then(|name| m.prices.get(name))?;
+                    Some(price.cost(usage.input_tokens, usage.output_tokens))
+                });
+            }
+            let _ = icx.events.send(Event::Usage {
+                item: icx.idx,
+                n,
+                model: model.map(str::to_string),
+                usage,
+                used_model,
+            });
+        }
+        // Most workers report nothing; with a budget, nothing is not zero.
+        UsageRead::Missing if icx.cx.loaded.manifest.budget.is_none() => {}
+        UsageRead::Missing => {
+            let _ = icx.events.send(Event::UsageUnknown {
+                item: icx.idx,
+                n,
+                why: "its worker wrote no usage to `RUNNER_USAGE`".into(),
+            });
+        }
+        UsageRead::Malformed(why) => {
+            let _ = icx.events.send(Event::UsageUnknown {
+                item: icx.idx,
+                n,
+                why,
+            });
+        }
+    }
+}
+
+/// Why runner ended a worker, as the attempt shows it: silence or its timeout; `None` when it
+/// ended by itself.
+fn ended_note(
+    fin: &Finished,
+    silence: Option<std::time::Duration>,
+    timeout: std::time::Duration,
+) -> Option<String> {
+    if fin.silenced {
+        silence.map(|d| {
+            format!(
+                "no output for {} (`models.provider_failure.silence`)",
+                crate::manifest::format_duration(d)
+            )
+        })
+    } else if fin.timed_out {
+        Some(format!(
+            "timed out after {}",
+            crate::manifest::format_duration(timeout)
+        ))
+    } else {
+        None
+    }
+}
+
+/// `run` held for the environment (git could not keep the work, the gates' byproducts could not
+/// be undone), keeping what it learnt (progress, the tree's end) so far.
+fn held_for_environment(mut run: ItemRun, cause: String) -> ItemRun {
+    let held = environmental(cause);
+    run.outcome = held.outcome;
+    run.reason = held.reason;
+    run.cause = held.cause;
+    run.halt = held.halt;
+    run
+}

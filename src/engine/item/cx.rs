@@ -1,0 +1,79 @@
+//! What every part of an item's lifecycle shares: the item's context, how it asks to rest, the
+//! errors that keep it from running, and an item the environment failed.
+
+use super::checkout::Anchor;
+use crate::engine::config::Effective;
+use crate::engine::run::RunCx;
+use crate::engine::stall::HaltSignature;
+use crate::events::Event;
+use crate::git;
+use crate::plan::{ItemPlan, RepoPlan};
+use crate::process::Stop;
+use crate::vocab::ItemOutcome;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+/// How an item ended: what the scheduler is told.
+pub use crate::engine::scheduler::Finished as ItemRun;
+
+/// Lines of a failing gate's output kept in the report.
+pub(super) const REPORT_TAIL_LINES: usize = 40;
+
+pub(super) const REPORT_TAIL_BYTES: usize = 4096;
+
+/// An item asks to rest for `wait` before its next attempt, freeing its slot; it goes on when
+/// `wake` is sent (or the run stops).
+#[derive(Debug)]
+pub struct Rest {
+    pub item: usize,
+    pub wait: std::time::Duration,
+    pub wake: tokio::sync::oneshot::Sender<()>,
+}
+
+pub(super) struct ItemCx<'a> {
+    pub(super) cx: &'a RunCx,
+    pub(super) idx: usize,
+    pub(super) item: &'a ItemPlan,
+    pub(super) repo: &'a RepoPlan,
+    pub(super) eff: Effective,
+    pub(super) workdir: PathBuf,
+    pub(super) logs: PathBuf,
+    pub(super) lease_fd: i32,
+    /// Where the item asks to rest between attempts.
+    pub(super) rest: mpsc::UnboundedSender<Rest>,
+    /// The item's cgroup, when the run contains items in cgroups.
+    pub(super) cgroup: Option<Arc<crate::process::cgroup::ItemCgroup>>,
+    pub(super) events: &'a mpsc::UnboundedSender<Event>,
+    pub(super) stop: watch::Receiver<Stop>,
+    /// Where the work started; `None` in a repository without a commit.
+    pub(super) anchor: Option<Anchor>,
+}
+
+/// An item the environment failed (git, the cgroup file system, the disk): held, not failed —
+/// nothing was wrong with the work, and the next run tries it again. The stall guard counts it.
+pub(super) fn environmental(cause: String) -> ItemRun {
+    let mut r = ItemRun::ended(ItemOutcome::Held);
+    r.reason = Some(crate::vocab::HoldReason::Environment.as_str().into());
+    r.halt = Some(HaltSignature::described("environment", &cause));
+    r.cause = Some(cause);
+    r
+}
+
+pub(super) enum Prepared {
+    Held(&'static str, String),
+    Failed(ItemError),
+}
+
+/// What keeps runner from running or finishing an item (its outcome is then `failed`).
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error(transparent)]
+    Git(#[from] git::GitError),
+    /// A task on the blocking pool ended without an answer (it panicked or was cancelled).
+    #[error("a git task of the item ended early: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// A value of `worker.env` whose template cannot be filled.
+    #[error("`worker.env.{name}`: {message}")]
+    Template { name: String, message: String },
+}

@@ -1,0 +1,304 @@
+//! The gates of one attempt: each run in order (or its verdict taken from the cache), the
+//! `min_tests` floor, and what their results say of the attempt.
+
+use super::{
+    baseline::{Baselined, against_baseline},
+    checkout::blocking,
+    cx::{ItemCx, REPORT_TAIL_BYTES, REPORT_TAIL_LINES},
+    launch::{Launch, Ready, command, launch, shell_words, unstarted},
+};
+use crate::engine::verdicts::{self, Verdict};
+use crate::events::{CachedFrom, Event};
+use crate::git;
+use crate::manifest::compile_glob;
+use crate::process::{Finished, output::last_lines};
+use crate::vocab::GateResult;
+use std::path::Path;
+use tracing::Instrument;
+
+pub(super) enum GatesOutcome {
+    Passed {
+        any_passed: bool,
+        /// A required gate ran and passed: the work was checked.
+        verified: bool,
+    },
+    Failed {
+        gate: String,
+        fin: Box<Finished>,
+        any_passed: bool,
+        timed_out: bool,
+        /// Why it failed, when its exit does not say (too few tests).
+        why: Option<String>,
+    },
+    Cancelled,
+}
+
+pub(super) async fn gates(
+    icx: &ItemCx<'_>,
+    n: u32,
+    model: Option<&str>,
+    feedback: Option<&Path>,
+    start: Option<&str>,
+) -> GatesOutcome {
+    let gates = &icx.eff.gates;
+    let needs_changes = gates.iter().any(|g| !g.paths.is_empty());
+    let changed: Option<Vec<String>> = if needs_changes {
+        let dir = icx.workdir.clone();
+        let since = match (&icx.item.branch, &icx.repo.base) {
+            (Some(_), Some(base)) => {
+                let d = dir.clone();
+                let b = base.clone();
+                tokio::task::spawn_blocking(move || git::merge_base(&d, &b, "HEAD"))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        }
+        .or_else(|| start.map(str::to_string));
+        match since {
+            Some(s) => tokio::task::spawn_blocking(move || git::changed_files(&dir, &s).ok())
+                .await
+                .ok()
+                .flatten(),
+            None => None,
+        }
+    } else {
+        None
+    };
+    let mut any_passed = false;
+    let mut verified = false;
+    let mut decided: Option<(String, Finished, bool, Option<String>)> = None;
+    // A gate that did not run: its result and why, with no output and no time.
+    let unrun = |gate: &str, result: GateResult, reason: &str| {
+        let _ = icx.events.send(Event::GateFinished {
+            item: icx.idx,
+            n,
+            gate: gate.to_string(),
+            result,
+            reason: Some(reason.to_string()),
+            duration: std::time::Duration::ZERO,
+            output_tail: String::new(),
+            log: None,
+            exit: None,
+            cached: None,
+            failures: None,
+            log_error: None,
+            unlogged_bytes: None,
+        });
+    };
+    for gate in gates {
+        if decided.is_some() {
+            unrun(
+                &gate.name,
+                GateResult::NotRun,
+                "an earlier required gate failed",
+            );
+            continue;
+        }
+        if !gate.paths.is_empty() {
+            let matchers: Vec<_> = gate
+                .paths
+                .iter()
+                .filter_map(|p| compile_glob(p).ok())
+                .collect();
+            // Unknown changes (git could not tell) fail closed: the gate runs.
+            let touched = changed
+                .as_ref()
+                .is_none_or(|files| files.iter().any(|f| matchers.iter().any(|m| m.is_match(f))));
+            if !touched {
+                unrun(
+                    &gate.name,
+                    GateResult::Skipped,
+                    "no changed file matches its `paths`",
+                );
+                continue;
+            }
+        }
+        // `timeout: auto` gates have the limit their history gave them.
+        let limit = icx
+            .cx
+            .gate_timeouts
+            .get(&gate.name)
+            .copied()
+            .unwrap_or_else(|| gate.timeout());
+        let log = icx.logs.join(format!("{n}-gate-{}.log", gate.name));
+        let run = Launch::gate(gate, n, &icx.workdir, log.clone(), limit);
+        let ready = command(icx, &gate.run, model, feedback, &run);
+        let _ = icx.events.send(Event::GateStarted {
+            item: icx.idx,
+            n,
+            gate: gate.name.clone(),
+            limit,
+            command: ready
+                .as_ref()
+                .ok()
+                .map(|r| icx.cx.redactor.redact(&shell_words(&r.argv))),
+            dir: Some(icx.workdir.clone()),
+            required: gate.required(),
+        });
+        let (fin, cached) = judged(icx, gate, ready, run, None, verdicts::Kind::Gate)
+            .instrument(tracing::debug_span!("gate", gate = %gate.name))
+            .await;
+        let result = if fin.cancelled {
+            GateResult::NotRun
+        } else if fin.timed_out {
+            GateResult::TimedOut
+        } else if fin.success() {
+            GateResult::Passed
+        } else {
+            GateResult::Failed
+        };
+        // Too few tests ran: a suite an agent emptied does not pass, however it exited.
+        let too_few = gate.min_tests.as_ref().and_then(|m| {
+            (result == GateResult::Passed && fin.counted < u64::from(m.count)).then(|| {
+                format!(
+                    "{} test{} ran (lines matching `{}`), fewer than `min_tests.count` {}",
+                    fin.counted,
+                    if fin.counted == 1 { "" } else { "s" },
+                    m.pattern,
+                    m.count
+                )
+            })
+        });
+        let result = if too_few.is_some() {
+            GateResult::Failed
+        } else {
+            result
+        };
+        let mut fin = fin;
+        if let Some(why) = &too_few {
+            fin.tail.push_str(&format!("\nrunner: {why}\n"));
+        }
+        // A gate failing by its exit, with `baseline: true`: what the base commit fails too is
+        // forgiven.
+        let mut failures = None;
+        let mut why = too_few.clone();
+        let mut result = result;
+        if result == GateResult::Failed
+            && too_few.is_none()
+            && gate.baseline()
+            && fin.exit.is_some_and(|c| c != 126 && c != 127)
+        {
+            let judged = against_baseline(icx, gate, n, model, feedback, limit, &fin).await;
+            match judged {
+                Baselined::Cancelled => return GatesOutcome::Cancelled,
+                Baselined::Judged {
+                    forgiven,
+                    lists,
+                    why: w,
+                } => {
+                    if forgiven {
+                        result = GateResult::Passed;
+                    }
+                    failures = Some(lists);
+                    why = w;
+                }
+            }
+        }
+        tracing::debug!(gate = %gate.name, result = result.as_str(), exit = fin.exit, "gate finished");
+        let tail = match &fin.spawn_error {
+            Some(e) => e.clone(),
+            None => last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES),
+        };
+        let _ = icx.events.send(Event::GateFinished {
+            item: icx.idx,
+            n,
+            gate: gate.name.clone(),
+            result,
+            reason: fin
+                .cancelled
+                .then(|| "the run was cancelled".to_string())
+                .or(too_few.clone()),
+            duration: fin.duration,
+            output_tail: tail,
+            log: (fin.logged && cached.is_none()).then_some(log),
+            log_error: fin.log_error.clone(),
+            unlogged_bytes: (fin.unlogged > 0).then_some(fin.unlogged),
+            exit: fin.exit,
+            cached,
+            failures,
+        });
+        if fin.cancelled {
+            return GatesOutcome::Cancelled;
+        }
+        if result == GateResult::Passed {
+            any_passed = true;
+            verified |= gate.required();
+        } else if gate.required() {
+            decided = Some((gate.name.clone(), fin, result == GateResult::TimedOut, why));
+        }
+    }
+    match decided {
+        None => GatesOutcome::Passed {
+            any_passed,
+            verified,
+        },
+        Some((gate, fin, timed_out, why)) => GatesOutcome::Failed {
+            gate,
+            fin: Box::new(fin),
+            any_passed,
+            timed_out,
+            why,
+        },
+    }
+}
+
+/// Run gate `run.gate` as `ready` says (or say why it could not start), or reuse its recorded
+/// verdict on the tree it would run on (`tree`, when known; else read from `run.dir` before it
+/// runs). Returns how it finished and, for a reused verdict, where that was given.
+pub(super) async fn judged(
+    icx: &ItemCx<'_>,
+    gate: &crate::manifest::Gate,
+    ready: Result<Ready, String>,
+    run: Launch<'_>,
+    tree: Option<String>,
+    kind: verdicts::Kind,
+) -> (Finished, Option<CachedFrom>) {
+    let ready = match ready {
+        Ok(r) => r,
+        Err(e) => return (unstarted(e), None),
+    };
+    let key = if gate.cache() {
+        // The tree, and what the gate can read that the tree does not show (ignored files, a
+        // link's target outside the folder); nothing to key by when a submodule has changes.
+        let d = run.dir.to_path_buf();
+        let tree = blocking(move || {
+            let tree = match tree {
+                Some(t) => t,
+                None => git::working_tree(&d).ok()?,
+            };
+            let hidden = git::hidden_inputs(&d).ok()??;
+            Some(format!("{tree}\0{hidden}"))
+        })
+        .await
+        .ok()
+        .flatten();
+        let counting = gate.min_tests.as_ref().map(|m| m.pattern.as_str());
+        tree.map(|t| verdicts::key(kind, &t, &ready.argv, &ready.env, run.dir, counting))
+    } else {
+        None
+    };
+    if let Some(k) = &key {
+        let (store, k2) = (icx.cx.verdicts.clone(), k.clone());
+        if let Ok(Some(v)) = blocking(move || store.get(&k2)).await {
+            tracing::debug!(gate = %gate.name, from = %v.run_id, "gate verdict reused");
+            let from = CachedFrom {
+                run_id: v.run_id.clone(),
+                repo: v.repo.clone(),
+                item: v.item.clone(),
+                at: v.at.clone(),
+            };
+            return (v.finished(), Some(from));
+        }
+    }
+    let fin = launch(icx, ready, run).await;
+    if let Some(k) = key
+        && (kind == verdicts::Kind::Baseline || fin.success())
+        && let Some(v) = Verdict::of(&fin, &icx.cx.run_id, &icx.item.repo, &icx.item.id)
+    {
+        let store = icx.cx.verdicts.clone();
+        let _ = blocking(move || store.put(&k, &v)).await;
+    }
+    (fin, None)
+}

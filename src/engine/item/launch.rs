@@ -1,0 +1,317 @@
+//! Starting a worker or a gate: the shared resources it needs taken, its command rendered, its
+//! environment built, and the process launched in the item's containment.
+
+use super::{
+    attempt::usage_path,
+    cx::{ItemCx, ItemError},
+};
+use crate::engine::child_env::{RunnerVars, child_env};
+use crate::events::Event;
+use crate::manifest::CommandSpec;
+use crate::manifest::template;
+use crate::process::{self, CensusKey, Finished, SpawnSpec};
+use crate::vocab::Role;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A unit of every shared resource the command `uses`, taken in name order (so two commands never
+/// hold one each of what the other waits for), waiting for as long as others hold them. A stop
+/// while waiting ends the wait: the command is not run (cancelled).
+pub(super) async fn take_resources(
+    icx: &ItemCx<'_>,
+    n: u32,
+    gate: Option<&str>,
+    uses: &[String],
+) -> Result<Vec<crate::lease::ResourceUnit>, Finished> {
+    let mut names: Vec<&String> = uses.iter().collect();
+    names.sort();
+    names.dedup();
+    let mut units = Vec::with_capacity(names.len());
+    if names.is_empty() {
+        return Ok(units);
+    }
+    let dir = crate::lease::resources_dir();
+    let mut stop = icx.stop.clone();
+    for name in names {
+        let count = icx
+            .cx
+            .loaded
+            .manifest
+            .resources
+            .get(name)
+            .copied()
+            .unwrap_or(1);
+        let mut since: Option<std::time::Instant> = None;
+        loop {
+            if *stop.borrow() != process::Stop::Run {
+                return Err(Finished {
+                    cancelled: true,
+                    ..Finished::default()
+                });
+            }
+            match crate::lease::try_resource(&dir, name, count) {
+                Ok(Some(unit)) => {
+                    if let Some(t) = since {
+                        let _ = icx.events.send(Event::ResourceAcquired {
+                            item: icx.idx,
+                            n,
+                            resource: name.clone(),
+                            gate: gate.map(str::to_string),
+                            waited: t.elapsed(),
+                        });
+                    }
+                    units.push(unit);
+                    break;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(unstarted(format!(
+                        "cannot take shared resource `{name}` in `{}`: {e}",
+                        dir.display()
+                    )));
+                }
+            }
+            if since.is_none() {
+                since = Some(std::time::Instant::now());
+                let _ = icx.events.send(Event::ResourceWaiting {
+                    item: icx.idx,
+                    n,
+                    resource: name.clone(),
+                    gate: gate.map(str::to_string),
+                });
+            }
+            // Units are free when a lock is: asked again often enough that a freed unit does not
+            // idle, rarely enough to cost nothing.
+            let pause = std::time::Duration::from_millis(50);
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                changed = stop.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+            }
+        }
+    }
+    Ok(units)
+}
+
+/// Start `cmd` as `run` says (on `model`, with the previous attempt's `feedback`) and wait for
+/// it; a command that cannot be rendered is an unstarted result.
+pub(super) async fn spawn(
+    icx: &ItemCx<'_>,
+    cmd: &CommandSpec,
+    model: Option<&str>,
+    feedback: Option<&Path>,
+    run: Launch<'_>,
+) -> Finished {
+    match command(icx, cmd, model, feedback, &run) {
+        Ok(ready) => launch(icx, ready, run).await,
+        Err(e) => unstarted(e),
+    }
+}
+
+/// A command that could not be started: why, as its result.
+pub(super) fn unstarted(why: String) -> Finished {
+    Finished::unstarted(why, std::time::Duration::ZERO)
+}
+
+/// A command line as a shell would read it back (words with spaces or quotes quoted).
+pub(super) fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A command ready to start: its arguments and its exact environment.
+pub(super) struct Ready {
+    pub(super) argv: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+}
+
+/// How to run a prepared command.
+pub(super) struct Launch<'a> {
+    pub(super) gate: Option<&'a crate::manifest::Gate>,
+    pub(super) n: u32,
+    pub(super) log: PathBuf,
+    pub(super) timeout: std::time::Duration,
+    pub(super) grace: std::time::Duration,
+    pub(super) silence: Option<std::time::Duration>,
+    /// Where it runs: the item's checkout, or a baseline's worktree.
+    pub(super) dir: &'a Path,
+}
+
+impl<'a> Launch<'a> {
+    /// Gate `gate` of attempt `n`, run in `dir` within `limit` and logged to `log`.
+    pub(super) fn gate(
+        gate: &'a crate::manifest::Gate,
+        n: u32,
+        dir: &'a Path,
+        log: PathBuf,
+        limit: std::time::Duration,
+    ) -> Launch<'a> {
+        Launch {
+            gate: Some(gate),
+            n,
+            log,
+            timeout: limit,
+            grace: gate.grace(),
+            silence: None,
+            dir,
+        }
+    }
+}
+
+/// The arguments and environment of `cmd` for the launch `run` (its attempt, gate and folder).
+pub(super) fn command(
+    icx: &ItemCx<'_>,
+    cmd: &CommandSpec,
+    model: Option<&str>,
+    feedback: Option<&Path>,
+    run: &Launch<'_>,
+) -> Result<Ready, String> {
+    let (n, gate, dir) = (run.n, run.gate, run.dir);
+    let gate_name = gate.map(|g| g.name.as_str());
+    let cx = icx.cx;
+    let item = icx.item;
+    let workdir = dir.to_string_lossy().to_string();
+    let lookup = |name: &str| -> Option<String> {
+        match name {
+            "model" => Some(model.unwrap_or_default().to_string()),
+            "repo" => Some(item.repo.clone()),
+            "repo.path" => Some(workdir.clone()),
+            "item" => Some(item.id.clone()),
+            "attempt" => Some(n.to_string()),
+            "run" => Some(cx.run_id.clone()),
+            other => other
+                .strip_prefix("item.")
+                .and_then(|v| item.vars.get(v).cloned()),
+        }
+    };
+    let argv = crate::engine::config::command_argv(&cx.loaded, cmd, lookup)?;
+    let worker_env: Vec<(String, String)> = if gate.is_none() {
+        icx.eff
+            .worker
+            .env
+            .iter()
+            .map(|(k, v)| {
+                match template::render(v, |n| lookup(n.strip_prefix(template::RAW).unwrap_or(n))) {
+                    Ok(v) => Ok((k.clone(), v)),
+                    Err(message) => Err(ItemError::Template {
+                        name: k.clone(),
+                        message,
+                    }
+                    .to_string()),
+                }
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    // A worker may say what it used; the folder is there for it to write into.
+    let usage = gate.is_none().then(|| usage_path(icx, n));
+    if usage.is_some() {
+        let _ = std::fs::create_dir_all(&icx.logs);
+    }
+    let env = child_env(
+        |name| std::env::var(name).ok(),
+        &icx.eff.env_pass,
+        &icx.eff.secrets,
+        &worker_env,
+        &RunnerVars {
+            run_id: &cx.run_id,
+            repo: &item.repo,
+            repo_path: &workdir,
+            item: &item.id,
+            model,
+            attempt: n,
+            role: if gate_name.is_some() {
+                Role::Gate
+            } else {
+                Role::Worker
+            },
+            gate: gate_name,
+            token: &cx.token,
+            max_workers: cx.workers,
+            feedback,
+            usage: usage.as_deref(),
+            defaults: &build_cache(icx),
+        },
+    );
+    Ok(Ready { argv, env })
+}
+
+/// What runner sets for an item in a worktree unless the manifest does: a build cache of the
+/// repository's own under the workspace (`CARGO_TARGET_DIR`), so that a fresh worktree does not
+/// build every dependency again. Two items of one repository never run at once, and cargo locks
+/// its folder besides.
+pub(super) fn build_cache(icx: &ItemCx<'_>) -> Vec<(String, String)> {
+    if icx.item.branch.is_none() {
+        return Vec::new();
+    }
+    let dir = icx
+        .cx
+        .workspace
+        .join("cache")
+        .join("target")
+        .join(&icx.repo.name);
+    vec![(
+        "CARGO_TARGET_DIR".to_string(),
+        dir.to_string_lossy().into_owned(),
+    )]
+}
+
+/// Start a prepared command and wait for its end, holding the shared resources it uses.
+pub(super) async fn launch(icx: &ItemCx<'_>, prepared: Ready, run: Launch<'_>) -> Finished {
+    let gate = run.gate;
+    let gate_name = gate.map(|g| g.name.as_str());
+    // Validation has compiled the pattern once already.
+    let count_lines = gate
+        .and_then(|g| g.min_tests.as_ref())
+        .and_then(|m| regex::Regex::new(&m.pattern).ok())
+        .map(Arc::new);
+    let uses = gate.map_or(&icx.eff.worker.uses, |g| &g.uses);
+    // Held until the command has ended; waiting for them is not part of its time limit.
+    let _units = match take_resources(icx, run.n, gate_name, uses).await {
+        Ok(u) => u,
+        Err(fin) => return fin,
+    };
+    // A gate's failures are read from its output, its folders written as `<dir>`.
+    let failure_roots = gate.map(|_| {
+        let mut roots = vec![run.dir.to_string_lossy().to_string()];
+        roots.push(icx.repo.path.to_string_lossy().to_string());
+        roots
+    });
+    process::run(
+        SpawnSpec {
+            argv: prepared.argv,
+            cwd: run.dir.to_path_buf(),
+            env: prepared.env,
+            log_path: run.log,
+            timeout: run.timeout,
+            grace: run.grace,
+            silence: run.silence,
+            redactor: icx.cx.redactor.clone(),
+            inherit_fd: Some(icx.lease_fd),
+            census: CensusKey {
+                token: icx.cx.token.clone(),
+                repo: icx.item.repo.clone(),
+            },
+            count_lines,
+            failure_roots,
+            cgroup: icx.cgroup.clone(),
+        },
+        icx.stop.clone(),
+    )
+    .await
+}

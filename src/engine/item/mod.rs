@@ -1,0 +1,193 @@
+//! One item's lifecycle: where it runs, then worker and gates for up to `attempts` passes, with
+//! the model chain moving on provider-class failures.
+//!
+//! The lifecycle is split by what each part owns: [`checkout`] (where the item runs and what git
+//! says of it), [`attempt`] (worker passes, the model chain, rests), [`gates`] (gates and the
+//! verdict cache), [`baseline`] (gate baselines), [`launch`] (starting a worker or gate),
+//! [`verdict`] (what an attempt's worker class and gate results mean for the item, pure and
+//! unit-tested), and [`cx`] (what they share).
+
+mod attempt;
+mod baseline;
+mod checkout;
+mod cx;
+mod gates;
+mod launch;
+mod verdict;
+
+pub use baseline::Baseline;
+pub use cx::{ItemError, ItemRun, Rest};
+
+use crate::engine::run::RunCx;
+use crate::events::Event;
+use crate::git;
+use crate::process::Stop;
+use crate::vocab::ItemOutcome;
+use attempt::attempts;
+use checkout::{Anchor, blocking, prepare, set_up};
+use cx::{ItemCx, Prepared, environmental};
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+pub async fn run_item(
+    cx: Arc<RunCx>,
+    idx: usize,
+    lease_fd: i32,
+    events: mpsc::UnboundedSender<Event>,
+    rest: mpsc::UnboundedSender<Rest>,
+    stop: watch::Receiver<Stop>,
+) -> ItemRun {
+    let item = &cx.plan.items[idx];
+    let Some(repo) = cx.plan.repositories.iter().find(|r| r.name == item.repo) else {
+        let mut r = ItemRun::ended(ItemOutcome::Failed);
+        r.cause = Some(format!("repository `{}` is not in the plan", item.repo));
+        return r;
+    };
+    let _ = events.send(Event::ItemStarted { item: idx });
+    let eff = crate::engine::config::effective(&cx.loaded, repo.entry);
+    let logs = cx.run_dir.join("logs").join(&repo.name).join(&item.id);
+    let fresh;
+    let workdir = match prepare(&cx, repo, item).await {
+        Ok(ready) => {
+            if item.branch.is_some() {
+                let _ = events.send(Event::Worktree {
+                    item: idx,
+                    path: ready.dir.clone(),
+                    backup: ready.backup,
+                    shared: ready.shared,
+                    unshared: ready.unshared,
+                });
+            }
+            if let Some(patch) = ready.leftovers {
+                let _ = events.send(Event::Leftovers { item: idx, patch });
+            }
+            fresh = ready.fresh;
+            ready.dir
+        }
+        Err(Prepared::Held(reason, detail)) => {
+            let mut r = ItemRun::ended(ItemOutcome::Held);
+            r.reason = Some(reason.into());
+            r.cause = Some(detail);
+            return r;
+        }
+        Err(Prepared::Failed(_)) if *stop.borrow() != Stop::Run => {
+            // Its git call was ended by the stop: not a verdict on the item.
+            return ItemRun::ended(ItemOutcome::Cancelled);
+        }
+        Err(Prepared::Failed(e)) => return environmental(e.to_string()),
+    };
+    let anchor_of = |probe: git::Probe| {
+        probe.head.map(|start| Anchor {
+            branch: probe.branch,
+            start,
+        })
+    };
+    // A few small files answer on the loop, for less than a trip to the blocking pool costs.
+    let anchor = match git::small_probe(&workdir) {
+        Some(probe) => Ok(anchor_of(probe)),
+        None => {
+            let dir = workdir.clone();
+            blocking(move || git::quick_probe(&dir).map(anchor_of))
+                .await
+                .and_then(|r| r.map_err(ItemError::from))
+        }
+    };
+    let anchor = match anchor {
+        Ok(a) => a,
+        Err(_) if *stop.borrow() != Stop::Run => return ItemRun::ended(ItemOutcome::Cancelled),
+        Err(e) => return environmental(e.to_string()),
+    };
+    // Made on the loop: a directory in the cgroup file system, held in memory by the kernel.
+    let cgroup = match cx.contained.item(&repo.name) {
+        Ok(c) => c,
+        Err(e) => return environmental(e.to_string()),
+    };
+    let icx = ItemCx {
+        cx: &cx,
+        idx,
+        item,
+        repo,
+        eff,
+        workdir,
+        logs,
+        lease_fd,
+        rest,
+        cgroup,
+        events: &events,
+        stop,
+        anchor,
+    };
+    if let Err((why, tree_gone)) = set_up(&icx, fresh).await {
+        let mut held = environmental(why);
+        held.tree_gone = tree_gone;
+        return held;
+    }
+    let run = attempts(&icx).await;
+    if run.outcome == ItemOutcome::Completed
+        && let (Some(publish), Some(branch)) = (&cx.loaded.manifest.publish, &item.branch)
+    {
+        publish_item(&icx, publish, branch).await;
+    }
+    run
+}
+
+/// Publish a completed item's work branch, and say what came of it.
+async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, branch: &str) {
+    let cx = icx.cx;
+    let start = icx.anchor.as_ref().map(|a| a.start.clone());
+    let (dir, b) = (icx.repo.path.clone(), branch.to_string());
+    let stat = match start {
+        Some(s) => blocking(move || git::diffstat(&dir, &s, &format!("refs/heads/{b}")))
+            .await
+            .ok()
+            .and_then(Result::ok),
+        None => None,
+    };
+    let mut body = format!(
+        "Work item `{}` in `{}`, done by runner (run `{}`).\n",
+        icx.item.id, icx.item.repo, cx.run_id
+    );
+    if let Some((files, ins, del)) = stat {
+        body.push_str(&format!(
+            "\n{files} file(s) changed, {ins} insertion(s), {del} deletion(s).\n"
+        ));
+    }
+    if let Some(task) = icx.item.vars.get("task") {
+        body.push_str(&format!("\nTask: {task}\n"));
+    }
+    let env: Vec<(String, String)> = icx
+        .eff
+        .env_pass
+        .iter()
+        .chain(&icx.eff.secrets)
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+        .collect();
+    let outcome = crate::engine::publish::publish(
+        crate::engine::publish::Request {
+            loaded: &cx.loaded,
+            publish,
+            repo: &icx.item.repo,
+            repo_path: &icx.repo.path,
+            item: &icx.item.id,
+            branch,
+            previous_url: cx.published.get(&icx.idx).map(String::as_str),
+            title: format!("runner: {}", icx.item.id),
+            body,
+            env,
+            logs: icx.logs.clone(),
+            token: &cx.token,
+            redactor: cx.redactor.clone(),
+        },
+        icx.stop.clone(),
+    )
+    .await;
+    let _ = icx.events.send(Event::Published {
+        item: icx.idx,
+        remote: publish.remote().to_string(),
+        branch: branch.to_string(),
+        pushed: outcome.pushed,
+        head: outcome.head,
+        url: outcome.url,
+        error: outcome.error,
+    });
+}
