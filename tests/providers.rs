@@ -859,3 +859,37 @@ fn a_probe_killed_with_its_runner_leaves_nothing_behind_after_the_next_run() {
             .all(|n| !n.starts_with("runner-probe"))
     );
 }
+
+/// The probes of a chain run at once, and each is its own: the quick refusal of one model does
+/// not end the probe of another still waiting for its provider (their processes carried one
+/// key, so ending the first one's tree ended the other's too, and a working model read as
+/// failed).
+#[test]
+fn one_probe_ending_leaves_another_still_running_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls");
+    let worker = format!(
+        r#"if [ -n "$RUNNER_PROBE" ]; then case "$RUNNER_MODEL" in m1) echo "runner adapter: the provider refused the key (authentication): invalid x-api-key"; exit 77;; m2) sleep 2; echo "probe m2 answered" >> {c}; echo OK; exit 0;; esac; fi; echo item >> {c}"#,
+        c = log.display()
+    );
+    probed_fleet(dir.path(), 1, "{primary: m1, fallbacks: [m2]}", &worker);
+    let (out, _) = apply_with_events(dir.path());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(calls(&log), vec!["probe m2 answered", "item"], "{err}");
+    let report = latest_report(&dir.path().join("runner-reports"));
+    let verdicts: Vec<&str> = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["refused", "ok"], "{report:#}");
+    // `doctor` asks the same questions the same way.
+    let out = run_in(dir.path(), &["doctor", "m.yaml"]);
+    let said = common::stdout(&out);
+    assert!(
+        said.contains("ok    probe of model `m2`: answered"),
+        "{said}"
+    );
+}

@@ -68,7 +68,7 @@ pub fn wanted(loaded: &LoadedManifest, entries: &[usize]) -> bool {
 /// Where and as whom probes run.
 pub struct ProbeRun<'a> {
     pub redactor: Arc<Redactor>,
-    /// The run's token, in every probe's environment.
+    /// The run's token; each probe's environment holds it with the probe's number.
     pub token: &'a str,
     pub run_id: &'a str,
     /// Where each probe's log is written.
@@ -153,6 +153,10 @@ pub async fn probe_models(
             }
         };
         worker_env.push(("RUNNER_PROBE".into(), "1".into()));
+        // Each probe's processes carry a token of their own: ending one probe's tree (and
+        // taking the census of what escaped it) must not reach a probe still running.
+        let token = format!("{token}.probe{i}");
+        let token = token.as_str();
         let env = child_env(
             |name| std::env::var(name).ok(),
             &p.eff.env_pass,
