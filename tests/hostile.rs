@@ -726,8 +726,11 @@ fn what_keeps_a_dead_runs_lease_is_named_and_can_be_ended() {
         &[("RUNNER_CONTAINMENT", "process-group")],
         &["sleep 5331", "sleep 5332"],
     );
+    // `setsid` and `env` may still be on their way to exec the sleep when runner is killed:
+    // wait for them to become the one escapee.
+    common::wait_for(5, || common::processes_matching("sleep 5331").len() == 1);
     let escapee = common::processes_matching("sleep 5331");
-    assert_eq!(escapee.len(), 1, "the escapee lives on");
+    assert_eq!(escapee.len(), 1, "the escapee lives on: {escapee:?}");
     let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
     assert!(
         status.contains(&format!("{}  /bin/sleep 5331", escapee[0])),

@@ -415,78 +415,6 @@ impl PgLedger {
         })
     }
 
-    /// Who asked `run_id` to stop, and why, if anyone did.
-    pub fn stop_requested(&self, run_id: &str) -> Result<Option<String>> {
-        let id = run_id.to_string();
-        self.call(move |s| {
-            let row = s.client.query_opt(
-                "SELECT stop_requested_by, stop_reason FROM runs WHERE id = $1 AND stop_requested_by IS NOT NULL",
-                &[&id],
-            )?;
-            Ok(row.map(|r| {
-                let by: String = r.get(0);
-                match r.get::<_, Option<String>>(1) {
-                    Some(why) => format!("{by}: {why}"),
-                    None => by,
-                }
-            }))
-        })
-    }
-
-    /// The latest `limit` runs of `manifest`, for the history page, newest first.
-    pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
-        let m = manifest.to_string();
-        let lapse = lapse().as_secs_f64();
-        let limit = limit as i64;
-        self.call(move |s| {
-            let rows = s.client.query(
-                &format!(
-                    "SELECT {RUN_COLUMNS}, run_dir, totals FROM runs WHERE manifest = $1
-                        AND pruned_at IS NULL
-                      ORDER BY started_at DESC, id DESC LIMIT $3"
-                ),
-                &[&m, &lapse, &limit],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| RunHistory {
-                    run: run_of(r),
-                    run_dir: r.get(16),
-                    totals: r
-                        .get::<_, Option<String>>(17)
-                        .and_then(|t| serde_json::from_str(&t).ok()),
-                })
-                .collect())
-        })
-    }
-
-    /// The results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
-    /// outcome), oldest first.
-    pub fn recent_item_results(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
-        let m = manifest.to_string();
-        let limit = limit as i64;
-        self.call(move |s| {
-            let rows = s.client.query(
-                &format!(
-                    "SELECT repo, item, run_id, outcome FROM item_results
-                      WHERE manifest = $1 AND run_id IN {RECENT_RUNS} ORDER BY recorded_at"
-                ),
-                &[&m, &limit],
-            )?;
-            Ok(rows
-                .iter()
-                .filter_map(|r| {
-                    let o = sqlite::outcome_from(r.get::<_, &str>(3))?;
-                    Some((r.get(0), r.get(1), r.get(2), o))
-                })
-                .collect())
-        })
-    }
-
     /// An item's latest event in a run: (at, body).
     fn latest_event(
         &self,
@@ -503,20 +431,6 @@ impl PgLedger {
                     &[&r, &p, &i],
                 )?
                 .map(|row| (row.get(0), row.get(1))))
-        })
-    }
-
-    /// The runs of `manifest` whose heartbeat is current and which have not ended.
-    pub fn live_runs(&self, manifest: &str) -> Result<Vec<String>> {
-        let m = manifest.to_string();
-        let lapse = lapse().as_secs_f64();
-        self.call(move |s| {
-            let rows = s.client.query(
-                "SELECT id FROM runs WHERE manifest = $1 AND ended_at IS NULL
-                   AND heartbeat_at > now() - make_interval(secs => $2) ORDER BY started_at",
-                &[&m, &lapse],
-            )?;
-            Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
 
@@ -1589,15 +1503,57 @@ impl Drop for PgLedger {
 }
 
 impl History for PgLedger {
+    /// The latest `limit` runs of `manifest`, for the history page, newest first.
     fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
-        PgLedger::run_history(self, manifest, limit)
+        let m = manifest.to_string();
+        let lapse = lapse().as_secs_f64();
+        let limit = limit as i64;
+        self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT {RUN_COLUMNS}, run_dir, totals FROM runs WHERE manifest = $1
+                        AND pruned_at IS NULL
+                      ORDER BY started_at DESC, id DESC LIMIT $3"
+                ),
+                &[&m, &lapse, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| RunHistory {
+                    run: run_of(r),
+                    run_dir: r.get(16),
+                    totals: r
+                        .get::<_, Option<String>>(17)
+                        .and_then(|t| serde_json::from_str(&t).ok()),
+                })
+                .collect())
+        })
     }
 
+    /// The results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
+    /// outcome), oldest first.
     fn recent_item_results(
         &self,
         manifest: &str,
         limit: usize,
     ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
-        PgLedger::recent_item_results(self, manifest, limit)
+        let m = manifest.to_string();
+        let limit = limit as i64;
+        self.call(move |s| {
+            let rows = s.client.query(
+                &format!(
+                    "SELECT repo, item, run_id, outcome FROM item_results
+                      WHERE manifest = $1 AND run_id IN {RECENT_RUNS} ORDER BY recorded_at"
+                ),
+                &[&m, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| {
+                    let o = sqlite::outcome_from(r.get::<_, &str>(3))?;
+                    Some((r.get(0), r.get(1), r.get(2), o))
+                })
+                .collect())
+        })
     }
 }

@@ -317,61 +317,6 @@ impl SqliteLedger {
         Ok(())
     }
 
-    /// The latest `limit` runs of `manifest`, newest first, with their report folders and what
-    /// they came to (absent for a run that died or predates the record).
-    pub fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<super::RunHistory>> {
-        let rows = self.rows(
-            "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir, totals
-             FROM runs WHERE manifest = ?1 AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2",
-            params![manifest, limit as i64],
-            |r| Ok((row_to_run(r)?, r.get::<_, String>(15)?, r.get::<_, Option<String>>(16)?)),
-        )?;
-        Ok(rows
-            .into_iter()
-            .map(|(run, run_dir, totals)| super::RunHistory {
-                run,
-                run_dir,
-                // A record this version cannot read is shown as unknown, not as an error.
-                totals: totals.and_then(|t| serde_json::from_str(&t).ok()),
-            })
-            .collect())
-    }
-
-    /// The recorded results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
-    /// outcome), oldest first.
-    pub fn recent_item_results(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
-        let sql = format!(
-            "SELECT repo, item, run_id, outcome FROM item_results
-             WHERE manifest = ?1 AND run_id IN
-                 {RECENT_RUNS}
-             ORDER BY ended_at"
-        );
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![manifest, limit as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
-            .map_err(|e| self.err(e))?;
-        // One pass: a manifest of thousands of items is not held twice.
-        let mut out = Vec::new();
-        for row in rows {
-            let (repo, item, run, o) = row.map_err(|e| self.err(e))?;
-            if let Some(o) = outcome_from(&o) {
-                out.push((repo, item, run, o));
-            }
-        }
-        Ok(out)
-    }
-
     /// Prune a manifest's history: every run that is not among its latest `keep_runs`, or that
     /// started before `cutoff`, and is not live nor `spare`. A pruned run loses its plan and its
     /// events (but publications, which `publish` reads), its claims, and its item results but
@@ -682,29 +627,6 @@ impl SqliteLedger {
         Ok(Some(ledger))
     }
 
-    pub fn set_paused(
-        &mut self,
-        manifest: &str,
-        by: &str,
-        reason: Option<&str>,
-        at: &str,
-    ) -> Result<()> {
-        self.write(
-            "INSERT INTO pauses (manifest, paused_by, reason, paused_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (manifest) DO UPDATE SET paused_by = ?2, reason = ?3, paused_at = ?4",
-            params![manifest, by, reason, at],
-        )?;
-        Ok(())
-    }
-
-    /// Lift a pause; whether there was one.
-    pub fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
-        let n = self
-            .conn
-            .execute("DELETE FROM pauses WHERE manifest = ?1", [manifest])
-            .map_err(|e| self.err(e))?;
-        Ok(n > 0)
-    }
 }
 
 /// An immediate write transaction (the write lock taken at `BEGIN`, so that it never fails
@@ -1021,11 +943,21 @@ impl Ledger for SqliteLedger {
         reason: Option<&str>,
         at: &str,
     ) -> Result<()> {
-        SqliteLedger::set_paused(self, manifest, by, reason, at)
+        self.write(
+            "INSERT INTO pauses (manifest, paused_by, reason, paused_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (manifest) DO UPDATE SET paused_by = ?2, reason = ?3, paused_at = ?4",
+            params![manifest, by, reason, at],
+        )?;
+        Ok(())
     }
 
+    /// Lift a pause; whether there was one.
     fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
-        SqliteLedger::clear_paused(self, manifest)
+        let n = self
+            .conn
+            .execute("DELETE FROM pauses WHERE manifest = ?1", [manifest])
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
     }
 
     fn run(&self, id: &str) -> Result<Option<RunRow>> {
@@ -1409,16 +1341,59 @@ fn pause_of(conn: &Connection, manifest: &str) -> rusqlite::Result<Option<String
 }
 
 impl History for SqliteLedger {
-    fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>> {
-        SqliteLedger::run_history(self, manifest, limit)
+    /// The latest `limit` runs of `manifest`, newest first, with their report folders and what
+    /// they came to (absent for a run that died or predates the record).
+    fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<super::RunHistory>> {
+        let rows = self.rows(
+            "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir, totals
+             FROM runs WHERE manifest = ?1 AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2",
+            params![manifest, limit as i64],
+            |r| Ok((row_to_run(r)?, r.get::<_, String>(15)?, r.get::<_, Option<String>>(16)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|(run, run_dir, totals)| super::RunHistory {
+                run,
+                run_dir,
+                // A record this version cannot read is shown as unknown, not as an error.
+                totals: totals.and_then(|t| serde_json::from_str(&t).ok()),
+            })
+            .collect())
     }
 
+    /// The recorded results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
+    /// outcome), oldest first.
     fn recent_item_results(
         &self,
         manifest: &str,
         limit: usize,
     ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
-        SqliteLedger::recent_item_results(self, manifest, limit)
+        let sql = format!(
+            "SELECT repo, item, run_id, outcome FROM item_results
+             WHERE manifest = ?1 AND run_id IN
+                 {RECENT_RUNS}
+             ORDER BY ended_at"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![manifest, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        // One pass: a manifest of thousands of items is not held twice.
+        let mut out = Vec::new();
+        for row in rows {
+            let (repo, item, run, o) = row.map_err(|e| self.err(e))?;
+            if let Some(o) = outcome_from(&o) {
+                out.push((repo, item, run, o));
+            }
+        }
+        Ok(out)
     }
 }
 
