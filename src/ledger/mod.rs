@@ -182,6 +182,13 @@ pub(crate) fn result_of(
     }
 }
 
+/// An outcome as the ledger stores it, read back.
+pub(crate) fn outcome_from(s: &str) -> Option<crate::vocab::ItemOutcome> {
+    crate::vocab::ItemOutcome::ALL
+        .into_iter()
+        .find(|o| o.as_str() == s)
+}
+
 /// How a pause reads: by whom, when, and why when a reason was given.
 pub fn pause_text(by: &str, reason: Option<&str>, at: &str) -> String {
     match reason {

@@ -1,0 +1,676 @@
+//! The SQLite ledger's answers to the [`Ledger`] and [`History`] traits: runs, claims,
+//! events, results, pauses, quarantines and the history read back.
+
+use super::conn::{
+    RECENT_RUNS, SqliteLedger, WriteTx, db, exec, holder_at, pause_of, query, row_to_run,
+};
+use crate::ledger::*;
+use rusqlite::{OptionalExtension, params};
+use std::collections::HashMap;
+
+impl Ledger for SqliteLedger {
+    fn begin_run(
+        &mut self,
+        run: &RunRow,
+        plan_json: &str,
+        workers: u32,
+        run_dir: &str,
+    ) -> Result<()> {
+        self.write("INSERT INTO runs (id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, workers, plan_json, run_dir, containment, first_event)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, (SELECT coalesce(max(rowid), 0) FROM events))",
+                params![
+                    run.id,
+                    run.manifest,
+                    run.manifest_path,
+                    run.manifest_sha256,
+                    run.holder.host,
+                    run.holder.pid,
+                    run.holder.start_time.map(|t| t as i64),
+                    run.started_by,
+                    run.started_at,
+                    workers,
+                    plan_json,
+                    run_dir,
+                    run.containment
+                ])?;
+        Ok(())
+    }
+
+    fn end_run(
+        &mut self,
+        run_id: &str,
+        ending: RunEnding,
+        cause: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let path = &self.path;
+        let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(path, e))?;
+        tx.execute(
+            "UPDATE runs SET ended_at = ?2, ending = ?3, cause = ?4,
+                 last_event = (SELECT max(rowid) FROM events) WHERE id = ?1",
+            params![run_id, at, ending.as_str(), cause],
+        )
+        .map_err(|e| db(path, e))?;
+        // Claims of this run that no result released (a cancelled item) go with it.
+        tx.execute("DELETE FROM claims WHERE run_id = ?1", [run_id])
+            .map_err(|e| db(path, e))?;
+        tx.commit().map_err(|e| db(path, e))
+    }
+
+    fn past_outcomes(&self, manifest: &str) -> Result<Vec<(ItemKey, PastOutcome)>> {
+        let rows = self.rows(
+            "SELECT repo, item, def_hash, outcome, run_id FROM item_results
+                 WHERE manifest = ?1 AND outcome IN ('completed', 'halted', 'failed')
+                 ORDER BY ended_at",
+            [manifest],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            },
+        )?;
+        // Later results replace earlier ones; a completion is never replaced by a later
+        // failure of a re-run, which still shows as the latest outcome.
+        let mut last: std::collections::HashMap<ItemKey, PastOutcome> = Default::default();
+        for (repo, item, def_hash, outcome, run_id) in rows {
+            let Some(outcome) = outcome_from(&outcome) else {
+                continue;
+            };
+            last.insert(
+                ItemKey {
+                    manifest: manifest.to_string(),
+                    repo,
+                    item,
+                    def_hash,
+                },
+                PastOutcome { outcome, run_id },
+            );
+        }
+        Ok(last.into_iter().collect())
+    }
+
+    fn live_claims_of(&self, manifest: &str) -> Result<Vec<(ItemKey, String)>> {
+        let rows = self.rows(
+            "SELECT repo, item, def_hash, run_id, host, pid, start_time FROM claims WHERE manifest = ?1",
+            [manifest],
+            |r| {
+                Ok((
+                    ItemKey {
+                        manifest: manifest.to_string(),
+                        repo: r.get(0)?,
+                        item: r.get(1)?,
+                        def_hash: r.get(2)?,
+                    },
+                    r.get::<_, String>(3)?,
+                    holder_at(r, 4)?,
+                ))
+            },
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter(|(_, _, h)| !h.is_dead())
+            .map(|(k, run, _)| (k, run))
+            .collect())
+    }
+
+    fn run_is_live(&self, run_id: &str) -> Result<bool> {
+        Ok(self
+            .run(run_id)?
+            .is_some_and(|r| r.status() == crate::ledger::RunStatus::Live))
+    }
+
+    fn claim(&mut self, key: &ItemKey, run_id: &str, holder: &Holder) -> Result<Claim> {
+        self.still_there()?;
+        let path = self.path.clone();
+        let tx = WriteTx::begin(&self.conn).map_err(|e| db(&path, e))?;
+        self.buffered.write(&tx).map_err(|e| db(&path, e))?;
+        if let Some(p) = pause_of(&tx, &key.manifest).map_err(|e| db(&path, e))? {
+            tx.commit().map_err(|e| db(&path, e))?;
+            return Ok(Claim::Paused(p));
+        }
+        let existing: Option<(String, Holder)> = query(&tx,
+                "SELECT run_id, host, pid, start_time FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4",
+                params![key.manifest, key.repo, key.item, key.def_hash],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        holder_at(r, 1)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| db(&path, e))?;
+        if let Some((other, h)) = &existing {
+            if other != run_id && !h.is_dead() {
+                tx.commit().map_err(|e| db(&path, e))?;
+                return Ok(Claim::HeldBy {
+                    run_id: other.clone(),
+                });
+            }
+            // Reclaim only the very claim that was judged dead.
+            exec(&tx,
+                "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
+                params![key.manifest, key.repo, key.item, key.def_hash, other],
+            )
+            .map_err(|e| db(&path, e))?;
+        }
+        let done: Option<(String, String)> = query(&tx,
+                "SELECT run_id, outcome FROM item_results WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND outcome IN ('completed', 'halted', 'failed') AND run_id != ?5 AND ended_at >= (SELECT started_at FROM runs WHERE id = ?5) ORDER BY ended_at DESC LIMIT 1",
+                params![key.manifest, key.repo, key.item, key.def_hash, run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| db(&path, e))?;
+        if let Some((other, outcome)) = done {
+            tx.commit().map_err(|e| db(&path, e))?;
+            return Ok(Claim::AlreadyDone {
+                run_id: other,
+                outcome,
+            });
+        }
+        exec(&tx,
+            "INSERT INTO claims (manifest, repo, item, def_hash, run_id, host, pid, start_time, claimed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                key.manifest,
+                key.repo,
+                key.item,
+                key.def_hash,
+                run_id,
+                holder.host,
+                holder.pid,
+                holder.start_time.map(|t| t as i64),
+                crate::support::clock::now()
+            ],
+        )
+        .map_err(|e| db(&path, e))?;
+        tx.commit().map_err(|e| db(&path, e))?;
+        Ok(Claim::Claimed)
+    }
+
+    fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
+        self.seq += 1;
+        let body = serde_json::to_string(ev).map_err(|source| LedgerError::Record {
+            path: self.path.display().to_string(),
+            what: "event to record".into(),
+            source,
+        })?;
+        self.buffered.events.push((
+            run_id.to_string(),
+            self.seq,
+            at.to_string(),
+            item.map(|k| k.repo.clone()),
+            item.map(|k| k.item.clone()),
+            body,
+        ));
+        if let Some(r) = crate::ledger::result_of(run_id, item, ev, at) {
+            self.buffered.results.push(r);
+        }
+        Ok(())
+    }
+
+    fn commit_results(&mut self) -> Result<()> {
+        if self.buffered.has_results() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn paused(&self, manifest: &str) -> Result<Option<String>> {
+        pause_of(&self.conn, manifest).map_err(|e| self.err(e))
+    }
+
+    fn set_paused(
+        &mut self,
+        manifest: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.write(
+            "INSERT INTO pauses (manifest, paused_by, reason, paused_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (manifest) DO UPDATE SET paused_by = ?2, reason = ?3, paused_at = ?4",
+            params![manifest, by, reason, at],
+        )?;
+        Ok(())
+    }
+
+    /// Lift a pause; whether there was one.
+    fn clear_paused(&mut self, manifest: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .execute("DELETE FROM pauses WHERE manifest = ?1", [manifest])
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    fn run(&self, id: &str) -> Result<Option<RunRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE id = ?1",
+                [id],
+                row_to_run,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Ask a run to stop: record who and why (the caller signals the process).
+    fn request_stop(
+        &mut self,
+        run_id: &str,
+        by: &str,
+        reason: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.write("UPDATE runs SET stop_requested_by = ?2, stop_reason = ?3, stop_requested_at = ?4 WHERE id = ?1",
+                params![run_id, by, reason, at])?;
+        Ok(())
+    }
+
+    /// The most recent runs, newest first (of one manifest, when given).
+    fn recent_runs(&self, manifest: Option<&str>, limit: usize) -> Result<Vec<RunRow>> {
+        let rows = self.rows("SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment FROM runs WHERE (?1 IS NULL OR manifest = ?1) AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2", params![manifest, limit as i64], row_to_run)?;
+        Ok(rows)
+    }
+
+    /// The key that authenticates the verdicts this ledger's runs cache, made the first time it
+    /// is asked for.
+    fn verdict_key(&mut self) -> Result<String> {
+        let fresh = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        self.write(
+            "INSERT OR IGNORE INTO secrets (name, value) VALUES ('verdicts', ?1)",
+            params![fresh],
+        )?;
+        self.conn
+            .query_row(
+                "SELECT value FROM secrets WHERE name = 'verdicts'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// The items run `id` still holds claims on (repository, item): what it was working on, if
+    /// it died.
+    fn claimed_by(&self, id: &str) -> Result<Vec<(String, String)>> {
+        self.rows(
+            "SELECT repo, item FROM claims WHERE run_id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    /// Run `id`'s items per outcome: as its report counted them once it ended, else the
+    /// results it has recorded so far.
+    fn counts_of(&self, id: &str) -> Result<std::collections::BTreeMap<ItemOutcome, usize>> {
+        let totals: Option<Option<String>> = self
+            .conn
+            .query_row("SELECT totals FROM runs WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if let Some(t) = totals
+            .flatten()
+            .and_then(|t| serde_json::from_str::<crate::ledger::RunTotals>(&t).ok())
+        {
+            return Ok(t.counts);
+        }
+        let rows = self.rows(
+            "SELECT outcome, count(*) FROM item_results WHERE run_id = ?1 GROUP BY outcome",
+            [id],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(o, n)| Some((outcome_from(&o)?, n.max(0) as usize)))
+            .collect())
+    }
+
+    /// What run `id`'s workers reported they used so far (as far as it is recorded), or `None`
+    /// when they reported nothing.
+    fn usage_of(&self, id: &str) -> Result<Option<crate::events::Usage>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT body FROM events
+                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
+                   AND run_id = ?1 AND body LIKE '{\"event\":\"usage\"%'",
+            )
+            .map_err(|e| self.err(e))?;
+        let bodies = stmt
+            .query_map([id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(crate::ledger::sum_usage(bodies))
+    }
+
+    /// Until when item `item` of `repo` in run `run_id` rests, when its latest event is a rest
+    /// (RFC 3339).
+    fn resting_until(&self, run_id: &str, repo: &str, item: &str) -> Result<Option<String>> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
+                 ORDER BY rowid DESC LIMIT 1",
+                params![run_id, repo, item],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(latest.and_then(|(at, body)| crate::ledger::resting_until_of(&at, &body)))
+    }
+
+    /// What item `item` of `repo` in run `run_id` waits for, when its latest event is a wait
+    /// for a shared resource: (resource, since when, RFC 3339).
+    fn waiting_for_resource(
+        &self,
+        run_id: &str,
+        repo: &str,
+        item: &str,
+    ) -> Result<Option<(String, String)>> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT at, body FROM events WHERE run_id = ?1 AND repo = ?2 AND item = ?3
+                 ORDER BY rowid DESC LIMIT 1",
+                params![run_id, repo, item],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(latest.and_then(|(at, body)| crate::ledger::waiting_of(&at, &body)))
+    }
+
+    /// Items whose last result in their latest run is `held`, with reason and cause.
+    fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>> {
+        let rows = self.rows("SELECT r.repo, r.item, COALESCE(r.reason, ''), r.cause FROM item_results r
+                 WHERE r.manifest = ?1 AND r.outcome = 'held' AND r.run_id = (
+                   SELECT id FROM runs WHERE manifest = ?1 ORDER BY started_at DESC, id DESC LIMIT 1)", [manifest], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        Ok(rows)
+    }
+
+    /// Claims whose holders live: (run, repo, item, holder).
+    fn live_claims(&self) -> Result<Vec<(String, String, String, Holder)>> {
+        let rows = self.rows(
+            "SELECT run_id, repo, item, host, pid, start_time FROM claims ORDER BY claimed_at",
+            [],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    holder_at(r, 3)?,
+                ))
+            },
+        )?;
+        Ok(rows.into_iter().filter(|c| !c.3.is_dead()).collect())
+    }
+
+    /// The plan snapshot, worker bound, report folder and events of a run, for re-rendering
+    /// its report.
+    fn run_events(&self, id: &str) -> Result<Option<RunReplay>> {
+        let head: Option<(String, u32, String, String)> = self
+            .conn
+            .query_row(
+                "SELECT plan_json, workers, run_dir, started_at FROM runs WHERE id = ?1 AND pruned_at IS NULL",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some((plan, workers, run_dir, started_at)) = head else {
+            return Ok(None);
+        };
+        // Between the last event before the run began and the last one when it ended (a run
+        // that did not end, or one from before these bounds, is looked for to the end).
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT at, body FROM events
+                 WHERE rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)
+                   AND rowid <= coalesce((SELECT last_event FROM runs WHERE id = ?1), 9223372036854775807)
+                   AND run_id = ?1
+                 ORDER BY seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut events = Vec::new();
+        let rows = stmt
+            .query_map([id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (at, body) = row.map_err(|e| self.err(e))?;
+            let ev: Event = serde_json::from_str(&body).map_err(|source| LedgerError::Record {
+                path: self.path.display().to_string(),
+                what: format!("event of run `{id}`"),
+                source,
+            })?;
+            events.push((at, ev));
+        }
+        Ok(Some(RunReplay {
+            plan_json: plan,
+            workers,
+            run_dir,
+            started_at,
+            events,
+        }))
+    }
+
+    /// When run `id` was pruned by retention, if it was.
+    fn pruned_at(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .rows("SELECT pruned_at FROM runs WHERE id = ?1", [id], |r| {
+                r.get::<_, Option<String>>(0)
+            })?
+            .into_iter()
+            .next()
+            .flatten())
+    }
+
+    /// The report folder of run `id`, as it recorded it.
+    fn run_dir(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .rows("SELECT run_dir FROM runs WHERE id = ?1", [id], |r| r.get(0))?
+            .into_iter()
+            .next())
+    }
+
+    /// Quarantined repositories: (path, run, reason).
+    fn quarantines(&self) -> Result<Vec<(String, String, String)>> {
+        let rows = self.rows(
+            "SELECT repo_path, run_id, reason FROM quarantines ORDER BY at",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        Ok(rows)
+    }
+
+    /// Record that a repository's processes could not be proven gone.
+    fn quarantine(&mut self, path: &str, run_id: &str, reason: &str, at: &str) -> Result<()> {
+        self.write(
+            "INSERT INTO quarantines (repo_path, run_id, reason, at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (repo_path) DO UPDATE SET run_id = ?2, reason = ?3, at = ?4",
+            params![path, run_id, reason, at],
+        )?;
+        Ok(())
+    }
+
+    /// Lift a quarantine; whether there was one.
+    fn release_quarantine(&mut self, path: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .execute("DELETE FROM quarantines WHERE repo_path = ?1", [path])
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// Record what run `id` came to (its report's counts, duration and cost).
+    fn record_totals(&mut self, id: &str, totals: &crate::ledger::RunTotals) -> Result<()> {
+        let json = serde_json::to_string(totals).map_err(|source| LedgerError::Record {
+            path: self.path.display().to_string(),
+            what: format!("totals of run `{id}`"),
+            source,
+        })?;
+        self.write(
+            "UPDATE runs SET totals = ?2 WHERE id = ?1",
+            params![id, json],
+        )?;
+        Ok(())
+    }
+
+    /// Write everything recorded so far, events included, now.
+    fn flush_all(&mut self) -> Result<()> {
+        self.flush()
+    }
+
+    /// What each item's worker and gates took together in each of the latest `limit` runs of
+    /// `manifest` it ran in: milliseconds by `(repo, item)`, one value per run.
+    fn item_durations(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<HashMap<(String, String), Vec<u64>>> {
+        let rows = self.rows(
+            &format!(
+                "SELECT run_id, repo, item, body FROM events
+                 WHERE (body LIKE '{{\"event\":\"worker-finished\"%' OR body LIKE '{{\"event\":\"gate-finished\"%')
+                   AND repo IS NOT NULL AND item IS NOT NULL AND run_id IN {RECENT_RUNS}"
+            ),
+            params![manifest, limit as i64],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            },
+        )?;
+        Ok(crate::ledger::item_durations_of(rows))
+    }
+
+    /// How long each gate took when it passed, in the latest `limit` runs of `manifest`:
+    /// milliseconds by gate name.
+    fn gate_durations(&self, manifest: &str, limit: usize) -> Result<HashMap<String, Vec<u64>>> {
+        let bodies = self.rows(
+            &format!(
+                "SELECT body FROM events WHERE body LIKE '{{\"event\":\"gate-finished\"%' AND run_id IN {RECENT_RUNS}"
+            ),
+            params![manifest, limit as i64],
+            |r| r.get::<_, String>(0),
+        )?;
+        Ok(crate::ledger::gate_durations_of(bodies))
+    }
+
+    /// The latest successful publication of each item of `manifest`, by (repository, item id):
+    /// (branch, commit, pull request URL).
+    #[allow(clippy::type_complexity)]
+    fn publications_of(&self, manifest: &str) -> Result<crate::ledger::Publications> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
+                 WHERE r.manifest = ?1 AND e.body LIKE '{\"event\":\"published\"%'
+                 ORDER BY e.rowid",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([manifest], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(crate::ledger::publications_from(rows))
+    }
+
+    /// Fold the write-ahead log into the database file, so that snapshot readers see it all.
+    fn checkpoint(&mut self) -> Result<()> {
+        self.flush()?;
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| self.err(e))
+    }
+
+    fn shown(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    fn prune(&mut self, ask: &crate::ledger::Retention<'_>) -> Result<crate::ledger::Pruned> {
+        self.prune_runs(ask)
+    }
+}
+
+impl History for SqliteLedger {
+    /// The latest `limit` runs of `manifest`, newest first, with their report folders and what
+    /// they came to (absent for a run that died or predates the record).
+    fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<crate::ledger::RunHistory>> {
+        let rows = self.rows(
+            "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir, totals
+             FROM runs WHERE manifest = ?1 AND pruned_at IS NULL ORDER BY started_at DESC, id DESC LIMIT ?2",
+            params![manifest, limit as i64],
+            |r| Ok((row_to_run(r)?, r.get::<_, String>(15)?, r.get::<_, Option<String>>(16)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|(run, run_dir, totals)| crate::ledger::RunHistory {
+                run,
+                run_dir,
+                // A record this version cannot read is shown as unknown, not as an error.
+                totals: totals.and_then(|t| serde_json::from_str(&t).ok()),
+            })
+            .collect())
+    }
+
+    /// The recorded results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
+    /// outcome), oldest first.
+    fn recent_item_results(
+        &self,
+        manifest: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+        let sql = format!(
+            "SELECT repo, item, run_id, outcome FROM item_results
+             WHERE manifest = ?1 AND run_id IN
+                 {RECENT_RUNS}
+             ORDER BY ended_at"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![manifest, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        // One pass: a manifest of thousands of items is not held twice.
+        let mut out = Vec::new();
+        for row in rows {
+            let (repo, item, run, o) = row.map_err(|e| self.err(e))?;
+            if let Some(o) = outcome_from(&o) {
+                out.push((repo, item, run, o));
+            }
+        }
+        Ok(out)
+    }
+}
