@@ -1,0 +1,408 @@
+//! The checkout reads against git's own answers, on real repositories made for each case.
+
+use super::*;
+use std::path::PathBuf;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = super::super::command(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn write(path: PathBuf, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A repository with files at several depths, an executable and a symlink, all committed.
+fn repo() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    write(d.join("README.md"), "hello\n");
+    write(d.join("src/lib/a.rs"), "fn a() {}\n");
+    write(d.join("src/lib/ab.rs"), "fn ab() {}\n");
+    write(d.join("src/main.rs"), "fn main() {}\n");
+    write(d.join("run.sh"), "#!/bin/sh\n");
+    let mut p = std::fs::metadata(d.join("run.sh")).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+    std::fs::set_permissions(d.join("run.sh"), p).unwrap();
+    std::os::unix::fs::symlink("README.md", d.join("link")).unwrap();
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "init"]);
+    // Past the index's own write time, so that no entry is racy.
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    git(d, &["update-index", "--refresh", "-q"]);
+    t
+}
+
+/// What git prints for `args`, trimmed; `None` when nothing (or when it fails).
+fn answer(d: &Path, args: &[&str]) -> Option<String> {
+    let out = super::super::command(d).args(args).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+/// What the reader says, checked against git: a checkout it calls clean has no change git
+/// can see, and the HEAD and branch it reads are git's.
+/// The small reads ([`Reads::Small`]) say the same, or nothing.
+fn read(d: &Path) -> Option<Probe> {
+    let fast = clean_checkout(d, Reads::All);
+    if let Some(small) = clean_checkout(d, Reads::Small) {
+        assert_eq!(Some(small), fast, "small reads answered otherwise");
+    }
+    if let Some(p) = &fast {
+        let status = git(d, &["status", "--porcelain", "--untracked-files=all"]);
+        assert_eq!(status, "", "read as clean, but git sees changes");
+        let head = answer(d, &["rev-parse", "-q", "--verify", "HEAD"]);
+        assert_eq!(p.head, head);
+        let branch = answer(d, &["symbolic-ref", "-q", "--short", "HEAD"]);
+        assert_eq!(p.branch, branch);
+        assert_eq!(p.common_dir, std::path::absolute(d).unwrap().join(".git"));
+    }
+    fast
+}
+
+#[test]
+fn a_clean_checkout_is_read_from_its_files() {
+    let t = repo();
+    let p = read(t.path()).expect("a committed checkout reads as clean");
+    assert_eq!(p.branch.as_deref(), Some("main"));
+    // Folders hold nothing for git: empty ones are no change.
+    std::fs::create_dir_all(t.path().join("empty/deeper")).unwrap();
+    std::fs::create_dir_all(t.path().join("src/lib/empty")).unwrap();
+    read(t.path()).expect("empty folders are no change");
+}
+
+#[test]
+fn small_reads_answer_for_a_small_checkout_and_no_other() {
+    let t = repo();
+    let d = t.path();
+    let all = clean_checkout(d, Reads::All).expect("clean");
+    assert_eq!(clean_checkout(d, Reads::Small), Some(all.clone()));
+    assert_eq!(head(d, Reads::Small), head(d, Reads::All));
+    // An index larger than a small read takes: no answer, though the checkout is clean.
+    for i in 0..200 {
+        write(d.join(format!("many/file-{i:03}.txt")), "x\n");
+    }
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "many"]);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    git(d, &["update-index", "--refresh", "-q"]);
+    assert!(std::fs::metadata(d.join(".git/index")).unwrap().len() > SMALL_FILE);
+    assert!(clean_checkout(d, Reads::All).is_some());
+    assert_eq!(clean_checkout(d, Reads::Small), None);
+    // HEAD's commit in a pack (its index may be large): no answer either.
+    let t = repo();
+    let d = t.path();
+    // A commit no other test made (their trees are known once read: see `commit_tree`).
+    let unique = format!("{:?}", std::time::SystemTime::now());
+    git(d, &["commit", "-q", "--allow-empty", "-m", &unique]);
+    git(d, &["gc", "-q"]);
+    assert_eq!(clean_checkout(d, Reads::Small), None);
+    let all = clean_checkout(d, Reads::All);
+    assert!(all.is_some(), "packed commits are read");
+    // Once read, a commit's tree is known without a read: a small question answers.
+    assert_eq!(clean_checkout(d, Reads::Small), all);
+    // Refs packed: a small packed-refs file is read.
+    assert_eq!(head(d, Reads::Small), head(d, Reads::All));
+    assert!(head(d, Reads::Small).unwrap().head.is_some());
+}
+
+#[test]
+fn small_reads_never_wait_on_a_fifo() {
+    let t = repo();
+    let d = t.path();
+    for name in ["HEAD", "config", "index"] {
+        let path = d.join(".git").join(name);
+        let saved = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // No writer ever comes: a plain open would wait for one for ever.
+        assert_eq!(clean_checkout(d, Reads::Small), None, "{name}");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, saved).unwrap();
+    }
+    assert!(clean_checkout(d, Reads::Small).is_some());
+}
+
+/// `is_ancestor` against git's own answer, for every pair of `revs`.
+fn ancestry_agrees_with_git(d: &Path, markers: &[&str], branches: &[&str]) -> usize {
+    let mut answered = 0;
+    for m in markers {
+        for b in branches {
+            let rev = format!("refs/heads/{b}");
+            let Some(fast) = is_ancestor(d, m, &rev) else {
+                continue;
+            };
+            answered += 1;
+            let out = super::super::command(d)
+                .args([
+                    "merge-base",
+                    "--is-ancestor",
+                    &format!("{m}^{{commit}}"),
+                    &rev,
+                ])
+                .output()
+                .unwrap();
+            assert_eq!(fast, out.status.code() == Some(0), "{m} in {b}");
+        }
+    }
+    answered
+}
+
+#[test]
+fn ancestry_is_read_from_the_files_as_git_reads_it() {
+    let t = repo();
+    let d = t.path();
+    let commit = |msg: &str| {
+        write(d.join(format!("{}.txt", msg.replace(' ', "-"))), msg);
+        git(d, &["add", "."]);
+        git(d, &["commit", "-q", "-m", msg]);
+    };
+    commit("one");
+    git(d, &["tag", "light"]);
+    git(d, &["tag", "-a", "-m", "annotated", "annotated"]);
+    git(d, &["branch", "side"]);
+    commit("two");
+    git(d, &["checkout", "-q", "side"]);
+    commit("side work");
+    git(d, &["tag", "side-only"]);
+    git(d, &["checkout", "-q", "main"]);
+    git(d, &["merge", "-q", "--no-edit", "-m", "merge", "side"]);
+    git(d, &["branch", "old", "HEAD~1"]);
+    let head = git(d, &["rev-parse", "HEAD"]);
+    let markers = [
+        "light",
+        "annotated",
+        "side-only",
+        "main",
+        head.trim(),
+        "nowhere",
+    ];
+    let branches = ["main", "side", "old"];
+    assert!(ancestry_agrees_with_git(d, &markers, &branches) >= 12);
+    // A marker that names nothing, or uses revision syntax, is left to git.
+    assert_eq!(is_ancestor(d, "nowhere", "refs/heads/main"), None);
+    assert_eq!(is_ancestor(d, "main~1", "refs/heads/main"), None);
+    // Packed refs and objects too.
+    git(d, &["gc", "-q"]);
+    assert!(ancestry_agrees_with_git(d, &markers, &branches) >= 1);
+    // A shallow clone is git's to answer.
+    std::fs::write(d.join(".git/shallow"), head).unwrap();
+    assert_eq!(is_ancestor(d, "light", "refs/heads/main"), None);
+}
+
+#[test]
+fn packed_refs_and_objects_are_read() {
+    let t = repo();
+    let d = t.path();
+    git(d, &["gc", "-q"]);
+    assert!(
+        !d.join(".git/refs/heads/main").exists(),
+        "gc packs the refs"
+    );
+    read(d).expect("a packed repository reads as clean");
+}
+
+#[test]
+fn an_index_of_version_four_is_read() {
+    let t = repo();
+    let d = t.path();
+    git(d, &["update-index", "--index-version", "4"]);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    git(d, &["update-index", "--refresh", "-q"]);
+    read(d).expect("a version 4 index reads as clean");
+}
+
+#[test]
+fn a_detached_head_and_an_unborn_branch_are_read() {
+    let t = repo();
+    git(t.path(), &["checkout", "-q", "--detach"]);
+    let p = read(t.path()).expect("detached");
+    assert_eq!(p.branch, None);
+
+    let u = tempfile::tempdir().unwrap();
+    git(u.path(), &["init", "-q", "-b", "trunk"]);
+    let p = read(u.path()).expect("an empty repository is clean");
+    assert_eq!((p.head, p.branch.as_deref()), (None, Some("trunk")));
+    write(u.path().join("new"), "x");
+    assert!(read(u.path()).is_none(), "an untracked file");
+    git(u.path(), &["add", "new"]);
+    assert!(
+        read(u.path()).is_none(),
+        "a staged file on an unborn branch"
+    );
+}
+
+#[test]
+fn no_change_is_read_as_clean() {
+    type Change = fn(&Path);
+    let changes: &[(&str, Change)] = &[
+        ("an untracked file", |d| write(d.join("notes.txt"), "x")),
+        ("an untracked file deep down", |d| {
+            write(d.join("src/lib/new/x.rs"), "x")
+        }),
+        ("an ignored file (left to git)", |d| {
+            write(d.join(".git/info/exclude"), "*.log\n");
+            write(d.join("build.log"), "x");
+        }),
+        ("a deleted file", |d| {
+            std::fs::remove_file(d.join("src/main.rs")).unwrap()
+        }),
+        ("a same-size edit with its mtime put back", |d| {
+            let f = d.join("README.md");
+            let m = std::fs::metadata(&f).unwrap().modified().unwrap();
+            std::fs::write(&f, "jello\n").unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&f)
+                .unwrap()
+                .set_modified(m)
+                .unwrap();
+        }),
+        ("a staged change with the file restored", |d| {
+            write(d.join("README.md"), "changed\n");
+            git(d, &["add", "README.md"]);
+            write(d.join("README.md"), "hello\n");
+        }),
+        ("a staged change whose tree is written", |d| {
+            write(d.join("README.md"), "changed\n");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            git(d, &["add", "README.md"]);
+            git(d, &["write-tree"]);
+        }),
+        ("a file hidden by skip-worktree", |d| {
+            git(d, &["update-index", "--skip-worktree", "src/main.rs"]);
+            std::fs::remove_file(d.join("src/main.rs")).unwrap();
+        }),
+        ("a staged removal", |d| {
+            git(d, &["rm", "-q", "--cached", "src/main.rs"]);
+        }),
+        ("an executable bit", |d| {
+            let f = d.join("README.md");
+            let mut p = std::fs::metadata(&f).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+            std::fs::set_permissions(&f, p).unwrap();
+        }),
+        ("a file turned into a symlink", |d| {
+            std::fs::remove_file(d.join("src/main.rs")).unwrap();
+            std::os::unix::fs::symlink("lib/a.rs", d.join("src/main.rs")).unwrap();
+        }),
+        ("an intent to add", |d| {
+            write(d.join("later.rs"), "x");
+            git(d, &["add", "-N", "later.rs"]);
+        }),
+        ("a nested repository", |d| {
+            git(d, &["init", "-q", "vendor/dep"]);
+        }),
+        ("an index written before its entries changed (racy)", |d| {
+            let idx = std::fs::File::options()
+                .write(true)
+                .open(d.join(".git/index"))
+                .unwrap();
+            idx.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1))
+                .unwrap();
+        }),
+        ("a config extension", |d| {
+            git(d, &["config", "extensions.worktreeConfig", "true"]);
+        }),
+        ("a work tree set in config", |d| {
+            git(d, &["config", "core.worktree", "/elsewhere"]);
+        }),
+        ("a replace ref", |d| {
+            let head = git(d, &["rev-parse", "HEAD"]);
+            git(d, &["update-ref", "refs/replace/x", head.trim()]);
+        }),
+        ("a packed replace ref", |d| {
+            let head = git(d, &["rev-parse", "HEAD"]);
+            git(d, &["update-ref", "refs/replace/x", head.trim()]);
+            git(d, &["pack-refs", "--all", "--prune"]);
+            let _ = std::fs::remove_dir_all(d.join(".git/refs/replace"));
+            assert!(!d.join(".git/refs/replace").exists());
+        }),
+    ];
+    for (what, change) in changes {
+        let t = repo();
+        assert!(read(t.path()).is_some(), "{what}: clean before");
+        change(t.path());
+        assert!(read(t.path()).is_none(), "{what}: read as clean");
+    }
+}
+
+fn git_branches(d: &Path) -> BTreeSet<String> {
+    git(
+        d,
+        &[
+            "for-each-ref",
+            "--format=%(refname:lstrip=2)",
+            "refs/heads/",
+        ],
+    )
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+#[test]
+fn branches_are_read_as_git_lists_them() {
+    let u = tempfile::tempdir().unwrap();
+    git(u.path(), &["init", "-q", "-b", "main"]);
+    assert_eq!(
+        branches(u.path()),
+        Some(BTreeSet::new()),
+        "no commit, no branch"
+    );
+
+    let t = repo();
+    let d = t.path();
+    for b in ["feature/a", "feature/deep/b", "fix-1"] {
+        git(d, &["branch", b]);
+    }
+    git(d, &["gc", "-q"]);
+    git(d, &["branch", "later"]);
+    git(d, &["branch", "-D", "-q", "fix-1"]);
+    let read = branches(d).expect("loose and packed refs");
+    assert_eq!(read, git_branches(d));
+    assert!(read.contains("feature/deep/b") && read.contains("later"));
+    assert!(!read.contains("fix-1"));
+
+    write(d.join(".git/refs/heads/broken"), "not a commit\n");
+    assert_eq!(branches(d), None, "a broken ref is left to git");
+}
+
+#[test]
+fn head_is_read_whatever_the_state_of_the_files() {
+    let t = repo();
+    let d = t.path();
+    write(d.join("untracked"), "x");
+    assert!(read(d).is_none());
+    let p = head(d, Reads::All).expect("HEAD of a plain checkout");
+    assert_eq!(p.head, answer(d, &["rev-parse", "HEAD"]));
+    assert_eq!(p.branch.as_deref(), Some("main"));
+    git(d, &["config", "core.worktree", "/elsewhere"]);
+    assert!(head(d, Reads::All).is_none(), "left to git");
+}
+
+#[test]
+fn a_linked_worktree_is_left_to_git() {
+    let t = repo();
+    let wt = t.path().join("wt");
+    git(
+        t.path(),
+        &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()],
+    );
+    assert!(read(&wt).is_none());
+    assert!(head(&wt, Reads::All).is_none() && branches(&wt).is_none());
+}
