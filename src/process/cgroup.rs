@@ -52,16 +52,72 @@ pub enum Want {
 
 impl Want {
     /// From `RUNNER_CONTAINMENT`'s value: `auto` (or unset), `cgroup` or `process-group`.
-    pub fn parse(value: Option<&str>) -> Result<Want, String> {
+    pub fn parse(value: Option<&str>) -> Result<Want, ContainmentError> {
         match value.map(str::trim) {
             None | Some("" | "auto") => Ok(Want::Auto),
             Some("cgroup") => Ok(Want::Cgroup),
             Some("process-group") => Ok(Want::ProcessGroup),
-            Some(other) => Err(format!(
-                "RUNNER_CONTAINMENT is `{other}`: it takes `auto`, `cgroup` or `process-group`"
-            )),
+            Some(other) => Err(ContainmentError::UnknownMode(other.to_string())),
         }
     }
+}
+
+/// Why a run cannot be contained as it asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainmentError {
+    #[error("RUNNER_CONTAINMENT is `{0}`: it takes `auto`, `cgroup` or `process-group`")]
+    UnknownMode(String),
+    #[error("`worker.limits` needs a cgroup per item, and RUNNER_CONTAINMENT is `process-group`")]
+    LimitsWithoutCgroups,
+    /// Cgroups were asked for (`what`), and none can be made.
+    #[error("{what}, and {why}")]
+    NoCgroup {
+        what: &'static str,
+        #[source]
+        why: NoCgroup,
+    },
+    #[error(
+        "`worker.limits` sets {0} but the {0} controller cannot be used: {why}",
+        controller
+    )]
+    Controller {
+        controller: &'static str,
+        #[source]
+        why: NoCgroup,
+    },
+}
+
+/// Why no cgroup of the run can be made on this machine.
+#[derive(Debug, thiserror::Error)]
+pub enum NoCgroup {
+    #[error("no cgroup2 file system is mounted")]
+    NoUnifiedMount,
+    #[error("this process has no cgroup in the unified hierarchy")]
+    NoUnifiedCgroup,
+    #[error(
+        "cgroup `{}` cannot be created: {source} (set RUNNER_CGROUP to a cgroup delegated to this user)",
+        dir.display()
+    )]
+    Create {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "`{}` is not a usable cgroup (no cgroup.kill or cgroup.freeze: Linux 5.2 or later is needed)",
+        parent.display()
+    )]
+    Unusable { parent: PathBuf },
+    #[error("it is neither enabled in the unified hierarchy nor mounted as a v1 hierarchy")]
+    NoController,
+    #[error("this process has no cgroup in its hierarchy")]
+    NoControllerCgroup,
+    #[error("cgroup `{}` cannot be created: {source}", dir.display())]
+    CreateV1 {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// A resource controller a limit needs.
@@ -172,13 +228,10 @@ impl Contained {
     /// Set up containment for run `run_id`: its cgroup when `want` allows and the machine lets
     /// runner make one, with `limits` enforceable for each item. `Err` says why a run that asked
     /// for cgroups, or for limits, cannot have them.
-    pub fn set_up(run_id: &str, want: Want, limits: Limits) -> Result<Contained, String> {
+    pub fn set_up(run_id: &str, want: Want, limits: Limits) -> Result<Contained, ContainmentError> {
         if want == Want::ProcessGroup {
             if !limits.is_empty() {
-                return Err(
-                    "`worker.limits` needs a cgroup per item, and RUNNER_CONTAINMENT is `process-group`"
-                        .into(),
-                );
+                return Err(ContainmentError::LimitsWithoutCgroups);
             }
             return Ok(Contained::process_groups(
                 "RUNNER_CONTAINMENT is `process-group`",
@@ -194,9 +247,9 @@ impl Contained {
                     } else {
                         "`worker.limits` needs a cgroup per item"
                     };
-                    return Err(format!("{what}, and {why}"));
+                    return Err(ContainmentError::NoCgroup { what, why });
                 }
-                return Ok(Contained::process_groups(why));
+                return Ok(Contained::process_groups(why.to_string()));
             }
         };
         let mut contained = Contained {
@@ -215,10 +268,10 @@ impl Contained {
                 Ok(dir) => contained.v1.push((c, dir)),
                 Err(why) => {
                     contained.remove();
-                    return Err(format!(
-                        "`worker.limits` sets {c} but the {c} controller cannot be used: {why}",
-                        c = c.name()
-                    ));
+                    return Err(ContainmentError::Controller {
+                        controller: c.name(),
+                        why,
+                    });
                 }
             }
         }
@@ -693,37 +746,32 @@ fn remove_stale(parent: &Path) {
 }
 
 /// Create the run's cgroup in the unified hierarchy, or say why it cannot be.
-fn unified_run_dir(m: &Mounts, run_id: &str) -> Result<PathBuf, String> {
+fn unified_run_dir(m: &Mounts, run_id: &str) -> Result<PathBuf, NoCgroup> {
     let parent = match std::env::var_os("RUNNER_CGROUP") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => {
             let Some((mount, root, _, _)) = m.mounts.iter().find(|(_, _, t, _)| t == "cgroup2")
             else {
-                return Err("no cgroup2 file system is mounted".into());
+                return Err(NoCgroup::NoUnifiedMount);
             };
             let Some((_, own)) = m.own.iter().find(|(c, _)| c.is_empty()) else {
-                return Err("this process has no cgroup in the unified hierarchy".into());
+                return Err(NoCgroup::NoUnifiedCgroup);
             };
             Mounts::place(mount, root, own)
         }
     };
     remove_stale(&parent);
     let dir = parent.join(run_dir_name(run_id));
-    std::fs::create_dir(&dir).map_err(|e| {
-        format!(
-            "cgroup `{}` cannot be created: {e} (set RUNNER_CGROUP to a cgroup delegated to this user)",
-            dir.display()
-        )
+    std::fs::create_dir(&dir).map_err(|source| NoCgroup::Create {
+        dir: dir.clone(),
+        source,
     })?;
     // Each item's cgroup must take processes and be killable as one.
     let usable = dir.join("cgroup.procs").exists()
         && (dir.join("cgroup.kill").exists() || dir.join("cgroup.freeze").exists());
     if !usable {
         let _ = std::fs::remove_dir(&dir);
-        return Err(format!(
-            "`{}` is not a usable cgroup (no cgroup.kill or cgroup.freeze: Linux 5.2 or later is needed)",
-            parent.display()
-        ));
+        return Err(NoCgroup::Unusable { parent });
     }
     Ok(dir)
 }
@@ -749,25 +797,25 @@ fn enable_unified(run: &Path, c: Controller) -> io::Result<()> {
 }
 
 /// Create the run's cgroup in controller `c`'s v1 hierarchy.
-fn v1_run_dir(m: &Mounts, c: Controller, run_id: &str) -> Result<PathBuf, String> {
+fn v1_run_dir(m: &Mounts, c: Controller, run_id: &str) -> Result<PathBuf, NoCgroup> {
     let has = |list: &str| list.split(',').any(|o| o == c.name());
     let Some((mount, root, _, _)) = m
         .mounts
         .iter()
         .find(|(_, _, t, opts)| t == "cgroup" && has(opts))
     else {
-        return Err(
-            "it is neither enabled in the unified hierarchy nor mounted as a v1 hierarchy".into(),
-        );
+        return Err(NoCgroup::NoController);
     };
     let Some((_, own)) = m.own.iter().find(|(list, _)| has(list)) else {
-        return Err("this process has no cgroup in its hierarchy".into());
+        return Err(NoCgroup::NoControllerCgroup);
     };
     let parent = Mounts::place(mount, root, own);
     remove_stale(&parent);
     let dir = parent.join(run_dir_name(run_id));
-    std::fs::create_dir(&dir)
-        .map_err(|e| format!("cgroup `{}` cannot be created: {e}", dir.display()))?;
+    std::fs::create_dir(&dir).map_err(|source| NoCgroup::CreateV1 {
+        dir: dir.clone(),
+        source,
+    })?;
     Ok(dir)
 }
 
@@ -777,10 +825,19 @@ mod tests {
 
     #[test]
     fn containment_is_asked_for_by_name() {
-        assert_eq!(Want::parse(None), Ok(Want::Auto));
-        assert_eq!(Want::parse(Some("cgroup")), Ok(Want::Cgroup));
-        assert_eq!(Want::parse(Some("process-group")), Ok(Want::ProcessGroup));
-        assert!(Want::parse(Some("cgroups")).is_err());
+        assert!(matches!(Want::parse(None), Ok(Want::Auto)));
+        assert!(matches!(Want::parse(Some("cgroup")), Ok(Want::Cgroup)));
+        assert!(matches!(
+            Want::parse(Some("process-group")),
+            Ok(Want::ProcessGroup)
+        ));
+        assert_eq!(
+            Want::parse(Some("cgroups")).err().map(|e| e.to_string()),
+            Some(
+                "RUNNER_CONTAINMENT is `cgroups`: it takes `auto`, `cgroup` or `process-group`"
+                    .into()
+            )
+        );
     }
 
     #[test]

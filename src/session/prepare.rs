@@ -176,7 +176,7 @@ fn new_run_id() -> String {
 pub fn containment(
     loaded: &LoadedManifest,
     run_id: &str,
-) -> Result<crate::process::cgroup::Contained, String> {
+) -> Result<crate::process::cgroup::Contained, crate::process::cgroup::ContainmentError> {
     use crate::process::cgroup::{Contained, Want};
     let limits = loaded
         .manifest

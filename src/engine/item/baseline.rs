@@ -46,7 +46,6 @@ pub(super) enum Baselined {
 pub(super) const CAUSE_FAILURES: usize = 5;
 
 /// Compare a failed run of `gate` with its run on the base commit.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn against_baseline(
     icx: &ItemCx<'_>,
     gate: &crate::manifest::Gate,

@@ -577,7 +577,6 @@ impl Ledger for SqliteLedger {
 
     /// The latest successful publication of each item of `manifest`, by (repository, item id):
     /// (branch, commit, pull request URL).
-    #[allow(clippy::type_complexity)]
     fn publications_of(&self, manifest: &str) -> Result<crate::ledger::Publications> {
         let mut stmt = self
             .conn
