@@ -87,13 +87,23 @@ pub fn looks_secret(name: &str) -> bool {
         .any(|w| n.contains(w))
 }
 
+/// A command, or a value of `worker.env`, whose placeholders cannot be filled: what the
+/// template renderer said, and which value when it was one of `worker.env`.
+#[derive(Debug, thiserror::Error)]
+pub enum Unrendered {
+    #[error("{0}")]
+    Command(String),
+    #[error("`worker.env.{name}`: {message}")]
+    Env { name: String, message: String },
+}
+
 /// The argv of a command: templates rendered with `lookup`, a string run under `sh -c`, and a
 /// relative program path resolved against the manifest's folder, like every other path.
 pub fn command_argv(
     loaded: &LoadedManifest,
     cmd: &CommandSpec,
     lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, Unrendered> {
     let mut argv = match cmd {
         // Each value is shell-quoted, `{raw:NAME}` excepted: a value is never shell syntax.
         CommandSpec::Shell(s) => {
@@ -101,7 +111,11 @@ pub fn command_argv(
                 Some(raw) => lookup(raw),
                 None => lookup(name).map(|v| template::shell_quote(&v)),
             };
-            vec!["sh".into(), "-c".into(), template::render(s, quoted)?]
+            vec![
+                "sh".into(),
+                "-c".into(),
+                template::render(s, quoted).map_err(Unrendered::Command)?,
+            ]
         }
         CommandSpec::Argv(v) => v
             .iter()
@@ -110,7 +124,8 @@ pub fn command_argv(
                     lookup(name.strip_prefix(template::RAW).unwrap_or(name))
                 })
             })
-            .collect::<Result<_, _>>()?,
+            .collect::<Result<_, _>>()
+            .map_err(Unrendered::Command)?,
     };
     if let Some(first) = argv.first_mut()
         && first.contains('/')

@@ -5,7 +5,7 @@
 
 use super::child_env::{RunnerVars, child_env};
 use super::classify::{ProviderPolicy, classify, refusal_message};
-use super::config::{Effective, command_argv, effective};
+use super::config::{Effective, Unrendered, command_argv, effective};
 use crate::manifest::LoadedManifest;
 use crate::process::census::CensusKey;
 use crate::process::redact::Redactor;
@@ -128,11 +128,11 @@ pub async fn probe_models(
         let argv = match command_argv(loaded, &p.eff.worker.run, lookup) {
             Ok(a) => a,
             Err(e) => {
-                results[i] = Some(unrunnable(p.model, e));
+                results[i] = Some(unrunnable(p.model, e.to_string()));
                 continue;
             }
         };
-        let rendered: Result<Vec<(String, String)>, String> = p
+        let rendered: Result<Vec<(String, String)>, Unrendered> = p
             .eff
             .worker
             .env
@@ -142,13 +142,16 @@ pub async fn probe_models(
                     lookup(n.strip_prefix(crate::manifest::template::RAW).unwrap_or(n))
                 })
                 .map(|v| (k.clone(), v))
-                .map_err(|e| format!("`worker.env.{k}`: {e}"))
+                .map_err(|message| Unrendered::Env {
+                    name: k.clone(),
+                    message,
+                })
             })
             .collect();
         let mut worker_env = match rendered {
             Ok(env) => env,
             Err(e) => {
-                results[i] = Some(unrunnable(p.model, e));
+                results[i] = Some(unrunnable(p.model, e.to_string()));
                 continue;
             }
         };

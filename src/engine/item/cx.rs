@@ -73,7 +73,4 @@ pub enum ItemError {
     /// A task on the blocking pool ended without an answer (it panicked or was cancelled).
     #[error("a git task of the item ended early: {0}")]
     Task(#[from] tokio::task::JoinError),
-    /// A value of `worker.env` whose template cannot be filled.
-    #[error("`worker.env.{name}`: {message}")]
-    Template { name: String, message: String },
 }

@@ -7,6 +7,7 @@ use super::{
     cx::{ItemCx, REPORT_TAIL_BYTES, REPORT_TAIL_LINES},
     launch::{Launch, Ready, command, launch, shell_words, unstarted},
 };
+use crate::engine::config::Unrendered;
 use crate::engine::verdicts::{self, Verdict};
 use crate::events::{CachedFrom, Event};
 use crate::git;
@@ -250,14 +251,14 @@ pub(super) async fn gates(
 pub(super) async fn judged(
     icx: &ItemCx<'_>,
     gate: &crate::manifest::Gate,
-    ready: Result<Ready, String>,
+    ready: Result<Ready, Unrendered>,
     run: Launch<'_>,
     tree: Option<String>,
     kind: verdicts::Kind,
 ) -> (Finished, Option<CachedFrom>) {
     let ready = match ready {
         Ok(r) => r,
-        Err(e) => return (unstarted(e), None),
+        Err(e) => return (unstarted(e.to_string()), None),
     };
     let key = if gate.cache() {
         // The tree, and what the gate can read that the tree does not show (ignored files, a

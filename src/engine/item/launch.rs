@@ -1,11 +1,9 @@
 //! Starting a worker or a gate: the shared resources it needs taken, its command rendered, its
 //! environment built, and the process launched in the item's containment.
 
-use super::{
-    attempt::usage_path,
-    cx::{ItemCx, ItemError},
-};
+use super::{attempt::usage_path, cx::ItemCx};
 use crate::engine::child_env::{RunnerVars, child_env};
+use crate::engine::config::Unrendered;
 use crate::events::Event;
 use crate::manifest::CommandSpec;
 use crate::manifest::template;
@@ -107,7 +105,7 @@ pub(super) async fn spawn(
 ) -> Finished {
     match command(icx, cmd, model, feedback, &run) {
         Ok(ready) => launch(icx, ready, run).await,
-        Err(e) => unstarted(e),
+        Err(e) => unstarted(e.to_string()),
     }
 }
 
@@ -179,7 +177,7 @@ pub(super) fn command(
     model: Option<&str>,
     feedback: Option<&Path>,
     run: &Launch<'_>,
-) -> Result<Ready, String> {
+) -> Result<Ready, Unrendered> {
     let (n, gate, dir) = (run.n, run.gate, run.dir);
     let gate_name = gate.map(|g| g.name.as_str());
     let cx = icx.cx;
@@ -207,11 +205,10 @@ pub(super) fn command(
             .map(|(k, v)| {
                 match template::render(v, |n| lookup(n.strip_prefix(template::RAW).unwrap_or(n))) {
                     Ok(v) => Ok((k.clone(), v)),
-                    Err(message) => Err(ItemError::Template {
+                    Err(message) => Err(Unrendered::Env {
                         name: k.clone(),
                         message,
-                    }
-                    .to_string()),
+                    }),
                 }
             })
             .collect::<Result<_, _>>()?
