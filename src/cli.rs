@@ -110,7 +110,7 @@ pub struct PlanArgs {
     pub detailed_exitcode: bool,
     /// Plan as `apply --rerun WHICH` would.
     #[arg(long, value_enum, value_name = "WHICH")]
-    pub rerun: Option<crate::plan::history::Rerun>,
+    pub rerun: Option<crate::plan::past::Rerun>,
     /// Plan as `apply --rerun WHICH --fresh` would.
     #[arg(long, requires = "rerun")]
     pub fresh: bool,
@@ -161,7 +161,7 @@ pub struct ApplyArgs {
     pub no_progress: bool,
     /// Run again items an earlier run finished: `failed` (halted or failed) or `all`.
     #[arg(long, value_enum, value_name = "WHICH")]
-    pub rerun: Option<crate::plan::history::Rerun>,
+    pub rerun: Option<crate::plan::past::Rerun>,
     /// With `--rerun`: start items whose work branch exists again from the base (as it is
     /// now), keeping the old branch as `<branch>.backup-<commit>`, instead of continuing it.
     #[arg(long, requires = "rerun")]

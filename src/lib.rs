@@ -9,7 +9,8 @@
 //! items with states, shared by `plan` and `apply`. `git` is the one command builder over git,
 //! `process` the one place that spawns (and the only module allowed `unsafe`), `lease` the
 //! per-repository lock, `manifest` the validated model. `events`, `vocab` (the closed
-//! vocabularies) and `support` (atomic writes, clock, host identity) sit at the bottom.
+//! vocabularies), `failures` (the failures test runners print, recognised) and `support` (atomic
+//! writes, clock, host identity) sit at the bottom.
 
 #![deny(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod commands;
 pub mod engine;
 pub mod events;
+pub mod failures;
 pub mod git;
 pub mod lease;
 pub mod ledger;

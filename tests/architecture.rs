@@ -9,20 +9,24 @@ use std::path::Path;
 const FLOORS: &[(&str, &[&str])] = &[
     ("vocab", &[]),
     ("support", &[]),
+    ("failures", &[]),
     ("events", &["vocab"]),
     ("manifest", &["support"]),
     ("lease", &["support"]),
-    ("process", &["support", "vocab", "lease"]),
+    ("process", &["support", "vocab", "lease", "failures"]),
     ("git", &["support", "process"]),
     ("plan", &["support", "vocab", "manifest", "git"]),
     (
         "engine",
         &[
-            "support", "vocab", "events", "manifest", "lease", "process", "git", "plan",
+            "support", "vocab", "events", "manifest", "lease", "process", "git", "plan", "failures",
         ],
     ),
     ("ledger", &["support", "vocab", "events", "plan"]),
-    ("report", &["support", "vocab", "events", "plan"]),
+    (
+        "report",
+        &["support", "vocab", "events", "plan", "failures"],
+    ),
     ("ui", &["support", "vocab", "events", "plan"]),
     ("cli", &["vocab", "manifest", "plan"]),
     (

@@ -8,7 +8,7 @@
 //! --color=yes` and `-v` (pytest 8.3.3), `go test ./...` and `go test -v ./...` (Go 1.19),
 //! `FORCE_COLOR=1 npx jest --ci` and `--verbose` (Jest 29).
 
-use runner::support::failures::{compare, scan, strip_ansi};
+use runner::failures::{compare, scan, strip_ansi};
 
 fn read(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

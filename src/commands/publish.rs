@@ -64,7 +64,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
     let (mut done, mut failed, mut current) = (0usize, 0usize, 0usize);
     for it in &plan.items {
         let Some(branch) = &it.branch else { continue };
-        let key = crate::plan::history::item_key(&name, it);
+        let key = crate::plan::past::item_key(&name, it);
         let Some(past) = past.get(&key) else { continue };
         if past.outcome != ItemOutcome::Completed {
             continue;

@@ -61,7 +61,7 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
     }
     if req.publish.push() {
         let (d, r, b) = (dir.clone(), remote.clone(), branch.clone());
-        match tokio::task::spawn_blocking(move || crate::git::push(&d, &r, &b)).await {
+        match tokio::task::spawn_blocking(move || crate::git::push_branch(&d, &r, &b)).await {
             Ok(Ok(())) => out.pushed = true,
             Ok(Err(e)) => {
                 out.error = Some(format!(

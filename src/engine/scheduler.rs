@@ -19,7 +19,7 @@
 //! is decided exactly once; once admission stops, nothing new is admitted.
 
 use super::stall::{HaltSignature, Observed, StallGuard};
-use crate::plan::schedule::Backlog;
+use crate::plan::order::Backlog;
 use crate::vocab::{HoldReason, ItemOutcome, RunEnding};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -87,7 +87,7 @@ pub enum Admission {
 
 /// How an item that ran ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finished {
+pub struct ItemRun {
     pub outcome: ItemOutcome,
     pub reason: Option<String>,
     pub cause: Option<String>,
@@ -99,10 +99,10 @@ pub struct Finished {
     pub tree_gone: bool,
 }
 
-impl Finished {
+impl ItemRun {
     /// An item that ended with `outcome`, nothing else known yet.
     pub fn ended(outcome: ItemOutcome) -> Self {
-        Finished {
+        ItemRun {
             outcome,
             reason: None,
             cause: None,
@@ -536,7 +536,7 @@ impl Scheduler {
     /// An item that ran has ended: its result, and the stall guard fed. Its repository stays
     /// busy until [`Scheduler::released`] when its tree is gone; otherwise the repository is
     /// quarantined for the rest of the run.
-    pub fn finished(&mut self, item: usize, f: Finished) -> Settled {
+    pub fn finished(&mut self, item: usize, f: ItemRun) -> Settled {
         let repo = self
             .running
             .remove(&item)

@@ -22,8 +22,8 @@
 //! computed a key and wrote a pass — does not verify and is not reused. The runs of one ledger
 //! share verdicts.
 
+use crate::failures::Failure;
 use crate::process::Finished;
-use crate::support::failures::Failure;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};

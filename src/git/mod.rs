@@ -408,7 +408,7 @@ pub fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
 /// Push local branch `branch` of the repository at `dir` to the branch of the same name on
 /// `remote`, as a fast-forward (a push that would rewrite the remote's branch is rejected and
 /// reported, never forced). Credentials come from the user's git configuration; nothing prompts.
-pub fn push(dir: &Path, remote: &str, branch: &str) -> Result<(), GitError> {
+pub fn push_branch(dir: &Path, remote: &str, branch: &str) -> Result<(), GitError> {
     let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
     checked(dir, &["push", "--porcelain", "--", remote, &spec]).map(|_| ())
 }
@@ -918,7 +918,7 @@ pub fn fetch(dest: &Path) -> Result<(), GitError> {
 }
 
 /// Clone `url` into `dest` (a bundle, a bare repository path or a remote).
-pub fn clone(url: &str, dest: &Path) -> Result<(), GitError> {
+pub fn clone_repo(url: &str, dest: &Path) -> Result<(), GitError> {
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent)?;
     }

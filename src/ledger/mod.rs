@@ -13,7 +13,7 @@ pub mod sqlite;
 pub mod store;
 
 use crate::events::Event;
-pub use crate::plan::history::PastOutcome;
+pub use crate::plan::past::PastOutcome;
 pub use crate::support::host::Holder;
 pub use crate::vocab::ItemKey;
 use crate::vocab::{ItemOutcome, RunEnding};

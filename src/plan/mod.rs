@@ -8,11 +8,11 @@
 
 mod analyse;
 mod discover;
-pub mod history;
 pub mod holds;
 mod model;
+pub mod order;
+pub mod past;
 pub mod repos;
-pub mod schedule;
 pub mod shard;
 
 use analyse::{Analysed, analyse};

@@ -106,7 +106,7 @@ pub struct Finished {
     /// Output lines matching [`SpawnSpec::count_lines`].
     pub counted: u64,
     /// The failures recognised in its output, when asked for ([`SpawnSpec::failure_roots`]).
-    pub failures: Vec<crate::support::failures::Failure>,
+    pub failures: Vec<crate::failures::Failure>,
     /// Whether the whole tree was proven gone afterwards.
     pub tree_gone: bool,
 }

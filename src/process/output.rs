@@ -52,7 +52,7 @@ struct State {
     /// Lines matching the counter so far.
     counted: u64,
     /// Reads failure-shaped lines (of gates), as redacted.
-    failures: Option<crate::support::failures::Scanner>,
+    failures: Option<crate::failures::Scanner>,
     /// Lines held back while a secret wrapped over lines may run through them
     /// ([`Redactor::unwrap_lines`]).
     held: Vec<u8>,
@@ -188,7 +188,7 @@ pub struct Snapshot {
     /// Output lines that matched the counter.
     pub counted: u64,
     /// The failures recognised in the output, when asked for ([`Collector::recognising`]).
-    pub failures: Vec<crate::support::failures::Failure>,
+    pub failures: Vec<crate::failures::Failure>,
 }
 
 impl Collector {
@@ -260,11 +260,11 @@ impl Collector {
         self
     }
 
-    /// Recognise failures in the output (see [`crate::support::failures`]), the folders in
+    /// Recognise failures in the output (see [`crate::failures`]), the folders in
     /// `roots` replaced by `<dir>`.
     pub fn recognising(self, roots: Option<Vec<String>>) -> Self {
         if let (Some(roots), Ok(mut st)) = (roots, self.state.lock()) {
-            st.failures = Some(crate::support::failures::Scanner::new(roots));
+            st.failures = Some(crate::failures::Scanner::new(roots));
         }
         self
     }

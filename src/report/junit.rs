@@ -230,7 +230,7 @@ fn clean(s: &str) -> String {
             || c >= '\u{10000}'
     };
     let mut out = String::new();
-    for c in crate::support::failures::strip_ansi(s).chars() {
+    for c in crate::failures::strip_ansi(s).chars() {
         if allowed(c) {
             out.push(c);
         } else {

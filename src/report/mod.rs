@@ -6,7 +6,7 @@
 //! last. A report that fails to write never changes the run's verdict or exit code.
 
 mod builder;
-pub mod history;
+pub mod history_page;
 pub mod html;
 pub mod junit;
 pub mod markdown;

@@ -10,7 +10,7 @@ use crate::events::Event;
 use crate::ledger::store::Store;
 use crate::ledger::{Holder, ItemKey, PastOutcome, RunRow};
 use crate::manifest::{LoadedManifest, SourceKind};
-use crate::plan::history::{self, Rerun};
+use crate::plan::past::{self, Rerun};
 use crate::plan::{self, repos};
 use crate::plan::{ItemState, Plan};
 use crate::process::redact::Redactor;
@@ -251,7 +251,7 @@ fn clone_missing(
         let result = if dest.join(".git").exists() {
             crate::git::fetch(&dest)
         } else {
-            crate::git::clone(&source, &dest)
+            crate::git::clone_repo(&source, &dest)
         };
         if let Err(e) = result {
             let fresh = !dest.join(".git").exists();
@@ -352,11 +352,11 @@ impl Standing {
     /// taken by another live run. `taken` is false where admission settles claims instead (a
     /// shared ledger, whose claims `apply` takes over when their runner stops).
     pub fn lay_over(&self, plan: &mut Plan, rerun: Option<Rerun>, taken: bool) {
-        history::apply(plan, &self.past, rerun, self.paused.as_deref());
+        past::apply(plan, &self.past, rerun, self.paused.as_deref());
         let q = quarantines_of(plan, self.quarantined.clone());
-        history::quarantine(plan, &q);
+        past::quarantine(plan, &q);
         if taken {
-            history::taken(plan, &self.claims);
+            past::taken(plan, &self.claims);
         }
     }
 }
@@ -374,7 +374,7 @@ pub fn estimate(
         Some(l) => l.item_durations(&plan.manifest.name, HISTORY_RUNS)?,
         None => Default::default(),
     };
-    crate::plan::schedule::estimate(plan, &durations);
+    crate::plan::order::estimate(plan, &durations);
     Ok(())
 }
 
@@ -437,7 +437,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let keys: Vec<ItemKey> = plan
         .items
         .iter()
-        .map(|it| history::item_key(&loaded.manifest.name, it))
+        .map(|it| past::item_key(&loaded.manifest.name, it))
         .collect();
     let row = RunRow {
         id: run_id.clone(),

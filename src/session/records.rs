@@ -60,7 +60,7 @@ pub fn write_history(
     reports: &Path,
 ) -> Result<(), String> {
     use crate::ledger::RunStatus;
-    use report::history::{HistoryRun, ItemHistory};
+    use report::history_page::{HistoryRun, ItemHistory};
     let runs = ledger
         .run_history(manifest, HISTORY_RUNS)
         .map_err(|e| e.to_string())?;
@@ -107,7 +107,7 @@ pub fn write_history(
         .collect();
     let path = reports.join("index.html");
     crate::support::fs::write_atomic_with(&path, |w| {
-        report::history::render_to(manifest, &shown, &items, w)
+        report::history_page::render_to(manifest, &shown, &items, w)
     })
     .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }

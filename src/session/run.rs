@@ -3,7 +3,7 @@
 use super::{finish, prepare};
 use crate::engine::{DrainEnd, RunCx};
 use crate::plan::PlanOptions;
-use crate::plan::history::Rerun;
+use crate::plan::past::Rerun;
 use crate::ui::term::Ui;
 use std::path::PathBuf;
 use std::sync::Arc;

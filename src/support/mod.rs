@@ -4,7 +4,6 @@
 
 pub mod blocking;
 pub mod clock;
-pub mod failures;
 pub mod fs;
 pub mod host;
 pub mod limits;

@@ -10,9 +10,9 @@ use super::{
 };
 use crate::engine::verdicts;
 use crate::events::{CachedFrom, Event, GateFailures};
+use crate::failures::{Failure, compare};
 use crate::git;
 use crate::process::Finished;
-use crate::support::failures::{Failure, compare};
 use crate::vocab::GateResult;
 use std::path::{Path, PathBuf};
 use tracing::Instrument;

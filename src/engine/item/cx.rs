@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 /// How an item ended: what the scheduler is told.
-pub use crate::engine::scheduler::Finished as ItemRun;
+pub use crate::engine::scheduler::ItemRun;
 
 /// Lines of a failing gate's output kept in the report.
 pub(super) const REPORT_TAIL_LINES: usize = 40;

@@ -20,8 +20,8 @@ fn setup(repos: &[u8], workers: u32) -> Setup {
     }
 }
 
-fn done(outcome: ItemOutcome) -> Finished {
-    Finished {
+fn done(outcome: ItemOutcome) -> ItemRun {
+    ItemRun {
         outcome,
         reason: None,
         cause: None,
