@@ -49,7 +49,7 @@ impl Usage {
     }
 
     /// The cost as people read it: `$0.42`, or `cost unknown`.
-    pub fn cost_text(&self) -> String {
+    pub(crate) fn cost_text(&self) -> String {
         self.cost_usd
             .map_or_else(|| "cost unknown".to_string(), |c| format!("${c:.2}"))
     }
@@ -77,7 +77,7 @@ fn yes() -> bool {
 }
 
 /// Items are named by their index in the plan's item list.
-pub type ItemIndex = usize;
+pub(crate) type ItemIndex = usize;
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "kebab-case")]
@@ -415,11 +415,11 @@ impl Event {
 }
 
 /// The tag of `apply --events`' format.
-pub const EVENTS_SCHEMA: &str = "runner.events/v1";
+pub(crate) const EVENTS_SCHEMA: &str = "runner.events/v1";
 
 /// One line of `apply --events`: an event with its run, its place in the run and its time.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct EventLine {
+pub(crate) struct EventLine {
     /// Always `runner.events/v1`.
     pub schema: String,
     pub run_id: String,
@@ -437,7 +437,7 @@ pub struct EventLine {
 }
 
 /// The JSON Schema of an `apply --events` line, as checked in at `schemas/events.schema.json`.
-pub fn events_schema_json() -> Result<String, serde_json::Error> {
+pub(crate) fn events_schema_json() -> Result<String, serde_json::Error> {
     let schema = schemars::schema_for!(EventLine);
     Ok(serde_json::to_string_pretty(&schema)? + "\n")
 }

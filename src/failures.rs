@@ -23,12 +23,12 @@ pub struct Failure {
 
 /// At most this many failures are kept per run of a gate; a gate failing more has more to fix
 /// than a list can say.
-pub const MAX_FAILURES: usize = 500;
+pub(crate) const MAX_FAILURES: usize = 500;
 
 /// Reads failures out of a stream of lines. The folders named in `roots` (where the gate ran)
 /// are replaced by `<dir>` before anything else.
 #[derive(Debug, Default)]
-pub struct Scanner {
+pub(crate) struct Scanner {
     roots: Vec<String>,
     /// A rustc error waiting for its ` --> file:line:col` line.
     pending: Option<Failure>,
@@ -248,7 +248,7 @@ fn doc_test_lines(name: &str) -> String {
 
 /// Digits that stand alone (not part of a word such as `test_2` or `E0425`) become `N`; so do
 /// hexadecimal addresses.
-pub fn normalise_numbers(text: &str) -> String {
+pub(crate) fn normalise_numbers(text: &str) -> String {
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';

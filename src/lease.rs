@@ -16,11 +16,11 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-pub const LOCK_FILE: &str = "runner.lock";
-pub const RECORD_FILE: &str = "runner.lease.json";
+pub(crate) const LOCK_FILE: &str = "runner.lock";
+pub(crate) const RECORD_FILE: &str = "runner.lease.json";
 /// A repository's quarantine: kept with the repository, so every manifest and every ledger sees
 /// it, and lifted (not deleted) by `runner unlock`, which records who, when and why.
-pub const QUARANTINE_FILE: &str = "runner.quarantine.json";
+pub(crate) const QUARANTINE_FILE: &str = "runner.quarantine.json";
 
 /// A repository's quarantine record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +76,7 @@ pub fn quarantined(common_dir: &Path) -> Option<Quarantine> {
 
 /// Lift the repository's quarantine, recording who, when and why; `Ok(false)` when none was in
 /// force.
-pub fn lift(common_dir: &Path, lifted: Lifted) -> std::io::Result<bool> {
+pub(crate) fn lift(common_dir: &Path, lifted: Lifted) -> std::io::Result<bool> {
     let Some(mut q) = quarantined(common_dir) else {
         return Ok(false);
     };
@@ -88,7 +88,7 @@ pub fn lift(common_dir: &Path, lifted: Lifted) -> std::io::Result<bool> {
 /// What a lease's record says: the process that holds (or last held) it, its run and the
 /// repository.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Record {
+pub(crate) struct Record {
     #[serde(flatten)]
     pub holder: Holder,
     pub run_id: String,
@@ -115,7 +115,7 @@ impl Record {
     }
 
     /// The same record, naming the item's cgroups.
-    pub fn in_cgroups(mut self, dirs: Vec<std::path::PathBuf>) -> Self {
+    pub(crate) fn in_cgroups(mut self, dirs: Vec<std::path::PathBuf>) -> Self {
         self.cgroups = dirs;
         self
     }
@@ -135,12 +135,12 @@ impl std::fmt::Display for Record {
 /// A held lease. [`Lease::release`] releases the lock; dropping the lease releases it once no
 /// descendant holds the descriptor.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     file: File,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     #[error("cannot open the lease in `{path}`: {source}")]
     Io {
         path: String,
@@ -160,7 +160,10 @@ pub enum LeaseError {
 impl Lease {
     /// Take the lease of the repository whose git common dir is `common_dir`, or `None` when
     /// another process holds it.
-    pub fn try_acquire(common_dir: &Path, holder: Record) -> Result<Option<Lease>, LeaseError> {
+    pub(crate) fn try_acquire(
+        common_dir: &Path,
+        holder: Record,
+    ) -> Result<Option<Lease>, LeaseError> {
         let path = common_dir.join(LOCK_FILE);
         let io = |source| LeaseError::Io {
             path: path.display().to_string(),
@@ -212,7 +215,7 @@ impl Lease {
     /// its record names that very token, and its holder is a live ancestor of this process;
     /// `None` otherwise. The parent keeps the lock and its record: this lease writes nothing
     /// and releasing it releases nothing.
-    pub fn reenter(common_dir: &Path, parent_token: &str) -> Option<Lease> {
+    pub(crate) fn reenter(common_dir: &Path, parent_token: &str) -> Option<Lease> {
         if parent_token.is_empty() || !is_held(common_dir) {
             return None;
         }
@@ -230,7 +233,7 @@ impl Lease {
     }
 
     /// The lock's descriptor, to be kept open in spawned processes.
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         self.file.as_raw_fd()
     }
 
@@ -286,7 +289,7 @@ impl RecordsSeen {
 }
 
 /// Whether some process holds the lease of the repository whose common dir is `common_dir`.
-pub fn is_held(common_dir: &Path) -> bool {
+pub(crate) fn is_held(common_dir: &Path) -> bool {
     let Ok(file) = open_regular(
         &common_dir.join(LOCK_FILE),
         std::fs::OpenOptions::new().write(true),
@@ -299,7 +302,7 @@ pub fn is_held(common_dir: &Path) -> bool {
 /// Every process that has the lease's lock file open (pid and command line), found through
 /// `/proc/<pid>/fd`: whatever it did to its environment, session or group, a process that keeps
 /// the lock keeps the repository. Processes whose descriptors cannot be read are not listed.
-pub fn lock_holders(common_dir: &Path) -> Vec<(i32, String)> {
+pub(crate) fn lock_holders(common_dir: &Path) -> Vec<(i32, String)> {
     use std::os::unix::fs::MetadataExt;
     let Ok(lock) = std::fs::metadata(common_dir.join(LOCK_FILE)) else {
         return Vec::new();
@@ -340,7 +343,7 @@ pub fn lock_holders(common_dir: &Path) -> Vec<(i32, String)> {
 
 /// The holder recorded in a common dir, if any. The lock, not the record, says whether the
 /// lease is held ([`is_held`]): a released or killed holder leaves its record behind.
-pub fn read_record(path: &Path) -> Option<Record> {
+pub(crate) fn read_record(path: &Path) -> Option<Record> {
     serde_json::from_slice(&read_regular(path, None).ok()?).ok()
 }
 
@@ -348,7 +351,7 @@ pub fn read_record(path: &Path) -> Option<Record> {
 /// the record is missing — its new holder removes the old record and then writes its own, and
 /// a look that falls between the two (or a holder paused there by a loaded machine) is not a
 /// holder without a record. It blocks for at most 20 ms, and only while the record is missing.
-pub fn read_held_record(path: &Path) -> Option<Record> {
+pub(crate) fn read_held_record(path: &Path) -> Option<Record> {
     for _ in 0..10 {
         match read_regular(path, None) {
             Ok(bytes) => return serde_json::from_slice(&bytes).ok(),
@@ -363,7 +366,7 @@ pub fn read_held_record(path: &Path) -> Option<Record> {
 
 /// The holder recorded in `common_dir`, unless the record is known to be `own`: this process
 /// wrote it (or read it) last and it has not been replaced since, which a `stat` tells.
-pub fn recorded_other(common_dir: &Path, own: &Record) -> Option<Record> {
+pub(crate) fn recorded_other(common_dir: &Path, own: &Record) -> Option<Record> {
     let path = common_dir.join(RECORD_FILE);
     let bytes = serde_json::to_vec_pretty(own).unwrap_or_default();
     if RecordsSeen::says(&path, &bytes) {
@@ -376,13 +379,13 @@ pub fn recorded_other(common_dir: &Path, own: &Record) -> Option<Record> {
 /// runs: an OS file lock on `<dir>/<name>.<k>.lock`, one file per unit, so every runner on the
 /// host that declares the resource shares its units. Dropping it releases the unit; the
 /// descriptor is close-on-exec, so a command's leftovers never keep it.
-pub struct ResourceUnit {
+pub(crate) struct ResourceUnit {
     _file: File,
 }
 
 /// Where the units' lock files live: `RUNNER_RESOURCES_DIR`, else `$XDG_RUNTIME_DIR/runner`,
 /// else `/tmp/runner-<uid>` (made private to the user).
-pub fn resources_dir() -> PathBuf {
+pub(crate) fn resources_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("RUNNER_RESOURCES_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
@@ -395,7 +398,11 @@ pub fn resources_dir() -> PathBuf {
 }
 
 /// A free unit of resource `name` (of `units`), or `None` when every unit is held.
-pub fn try_resource(dir: &Path, name: &str, units: u32) -> std::io::Result<Option<ResourceUnit>> {
+pub(crate) fn try_resource(
+    dir: &Path,
+    name: &str,
+    units: u32,
+) -> std::io::Result<Option<ResourceUnit>> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -429,7 +436,7 @@ pub fn try_resource(dir: &Path, name: &str, units: u32) -> std::io::Result<Optio
 /// runs, so that overlapping runs (two cron drains) together never run more items than the
 /// bound. A run holds exactly as many as it has items running; an item resting between
 /// attempts holds none.
-pub struct HostSlots {
+pub(crate) struct HostSlots {
     dir: PathBuf,
     name: String,
     units: u32,
@@ -450,7 +457,7 @@ impl HostSlots {
     }
 
     /// Hold at least `n` slots: `Ok(false)` when another run holds the rest.
-    pub fn ensure(&mut self, n: usize) -> std::io::Result<bool> {
+    pub(crate) fn ensure(&mut self, n: usize) -> std::io::Result<bool> {
         while self.held.len() < n {
             match try_resource(&self.dir, &self.name, self.units)? {
                 Some(u) => self.held.push(u),
@@ -465,6 +472,8 @@ impl HostSlots {
         self.held.truncate(n);
     }
 
+    /// For the unit tests.
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held.len()
     }

@@ -22,7 +22,7 @@ pub enum ItemOutcome {
 }
 
 impl ItemOutcome {
-    pub const ALL: [ItemOutcome; 6] = [
+    pub(crate) const ALL: [ItemOutcome; 6] = [
         ItemOutcome::Completed,
         ItemOutcome::Halted,
         ItemOutcome::Failed,
@@ -268,13 +268,13 @@ impl Containment {
 /// What a process runner spawns for an item is (`RUNNER_ROLE`): the worker, or a gate (named in
 /// `RUNNER_GATE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Worker,
     Gate,
 }
 
 impl Role {
-    pub const ALL: [Role; 2] = [Role::Worker, Role::Gate];
+    pub(crate) const ALL: [Role; 2] = [Role::Worker, Role::Gate];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -293,12 +293,12 @@ impl Role {
 /// failures, 2 a bad invocation or an invalid manifest, 3 stalled, 4 runner itself failed, 5 a
 /// budget stopped the run, 6 the provider refused the models; 129/130/143 cancelled by
 /// SIGHUP/SIGINT/SIGTERM.
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_FAILURES: i32 = 1;
-pub const EXIT_INVALID: i32 = 2;
-pub const EXIT_STALLED: i32 = 3;
+pub(crate) const EXIT_OK: i32 = 0;
+pub(crate) const EXIT_FAILURES: i32 = 1;
+pub(crate) const EXIT_INVALID: i32 = 2;
+pub(crate) const EXIT_STALLED: i32 = 3;
 pub const EXIT_INTERNAL: i32 = 4;
-pub const EXIT_BUDGET: i32 = 5;
+pub(crate) const EXIT_BUDGET: i32 = 5;
 /// `apply`: every model an item needed was refused by its provider (a key refused or expired,
 /// billing): nothing more was admitted, and the items that could not run are held.
-pub const EXIT_REFUSED: i32 = 6;
+pub(crate) const EXIT_REFUSED: i32 = 6;

@@ -78,7 +78,7 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
 /// ends other than drained (a stall, a cancel, a paused manifest, a spent budget, runner's own
 /// failure) ends the loop with its exit code; otherwise the loop's exit code is the last
 /// round's (0, or 1 when an item halted, failed or was held).
-pub fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
+pub(crate) fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
     let max = args.max_rounds.unwrap_or(100).max(1);
     let mut round_args = args.clone();
     let mut summary = LoopSummary::start();

@@ -99,7 +99,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
 
 /// A plan split into shards: what `plan --shards N --json` prints, a CI matrix.
 #[derive(serde::Serialize, schemars::JsonSchema)]
-pub struct ShardMatrix {
+pub(crate) struct ShardMatrix {
     /// Always `runner.matrix/v1`.
     pub schema: String,
     pub shards: u32,
@@ -110,7 +110,7 @@ pub struct ShardMatrix {
 }
 
 #[derive(serde::Serialize, schemars::JsonSchema)]
-pub struct ShardEntry {
+pub(crate) struct ShardEntry {
     /// `K/N`, as `apply --shard` takes it.
     pub shard: String,
     pub index: u32,
@@ -122,7 +122,7 @@ pub struct ShardEntry {
 }
 
 /// Which repositories and pending items each of `n` shards has.
-pub fn shard_matrix(plan: &Plan, n: u32) -> ShardMatrix {
+pub(crate) fn shard_matrix(plan: &Plan, n: u32) -> ShardMatrix {
     use crate::plan::shard;
     let mut entries: Vec<ShardEntry> = (0..n)
         .map(|k| ShardEntry {
@@ -213,7 +213,7 @@ fn branch_detail(plan: &Plan, it: &crate::plan::ItemPlan) -> String {
 }
 
 /// The human plan: a header, the repositories that need attention, then one row per item.
-pub fn render_table(plan: &Plan, display_path: &str) -> String {
+pub(crate) fn render_table(plan: &Plan, display_path: &str) -> String {
     let mut out = String::new();
     let count = |s: ItemState| plan.counts.get(&s).copied().unwrap_or(0);
     out.push_str(&format!(

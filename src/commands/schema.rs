@@ -16,7 +16,7 @@ pub enum Of {
 
 impl Of {
     /// From the command line's flags (at most one is set).
-    pub fn pick(report: bool, events: bool, plan: bool, status: bool, matrix: bool) -> Self {
+    pub(crate) fn pick(report: bool, events: bool, plan: bool, status: bool, matrix: bool) -> Self {
         [
             (report, Of::Report),
             (events, Of::Events),
@@ -31,7 +31,7 @@ impl Of {
 }
 
 /// The JSON Schema of `T`, as checked in under `schemas/`.
-pub fn schema_json<T: schemars::JsonSchema>() -> Result<String, serde_json::Error> {
+pub(crate) fn schema_json<T: schemars::JsonSchema>() -> Result<String, serde_json::Error> {
     let schema = schemars::schema_for!(T);
     Ok(serde_json::to_string_pretty(&schema)? + "\n")
 }
@@ -48,7 +48,7 @@ pub fn text(of: Of) -> Result<String, serde_json::Error> {
     }
 }
 
-pub fn run_schema(of: Of) -> i32 {
+pub(crate) fn run_schema(of: Of) -> i32 {
     match text(of) {
         Ok(s) => out!("{s}"),
         Err(e) => {
@@ -59,7 +59,7 @@ pub fn run_schema(of: Of) -> i32 {
     EXIT_OK
 }
 
-pub fn run_completions(shell: clap_complete::Shell) -> i32 {
+pub(crate) fn run_completions(shell: clap_complete::Shell) -> i32 {
     let mut cmd = crate::cli::Cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "runner", &mut buf);

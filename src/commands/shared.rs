@@ -22,7 +22,10 @@ pub fn load(ui: &Ui, path: &Path) -> Result<LoadedManifest, i32> {
     }
 }
 
-pub fn state_path(state: &crate::cli::StateArgs, manifest: Option<&Path>) -> std::path::PathBuf {
+pub(crate) fn state_path(
+    state: &crate::cli::StateArgs,
+    manifest: Option<&Path>,
+) -> std::path::PathBuf {
     if let Some(p) = &state.state {
         return p.clone();
     }

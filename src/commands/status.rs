@@ -10,10 +10,10 @@ use serde::Serialize;
 use std::path::PathBuf;
 
 /// The tag of `status --json`'s format.
-pub const STATUS_SCHEMA: &str = "runner.status/v1";
+pub(crate) const STATUS_SCHEMA: &str = "runner.status/v1";
 
 #[derive(Serialize, schemars::JsonSchema)]
-pub struct Status {
+pub(crate) struct Status {
     /// Always [`STATUS_SCHEMA`].
     schema: &'static str,
     ledger: String,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// `models.backoff`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     pub initial: Duration,
     pub max: Duration,
 }
@@ -31,7 +31,7 @@ impl Backoff {
 }
 
 /// The wait a provider asked for in `tail` (its last 4 KiB), if it asked for one.
-pub fn retry_hint(tail: &str) -> Option<Duration> {
+pub(crate) fn retry_hint(tail: &str) -> Option<Duration> {
     static HINT: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(
             r"(?i)(?:retry-after|retry after|try again in|retry in|retrying in|please retry in)\s*[:=]?\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|milliseconds?|s\b|secs?\b|seconds?|m\b|mins?\b|minutes?|h\b|hours?)?",

@@ -12,7 +12,7 @@
 //! provider's trouble is no verdict on the work, and the next run tries again).
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChainStep {
+pub(crate) enum ChainStep {
     /// Same model again.
     Stay,
     /// Moved to the next model.
@@ -26,10 +26,10 @@ pub enum ChainStep {
 /// Provider failures in a row a chain without fallbacks takes on its only model before the item
 /// is held (`provider-unavailable`); with back-off between them (10 s doubling up to 10 min by
 /// default) that is about half an hour of a provider's trouble.
-pub const NO_FALLBACK_LIMIT: u32 = 8;
+pub(crate) const NO_FALLBACK_LIMIT: u32 = 8;
 
 #[derive(Clone, Debug)]
-pub struct ModelChain {
+pub(crate) struct ModelChain {
     models: Vec<String>,
     threshold: u32,
     pos: usize,
@@ -53,7 +53,7 @@ impl ModelChain {
 
     /// Begin on model `pos` of the chain instead of the primary (the run found the models before
     /// it failing): the models before it count as tried.
-    pub fn start_at(&mut self, pos: usize) {
+    pub(crate) fn start_at(&mut self, pos: usize) {
         self.pos = pos.min(self.len().saturating_sub(1));
     }
 
@@ -64,7 +64,7 @@ impl ModelChain {
 
     /// Go on at model `pos` (later in the chain: the ones between were refused), its count of
     /// provider failures from zero.
-    pub fn move_to(&mut self, pos: usize) {
+    pub(crate) fn move_to(&mut self, pos: usize) {
         debug_assert!(pos >= self.pos, "a chain never goes back");
         self.pos = pos.max(self.pos).min(self.len());
         self.consecutive = 0;
@@ -104,7 +104,7 @@ impl ModelChain {
     }
 
     /// Any outcome that is not the provider's fault breaks the streak.
-    pub fn other_outcome(&mut self) {
+    pub(crate) fn other_outcome(&mut self) {
         self.consecutive = 0;
     }
 

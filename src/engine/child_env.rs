@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// The `RUNNER_*` facts of one spawn.
 #[derive(Clone, Debug)]
-pub struct RunnerVars<'a> {
+pub(crate) struct RunnerVars<'a> {
     pub run_id: &'a str,
     pub repo: &'a str,
     pub repo_path: &'a str,
@@ -35,7 +35,7 @@ pub struct RunnerVars<'a> {
 
 /// The child's environment. `outer` reads runner's own environment; `worker_env` is the
 /// worker's `env` with its templates rendered (empty for gates).
-pub fn child_env(
+pub(crate) fn child_env(
     outer: impl Fn(&str) -> Option<String>,
     pass: &[String],
     secrets: &[String],

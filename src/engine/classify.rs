@@ -6,7 +6,7 @@ use crate::vocab::WorkerClass;
 
 /// How much of the end of the output patterns are matched against: only the tail, so that a
 /// diff or transcript quoting "rate limit" early in a long run is not taken for a rate limit.
-pub const PATTERN_WINDOW: usize = 4096;
+pub(crate) const PATTERN_WINDOW: usize = 4096;
 
 /// What makes a worker failure the provider's fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct ProviderPolicy {
 }
 
 impl ProviderPolicy {
-    pub fn from_models(models: Option<&Models>) -> Self {
+    pub(crate) fn from_models(models: Option<&Models>) -> Self {
         let pf = models.and_then(|m| m.provider_failure.as_ref());
         ProviderPolicy {
             exit_codes: pf
@@ -77,7 +77,7 @@ pub fn classify(f: &Finished, policy: &ProviderPolicy) -> WorkerClass {
 
 /// What a worker said when its provider refused the key: the adapter's own line when it wrote
 /// one (`runner adapter: the provider refused the key (billing): …`), else its last line.
-pub fn refusal_message(tail: &str) -> String {
+pub(crate) fn refusal_message(tail: &str) -> String {
     let lines: Vec<&str> = tail
         .lines()
         .map(str::trim)

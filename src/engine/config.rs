@@ -5,7 +5,7 @@ use crate::manifest::{CommandSpec, EnvPolicy, Gate, LoadedManifest, Models, Work
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
-pub struct Effective {
+pub(crate) struct Effective {
     pub worker: Worker,
     pub gates: Vec<Gate>,
     pub models: Option<Models>,
@@ -17,7 +17,7 @@ pub struct Effective {
 
 /// Merge the top level with the overrides of `repositories[entry]`. Validation has already
 /// ensured the overrides only narrow.
-pub fn effective(loaded: &LoadedManifest, entry: usize) -> Effective {
+pub(crate) fn effective(loaded: &LoadedManifest, entry: usize) -> Effective {
     let m = &loaded.manifest;
     let spec = &m.repositories[entry];
     let mut worker = m.worker.clone();
@@ -80,7 +80,7 @@ pub fn effective(loaded: &LoadedManifest, entry: usize) -> Effective {
 }
 
 /// Names of variables whose values are redacted even when not listed as secrets.
-pub fn looks_secret(name: &str) -> bool {
+pub(crate) fn looks_secret(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
     ["TOKEN", "SECRET", "PASSWORD", "KEY"]
         .iter()
@@ -90,7 +90,7 @@ pub fn looks_secret(name: &str) -> bool {
 /// A command, or a value of `worker.env`, whose placeholders cannot be filled: what the
 /// template renderer said, and which value when it was one of `worker.env`.
 #[derive(Debug, thiserror::Error)]
-pub enum Unrendered {
+pub(crate) enum Unrendered {
     #[error("{0}")]
     Command(String),
     #[error("`worker.env.{name}`: {message}")]
@@ -99,7 +99,7 @@ pub enum Unrendered {
 
 /// The argv of a command: templates rendered with `lookup`, a string run under `sh -c`, and a
 /// relative program path resolved against the manifest's folder, like every other path.
-pub fn command_argv(
+pub(crate) fn command_argv(
     loaded: &LoadedManifest,
     cmd: &CommandSpec,
     lookup: impl Fn(&str) -> Option<String>,
@@ -139,7 +139,7 @@ pub fn command_argv(
 /// `timeout: auto`: [`AUTO_TIMEOUT_FACTOR`] times the p95 of a gate's passing durations
 /// (milliseconds), at least [`AUTO_TIMEOUT_MIN`] and at most the default gate timeout; `None`
 /// (the default applies) below [`AUTO_TIMEOUT_SAMPLES`] samples. Returns the limit and the p95.
-pub fn auto_timeout(samples_ms: &[u64]) -> Option<(Duration, Duration)> {
+pub(crate) fn auto_timeout(samples_ms: &[u64]) -> Option<(Duration, Duration)> {
     use crate::manifest::{
         AUTO_TIMEOUT_FACTOR, AUTO_TIMEOUT_MIN, AUTO_TIMEOUT_SAMPLES, DEFAULT_GATE_TIMEOUT,
     };

@@ -321,7 +321,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
 
 /// End what dead run `prev` left: the processes in the item's cgroup (when it had one) and every
 /// process carrying its token, wherever it is. The pids found, or `Err` with those left.
-pub async fn end_left(prev: &Record) -> Result<Vec<i32>, Vec<i32>> {
+pub(crate) async fn end_left(prev: &Record) -> Result<Vec<i32>, Vec<i32>> {
     end_left_in(prev, true).await
 }
 

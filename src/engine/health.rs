@@ -16,8 +16,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How long a window of failures counts, and how long a demoted model must stay quiet.
-pub const WINDOW: Duration = Duration::from_secs(300);
-pub const QUIET: Duration = Duration::from_secs(300);
+pub(crate) const WINDOW: Duration = Duration::from_secs(300);
+pub(crate) const QUIET: Duration = Duration::from_secs(300);
 
 /// A model demoted: its provider failures in the window, and the items that met them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,7 +61,7 @@ impl Health {
         true
     }
 
-    pub fn is_refused(&self, model: &str) -> bool {
+    pub(crate) fn is_refused(&self, model: &str) -> bool {
         self.refused.iter().any(|(m, _)| m == model)
     }
 
@@ -71,7 +71,7 @@ impl Health {
     }
 
     /// Why an item on `chain` cannot run: each model, with what its provider said.
-    pub fn refusal_cause(&self, chain: &[String]) -> String {
+    pub(crate) fn refusal_cause(&self, chain: &[String]) -> String {
         let named: Vec<String> = chain
             .iter()
             .map(|m| {

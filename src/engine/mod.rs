@@ -25,5 +25,11 @@ pub mod scheduler;
 pub mod stall;
 pub mod verdicts;
 
-pub use drain::{drain, end_left};
-pub use run::{ClaimAnswer, DrainEnd, RepoLock, RunCx, RunSink, signal_name};
+pub use drain::drain;
+pub(crate) use drain::end_left;
+pub use run::ClaimAnswer;
+pub use run::DrainEnd;
+pub use run::RepoLock;
+pub use run::RunCx;
+pub use run::RunSink;
+pub(crate) use run::signal_name;

@@ -66,7 +66,7 @@ pub fn wanted(loaded: &LoadedManifest, entries: &[usize]) -> bool {
 }
 
 /// Where and as whom probes run.
-pub struct ProbeRun<'a> {
+pub(crate) struct ProbeRun<'a> {
     pub redactor: Arc<Redactor>,
     /// The run's token; each probe's environment holds it with the probe's number.
     pub token: &'a str,
@@ -78,7 +78,7 @@ pub struct ProbeRun<'a> {
 }
 
 /// Probe every model the items of `entries` would use, all at once.
-pub async fn probe_models(
+pub(crate) async fn probe_models(
     loaded: &LoadedManifest,
     entries: &[usize],
     how: ProbeRun<'_>,

@@ -156,7 +156,7 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
 }
 
 /// The last http(s) URL in `text`.
-pub fn last_url(text: &str) -> Option<String> {
+pub(crate) fn last_url(text: &str) -> Option<String> {
     text.split_whitespace()
         .rev()
         .find(|w| w.starts_with("https://") || w.starts_with("http://"))

@@ -128,7 +128,7 @@ pub struct DrainEnd {
     pub signal: Option<i32>,
 }
 
-pub fn signal_name(sig: i32) -> &'static str {
+pub(crate) fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",

@@ -25,18 +25,18 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How often a lease another run holds is asked for again while waiting for it.
-pub const LEASE_RETRY: Duration = Duration::from_millis(100);
+pub(crate) const LEASE_RETRY: Duration = Duration::from_millis(100);
 
 /// How long a lease whose holder is no live run of this ledger is asked for again before the
 /// repository is held `repo-busy` (unless `--wait-for-locks` waits longer): a lock is found
 /// busy, then its record read, and between the two a holder may let go as its run ends, or be
 /// replacing the record (removed, then written) as it takes the lease. A process that keeps
 /// the repository still has it after this long.
-pub const LEASE_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const LEASE_GRACE: Duration = Duration::from_secs(1);
 
 /// What the effect loop is to do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Read the capacity probe and report it with [`Scheduler::probed`].
     Probe,
     /// Claim the item and take its repository's lease; report with [`Scheduler::admitted`].
@@ -53,7 +53,7 @@ pub enum Decision {
 
 /// An item's result, as the run records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settled {
+pub(crate) struct Settled {
     pub item: usize,
     pub outcome: ItemOutcome,
     pub reason: Option<String>,
@@ -62,7 +62,7 @@ pub struct Settled {
 
 /// What came of an [`Decision::Admit`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Claimed and leased: the item runs.
     Started,
     /// A live run holds the item's claim: it is working on it.
@@ -87,7 +87,7 @@ pub enum Admission {
 
 /// How an item that ran ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ItemRun {
+pub(crate) struct ItemRun {
     pub outcome: ItemOutcome,
     pub reason: Option<String>,
     pub cause: Option<String>,
@@ -115,7 +115,7 @@ impl ItemRun {
 
 /// What a signal asks of the running process trees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopLevel {
+pub(crate) enum StopLevel {
     /// The first signal: end trees with their grace period.
     Graceful,
     /// A second signal: kill at once.
@@ -124,7 +124,7 @@ pub enum StopLevel {
 
 /// What the scheduler is given at the start.
 #[derive(Clone, Debug)]
-pub struct Setup {
+pub(crate) struct Setup {
     /// The repository of every item of the plan, by item index.
     pub repo_of: Vec<String>,
     /// The pending items, in admission order.
@@ -156,7 +156,7 @@ struct Blocked {
 }
 
 #[derive(Debug)]
-pub struct Scheduler {
+pub(crate) struct Scheduler {
     repo_of: Vec<String>,
     /// The pending items, in plan order.
     queue: Vec<usize>,
@@ -263,7 +263,7 @@ impl Scheduler {
 
     /// A worker's spend cannot be known: with a budget, admit nothing more (a cost that cannot
     /// be counted is not taken for zero). Returns the cause when this stopped admission.
-    pub fn cost_unknown(&mut self, why: &str) -> Option<String> {
+    pub(crate) fn cost_unknown(&mut self, why: &str) -> Option<String> {
         let budget = self.budget_usd?;
         if self.budget.is_some() {
             return None;
@@ -362,6 +362,8 @@ impl Scheduler {
     }
 
     /// Items resting now.
+    /// For the unit tests.
+    #[cfg(test)]
     pub fn resting(&self) -> usize {
         self.resting.len()
     }
@@ -424,7 +426,7 @@ impl Scheduler {
     }
 
     /// The capacity probe's answer: free provider slots (clamped to `1..=workers`).
-    pub fn probed(&mut self, bound: u32) {
+    pub(crate) fn probed(&mut self, bound: u32) {
         self.probed = Some(bound.clamp(1, self.workers));
     }
 
@@ -578,7 +580,7 @@ impl Scheduler {
 
     /// The probe before the queue found no model any pending item may use (`cause`): nothing
     /// is admitted, and every item is held for the next run.
-    pub fn refused_before_start(&mut self, cause: String) {
+    pub(crate) fn refused_before_start(&mut self, cause: String) {
         self.refused.get_or_insert(cause);
     }
 
@@ -589,7 +591,7 @@ impl Scheduler {
 
     /// Whether nothing more of `repo` will run in this drain: no item of it pending, being
     /// admitted, running or resting, and its lease released.
-    pub fn done_with(&self, repo: &str) -> bool {
+    pub(crate) fn done_with(&self, repo: &str) -> bool {
         !self.backlog.pending_in(repo)
             && !self.busy.contains(repo)
             && self.admitting.is_none_or(|i| self.repo_of[i] != repo)
@@ -608,12 +610,12 @@ impl Scheduler {
     }
 
     /// The signal that stopped the run, if one did.
-    pub fn stopped_by(&self) -> Option<i32> {
+    pub(crate) fn stopped_by(&self) -> Option<i32> {
         self.stopping
     }
 
     /// runner can no longer record what it does.
-    pub fn ledger_failed(&mut self, why: String) {
+    pub(crate) fn ledger_failed(&mut self, why: String) {
         if self.failed.is_none() {
             self.failed = Some(why);
         }

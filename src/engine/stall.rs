@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 /// What a halt looked like: normalised so that identical environmental failures compare equal,
 /// with one real line of it kept to show the user.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct HaltSignature {
+pub(crate) struct HaltSignature {
     /// `gate `test`` or `worker`.
     pub stage: String,
     /// The failure, normalised (see [`fingerprint`]): what halts are compared by.
@@ -29,7 +29,7 @@ impl HaltSignature {
     }
 
     /// A failure described in words rather than output (a time-out, an error of runner's).
-    pub fn described(stage: impl Into<String>, what: &str) -> Self {
+    pub(crate) fn described(stage: impl Into<String>, what: &str) -> Self {
         HaltSignature {
             stage: stage.into(),
             failure: what.to_string(),
@@ -40,7 +40,7 @@ impl HaltSignature {
 
 /// What the guard learns from one item that ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub outcome: ItemOutcome,
     /// A gate passed on it, or it completed: the environment works.
     pub progress: bool,
@@ -48,7 +48,7 @@ pub struct Observed {
 }
 
 #[derive(Debug)]
-pub struct StallGuard {
+pub(crate) struct StallGuard {
     after: u32,
     streak: Vec<HaltSignature>,
 }
@@ -64,7 +64,7 @@ impl StallGuard {
     /// One item ended. An item on which anything passed is progress: it clears the streak and
     /// never joins it. A halted or failed item with nothing passing joins it. Anything else
     /// (cancelled, held, skipped) leaves it as it is. Returns the cause when the guard fires.
-    pub fn observe(&mut self, o: &Observed) -> Option<String> {
+    pub(crate) fn observe(&mut self, o: &Observed) -> Option<String> {
         if o.progress {
             self.streak.clear();
             return None;

@@ -53,7 +53,7 @@ pub enum Reads {
 }
 
 /// The largest file a [`Reads::Small`] question reads.
-pub const SMALL_FILE: u64 = 8 * 1024;
+pub(crate) const SMALL_FILE: u64 = 8 * 1024;
 
 impl Reads {
     /// A FIFO or device in place of a file is not waited on: it is left to git, which runs with
@@ -70,7 +70,7 @@ impl Reads {
 
 /// HEAD of the checkout at `dir`, when the checkout is proven to have no uncommitted changes
 /// (staged, unstaged or untracked). `None` says nothing either way.
-pub fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
+pub(crate) fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
     let (top, git_dir) = plain_checkout(dir, reads)?;
     if rewrites_history(&git_dir, reads)? {
         return None;
@@ -158,7 +158,7 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
 /// annotated tags peeled. `None` says nothing, and git is asked: a marker with revision syntax or
 /// that resolves nowhere here, a shallow clone, alternates, grafts or replace refs, an object
 /// stored as a delta, or more than [`WALK_LIMIT`] commits to look at.
-pub fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
+pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
     let (_, git_dir) = plain_checkout(dir, Reads::All)?;
     if rewrites_history(&git_dir, Reads::All)?
         || git_dir.join("shallow").exists()
@@ -236,7 +236,7 @@ pub fn behind(dir: &Path, branch: &str, base: &str) -> Option<u64> {
 }
 
 /// The most commits [`is_ancestor`] reads before it leaves the question to git.
-pub const WALK_LIMIT: usize = 20_000;
+pub(crate) const WALK_LIMIT: usize = 20_000;
 
 /// The commit a marker names, peeling annotated tags.
 fn resolve_marker(git_dir: &Path, marker: &str) -> Option<Oid> {

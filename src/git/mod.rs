@@ -11,7 +11,8 @@ mod command;
 mod local;
 mod probe;
 
-pub use command::{GitError, command};
+pub use command::GitError;
+pub use command::command;
 use command::{base_command, checked, failed, run};
 pub use local::Reads;
 pub use probe::*;
@@ -23,7 +24,7 @@ use std::path::Path;
 /// top level and common dir): read from the checkout's files when they prove it clean, else from
 /// one `git status` call. `None` when that does not apply or git's answer is not understood; the
 /// caller then asks separately.
-pub fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
+pub(crate) fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
     if let Some(probe) = local::clean_checkout(dir, Reads::All) {
         return Some((probe, false));
     }
@@ -72,7 +73,7 @@ pub fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
 
 /// Names of the local branches: read from the checkout's refs where they tell it, else asked of
 /// git.
-pub fn local_branches(dir: &Path) -> Result<BTreeSet<String>, GitError> {
+pub(crate) fn local_branches(dir: &Path) -> Result<BTreeSet<String>, GitError> {
     if let Some(names) = local::branches(dir) {
         return Ok(names);
     }
@@ -144,13 +145,17 @@ pub fn behind(dir: &Path, branch: &str, base: &str) -> Result<u64, GitError> {
 
 /// A file of a commit's tree: its path relative to the top, and whether it is a symbolic link.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TreeFile {
+pub(crate) struct TreeFile {
     pub path: String,
     pub symlink: bool,
 }
 
 /// The files of `rev`'s tree under the folders `roots` (relative to the top; `""` for all).
-pub fn tree_files(dir: &Path, rev: &str, roots: &[String]) -> Result<Vec<TreeFile>, GitError> {
+pub(crate) fn tree_files(
+    dir: &Path,
+    rev: &str,
+    roots: &[String],
+) -> Result<Vec<TreeFile>, GitError> {
     let treeish = format!("{rev}^{{tree}}");
     let mut args = vec!["ls-tree", "-r", "-z", "--full-tree", treeish.as_str(), "--"];
     args.extend(roots.iter().filter(|r| !r.is_empty()).map(String::as_str));
@@ -175,7 +180,7 @@ pub fn tree_files(dir: &Path, rev: &str, roots: &[String]) -> Result<Vec<TreeFil
 
 /// The files under `roots` (relative to the top) where the checkout differs from its HEAD
 /// commit: untracked, ignored, staged, changed or deleted.
-pub fn uncommitted_under(
+pub(crate) fn uncommitted_under(
     dir: &Path,
     roots: &[String],
 ) -> Result<std::collections::HashSet<String>, GitError> {
@@ -203,7 +208,7 @@ pub fn uncommitted_under(
 
 /// Folders of what tools derive from the tree and keep as their own cache: left out of
 /// [`hidden_inputs`].
-pub const DERIVED: &[&str] = &[
+pub(crate) const DERIVED: &[&str] = &[
     "__pycache__",
     ".pytest_cache",
     ".mypy_cache",
@@ -218,7 +223,7 @@ pub const DERIVED: &[&str] = &[
 /// tracked link leads outside `dir`, the file it leads to. `None` when a submodule has changes
 /// of its own (what a gate reads there is not in the tree either): nothing should be judged
 /// from the tree alone then.
-pub fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
+pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::MetadataExt;
     let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
@@ -302,7 +307,7 @@ pub fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
 }
 
 /// Whether the working tree has uncommitted changes (tracked or untracked).
-pub fn is_dirty(dir: &Path) -> Result<bool, GitError> {
+pub(crate) fn is_dirty(dir: &Path) -> Result<bool, GitError> {
     let text = checked(dir, &["status", "--porcelain", "--untracked-files=normal"])?;
     if !text.trim().is_empty() {
         return Ok(true);
@@ -320,14 +325,12 @@ fn hides_edits(dir: &Path) -> Result<bool, GitError> {
     Ok(tree_of(dir, "HEAD").ok() != Some(tree))
 }
 
-pub use crate::support::refname::valid_branch_name;
-
 /// A file git opens in the checkout at `dir` that is there but not a regular file (a FIFO, a
 /// device, a socket): git would wait on it for ever (opening a FIFO nobody writes blocks), so
 /// the repository is refused up front, naming it. HEAD, the index, the configuration,
 /// `packed-refs`, `commondir` and every ref are looked at; a loose object is left to git, whose
 /// calls have a deadline.
-pub fn special_file(dir: &Path) -> Option<String> {
+pub(crate) fn special_file(dir: &Path) -> Option<String> {
     use std::os::unix::fs::FileTypeExt;
     let git_dir = dir.join(".git");
     if !std::fs::symlink_metadata(&git_dir).is_ok_and(|m| m.is_dir()) {
@@ -386,7 +389,7 @@ pub fn special_file(dir: &Path) -> Option<String> {
 }
 
 /// Whether `path` holds a `.git` entry (a checkout or a linked worktree), without spawning git.
-pub fn looks_like_checkout(path: &Path) -> bool {
+pub(crate) fn looks_like_checkout(path: &Path) -> bool {
     path.join(".git").exists()
 }
 
@@ -398,7 +401,7 @@ pub fn head(dir: &Path) -> Result<String, GitError> {
 }
 
 /// The commit local branch `branch` of the repository at `dir` points at.
-pub fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
+pub(crate) fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
     let rev = format!("refs/heads/{branch}^{{commit}}");
     Ok(checked(dir, &["rev-parse", "--verify", "--quiet", &rev])?
         .trim()
@@ -408,14 +411,14 @@ pub fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
 /// Push local branch `branch` of the repository at `dir` to the branch of the same name on
 /// `remote`, as a fast-forward (a push that would rewrite the remote's branch is rejected and
 /// reported, never forced). Credentials come from the user's git configuration; nothing prompts.
-pub fn push_branch(dir: &Path, remote: &str, branch: &str) -> Result<(), GitError> {
+pub(crate) fn push_branch(dir: &Path, remote: &str, branch: &str) -> Result<(), GitError> {
     let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
     checked(dir, &["push", "--porcelain", "--", remote, &spec]).map(|_| ())
 }
 
 /// Files changed in `dir` since `since` (committed or not), plus untracked files, relative to
 /// the working tree root.
-pub fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitError> {
+pub(crate) fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitError> {
     let mut files: BTreeSet<String> = checked(
         dir,
         &[
@@ -438,7 +441,7 @@ pub fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitError> {
 }
 
 /// The merge base of two commits, if they share history.
-pub fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
+pub(crate) fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
     checked(dir, &["merge-base", a, b])
         .ok()
         .map(|s| s.trim().to_string())
@@ -449,7 +452,7 @@ pub fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
 /// What an earlier run left uncommitted in the runner-owned worktree at `path`, as a patch,
 /// when that worktree is still on `branch` and holds anything; nothing is changed. The caller
 /// saves the patch durably before [`reset_worktree`] removes it.
-pub fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>, GitError> {
+pub(crate) fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>, GitError> {
     if !path.join(".git").exists() {
         return Ok(None);
     }
@@ -467,7 +470,7 @@ pub fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>, GitEr
 /// on that branch is used as it is (its leftovers saved and reset first by the caller, see
 /// [`kept_leftovers`]); one on another branch is removed; a missing one is added — on the
 /// existing branch, or on a new one forked from `base`. `true` when the worktree is new.
-pub fn ensure_worktree(
+pub(crate) fn ensure_worktree(
     repo: &Path,
     path: &Path,
     branch: &str,
@@ -502,7 +505,7 @@ pub fn ensure_worktree(
 
 /// Which of `paths` (relative to the top of `dir`) git ignores there: untracked and matched by
 /// an exclude rule. A path nothing ignores would show as new work in the checkout.
-pub fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String>, GitError> {
+pub(crate) fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String>, GitError> {
     let paths: Vec<String> = paths
         .iter()
         .filter(|p| !p.contains('\n'))
@@ -529,7 +532,7 @@ pub fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String>, GitE
 /// Start `branch` anew from `base`, keeping what it held as branch `backup` (made at its tip;
 /// one already there at that tip is the same backup). A runner-owned worktree at `worktree` on
 /// it is removed first; git refuses, and this fails, while another worktree has it checked out.
-pub fn restart_branch(
+pub(crate) fn restart_branch(
     repo: &Path,
     worktree: &Path,
     branch: &str,
@@ -561,14 +564,14 @@ pub fn restart_branch(
     Ok(())
 }
 
-pub fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
+pub(crate) fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
     let p = path.to_string_lossy().to_string();
     checked(repo, &["worktree", "remove", "--force", &p])?;
     Ok(())
 }
 
 /// The commit `rev` names in the repository at `dir`.
-pub fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
+pub(crate) fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
     Ok(checked(
         dir,
         &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
@@ -579,7 +582,11 @@ pub fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
 
 /// Check `commit` out, detached, in a new worktree at `path` (one left there by an earlier
 /// run is replaced).
-pub fn add_detached_worktree(repo: &Path, path: &Path, commit: &str) -> Result<(), GitError> {
+pub(crate) fn add_detached_worktree(
+    repo: &Path,
+    path: &Path,
+    commit: &str,
+) -> Result<(), GitError> {
     let p = path.to_string_lossy().to_string();
     if path.exists() {
         let _ = checked(repo, &["worktree", "remove", "--force", &p]);
@@ -599,7 +606,7 @@ pub fn add_detached_worktree(repo: &Path, path: &Path, commit: &str) -> Result<(
 /// The tree the working tree of `dir` holds, untracked files included (ignored ones not):
 /// read from the checkout's files when they prove it clean, else written through a temporary
 /// index ([`snapshot_tree`]).
-pub fn working_tree(dir: &Path) -> Result<String, GitError> {
+pub(crate) fn working_tree(dir: &Path) -> Result<String, GitError> {
     if let Some(head) = proven_clean(dir).and_then(|p| p.head) {
         return tree_of(dir, &head);
     }
@@ -607,7 +614,7 @@ pub fn working_tree(dir: &Path) -> Result<String, GitError> {
 }
 
 /// Whether commit `a` is an ancestor of (or equal to) `b`.
-pub fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
+pub(crate) fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
     let out = run(dir, &["merge-base", "--is-ancestor", a, b])?;
     match out.status.code() {
         Some(0) => Ok(true),
@@ -621,7 +628,7 @@ pub fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
 }
 
 /// The tree of commit `rev`.
-pub fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
+pub(crate) fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
     Ok(
         checked(dir, &["rev-parse", "--verify", &format!("{rev}^{{tree}}")])?
             .trim()
@@ -632,7 +639,7 @@ pub fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
 /// The tree of the working tree of `dir` as it stands (tracked changes, deletions and untracked
 /// files that are not ignored), written to the object store through a temporary index: the
 /// checkout's own index and files are left as they are.
-pub fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
+pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
     snapshot(dir).map(|(tree, _)| tree)
 }
 
@@ -710,7 +717,7 @@ fn with_index(dir: &Path, index: Option<&Path>, args: &[&str]) -> Result<String,
 
 /// What [`restore_snapshot`] put back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Restored {
+pub(crate) struct Restored {
     /// Files that were not in the snapshot (not ignored either), removed.
     pub removed: Vec<String>,
     /// Files of the snapshot that were changed or deleted, written back.
@@ -722,7 +729,7 @@ pub struct Restored {
 /// clean). Files that are not in it and not ignored are removed — exactly what appeared since
 /// — and its files that changed or went are written back; ignored files are left alone, as the
 /// snapshot left them out. Only changed files are read: the index's stat data says which.
-pub fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Restored, GitError> {
+pub(crate) fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Restored, GitError> {
     let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
         let mut cmd = command(dir);
         if let Some(i) = index {
@@ -779,12 +786,12 @@ fn has_identity(dir: &Path) -> bool {
 }
 
 /// The identity runner commits under when the repository names none.
-pub const DEFAULT_IDENTITY: (&str, &str) = ("runner", "runner@localhost");
+pub(crate) const DEFAULT_IDENTITY: (&str, &str) = ("runner", "runner@localhost");
 
 /// Commit `tree` on top of `parent` with `message` and move `branch` to it, but only if the
 /// branch is still at `parent` (compare and swap). The repository's configured identity is used;
 /// without one, [`DEFAULT_IDENTITY`]. Returns the new commit.
-pub fn commit_tree_on(
+pub(crate) fn commit_tree_on(
     dir: &Path,
     tree: &str,
     parent: &str,
@@ -823,7 +830,7 @@ pub fn commit_tree_on(
 }
 
 /// Make the index of `dir` match HEAD again, leaving the files as they are.
-pub fn reset_index(dir: &Path) -> Result<(), GitError> {
+pub(crate) fn reset_index(dir: &Path) -> Result<(), GitError> {
     let out = crate::process::spawn_helper(
         command(dir)
             .env("GIT_OPTIONAL_LOCKS", "1")
@@ -873,7 +880,7 @@ pub fn uncommitted(dir: &Path) -> Result<Vec<String>, GitError> {
 /// What is uncommitted in `dir` (tracked changes and untracked files that are not ignored), as
 /// a patch against HEAD that `git apply` takes back; empty when nothing is. Reads through a
 /// temporary index: the checkout is left as it is.
-pub fn leftovers_patch(dir: &Path) -> Result<String, GitError> {
+pub(crate) fn leftovers_patch(dir: &Path) -> Result<String, GitError> {
     let tree = snapshot_tree(dir)?;
     let text = checked(
         dir,
@@ -891,7 +898,7 @@ pub fn leftovers_patch(dir: &Path) -> Result<String, GitError> {
 
 /// Bring a runner-owned worktree back to its branch's committed state: uncommitted changes and
 /// untracked files (not ignored ones) are removed.
-pub fn reset_worktree(dir: &Path) -> Result<(), GitError> {
+pub(crate) fn reset_worktree(dir: &Path) -> Result<(), GitError> {
     for args in [
         &["reset", "--quiet", "--hard", "HEAD"][..],
         &["clean", "--quiet", "-d", "--force"][..],
@@ -908,7 +915,7 @@ pub fn reset_worktree(dir: &Path) -> Result<(), GitError> {
 /// Bring a runner-owned clone up to date with its origin: fetch, then fast-forward the
 /// checked-out branch when it is clean and can be (a clone runner made is never rewound or
 /// merged).
-pub fn fetch(dest: &Path) -> Result<(), GitError> {
+pub(crate) fn fetch(dest: &Path) -> Result<(), GitError> {
     checked(dest, &["fetch", "--quiet", "--prune", "origin"])?;
     if !is_dirty(dest)? {
         // No upstream or a diverged branch is not an error: the branch stays as it is.
@@ -918,7 +925,7 @@ pub fn fetch(dest: &Path) -> Result<(), GitError> {
 }
 
 /// Clone `url` into `dest` (a bundle, a bare repository path or a remote).
-pub fn clone_repo(url: &str, dest: &Path) -> Result<(), GitError> {
+pub(crate) fn clone_repo(url: &str, dest: &Path) -> Result<(), GitError> {
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent)?;
     }

@@ -72,7 +72,7 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
 /// [`probe`], read from the checkout's own files where they tell it (a checkout whose `.git` is
 /// a plain folder), else asked of git. The top level is then the folder as named, not resolved
 /// through symbolic links.
-pub fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
+pub(crate) fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
     match local::head(dir, Reads::All) {
         Some(p) => Ok(p),
         None => probe(dir),
@@ -81,18 +81,18 @@ pub fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
 
 /// HEAD of the checkout at `dir` when its own files prove it has no uncommitted change (a plain
 /// checkout, nothing staged, modified or untracked); `None` says nothing either way.
-pub fn proven_clean(dir: &Path) -> Option<Probe> {
+pub(crate) fn proven_clean(dir: &Path) -> Option<Probe> {
     local::clean_checkout(dir, Reads::All)
 }
 
 /// [`quick_probe`] from small files only ([`Reads::Small`]), never git: `None` says ask
 /// [`quick_probe`] on the blocking pool.
-pub fn small_probe(dir: &Path) -> Option<Probe> {
+pub(crate) fn small_probe(dir: &Path) -> Option<Probe> {
     local::head(dir, Reads::Small)
 }
 
 /// [`proven_clean`] from small files only ([`Reads::Small`]): a small checkout's proof, cheap
 /// enough for the event loop. `None` says nothing either way.
-pub fn proven_clean_small(dir: &Path) -> Option<Probe> {
+pub(crate) fn proven_clean_small(dir: &Path) -> Option<Probe> {
     local::clean_checkout(dir, Reads::Small)
 }

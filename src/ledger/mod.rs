@@ -190,7 +190,7 @@ pub(crate) fn outcome_from(s: &str) -> Option<crate::vocab::ItemOutcome> {
 }
 
 /// How a pause reads: by whom, when, and why when a reason was given.
-pub fn pause_text(by: &str, reason: Option<&str>, at: &str) -> String {
+pub(crate) fn pause_text(by: &str, reason: Option<&str>, at: &str) -> String {
     match reason {
         Some(reason) => format!("paused by {by} at {at}: {reason}"),
         None => format!("paused by {by} at {at}"),
@@ -198,7 +198,7 @@ pub fn pause_text(by: &str, reason: Option<&str>, at: &str) -> String {
 }
 
 /// What a run's workers reported they used, summed over the bodies of its `usage` events.
-pub fn sum_usage(bodies: impl IntoIterator<Item = String>) -> Option<crate::events::Usage> {
+pub(crate) fn sum_usage(bodies: impl IntoIterator<Item = String>) -> Option<crate::events::Usage> {
     let mut total: Option<crate::events::Usage> = None;
     for body in bodies {
         if let Ok(Event::Usage { usage, .. }) = serde_json::from_str::<Event>(&body) {
@@ -209,7 +209,7 @@ pub fn sum_usage(bodies: impl IntoIterator<Item = String>) -> Option<crate::even
 }
 
 /// Until when an item rests, when its latest event (recorded `at`) says it does.
-pub fn resting_until_of(at: &str, body: &str) -> Option<String> {
+pub(crate) fn resting_until_of(at: &str, body: &str) -> Option<String> {
     let Ok(Event::Resting { wait, .. }) = serde_json::from_str::<Event>(body) else {
         return None;
     };
@@ -221,7 +221,7 @@ pub fn resting_until_of(at: &str, body: &str) -> Option<String> {
 }
 
 /// The shared resource an item waits for, and since when, when its latest event says so.
-pub fn waiting_of(at: &str, body: &str) -> Option<(String, String)> {
+pub(crate) fn waiting_of(at: &str, body: &str) -> Option<(String, String)> {
     match serde_json::from_str::<Event>(body) {
         Ok(Event::ResourceWaiting { resource, .. }) => Some((resource, at.to_string())),
         _ => None,
@@ -233,7 +233,7 @@ pub fn waiting_of(at: &str, body: &str) -> Option<(String, String)> {
 /// `(repo, item)`, one value per run. A gate whose verdict came from the cache did not run (it
 /// took no time there): it counts as what that gate took, as a median, where it did run — the
 /// next run's changed work runs it again.
-pub fn item_durations_of(
+pub(crate) fn item_durations_of(
     rows: impl IntoIterator<Item = (String, String, String, String)>,
 ) -> std::collections::HashMap<(String, String), Vec<u64>> {
     use std::collections::HashMap;
@@ -289,7 +289,7 @@ pub fn item_durations_of(
 /// How long each gate took when it ran and passed, from `gate-finished` event bodies:
 /// milliseconds by gate name. A verdict reused from the cache did not run the gate (it took no
 /// time): it is not a sample, or cached passes would pull a slow gate's limit down to the floor.
-pub fn gate_durations_of(
+pub(crate) fn gate_durations_of(
     bodies: impl IntoIterator<Item = String>,
 ) -> std::collections::HashMap<String, Vec<u64>> {
     let mut out: std::collections::HashMap<String, Vec<u64>> = Default::default();
@@ -312,10 +312,10 @@ pub fn gate_durations_of(
 
 /// What each item's work branch was last published as: (branch, head, pull request) by
 /// `(repo, item)`, from `published` events (repo, item, body) in the order they happened.
-pub type Publications =
+pub(crate) type Publications =
     std::collections::HashMap<(String, String), (String, Option<String>, Option<String>)>;
 
-pub fn publications_from(
+pub(crate) fn publications_from(
     rows: impl IntoIterator<Item = (Option<String>, Option<String>, String)>,
 ) -> Publications {
     let mut out = Publications::new();
@@ -338,7 +338,7 @@ pub fn publications_from(
 }
 
 /// An item a run held at plan time: (repo, item, reason, cause).
-pub type HeldItem = (String, String, String, Option<String>);
+pub(crate) type HeldItem = (String, String, String, Option<String>);
 
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -383,7 +383,7 @@ pub enum LedgerError {
     },
 }
 
-pub type Result<T> = std::result::Result<T, LedgerError>;
+pub(crate) type Result<T> = std::result::Result<T, LedgerError>;
 
 /// What the run-history page reads of a ledger.
 pub trait History {

@@ -7,7 +7,7 @@ use super::{Ledger, Result};
 use std::path::Path;
 
 /// An open ledger, of either backend.
-pub type Store = Box<dyn Ledger>;
+pub(crate) type Store = Box<dyn Ledger>;
 
 /// The ledger `state` names: a `postgres://` URL, else a SQLite file.
 pub fn open(state: &Path) -> Result<Store> {
@@ -20,14 +20,14 @@ pub fn open(state: &Path) -> Result<Store> {
 }
 
 /// Whether `state` names a shared ledger (a `postgres://` URL) rather than a SQLite file.
-pub fn is_shared(state: &Path) -> bool {
+pub(crate) fn is_shared(state: &Path) -> bool {
     super::pg::is_url(&state.to_string_lossy())
 }
 
 /// The ledger at `state` as it stands, for a command that only reads: a shared PostgreSQL
 /// ledger as it is, a SQLite one as a snapshot (no file created or changed); `None` when there
 /// is no SQLite ledger yet.
-pub fn open_snapshot(state: &Path) -> Result<Option<Store>> {
+pub(crate) fn open_snapshot(state: &Path) -> Result<Option<Store>> {
     if is_shared(state) {
         open(state).map(Some)
     } else {
@@ -38,7 +38,7 @@ pub fn open_snapshot(state: &Path) -> Result<Option<Store>> {
 /// The ledger at `state` for a command that reads and may write (cancel, pause, gc): a shared
 /// one as it is, a SQLite file only where it exists (such commands never create one); `None`
 /// when it does not.
-pub fn open_existing(state: &Path) -> Result<Option<Store>> {
+pub(crate) fn open_existing(state: &Path) -> Result<Option<Store>> {
     if is_shared(state) {
         open(state).map(Some)
     } else if state.exists() {
@@ -49,6 +49,6 @@ pub fn open_existing(state: &Path) -> Result<Option<Store>> {
 }
 
 /// How long a lost connection to a shared ledger is tried again (`RUNNER_LEDGER_RETRY`).
-pub fn set_retry(d: std::time::Duration) {
+pub(crate) fn set_retry(d: std::time::Duration) {
     super::pg::set_ledger_retry(d);
 }

@@ -7,6 +7,8 @@ pub mod schema;
 pub mod template;
 pub mod yaml;
 
-pub use diag::{ManifestError, Problem};
-pub use load::{LoadError, LoadedManifest, compile_glob, load_file, valid_name};
+pub use diag::ManifestError;
+pub use diag::Problem;
+pub use load::LoadedManifest;
+pub(crate) use load::{LoadError, compile_glob, load_file, valid_name};
 pub use model::*;

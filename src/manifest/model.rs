@@ -11,19 +11,19 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(3600);
-pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
-pub const DEFAULT_ATTEMPTS: u32 = 1;
-pub const DEFAULT_THRESHOLD: u32 = 2;
-pub const DEFAULT_STALL_AFTER: u32 = 3;
-pub const DEFAULT_REPORTS_DIR: &str = "runner-reports";
-pub const DEFAULT_WORKSPACE: &str = ".runner/workspace";
-pub const DEFAULT_PROVIDER_EXIT_CODES: &[i32] = &[75];
+pub(crate) const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_ATTEMPTS: u32 = 1;
+pub(crate) const DEFAULT_THRESHOLD: u32 = 2;
+pub(crate) const DEFAULT_STALL_AFTER: u32 = 3;
+pub(crate) const DEFAULT_REPORTS_DIR: &str = "runner-reports";
+pub(crate) const DEFAULT_WORKSPACE: &str = ".runner/workspace";
+pub(crate) const DEFAULT_PROVIDER_EXIT_CODES: &[i32] = &[75];
 /// Default `models.provider_failure.refused_exit_codes`: EX_NOPERM, the provider refused the
 /// key (authentication, billing).
-pub const DEFAULT_REFUSED_EXIT_CODES: &[i32] = &[77];
-pub const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR"];
+pub(crate) const DEFAULT_REFUSED_EXIT_CODES: &[i32] = &[77];
+pub(crate) const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR"];
 
 /// A runner job manifest.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -123,7 +123,7 @@ pub enum CommandSpec {
 
 impl CommandSpec {
     /// Every template string in the command.
-    pub fn parts(&self) -> Vec<&str> {
+    pub(crate) fn parts(&self) -> Vec<&str> {
         match self {
             CommandSpec::Shell(s) => vec![s.as_str()],
             CommandSpec::Argv(v) => v.iter().map(String::as_str).collect(),
@@ -179,7 +179,7 @@ pub struct RepositorySpec {
 }
 
 impl RepositorySpec {
-    pub fn source_kind(&self) -> SourceKind {
+    pub(crate) fn source_kind(&self) -> SourceKind {
         if self.url.is_some() {
             SourceKind::Url
         } else if self.glob.is_some() {
@@ -255,9 +255,9 @@ pub struct BackoffSpec {
 }
 
 /// Default `models.backoff.initial`.
-pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 /// Default `models.backoff.max`.
-pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(600);
 
 impl Models {
     /// `models.backoff` with its defaults: (initial, max).
@@ -342,7 +342,7 @@ pub struct Worker {
 }
 
 /// How long a probe may take.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `worker.limits`: `{memory: 4G, pids: 512, cpu: 2}`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -493,7 +493,7 @@ impl Gate {
             _ => DEFAULT_GATE_TIMEOUT,
         }
     }
-    pub fn timeout_is_auto(&self) -> bool {
+    pub(crate) fn timeout_is_auto(&self) -> bool {
         self.timeout == Some(GateTimeout::Auto)
     }
     pub fn grace(&self) -> Duration {
@@ -596,11 +596,11 @@ impl Publish {
 }
 
 /// Placeholders `publish.pr` may use.
-pub const PUBLISH_VARS: &[&str] = &["branch", "item", "repo", "remote"];
+pub(crate) const PUBLISH_VARS: &[&str] = &["branch", "item", "repo", "remote"];
 
 /// The placeholders a worktree's `setup` may use: it runs once per fresh worktree, for its
 /// item.
-pub const SETUP_VARS: &[&str] = &["repo", "repo.path", "item"];
+pub(crate) const SETUP_VARS: &[&str] = &["repo", "repo.path", "item"];
 
 /// `budget`: what a run may spend, as its workers report it in `$RUNNER_USAGE`.
 #[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
@@ -648,8 +648,8 @@ pub struct Keep {
 }
 
 impl Keep {
-    pub const DEFAULT_RUNS: u32 = 30;
-    pub const DEFAULT_DAYS: u32 = 90;
+    pub(crate) const DEFAULT_RUNS: u32 = 30;
+    pub(crate) const DEFAULT_DAYS: u32 = 90;
 
     pub fn runs(&self) -> u32 {
         self.runs.unwrap_or(Self::DEFAULT_RUNS)
@@ -670,7 +670,7 @@ pub enum ReportFormat {
 }
 
 impl ReportFormat {
-    pub const ALL: [ReportFormat; 4] = [
+    pub(crate) const ALL: [ReportFormat; 4] = [
         ReportFormat::Json,
         ReportFormat::Markdown,
         ReportFormat::Junit,
@@ -696,11 +696,11 @@ pub enum GateTimeout {
 }
 
 /// `timeout: auto` is this many times the gate's p95 duration.
-pub const AUTO_TIMEOUT_FACTOR: u32 = 3;
+pub(crate) const AUTO_TIMEOUT_FACTOR: u32 = 3;
 /// ... and never less than this.
-pub const AUTO_TIMEOUT_MIN: Duration = Duration::from_secs(60);
+pub(crate) const AUTO_TIMEOUT_MIN: Duration = Duration::from_secs(60);
 /// ... once this many passing runs of the gate are recorded (of the latest 50).
-pub const AUTO_TIMEOUT_SAMPLES: usize = 5;
+pub(crate) const AUTO_TIMEOUT_SAMPLES: usize = 5;
 
 impl Serialize for GateTimeout {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -748,7 +748,7 @@ impl JsonSchema for DurationSpec {
 }
 
 /// Parse a duration with units. Errors are lowercase fragments for diagnostics.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     if t.is_empty() {
         return Err("a duration needs a number and a unit, e.g. `30s`".into());
@@ -804,7 +804,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// The shortest exact spelling of a duration in the manifest's units.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms == 0 {
         return "0s".into();
@@ -832,7 +832,7 @@ pub fn format_duration(d: Duration) -> String {
 
 /// A measured or estimated duration for a person to read, to the precision that matters at its
 /// size: `850ms`, `2.6s`, `28s`, `4m5s`, `1h12m`.
-pub fn format_approx(d: Duration) -> String {
+pub(crate) fn format_approx(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
         0..1_000 => format!("{ms}ms"),

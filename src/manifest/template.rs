@@ -68,7 +68,7 @@ pub fn parse(text: &str) -> Result<Vec<Part>, String> {
 }
 
 /// The placeholder names a template uses, in order of appearance.
-pub fn placeholders(text: &str) -> Result<Vec<String>, String> {
+pub(crate) fn placeholders(text: &str) -> Result<Vec<String>, String> {
     Ok(parse(text)?
         .into_iter()
         .filter_map(|p| match p {
@@ -95,12 +95,12 @@ pub fn render(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Str
 }
 
 /// The prefix of a placeholder whose value a string `run` takes as written (`{raw:item.flags}`).
-pub const RAW: &str = "raw:";
+pub(crate) const RAW: &str = "raw:";
 
 /// `value` quoted for `sh` where it needs to be: as is when it holds only characters no shell
 /// gives a meaning to, else in single quotes (a `'` inside written as `'\''`), as GNU parallel
 /// does. A value can then never be more than one word of the command, whatever it holds.
-pub fn shell_quote(value: &str) -> String {
+pub(crate) fn shell_quote(value: &str) -> String {
     let plain = !value.is_empty()
         && value
             .chars()
@@ -114,7 +114,7 @@ pub fn shell_quote(value: &str) -> String {
 
 /// Where a template is used, which decides the placeholders it may name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Context {
+pub(crate) enum Context {
     /// Worker and gate commands and worker environment values.
     Command { models: bool },
     /// An explicit item's work branch.
@@ -126,11 +126,11 @@ pub enum Context {
 }
 
 /// The `{match.*}` names a discovery template may use.
-pub const MATCH_NAMES: &[&str] = &["path", "dir", "name", "stem", "parent"];
+pub(crate) const MATCH_NAMES: &[&str] = &["path", "dir", "name", "stem", "parent"];
 
 /// Check one placeholder name against a context. `Ok(Some(var))` means `{item.var}`, which the
 /// caller must check against the items using the template.
-pub fn check_placeholder(name: &str, ctx: Context) -> Result<Option<String>, String> {
+pub(crate) fn check_placeholder(name: &str, ctx: Context) -> Result<Option<String>, String> {
     // `{raw:NAME}`: a command's value inserted as written, not shell-quoted.
     let name = match (name.strip_prefix(RAW), ctx) {
         (Some(rest), Context::Command { .. }) => rest,

@@ -10,11 +10,11 @@ use std::fmt;
 
 /// Largest manifest accepted, in bytes. Real manifests are a few KiB; anything near this is a
 /// generated or corrupted file, and refusing it early bounds memory and time.
-pub const MAX_MANIFEST_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_MANIFEST_BYTES: usize = 1024 * 1024;
 /// Deepest nesting accepted. The manifest format itself needs fewer than ten levels.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 /// Most YAML nodes accepted.
-pub const MAX_NODES: usize = 100_000;
+pub(crate) const MAX_NODES: usize = 100_000;
 
 /// A byte range in the manifest text, with the 1-based line and column of its start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -82,7 +82,7 @@ fn span_of(loc: &serde_saphyr::Location, text: &str) -> Span {
 }
 
 /// Byte offset of a 1-based (line, character column), clamped to the text.
-pub fn offset_of_line_col(text: &str, line: u64, column: u64) -> usize {
+pub(crate) fn offset_of_line_col(text: &str, line: u64, column: u64) -> usize {
     let mut offset = 0;
     for (i, l) in text.split_inclusive('\n').enumerate() {
         if i as u64 + 1 == line {

@@ -376,7 +376,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 
 /// What the `critical_base` markers are checked against.
 #[derive(Clone, Copy, Debug)]
-pub enum Tip<'a> {
+pub(crate) enum Tip<'a> {
     /// An existing work branch, continued.
     Branch(&'a str),
     /// The base a new work branch is forked from (a branch, tag, commit or `HEAD`).
@@ -385,7 +385,7 @@ pub enum Tip<'a> {
 
 /// Which `critical_base` markers `tip` lacks, as a detail naming them, or `None` when it
 /// contains them all. Shared by `plan` and the checks just before an attempt.
-pub fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> Option<String> {
+pub(crate) fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> Option<String> {
     if markers.is_empty() {
         return None;
     }

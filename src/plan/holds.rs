@@ -45,7 +45,7 @@ const DIRTY_UNKNOWN: &str = "cannot tell whether the checkout has uncommitted ch
 
 /// Whether the item's branch exists and must be checked against the markers: what planning
 /// asks git before calling [`hold`].
-pub fn needs_marker_check(repo: &RepoFacts, selected: bool, branch: Option<&str>) -> bool {
+pub(crate) fn needs_marker_check(repo: &RepoFacts, selected: bool, branch: Option<&str>) -> bool {
     selected
         && repo.status == Some(RepoStatus::Found)
         && branch.is_some_and(|b| repo.branches.as_ref().is_some_and(|s| s.contains(b)))
@@ -53,7 +53,7 @@ pub fn needs_marker_check(repo: &RepoFacts, selected: bool, branch: Option<&str>
 
 /// Whether the item's branch is new, so that the base it would be forked from must be checked
 /// against the markers: what planning asks git before calling [`hold`].
-pub fn needs_base_check(repo: &RepoFacts, selected: bool, branch: Option<&str>) -> bool {
+pub(crate) fn needs_base_check(repo: &RepoFacts, selected: bool, branch: Option<&str>) -> bool {
     selected
         && repo.status == Some(RepoStatus::Found)
         && branch.is_some_and(|b| !repo.branches.as_ref().is_some_and(|s| s.contains(b)))

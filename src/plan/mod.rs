@@ -15,13 +15,15 @@ pub mod past;
 pub mod repos;
 pub mod shard;
 
+pub use analyse::backup_branch;
 use analyse::{Analysed, analyse};
-pub use analyse::{Tip, backup_branch, missing_markers};
+pub(crate) use analyse::{Tip, missing_markers};
 use model::digest;
-pub use model::*;
+pub(crate) use model::*;
 
 use crate::manifest::{LoadedManifest, Problem};
-pub use crate::vocab::{HoldReason, ItemState};
+pub use crate::vocab::HoldReason;
+pub use crate::vocab::ItemState;
 use globset::{GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 use repos::Located;
@@ -75,7 +77,7 @@ fn globset(globs: &[String]) -> Result<Option<GlobSet>, PlanError> {
 }
 
 /// The effective worker bound: the manifest's (default: CPUs) lowered by `-j`, never raised.
-pub fn effective_workers(loaded: &LoadedManifest, cli: Option<u32>) -> u32 {
+pub(crate) fn effective_workers(loaded: &LoadedManifest, cli: Option<u32>) -> u32 {
     let manifest = loaded
         .manifest
         .capacity

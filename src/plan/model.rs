@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-pub const PLAN_SCHEMA: &str = "runner.plan/v1";
+pub(crate) const PLAN_SCHEMA: &str = "runner.plan/v1";
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Plan {
@@ -189,7 +189,7 @@ pub enum PlanError {
 
 impl Plan {
     /// Recompute counts and digest after item states changed.
-    pub fn recount(&mut self) {
+    pub(crate) fn recount(&mut self) {
         let mut counts = BTreeMap::new();
         for it in &self.items {
             *counts.entry(it.state).or_insert(0) += 1;

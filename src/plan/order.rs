@@ -16,7 +16,7 @@ type Key = (u64, u64, Reverse<usize>);
 /// [`Key`] answers [`Backlog::pick`] in logarithmic time (entries a change made stale are
 /// dropped as they surface).
 #[derive(Debug, Default)]
-pub struct Backlog {
+pub(crate) struct Backlog {
     by_repo: HashMap<String, (VecDeque<usize>, u64)>,
     estimates: Vec<u64>,
     heap: BinaryHeap<(Key, String)>,
@@ -75,12 +75,12 @@ impl Backlog {
     }
 
     /// Whether an item of `repo` is still pending.
-    pub fn pending_in(&self, repo: &str) -> bool {
+    pub(crate) fn pending_in(&self, repo: &str) -> bool {
         self.by_repo.get(repo).is_some_and(|(q, _)| !q.is_empty())
     }
 
     /// Every pending item of `repo` leaves.
-    pub fn clear_repo(&mut self, repo: &str) {
+    pub(crate) fn clear_repo(&mut self, repo: &str) {
         if let Some((q, total)) = self.by_repo.get_mut(repo) {
             q.clear();
             *total = 0;
@@ -90,7 +90,7 @@ impl Backlog {
     /// The next item to admit among repositories `free` allows: the repository with the most
     /// work pending first (its longest chain starts earliest), its longest item first; ties go to
     /// the item listed first. The item stays pending until [`Backlog::remove`].
-    pub fn pick(&mut self, free: impl Fn(&str) -> bool) -> Option<usize> {
+    pub(crate) fn pick(&mut self, free: impl Fn(&str) -> bool) -> Option<usize> {
         let mut passed = Vec::new();
         let mut found = None;
         while let Some(entry) = self.heap.pop() {
@@ -112,7 +112,7 @@ impl Backlog {
 
 /// A drain simulated with the estimates as the durations, every item succeeding: the order items
 /// start in and when the last one ends (milliseconds). The same choice as the scheduler's.
-pub fn simulate(
+pub(crate) fn simulate(
     repo_of: &[String],
     queue: &[usize],
     estimates: &[u64],
@@ -155,7 +155,12 @@ pub fn trace(
 }
 
 /// The earliest any drain could end: max(total / workers, the longest repository's total).
-pub fn lower_bound(repo_of: &[String], queue: &[usize], estimates: &[u64], workers: u32) -> u64 {
+pub(crate) fn lower_bound(
+    repo_of: &[String],
+    queue: &[usize],
+    estimates: &[u64],
+    workers: u32,
+) -> u64 {
     let est = |i: usize| estimates.get(i).copied().unwrap_or(1).max(1);
     let mut per_repo: HashMap<&str, u64> = HashMap::new();
     let mut total = 0u64;

@@ -27,7 +27,7 @@ pub enum Rerun {
 
 /// An item's identity in the ledger: its definition (repository, id, branch, vars) is hashed so
 /// that an edited item is new work.
-pub fn item_key(manifest: &str, it: &ItemPlan) -> ItemKey {
+pub(crate) fn item_key(manifest: &str, it: &ItemPlan) -> ItemKey {
     let def = serde_json::json!({
         "repo": it.repo,
         "id": it.id,

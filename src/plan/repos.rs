@@ -23,7 +23,7 @@ pub struct Located {
 }
 
 /// Folder of the workspace, where url repositories are cloned.
-pub fn workspace_dir(loaded: &LoadedManifest) -> PathBuf {
+pub(crate) fn workspace_dir(loaded: &LoadedManifest) -> PathBuf {
     loaded.resolve(
         loaded
             .manifest
@@ -34,13 +34,13 @@ pub fn workspace_dir(loaded: &LoadedManifest) -> PathBuf {
 }
 
 /// Where a url repository is cloned inside the workspace.
-pub fn clone_dir(workspace: &Path, name: &str) -> PathBuf {
+pub(crate) fn clone_dir(workspace: &Path, name: &str) -> PathBuf {
     workspace.join("repos").join(name)
 }
 
 /// Remove credentials from a url (`https://user:token@host/x` -> `https://***@host/x`), so that
 /// it can be shown in logs and reports.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     if let Some(scheme_end) = url.find("://") {
         let rest = &url[scheme_end + 3..];
         let host_end = rest.find('/').unwrap_or(rest.len());
@@ -52,13 +52,13 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Expand every entry in manifest order; glob matches sorted by path.
-pub fn locate(loaded: &LoadedManifest) -> Vec<Located> {
+pub(crate) fn locate(loaded: &LoadedManifest) -> Vec<Located> {
     locate_noting(loaded).0
 }
 
 /// [`locate`], with what a user should hear about it: a glob that matches no checkout, a folder
 /// that could not be read while expanding one.
-pub fn locate_noting(loaded: &LoadedManifest) -> (Vec<Located>, Vec<String>) {
+pub(crate) fn locate_noting(loaded: &LoadedManifest) -> (Vec<Located>, Vec<String>) {
     let workspace = workspace_dir(loaded);
     let mut out = Vec::new();
     let mut notes = Vec::new();
@@ -141,7 +141,7 @@ fn has_glob_meta(s: &str) -> bool {
 /// Every git checkout (a folder with a `.git` entry) matching `glob`, relative to `dir`, with
 /// every folder that could not be read on the way (not nothing there: something runner could
 /// not see).
-pub fn expand_glob(dir: &Path, glob: &str) -> (Vec<PathBuf>, Vec<String>) {
+pub(crate) fn expand_glob(dir: &Path, glob: &str) -> (Vec<PathBuf>, Vec<String>) {
     let full = normalize(&dir.join(glob));
     let full_str = full.to_string_lossy().to_string();
     let Ok(matcher) = compile_glob(&full_str) else {

@@ -20,7 +20,7 @@ pub struct Shard {
 }
 
 /// The most shards a manifest may be split into.
-pub const MAX_SHARDS: u32 = 10_000;
+pub(crate) const MAX_SHARDS: u32 = 10_000;
 
 impl FromStr for Shard {
     type Err = String;

@@ -3,7 +3,7 @@
 //! thread from serving another: a 10,000-item drain peaked 5 MiB higher with them, and no faster.
 
 /// Ask glibc for a single arena; call before any thread starts. Elsewhere it does nothing.
-pub fn one_arena() {
+pub(crate) fn one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only tunes the allocator; it is called from the main thread before any
     // other thread exists.

@@ -27,7 +27,7 @@ pub struct CensusKey {
 static RUNNING: std::sync::Mutex<Vec<CensusKey>> = std::sync::Mutex::new(Vec::new());
 
 /// While this lives, a process of `key` runs.
-pub struct Running(CensusKey);
+pub(crate) struct Running(CensusKey);
 
 impl Running {
     pub fn new(key: &CensusKey) -> Running {
@@ -63,16 +63,16 @@ const SWEEP_DEADLINE: Duration = Duration::from_secs(10);
 /// The longest pause before looking again at a child that shows no environment yet.
 const UNSURE_PAUSE_MAX: Duration = Duration::from_micros(3200);
 
-pub fn signal_group(pgid: i32, sig: Signal) {
+pub(crate) fn signal_group(pgid: i32, sig: Signal) {
     let _ = killpg(Pid::from_raw(pgid), sig);
 }
 
-pub fn group_alive(pgid: i32) -> bool {
+pub(crate) fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None).is_ok()
 }
 
 /// Reap zombies of group `pgid` that are runner's children (re-parented to it as subreaper).
-pub fn reap_group(pgid: i32) {
+pub(crate) fn reap_group(pgid: i32) {
     loop {
         match waitpid(Pid::from_raw(-pgid), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(_) => break,
@@ -90,7 +90,7 @@ fn reap(pid: i32) {
 /// Every spawn holds this lock from `spawn` until the pid is recorded, and a scan holds it while
 /// it reaps, so a child can never be reaped in between. It doubles as the spawn lock: no two
 /// children are forked at once, so a descriptor made inheritable for one child reaches no other.
-pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+pub(crate) static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 /// Direct children reaped while [`DIRECT_CHILDREN`] was held elsewhere (a helper being spawned
 /// on the blocking pool): taken out of it by the next holder, so that the event loop never waits
@@ -98,7 +98,7 @@ pub static DIRECT_CHILDREN: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(V
 static REAPED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 /// A direct child has been reaped: it is no longer one.
-pub fn forget_direct(pid: i32) {
+pub(crate) fn forget_direct(pid: i32) {
     match DIRECT_CHILDREN.try_lock() {
         Ok(mut d) => d.retain(|p| *p != pid),
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().retain(|p| *p != pid),
@@ -119,7 +119,7 @@ fn settle_reaped(direct: &mut Vec<i32>) {
 
 /// Hold [`DIRECT_CHILDREN`] (the spawn lock), up to date. Not on the event loop while another
 /// thread may hold it for long (see [`scan_within`]).
-pub fn lock_direct() -> std::sync::MutexGuard<'static, Vec<i32>> {
+pub(crate) fn lock_direct() -> std::sync::MutexGuard<'static, Vec<i32>> {
     let mut direct = DIRECT_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
     settle_reaped(&mut direct);
     direct
@@ -129,7 +129,7 @@ static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 
 /// Record that runner is a child subreaper: every orphan of a spawned tree is then re-parented
 /// to runner, and a scan need only look at runner's own children.
-pub fn set_subreaper(active: bool) {
+pub(crate) fn set_subreaper(active: bool) {
     SUBREAPER.store(active, std::sync::atomic::Ordering::SeqCst);
 }
 
@@ -242,7 +242,7 @@ fn scan_children(key: &CensusKey, children: Vec<i32>, direct: &[i32]) -> Scan {
 /// One `waitid` that only peeks answers the common case, nothing to reap; otherwise runner's
 /// children are listed. Skipped when a spawn holds the lock (the next call, or the run's end,
 /// collects them): this runs on the event loop and never waits for it.
-pub fn reap_adopted() {
+pub(crate) fn reap_adopted() {
     use nix::sys::wait::{Id, waitid};
     if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
         return;
@@ -274,7 +274,7 @@ fn carries_token(pid: i32, token: &str) -> bool {
 /// End every orphan runner adopted that is still alive, and reap it: what no item could claim
 /// (it cleared its environment while several items ran) goes when the run ends. SIGTERM, up to
 /// `grace` to go, then SIGKILL. Returns the pids that were found.
-pub async fn end_adopted(grace: Duration) -> Vec<i32> {
+pub(crate) async fn end_adopted(grace: Duration) -> Vec<i32> {
     if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
         return Vec::new();
     }
@@ -468,7 +468,7 @@ fn own_children() -> Option<Vec<i32>> {
 /// What a dead run left behind, with command lines, for `status` and `unlock` to name: the
 /// processes whose environment carries its token `token`, and those in its item cgroups
 /// `cgroups` (as its lease record names them).
-pub fn survivors(token: &str, cgroups: &[std::path::PathBuf]) -> Vec<(i32, String)> {
+pub(crate) fn survivors(token: &str, cgroups: &[std::path::PathBuf]) -> Vec<(i32, String)> {
     let needle = format!("RUNNER_TOKEN={token}").into_bytes();
     let mut pids = if token.is_empty() {
         Vec::new()
@@ -492,7 +492,7 @@ pub fn survivors(token: &str, cgroups: &[std::path::PathBuf]) -> Vec<(i32, Strin
 /// End every process whose environment carries run token `token`, wherever it is (what a dead
 /// run left behind): SIGTERM, up to `grace` to go, then SIGKILL, until scans find none.
 /// Returns the pids that were found, or `Err` with those still there at the deadline.
-pub async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, Vec<i32>> {
+pub(crate) async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, Vec<i32>> {
     let needle = format!("RUNNER_TOKEN={token}").into_bytes();
     let scan = move || {
         let n = needle.clone();
@@ -544,7 +544,7 @@ pub async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, Vec<i32
 
 /// Every process (but runner itself) with an environment variable for which `matches` holds,
 /// looked up in `/proc/<pid>/environ`.
-pub fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
+pub(crate) fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
     let me = std::process::id() as i32;
     let mut found = Vec::new();
     for pid in proc_pids()? {
@@ -569,7 +569,7 @@ pub fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> 
 /// and one clean scan suffices — unless it saw an orphan die while it ran (whose children may
 /// have moved behind it), which calls for more. Otherwise processes may still be moving, and
 /// several quiet scans, spaced out, are needed; an unreadable scan resets the count.
-pub async fn sweep(key: CensusKey, settled: bool) -> bool {
+pub(crate) async fn sweep(key: CensusKey, settled: bool) -> bool {
     let until = Instant::now() + SWEEP_DEADLINE;
     let fast = settled && SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
     let mut quiet = 0;

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 /// What a run asks for (`RUNNER_CONTAINMENT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Want {
+pub(crate) enum Want {
     /// A cgroup per item where possible, else process groups.
     Auto,
     /// A cgroup per item, or the run does not start.
@@ -214,7 +214,7 @@ pub struct Contained {
 
 impl Contained {
     /// No cgroups: process groups and the token census.
-    pub fn process_groups(why: impl Into<String>) -> Contained {
+    pub(crate) fn process_groups(why: impl Into<String>) -> Contained {
         Contained {
             mode: Containment::ProcessGroup,
             run: None,
@@ -228,7 +228,11 @@ impl Contained {
     /// Set up containment for run `run_id`: its cgroup when `want` allows and the machine lets
     /// runner make one, with `limits` enforceable for each item. `Err` says why a run that asked
     /// for cgroups, or for limits, cannot have them.
-    pub fn set_up(run_id: &str, want: Want, limits: Limits) -> Result<Contained, ContainmentError> {
+    pub(crate) fn set_up(
+        run_id: &str,
+        want: Want,
+        limits: Limits,
+    ) -> Result<Contained, ContainmentError> {
         if want == Want::ProcessGroup {
             if !limits.is_empty() {
                 return Err(ContainmentError::LimitsWithoutCgroups);
@@ -279,7 +283,7 @@ impl Contained {
     }
 
     /// "cgroup (/sys/fs/cgroup/…/runner-ID)" or "process-group (why)": for logs and `status`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match (&self.run, &self.why_not) {
             (Some(dir), _) => format!("cgroup ({})", dir.display()),
             (None, Some(why)) => format!("process-group ({why})"),
@@ -296,7 +300,7 @@ impl Contained {
     }
 
     /// Where item `repo`'s cgroups are (or will be): the unified one first.
-    pub fn item_dirs(&self, repo: &str) -> Vec<PathBuf> {
+    pub(crate) fn item_dirs(&self, repo: &str) -> Vec<PathBuf> {
         let name = format!("repo-{repo}");
         self.run
             .iter()
@@ -321,7 +325,7 @@ impl Contained {
 
     /// Nothing more of `repo` runs in this drain: its cgroup is removed (once its last user
     /// lets go), rather than kept, with the kernel's memory for it, until the run ends.
-    pub fn done_with(&self, repo: &str) {
+    pub(crate) fn done_with(&self, repo: &str) {
         self.items
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -413,7 +417,7 @@ fn open_procs(dir: &Path) -> io::Result<OwnedFd> {
 /// open for the whole run, a descriptor per repository, they ran a drain over many
 /// repositories out of descriptors, and made every start copy them all into the child's
 /// descriptor table.)
-pub struct Joining {
+pub(crate) struct Joining {
     /// The unified cgroup's folder, for the kernel to create the child in.
     folder: Option<OwnedFd>,
     /// Each cgroup's `cgroup.procs` (the unified one first), for the child to move itself in.
@@ -422,12 +426,12 @@ pub struct Joining {
 
 impl Joining {
     /// The descriptors a child writes itself into.
-    pub fn join_fds(&self) -> Vec<RawFd> {
+    pub(crate) fn join_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
     }
 
     /// The unified cgroup's folder.
-    pub fn folder_fd(&self) -> Option<RawFd> {
+    pub(crate) fn folder_fd(&self) -> Option<RawFd> {
         self.folder.as_ref().map(AsRawFd::as_raw_fd)
     }
 }
@@ -448,7 +452,7 @@ impl ItemCgroup {
     }
 
     /// Open the cgroups for a process to start in: the unified leaf, and each v1 cgroup.
-    pub fn joining(&self) -> io::Result<Joining> {
+    pub(crate) fn joining(&self) -> io::Result<Joining> {
         let leaf = self.leaf()?;
         let mut procs = vec![open_procs(&leaf)?];
         for d in &self.dirs[1..] {
@@ -466,12 +470,12 @@ impl ItemCgroup {
     }
 
     /// The live processes in it.
-    pub fn members(&self) -> Vec<i32> {
+    pub(crate) fn members(&self) -> Vec<i32> {
         members(self.path())
     }
 
     /// Whether a live process is left in it (`None`: it cannot be read).
-    pub fn populated(&self) -> Option<bool> {
+    pub(crate) fn populated(&self) -> Option<bool> {
         populated(self.path())
     }
 
@@ -514,7 +518,7 @@ impl Drop for ItemCgroup {
 /// End what a dead run left in the item cgroups `dirs` (unified one first), as its lease record
 /// names them, and remove them: returns the pids that were there, or `Err` with those left at
 /// the deadline.
-pub async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i32>, Vec<i32>> {
+pub(crate) async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i32>, Vec<i32>> {
     let Some(unified) = dirs.first().filter(|d| d.join("cgroup.procs").exists()) else {
         return Ok(Vec::new());
     };
@@ -546,7 +550,7 @@ pub async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i32>, Vec
 }
 
 /// The live processes in cgroup `dir` and every cgroup below it.
-pub fn members(dir: &Path) -> Vec<i32> {
+pub(crate) fn members(dir: &Path) -> Vec<i32> {
     let mut out: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .split_ascii_whitespace()

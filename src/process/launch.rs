@@ -72,7 +72,7 @@ struct ChildImage {
 
 /// Most cgroups a child joins: one of the unified hierarchy and one per v1 controller that
 /// enforces a limit.
-pub const MAX_JOIN: usize = 4;
+pub(crate) const MAX_JOIN: usize = 4;
 
 // SAFETY: the pointers point into the image's own strings, which move with it (the heap buffers
 // of a `CString` stay put) and are never changed.
@@ -102,7 +102,7 @@ fn return_stack(stack: Stack) {
 
 /// A child that has been created. Whether its program started is known once it has exited
 /// ([`Launched::start_error`]).
-pub struct Launched {
+pub(crate) struct Launched {
     pub pid: i32,
     pidfd: AsyncFd<OwnedFd>,
     /// Closes when the child calls `execve`; holds an error number when it failed before.
@@ -112,7 +112,7 @@ pub struct Launched {
 }
 
 /// Why no child was created: `Unsupported` means the caller should start it another way.
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     Unsupported,
     Failed(io::Error),
 }
@@ -133,7 +133,7 @@ pub enum LaunchError {
     clippy::too_many_arguments,
     reason = "the child's whole description, in one call"
 )]
-pub fn launch(
+pub(crate) fn launch(
     program: &Path,
     args: &[String],
     env: &[(String, String)],
@@ -353,7 +353,7 @@ impl Launched {
 
     /// After [`Launched::wait`]: the error that kept the child from starting its program, if
     /// one did.
-    pub fn start_error(&self) -> Option<io::Error> {
+    pub(crate) fn start_error(&self) -> Option<io::Error> {
         let mut code = [0u8; 4];
         match nix::unistd::read(&self.status, &mut code) {
             Ok(4) => Some(io::Error::from_raw_os_error(i32::from_ne_bytes(code))),
@@ -679,7 +679,7 @@ pub(super) fn set_cloexec(fd: i32, on: bool) {
 /// fails (`EFBIG`) and is reported as a full disk is — a log not written whole, a report that
 /// could not be written, exit 4 — rather than killing runner with nothing said and temporary
 /// files left. Children get the default disposition back ([`launch`]).
-pub fn ignore_file_size_signal() {
+pub(crate) fn ignore_file_size_signal() {
     // SAFETY: setting a signal's disposition to ignore installs no handler; nothing else of the
     // process depends on SIGXFSZ.
     unsafe {

@@ -19,7 +19,7 @@ pub mod cgroup;
     reason = "the one module of runner that may: raw process creation, see its comment"
 )]
 mod launch;
-pub use launch::ignore_file_size_signal;
+pub(crate) use launch::ignore_file_size_signal;
 pub mod output;
 pub mod redact;
 #[expect(
@@ -133,7 +133,7 @@ impl Finished {
 }
 
 /// Make runner the reaper of its orphaned descendants.
-pub fn become_subreaper() {
+pub(crate) fn become_subreaper() {
     // Failing this only widens the census to every process (orphans go to init instead).
     census::set_subreaper(nix::sys::prctl::set_child_subreaper(true).is_ok());
 }
@@ -468,7 +468,7 @@ const DEFAULT_PATH: &str = "/bin:/usr/bin";
 static HELPER_TIMEOUT: std::sync::Mutex<Duration> = std::sync::Mutex::new(Duration::from_secs(600));
 
 /// Set how long a helper may take.
-pub fn set_helper_timeout(d: Duration) {
+pub(crate) fn set_helper_timeout(d: Duration) {
     *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner()) = d;
 }
 
@@ -482,7 +482,7 @@ const HELPER_STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// The run is stopping: end every helper still running (SIGTERM, then SIGKILL after a short
 /// grace). What asked for one gets an error of kind `Interrupted`.
-pub fn stop_helpers() {
+pub(crate) fn stop_helpers() {
     STOPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
@@ -493,7 +493,9 @@ pub fn stop_helpers() {
 ///
 /// The helper is registered as a direct child until it is waited for, so that a census never
 /// reaps it as an orphan and steals its exit status.
-pub fn spawn_helper(cmd: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+pub(crate) fn spawn_helper(
+    cmd: &mut std::process::Command,
+) -> std::io::Result<std::process::Output> {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     if cfg!(debug_assertions) {
@@ -610,7 +612,7 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, c: Collector) {
 /// End every process of group `pgid` and every escaped descendant: every member of the item's
 /// cgroup when there is one, else every process named by `key`. Returns whether the tree was
 /// proven gone. Every wait here has a deadline.
-pub async fn end_tree(
+pub(crate) async fn end_tree(
     pgid: i32,
     grace: Duration,
     key: &CensusKey,

@@ -9,19 +9,19 @@ use std::time::{Duration, Instant};
 use super::redact::Redactor;
 
 /// Bytes of output kept in memory per process.
-pub const TAIL_BYTES: usize = 64 * 1024;
+pub(crate) const TAIL_BYTES: usize = 64 * 1024;
 /// A partial line longer than this is written out without waiting for its end.
 const MAX_PENDING_LINE: usize = 64 * 1024;
 /// What one process's log keeps unless `RUNNER_LOG_LIMIT` says otherwise: a worker or gate that
 /// floods its output (a loop printing, an agent gone wrong) must not fill the disk of an
 /// unattended machine before its timeout.
-pub const DEFAULT_LOG_LIMIT: u64 = 100 << 20;
+pub(crate) const DEFAULT_LOG_LIMIT: u64 = 100 << 20;
 
 static LOG_LIMIT: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(DEFAULT_LOG_LIMIT);
 
 /// Set how many bytes of output one process's log keeps (`RUNNER_LOG_LIMIT`).
-pub fn set_log_limit(bytes: u64) {
+pub(crate) fn set_log_limit(bytes: u64) {
     LOG_LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
@@ -168,7 +168,7 @@ impl State {
 
 /// Shared sink for both pipes of one process.
 #[derive(Clone)]
-pub struct Collector {
+pub(crate) struct Collector {
     state: Arc<Mutex<State>>,
     redactor: Arc<Redactor>,
     counter: Option<Arc<regex::Regex>>,
@@ -176,7 +176,7 @@ pub struct Collector {
     max_line: usize,
 }
 
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub tail: String,
     pub bytes: u64,
     /// Whether a log file was written.
@@ -241,7 +241,9 @@ impl Collector {
     }
 
     /// Keep `n` bytes of output in the log (instead of the process-wide limit).
-    pub fn with_log_limit(self, n: u64) -> Self {
+    /// For the unit tests.
+    #[cfg(test)]
+    pub(crate) fn with_log_limit(self, n: u64) -> Self {
         if let Ok(mut st) = self.state.lock() {
             st.limit = n;
         }
@@ -249,20 +251,22 @@ impl Collector {
     }
 
     /// Cut partial lines longer than `n` bytes (instead of 64 KiB).
-    pub fn with_line_limit(mut self, n: usize) -> Self {
+    /// For the unit tests.
+    #[cfg(test)]
+    pub(crate) fn with_line_limit(mut self, n: usize) -> Self {
         self.max_line = n;
         self
     }
 
     /// Count the output lines matching `counter` (whole lines, as written: before redaction).
-    pub fn counting(mut self, counter: Option<Arc<regex::Regex>>) -> Self {
+    pub(crate) fn counting(mut self, counter: Option<Arc<regex::Regex>>) -> Self {
         self.counter = counter;
         self
     }
 
     /// Recognise failures in the output (see [`crate::failures`]), the folders in
     /// `roots` replaced by `<dir>`.
-    pub fn recognising(self, roots: Option<Vec<String>>) -> Self {
+    pub(crate) fn recognising(self, roots: Option<Vec<String>>) -> Self {
         if let (Some(roots), Ok(mut st)) = (roots, self.state.lock()) {
             st.failures = Some(crate::failures::Scanner::new(roots));
         }
@@ -296,7 +300,7 @@ impl Collector {
     }
 
     /// Time since the last output (or since the start, when there was none).
-    pub fn quiet_for(&self) -> Duration {
+    pub(crate) fn quiet_for(&self) -> Duration {
         self.state
             .lock()
             .map(|s| s.last.elapsed())
@@ -347,7 +351,7 @@ impl Collector {
 }
 
 /// The last `lines` lines of `text`, at most `max` bytes.
-pub fn last_lines(text: &str, lines: usize, max: usize) -> String {
+pub(crate) fn last_lines(text: &str, lines: usize, max: usize) -> String {
     let mut start = text.len();
     let trimmed = text.trim_end_matches('\n');
     let mut count = 0;

@@ -3,7 +3,7 @@
 
 /// Secrets shorter than this are not redacted: replacing every `1` or `ab` would destroy logs
 /// without hiding anything worth hiding.
-pub const MIN_SECRET_LEN: usize = 4;
+pub(crate) const MIN_SECRET_LEN: usize = 4;
 
 /// Lines held back at most while a secret wrapped over lines may run through them: past this,
 /// the oldest is written out as it is.
@@ -85,7 +85,7 @@ impl Redactor {
     /// `od` print one), `***` where it starts and the rest of it taken out of its lines, the
     /// line ends kept. A line stays held while a secret could begin in it and go on into lines
     /// not yet printed; with `all` (the output ended), none does.
-    pub fn unwrap_lines(&self, held: &mut Vec<u8>, bytes: &[u8], all: bool) -> Vec<u8> {
+    pub(crate) fn unwrap_lines(&self, held: &mut Vec<u8>, bytes: &[u8], all: bool) -> Vec<u8> {
         held.extend_from_slice(bytes);
         let Some(w) = &self.wrapped else {
             return std::mem::take(held);
@@ -176,7 +176,7 @@ impl Redactor {
     /// Where `buf` (a partial line) may be cut so that no secret is split: before a suffix that
     /// could be the start of a secret still arriving, and before any secret the cut would
     /// straddle; never inside a character.
-    pub fn safe_cut(&self, buf: &[u8]) -> usize {
+    pub(crate) fn safe_cut(&self, buf: &[u8]) -> usize {
         let mut cut = buf.len();
         // The longest suffix that is a proper prefix of a secret.
         for s in &self.secrets {
@@ -207,7 +207,7 @@ impl Redactor {
         cut
     }
 
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
         for s in &self.secrets {
             if out.contains(s.as_str()) {

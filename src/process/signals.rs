@@ -19,7 +19,7 @@ const SEEN: u64 = 1 << 63;
 
 /// A signal's sender, as the kernel gave it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sender {
+pub(crate) struct Sender {
     pub pid: i32,
     pub uid: u32,
     /// When the signal arrived, in milliseconds since boot.
@@ -29,7 +29,7 @@ pub struct Sender {
 /// Start recording the senders of the stop signals (once per process). Until the first one
 /// arrives this changes nothing: a signal's default action still applies where tokio has not
 /// taken it over.
-pub fn record_senders() {
+pub(crate) fn record_senders() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         for (slot, sig) in WATCHED.iter().enumerate() {
@@ -63,7 +63,7 @@ pub fn record_senders() {
 }
 
 /// The latest sender of `sig`, when one was recorded.
-pub fn sender_of(sig: i32) -> Option<Sender> {
+pub(crate) fn sender_of(sig: i32) -> Option<Sender> {
     let slot = WATCHED.iter().position(|s| *s == sig)?;
     let v = LAST[slot].load(Ordering::SeqCst);
     (v & SEEN != 0).then_some(Sender {
@@ -82,7 +82,7 @@ impl Sender {
     /// the signal arrived has the pid reused, and is not named. Its program name is kept; its
     /// arguments only after `redact` and the redaction of anything shaped like a secret
     /// ([`redact_shaped`]): a manifest's secrets are not the only ones a command line carries.
-    pub fn describe(&self, redact: impl Fn(&str) -> String) -> String {
+    pub(crate) fn describe(&self, redact: impl Fn(&str) -> String) -> String {
         if self.pid == 0 {
             return "the kernel (pid 0)".to_string();
         }
@@ -139,7 +139,7 @@ impl Sender {
 /// `--password`/`--token`/`-p`-like flag (the next word, or after `=`), of a `NAME=value` whose
 /// name says secret, a URL's credentials, an `Authorization`/`Bearer` value, and long opaque
 /// words (24 or more characters of letters, digits and `+/=_-`, letters and digits mixed).
-pub fn redact_shaped(words: &[String]) -> Vec<String> {
+pub(crate) fn redact_shaped(words: &[String]) -> Vec<String> {
     let secretish = |name: &str| {
         let n = name.trim_start_matches('-').to_ascii_uppercase();
         [

@@ -36,7 +36,7 @@ impl GateTally {
 }
 
 /// Consumes events into a [`Report`].
-pub struct ReportBuilder {
+pub(crate) struct ReportBuilder {
     report: Report,
     run_dir: PathBuf,
     /// Per gate name, in order of first sight.
@@ -687,7 +687,7 @@ impl ReportBuilder {
     /// cancelled them — but were running, or not yet started, when the run died (`died`) or are
     /// so now (a live run).
     /// `claimed` lists the items (repository, id) the run held claims on: those it had started.
-    pub fn unended(&mut self, died: bool, claimed: &[(String, String)]) {
+    pub(crate) fn unended(&mut self, died: bool, claimed: &[(String, String)]) {
         if self.report.ending.is_some() {
             return;
         }

@@ -172,7 +172,7 @@ pub fn render(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory]) -> Str
 
 /// The history page, written into `w` as it is built (a manifest of thousands of items is
 /// never held as text).
-pub fn render_to(
+pub(crate) fn render_to(
     manifest: &str,
     runs: &[HistoryRun],
     items: &[ItemHistory],

@@ -668,7 +668,7 @@ pub fn render(r: &Report) -> String {
 }
 
 /// The run's page, written into `w` as it is built.
-pub fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+pub(crate) fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     let mut page = Page::new(w);
     write_page(r, &mut page);
     page.finish()

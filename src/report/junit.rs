@@ -112,7 +112,7 @@ impl Tally {
 
 /// The report as JUnit XML, written into `w` case by case: a run of thousands of items is never
 /// held as a document too.
-pub fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+pub(crate) fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     let mut suites: BTreeMap<&str, Vec<&ItemReport>> = BTreeMap::new();
     let mut all = Tally::default();
     for it in &r.items {

@@ -12,7 +12,7 @@ pub mod junit;
 pub mod markdown;
 mod model;
 
-pub use builder::ReportBuilder;
+pub(crate) use builder::ReportBuilder;
 pub use model::*;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ pub enum ReportError {
 }
 
 /// `report.json`'s text.
-pub fn to_json(report: &Report) -> Result<String, serde_json::Error> {
+pub(crate) fn to_json(report: &Report) -> Result<String, serde_json::Error> {
     Ok(serde_json::to_string_pretty(report)? + "\n")
 }
 
@@ -57,7 +57,7 @@ impl Default for Formats {
 
 /// Whether any item of the run started: a run that only found its items done or held ran no
 /// work.
-pub fn ran_work(report: &Report) -> bool {
+pub(crate) fn ran_work(report: &Report) -> bool {
     report.items.iter().any(|i| i.started_at.is_some())
 }
 
@@ -103,7 +103,11 @@ fn write_one(path: &Path, text: &str) -> Result<(), ReportError> {
 }
 
 /// Only the files of `formats` into `dir` (created when missing): no `latest`, no step summary.
-pub fn write_files(report: &Report, dir: &Path, formats: Formats) -> Result<(), ReportError> {
+pub(crate) fn write_files(
+    report: &Report,
+    dir: &Path,
+    formats: Formats,
+) -> Result<(), ReportError> {
     std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     if formats.json {
         // Streamed: a report of thousands of items is never held as text too.
@@ -131,7 +135,7 @@ pub fn write_files(report: &Report, dir: &Path, formats: Formats) -> Result<(), 
 }
 
 /// The report's JSON Schema, as checked in at `schemas/report.schema.json`.
-pub fn report_schema_json() -> Result<String, serde_json::Error> {
+pub(crate) fn report_schema_json() -> Result<String, serde_json::Error> {
     let schema = schemars::schema_for!(Report);
     Ok(serde_json::to_string_pretty(&schema)? + "\n")
 }

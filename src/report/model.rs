@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const REPORT_SCHEMA: &str = "runner.report/v1";
+pub(crate) const REPORT_SCHEMA: &str = "runner.report/v1";
 
 /// A timestamp as runner writes them (RFC 3339), or `None` for anything else.
 pub(crate) fn timestamp(s: &str) -> Option<jiff::Timestamp> {
@@ -297,7 +297,7 @@ pub struct GateReport {
 
 /// What a log lacks, when it lacks anything: why it could not be written whole, or how much
 /// output went past its limit.
-pub fn log_gap(error: Option<&str>, unlogged: Option<u64>) -> Option<String> {
+pub(crate) fn log_gap(error: Option<&str>, unlogged: Option<u64>) -> Option<String> {
     match (error, unlogged) {
         (Some(e), _) => Some(e.to_string()),
         (None, Some(b)) => Some(format!(
@@ -361,7 +361,7 @@ pub struct SuspectGate {
 
 /// The run's ending with its counts, as every place that names an ending gives it: `drained: 3
 /// completed, 1 halted`.
-pub fn ending_with_counts(r: &Report) -> String {
+pub(crate) fn ending_with_counts(r: &Report) -> String {
     let ending = match r.ending {
         Some(e) => e.as_str(),
         None if died(r) => "died",
@@ -400,7 +400,7 @@ pub(super) fn program_of(command: &str) -> &str {
 }
 
 /// One line saying why a gate is suspected of being misconfigured.
-pub fn suspect_line(s: &SuspectGate) -> String {
+pub(crate) fn suspect_line(s: &SuspectGate) -> String {
     let mut line = format!("`{}`", s.gate);
     if let Some(c) = &s.command {
         line.push_str(&format!(" (`{c}`"));
@@ -426,7 +426,7 @@ pub fn suspect_line(s: &SuspectGate) -> String {
 }
 
 /// What an attempt's gates add to an item's line: verdicts reused, failures forgiven.
-pub fn gate_notes(a: &AttemptReport) -> Vec<String> {
+pub(crate) fn gate_notes(a: &AttemptReport) -> Vec<String> {
     let mut notes = Vec::new();
     for g in &a.gates {
         if g.forgiven {
@@ -444,7 +444,7 @@ pub fn gate_notes(a: &AttemptReport) -> Vec<String> {
     notes
 }
 
-pub fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<String> {
+pub(crate) fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<String> {
     counts
         .iter()
         .filter(|(_, n)| **n > 0)
@@ -454,7 +454,7 @@ pub fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<String> {
 
 /// The counts of a run in one line, every outcome that occurred, with the reasons of held and
 /// skipped items: `8 completed, 1 halted, 2 held (stale-base 1, dirty-tree 1)`.
-pub fn counts_line(report: &Report) -> String {
+pub(crate) fn counts_line(report: &Report) -> String {
     let mut parts = Vec::new();
     for outcome in ItemOutcome::ALL {
         let items: Vec<&ItemReport> = report

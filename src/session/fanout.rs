@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Where `--events` lines go.
-pub enum EventsOut {
+pub(crate) enum EventsOut {
     Stdout,
     File(std::io::BufWriter<std::fs::File>, PathBuf),
 }
@@ -45,7 +45,7 @@ impl EventsOut {
 }
 
 /// The run's consumers and durable decisions: progress, report, ledger.
-pub struct Fanout {
+pub(crate) struct Fanout {
     pub(super) events: Option<EventsOut>,
     pub(super) events_seq: u64,
     /// Why the event stream stopped, when it could not be written.

@@ -17,4 +17,4 @@ pub mod prepare;
 pub mod records;
 mod run;
 
-pub use run::{Options, Session};
+pub(crate) use run::{Options, Session};

@@ -23,12 +23,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// How many of a manifest's latest runs its history (estimates, the history page) reads.
-pub const HISTORY_RUNS: usize = 50;
+pub(crate) const HISTORY_RUNS: usize = 50;
 
 /// The state ledger's path: `--state` / `RUNNER_STATE`, else `.runner/state.db` beside the
 /// manifest, else in the current folder.
 /// The manifest's reports folder, or `given` (`--report-dir`).
-pub fn reports_dir(loaded: &LoadedManifest, given: Option<&Path>) -> std::path::PathBuf {
+pub(crate) fn reports_dir(loaded: &LoadedManifest, given: Option<&Path>) -> std::path::PathBuf {
     match given {
         Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf()),
         None => loaded.resolve(
@@ -69,7 +69,7 @@ pub fn who(control: &str) -> String {
 
 /// The quarantines in force for `plan`'s repositories: those kept with each repository (seen by
 /// every manifest), and those this ledger recorded; as `(path, run, reason)`.
-pub fn quarantines_of(
+pub(crate) fn quarantines_of(
     plan: &crate::plan::Plan,
     mut recorded: Vec<(String, String, String)>,
 ) -> Vec<(String, String, String)> {
@@ -188,7 +188,7 @@ pub fn containment(
         .and_then(|want| Contained::set_up(run_id, want, limits))
 }
 
-pub fn redactor(loaded: &LoadedManifest) -> Redactor {
+pub(crate) fn redactor(loaded: &LoadedManifest) -> Redactor {
     let mut names: Vec<String> = Vec::new();
     let mut values: Vec<String> = Vec::new();
     let mut worker_envs = vec![&loaded.manifest.worker.env];
@@ -285,7 +285,7 @@ fn redact_credentials(msg: &str) -> String {
 /// when it gives none), lowered by `-j`, and by a nested run's inherited ceiling
 /// (`RUNNER_MAX_WORKERS`), which fails closed: a ceiling that cannot be read is no licence to
 /// run unbounded, or anywhere. `Err` is the exit code, the reason said.
-pub fn settle_workers(ui: &Ui, loaded: &LoadedManifest, j: Option<u32>) -> Result<u32, i32> {
+pub(crate) fn settle_workers(ui: &Ui, loaded: &LoadedManifest, j: Option<u32>) -> Result<u32, i32> {
     let mut workers = plan::effective_workers(loaded, j);
     if let Some(j) = j
         && j > workers
@@ -320,7 +320,7 @@ pub fn settle_workers(ui: &Ui, loaded: &LoadedManifest, j: Option<u32>) -> Resul
 
 /// What the ledger says of a manifest's items before a run: past outcomes, a pause, the
 /// quarantines in force and the live claims of other runs.
-pub struct Standing {
+pub(crate) struct Standing {
     pub past: HashMap<ItemKey, PastOutcome>,
     pub paused: Option<String>,
     pub quarantined: Vec<(String, String, String)>,
@@ -351,7 +351,7 @@ impl Standing {
     /// The plan's items as this standing leaves them: done, held (paused, quarantined) or
     /// taken by another live run. `taken` is false where admission settles claims instead (a
     /// shared ledger, whose claims `apply` takes over when their runner stops).
-    pub fn lay_over(&self, plan: &mut Plan, rerun: Option<Rerun>, taken: bool) {
+    pub(crate) fn lay_over(&self, plan: &mut Plan, rerun: Option<Rerun>, taken: bool) {
         past::apply(plan, &self.past, rerun, self.paused.as_deref());
         let q = quarantines_of(plan, self.quarantined.clone());
         past::quarantine(plan, &q);

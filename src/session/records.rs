@@ -38,7 +38,7 @@ pub fn render(ledger: &Store, run: &str) -> crate::ledger::Result<Option<report:
 }
 
 /// What a run came to, for the ledger's run history.
-pub fn totals_of(rep: &report::Report) -> crate::ledger::RunTotals {
+pub(crate) fn totals_of(rep: &report::Report) -> crate::ledger::RunTotals {
     let duration_ms = match (
         report::timestamp(&rep.started_at),
         rep.ended_at.as_deref().and_then(report::timestamp),
@@ -54,7 +54,7 @@ pub fn totals_of(rep: &report::Report) -> crate::ledger::RunTotals {
 }
 
 /// Write `<reports>/index.html`: the manifest's latest runs and its items' recent outcomes.
-pub fn write_history(
+pub(crate) fn write_history(
     ledger: &dyn crate::ledger::History,
     manifest: &str,
     reports: &Path,
@@ -114,7 +114,7 @@ pub fn write_history(
 
 /// What retention removed.
 #[derive(Debug, Default)]
-pub struct Retained {
+pub(crate) struct Retained {
     /// The runs pruned.
     pub runs: Vec<String>,
     /// Report folders removed.
@@ -172,7 +172,7 @@ pub(crate) fn plural(n: usize) -> &'static str {
 }
 
 /// The manifest's retention, with its defaults.
-pub fn keep_of(loaded: &LoadedManifest) -> Keep {
+pub(crate) fn keep_of(loaded: &LoadedManifest) -> Keep {
     loaded
         .manifest
         .reports
@@ -183,7 +183,7 @@ pub fn keep_of(loaded: &LoadedManifest) -> Keep {
 
 /// Remove the gate verdicts of the manifest's workspace older than `keep.days` (verdicts are
 /// the workspace's, shared by the manifests that use it, so only age removes them).
-pub fn prune_verdicts(loaded: &LoadedManifest, keep: &Keep) -> usize {
+pub(crate) fn prune_verdicts(loaded: &LoadedManifest, keep: &Keep) -> usize {
     let workspace = crate::plan::repos::workspace_dir(loaded);
     let age = std::time::Duration::from_secs(24 * 3600 * u64::from(keep.days()));
     let cutoff = std::time::SystemTime::now()
@@ -196,7 +196,7 @@ pub fn prune_verdicts(loaded: &LoadedManifest, keep: &Keep) -> usize {
 /// report folders — only a folder inside `reports` named for its run is ever removed. `current`:
 /// the keys of the plan just run, whose items' earlier definitions' results go with the runs
 /// pruned (empty: every definition's latest result stays).
-pub fn retain(
+pub(crate) fn retain(
     ledger: &mut Store,
     manifest: &str,
     keep: &Keep,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// What a verb asks of a run session (`apply`'s flags, without the command line's types).
 #[derive(Clone, Debug, Default)]
-pub struct Options {
+pub(crate) struct Options {
     /// `-j N`: at most this many items at once (it only lowers `capacity.workers`).
     pub workers: Option<u32>,
     /// Which repositories and items, which shard, and `--fresh`.
@@ -40,7 +40,7 @@ pub struct Options {
 
 /// A prepared run: its context for the engine, the fan-out its events go through, and what the
 /// finish needs.
-pub struct Session {
+pub(crate) struct Session {
     pub cx: Arc<RunCx>,
     pub sink: super::fanout::Fanout,
     pub opts: Options,

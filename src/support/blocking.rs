@@ -10,7 +10,7 @@ thread_local! {
 }
 
 /// Run `f` (the event loop: `block_on` of the drain) with this thread marked as the loop.
-pub fn as_event_loop<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn as_event_loop<T>(f: impl FnOnce() -> T) -> T {
     struct Unmark;
     impl Drop for Unmark {
         fn drop(&mut self) {
@@ -23,7 +23,7 @@ pub fn as_event_loop<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Whether this thread is the event loop.
-pub fn on_event_loop() -> bool {
+pub(crate) fn on_event_loop() -> bool {
     ON_EVENT_LOOP.with(Cell::get)
 }
 

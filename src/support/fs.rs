@@ -7,14 +7,14 @@ use std::path::Path;
 /// Write `bytes` to `path` through a temporary file in the same folder and a rename, so that no
 /// reader ever sees it half-written. (Not synced to disk: readers need wholeness, not
 /// durability across a power cut; the state ledger is what survives crashes.)
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
 /// [`write_atomic`] for content written piece by piece (a large report streamed, never held
 /// whole in memory): `fill` writes into a buffered temporary file, renamed over `path` once it
 /// succeeded.
-pub fn write_atomic_with(
+pub(crate) fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
@@ -34,7 +34,10 @@ pub fn write_atomic_with(
 /// Open `path` without waiting, and only when it is a regular file: a FIFO or a device put in a
 /// file's place (a hostile checkout's `.git`) is refused at once, never waited on — an open for
 /// reading or writing of a FIFO nobody else has open would wait for ever, on the event loop.
-pub fn open_regular(path: &Path, options: &mut std::fs::OpenOptions) -> std::io::Result<File> {
+pub(crate) fn open_regular(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+) -> std::io::Result<File> {
     open_regular_len(path, options).map(|(file, _)| file)
 }
 
@@ -69,7 +72,7 @@ fn open_regular_len(
 /// Read in one `read` where the file is as long as its `fstat` said: a read that returns that
 /// many bytes into room for one more has reached the end, and is not asked again. (These reads
 /// are on every item's path: HEAD, refs, the index, the lease record.)
-pub fn read_regular(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_regular(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let (mut file, len) = open_regular_len(path, std::fs::OpenOptions::new().read(true))?;
     let cap = limit.map_or(u64::MAX, |l| l + 1);
@@ -104,7 +107,7 @@ pub fn read_regular(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>>
 }
 
 /// Lexically normalise a path (`a/./b/../c` -> `a/c`) without touching the disk.
-pub fn normalize(p: &Path) -> std::path::PathBuf {
+pub(crate) fn normalize(p: &Path) -> std::path::PathBuf {
     use std::path::Component;
     let mut out = std::path::PathBuf::new();
     for c in p.components() {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// This machine's host name, or `unknown`.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -11,7 +11,7 @@ pub fn hostname() -> String {
 }
 
 /// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22).
-pub fn process_start_time(pid: u32) -> Option<u64> {
+pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     // Fields after the command name start at field 3 (state); start time is field 22.
@@ -57,7 +57,7 @@ impl Holder {
 
     /// Whether the holder is provably dead: on this host, and its pid is gone or now names a
     /// process that started at another time. A holder on another host is never presumed dead.
-    pub fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         if self.host != hostname() {
             return false;
         }
@@ -71,7 +71,7 @@ impl Holder {
 
 /// Whether the holder is a live ancestor of this process (its parent, or its parent's, and so
 /// on), on this host.
-pub fn is_ancestor(holder: &Holder) -> bool {
+pub(crate) fn is_ancestor(holder: &Holder) -> bool {
     if holder.host != hostname() || holder.is_dead() {
         return false;
     }
@@ -97,7 +97,7 @@ pub fn is_ancestor(holder: &Holder) -> bool {
 /// change about itself: its cgroup (an item's, in cgroup mode), or an ancestor that is a
 /// `runner apply` (runner is a child subreaper, so even a process that left its session and
 /// cleared its environment has the runner above it). `None` when neither says so.
-pub fn inside_item() -> Option<String> {
+pub(crate) fn inside_item() -> Option<String> {
     if let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") {
         for line in text.lines() {
             let Some(path) = line.strip_prefix("0::") else {

@@ -24,7 +24,7 @@ impl Limits {
 
 /// A size in bytes: a whole number, optionally followed by `K`, `M`, `G` or `T` (powers of 1024;
 /// a trailing `B` or `iB` is allowed: `512M`, `4GiB`). Errors are lowercase fragments.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     if digits == 0 {
@@ -53,7 +53,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// A size as [`parse_size`] reads it, in the largest unit that divides it.
-pub fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
         if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
             return format!("{}{unit}", bytes >> shift);

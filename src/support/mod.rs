@@ -11,7 +11,7 @@ pub mod refname;
 pub mod text;
 
 /// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

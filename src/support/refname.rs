@@ -2,7 +2,7 @@
 
 /// Is `name` acceptable to git as a branch name? The rules of `git check-ref-format --branch`,
 /// without spawning git for each item.
-pub fn valid_branch_name(name: &str) -> bool {
+pub(crate) fn valid_branch_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('-')
         && !name.starts_with('/')
@@ -24,7 +24,7 @@ pub fn valid_branch_name(name: &str) -> bool {
 /// Why `name` cannot be an item's work branch, when it cannot: git refuses it, or it names
 /// something else than a branch of its own (`HEAD`, a full ref that would become
 /// `refs/heads/refs/heads/…`).
-pub fn work_branch_problem(name: &str) -> Option<String> {
+pub(crate) fn work_branch_problem(name: &str) -> Option<String> {
     if !valid_branch_name(name) {
         return Some(format!("git does not accept `{name}` as a branch name"));
     }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 /// `s` with every control character escaped (`\e` as `\u{1b}`, a newline as `\n`), so that
 /// recorded text (a pause reason, a cause, a worker's line) can neither move the cursor, recolour
 /// nor clear a terminal, nor pass for a line of runner's own.
-pub fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

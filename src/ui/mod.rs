@@ -12,7 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub struct Progress {
+pub(crate) struct Progress {
     names: Vec<String>,
     /// With history: what is left, by the plan's estimates, for the ETA.
     eta: Option<Eta>,

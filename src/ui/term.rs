@@ -44,7 +44,7 @@ impl Ui {
 
 /// What [`out!`] and [`outln!`] do: write to standard output; a closed pipe ends the output
 /// quietly, any other failure is said once on stderr.
-pub fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
     static FAILED: AtomicBool = AtomicBool::new(false);

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 /// How an item ended: what the scheduler is told.
-pub use crate::engine::scheduler::ItemRun;
+pub(crate) use crate::engine::scheduler::ItemRun;
 
 /// Lines of a failing gate's output kept in the report.
 pub(super) const REPORT_TAIL_LINES: usize = 40;
@@ -25,7 +25,7 @@ pub(super) const REPORT_TAIL_BYTES: usize = 4096;
 /// An item asks to rest for `wait` before its next attempt, freeing its slot; it goes on when
 /// `wake` is sent (or the run stops).
 #[derive(Debug)]
-pub struct Rest {
+pub(crate) struct Rest {
     pub item: usize,
     pub wait: std::time::Duration,
     pub wake: tokio::sync::oneshot::Sender<()>,
@@ -67,7 +67,7 @@ pub(super) enum Prepared {
 
 /// What keeps runner from running or finishing an item (its outcome is then `failed`).
 #[derive(Debug, thiserror::Error)]
-pub enum ItemError {
+pub(crate) enum ItemError {
     #[error(transparent)]
     Git(#[from] git::GitError),
     /// A task on the blocking pool ended without an answer (it panicked or was cancelled).

@@ -16,7 +16,7 @@ mod launch;
 mod verdict;
 
 pub use baseline::Baseline;
-pub use cx::{ItemError, ItemRun, Rest};
+pub(crate) use cx::{ItemError, ItemRun, Rest};
 
 use crate::engine::run::RunCx;
 use crate::events::Event;
@@ -29,7 +29,7 @@ use cx::{ItemCx, Prepared, environmental};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
-pub async fn run_item(
+pub(crate) async fn run_item(
     cx: Arc<RunCx>,
     idx: usize,
     lease_fd: i32,

@@ -130,7 +130,7 @@ impl PgLedger {
     }
 
     /// Make everything buffered durable.
-    pub fn flush(&mut self) -> Result<()> {
+    pub(crate) fn flush(&mut self) -> Result<()> {
         let buf = self.take_buffer();
         if buf.events.is_empty() && buf.results.is_empty() {
             return Ok(());
@@ -176,7 +176,7 @@ impl PgLedger {
     /// this time.
     ///
     /// [`SqliteLedger::prune`]: crate::ledger::sqlite::SqliteLedger::prune
-    pub fn prune_as(&mut self, ask: &Retention<'_>, host: &str) -> Result<Pruned> {
+    pub(crate) fn prune_as(&mut self, ask: &Retention<'_>, host: &str) -> Result<Pruned> {
         let Retention {
             manifest,
             keep_runs,

@@ -30,4 +30,5 @@ mod schema;
 mod session;
 
 pub use client::PgLedger;
-pub use session::{is_url, set_ledger_retry, shown};
+pub use session::shown;
+pub(crate) use session::{is_url, set_ledger_retry};

@@ -21,7 +21,7 @@ pub fn lapse() -> Duration {
 }
 
 /// Whether a `--state` names a PostgreSQL database rather than a file.
-pub fn is_url(state: &str) -> bool {
+pub(crate) fn is_url(state: &str) -> bool {
     state.starts_with("postgres://") || state.starts_with("postgresql://")
 }
 
@@ -58,7 +58,7 @@ pub(super) static LEDGER_RETRY_MS: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(180_000);
 
 /// Set how long a lost connection is tried again (`RUNNER_LEDGER_RETRY`).
-pub fn set_ledger_retry(d: std::time::Duration) {
+pub(crate) fn set_ledger_retry(d: std::time::Duration) {
     LEDGER_RETRY_MS.store(d.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
 }
 

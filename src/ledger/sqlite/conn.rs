@@ -435,7 +435,7 @@ impl SqliteLedger {
     }
 
     /// Commit everything buffered.
-    pub fn flush(&mut self) -> Result<()> {
+    pub(crate) fn flush(&mut self) -> Result<()> {
         if self.buffered.events.is_empty() && !self.buffered.has_results() {
             return Ok(());
         }
@@ -448,7 +448,7 @@ impl SqliteLedger {
 
     /// Open an existing ledger for reading only, without creating or changing any file (for
     /// `plan`). What the last run has not yet checkpointed may be missing.
-    pub fn open_snapshot(path: &Path) -> Result<Option<Self>> {
+    pub(crate) fn open_snapshot(path: &Path) -> Result<Option<Self>> {
         match std::fs::metadata(path) {
             Err(_) => return Ok(None),
             // Read as `apply` would refuse it: an empty ledger lost its contents, and reading it

@@ -379,7 +379,7 @@ pub(super) fn valid_var_name(s: &str) -> bool {
 
 /// The index of the repository entry an item's `repo` refers to: a named entry, or else the first
 /// `glob` entry whose last segment could match that name. Globs are compiled once, not per item.
-pub struct RepoScopes<'a> {
+pub(crate) struct RepoScopes<'a> {
     repos: &'a [RepositorySpec],
     /// Per entry, the matcher of its glob's last segment (`None` for `**`, which matches all).
     globs: Vec<Option<Option<GlobMatcher>>>,

@@ -42,7 +42,7 @@ pub struct LoadedManifest {
 
 impl LoadedManifest {
     /// Resolve a manifest-relative path.
-    pub fn resolve(&self, p: &str) -> PathBuf {
+    pub(crate) fn resolve(&self, p: &str) -> PathBuf {
         normalize(&self.dir.join(p))
     }
 
@@ -58,7 +58,7 @@ impl LoadedManifest {
 
 /// Why a manifest could not be loaded.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub(crate) enum LoadError {
     #[error("cannot read manifest `{path}`: {source}")]
     Read {
         path: String,
@@ -70,7 +70,7 @@ pub enum LoadError {
 }
 
 /// Read and validate the manifest at `path`.
-pub fn load_file(path: &Path) -> Result<LoadedManifest, LoadError> {
+pub(crate) fn load_file(path: &Path) -> Result<LoadedManifest, LoadError> {
     let display_path = path.display().to_string();
     let read_err = |source| LoadError::Read {
         path: display_path.clone(),
@@ -188,7 +188,7 @@ pub fn load_bytes(
 }
 
 /// Validate manifest text, returning every problem found.
-pub fn load_str(text: &str, dir: &Path) -> Result<Manifest, Vec<Problem>> {
+pub(crate) fn load_str(text: &str, dir: &Path) -> Result<Manifest, Vec<Problem>> {
     let root = match yaml::parse(text) {
         Ok(n) => n,
         Err(e) => {
@@ -434,7 +434,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// The rule every repository name obeys: `[A-Za-z0-9._-]`, not starting with a dot.
-pub fn valid_name(s: &str) -> bool {
+pub(crate) fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && !s.starts_with('.')
         && s.len() <= 100
@@ -443,7 +443,7 @@ pub fn valid_name(s: &str) -> bool {
 }
 
 /// Item ids: `[A-Za-z0-9._/-]`, no empty, `.` or `..` segment (ids become file names in logs).
-pub fn valid_item_id(s: &str) -> bool {
+pub(crate) fn valid_item_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 200
         && s.chars()
@@ -460,7 +460,7 @@ fn valid_env_name(s: &str) -> bool {
 
 /// A repository name derived from a url or bundle path: its last segment without `.git` or
 /// `.bundle`.
-pub fn name_from_url(url: &str) -> Option<String> {
+pub(crate) fn name_from_url(url: &str) -> Option<String> {
     let trimmed = url.trim_end_matches('/');
     let last = trimmed.rsplit(['/', ':']).next()?;
     let last = last
@@ -471,7 +471,7 @@ pub fn name_from_url(url: &str) -> Option<String> {
 }
 
 /// Compile a glob the way runner matches paths: `*` stays within one path segment.
-pub fn compile_glob(glob: &str) -> Result<GlobMatcher, String> {
+pub(crate) fn compile_glob(glob: &str) -> Result<GlobMatcher, String> {
     GlobBuilder::new(glob)
         .literal_separator(true)
         .build()
