@@ -157,9 +157,9 @@ pub(super) async fn rest(icx: &ItemCx<'_>, n: u32, wait: std::time::Duration, ta
     }
 }
 
-pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
-    let max_attempts = icx.eff.worker.attempts();
-    let policy = ProviderPolicy::from_models(icx.eff.models.as_ref());
+/// The item's model chain, starting past the models the run found failing; the item held when
+/// none of them can be used.
+fn chain_of(icx: &ItemCx<'_>) -> Result<ModelChain, Box<ItemRun>> {
     let mut chain = ModelChain::new(
         icx.eff
             .models
@@ -168,19 +168,6 @@ pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             .unwrap_or_default(),
         icx.eff.models.as_ref().map_or(2, |m| m.threshold()),
     );
-    // Where the item's changes start, for gates with `paths`; not asked for when none has them.
-    let start = if icx.eff.gates.iter().any(|g| !g.paths.is_empty()) {
-        let w = icx.workdir.clone();
-        tokio::task::spawn_blocking(move || git::head(&w).ok())
-            .await
-            .ok()
-            .flatten()
-    } else {
-        None
-    };
-    let markers = icx.cx.loaded.manifest.repositories[icx.repo.entry]
-        .critical_base
-        .clone();
     // Models the run found failing are skipped by items that start now.
     if let Some(models) = icx.eff.models.as_ref() {
         let names: Vec<String> = models.chain().into_iter().map(str::to_string).collect();
@@ -190,33 +177,66 @@ pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             None => {
                 let mut run = ItemRun::ended(ItemOutcome::Held);
                 refused_everywhere(&mut run, &health, &names);
-                return run;
+                return Err(Box::new(run));
             }
         }
     }
+    Ok(chain)
+}
+
+/// Where the item's changes start, for gates with `paths`; not asked for when none has them.
+async fn paths_start(icx: &ItemCx<'_>) -> Option<String> {
+    if !icx.eff.gates.iter().any(|g| !g.paths.is_empty()) {
+        return None;
+    }
+    let w = icx.workdir.clone();
+    tokio::task::spawn_blocking(move || git::head(&w).ok())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A rerun's first attempt is told how the previous run's last attempt failed: its feedback,
+/// copied among this attempt's logs.
+fn previous_feedback(icx: &ItemCx<'_>) -> Option<PathBuf> {
+    let prev = icx.cx.previous_feedback.get(&icx.idx)?;
+    let here = icx.logs.join("0-feedback.txt");
+    std::fs::create_dir_all(&icx.logs).ok()?;
+    std::fs::copy(prev, &here).ok()?;
+    Some(here)
+}
+
+/// The back-off between provider failures, as the manifest sets it.
+fn backoff_of(icx: &ItemCx<'_>) -> crate::engine::backoff::Backoff {
+    let (initial, max) = icx.eff.models.as_ref().map_or(
+        (
+            crate::manifest::DEFAULT_BACKOFF_INITIAL,
+            crate::manifest::DEFAULT_BACKOFF_MAX,
+        ),
+        |m| m.backoff(),
+    );
+    crate::engine::backoff::Backoff { initial, max }
+}
+
+pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
+    let max_attempts = icx.eff.worker.attempts();
+    let policy = ProviderPolicy::from_models(icx.eff.models.as_ref());
+    let mut chain = match chain_of(icx) {
+        Ok(c) => c,
+        Err(held) => return *held,
+    };
+    let start = paths_start(icx).await;
+    let markers = icx.cx.loaded.manifest.repositories[icx.repo.entry]
+        .critical_base
+        .clone();
     let mut used = 0u32;
     let mut n = 0u32;
-    // A rerun's first attempt is told how the previous run's last attempt failed.
-    let mut feedback: Option<PathBuf> = icx.cx.previous_feedback.get(&icx.idx).and_then(|prev| {
-        let here = icx.logs.join("0-feedback.txt");
-        std::fs::create_dir_all(&icx.logs).ok()?;
-        std::fs::copy(prev, &here).ok()?;
-        Some(here)
-    });
+    let mut feedback = previous_feedback(icx);
     let mut run = ItemRun::ended(ItemOutcome::Halted);
     // Provider failures in a row, for the back-off; and when the last rest began.
     let mut provider_streak = 0u32;
     let mut rested_since: Option<std::time::Instant> = None;
-    let backoff = {
-        let (initial, max) = icx.eff.models.as_ref().map_or(
-            (
-                crate::manifest::DEFAULT_BACKOFF_INITIAL,
-                crate::manifest::DEFAULT_BACKOFF_MAX,
-            ),
-            |m| m.backoff(),
-        );
-        crate::engine::backoff::Backoff { initial, max }
-    };
+    let backoff = backoff_of(icx);
     loop {
         if used >= max_attempts {
             run.outcome = ItemOutcome::Halted;
@@ -262,22 +282,7 @@ pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         report_usage(icx, n, model.as_deref());
         tracing::debug!(parent: &attempt_span, class = class.as_str(), exit = fin.exit, "worker finished");
         run.tree_gone &= fin.tree_gone;
-        let _ = icx.events.send(Event::WorkerFinished {
-            item: icx.idx,
-            n,
-            exit: fin.exit,
-            class,
-            duration: fin.duration,
-            log: fin.logged.then_some(log),
-            log_error: fin.log_error.clone(),
-            unlogged_bytes: (fin.unlogged > 0).then_some(fin.unlogged),
-            ended: ended_note(&fin, silence, icx.eff.worker.timeout()),
-            output_tail: match (&fin.spawn_error, class) {
-                (Some(e), _) => e.clone(),
-                (None, WorkerClass::Ok) => String::new(),
-                (None, _) => last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES),
-            },
-        });
+        worker_finished(icx, n, class, &fin, log, silence);
         match worker_verdict(class, &fin, icx.eff.worker.timeout()) {
             AfterWorker::Unstarted(e) => {
                 run.outcome = ItemOutcome::Failed;
@@ -290,29 +295,9 @@ pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 return run;
             }
             AfterWorker::Refused => {
-                // Not retried on this model, by this item or any other: the next usable model
-                // of the chain goes on at once; none left holds the item.
-                let names = chain_names(icx);
-                let message = crate::engine::classify::refusal_message(&fin.tail);
-                let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
-                let key = model.clone().unwrap_or_default();
-                if health.refuse(&key, &message) {
-                    let _ = icx.events.send(Event::ModelRefused {
-                        item: icx.idx,
-                        model: model.clone(),
-                        message,
-                    });
-                }
                 provider_streak = 0;
-                match health.usable(&names, chain.position() + 1) {
-                    Some(next) => {
-                        chain.move_to(next);
-                        continue;
-                    }
-                    None => {
-                        refused_everywhere(&mut run, &health, &names);
-                        return run;
-                    }
+                if refused(icx, model.as_deref(), &fin.tail, &mut chain, &mut run) == Next::Done {
+                    return run;
                 }
             }
             AfterWorker::Provider => match provider_failed(icx, model.as_deref(), &mut chain) {
@@ -364,116 +349,197 @@ pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
                 chain.other_outcome();
                 provider_streak = 0;
                 used += 1;
-                // Where the worker left HEAD, and what it changed, before any gate runs.
-                let snap = match &icx.anchor {
-                    Some(anchor)
-                        if let Some(s) = unchanged_small(&icx.workdir, anchor, &markers) =>
-                    {
-                        Some(s)
-                    }
-                    Some(anchor) => {
-                        let (dir, a, m) = (icx.workdir.clone(), anchor.clone(), markers.clone());
-                        match blocking(move || after_worker(&dir, &a, &m)).await {
-                            Ok(Ok(s)) => Some(s),
-                            Ok(Err(why)) => {
-                                attempt_failed(
-                                    icx,
-                                    &mut run,
-                                    &mut feedback,
-                                    n,
-                                    "worker",
-                                    why.to_string(),
-                                );
-                                continue;
-                            }
-                            Err(e) => {
-                                attempt_failed(
-                                    icx,
-                                    &mut run,
-                                    &mut feedback,
-                                    n,
-                                    "worker",
-                                    e.to_string(),
-                                );
-                                continue;
-                            }
-                        }
-                    }
-                    None => None,
-                };
-                if icx.eff.worker.require_change() && snap.as_ref().is_some_and(|s| !s.changed) {
-                    let why = "the worker changed nothing (`worker.require_change`)".to_string();
-                    attempt_failed(icx, &mut run, &mut feedback, n, "worker", why);
-                    continue;
-                }
-                let judged = gates(
-                    icx,
+                let at = Attempt {
                     n,
-                    model.as_deref(),
-                    feedback.as_deref(),
-                    start.as_deref(),
-                )
-                .instrument(attempt_span.clone())
-                .await;
-                // What the gates wrote (bytecode, build output, a formatter's edits) goes: the
-                // next worker pass, the commit and a halted item's leftovers hold the worker's
-                // tree only.
-                if !icx.eff.gates.is_empty()
-                    && let Some(s) = &snap
-                    && let Err(e) = undo_gates(icx, s).await
-                {
-                    return held_for_environment(run, e.to_string());
-                }
-                match judged {
-                    GatesOutcome::Passed {
-                        any_passed,
-                        verified,
-                    } => {
-                        run.progress |= any_passed;
-                        // The gates must not have moved HEAD either; then the work is kept.
-                        let gates_ran = !icx.eff.gates.is_empty();
-                        match finish_work(icx, snap, !verified, &markers, gates_ran).await {
-                            Ok(Ok(work)) => {
-                                let _ = icx.events.send(work);
-                            }
-                            Ok(Err(moved)) => {
-                                let why = format!("after the gates: {moved}");
-                                attempt_failed(icx, &mut run, &mut feedback, n, "gates", why);
-                                continue;
-                            }
-                            Err(e) => {
-                                // The work passed; git could not keep it. The next run tries
-                                // the item again.
-                                return held_for_environment(run, e.to_string());
-                            }
-                        }
-                        run.outcome = ItemOutcome::Completed;
-                        run.progress = true;
-                        run.reason = None;
-                        run.cause = None;
-                        run.halt = None;
-                        return run;
-                    }
-                    GatesOutcome::Cancelled => {
-                        run.outcome = ItemOutcome::Cancelled;
-                        return run;
-                    }
-                    GatesOutcome::Failed {
-                        gate,
-                        fin,
-                        any_passed,
-                        timed_out,
-                        why,
-                    } => {
-                        run.progress |= any_passed;
-                        run.tree_gone &= fin.tree_gone;
-                        let failed = gate_failed(&gate, &fin, timed_out, why.as_deref());
-                        run.cause = Some(failed.cause);
-                        run.halt = Some(failed.halt);
-                        feedback = write_feedback(icx, n, &failed.stage, &fin.tail);
-                    }
+                    model: model.as_deref(),
+                    start: start.as_deref(),
+                    markers: &markers,
+                    span: &attempt_span,
+                };
+                if judge_work(icx, &at, &mut run, &mut feedback).await == Next::Done {
+                    return run;
                 }
             }
+        }
+    }
+}
+
+/// Tell the event stream how attempt `n`'s worker ended (`log` its log, `silence` the limit
+/// that may have ended it).
+fn worker_finished(
+    icx: &ItemCx<'_>,
+    n: u32,
+    class: WorkerClass,
+    fin: &Finished,
+    log: PathBuf,
+    silence: Option<std::time::Duration>,
+) {
+    let _ = icx.events.send(Event::WorkerFinished {
+        item: icx.idx,
+        n,
+        exit: fin.exit,
+        class,
+        duration: fin.duration,
+        log: fin.logged.then_some(log),
+        log_error: fin.log_error.clone(),
+        unlogged_bytes: (fin.unlogged > 0).then_some(fin.unlogged),
+        ended: ended_note(fin, silence, icx.eff.worker.timeout()),
+        output_tail: match (&fin.spawn_error, class) {
+            (Some(e), _) => e.clone(),
+            (None, WorkerClass::Ok) => String::new(),
+            (None, _) => last_lines(&fin.tail, REPORT_TAIL_LINES, REPORT_TAIL_BYTES),
+        },
+    });
+}
+
+/// The provider refused `model`'s key: not retried on it, by this item or any other; the next
+/// usable model of the chain goes on at once (`Again`), and with none left the item is held
+/// (`Done`).
+fn refused(
+    icx: &ItemCx<'_>,
+    model: Option<&str>,
+    tail: &str,
+    chain: &mut ModelChain,
+    run: &mut ItemRun,
+) -> Next {
+    let names = chain_names(icx);
+    let message = crate::engine::classify::refusal_message(tail);
+    let mut health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
+    if health.refuse(model.unwrap_or_default(), &message) {
+        let _ = icx.events.send(Event::ModelRefused {
+            item: icx.idx,
+            model: model.map(str::to_string),
+            message,
+        });
+    }
+    match health.usable(&names, chain.position() + 1) {
+        Some(next) => {
+            chain.move_to(next);
+            Next::Again
+        }
+        None => {
+            refused_everywhere(run, &health, &names);
+            Next::Done
+        }
+    }
+}
+
+/// Where an attempt stands once its worker finished: what the gates and the checks after them
+/// need to know of it.
+struct Attempt<'a> {
+    n: u32,
+    model: Option<&'a str>,
+    /// Where the item's changes start, for gates with `paths`.
+    start: Option<&'a str>,
+    /// The repository's critical-base markers.
+    markers: &'a [String],
+    span: &'a tracing::Span,
+}
+
+/// What the attempt loop does next.
+#[derive(PartialEq, Eq)]
+enum Next {
+    /// The attempt is spent: another may follow.
+    Again,
+    /// The item ended: `run` says how.
+    Done,
+}
+
+/// A worker that finished: where it left HEAD and what it changed checked, its work judged by
+/// the gates (whose writes are undone), and kept or handed back with feedback.
+async fn judge_work(
+    icx: &ItemCx<'_>,
+    at: &Attempt<'_>,
+    run: &mut ItemRun,
+    feedback: &mut Option<PathBuf>,
+) -> Next {
+    let n = at.n;
+    // Where the worker left HEAD, and what it changed, before any gate runs.
+    let snap = match &icx.anchor {
+        Some(anchor) if let Some(s) = unchanged_small(&icx.workdir, anchor, at.markers) => Some(s),
+        Some(anchor) => {
+            let (dir, a, m) = (icx.workdir.clone(), anchor.clone(), at.markers.to_vec());
+            match blocking(move || after_worker(&dir, &a, &m)).await {
+                Ok(Ok(s)) => Some(s),
+                Ok(Err(why)) => {
+                    attempt_failed(icx, run, feedback, n, "worker", why.to_string());
+                    return Next::Again;
+                }
+                Err(e) => {
+                    attempt_failed(icx, run, feedback, n, "worker", e.to_string());
+                    return Next::Again;
+                }
+            }
+        }
+        None => None,
+    };
+    if icx.eff.worker.require_change() && snap.as_ref().is_some_and(|s| !s.changed) {
+        let why = "the worker changed nothing (`worker.require_change`)".to_string();
+        attempt_failed(icx, run, feedback, n, "worker", why);
+        return Next::Again;
+    }
+    let judged = gates(icx, n, at.model, feedback.as_deref(), at.start)
+        .instrument(at.span.clone())
+        .await;
+    // What the gates wrote (bytecode, build output, a formatter's edits) goes: the
+    // next worker pass, the commit and a halted item's leftovers hold the worker's
+    // tree only.
+    if !icx.eff.gates.is_empty()
+        && let Some(s) = &snap
+        && let Err(e) = undo_gates(icx, s).await
+    {
+        hold_for_environment(run, e.to_string());
+        return Next::Done;
+    }
+    match judged {
+        GatesOutcome::Passed {
+            any_passed,
+            verified,
+        } => {
+            run.progress |= any_passed;
+            // The gates must not have moved HEAD either; then the work is kept.
+            let gates_ran = !icx.eff.gates.is_empty();
+            match finish_work(icx, snap, !verified, at.markers, gates_ran).await {
+                Ok(Ok(work)) => {
+                    let _ = icx.events.send(work);
+                }
+                Ok(Err(moved)) => {
+                    let why = format!("after the gates: {moved}");
+                    attempt_failed(icx, run, feedback, n, "gates", why);
+                    return Next::Again;
+                }
+                Err(e) => {
+                    // The work passed; git could not keep it. The next run tries
+                    // the item again.
+                    hold_for_environment(run, e.to_string());
+                    return Next::Done;
+                }
+            }
+            run.outcome = ItemOutcome::Completed;
+            run.progress = true;
+            run.reason = None;
+            run.cause = None;
+            run.halt = None;
+            Next::Done
+        }
+        GatesOutcome::Cancelled => {
+            run.outcome = ItemOutcome::Cancelled;
+            Next::Done
+        }
+        GatesOutcome::Failed {
+            gate,
+            fin,
+            any_passed,
+            timed_out,
+            why,
+        } => {
+            run.progress |= any_passed;
+            run.tree_gone &= fin.tree_gone;
+            let failed = gate_failed(&gate, &fin, timed_out, why.as_deref());
+            run.cause = Some(failed.cause);
+            run.halt = Some(failed.halt);
+            *feedback = write_feedback(icx, n, &failed.stage, &fin.tail);
+            Next::Again
         }
     }
 }
@@ -631,11 +697,10 @@ fn ended_note(
 
 /// `run` held for the environment (git could not keep the work, the gates' byproducts could not
 /// be undone), keeping what it learnt (progress, the tree's end) so far.
-fn held_for_environment(mut run: ItemRun, cause: String) -> ItemRun {
+fn hold_for_environment(run: &mut ItemRun, cause: String) {
     let held = environmental(cause);
     run.outcome = held.outcome;
     run.reason = held.reason;
     run.cause = held.cause;
     run.halt = held.halt;
-    run
 }
