@@ -6,6 +6,7 @@ use super::{
     checkout::blocking,
     cx::{ItemCx, REPORT_TAIL_BYTES, REPORT_TAIL_LINES},
     launch::{Launch, Ready, command, launch, shell_words, unstarted},
+    verdict::{gate_result, too_few_tests},
 };
 use crate::engine::config::Unrendered;
 use crate::engine::verdicts::{self, Verdict};
@@ -42,52 +43,12 @@ pub(super) async fn gates(
     start: Option<&str>,
 ) -> GatesOutcome {
     let gates = &icx.eff.gates;
-    let needs_changes = gates.iter().any(|g| !g.paths.is_empty());
-    let changed: Option<Vec<String>> = if needs_changes {
-        let dir = icx.workdir.clone();
-        let since = match (&icx.item.branch, &icx.repo.base) {
-            (Some(_), Some(base)) => {
-                let d = dir.clone();
-                let b = base.clone();
-                tokio::task::spawn_blocking(move || git::merge_base(&d, &b, "HEAD"))
-                    .await
-                    .ok()
-                    .flatten()
-            }
-            _ => None,
-        }
-        .or_else(|| start.map(str::to_string));
-        match since {
-            Some(s) => tokio::task::spawn_blocking(move || git::changed_files(&dir, &s).ok())
-                .await
-                .ok()
-                .flatten(),
-            None => None,
-        }
-    } else {
-        None
-    };
+    let changed = changed_files(icx, start).await;
     let mut any_passed = false;
     let mut verified = false;
     let mut decided: Option<(String, Finished, bool, Option<String>)> = None;
-    // A gate that did not run: its result and why, with no output and no time.
-    let unrun = |gate: &str, result: GateResult, reason: &str| {
-        let _ = icx.events.send(Event::GateFinished {
-            item: icx.idx,
-            n,
-            gate: gate.to_string(),
-            result,
-            reason: Some(reason.to_string()),
-            duration: std::time::Duration::ZERO,
-            output_tail: String::new(),
-            log: None,
-            exit: None,
-            cached: None,
-            failures: None,
-            log_error: None,
-            unlogged_bytes: None,
-        });
-    };
+    let unrun =
+        |gate: &str, result: GateResult, reason: &str| not_run(icx, n, gate, result, reason);
     for gate in gates {
         if decided.is_some() {
             unrun(
@@ -97,24 +58,13 @@ pub(super) async fn gates(
             );
             continue;
         }
-        if !gate.paths.is_empty() {
-            let matchers: Vec<_> = gate
-                .paths
-                .iter()
-                .filter_map(|p| compile_glob(p).ok())
-                .collect();
-            // Unknown changes (git could not tell) fail closed: the gate runs.
-            let touched = changed
-                .as_ref()
-                .is_none_or(|files| files.iter().any(|f| matchers.iter().any(|m| m.is_match(f))));
-            if !touched {
-                unrun(
-                    &gate.name,
-                    GateResult::Skipped,
-                    "no changed file matches its `paths`",
-                );
-                continue;
-            }
+        if !touches(&gate.paths, changed.as_deref()) {
+            unrun(
+                &gate.name,
+                GateResult::Skipped,
+                "no changed file matches its `paths`",
+            );
+            continue;
         }
         // `timeout: auto` gates have the limit their history gave them.
         let limit = icx
@@ -141,27 +91,12 @@ pub(super) async fn gates(
         let (fin, cached) = judged(icx, gate, ready, run, None, verdicts::Kind::Gate)
             .instrument(tracing::debug_span!("gate", gate = %gate.name))
             .await;
-        let result = if fin.cancelled {
-            GateResult::NotRun
-        } else if fin.timed_out {
-            GateResult::TimedOut
-        } else if fin.success() {
-            GateResult::Passed
-        } else {
-            GateResult::Failed
-        };
+        let result = gate_result(&fin);
         // Too few tests ran: a suite an agent emptied does not pass, however it exited.
-        let too_few = gate.min_tests.as_ref().and_then(|m| {
-            (result == GateResult::Passed && fin.counted < u64::from(m.count)).then(|| {
-                format!(
-                    "{} test{} ran (lines matching `{}`), fewer than `min_tests.count` {}",
-                    fin.counted,
-                    if fin.counted == 1 { "" } else { "s" },
-                    m.pattern,
-                    m.count
-                )
-            })
-        });
+        let too_few = gate
+            .min_tests
+            .as_ref()
+            .and_then(|m| too_few_tests(result, fin.counted, m.count, &m.pattern));
         let result = if too_few.is_some() {
             GateResult::Failed
         } else {
@@ -245,6 +180,61 @@ pub(super) async fn gates(
     }
 }
 
+/// The files the item changed, for gates with `paths`: since the merge base with the base
+/// branch for an item on a work branch, else since where it started. `None` when no gate has
+/// `paths` or git could not tell.
+async fn changed_files(icx: &ItemCx<'_>, start: Option<&str>) -> Option<Vec<String>> {
+    if !icx.eff.gates.iter().any(|g| !g.paths.is_empty()) {
+        return None;
+    }
+    let dir = icx.workdir.clone();
+    let since = match (&icx.item.branch, &icx.repo.base) {
+        (Some(_), Some(base)) => {
+            let d = dir.clone();
+            let b = base.clone();
+            tokio::task::spawn_blocking(move || git::merge_base(&d, &b, "HEAD"))
+                .await
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    }
+    .or_else(|| start.map(str::to_string))?;
+    tokio::task::spawn_blocking(move || git::changed_files(&dir, &since).ok())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Whether a gate with `paths` is concerned by the `changed` files; unknown changes (git could
+/// not tell) fail closed: the gate runs. A gate without `paths` always is.
+fn touches(paths: &[String], changed: Option<&[String]>) -> bool {
+    if paths.is_empty() {
+        return true;
+    }
+    let matchers: Vec<_> = paths.iter().filter_map(|p| compile_glob(p).ok()).collect();
+    changed.is_none_or(|files| files.iter().any(|f| matchers.iter().any(|m| m.is_match(f))))
+}
+
+/// A gate of attempt `n` that did not run: its result and why, with no output and no time.
+fn not_run(icx: &ItemCx<'_>, n: u32, gate: &str, result: GateResult, reason: &str) {
+    let _ = icx.events.send(Event::GateFinished {
+        item: icx.idx,
+        n,
+        gate: gate.to_string(),
+        result,
+        reason: Some(reason.to_string()),
+        duration: std::time::Duration::ZERO,
+        output_tail: String::new(),
+        log: None,
+        exit: None,
+        cached: None,
+        failures: None,
+        log_error: None,
+        unlogged_bytes: None,
+    });
+}
+
 /// Run gate `run.gate` as `ready` says (or say why it could not start), or reuse its recorded
 /// verdict on the tree it would run on (`tree`, when known; else read from `run.dir` before it
 /// runs). Returns how it finished and, for a reused verdict, where that was given.
@@ -302,4 +292,21 @@ pub(super) async fn judged(
         let _ = blocking(move || store.put(&k, &v)).await;
     }
     (fin, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::touches;
+
+    #[test]
+    fn a_gate_with_paths_runs_for_a_matching_change_or_when_changes_are_unknown() {
+        let paths = vec!["src/**".to_string()];
+        let changed = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(touches(&paths, Some(&changed(&["src/lib.rs"]))));
+        assert!(!touches(&paths, Some(&changed(&["README.md"]))));
+        // Git could not tell: fail closed, the gate runs.
+        assert!(touches(&paths, None));
+        // No `paths`: every change concerns it.
+        assert!(touches(&[], Some(&changed(&["README.md"]))));
+    }
 }

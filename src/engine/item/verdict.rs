@@ -4,7 +4,7 @@
 
 use crate::engine::stall::HaltSignature;
 use crate::process::Finished;
-use crate::vocab::WorkerClass;
+use crate::vocab::{GateResult, WorkerClass};
 use std::time::Duration;
 
 /// What comes of the worker's pass of an attempt.
@@ -81,6 +81,35 @@ pub(super) fn gate_failed(
         )
     };
     GateFailure { cause, stage, halt }
+}
+
+/// A gate's result from how its process ended, before `min_tests` and baselines have a say.
+pub(super) fn gate_result(fin: &Finished) -> GateResult {
+    if fin.cancelled {
+        GateResult::NotRun
+    } else if fin.timed_out {
+        GateResult::TimedOut
+    } else if fin.success() {
+        GateResult::Passed
+    } else {
+        GateResult::Failed
+    }
+}
+
+/// Why a gate that passed by its exit fails all the same: it ran `counted` tests (lines matching
+/// `pattern`), fewer than `min_tests.count` (`min`). `None` when enough ran or it did not pass.
+pub(super) fn too_few_tests(
+    result: GateResult,
+    counted: u64,
+    min: u32,
+    pattern: &str,
+) -> Option<String> {
+    (result == GateResult::Passed && counted < u64::from(min)).then(|| {
+        format!(
+            "{counted} test{} ran (lines matching `{pattern}`), fewer than `min_tests.count` {min}",
+            if counted == 1 { "" } else { "s" },
+        )
+    })
 }
 
 /// How a process ended, in words: why it could not start, its exit code, or its signal.
@@ -171,6 +200,30 @@ mod tests {
         let f = gate_failed("lint", &ended(None, Some(9), ""), true, None);
         assert_eq!(f.cause, "gate `lint` timed out");
         assert_eq!(f.halt, HaltSignature::described("gate `lint`", "timed out"));
+    }
+
+    #[test]
+    fn a_gate_that_ran_too_few_tests_fails_however_it_exited() {
+        let passed = ended(Some(0), None, "");
+        assert_eq!(gate_result(&passed), GateResult::Passed);
+        assert_eq!(
+            too_few_tests(GateResult::Passed, 1, 10, "^test "),
+            Some("1 test ran (lines matching `^test `), fewer than `min_tests.count` 10".into())
+        );
+        assert_eq!(too_few_tests(GateResult::Passed, 10, 10, "^test "), None);
+        // A gate that failed anyway says why by its exit.
+        assert_eq!(too_few_tests(GateResult::Failed, 0, 10, "^test "), None);
+        let timed_out = Finished {
+            timed_out: true,
+            ..ended(None, Some(9), "")
+        };
+        assert_eq!(gate_result(&timed_out), GateResult::TimedOut);
+        let cancelled = Finished {
+            cancelled: true,
+            ..ended(None, Some(15), "")
+        };
+        assert_eq!(gate_result(&cancelled), GateResult::NotRun);
+        assert_eq!(gate_result(&ended(Some(1), None, "")), GateResult::Failed);
     }
 
     #[test]
