@@ -653,10 +653,23 @@ pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
     )?;
     let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
     // Starting from the checkout's index keeps its stat data: only changed files are hashed.
-    if let Err(e) = std::fs::copy(index.trim(), &tmp)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        return Err(e.into());
+    // The copy keeps the index's own time too. git (built, as by default, without nanosecond
+    // timestamps) trusts the stat data of an entry only when its second is older than the index
+    // file's; an entry of the very second the index was written is "racy" and its content is
+    // read. A copy stamped now would make such an entry look settled, and a file rewritten with
+    // as many bytes in that second would read as unchanged. The time is read first: an index
+    // rewritten meanwhile only makes more entries racy.
+    let written = match std::fs::metadata(index.trim()) {
+        Ok(m) => Some(m.modified()?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(written) = written {
+        std::fs::copy(index.trim(), &tmp)?;
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)?
+            .set_modified(written)?;
     }
     // Flags that tell git a file did not change (`assume-unchanged`, and `skip-worktree` on a
     // file that is there after all) would hide its edits from the snapshot: cleared in the copy.
