@@ -4,6 +4,8 @@
 use super::shared::{open_store, state_path};
 use crate::cli::StatusArgs;
 use crate::ledger::RunRow;
+use crate::ledger::store::Store;
+use crate::manifest::LoadedManifest;
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
 use serde::Serialize;
@@ -116,129 +118,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         },
         None => None,
     };
-    let name = loaded.as_ref().map(|l| l.manifest.name.clone());
-    let result = (|| -> crate::ledger::Result<Status> {
-        let runs = ledger
-            .recent_runs(name.as_deref(), 10)?
-            .into_iter()
-            .map(|r| {
-                Ok(RunView {
-                    status: r.status(),
-                    counts: ledger.counts_of(&r.id)?,
-                    usage: ledger.usage_of(&r.id).ok().flatten(),
-                    run: r,
-                })
-            })
-            .collect::<crate::ledger::Result<Vec<_>>>()?;
-        let running = ledger
-            .live_claims()?
-            .into_iter()
-            .map(|(run_id, repo, item, h)| Running {
-                resting_until: ledger.resting_until(&run_id, &repo, &item).ok().flatten(),
-                waiting_for: ledger
-                    .waiting_for_resource(&run_id, &repo, &item)
-                    .ok()
-                    .flatten()
-                    .map(|(resource, since)| Waiting { resource, since }),
-                run_id,
-                repo,
-                item,
-                pid: h.pid,
-                host: h.host,
-            })
-            .collect();
-        let held = match &name {
-            Some(n) => ledger
-                .held_items(n)?
-                .into_iter()
-                .map(|(repo, item, reason, cause)| Held {
-                    repo,
-                    item,
-                    reason,
-                    cause,
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let paused = match &name {
-            Some(n) => ledger.paused(n)?,
-            None => None,
-        };
-        let mut leases = Vec::new();
-        let mut kept_with_repos = Vec::new();
-        if let Some(l) = &loaded {
-            for r in crate::plan::repos::locate(l) {
-                if let Ok(p) = crate::git::probe(&r.path) {
-                    if let Some(q) = crate::lease::quarantined(&p.common_dir) {
-                        kept_with_repos.push(Quarantined {
-                            path: r.path.display().to_string(),
-                            run_id: q.run_id,
-                            reason: q.reason,
-                        });
-                    }
-                    let held = crate::lease::is_held(&p.common_dir);
-                    let holder =
-                        crate::lease::read_record(&p.common_dir.join(crate::lease::RECORD_FILE));
-                    let survivors = match &holder {
-                        Some(h) if held && h.holder.is_dead() => {
-                            let mut found = crate::process::census::survivors(&h.token, &h.cgroups);
-                            // Also what keeps the lock file open, whatever its environment.
-                            for k in crate::lease::lock_holders(&p.common_dir) {
-                                if !found.iter().any(|(pid, _)| *pid == k.0) {
-                                    found.push(k);
-                                }
-                            }
-                            found
-                                .into_iter()
-                                .map(|(pid, command)| Survivor { pid, command })
-                                .collect()
-                        }
-                        _ => Vec::new(),
-                    };
-                    leases.push(LeaseStatus {
-                        repo: r.name,
-                        path: r.path,
-                        held,
-                        holder,
-                        survivors,
-                    });
-                }
-            }
-        }
-        let mut quarantined: Vec<Quarantined> = ledger
-            .quarantines()?
-            .into_iter()
-            .map(|(path, run_id, reason)| Quarantined {
-                path,
-                run_id,
-                reason,
-            })
-            .collect();
-        for q in kept_with_repos {
-            if !quarantined.iter().any(|k| k.path == q.path) {
-                quarantined.push(q);
-            }
-        }
-        let slots = loaded.as_ref().map(|l| {
-            let bound = crate::plan::effective_workers(l, None);
-            Slots {
-                in_use: crate::lease::HostSlots::in_use(&l.manifest.name, bound),
-                bound,
-            }
-        });
-        Ok(Status {
-            slots,
-            schema: STATUS_SCHEMA,
-            ledger: path.display().to_string(),
-            paused,
-            runs,
-            running,
-            held,
-            quarantined,
-            leases,
-        })
-    })();
-    let st = match result {
+    let st = match gather(&ledger, loaded.as_ref(), &path) {
         Ok(s) => s,
         Err(e) => {
             ui.error(e);
@@ -257,8 +137,149 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             }
         };
     }
-    // Everything below but the headings is recorded text: escaped before it reaches a terminal.
-    let safe = crate::support::text::printable;
+    print(&st, loaded.is_some());
+    EXIT_OK
+}
+
+/// What the ledger (and, with a manifest, its repositories) say now.
+fn gather(
+    ledger: &Store,
+    loaded: Option<&LoadedManifest>,
+    path: &std::path::Path,
+) -> crate::ledger::Result<Status> {
+    let name = loaded.map(|l| l.manifest.name.as_str());
+    let runs = ledger
+        .recent_runs(name, 10)?
+        .into_iter()
+        .map(|r| {
+            Ok(RunView {
+                status: r.status(),
+                counts: ledger.counts_of(&r.id)?,
+                usage: ledger.usage_of(&r.id).ok().flatten(),
+                run: r,
+            })
+        })
+        .collect::<crate::ledger::Result<Vec<_>>>()?;
+    let running = ledger
+        .live_claims()?
+        .into_iter()
+        .map(|(run_id, repo, item, h)| Running {
+            resting_until: ledger.resting_until(&run_id, &repo, &item).ok().flatten(),
+            waiting_for: ledger
+                .waiting_for_resource(&run_id, &repo, &item)
+                .ok()
+                .flatten()
+                .map(|(resource, since)| Waiting { resource, since }),
+            run_id,
+            repo,
+            item,
+            pid: h.pid,
+            host: h.host,
+        })
+        .collect();
+    let held = match name {
+        Some(n) => ledger
+            .held_items(n)?
+            .into_iter()
+            .map(|(repo, item, reason, cause)| Held {
+                repo,
+                item,
+                reason,
+                cause,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let paused = match name {
+        Some(n) => ledger.paused(n)?,
+        None => None,
+    };
+    let (leases, kept_with_repos) = loaded.map(leases).unwrap_or_default();
+    let mut quarantined: Vec<Quarantined> = ledger
+        .quarantines()?
+        .into_iter()
+        .map(|(path, run_id, reason)| Quarantined {
+            path,
+            run_id,
+            reason,
+        })
+        .collect();
+    for q in kept_with_repos {
+        if !quarantined.iter().any(|k| k.path == q.path) {
+            quarantined.push(q);
+        }
+    }
+    let slots = loaded.map(|l| {
+        let bound = crate::plan::effective_workers(l, None);
+        Slots {
+            in_use: crate::lease::HostSlots::in_use(&l.manifest.name, bound),
+            bound,
+        }
+    });
+    Ok(Status {
+        slots,
+        schema: STATUS_SCHEMA,
+        ledger: path.display().to_string(),
+        paused,
+        runs,
+        running,
+        held,
+        quarantined,
+        leases,
+    })
+}
+
+/// The lease of each of the manifest's repositories, and the quarantines kept beside them.
+fn leases(l: &LoadedManifest) -> (Vec<LeaseStatus>, Vec<Quarantined>) {
+    let mut leases = Vec::new();
+    let mut quarantined = Vec::new();
+    for r in crate::plan::repos::locate(l) {
+        let Ok(p) = crate::git::probe(&r.path) else {
+            continue;
+        };
+        if let Some(q) = crate::lease::quarantined(&p.common_dir) {
+            quarantined.push(Quarantined {
+                path: r.path.display().to_string(),
+                run_id: q.run_id,
+                reason: q.reason,
+            });
+        }
+        let held = crate::lease::is_held(&p.common_dir);
+        let holder = crate::lease::read_record(&p.common_dir.join(crate::lease::RECORD_FILE));
+        let survivors = match &holder {
+            Some(h) if held && h.holder.is_dead() => {
+                let mut found = crate::process::census::survivors(&h.token, &h.cgroups);
+                // Also what keeps the lock file open, whatever its environment.
+                for k in crate::lease::lock_holders(&p.common_dir) {
+                    if !found.iter().any(|(pid, _)| *pid == k.0) {
+                        found.push(k);
+                    }
+                }
+                found
+                    .into_iter()
+                    .map(|(pid, command)| Survivor { pid, command })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        leases.push(LeaseStatus {
+            repo: r.name,
+            path: r.path,
+            held,
+            holder,
+            survivors,
+        });
+    }
+    (leases, quarantined)
+}
+
+/// Recorded text, escaped before it reaches a terminal.
+fn safe(s: &str) -> String {
+    crate::support::text::printable(s)
+}
+
+/// The status for people: every section but the headings is recorded text, escaped.
+fn print(st: &Status, with_manifest: bool) {
     outln!("ledger {}", safe(&st.ledger));
     if let Some(p) = &st.paused {
         outln!("PAUSED: {}", safe(p));
@@ -275,53 +296,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         outln!("  none");
     }
     for r in &st.runs {
-        let mut line = format!(
-            "  {}  {:<6} {}  started {} by {} (pid {} on {})",
-            r.run.id,
-            r.status,
-            r.run.manifest,
-            r.run.started_at,
-            r.run.started_by,
-            r.run.holder.pid,
-            r.run.holder.host
-        );
-        let counts = crate::report::nonzero_counts(&r.counts);
-        let counts = if counts.is_empty() {
-            "no items".to_string()
-        } else {
-            counts.join(", ")
-        };
-        match &r.run.ending {
-            Some(e) => line.push_str(&format!("  ended {e} ({counts})")),
-            None => line.push_str(&format!("  ({counts} so far)")),
-        }
-        if let Some(c) = &r.run.cause {
-            line.push_str(&format!(" — {c}"));
-        }
-        if let Some(u) = &r.usage {
-            line.push_str(&format!(
-                "  [{}, {} in / {} out tokens]",
-                u.cost_text(),
-                u.input_tokens,
-                u.output_tokens
-            ));
-        }
-        if let Some(by) = &r.run.stop_requested_by {
-            line.push_str(&format!(
-                "  [stop asked by {by}{}]",
-                r.run
-                    .stop_reason
-                    .as_ref()
-                    .map(|x| format!(": {x}"))
-                    .unwrap_or_default()
-            ));
-        }
-        outln!("{}", safe(&line));
-        if let Some(c) = &r.run.containment
-            && r.status == crate::ledger::RunStatus::Live
-        {
-            outln!("      processes contained by {}", safe(c));
-        }
+        print_run(r);
     }
     outln!("\nrunning items:");
     if st.running.is_empty() {
@@ -358,46 +333,104 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             safe(&format!("{}  {} (run {})", q.path, q.reason, q.run_id))
         );
     }
-    if name.is_some() {
-        outln!("\nheld items (latest run):");
-        if st.held.is_empty() {
-            outln!("  none");
-        }
-        for h in &st.held {
+    if with_manifest {
+        print_held(&st.held);
+        print_leases(&st.leases);
+    }
+}
+
+/// One run's line: its status, its counts, and what it used.
+fn print_run(r: &RunView) {
+    let mut line = format!(
+        "  {}  {:<6} {}  started {} by {} (pid {} on {})",
+        r.run.id,
+        r.status,
+        r.run.manifest,
+        r.run.started_at,
+        r.run.started_by,
+        r.run.holder.pid,
+        r.run.holder.host
+    );
+    let counts = crate::report::nonzero_counts(&r.counts);
+    let counts = if counts.is_empty() {
+        "no items".to_string()
+    } else {
+        counts.join(", ")
+    };
+    match &r.run.ending {
+        Some(e) => line.push_str(&format!("  ended {e} ({counts})")),
+        None => line.push_str(&format!("  ({counts} so far)")),
+    }
+    if let Some(c) = &r.run.cause {
+        line.push_str(&format!(" — {c}"));
+    }
+    if let Some(u) = &r.usage {
+        line.push_str(&format!(
+            "  [{}, {} in / {} out tokens]",
+            u.cost_text(),
+            u.input_tokens,
+            u.output_tokens
+        ));
+    }
+    if let Some(by) = &r.run.stop_requested_by {
+        line.push_str(&format!(
+            "  [stop asked by {by}{}]",
+            r.run
+                .stop_reason
+                .as_ref()
+                .map(|x| format!(": {x}"))
+                .unwrap_or_default()
+        ));
+    }
+    outln!("{}", safe(&line));
+    if let Some(c) = &r.run.containment
+        && r.status == crate::ledger::RunStatus::Live
+    {
+        outln!("      processes contained by {}", safe(c));
+    }
+}
+
+fn print_held(held: &[Held]) {
+    outln!("\nheld items (latest run):");
+    if held.is_empty() {
+        outln!("  none");
+    }
+    for h in held {
+        outln!(
+            "  {}",
+            safe(&format!(
+                "{}/{}  {}{}",
+                h.repo,
+                h.item,
+                h.reason,
+                h.cause
+                    .as_ref()
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default()
+            ))
+        );
+    }
+}
+
+fn print_leases(leases: &[LeaseStatus]) {
+    outln!("\nleases:");
+    for l in leases {
+        let who = match (&l.held, &l.holder) {
+            (true, Some(h)) => {
+                format!("held by {h}")
+            }
+            (true, None) => "held".to_string(),
+            (false, Some(h)) => format!("free (last held by run {})", h.run_id),
+            (false, None) => "free".to_string(),
+        };
+        outln!("  {}", safe(&format!("{}  {who}", l.repo)));
+        if !l.survivors.is_empty() {
             outln!(
-                "  {}",
-                safe(&format!(
-                    "{}/{}  {}{}",
-                    h.repo,
-                    h.item,
-                    h.reason,
-                    h.cause
-                        .as_ref()
-                        .map(|c| format!(": {c}"))
-                        .unwrap_or_default()
-                ))
+                "    its run is dead; these processes of it live on and keep the lease (the next run ends them):"
             );
-        }
-        outln!("\nleases:");
-        for l in &st.leases {
-            let who = match (&l.held, &l.holder) {
-                (true, Some(h)) => {
-                    format!("held by {h}")
-                }
-                (true, None) => "held".to_string(),
-                (false, Some(h)) => format!("free (last held by run {})", h.run_id),
-                (false, None) => "free".to_string(),
-            };
-            outln!("  {}", safe(&format!("{}  {who}", l.repo)));
-            if !l.survivors.is_empty() {
-                outln!(
-                    "    its run is dead; these processes of it live on and keep the lease (the next run ends them):"
-                );
-                for p in &l.survivors {
-                    outln!("      {}", safe(&format!("{}  {}", p.pid, p.command)));
-                }
+            for p in &l.survivors {
+                outln!("      {}", safe(&format!("{}  {}", p.pid, p.command)));
             }
         }
     }
-    EXIT_OK
 }

@@ -34,10 +34,71 @@ pub(super) fn analyse(
     item_filter: Option<&GlobSet>,
     opts: &PlanOptions,
 ) -> Analysed {
-    let shard = opts.shard;
     let m = &loaded.manifest;
-    let spec = &m.repositories[l.entry];
     let mut problems = Vec::new();
+    // One git call tells both what the checkout is and whether it is dirty, when in-place items
+    // need the latter.
+    let wants_dirty = m
+        .items
+        .iter()
+        .any(|it| it.repo == l.name && it.branch.is_none())
+        || m.discover.iter().any(|d| d.branch.is_none());
+    let (mut repo, probe, known_dirty) = look(loaded, l, wants_dirty);
+
+    // Items: explicit ones first, in manifest order, then discovered ones sorted by path.
+    let mut items = explicit_items(loaded, l, &mut problems);
+    let mut notes = Vec::new();
+    let mut matched = vec![0; m.discover.len()];
+    if repo.status == RepoStatus::Found && !m.discover.is_empty() {
+        let mut seen = Committed::new(
+            repo.base.clone(),
+            probe.as_ref().and_then(|p| p.branch.clone()),
+        );
+        matched = discover(loaded, l, &mut items, &mut problems, &mut notes, &mut seen);
+    }
+    if let Some(current) = probe.as_ref().and_then(|p| p.branch.as_deref()) {
+        problems.extend(checked_out_branch(current, &items, l));
+    }
+    let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()))
+        && opts.shard.is_none_or(|s| s.holds(shard::identity(l)));
+    let found = repo.status == RepoStatus::Found;
+    let needs_dirty = found && items.iter().any(|i| i.branch.is_none());
+    if needs_dirty {
+        repo.dirty = known_dirty.or_else(|| git::is_dirty(&l.path).ok());
+    }
+    let selected =
+        |it: &ItemPlan| repo_selected && item_filter.is_none_or(|g| g.is_match(it.id.as_str()));
+    decide_holds(loaded, l, &repo, &mut items, &selected, opts.fresh);
+    if found && items.iter().any(|it| it.branch.is_some() && selected(it)) {
+        notes.extend(worktree_gaps(loaded, l));
+    }
+    // Missing matters where this run would have worked: the repository is selected, and
+    // `--items` (when given) selects one of its items.
+    let wanted = repo_selected && (item_filter.is_none() || items.iter().any(selected));
+    let missing = (wanted && !repo.optional && repo.status == RepoStatus::NotFound).then(|| {
+        MissingRepository {
+            name: repo.name.clone(),
+            detail: repo.note.clone().unwrap_or_else(|| "not found".into()),
+        }
+    });
+    Analysed {
+        repo,
+        missing,
+        items,
+        problems,
+        notes,
+        matched,
+    }
+}
+
+/// What git says of the repository's checkout: the repository's plan (found or not, and why),
+/// the probe, and whether the checkout is dirty when one call could tell it (`wants_dirty`).
+fn look(
+    loaded: &LoadedManifest,
+    l: &Located,
+    wants_dirty: bool,
+) -> (RepoPlan, Option<git::Probe>, Option<bool>) {
+    let spec = &loaded.manifest.repositories[l.entry];
     let mut repo = RepoPlan {
         name: l.name.clone(),
         entry: l.entry,
@@ -52,13 +113,6 @@ pub(super) fn analyse(
         note: None,
         optional: spec.optional,
     };
-    // One git call tells both what the checkout is and whether it is dirty, when in-place items
-    // need the latter.
-    let wants_dirty = m
-        .items
-        .iter()
-        .any(|it| it.repo == l.name && it.branch.is_none())
-        || m.discover.iter().any(|d| d.branch.is_none());
     let mut known_dirty = None;
     let special = if l.path.is_dir() {
         git::special_file(&l.path)
@@ -115,9 +169,18 @@ pub(super) fn analyse(
     } else if l.source == SourceKind::Url {
         repo.status = RepoStatus::ToClone;
     }
+    (repo, probe, known_dirty)
+}
 
-    // Items: explicit ones first, in manifest order, then discovered ones sorted by path.
-    let mut items: Vec<ItemPlan> = m
+/// The manifest's own items of the repository, in manifest order, their branch templates
+/// rendered (a template that cannot be, or names no valid branch, is a problem).
+fn explicit_items(
+    loaded: &LoadedManifest,
+    l: &Located,
+    problems: &mut Vec<Problem>,
+) -> Vec<ItemPlan> {
+    loaded
+        .manifest
         .items
         .iter()
         .filter(|it| it.repo == l.name)
@@ -169,36 +232,43 @@ pub(super) fn analyse(
                 matched: None,
             }
         })
-        .collect();
-    let mut notes = Vec::new();
-    let mut matched = vec![0; m.discover.len()];
-    if repo.status == RepoStatus::Found && !m.discover.is_empty() {
-        let mut seen = Committed::new(
-            repo.base.clone(),
-            probe.as_ref().and_then(|p| p.branch.clone()),
-        );
-        matched = discover(loaded, l, &mut items, &mut problems, &mut notes, &mut seen);
-    }
+        .collect()
+}
 
-    // A work branch runs in a worktree of its own: the branch the checkout itself is on cannot be
-    // one (git refuses to check a branch out twice, and runner never works in the user's place).
-    if let Some(current) = probe.as_ref().and_then(|p| p.branch.as_deref()) {
-        for it in &items {
-            if it.branch.as_deref() == Some(current) {
-                problems.push(Problem::new(
-                    "checked-out-branch",
-                    "items",
-                    format!(
-                        "item `{}` would work on branch `{current}`, which the checkout `{}` itself is on; give it a branch of its own, or no `branch` to work in the checkout",
-                        it.id,
-                        l.path.display()
-                    ),
-                ));
-            }
-        }
-    }
-    let repo_selected = only.is_none_or(|g| g.is_match(l.name.as_str()))
-        && shard.is_none_or(|s| s.holds(shard::identity(l)));
+/// A work branch runs in a worktree of its own: the branch the checkout itself is on (`current`)
+/// cannot be one (git refuses to check a branch out twice, and runner never works in the user's
+/// place).
+fn checked_out_branch(current: &str, items: &[ItemPlan], l: &Located) -> Vec<Problem> {
+    items
+        .iter()
+        .filter(|it| it.branch.as_deref() == Some(current))
+        .map(|it| {
+            Problem::new(
+                "checked-out-branch",
+                "items",
+                format!(
+                    "item `{}` would work on branch `{current}`, which the checkout `{}` itself is on; give it a branch of its own, or no `branch` to work in the checkout",
+                    it.id,
+                    l.path.display()
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Each item's state: the facts first (the only git questions: branches, markers, how far a
+/// continued branch is behind), then each item's hold, decided purely by [`holds::hold`].
+/// With `fresh`, an existing branch is kept under a backup name and the item starts anew from
+/// the base, so it is judged as a new branch.
+fn decide_holds(
+    loaded: &LoadedManifest,
+    l: &Located,
+    repo: &RepoPlan,
+    items: &mut [ItemPlan],
+    selected: &dyn Fn(&ItemPlan) -> bool,
+    fresh: bool,
+) {
+    let spec = &loaded.manifest.repositories[l.entry];
     let found = repo.status == RepoStatus::Found;
     let needs_branches = found && items.iter().any(|i| i.branch.is_some());
     let mut branches = if needs_branches {
@@ -206,13 +276,9 @@ pub(super) fn analyse(
     } else {
         None
     };
-    // `--fresh`: an existing branch is kept under a backup name and the item starts anew from
-    // the base, so it is judged as a new branch.
     let mut replaced: HashMap<String, String> = HashMap::new();
-    if opts.fresh
-        && let Some(set) = branches.as_mut()
-    {
-        for it in &items {
+    if fresh && let Some(set) = branches.as_mut() {
+        for it in items.iter() {
             if let Some(b) = &it.branch
                 && set.contains(b)
                 && let Ok(tip) = git::branch_tip(&l.path, b)
@@ -224,11 +290,6 @@ pub(super) fn analyse(
             set.remove(b);
         }
     }
-    let needs_dirty = found && items.iter().any(|i| i.branch.is_none());
-    if needs_dirty {
-        repo.dirty = known_dirty.or_else(|| git::is_dirty(&l.path).ok());
-    }
-    // The facts first (the only git questions), then each item's hold, decided purely.
     let mut facts = holds::RepoFacts {
         status: Some(repo.status),
         note: repo.note.clone(),
@@ -237,9 +298,7 @@ pub(super) fn analyse(
         stale: HashMap::new(),
         base_stale: None,
     };
-    let selected =
-        |it: &ItemPlan| repo_selected && item_filter.is_none_or(|g| g.is_match(it.id.as_str()));
-    for it in &items {
+    for it in items.iter() {
         if let Some(b) = &it.branch
             && holds::needs_marker_check(&facts, selected(it), Some(b))
             && !facts.stale.contains_key(b)
@@ -248,20 +307,19 @@ pub(super) fn analyse(
             facts.stale.insert(b.clone(), lacks);
         }
     }
+    let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
     // A new branch is forked from the base: the base must hold every marker too.
     if items
         .iter()
         .any(|it| holds::needs_base_check(&facts, selected(it), it.branch.as_deref()))
     {
-        let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
         facts.base_stale = Some(missing_markers(
             &l.path,
             Tip::Base(&base),
             &spec.critical_base,
         ));
     }
-    let base = repo.base.clone().unwrap_or_else(|| "HEAD".into());
-    for it in &mut items {
+    for it in items.iter_mut() {
         let h = holds::hold(&facts, selected(it), it.branch.as_deref());
         it.continues = h.continues;
         if let Some(r) = h.reason {
@@ -275,26 +333,6 @@ pub(super) fn analyse(
                 it.behind = git::behind(&l.path, b, &base).ok();
             }
         }
-    }
-    if found && items.iter().any(|it| it.branch.is_some() && selected(it)) {
-        notes.extend(worktree_gaps(loaded, l));
-    }
-    // Missing matters where this run would have worked: the repository is selected, and
-    // `--items` (when given) selects one of its items.
-    let wanted = repo_selected && (item_filter.is_none() || items.iter().any(selected));
-    let missing = (wanted && !repo.optional && repo.status == RepoStatus::NotFound).then(|| {
-        MissingRepository {
-            name: repo.name.clone(),
-            detail: repo.note.clone().unwrap_or_else(|| "not found".into()),
-        }
-    });
-    Analysed {
-        repo,
-        missing,
-        items,
-        problems,
-        notes,
-        matched,
     }
 }
 
