@@ -60,262 +60,408 @@ fn label(cx: &RunCx, idx: usize) -> String {
 }
 
 async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
-    let (stop_tx, stop_rx) = watch::channel(Stop::Run);
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
-    let (rest_tx, mut rest_rx) = mpsc::unbounded_channel::<item::Rest>();
-    // Who sends a stop signal is recorded from the signal itself.
-    process::signals::record_senders();
-    let mut signal_from: Option<String> = None;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    // A closed terminal or SSH session: stopped like SIGTERM, never killed outright.
-    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-
-    let queue: Vec<usize> = cx
-        .plan
-        .items
-        .iter()
-        .enumerate()
-        .filter(|(_, it)| it.state == ItemState::Pending)
-        .map(|(i, _)| i)
-        .collect();
-    sink.event(&Event::RunStarted {
-        run_id: cx.run_id.clone(),
-        workers: cx.workers,
-        pending: queue.len(),
-        containment: Some(crate::events::ContainmentInfo {
-            mode: cx.contained.mode,
-            detail: cx.contained.detail(),
-        }),
-    });
-    let m = &cx.loaded.manifest;
-    let mut sched = Scheduler::new(Setup {
-        repo_of: cx.plan.items.iter().map(|it| it.repo.clone()).collect(),
-        queue,
-        workers: cx.workers,
-        probe: m.capacity.as_ref().is_some_and(|c| c.probe.is_some()),
-        wait_for_locks: cx.wait_for_locks,
-        stall_after: m
-            .stall
-            .as_ref()
-            .and_then(|s| s.after)
-            .unwrap_or(crate::manifest::DEFAULT_STALL_AFTER),
-        clone_errors: cx.clone_errors.clone(),
-        nothing_found: cx.plan.items.is_empty(),
-        paused: cx.paused.clone(),
-        budget: m.budget.map(|b| b.cost_usd),
-        estimates: cx.plan.estimates(),
-    });
-    let mut pool = Pool {
-        tasks: JoinSet::new(),
-        task_items: HashMap::new(),
-        leases: HashMap::new(),
-        settling: Vec::new(),
-        kept: Vec::new(),
-        reaped: Default::default(),
-        tokens_ended: Default::default(),
-        rest_tx,
-        resting: HashMap::new(),
-        lease_wait: HashMap::new(),
-    };
-
-    // The manifest's bound holds across its runs on this host: each running item holds one of
-    // `capacity.workers` host-wide slots. A nested run (started by a worker) runs inside its
-    // parent's item and its slot.
-    let mut slots = cx.parent_token.is_none().then(|| {
-        crate::lease::HostSlots::new(&m.name, crate::plan::effective_workers(&cx.loaded, None))
-    });
+    let mut signals = Signals::listen();
+    let mut d = Drain::start(cx, sink);
     // Each model asked its probe question before the first item starts: a refused key stops
     // the run here, with every item held; a stop meanwhile ends the probes.
-    if cx.probe_models {
-        let probing = probe_models(&cx, sink, &stop_rx);
+    if d.cx.probe_models {
+        d.probe_models_first(&mut signals).await;
+    }
+    let mut stop_poll = tokio::time::interval(STOP_POLL);
+    stop_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let until = match d.step().await {
+            Step::Again => continue,
+            Step::Done => break,
+            Step::Wait(until) => until,
+        };
+        // Finished items' results became durable with the claims just made, or now; only then
+        // are their leases let go, and their repositories may take the next item at once.
+        if !d.pool.settling.is_empty() {
+            release_settled(&d.cx, d.sink, &mut d.pool, &mut d.sched);
+            continue;
+        }
+        d.wait(until, &mut signals, &mut stop_poll).await;
+    }
+    d.end().await
+}
+
+/// The signals that stop a run. A closed terminal or SSH session (SIGHUP) is stopped like
+/// SIGTERM, never killed outright.
+struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn listen() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Who sends a stop signal is recorded from the signal itself.
+        process::signals::record_senders();
+        Signals {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+            hup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    /// The next stop signal to arrive.
+    async fn next(&mut self) -> i32 {
+        tokio::select! {
+            _ = recv_signal(&mut self.int) => libc::SIGINT,
+            _ = recv_signal(&mut self.term) => libc::SIGTERM,
+            _ = recv_signal(&mut self.hup) => libc::SIGHUP,
+        }
+    }
+}
+
+/// What the loop does after a decision.
+enum Step {
+    /// Ask the scheduler again at once.
+    Again,
+    /// Nothing runs and nothing more will.
+    Done,
+    /// Wait for an item, a signal, or this instant.
+    Wait(Option<Instant>),
+}
+
+/// A drain under way: the scheduler that decides, and what its decisions act on.
+struct Drain<'s> {
+    cx: Arc<RunCx>,
+    sink: &'s mut dyn RunSink,
+    sched: Scheduler,
+    pool: Pool,
+    /// The manifest's host-wide worker slots (none for a nested run).
+    slots: Option<crate::lease::HostSlots>,
+    stop_tx: watch::Sender<Stop>,
+    stop_rx: watch::Receiver<Stop>,
+    ev_tx: mpsc::UnboundedSender<Event>,
+    ev_rx: mpsc::UnboundedReceiver<Event>,
+    rest_rx: mpsc::UnboundedReceiver<item::Rest>,
+    /// Who sent the first stop signal.
+    signal_from: Option<String>,
+    /// The ledger is shared: a stop may be asked for from another machine.
+    polls_stop: bool,
+}
+
+impl<'s> Drain<'s> {
+    /// The queue of pending items handed to a new scheduler, and the run's start told.
+    fn start(cx: Arc<RunCx>, sink: &'s mut dyn RunSink) -> Drain<'s> {
+        let (stop_tx, stop_rx) = watch::channel(Stop::Run);
+        let (ev_tx, ev_rx) = mpsc::unbounded_channel::<Event>();
+        let (rest_tx, rest_rx) = mpsc::unbounded_channel::<item::Rest>();
+        let queue: Vec<usize> = cx
+            .plan
+            .items
+            .iter()
+            .enumerate()
+            .filter(|(_, it)| it.state == ItemState::Pending)
+            .map(|(i, _)| i)
+            .collect();
+        sink.event(&Event::RunStarted {
+            run_id: cx.run_id.clone(),
+            workers: cx.workers,
+            pending: queue.len(),
+            containment: Some(crate::events::ContainmentInfo {
+                mode: cx.contained.mode,
+                detail: cx.contained.detail(),
+            }),
+        });
+        let m = &cx.loaded.manifest;
+        let sched = Scheduler::new(Setup {
+            repo_of: cx.plan.items.iter().map(|it| it.repo.clone()).collect(),
+            queue,
+            workers: cx.workers,
+            probe: m.capacity.as_ref().is_some_and(|c| c.probe.is_some()),
+            wait_for_locks: cx.wait_for_locks,
+            stall_after: m
+                .stall
+                .as_ref()
+                .and_then(|s| s.after)
+                .unwrap_or(crate::manifest::DEFAULT_STALL_AFTER),
+            clone_errors: cx.clone_errors.clone(),
+            nothing_found: cx.plan.items.is_empty(),
+            paused: cx.paused.clone(),
+            budget: m.budget.map(|b| b.cost_usd),
+            estimates: cx.plan.estimates(),
+        });
+        let pool = Pool {
+            tasks: JoinSet::new(),
+            task_items: HashMap::new(),
+            leases: HashMap::new(),
+            settling: Vec::new(),
+            kept: Vec::new(),
+            reaped: Default::default(),
+            tokens_ended: Default::default(),
+            rest_tx,
+            resting: HashMap::new(),
+            lease_wait: HashMap::new(),
+        };
+        // The manifest's bound holds across its runs on this host: each running item holds one
+        // of `capacity.workers` host-wide slots. A nested run (started by a worker) runs inside
+        // its parent's item and its slot.
+        let slots = cx.parent_token.is_none().then(|| {
+            crate::lease::HostSlots::new(&m.name, crate::plan::effective_workers(&cx.loaded, None))
+        });
+        let polls_stop = sink.polls_stop();
+        Drain {
+            cx,
+            sink,
+            sched,
+            pool,
+            slots,
+            stop_tx,
+            stop_rx,
+            ev_tx,
+            ev_rx,
+            rest_rx,
+            signal_from: None,
+            polls_stop,
+        }
+    }
+
+    fn on_signal(&mut self, sig: i32) {
+        on_signal(
+            &self.cx,
+            &mut self.sched,
+            sig,
+            &self.stop_tx,
+            &mut self.signal_from,
+        );
+    }
+
+    /// The models' probes, a stop signal heeded meanwhile; a refused key everywhere ends the run
+    /// before its first item.
+    async fn probe_models_first(&mut self, signals: &mut Signals) {
+        let probing = probe_models(&self.cx, self.sink, &self.stop_rx);
         tokio::pin!(probing);
         let refusal = loop {
             tokio::select! {
                 r = &mut probing => break r,
-                _ = recv_signal(&mut sigint) => on_signal(&cx, &mut sched, libc::SIGINT, &stop_tx, &mut signal_from),
-                _ = recv_signal(&mut sigterm) => on_signal(&cx, &mut sched, libc::SIGTERM, &stop_tx, &mut signal_from),
-                _ = recv_signal(&mut sighup) => on_signal(&cx, &mut sched, libc::SIGHUP, &stop_tx, &mut signal_from),
+                sig = signals.next() => on_signal(&self.cx, &mut self.sched, sig, &self.stop_tx, &mut self.signal_from),
             }
         };
         if let Some(cause) = refusal {
-            sched.refused_before_start(cause);
+            self.sched.refused_before_start(cause);
         }
     }
-    let polls_stop = sink.polls_stop();
-    let mut stop_poll = tokio::time::interval(STOP_POLL);
-    stop_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if let Some(f) = sink.failure() {
-            sched.ledger_failed(f);
+
+    /// Ask the scheduler what next, and do it.
+    async fn step(&mut self) -> Step {
+        if let Some(f) = self.sink.failure() {
+            self.sched.ledger_failed(f);
         }
         // What no longer runs (finished, resting) gives its host slot back.
-        if let Some(s) = slots.as_mut() {
-            s.trim(sched.running());
+        if let Some(s) = self.slots.as_mut() {
+            s.trim(self.sched.running());
         }
-        let until = match sched.next(Instant::now()) {
+        match self.sched.next(Instant::now()) {
             Decision::Probe => {
                 // The probe may take a while: let finished items' repositories go first.
-                release_settled(&cx, sink, &mut pool, &mut sched);
-                let bound = probe(&cx, &stop_rx).await;
-                debug!(bound, running = sched.running(), "capacity probe read");
-                sched.probed(bound);
-                continue;
+                release_settled(&self.cx, self.sink, &mut self.pool, &mut self.sched);
+                let bound = probe(&self.cx, &self.stop_rx).await;
+                debug!(bound, running = self.sched.running(), "capacity probe read");
+                self.sched.probed(bound);
+                Step::Again
             }
             Decision::Resume(idx) => {
-                // A host slot first: the scheduler counts the item as running again.
-                let slot = slots
-                    .as_mut()
-                    .map_or(Ok(true), |s| s.ensure(sched.running()));
-                if !matches!(slot, Ok(true)) && sched.stopped_by().is_none() {
-                    debug!(item = %label(&cx, idx), "rest over, but the host's slots are taken: resting a little more");
-                    sched.rest(idx, Instant::now() + crate::engine::scheduler::LEASE_RETRY);
-                    continue;
-                }
-                debug!(item = %label(&cx, idx), "rest over: the item goes on");
-                if let Some(wake) = pool.resting.remove(&idx) {
-                    let _ = wake.send(());
-                }
-                continue;
+                self.resume(idx);
+                Step::Again
             }
             Decision::Admit(idx) => {
-                let slot = slots
-                    .as_mut()
-                    .map_or(Ok(true), |s| s.ensure(sched.running() + 1));
-                let answer = match slot {
-                    Ok(true) => admit(&cx, sink, &mut pool, idx, &ev_tx, &stop_rx).await,
-                    Ok(false) => Admission::HostFull,
-                    Err(e) => Admission::Failed(format!(
-                        "cannot take a host-wide worker slot of the manifest: {e}"
-                    )),
-                };
-                debug!(item = %label(&cx, idx), ?answer, running = sched.running(), "admission");
-                // How long an item waited for its repository's lease, once it has it.
-                match &answer {
-                    Admission::LeaseBusy { .. } => {
-                        pool.lease_wait.entry(idx).or_insert_with(Instant::now);
-                    }
-                    Admission::Started => {
-                        if let Some(since) = pool.lease_wait.remove(&idx) {
-                            sink.event(&Event::LeaseWaited {
-                                item: idx,
-                                waited: since.elapsed(),
-                            });
-                        }
-                    }
-                    _ => {
-                        pool.lease_wait.remove(&idx);
-                    }
-                }
-                sched.admitted(idx, answer, Instant::now());
-                continue;
+                self.admit(idx).await;
+                Step::Again
             }
             Decision::Settle(s) => {
                 debug!(
-                    item = %label(&cx, s.item),
+                    item = %label(&self.cx, s.item),
                     outcome = s.outcome.as_str(),
                     reason = s.reason.as_deref(),
                     cause = s.cause.as_deref(),
                     "item settled"
                 );
-                finish(sink, s);
-                continue;
+                finish(self.sink, s);
+                Step::Again
             }
             Decision::Done => {
                 debug!("nothing runs and nothing more will: the drain is over");
-                break;
+                Step::Done
             }
             Decision::Wait { until } => {
-                trace!(running = sched.running(), ?until, "waiting");
-                until
+                trace!(running = self.sched.running(), ?until, "waiting");
+                Step::Wait(until)
             }
-        };
-        // Finished items' results became durable with the claims just made, or now; only then
-        // are their leases let go, and their repositories may take the next item at once.
-        if !pool.settling.is_empty() {
-            release_settled(&cx, sink, &mut pool, &mut sched);
-            continue;
         }
+    }
+
+    /// A rest is over: the item goes on once it has a host slot again (the scheduler counts it
+    /// as running already).
+    fn resume(&mut self, idx: usize) {
+        let slot = self
+            .slots
+            .as_mut()
+            .map_or(Ok(true), |s| s.ensure(self.sched.running()));
+        if !matches!(slot, Ok(true)) && self.sched.stopped_by().is_none() {
+            debug!(item = %label(&self.cx, idx), "rest over, but the host's slots are taken: resting a little more");
+            self.sched
+                .rest(idx, Instant::now() + crate::engine::scheduler::LEASE_RETRY);
+            return;
+        }
+        debug!(item = %label(&self.cx, idx), "rest over: the item goes on");
+        if let Some(wake) = self.pool.resting.remove(&idx) {
+            let _ = wake.send(());
+        }
+    }
+
+    /// Start an item: a host slot, its claim and its repository's lease, its task; what came of
+    /// it told to the scheduler.
+    async fn admit(&mut self, idx: usize) {
+        let slot = self
+            .slots
+            .as_mut()
+            .map_or(Ok(true), |s| s.ensure(self.sched.running() + 1));
+        let answer = match slot {
+            Ok(true) => {
+                admit(
+                    &self.cx,
+                    self.sink,
+                    &mut self.pool,
+                    idx,
+                    &self.ev_tx,
+                    &self.stop_rx,
+                )
+                .await
+            }
+            Ok(false) => Admission::HostFull,
+            Err(e) => Admission::Failed(format!(
+                "cannot take a host-wide worker slot of the manifest: {e}"
+            )),
+        };
+        debug!(item = %label(&self.cx, idx), ?answer, running = self.sched.running(), "admission");
+        // How long an item waited for its repository's lease, once it has it.
+        match &answer {
+            Admission::LeaseBusy { .. } => {
+                self.pool.lease_wait.entry(idx).or_insert_with(Instant::now);
+            }
+            Admission::Started => {
+                if let Some(since) = self.pool.lease_wait.remove(&idx) {
+                    self.sink.event(&Event::LeaseWaited {
+                        item: idx,
+                        waited: since.elapsed(),
+                    });
+                }
+            }
+            _ => {
+                self.pool.lease_wait.remove(&idx);
+            }
+        }
+        self.sched.admitted(idx, answer, Instant::now());
+    }
+
+    /// Hand on the events items sent so far.
+    fn pass_sent(&mut self) {
+        while let Ok(ev) = self.ev_rx.try_recv() {
+            pass(self.sink, &mut self.sched, &ev);
+        }
+    }
+
+    /// Wait for what comes first: an item's event, a rest asked for, an item's end, a stop
+    /// signal, a stop asked for from another machine, or `until`.
+    async fn wait(
+        &mut self,
+        until: Option<Instant>,
+        signals: &mut Signals,
+        stop_poll: &mut tokio::time::Interval,
+    ) {
         let sleep = async {
             match until {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
                 None => std::future::pending().await,
             }
         };
+        let polls_stop = self.polls_stop && self.sched.stopped_by().is_none();
         tokio::select! {
-            Some(ev) = ev_rx.recv() => pass(sink, &mut sched, &ev),
-            Some(rest) = rest_rx.recv() => {
+            Some(ev) = self.ev_rx.recv() => pass(self.sink, &mut self.sched, &ev),
+            Some(rest) = self.rest_rx.recv() => {
                 // Events sent before the request (the attempt that failed) come first.
-                while let Ok(ev) = ev_rx.try_recv() {
-                    pass(sink, &mut sched, &ev);
-                }
+                self.pass_sent();
                 let until = Instant::now() + rest.wait;
-                debug!(item = %label(&cx, rest.item), wait_ms = rest.wait.as_millis() as u64, "item rests");
-                sched.rest(rest.item, until);
-                pool.resting.insert(rest.item, rest.wake);
+                debug!(item = %label(&self.cx, rest.item), wait_ms = rest.wait.as_millis() as u64, "item rests");
+                self.sched.rest(rest.item, until);
+                self.pool.resting.insert(rest.item, rest.wake);
             }
-            Some(joined) = pool.tasks.join_next(), if !pool.tasks.is_empty() => {
+            Some(joined) = self.pool.tasks.join_next(), if !self.pool.tasks.is_empty() => {
                 // Events sent before the task ended come first.
-                while let Ok(ev) = ev_rx.try_recv() {
-                    pass(sink, &mut sched, &ev);
-                }
-                let (idx, run) = match joined {
-                    Ok((idx, run)) => {
-                        pool.task_items.retain(|_, i| *i != idx);
-                        (idx, run)
-                    }
-                    Err(e) => {
-                        // A panicked item task: record it as failed; the run goes on. Its
-                        // processes were not accounted for, so its repository is quarantined.
-                        let Some(idx) = pool.task_items.remove(&e.id()) else {
-                            continue;
-                        };
-                        let mut run = ItemRun::ended(crate::vocab::ItemOutcome::Failed);
-                        run.cause = Some(format!("internal error: {e}"));
-                        run.tree_gone = false;
-                        (idx, run)
-                    }
-                };
-                item_ended(&cx, sink, &mut pool, &mut sched, idx, run);
+                self.pass_sent();
+                self.joined(joined);
             }
-            _ = recv_signal(&mut sigint) => on_signal(&cx, &mut sched, libc::SIGINT, &stop_tx, &mut signal_from),
-            _ = recv_signal(&mut sigterm) => on_signal(&cx, &mut sched, libc::SIGTERM, &stop_tx, &mut signal_from),
-            _ = recv_signal(&mut sighup) => on_signal(&cx, &mut sched, libc::SIGHUP, &stop_tx, &mut signal_from),
-            _ = stop_poll.tick(), if polls_stop && sched.stopped_by().is_none() => {
+            sig = signals.next() => self.on_signal(sig),
+            _ = stop_poll.tick(), if polls_stop => {
                 // `runner cancel` on another machine records its request in the shared ledger;
                 // it stops this run as SIGTERM would.
-                if let Some(by) = sink.stop_requested() {
-                    signal_from.get_or_insert(by);
-                    on_signal(&cx, &mut sched, libc::SIGTERM, &stop_tx, &mut signal_from);
+                if let Some(by) = self.sink.stop_requested() {
+                    self.signal_from.get_or_insert(by);
+                    self.on_signal(libc::SIGTERM);
                 }
             }
             _ = sleep => {}
         }
     }
-    while let Ok(ev) = ev_rx.try_recv() {
-        pass(sink, &mut sched, &ev);
+
+    /// An item's task ended: its run recorded. A panicked task is recorded as failed and the
+    /// run goes on; its processes were not accounted for, so its repository is quarantined.
+    fn joined(&mut self, joined: Result<(usize, ItemRun), tokio::task::JoinError>) {
+        let (idx, run) = match joined {
+            Ok((idx, run)) => {
+                self.pool.task_items.retain(|_, i| *i != idx);
+                (idx, run)
+            }
+            Err(e) => {
+                let Some(idx) = self.pool.task_items.remove(&e.id()) else {
+                    return;
+                };
+                let mut run = ItemRun::ended(crate::vocab::ItemOutcome::Failed);
+                run.cause = Some(format!("internal error: {e}"));
+                run.tree_gone = false;
+                (idx, run)
+            }
+        };
+        item_ended(
+            &self.cx,
+            self.sink,
+            &mut self.pool,
+            &mut self.sched,
+            idx,
+            run,
+        );
     }
-    let signal = sched.stopped_by();
-    // An operator's recorded request (`runner cancel`) names who and why; otherwise the signal's
-    // sender, as the kernel gave it.
-    let stop_by = signal.and_then(|_| sink.stop_requested().or(signal_from));
-    let (left, ending, cause) = sched.finish(stop_by);
-    for s in left {
-        finish(sink, s);
-    }
-    // Orphans no item could claim (they cleared their environment while several items ran)
-    // end with the run.
-    process::census::end_adopted(Duration::from_secs(2)).await;
-    drop(pool);
-    sink.event(&Event::RunEnded {
-        ending,
-        cause: cause.clone(),
-    });
-    DrainEnd {
-        ending,
-        cause,
-        signal,
+
+    /// The drain is over: the items left settled, the orphans ended, the run's end told.
+    async fn end(mut self) -> DrainEnd {
+        self.pass_sent();
+        let signal = self.sched.stopped_by();
+        // An operator's recorded request (`runner cancel`) names who and why; otherwise the
+        // signal's sender, as the kernel gave it.
+        let stop_by = signal.and_then(|_| self.sink.stop_requested().or(self.signal_from.take()));
+        let (left, ending, cause) = self.sched.finish(stop_by);
+        for s in left {
+            finish(self.sink, s);
+        }
+        // Orphans no item could claim (they cleared their environment while several items ran)
+        // end with the run.
+        process::census::end_adopted(Duration::from_secs(2)).await;
+        let Drain { sink, pool, .. } = self;
+        drop(pool);
+        sink.event(&Event::RunEnded {
+            ending,
+            cause: cause.clone(),
+        });
+        DrainEnd {
+            ending,
+            cause,
+            signal,
+        }
     }
 }
 

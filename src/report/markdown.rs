@@ -58,6 +58,23 @@ fn fence(out: &mut String, tail: &str) {
 
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
+    head(&mut out, r);
+    if r.items.is_empty() {
+        return out;
+    }
+    out.push_str("| repository | item | outcome | model | attempts | detail |\n");
+    out.push_str("|---|---|---|---|---|---|\n");
+    for it in &r.items {
+        out.push_str(&row(it));
+    }
+    held(&mut out, r);
+    failures(&mut out, r);
+    incomplete_logs(&mut out, r);
+    out
+}
+
+/// The heading, the run's line, its cause, suspect gates, counts, usage and warnings.
+fn head(out: &mut String, r: &Report) {
     out.push_str(&format!(
         "# runner: `{}` — {}\n\n",
         r.manifest.name,
@@ -117,178 +134,193 @@ pub fn render(r: &Report) -> String {
         }
         out.push('\n');
     }
-    if r.items.is_empty() {
-        return out;
+}
+
+/// `detail`, then `; more` (or `more` alone when there is no detail yet).
+fn append(detail: &mut String, more: &str) {
+    if !detail.is_empty() {
+        detail.push_str("; ");
     }
-    out.push_str("| repository | item | outcome | model | attempts | detail |\n");
-    out.push_str("|---|---|---|---|---|---|\n");
-    let provider = |a: &super::model::AttemptReport| {
-        a.worker
-            .as_ref()
-            .is_some_and(|w| w.class == crate::vocab::WorkerClass::Provider)
+    detail.push_str(more);
+}
+
+/// An item's row of the table.
+fn row(it: &super::model::ItemReport) -> String {
+    let mut detail = match (&it.reason, &it.cause) {
+        (Some(r), Some(c)) => format!("{r}: {c}"),
+        (Some(r), None) => r.clone(),
+        (None, Some(c)) => c.clone(),
+        (None, None) => String::new(),
     };
-    for it in &r.items {
-        let mut detail = match (&it.reason, &it.cause) {
-            (Some(r), Some(c)) => format!("{r}: {c}"),
-            (Some(r), None) => r.clone(),
-            (None, Some(c)) => c.clone(),
-            (None, None) => String::new(),
+    if let Some(p) = &it.publish {
+        let what = match (&p.error, &p.url) {
+            (Some(e), _) => format!("not published: {e}"),
+            (None, Some(u)) => format!("pull request: {u}"),
+            (None, None) => format!("pushed `{}` to `{}`", p.branch, p.remote),
         };
-        if let Some(p) = &it.publish {
-            let what = match (&p.error, &p.url) {
-                (Some(e), _) => format!("not published: {e}"),
-                (None, Some(u)) => format!("pull request: {u}"),
-                (None, None) => format!("pushed `{}` to `{}`", p.branch, p.remote),
-            };
-            if detail.is_empty() {
-                detail = what;
-            } else {
-                detail = format!("{detail}; {what}");
-            }
-        }
-        let mark = match it.outcome {
-            ItemOutcome::Completed => "✅ completed",
-            ItemOutcome::Halted => "❌ halted",
-            ItemOutcome::Failed => "💥 failed",
-            ItemOutcome::Skipped => "⏭️ skipped",
-            ItemOutcome::Held => "⏸️ held",
-            ItemOutcome::Cancelled => "⛔ cancelled",
-        };
-        let mark = if it.marks.is_empty() {
-            mark.to_string()
-        } else {
-            format!("{mark} ({})", it.marks.join(", "))
-        };
-        if let Some(c) = &it.commit {
-            let stat = it.diffstat.as_ref().map_or(String::new(), |d| {
-                format!(
-                    ": {}, +{} −{}",
-                    count(d.files as usize, "file", "files"),
-                    d.insertions,
-                    d.deletions
-                )
-            });
-            let sep = if detail.is_empty() { "" } else { "; " };
-            detail = format!("{detail}{sep}commit `{}`{stat}", &c[..c.len().min(10)]);
-        }
-        if let Some(last) = it.attempts.last() {
-            for note in super::model::gate_notes(last) {
-                let sep = if detail.is_empty() { "" } else { "; " };
-                detail = format!("{detail}{sep}{note}");
-            }
-        }
-        if !it.uncommitted.is_empty() {
-            let sep = if detail.is_empty() { "" } else { "; " };
-            detail = format!(
-                "{detail}{sep}left uncommitted: {}",
-                it.uncommitted
-                    .iter()
-                    .map(|f| format!("`{f}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
-            cell(&it.repo),
-            cell(&it.id),
-            mark,
-            cell(it.model.as_deref().unwrap_or("")),
-            {
-                // Passes the provider failed do not use up attempts: counted apart.
-                let retries = it.attempts.iter().filter(|a| provider(a)).count();
-                let attempts = it.attempts.len() - retries;
-                match retries {
-                    0 => attempts.to_string(),
-                    n => format!(
-                        "{attempts} (+{})",
-                        count(n, "provider retry", "provider retries")
-                    ),
-                }
-            },
-            cell(&detail)
-        ));
+        append(&mut detail, &what);
     }
+    let mark = match it.outcome {
+        ItemOutcome::Completed => "✅ completed",
+        ItemOutcome::Halted => "❌ halted",
+        ItemOutcome::Failed => "💥 failed",
+        ItemOutcome::Skipped => "⏭️ skipped",
+        ItemOutcome::Held => "⏸️ held",
+        ItemOutcome::Cancelled => "⛔ cancelled",
+    };
+    let mark = if it.marks.is_empty() {
+        mark.to_string()
+    } else {
+        format!("{mark} ({})", it.marks.join(", "))
+    };
+    if let Some(c) = &it.commit {
+        let stat = it.diffstat.as_ref().map_or(String::new(), |d| {
+            format!(
+                ": {}, +{} −{}",
+                count(d.files as usize, "file", "files"),
+                d.insertions,
+                d.deletions
+            )
+        });
+        append(
+            &mut detail,
+            &format!("commit `{}`{stat}", &c[..c.len().min(10)]),
+        );
+    }
+    if let Some(last) = it.attempts.last() {
+        for note in super::model::gate_notes(last) {
+            append(&mut detail, &note);
+        }
+    }
+    if !it.uncommitted.is_empty() {
+        let files: Vec<String> = it.uncommitted.iter().map(|f| format!("`{f}`")).collect();
+        append(
+            &mut detail,
+            &format!("left uncommitted: {}", files.join(", ")),
+        );
+    }
+    // Passes the provider failed do not use up attempts: counted apart.
+    let retries = it
+        .attempts
+        .iter()
+        .filter(|a| {
+            a.worker
+                .as_ref()
+                .is_some_and(|w| w.class == crate::vocab::WorkerClass::Provider)
+        })
+        .count();
+    let attempts = it.attempts.len() - retries;
+    let attempts = match retries {
+        0 => attempts.to_string(),
+        n => format!(
+            "{attempts} (+{})",
+            count(n, "provider retry", "provider retries")
+        ),
+    };
+    format!(
+        "| {} | {} | {} | {} | {} | {} |\n",
+        cell(&it.repo),
+        cell(&it.id),
+        mark,
+        cell(it.model.as_deref().unwrap_or("")),
+        attempts,
+        cell(&detail)
+    )
+}
+
+/// The held items and why.
+fn held(out: &mut String, r: &Report) {
     let held: Vec<_> = r
         .items
         .iter()
         .filter(|i| i.outcome == ItemOutcome::Held)
         .collect();
-    if !held.is_empty() {
-        out.push_str("\n## Held\n\n");
-        for it in held {
-            out.push_str(&format!(
-                "- `{}/{}` — {}{}\n",
-                it.repo,
-                it.id,
-                it.reason.as_deref().unwrap_or("held"),
-                it.cause
-                    .as_deref()
-                    .map(|c| format!(": {}", cell(c)))
-                    .unwrap_or_default()
-            ));
-        }
+    if held.is_empty() {
+        return;
     }
+    out.push_str("\n## Held\n\n");
+    for it in held {
+        out.push_str(&format!(
+            "- `{}/{}` — {}{}\n",
+            it.repo,
+            it.id,
+            it.reason.as_deref().unwrap_or("held"),
+            it.cause
+                .as_deref()
+                .map(|c| format!(": {}", cell(c)))
+                .unwrap_or_default()
+        ));
+    }
+}
+
+/// Each halted or failed item, pass by pass: its worker, its gates and their output.
+fn failures(out: &mut String, r: &Report) {
     let failing: Vec<_> = r
         .items
         .iter()
         .filter(|i| matches!(i.outcome, ItemOutcome::Halted | ItemOutcome::Failed))
         .collect();
-    if !failing.is_empty() {
-        out.push_str("\n## Failures\n");
-        for it in failing {
-            out.push_str(&format!("\n### {}/{}\n\n", it.repo, it.id));
-            for a in &it.attempts {
-                let w = a.worker.as_ref().map_or("not run".to_string(), |w| {
-                    let exit = w
-                        .exit
-                        .map_or("no exit code".to_string(), |c| format!("exit {c}"));
-                    let ended = w
-                        .ended
-                        .as_deref()
-                        .map_or(String::new(), |e| format!("; ended: {}", cell(e)));
-                    format!(
-                        "worker {} ({exit}{ended}, {:.1} s)",
-                        w.class.as_str(),
-                        w.duration_ms as f64 / 1000.0
-                    )
-                });
-                let on = a
-                    .model
-                    .as_deref()
-                    .map(|m| format!(" on `{m}`"))
-                    .unwrap_or_default();
-                out.push_str(&format!("- pass {}{on}: {w}\n", a.n));
-                if let Some(w) = &a.worker
-                    && !w.output_tail.is_empty()
-                {
-                    fence(&mut out, &w.output_tail);
-                }
-                for g in &a.gates {
-                    let cached = if g.cached.is_some() { " (cached)" } else { "" };
-                    out.push_str(&format!(
-                        "  - gate `{}`: {}{cached}\n",
-                        g.name,
-                        g.result.as_str()
-                    ));
-                    if let Some(f) = &g.failures {
-                        for (what, lines) in [("new", &f.new), ("forgiven", &f.forgiven)] {
-                            for l in lines {
-                                out.push_str(&format!(
-                                    "    - {what}: `{}`\n",
-                                    cell(l).replace('`', "'")
-                                ));
-                            }
-                        }
-                    }
-                    if !g.output_tail.is_empty() && g.result != crate::vocab::GateResult::Passed {
-                        fence(&mut out, &g.output_tail);
-                    }
+    if failing.is_empty() {
+        return;
+    }
+    out.push_str("\n## Failures\n");
+    for it in failing {
+        out.push_str(&format!("\n### {}/{}\n\n", it.repo, it.id));
+        for a in &it.attempts {
+            pass(out, a);
+        }
+    }
+}
+
+/// One pass of a failing item.
+fn pass(out: &mut String, a: &super::model::AttemptReport) {
+    let w = a.worker.as_ref().map_or("not run".to_string(), |w| {
+        let exit = w
+            .exit
+            .map_or("no exit code".to_string(), |c| format!("exit {c}"));
+        let ended = w
+            .ended
+            .as_deref()
+            .map_or(String::new(), |e| format!("; ended: {}", cell(e)));
+        format!(
+            "worker {} ({exit}{ended}, {:.1} s)",
+            w.class.as_str(),
+            w.duration_ms as f64 / 1000.0
+        )
+    });
+    let on = a
+        .model
+        .as_deref()
+        .map(|m| format!(" on `{m}`"))
+        .unwrap_or_default();
+    out.push_str(&format!("- pass {}{on}: {w}\n", a.n));
+    if let Some(w) = &a.worker
+        && !w.output_tail.is_empty()
+    {
+        fence(out, &w.output_tail);
+    }
+    for g in &a.gates {
+        let cached = if g.cached.is_some() { " (cached)" } else { "" };
+        out.push_str(&format!(
+            "  - gate `{}`: {}{cached}\n",
+            g.name,
+            g.result.as_str()
+        ));
+        if let Some(f) = &g.failures {
+            for (what, lines) in [("new", &f.new), ("forgiven", &f.forgiven)] {
+                for l in lines {
+                    out.push_str(&format!("    - {what}: `{}`\n", cell(l).replace('`', "'")));
                 }
             }
         }
+        if !g.output_tail.is_empty() && g.result != crate::vocab::GateResult::Passed {
+            fence(out, &g.output_tail);
+        }
     }
-    // Logs that lack output: a full disk (the run exited 4 for them), or output past the limit.
+}
+
+/// Logs that lack output: a full disk (the run exited 4 for them), or output past the limit.
+fn incomplete_logs(out: &mut String, r: &Report) {
     let mut incomplete = Vec::new();
     for it in &r.items {
         for a in &it.attempts {
@@ -320,5 +352,4 @@ pub fn render(r: &Report) -> String {
         out.push_str("\n## Incomplete logs\n\n");
         out.extend(incomplete);
     }
-    out
 }
