@@ -227,81 +227,17 @@ pub(super) fn discover(
 ) -> Vec<usize> {
     let mut matched = vec![0; loaded.manifest.discover.len()];
     let repo_root = std::fs::canonicalize(&l.path).ok();
-    let m = &loaded.manifest;
     let mut ids: HashMap<String, String> = items
         .iter()
         .map(|i| (i.id.clone(), "an explicit item".to_string()))
         .collect();
-    for (di, d) in m.discover.iter().enumerate() {
+    for (di, d) in loaded.manifest.discover.iter().enumerate() {
         let Ok(matcher) = compile_glob(&d.glob) else {
             continue;
         };
-        let (base, depth) = glob_root(&d.glob);
-        let root = l.path.join(&base);
-        if !root.is_dir() {
+        let Some(mut matches) = walk(l, di, &d.glob, &matcher, repo_root.as_deref(), notes) else {
             continue;
-        }
-        // The folder the walk starts from is inside the repository, or nothing is matched
-        // under it: a tracked link to a folder elsewhere (`tasks -> /x/tasks`) would make
-        // files outside the repository work items.
-        if let Some(top) = &repo_root
-            && !std::fs::canonicalize(&root).is_ok_and(|r| r.starts_with(top))
-        {
-            notes.push(format!(
-                "`discover[{di}]` in repository `{}`: `{}` leads outside the repository (a link); nothing under it is matched",
-                l.name,
-                printable(&base.to_string_lossy())
-            ));
-            continue;
-        }
-        let mut walker = walkdir::WalkDir::new(&root).min_depth(1);
-        if let Some(depth) = depth {
-            walker = walker.max_depth(depth);
-        }
-        let mut matches = Vec::new();
-        let mut it = walker.into_iter();
-        while let Some(entry) = it.next() {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) => {
-                    let at = e.path().unwrap_or(&root).display().to_string();
-                    notes.push(format!(
-                        "`discover[{di}]` in repository `{}`: cannot read `{at}`: {e}",
-                        l.name
-                    ));
-                    continue;
-                }
-            };
-            if entry.file_type().is_dir() {
-                if entry.file_name() == ".git" {
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-            let Ok(rel) = entry.path().strip_prefix(&l.path) else {
-                continue;
-            };
-            let rel = rel.to_string_lossy().replace('\\', "/");
-            if matcher.is_match(&rel) {
-                // Discovery never leaves the repository: a link that resolves outside it (or
-                // nowhere) is not work to hand a worker.
-                if entry.path_is_symlink() {
-                    let inside = match (std::fs::canonicalize(entry.path()), &repo_root) {
-                        (Ok(target), Some(root)) => target.starts_with(root),
-                        _ => false,
-                    };
-                    if !inside {
-                        notes.push(format!(
-                            "`discover[{di}]` in repository `{}`: `{}` is a link that leads outside the repository; skipped",
-                            l.name,
-                            printable(&rel)
-                        ));
-                        continue;
-                    }
-                }
-                matches.push(rel);
-            }
-        }
+        };
         // What the rule matched here, committed or not: a rule that matches nothing anywhere
         // is warned of apart from files it matched that are not committed.
         matched[di] = matches.len();
@@ -309,154 +245,261 @@ pub(super) fn discover(
         if d.branch.is_some() {
             matches = seen_on_branch(l, di, &d.glob, &matcher, matches, committed, notes);
         }
+        let rule = Rule { l, di, d };
         for rel in matches {
-            // A path is named in messages with its control characters escaped: a folder name
-            // can hold a newline or a terminal escape.
-            let shown = printable(&rel);
-            let p = Path::new(&rel);
-            let dir = p
-                .parent()
-                .map(|d| d.to_string_lossy().to_string())
-                .filter(|d| !d.is_empty())
-                .unwrap_or_else(|| ".".into());
-            let name = p
-                .file_name()
-                .map(|f| f.to_string_lossy().to_string())
-                .unwrap_or_default();
-            let stem = p
-                .file_stem()
-                .map(|f| f.to_string_lossy().to_string())
-                .unwrap_or_default();
-            let parent = p
-                .parent()
-                .and_then(|d| d.file_name())
-                .map(|f| f.to_string_lossy().to_string())
-                .unwrap_or_else(|| l.name.clone());
-            let lookup = |n: &str| -> Option<String> {
-                match n {
-                    "repo" => Some(l.name.clone()),
-                    "match.path" => Some(rel.clone()),
-                    "match.dir" => Some(dir.clone()),
-                    "match.name" => Some(name.clone()),
-                    "match.stem" => Some(stem.clone()),
-                    "match.parent" => Some(parent.clone()),
-                    _ => None,
-                }
-            };
-            let id = match template::render(&d.id, lookup) {
-                Ok(id) => id,
-                Err(e) => {
-                    problems.push(
-                        Problem::new("invalid-template", format!("discover[{di}].id"), e)
-                            .at(d.span),
-                    );
-                    continue;
-                }
-            };
-            if !valid_item_id(&id) {
-                problems.push(
-                    Problem::new(
-                        "invalid-id",
-                        format!("discover[{di}].id"),
-                        format!("`{shown}` in repository `{}` yields the id `{}`, which is not a valid item id", l.name, printable(&id)),
-                    )
-                    .at(d.span),
-                );
-                continue;
-            }
-            if let Some(first) = ids.insert(id.clone(), format!("`{shown}`")) {
-                problems.push(
-                    Problem::new(
-                        "duplicate",
-                        format!("discover[{di}].id"),
-                        format!("`{shown}` in repository `{}` yields the id `{id}`, already taken by {first}", l.name),
-                    )
-                    .at(d.span)
-                    .help("make the `id` template distinguish these matches, e.g. with `{match.dir}`"),
-                );
-                continue;
-            }
-            let mut vars = BTreeMap::new();
-            let mut ok = true;
-            for (k, v) in &d.vars {
-                match template::render(v, lookup) {
-                    Ok(s) => {
-                        vars.insert(k.clone(), s);
-                    }
-                    Err(e) => {
-                        problems.push(
-                            Problem::new("invalid-template", format!("discover[{di}].vars.{k}"), e)
-                                .at(d.span),
-                        );
-                        ok = false;
-                    }
-                }
-            }
-            let branch = match &d.branch {
-                Some(b) => {
-                    let r = template::render(b, |n| {
-                        if n == "item" {
-                            Some(id.clone())
-                        } else {
-                            lookup(n)
-                        }
-                    });
-                    match r {
-                        Ok(b) if crate::support::refname::work_branch_problem(&b).is_none() => {
-                            Some(b)
-                        }
-                        Ok(b) => {
-                            problems.push(
-                                Problem::new(
-                                    "invalid-branch",
-                                    format!("discover[{di}].branch"),
-                                    format!(
-                                        "`{shown}` yields branch `{}`, which git does not accept",
-                                        printable(&b)
-                                    ),
-                                )
-                                .at(d.span),
-                            );
-                            ok = false;
-                            None
-                        }
-                        Err(e) => {
-                            problems.push(
-                                Problem::new(
-                                    "invalid-template",
-                                    format!("discover[{di}].branch"),
-                                    e,
-                                )
-                                .at(d.span),
-                            );
-                            ok = false;
-                            None
-                        }
-                    }
-                }
-                None => None,
-            };
-            if ok {
-                items.push(ItemPlan {
-                    start: None,
-                    estimate_ms: None,
-                    repo: l.name.clone(),
-                    id,
-                    origin: Origin::Discovered,
-                    state: ItemState::Pending,
-                    reason: None,
-                    detail: None,
-                    branch,
-                    continues: None,
-                    behind: None,
-                    replaces: None,
-                    vars,
-                    matched: Some(rel.clone()),
-                });
+            if let Some(item) = rule.item(rel, &mut ids, problems) {
+                items.push(item);
             }
         }
     }
     matched
+}
+
+/// The files of the repository rule `di`'s glob matches, repository-relative with `/`; `None`
+/// when its walk starts in no folder of the repository (a folder it leads outside through a
+/// link is noted). Discovery never leaves the repository: a matching link that resolves outside
+/// it (or nowhere) is noted and skipped.
+fn walk(
+    l: &Located,
+    di: usize,
+    glob: &str,
+    matcher: &globset::GlobMatcher,
+    repo_root: Option<&Path>,
+    notes: &mut Vec<String>,
+) -> Option<Vec<String>> {
+    let (base, depth) = glob_root(glob);
+    let root = l.path.join(&base);
+    if !root.is_dir() {
+        return None;
+    }
+    // The folder the walk starts from is inside the repository, or nothing is matched under
+    // it: a tracked link to a folder elsewhere (`tasks -> /x/tasks`) would make files outside
+    // the repository work items.
+    if let Some(top) = repo_root
+        && !std::fs::canonicalize(&root).is_ok_and(|r| r.starts_with(top))
+    {
+        notes.push(format!(
+            "`discover[{di}]` in repository `{}`: `{}` leads outside the repository (a link); nothing under it is matched",
+            l.name,
+            printable(&base.to_string_lossy())
+        ));
+        return None;
+    }
+    let mut walker = walkdir::WalkDir::new(&root).min_depth(1);
+    if let Some(depth) = depth {
+        walker = walker.max_depth(depth);
+    }
+    let mut matches = Vec::new();
+    let mut it = walker.into_iter();
+    while let Some(entry) = it.next() {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                let at = e.path().unwrap_or(&root).display().to_string();
+                notes.push(format!(
+                    "`discover[{di}]` in repository `{}`: cannot read `{at}`: {e}",
+                    l.name
+                ));
+                continue;
+            }
+        };
+        if entry.file_type().is_dir() {
+            if entry.file_name() == ".git" {
+                it.skip_current_dir();
+            }
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&l.path) else {
+            continue;
+        };
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        if !matcher.is_match(&rel) {
+            continue;
+        }
+        if entry.path_is_symlink() {
+            let inside = match (std::fs::canonicalize(entry.path()), repo_root) {
+                (Ok(target), Some(root)) => target.starts_with(root),
+                _ => false,
+            };
+            if !inside {
+                notes.push(format!(
+                    "`discover[{di}]` in repository `{}`: `{}` is a link that leads outside the repository; skipped",
+                    l.name,
+                    printable(&rel)
+                ));
+                continue;
+            }
+        }
+        matches.push(rel);
+    }
+    Some(matches)
+}
+
+/// One `discover` rule in one repository.
+struct Rule<'a> {
+    l: &'a Located,
+    di: usize,
+    d: &'a crate::manifest::DiscoverSpec,
+}
+
+impl Rule<'_> {
+    /// The item the matched file `rel` becomes: its id, vars and branch rendered from the
+    /// rule's templates. `None`, with the problem recorded, when one cannot be or the id is
+    /// invalid or taken (`ids`: each id taken so far, and by what).
+    fn item(
+        &self,
+        rel: String,
+        ids: &mut HashMap<String, String>,
+        problems: &mut Vec<Problem>,
+    ) -> Option<ItemPlan> {
+        let (l, di, d) = (self.l, self.di, self.d);
+        // A path is named in messages with its control characters escaped: a folder name can
+        // hold a newline or a terminal escape.
+        let shown = printable(&rel);
+        let p = Path::new(&rel);
+        let dir = p
+            .parent()
+            .map(|d| d.to_string_lossy().to_string())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| ".".into());
+        let name = p
+            .file_name()
+            .map(|f| f.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let stem = p
+            .file_stem()
+            .map(|f| f.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let parent = p
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|f| f.to_string_lossy().to_string())
+            .unwrap_or_else(|| l.name.clone());
+        let lookup = |n: &str| -> Option<String> {
+            match n {
+                "repo" => Some(l.name.clone()),
+                "match.path" => Some(rel.clone()),
+                "match.dir" => Some(dir.clone()),
+                "match.name" => Some(name.clone()),
+                "match.stem" => Some(stem.clone()),
+                "match.parent" => Some(parent.clone()),
+                _ => None,
+            }
+        };
+        let id = match template::render(&d.id, lookup) {
+            Ok(id) => id,
+            Err(e) => {
+                problems.push(
+                    Problem::new("invalid-template", format!("discover[{di}].id"), e).at(d.span),
+                );
+                return None;
+            }
+        };
+        if !valid_item_id(&id) {
+            problems.push(
+                Problem::new(
+                    "invalid-id",
+                    format!("discover[{di}].id"),
+                    format!("`{shown}` in repository `{}` yields the id `{}`, which is not a valid item id", l.name, printable(&id)),
+                )
+                .at(d.span),
+            );
+            return None;
+        }
+        if let Some(first) = ids.insert(id.clone(), format!("`{shown}`")) {
+            problems.push(
+                Problem::new(
+                    "duplicate",
+                    format!("discover[{di}].id"),
+                    format!("`{shown}` in repository `{}` yields the id `{id}`, already taken by {first}", l.name),
+                )
+                .at(d.span)
+                .help("make the `id` template distinguish these matches, e.g. with `{match.dir}`"),
+            );
+            return None;
+        }
+        let mut vars = BTreeMap::new();
+        let mut ok = true;
+        for (k, v) in &d.vars {
+            match template::render(v, lookup) {
+                Ok(s) => {
+                    vars.insert(k.clone(), s);
+                }
+                Err(e) => {
+                    problems.push(
+                        Problem::new("invalid-template", format!("discover[{di}].vars.{k}"), e)
+                            .at(d.span),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let branch = match &d.branch {
+            Some(b) => {
+                let rendered = template::render(b, |n| {
+                    if n == "item" {
+                        Some(id.clone())
+                    } else {
+                        lookup(n)
+                    }
+                });
+                let branch = self.branch(rendered, &shown, problems);
+                ok &= branch.is_some();
+                branch
+            }
+            None => None,
+        };
+        ok.then(|| ItemPlan {
+            start: None,
+            estimate_ms: None,
+            repo: l.name.clone(),
+            id,
+            origin: Origin::Discovered,
+            state: ItemState::Pending,
+            reason: None,
+            detail: None,
+            branch,
+            continues: None,
+            behind: None,
+            replaces: None,
+            vars,
+            matched: Some(rel.clone()),
+        })
+    }
+
+    /// The rendered branch of the match `shown`, when git accepts it; else the problem recorded.
+    fn branch(
+        &self,
+        rendered: Result<String, String>,
+        shown: &str,
+        problems: &mut Vec<Problem>,
+    ) -> Option<String> {
+        let (di, d) = (self.di, self.d);
+        match rendered {
+            Ok(b) if crate::support::refname::work_branch_problem(&b).is_none() => Some(b),
+            Ok(b) => {
+                problems.push(
+                    Problem::new(
+                        "invalid-branch",
+                        format!("discover[{di}].branch"),
+                        format!(
+                            "`{shown}` yields branch `{}`, which git does not accept",
+                            printable(&b)
+                        ),
+                    )
+                    .at(d.span),
+                );
+                None
+            }
+            Err(e) => {
+                problems.push(
+                    Problem::new("invalid-template", format!("discover[{di}].branch"), e)
+                        .at(d.span),
+                );
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
