@@ -99,30 +99,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     let only = globset(&opts.only)?;
     let item_filter = globset(&opts.items)?;
     let (located, located_notes) = repos::locate_noting(loaded);
-    let mut problems = Vec::new();
-
-    // Two sources naming one repository would let two runs share a checkout.
-    let mut by_name: HashMap<&str, &Located> = HashMap::new();
-    for l in &located {
-        if let Some(first) = by_name.insert(&l.name, l) {
-            let spec = &loaded.manifest.repositories[l.entry];
-            problems.push(
-                Problem::new(
-                    "duplicate",
-                    format!("repositories[{}]", l.entry),
-                    format!(
-                        "`{}` matches `{}`, but a repository named `{}` is already declared at `repositories[{}]`",
-                        l.location,
-                        l.path.display(),
-                        l.name,
-                        first.entry
-                    ),
-                )
-                .at(spec.span)
-                .help("repository names must be unique"),
-            );
-        }
-    }
+    let (by_name, mut problems) = by_name(loaded, &located);
 
     let analyse_all = || -> Vec<Analysed> {
         located
@@ -170,104 +147,26 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
             }
         }
     }
-
-    // Explicit items whose repository no source produced.
-    for (i, spec) in loaded.manifest.items.iter().enumerate() {
+    let filters = Filters {
+        only: only.as_ref(),
+        items: item_filter.as_ref(),
+        shard: opts.shard,
+    };
+    for spec in &loaded.manifest.items {
         if !by_name.contains_key(spec.repo.as_str()) {
-            let reason_filtered = only
-                .as_ref()
-                .is_some_and(|g| !g.is_match(spec.repo.as_str()))
-                || opts.shard.is_some_and(|s| !s.holds(&spec.repo))
-                || item_filter
-                    .as_ref()
-                    .is_some_and(|g| !g.is_match(spec.id.as_str()));
-            let _ = i;
-            if !reason_filtered
-                && !missing_repositories
-                    .iter()
-                    .any(|m: &MissingRepository| m.name == spec.repo)
-            {
-                let m = MissingRepository {
-                    name: spec.repo.clone(),
-                    detail: "no `glob` entry matched a checkout of this name".into(),
-                };
-                warnings.push(format!(
-                    "repository `{}`, which item `{}` names, is not there: {}; its items are skipped",
-                    m.name, spec.id, m.detail
-                ));
-                missing_repositories.push(m);
-            }
-            per_repo.push(vec![ItemPlan {
-                start: None,
-                estimate_ms: None,
-                repo: spec.repo.clone(),
-                id: spec.id.clone(),
-                origin: Origin::Explicit,
-                state: ItemState::Skipped,
-                reason: Some(if reason_filtered {
-                    HoldReason::Filtered
-                } else {
-                    HoldReason::RepoNotFound
-                }),
-                detail: (!reason_filtered)
-                    .then(|| "no `glob` entry matched a checkout of this name".to_string()),
-                branch: None,
-                continues: None,
-                behind: None,
-                replaces: None,
-                vars: spec.vars.clone(),
-                matched: None,
-            }]);
+            per_repo.push(vec![without_repository(
+                spec,
+                &filters,
+                &mut missing_repositories,
+                &mut warnings,
+            )]);
         }
     }
-
     if !problems.is_empty() {
         return Err(PlanError::Invalid(loaded.error(problems)));
     }
-
-    // A filter that selects nothing is a mistake to name, not an empty plan to report.
-    let mut repo_names: Vec<&str> = located.iter().map(|l| l.name.as_str()).collect();
-    repo_names.extend(loaded.manifest.items.iter().map(|i| i.repo.as_str()));
-    repo_names.sort();
-    repo_names.dedup();
-    if let Some(g) = unmatched(&opts.only, &repo_names) {
-        return Err(PlanError::NoMatch {
-            flag: "--only",
-            glob: g.clone(),
-            what: "repository",
-            known: listing(&repo_names),
-        });
-    }
-    let mut ids: Vec<&str> = per_repo.iter().flatten().map(|i| i.id.as_str()).collect();
-    ids.sort();
-    ids.dedup();
-    if let Some(g) = unmatched(&opts.items, &ids) {
-        return Err(PlanError::NoMatch {
-            flag: "--items",
-            glob: g.clone(),
-            what: "item id",
-            known: listing(&ids),
-        });
-    }
-
-    // Round-robin over repositories: one run per repository at a time, so interleaving lets the
-    // pool fill from the first slot on.
-    let mut items = Vec::new();
-    let mut round = 0;
-    loop {
-        let mut any = false;
-        for list in &per_repo {
-            if let Some(it) = list.get(round) {
-                items.push(it.clone());
-                any = true;
-            }
-        }
-        if !any {
-            break;
-        }
-        round += 1;
-    }
-
+    selects_something(opts, loaded, &located, &per_repo)?;
+    let items = round_robin(&per_repo);
     let mut counts = BTreeMap::new();
     for it in &items {
         *counts.entry(it.state).or_insert(0) += 1;
@@ -297,4 +196,143 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
         warnings,
         missing_repositories,
     })
+}
+
+/// The located repositories by name. Two sources naming one repository would let two runs share
+/// a checkout: each second one is a problem.
+fn by_name<'l>(
+    loaded: &LoadedManifest,
+    located: &'l [Located],
+) -> (HashMap<&'l str, &'l Located>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let mut by_name: HashMap<&str, &Located> = HashMap::new();
+    for l in located {
+        if let Some(first) = by_name.insert(&l.name, l) {
+            let spec = &loaded.manifest.repositories[l.entry];
+            problems.push(
+                Problem::new(
+                    "duplicate",
+                    format!("repositories[{}]", l.entry),
+                    format!(
+                        "`{}` matches `{}`, but a repository named `{}` is already declared at `repositories[{}]`",
+                        l.location,
+                        l.path.display(),
+                        l.name,
+                        first.entry
+                    ),
+                )
+                .at(spec.span)
+                .help("repository names must be unique"),
+            );
+        }
+    }
+    (by_name, problems)
+}
+
+/// What `--only`, `--items` and `--shard` select.
+struct Filters<'a> {
+    only: Option<&'a GlobSet>,
+    items: Option<&'a GlobSet>,
+    shard: Option<shard::Shard>,
+}
+
+/// An explicit item whose repository no source produced: skipped, as filtered out or as its
+/// repository not found (then named among the missing, once).
+fn without_repository(
+    spec: &crate::manifest::ItemSpec,
+    filters: &Filters<'_>,
+    missing: &mut Vec<MissingRepository>,
+    warnings: &mut Vec<String>,
+) -> ItemPlan {
+    let filtered = filters
+        .only
+        .is_some_and(|g| !g.is_match(spec.repo.as_str()))
+        || filters.shard.is_some_and(|s| !s.holds(&spec.repo))
+        || filters.items.is_some_and(|g| !g.is_match(spec.id.as_str()));
+    let detail = "no `glob` entry matched a checkout of this name";
+    if !filtered && !missing.iter().any(|m| m.name == spec.repo) {
+        let m = MissingRepository {
+            name: spec.repo.clone(),
+            detail: detail.into(),
+        };
+        warnings.push(format!(
+            "repository `{}`, which item `{}` names, is not there: {}; its items are skipped",
+            m.name, spec.id, m.detail
+        ));
+        missing.push(m);
+    }
+    ItemPlan {
+        start: None,
+        estimate_ms: None,
+        repo: spec.repo.clone(),
+        id: spec.id.clone(),
+        origin: Origin::Explicit,
+        state: ItemState::Skipped,
+        reason: Some(if filtered {
+            HoldReason::Filtered
+        } else {
+            HoldReason::RepoNotFound
+        }),
+        detail: (!filtered).then(|| detail.to_string()),
+        branch: None,
+        continues: None,
+        behind: None,
+        replaces: None,
+        vars: spec.vars.clone(),
+        matched: None,
+    }
+}
+
+/// A filter that selects nothing is a mistake to name, not an empty plan to report.
+fn selects_something(
+    opts: &PlanOptions,
+    loaded: &LoadedManifest,
+    located: &[Located],
+    per_repo: &[Vec<ItemPlan>],
+) -> Result<(), PlanError> {
+    let mut repo_names: Vec<&str> = located.iter().map(|l| l.name.as_str()).collect();
+    repo_names.extend(loaded.manifest.items.iter().map(|i| i.repo.as_str()));
+    repo_names.sort();
+    repo_names.dedup();
+    if let Some(g) = unmatched(&opts.only, &repo_names) {
+        return Err(PlanError::NoMatch {
+            flag: "--only",
+            glob: g.clone(),
+            what: "repository",
+            known: listing(&repo_names),
+        });
+    }
+    let mut ids: Vec<&str> = per_repo.iter().flatten().map(|i| i.id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    if let Some(g) = unmatched(&opts.items, &ids) {
+        return Err(PlanError::NoMatch {
+            flag: "--items",
+            glob: g.clone(),
+            what: "item id",
+            known: listing(&ids),
+        });
+    }
+    Ok(())
+}
+
+/// Round-robin over repositories: one run per repository at a time, so interleaving lets the
+/// pool fill from the first slot on.
+fn round_robin(per_repo: &[Vec<ItemPlan>]) -> Vec<ItemPlan> {
+    let mut items = Vec::new();
+    let mut round = 0;
+    loop {
+        let mut any = false;
+        for list in per_repo {
+            if let Some(it) = list.get(round) {
+                items.push(it.clone());
+                any = true;
+            }
+        }
+        if !any {
+            break;
+        }
+        round += 1;
+    }
+    items
 }
