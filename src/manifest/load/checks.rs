@@ -198,176 +198,187 @@ impl Cx {
             _ => Vec::new(),
         };
         for (i, r) in repos.iter().enumerate() {
-            let p = index("repositories", i);
-            let rnode = repo_nodes.iter().find(|n| n.span == r.span).copied();
-            let at = |path: &[&str]| -> Span {
-                rnode
-                    .and_then(|n| n.lookup(path))
-                    .map_or(r.span, |n| n.span)
+            let o = Override {
+                p: index("repositories", i),
+                node: repo_nodes.iter().find(|n| n.span == r.span).copied(),
+                span: r.span,
             };
-            let widened = "a repository may narrow the top level but never widen it";
             if let (Some(w), Some(top)) = (&r.worker, worker) {
-                if let Some(t) = w.timeout
-                    && t.0 > top.timeout()
-                {
-                    self.err_help(
-                        "widened-override",
-                        &format!("{p}.worker.timeout"),
-                        at(&["worker", "timeout"]),
-                        format!(
-                            "{} exceeds the top-level worker timeout of {}",
-                            format_duration(t.0),
-                            format_duration(top.timeout())
-                        ),
-                        widened,
-                    );
-                }
-                if let Some(g) = w.grace
-                    && g.0 > top.grace()
-                {
-                    self.err_help(
-                        "widened-override",
-                        &format!("{p}.worker.grace"),
-                        at(&["worker", "grace"]),
-                        format!(
-                            "{} exceeds the top-level worker grace of {}",
-                            format_duration(g.0),
-                            format_duration(top.grace())
-                        ),
-                        widened,
-                    );
-                }
-                if let Some(a) = w.attempts
-                    && a > top.attempts()
-                {
-                    self.err_help(
-                        "widened-override",
-                        &format!("{p}.worker.attempts"),
-                        at(&["worker", "attempts"]),
-                        format!("{a} attempts exceed the top level's {}", top.attempts()),
-                        widened,
-                    );
-                }
+                self.widened_worker(&o, w, top);
             }
             if let Some(rg) = &r.gates {
-                let top_gates = gates.map(Vec::as_slice).unwrap_or(&[]);
-                let ceiling = top_gates
-                    .iter()
-                    .map(Gate::timeout)
-                    .max()
-                    .unwrap_or(DEFAULT_GATE_TIMEOUT);
-                let grace_ceiling = top_gates
-                    .iter()
-                    .map(Gate::grace)
-                    .max()
-                    .unwrap_or(DEFAULT_GRACE);
-                for (gi, g) in rg.iter().enumerate() {
-                    let same = top_gates.iter().find(|t| t.name == g.name);
-                    let (limit, what) = match same {
-                        Some(t) => (
-                            t.timeout(),
-                            format!("the top-level `{}` gate's timeout", t.name),
-                        ),
-                        None => (ceiling, "the longest top-level gate timeout".to_string()),
-                    };
-                    if g.timeout() > limit {
-                        let gis = gi.to_string();
-                        self.err_help(
-                            "widened-override",
-                            &format!("{p}.gates[{gi}].timeout"),
-                            at(&["gates", &gis, "timeout"]),
-                            format!(
-                                "{} exceeds {what} of {}",
-                                format_duration(g.timeout()),
-                                format_duration(limit)
-                            ),
-                            widened,
-                        );
-                    }
-                    let glimit = same.map_or(grace_ceiling, Gate::grace);
-                    if g.grace() > glimit {
-                        let gis = gi.to_string();
-                        self.err_help(
-                            "widened-override",
-                            &format!("{p}.gates[{gi}].grace"),
-                            at(&["gates", &gis, "grace"]),
-                            format!(
-                                "grace {} exceeds the top level's {}",
-                                format_duration(g.grace()),
-                                format_duration(glimit)
-                            ),
-                            widened,
-                        );
-                    }
-                }
+                self.widened_gates(&o, rg, gates.map(Vec::as_slice).unwrap_or(&[]));
             }
             if let Some(rm) = &r.models {
-                match models {
-                    None => self.err_help(
-                        "widened-override",
-                        &format!("{p}.models"),
-                        at(&["models"]),
-                        "the top level names no models, so a repository cannot add any",
-                        widened,
-                    ),
-                    Some(top) => {
-                        let chain = top.chain();
-                        for (mi, model) in rm.chain().iter().enumerate() {
-                            if !chain.contains(model) {
-                                let key: Vec<String> = if mi == 0 {
-                                    vec!["primary".into()]
-                                } else {
-                                    vec!["fallbacks".into(), (mi - 1).to_string()]
-                                };
-                                let keyr: Vec<&str> = std::iter::once("models")
-                                    .chain(key.iter().map(String::as_str))
-                                    .collect();
-                                self.err_help(
-                                    "widened-override",
-                                    &format!("{p}.models"),
-                                    at(&keyr),
-                                    format!(
-                                        "model `{model}` is not in the top-level chain ({})",
-                                        chain.join(", ")
-                                    ),
-                                    widened,
-                                );
-                            }
-                        }
-                    }
-                }
+                self.widened_models(&o, rm, models);
             }
             if let Some(re) = &r.env {
-                let top_pass = env
-                    .map(EnvPolicy::pass)
-                    .unwrap_or_else(|| DEFAULT_ENV_PASS.iter().map(|s| s.to_string()).collect());
-                let top_secrets = env.map(|e| e.secrets.clone()).unwrap_or_default();
-                for (vi, v) in re.pass.iter().flatten().enumerate() {
-                    if !top_pass.contains(v) {
-                        let vis = vi.to_string();
-                        self.err_help(
-                            "widened-override",
-                            &format!("{p}.env.pass[{vi}]"),
-                            at(&["env", "pass", &vis]),
-                            format!("`{v}` is not passed by the top level"),
-                            widened,
-                        );
-                    }
-                }
-                for (vi, v) in re.secrets.iter().enumerate() {
-                    if !top_secrets.contains(v) {
-                        let vis = vi.to_string();
-                        self.err_help(
-                            "widened-override",
-                            &format!("{p}.env.secrets[{vi}]"),
-                            at(&["env", "secrets", &vis]),
-                            format!("`{v}` is not a top-level secret"),
-                            widened,
-                        );
-                    }
-                }
+                self.widened_env(&o, re, env);
             }
         }
+    }
+
+    /// A widened override: `what` at `key` (below the repository's entry) goes beyond the top
+    /// level.
+    fn widened(&mut self, o: &Override<'_>, key: &[&str], what: impl Into<String>) {
+        self.widened_at(o, key, &key.join("."), what);
+    }
+
+    fn widened_worker(&mut self, o: &Override<'_>, w: &WorkerOverride, top: &Worker) {
+        if let Some(t) = w.timeout
+            && t.0 > top.timeout()
+        {
+            let what = format!(
+                "{} exceeds the top-level worker timeout of {}",
+                format_duration(t.0),
+                format_duration(top.timeout())
+            );
+            self.widened(o, &["worker", "timeout"], what);
+        }
+        if let Some(g) = w.grace
+            && g.0 > top.grace()
+        {
+            let what = format!(
+                "{} exceeds the top-level worker grace of {}",
+                format_duration(g.0),
+                format_duration(top.grace())
+            );
+            self.widened(o, &["worker", "grace"], what);
+        }
+        if let Some(a) = w.attempts
+            && a > top.attempts()
+        {
+            let what = format!("{a} attempts exceed the top level's {}", top.attempts());
+            self.widened(o, &["worker", "attempts"], what);
+        }
+    }
+
+    /// A repository's gate may not run or linger longer than the top-level gate of its name, or
+    /// (a gate of its own) than the longest top-level one.
+    fn widened_gates(&mut self, o: &Override<'_>, rg: &[Gate], top_gates: &[Gate]) {
+        let ceiling = top_gates
+            .iter()
+            .map(Gate::timeout)
+            .max()
+            .unwrap_or(DEFAULT_GATE_TIMEOUT);
+        let grace_ceiling = top_gates
+            .iter()
+            .map(Gate::grace)
+            .max()
+            .unwrap_or(DEFAULT_GRACE);
+        for (gi, g) in rg.iter().enumerate() {
+            let gis = gi.to_string();
+            let same = top_gates.iter().find(|t| t.name == g.name);
+            let (limit, what) = match same {
+                Some(t) => (
+                    t.timeout(),
+                    format!("the top-level `{}` gate's timeout", t.name),
+                ),
+                None => (ceiling, "the longest top-level gate timeout".to_string()),
+            };
+            if g.timeout() > limit {
+                let what = format!(
+                    "{} exceeds {what} of {}",
+                    format_duration(g.timeout()),
+                    format_duration(limit)
+                );
+                let shown = format!("gates[{gi}].timeout");
+                self.widened_at(o, &["gates", &gis, "timeout"], &shown, what);
+            }
+            let glimit = same.map_or(grace_ceiling, Gate::grace);
+            if g.grace() > glimit {
+                let what = format!(
+                    "grace {} exceeds the top level's {}",
+                    format_duration(g.grace()),
+                    format_duration(glimit)
+                );
+                let shown = format!("gates[{gi}].grace");
+                self.widened_at(o, &["gates", &gis, "grace"], &shown, what);
+            }
+        }
+    }
+
+    /// A repository's models come from the top-level chain.
+    fn widened_models(&mut self, o: &Override<'_>, rm: &Models, top: Option<&Models>) {
+        let Some(top) = top else {
+            let what = "the top level names no models, so a repository cannot add any";
+            self.widened_at(o, &["models"], "models", what);
+            return;
+        };
+        let chain = top.chain();
+        for (mi, model) in rm.chain().iter().enumerate() {
+            if chain.contains(model) {
+                continue;
+            }
+            let fallback = mi.saturating_sub(1).to_string();
+            let key: &[&str] = if mi == 0 {
+                &["models", "primary"]
+            } else {
+                &["models", "fallbacks", &fallback]
+            };
+            let what = format!(
+                "model `{model}` is not in the top-level chain ({})",
+                chain.join(", ")
+            );
+            self.widened_at(o, key, "models", what);
+        }
+    }
+
+    /// [`Cx::widened`], named at `shown` below the repository's entry rather than at `key`.
+    fn widened_at(&mut self, o: &Override<'_>, key: &[&str], shown: &str, what: impl Into<String>) {
+        self.err_help(
+            "widened-override",
+            &format!("{}.{shown}", o.p),
+            o.at(key),
+            what,
+            "a repository may narrow the top level but never widen it",
+        );
+    }
+
+    /// A repository passes and holds as secret only what the top level does.
+    fn widened_env(&mut self, o: &Override<'_>, re: &EnvPolicy, top: Option<&EnvPolicy>) {
+        let top_pass = top
+            .map(EnvPolicy::pass)
+            .unwrap_or_else(|| DEFAULT_ENV_PASS.iter().map(|s| s.to_string()).collect());
+        let top_secrets = top.map(|e| e.secrets.clone()).unwrap_or_default();
+        for (vi, v) in re.pass.iter().flatten().enumerate() {
+            if !top_pass.contains(v) {
+                let what = format!("`{v}` is not passed by the top level");
+                self.widened_at(
+                    o,
+                    &["env", "pass", &vi.to_string()],
+                    &format!("env.pass[{vi}]"),
+                    what,
+                );
+            }
+        }
+        for (vi, v) in re.secrets.iter().enumerate() {
+            if !top_secrets.contains(v) {
+                let what = format!("`{v}` is not a top-level secret");
+                self.widened_at(
+                    o,
+                    &["env", "secrets", &vi.to_string()],
+                    &format!("env.secrets[{vi}]"),
+                    what,
+                );
+            }
+        }
+    }
+}
+
+/// A repository entry whose overrides are checked: its path in problems, and where it is.
+struct Override<'n> {
+    p: String,
+    node: Option<&'n Node>,
+    span: Span,
+}
+
+impl Override<'_> {
+    /// Where `path` below the entry is written, or the entry itself.
+    fn at(&self, path: &[&str]) -> Span {
+        self.node
+            .and_then(|n| n.lookup(path))
+            .map_or(self.span, |n| n.span)
     }
 }
 
