@@ -154,7 +154,63 @@ pub(crate) fn launch(
     let mut join_fds = [-1; MAX_JOIN];
     join_fds[..join.len()].copy_from_slice(join);
     let failed = LaunchError::Failed;
-    let c = |b: Vec<u8>| CString::new(b).map_err(|e| failed(io::Error::other(e)));
+    let (program, argv, env, cwd) = exec_strings(program, args, env, cwd)?;
+    // Read only after the child has exited, when it holds either nothing or the error number.
+    let (status_rx, status_tx) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(|e| failed(e.into()))?;
+    let mut image = Box::new(ChildImage {
+        program,
+        argv_ptrs: argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain([std::ptr::null()])
+            .collect(),
+        _argv: argv,
+        env_ptrs: env
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain([std::ptr::null()])
+            .collect(),
+        _env: env,
+        cwd,
+        parent: own_pid(),
+        stdio,
+        inherit,
+        status: status_tx.as_raw_fd(),
+        join: join_fds,
+        join_len: join.len(),
+        join_from: 0,
+    });
+    let mut stack = take_stack();
+    let mut pidfd: libc::c_int = -1;
+    let into = into.filter(|_| !join.is_empty());
+    // SAFETY: `image` and `stack` are kept alive and unchanged until the child has called
+    // `execve` or exited (they go into `Launched`, or are dropped only once it is reaped).
+    let pid = match unsafe { create(&mut image, &mut stack, into, &mut pidfd) } {
+        Ok(pid) => pid,
+        Err(err) => {
+            // No child was created: starting it another way is safe.
+            if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+                mark_unsupported();
+                return Err(LaunchError::Unsupported);
+            }
+            return Err(failed(err));
+        }
+    };
+    drop(status_tx);
+    watched(pid, pidfd, status_rx, (image, stack))
+}
+
+/// The child's program, argument vector (the program first), environment (`KEY=value`) and
+/// folder as C strings; a NUL byte in any is an error.
+fn exec_strings(
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    cwd: &Path,
+) -> Result<(CString, Vec<CString>, Vec<CString>, CString), LaunchError> {
+    let c = |b: Vec<u8>| CString::new(b).map_err(|e| LaunchError::Failed(io::Error::other(e)));
     let argv: Vec<CString> = std::iter::once(Ok(c(program.as_os_str().as_bytes().to_vec())?))
         .chain(args.iter().map(|a| c(a.as_bytes().to_vec())))
         .collect::<Result<_, _>>()?;
@@ -168,55 +224,44 @@ pub(crate) fn launch(
             c(var)
         })
         .collect::<Result<_, _>>()?;
-    // Read only after the child has exited, when it holds either nothing or the error number.
-    let (status_rx, status_tx) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(|e| failed(e.into()))?;
-    let mut image = Box::new(ChildImage {
-        program: c(program.as_os_str().as_bytes().to_vec())?,
-        argv_ptrs: argv
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain([std::ptr::null()])
-            .collect(),
-        _argv: argv,
-        env_ptrs: env
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain([std::ptr::null()])
-            .collect(),
-        _env: env,
-        cwd: c(cwd.as_os_str().as_bytes().to_vec())?,
-        parent: own_pid(),
-        stdio,
-        inherit,
-        status: status_tx.as_raw_fd(),
-        join: join_fds,
-        join_len: join.len(),
-        join_from: 0,
-    });
-    let mut stack = take_stack();
-    let mut pidfd: libc::c_int = -1;
-    // SAFETY: the child runs `child` on `stack` with `image`, both kept alive and unchanged until
-    // it has called `execve` or exited (see `Launched`); `child` makes raw system calls only.
-    // All signals are blocked across `clone` so that no handler runs in the child before it has
-    // reset them, and the mask is restored in runner right after.
-    let pid = unsafe {
+    Ok((
+        c(program.as_os_str().as_bytes().to_vec())?,
+        argv,
+        env,
+        c(cwd.as_os_str().as_bytes().to_vec())?,
+    ))
+}
+
+/// Create the child: in the unified cgroup `into` where the kernel can (`clone3`), else with
+/// `clone`, the child moving itself. Its pidfd in `pidfd` when the kernel gave one. All signals
+/// are blocked across the call so that no handler runs in the child before it has reset them,
+/// and the mask is restored in runner right after.
+///
+/// # Safety
+///
+/// The child runs `child` on `stack` with `image`: both must stay alive and unchanged until it
+/// has called `execve` or exited. `child` makes raw system calls only.
+unsafe fn create(
+    image: &mut ChildImage,
+    stack: &mut Stack,
+    into: Option<RawFd>,
+    pidfd: &mut libc::c_int,
+) -> io::Result<i32> {
+    // SAFETY: as the caller promises; the signal mask is restored before returning.
+    unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let top = stack.as_mut_ptr().add(stack.len()).cast::<c_void>();
-        // Created in the unified cgroup where the kernel can; else (no child was created) the
-        // other way, the child moving itself.
-        let created_in = into.filter(|_| !join.is_empty()).and_then(|cgroup| {
+        let created_in = into.and_then(|cgroup| {
             image.join_from = 1;
             let pid = clone3_into(
                 cgroup,
                 stack.as_mut_ptr().cast(),
                 stack.len() * 16,
                 &raw mut *image,
-                &mut pidfd,
+                pidfd,
             );
             if pid.is_none() {
                 image.join_from = 0;
@@ -231,7 +276,7 @@ pub(crate) fn launch(
                     top,
                     libc::CLONE_VM | libc::CLONE_PIDFD | libc::SIGCHLD,
                     (&raw mut *image).cast::<c_void>(),
-                    &mut pidfd as *mut libc::c_int,
+                    pidfd as *mut libc::c_int,
                 );
                 if pid < 0 {
                     Err(io::Error::last_os_error())
@@ -241,19 +286,19 @@ pub(crate) fn launch(
             }
         };
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        match created {
-            Ok(pid) => pid,
-            Err(err) => {
-                // No child was created: starting it another way is safe.
-                if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
-                    mark_unsupported();
-                    return Err(LaunchError::Unsupported);
-                }
-                return Err(failed(err));
-            }
-        }
-    };
-    drop(status_tx);
+        created
+    }
+}
+
+/// The child just created, in a process group of its own and waited for through its pidfd
+/// (asked for now if the kernel gave none). A child that cannot be waited for is ended and
+/// reaped, and only then is its memory let go.
+fn watched(
+    pid: i32,
+    mut pidfd: libc::c_int,
+    status: OwnedFd,
+    memory: (Box<ChildImage>, Stack),
+) -> Result<Launched, LaunchError> {
     // The child puts itself in a group of its own, and so does runner, so that the group exists
     // when this returns, whichever of the two runs first (a signal to the group then reaches
     // the child).
@@ -265,17 +310,20 @@ pub(crate) fn launch(
         // SAFETY: pidfd_open on the child just created.
         pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
     }
-    if pidfd < 0 {
-        // The child cannot be waited for, so it is ended (it may have started its program: it
-        // is not started again another way).
-        let err = io::Error::last_os_error();
+    let end = |memory: (Box<ChildImage>, Stack)| {
         // SAFETY: signalling and reaping the child just created.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
-        drop((image, stack));
-        return Err(failed(err));
+        drop(memory);
+    };
+    if pidfd < 0 {
+        // The child cannot be waited for, so it is ended (it may have started its program: it
+        // is not started again another way).
+        let err = io::Error::last_os_error();
+        end(memory);
+        return Err(LaunchError::Failed(err));
     }
     // SAFETY: the kernel returned this descriptor for the new child; nothing else owns it.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -284,18 +332,13 @@ pub(crate) fn launch(
         Ok(pidfd) => Ok(Launched {
             pid,
             pidfd,
-            status: status_rx,
-            memory: Some((image, stack)),
+            status,
+            memory: Some(memory),
         }),
         Err(e) => {
             // Not to be waited for asynchronously: end the child, reap it, and only then let go
             // of its memory.
-            // SAFETY: signalling and reaping the child just created.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-            drop((image, stack));
+            end(memory);
             Err(LaunchError::Failed(e.into()))
         }
     }
