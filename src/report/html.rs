@@ -676,6 +676,35 @@ pub(crate) fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Resu
 
 fn write_page(r: &Report, b: &mut Page<'_>) {
     page_start(b, &format!("runner: {} — {}", r.manifest.name, r.run_id));
+    header(r, b);
+    if !r.warnings.is_empty() {
+        b.push_str("<section class=\"warnings\"><h2>Warnings</h2><ul>");
+        for w in &r.warnings {
+            let _ = write!(b, "<li>{}</li>", esc_text(w));
+        }
+        b.push_str("</ul></section>\n");
+    }
+    let t = timeline(r);
+    b.push_str("<section><h2>Timeline</h2>\n");
+    if t.bars.is_empty() {
+        b.push_str("<p class=\"muted\">No attempt ran in this run.</p>\n");
+    } else {
+        timeline_svg(r, &t, b);
+        legend(b);
+    }
+    b.push_str("</section>\n");
+
+    items(r, b);
+    let _ = writeln!(
+        b,
+        "<footer><p class=\"muted\">Written by runner {} from the run's events. <a href=\"../index.html\">All runs</a></p></footer>",
+        esc(&r.runner_version)
+    );
+    page_end(b, RUN_SCRIPT);
+}
+
+/// The page's header: the ending with its counts, the run's facts, its cause and suspect gates.
+fn header(r: &Report, b: &mut Page<'_>) {
     let _ = writeln!(
         b,
         "<header><h1>runner: {} — {}</h1>",
@@ -736,23 +765,10 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
         );
     }
     b.push_str("</div></header>\n");
-    if !r.warnings.is_empty() {
-        b.push_str("<section class=\"warnings\"><h2>Warnings</h2><ul>");
-        for w in &r.warnings {
-            let _ = write!(b, "<li>{}</li>", esc_text(w));
-        }
-        b.push_str("</ul></section>\n");
-    }
-    let t = timeline(r);
-    b.push_str("<section><h2>Timeline</h2>\n");
-    if t.bars.is_empty() {
-        b.push_str("<p class=\"muted\">No attempt ran in this run.</p>\n");
-    } else {
-        timeline_svg(r, &t, b);
-        legend(b);
-    }
-    b.push_str("</section>\n");
+}
 
+/// The items, with the filters over them, each a row that opens on its attempts.
+fn items(r: &Report, b: &mut Page<'_>) {
     b.push_str("<section><h2>Items</h2>\n");
     let mut repos: Vec<&str> = r.items.iter().map(|i| i.repo.as_str()).collect();
     repos.sort_unstable();
@@ -774,56 +790,55 @@ fn write_page(r: &Report, b: &mut Page<'_>) {
     b.push_str("</select></label><span class=\"muted\" id=\"f-count\"></span></div>\n");
     b.push_str("<div class=\"items\"><div class=\"row head\"><span>repository</span><span>item</span><span>outcome</span><span class=\"wide\">model</span><span class=\"wide\">attempts</span><span class=\"wide\">time</span><span class=\"wide\">detail</span></div>\n");
     for (i, it) in r.items.iter().enumerate() {
-        let _ = write!(
-            b,
-            "<details class=\"item\" id=\"{}\" data-outcome=\"{}\" data-repo=\"{}\"><summary class=\"row\">",
-            item_anchor(i),
-            it.outcome.as_str(),
-            esc(&it.repo)
-        );
-        let _ = write!(
-            b,
-            "<span class=\"cell\">{}</span><span class=\"cell mono\">{}</span><span><span class=\"badge o-{o}\">{o}</span></span>",
-            esc(&it.repo),
-            esc(&it.id),
-            o = it.outcome.as_str()
-        );
-        let _ = write!(
-            b,
-            "<span class=\"cell wide mono\">{}</span><span class=\"wide\">{}</span><span class=\"wide\">{}</span><span class=\"cell wide\">{}</span></summary>",
-            esc(it.model.as_deref().unwrap_or("")),
-            it.attempts.len(),
-            duration_of(it).map(human_ms).unwrap_or_default(),
-            esc_text(&detail_of(it))
-        );
-        b.push_str("\n<div class=\"detail\">");
-        if let Some(br) = &it.branch {
-            let _ = write!(b, "<p>branch <code>{}</code>", esc(br));
-            if let Some(w) = &it.worktree {
-                let _ = write!(b, " · worktree <code>{}</code>", esc(w));
-            }
-            b.push_str("</p>\n");
-        }
-        if let Some(w) = &it.waited
-            && (w.lease_ms > 0 || w.backoff_ms > 0)
-        {
-            let _ = writeln!(
-                b,
-                "<p class=\"muted\">waited {} for the repository's lease, {} in provider back-off</p>",
-                human_ms(w.lease_ms),
-                human_ms(w.backoff_ms)
-            );
-        }
-        attempts_html(it, b);
-        b.push_str("</div></details>\n");
+        item_html(i, it, b);
     }
     b.push_str("</div></section>\n");
-    let _ = writeln!(
+}
+
+/// One item's row and its detail.
+fn item_html(i: usize, it: &super::model::ItemReport, b: &mut Page<'_>) {
+    let _ = write!(
         b,
-        "<footer><p class=\"muted\">Written by runner {} from the run's events. <a href=\"../index.html\">All runs</a></p></footer>",
-        esc(&r.runner_version)
+        "<details class=\"item\" id=\"{}\" data-outcome=\"{}\" data-repo=\"{}\"><summary class=\"row\">",
+        item_anchor(i),
+        it.outcome.as_str(),
+        esc(&it.repo)
     );
-    page_end(b, RUN_SCRIPT);
+    let _ = write!(
+        b,
+        "<span class=\"cell\">{}</span><span class=\"cell mono\">{}</span><span><span class=\"badge o-{o}\">{o}</span></span>",
+        esc(&it.repo),
+        esc(&it.id),
+        o = it.outcome.as_str()
+    );
+    let _ = write!(
+        b,
+        "<span class=\"cell wide mono\">{}</span><span class=\"wide\">{}</span><span class=\"wide\">{}</span><span class=\"cell wide\">{}</span></summary>",
+        esc(it.model.as_deref().unwrap_or("")),
+        it.attempts.len(),
+        duration_of(it).map(human_ms).unwrap_or_default(),
+        esc_text(&detail_of(it))
+    );
+    b.push_str("\n<div class=\"detail\">");
+    if let Some(br) = &it.branch {
+        let _ = write!(b, "<p>branch <code>{}</code>", esc(br));
+        if let Some(w) = &it.worktree {
+            let _ = write!(b, " · worktree <code>{}</code>", esc(w));
+        }
+        b.push_str("</p>\n");
+    }
+    if let Some(w) = &it.waited
+        && (w.lease_ms > 0 || w.backoff_ms > 0)
+    {
+        let _ = writeln!(
+            b,
+            "<p class=\"muted\">waited {} for the repository's lease, {} in provider back-off</p>",
+            human_ms(w.lease_ms),
+            human_ms(w.backoff_ms)
+        );
+    }
+    attempts_html(it, b);
+    b.push_str("</div></details>\n");
 }
 
 #[cfg(test)]
