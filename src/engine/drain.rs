@@ -578,7 +578,7 @@ async fn admit(
         }
         Err(e) => {
             lease.release();
-            return Admission::Failed(e);
+            return Admission::Failed(e.to_string());
         }
     };
     let not_ours = match sink.claim(idx) {

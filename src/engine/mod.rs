@@ -29,6 +29,7 @@ pub use drain::drain;
 pub(crate) use drain::end_left;
 pub use run::ClaimAnswer;
 pub use run::DrainEnd;
+pub use run::LockError;
 pub use run::RepoLock;
 pub use run::RunCx;
 pub use run::RunSink;

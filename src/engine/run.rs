@@ -40,7 +40,7 @@ pub trait RunSink {
     /// Take repository `repo`'s lock shared by every runner of the ledger, on whatever machine
     /// (its lease lives in one checkout; other machines have checkouts of their own). A ledger
     /// on one machine has no such lock: the lease is the lock.
-    fn lock_repo(&mut self, _repo: &str) -> Result<RepoLock, String> {
+    fn lock_repo(&mut self, _repo: &str) -> Result<RepoLock, LockError> {
         Ok(RepoLock::NoSharedLock)
     }
     /// Let the lock of [`RunSink::lock_repo`] go.
@@ -63,6 +63,12 @@ pub enum RepoLock {
     /// The ledger has no such lock (one machine: the lease is the lock).
     NoSharedLock,
 }
+
+/// The ledger could not take a repository's shared lock ([`RunSink::lock_repo`]): its own
+/// error, which the engine does not name.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct LockError(pub Box<dyn std::error::Error + Send + Sync>);
 
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! builder, the event stream (`--events`) and the ledger, and answers the engine's questions
 //! that need durable state (claims, leases, pauses). The engine knows it only as a [`RunSink`].
 
-use crate::engine::{ClaimAnswer, RepoLock, RunSink};
+use crate::engine::{ClaimAnswer, LockError, RepoLock, RunSink};
 use crate::events::Event;
 use crate::ledger::store::Store;
 use crate::ledger::{Claim, Holder, ItemKey};
@@ -279,7 +279,7 @@ impl RunSink for Fanout {
         self.ledger.is_shared()
     }
 
-    fn lock_repo(&mut self, repo: &str) -> Result<RepoLock, String> {
+    fn lock_repo(&mut self, repo: &str) -> Result<RepoLock, LockError> {
         if !self.ledger.is_shared() {
             return Ok(RepoLock::NoSharedLock);
         }
@@ -288,9 +288,8 @@ impl RunSink for Fanout {
             Ok(true) => Ok(RepoLock::Held),
             Ok(false) => Ok(RepoLock::Busy),
             Err(e) => {
-                let why = e.to_string();
-                self.fail(e);
-                Err(why)
+                self.fail(&e);
+                Err(LockError(Box::new(e)))
             }
         }
     }
