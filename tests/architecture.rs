@@ -382,3 +382,87 @@ fn the_folder_check_tells_a_files_parent_from_its_siblings() {
     assert!(names_path(&head, "probe", "crate::git::"));
     assert!(!names_path(&head, "local", "crate::git::"));
 }
+
+/// The functions over `limit` lines in `text`: each `fn` whose body, from its line to the brace
+/// that closes it at its own indentation, is longer. `(name, lines)`.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let indent = &l[..l.len() - t.len()];
+        let rest = ["pub(crate) ", "pub(super) ", "pub "]
+            .iter()
+            .fold(t, |t, p| t.strip_prefix(p).unwrap_or(t));
+        let rest = ["const ", "async ", "unsafe ", "extern \"C\" "]
+            .iter()
+            .fold(rest, |t, p| t.strip_prefix(p).unwrap_or(t));
+        let Some(sig) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = sig.chars().take_while(|c| is_ident(*c)).collect();
+        // The body opens where the signature ends with `{`; a declaration ends with `;`.
+        let Some(open) = (i..lines.len())
+            .find(|&j| lines[j].trim_end().ends_with('{') || lines[j].trim_end().ends_with(';'))
+        else {
+            continue;
+        };
+        if lines[open].trim_end().ends_with(';') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = (open + 1..lines.len()).find(|&j| lines[j].trim_end() == close) {
+            let n = end - i + 1;
+            if n > limit {
+                out.push((name, n));
+            }
+        }
+    }
+    out
+}
+
+/// No source file over 1,000 lines, and no function over 150 except the flat matches over a
+/// closed vocabulary that the module's `//!` names as such.
+#[test]
+fn files_and_functions_stay_readable() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut over = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let rel = f.strip_prefix(&src).unwrap().display().to_string();
+        let n = text.lines().count();
+        if n > 1000 {
+            over.push(format!("{rel}: {n} lines"));
+        }
+        let head: String = text
+            .lines()
+            .take_while(|l| l.starts_with("//!") || l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (name, n) in long_functions(&text, 150) {
+            let named = head.contains(&format!("::{name}`]")) && head.contains("flat `match`");
+            if !named {
+                over.push(format!("{rel}: fn {name} is {n} lines"));
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "over the house's sizes:\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn the_size_check_finds_a_long_function() {
+    let mut text =
+        String::from("impl X {\n    pub(crate) async fn long(\n        a: u32,\n    ) -> u32 {\n");
+    for _ in 0..150 {
+        text.push_str("        a += 1;\n");
+    }
+    text.push_str("    }\n\n    fn short() {}\n}\n");
+    assert_eq!(long_functions(&text, 150), vec![("long".to_string(), 154)]);
+    assert!(long_functions(&text, 154).is_empty());
+}
