@@ -87,6 +87,10 @@ pub enum Command {
         /// Print the schema of `plan --shards N --json` (a CI matrix) instead.
         #[arg(long, group = "of")]
         matrix: bool,
+        /// Print the schema of what a tracker source's command prints (`runner.items/v1`)
+        /// instead.
+        #[arg(long, group = "of")]
+        items: bool,
     },
     /// Print shell completions.
     Completions {

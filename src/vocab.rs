@@ -194,6 +194,10 @@ pub enum HoldReason {
     /// Every model of the item's chain was refused by its provider (a key refused or expired,
     /// billing): the next run tries again, once the key is fixed.
     ProviderRefused,
+    /// An item of a tracker that no declared repository takes.
+    Unroutable,
+    /// An item a tracker gave before, whose source could not be read this time.
+    SourceUnreadable,
 }
 
 impl HoldReason {
@@ -210,6 +214,8 @@ impl HoldReason {
             HoldReason::Environment => "environment",
             HoldReason::ProviderUnavailable => "provider-unavailable",
             HoldReason::ProviderRefused => "provider-refused",
+            HoldReason::Unroutable => "unroutable",
+            HoldReason::SourceUnreadable => "source-unreadable",
         }
     }
     /// The state an item with this reason is in.

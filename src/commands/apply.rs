@@ -19,6 +19,7 @@ fn options(args: &ApplyArgs) -> Options {
             items: args.filter.items.clone(),
             shard: args.shard,
             fresh: args.fresh,
+            sources: Vec::new(),
         },
         rerun: args.rerun,
         state: super::shared::state_path(&args.state, Some(&args.manifest)),

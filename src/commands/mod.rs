@@ -157,7 +157,10 @@ pub fn run(cli: Cli) -> i32 {
             plan,
             status,
             matrix,
-        } => schema::run_schema(schema::Of::pick(report, events, plan, status, matrix)),
+            items,
+        } => schema::run_schema(schema::Of::pick(
+            report, events, plan, status, matrix, items,
+        )),
         Command::Completions { shell } => schema::run_completions(shell),
     }
 }

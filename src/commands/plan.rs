@@ -18,23 +18,10 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         Ok(l) => l,
         Err(_) => return error_code,
     };
-    let opts = PlanOptions {
-        only: args.filter.only.clone(),
-        items: args.filter.items.clone(),
-        shard: args.shard,
-        fresh: args.fresh,
-    };
-    let Some(mut plan) = prepare::planned(ui, &loaded, &opts) else {
-        return error_code;
-    };
     let internal = if args.detailed_exitcode {
         EXIT_FAILURES
     } else {
         crate::vocab::EXIT_INTERNAL
-    };
-    // The worker bound `apply` would settle on: the order and the ETA are simulated with it.
-    let Ok(workers) = prepare::settle_workers(ui, &loaded, args.workers) else {
-        return error_code;
     };
     // The ledger is read as it stands: `plan` creates and changes no file.
     let state_path = super::shared::state_path(&args.state, Some(&args.manifest));
@@ -44,6 +31,21 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
             ui.error(e);
             return internal;
         }
+    };
+    let opts = PlanOptions {
+        only: args.filter.only.clone(),
+        items: args.filter.items.clone(),
+        shard: args.shard,
+        fresh: args.fresh,
+        // The trackers are read (their commands only read); what they gave is not remembered.
+        sources: crate::session::sources::read_all(&loaded, ledger.as_ref()),
+    };
+    let Some(mut plan) = prepare::planned(ui, &loaded, &opts) else {
+        return error_code;
+    };
+    // The worker bound `apply` would settle on: the order and the ETA are simulated with it.
+    let Ok(workers) = prepare::settle_workers(ui, &loaded, args.workers) else {
+        return error_code;
     };
     let standing = match &ledger {
         Some(l) => Standing::read(l, &loaded.manifest.name),
@@ -89,6 +91,10 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         }
     } else {
         out!("{}", render_table(&plan, &loaded.display_path));
+    }
+    // A tracker that could not be read is never "nothing to do".
+    if !plan.unreadable_sources.is_empty() {
+        return EXIT_FAILURES;
     }
     let pending = plan.counts.get(&ItemState::Pending).copied().unwrap_or(0);
     if args.detailed_exitcode && pending > 0 {

@@ -27,6 +27,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
         shard: None,
+        sources: Vec::new(),
     };
     let Some(plan) = crate::session::prepare::planned(ui, &loaded, &opts) else {
         return EXIT_INVALID;

@@ -12,17 +12,26 @@ pub enum Of {
     Plan,
     Status,
     Matrix,
+    Items,
 }
 
 impl Of {
     /// From the command line's flags (at most one is set).
-    pub(crate) fn pick(report: bool, events: bool, plan: bool, status: bool, matrix: bool) -> Self {
+    pub(crate) fn pick(
+        report: bool,
+        events: bool,
+        plan: bool,
+        status: bool,
+        matrix: bool,
+        items: bool,
+    ) -> Self {
         [
             (report, Of::Report),
             (events, Of::Events),
             (plan, Of::Plan),
             (status, Of::Status),
             (matrix, Of::Matrix),
+            (items, Of::Items),
         ]
         .into_iter()
         .find_map(|(on, of)| on.then_some(of))
@@ -45,6 +54,7 @@ pub fn text(of: Of) -> Result<String, serde_json::Error> {
         Of::Plan => schema_json::<crate::plan::Plan>(),
         Of::Status => schema_json::<super::status::Status>(),
         Of::Matrix => schema_json::<super::plan::ShardMatrix>(),
+        Of::Items => schema_json::<crate::plan::source::ItemsDoc>(),
     }
 }
 

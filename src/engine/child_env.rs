@@ -28,6 +28,8 @@ pub(crate) struct RunnerVars<'a> {
     pub feedback: Option<&'a Path>,
     /// Where a worker may write what it used (`RUNNER_USAGE`).
     pub usage: Option<&'a Path>,
+    /// A tracker item's brief (`RUNNER_BRIEF`).
+    pub brief: Option<&'a Path>,
     /// Variables runner sets unless `env.pass` or the worker's `env` did (a build cache per
     /// repository for items in worktrees).
     pub defaults: &'a [(String, String)],
@@ -81,6 +83,9 @@ pub(crate) fn child_env(
     if let Some(u) = v.usage {
         set("RUNNER_USAGE", u.to_string_lossy().to_string());
     }
+    if let Some(b) = v.brief {
+        set("RUNNER_BRIEF", b.to_string_lossy().to_string());
+    }
     env
 }
 
@@ -116,6 +121,7 @@ mod tests {
             max_workers: 3,
             feedback,
             usage: None,
+            brief: None,
             defaults: &[],
         }
     }

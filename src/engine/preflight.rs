@@ -178,6 +178,7 @@ pub(crate) async fn probe_models(
                 max_workers: 1,
                 feedback: None,
                 usage: None,
+                brief: None,
                 defaults: &[],
             },
         );

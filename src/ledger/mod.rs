@@ -445,6 +445,18 @@ pub trait Ledger: History {
     ) -> Result<()>;
     /// Lift a pause; whether there was one.
     fn clear_paused(&mut self, manifest: &str) -> Result<bool>;
+    /// What source `source` of `manifest` gave the last time a run read it (`runner.items/v1`
+    /// JSON), if a run ever did.
+    fn source_items(&self, manifest: &str, source: &str) -> Result<Option<String>>;
+    /// Remember what source `source` of `manifest` gave now: held `source-unreadable` by a later
+    /// run that cannot read it.
+    fn set_source_items(
+        &mut self,
+        manifest: &str,
+        source: &str,
+        items: &str,
+        at: &str,
+    ) -> Result<()>;
 
     /// Whether several machines' runners share this ledger (PostgreSQL).
     fn is_shared(&self) -> bool {

@@ -51,6 +51,9 @@ pub struct Manifest {
     /// Items discovered in every repository by a file glob.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub discover: Vec<DiscoverSpec>,
+    /// Items read from trackers: each source is a command printing `runner.items/v1` JSON.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<EnvPolicy>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -538,6 +541,43 @@ pub struct DiscoverSpec {
     #[serde(skip)]
     #[schemars(skip)]
     pub span: Span,
+}
+
+/// A tracker the items come from: a command that prints its open items as `runner.items/v1`
+/// JSON (see `schemas/items.schema.json`), following the tracker's pages to the end.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SourceSpec {
+    /// Names the source; its items' ids are `<name>-<id>`. `[A-Za-z0-9._-]`.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._-]+$"))]
+    pub name: String,
+    /// Prints the items; run as written (no placeholders) in the manifest's folder with the
+    /// manifest's `env`, at `plan` and `apply`. It must only read.
+    pub run: CommandSpec,
+    /// The longest the command may take (default 2m).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSpec>,
+    /// The repository of an item that names none and carries none of `labels`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// A label naming the repository of an item that carries it (`{"area:web": web}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The work branch of its items (a template over `{repo}` and `{item}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Values for `{item.<var>}` every item of the source gets (an item's own win).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub span: Span,
+}
+
+impl SourceSpec {
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(Duration::from_secs(120), |d| d.0)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]

@@ -33,6 +33,7 @@ pub(super) fn analyse(
     only: Option<&GlobSet>,
     item_filter: Option<&GlobSet>,
     opts: &PlanOptions,
+    from_sources: &[ItemPlan],
 ) -> Analysed {
     let m = &loaded.manifest;
     let mut problems = Vec::new();
@@ -42,7 +43,8 @@ pub(super) fn analyse(
         .items
         .iter()
         .any(|it| it.repo == l.name && it.branch.is_none())
-        || m.discover.iter().any(|d| d.branch.is_none());
+        || m.discover.iter().any(|d| d.branch.is_none())
+        || from_sources.iter().any(|it| it.branch.is_none());
     let (mut repo, probe, known_dirty) = look(loaded, l, wants_dirty);
 
     // Items: explicit ones first, in manifest order, then discovered ones sorted by path.
@@ -55,6 +57,20 @@ pub(super) fn analyse(
             probe.as_ref().and_then(|p| p.branch.clone()),
         );
         matched = discover(loaded, l, &mut items, &mut problems, &mut notes, &mut seen);
+    }
+    // Then the trackers' items, in the order their sources gave them; an id the manifest's own
+    // items took is the manifest's.
+    for it in from_sources {
+        if items.iter().any(|i| i.id == it.id) {
+            notes.push(format!(
+                "item `{}` of source `{}` has the id of an item of repository `{}` already; skipped",
+                it.id,
+                it.source.as_ref().map_or("", |s| s.name.as_str()),
+                l.name
+            ));
+            continue;
+        }
+        items.push(it.clone());
     }
     if let Some(current) = probe.as_ref().and_then(|p| p.branch.as_deref()) {
         problems.extend(checked_out_branch(current, &items, l));
@@ -230,6 +246,7 @@ fn explicit_items(
                 replaces: None,
                 vars: it.vars.clone(),
                 matched: None,
+                source: None,
             }
         })
         .collect()

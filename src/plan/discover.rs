@@ -464,6 +464,7 @@ impl Rule<'_> {
             replaces: None,
             vars,
             matched: Some(rel.clone()),
+            source: None,
         })
     }
 

@@ -14,6 +14,7 @@ pub mod order;
 pub mod past;
 pub mod repos;
 pub mod shard;
+pub mod source;
 
 pub use analyse::backup_branch;
 use analyse::{Analysed, analyse};
@@ -100,11 +101,23 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     let item_filter = globset(&opts.items)?;
     let (located, located_notes) = repos::locate_noting(loaded);
     let (by_name, mut problems) = by_name(loaded, &located);
+    let names: Vec<&str> = located.iter().map(|l| l.name.as_str()).collect();
+    let routed = source::route(&loaded.manifest.sources, &opts.sources, &names);
 
     let analyse_all = || -> Vec<Analysed> {
         located
             .par_iter()
-            .map(|l| analyse(loaded, l, only.as_ref(), item_filter.as_ref(), opts))
+            .map(|l| {
+                let from_sources = routed.by_repo.get(&l.name).map_or(&[][..], Vec::as_slice);
+                analyse(
+                    loaded,
+                    l,
+                    only.as_ref(),
+                    item_filter.as_ref(),
+                    opts,
+                    from_sources,
+                )
+            })
             .collect()
     };
     // A pool of its own that ends with the plan: the drain that follows then has no idle threads,
@@ -118,6 +131,8 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
     let mut repositories = Vec::with_capacity(analysed.len());
     let mut per_repo: Vec<Vec<ItemPlan>> = Vec::with_capacity(analysed.len());
     let mut warnings = located_notes;
+    warnings.extend(routed.warnings);
+    let unreadable_sources = routed.unreadable;
     let mut missing_repositories = Vec::new();
     let mut matched = vec![0usize; loaded.manifest.discover.len()];
     let any_found = analysed.iter().any(|a| a.repo.status == RepoStatus::Found);
@@ -162,6 +177,11 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
             )]);
         }
     }
+    // Tracker items held whatever their repository's state: unroutable, or from a source that
+    // could not be read.
+    if !routed.held.is_empty() {
+        per_repo.push(routed.held);
+    }
     if !problems.is_empty() {
         return Err(PlanError::Invalid(loaded.error(problems)));
     }
@@ -195,6 +215,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
         counts,
         warnings,
         missing_repositories,
+        unreadable_sources,
     })
 }
 
@@ -280,6 +301,7 @@ fn without_repository(
         replaces: None,
         vars: spec.vars.clone(),
         matched: None,
+        source: None,
     }
 }
 

@@ -30,6 +30,9 @@ pub struct Plan {
     /// typo'd path or a vanished checkout is a failure of the run, never silent success.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_repositories: Vec<MissingRepository>,
+    /// Trackers (`sources`) that could not be read: never "nothing to do"; the run exits 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable_sources: Vec<UnreadableSource>,
     /// With history: when the drain is expected to end, and the earliest any drain could.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<Expected>,
@@ -41,6 +44,15 @@ pub struct MissingRepository {
     pub name: String,
     /// Why: the folder does not exist, is not a git checkout, no `glob` entry produced it.
     pub detail: String,
+}
+
+/// A tracker source that could not be read, and why.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+pub struct UnreadableSource {
+    pub name: String,
+    pub detail: String,
+    /// The items it gave the last time it was read, now held `source-unreadable`.
+    pub held: usize,
 }
 
 /// The drain simulated with the estimates.
@@ -116,6 +128,8 @@ pub struct RepoPlan {
 pub enum Origin {
     Explicit,
     Discovered,
+    /// Read from a tracker (`sources`).
+    Source,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -147,6 +161,9 @@ pub struct ItemPlan {
     /// For discovered items, the matched file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub matched: Option<String>,
+    /// For items of a tracker, the source and the tracker's item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<super::source::SourceRef>,
     /// A pending item's place in the expected admission order (1 = first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<usize>,
@@ -168,6 +185,8 @@ pub struct PlanOptions {
     /// Start items whose work branch exists again from the base (`--fresh`), keeping the old
     /// branch under a backup name.
     pub fresh: bool,
+    /// What each of the manifest's `sources` gave (read by the caller: planning runs nothing).
+    pub sources: Vec<super::source::SourceRead>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -496,6 +496,15 @@ pub(crate) fn stop_helpers() {
 pub(crate) fn spawn_helper(
     cmd: &mut std::process::Command,
 ) -> std::io::Result<std::process::Output> {
+    let timeout = *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner());
+    spawn_helper_within(cmd, timeout)
+}
+
+/// [`spawn_helper`], with a deadline of its own (a tracker's command: `sources[].timeout`).
+pub(crate) fn spawn_helper_within(
+    cmd: &mut std::process::Command,
+    timeout: Duration,
+) -> std::io::Result<std::process::Output> {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     if cfg!(debug_assertions) {
@@ -504,7 +513,6 @@ pub(crate) fn spawn_helper(
             cmd.get_program().to_string_lossy()
         ));
     }
-    let timeout = *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner());
     let stops = STOPS.load(std::sync::atomic::Ordering::SeqCst);
     launch::die_with_parent(cmd);
     let mut child = {

@@ -126,6 +126,7 @@ impl ReportBuilder {
                 items,
                 warnings: plan.warnings.clone(),
                 missing_repositories: plan.missing_repositories.clone(),
+                unreadable_sources: plan.unreadable_sources.clone(),
                 suspect_gates: Vec::new(),
             },
             run_dir: run_dir.to_path_buf(),

@@ -52,6 +52,9 @@ pub struct Report {
     /// Declared repositories that were not there (and not `optional`): the run exits 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_repositories: Vec<crate::plan::MissingRepository>,
+    /// Trackers (`sources`) that could not be read: the run exits 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable_sources: Vec<crate::plan::UnreadableSource>,
     /// Required gates that never passed in the run while halting items: suspected to be
     /// misconfigured (a misspelt command, a wrong folder).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

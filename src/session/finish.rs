@@ -142,6 +142,11 @@ fn verdict(
                 .iter()
                 .any(|i| i.publish.as_ref().is_some_and(|p| p.error.is_some()));
             let missing = missing_line(&report.missing_repositories);
+            let unread = unreadable_line(&report.unreadable_sources);
+            let missing = match (missing, unread) {
+                (Some(m), Some(u)) => Some(format!("{m}; {u}")),
+                (m, u) => m.or(u),
+            };
             // A run that ran nothing, whose only trouble is items held as before: with
             // `--standing-holds pass` that is nothing new.
             let only_held = !report
@@ -192,6 +197,23 @@ fn verdict(
                 (EXIT_OK, "nothing was pending".into())
             }
         }
+    }
+}
+
+/// `source `github` could not be read` (or `2 sources could not be read: …`), when any could
+/// not.
+fn unreadable_line(sources: &[crate::plan::UnreadableSource]) -> Option<String> {
+    match sources {
+        [] => None,
+        [s] => Some(format!("source `{}` could not be read", s.name)),
+        many => Some(format!(
+            "{} sources could not be read: {}",
+            many.len(),
+            many.iter()
+                .map(|s| format!("`{}`", s.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
 }
 

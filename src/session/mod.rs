@@ -16,5 +16,6 @@ pub mod finish;
 pub mod prepare;
 pub mod records;
 mod run;
+pub mod sources;
 
 pub(crate) use run::{Options, Session};

@@ -390,9 +390,15 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         ui.error(e);
         EXIT_INTERNAL
     };
-    let Some(mut plan) = planned(ui, &loaded, &opts.plan) else {
+    // The trackers are read now, and what they gave remembered: a later run that cannot read
+    // one holds these items instead of dropping them.
+    let mut plan_opts = opts.plan.clone();
+    plan_opts.sources = super::sources::read_all(&loaded, Some(&ledger));
+    let Some(mut plan) = planned(ui, &loaded, &plan_opts) else {
         return Err(EXIT_INVALID);
     };
+    super::sources::remember(&mut ledger, &loaded.manifest.name, &plan_opts.sources)
+        .map_err(internal)?;
     // The key that seals cached verdicts: the ledger's, never in a child's reach.
     let verdict_key = ledger.verdict_key().map_err(internal)?;
     confined(ui, &plan)?;

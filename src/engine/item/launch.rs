@@ -191,9 +191,18 @@ pub(super) fn command(
             "item" => Some(item.id.clone()),
             "attempt" => Some(n.to_string()),
             "run" => Some(cx.run_id.clone()),
-            other => other
-                .strip_prefix("item.")
-                .and_then(|v| item.vars.get(v).cloned()),
+            other => other.strip_prefix("item.").and_then(|v| {
+                item.vars.get(v).cloned().or_else(|| {
+                    // A tracker's item: its title, link and id, unless its vars say otherwise.
+                    let s = item.source.as_ref()?;
+                    match v {
+                        "title" => Some(s.title.clone()),
+                        "url" => s.url.clone(),
+                        "source_id" => Some(s.id.clone()),
+                        _ => None,
+                    }
+                })
+            }),
         }
     };
     let argv = crate::engine::config::command_argv(&cx.loaded, cmd, lookup)?;
@@ -220,6 +229,7 @@ pub(super) fn command(
     if usage.is_some() {
         let _ = std::fs::create_dir_all(&icx.logs);
     }
+    let brief = if gate.is_none() { brief(icx) } else { None };
     let env = child_env(
         |name| std::env::var(name).ok(),
         &icx.eff.env_pass,
@@ -242,10 +252,25 @@ pub(super) fn command(
             max_workers: cx.workers,
             feedback,
             usage: usage.as_deref(),
+            brief: brief.as_deref(),
             defaults: &build_cache(icx),
         },
     );
     Ok(Ready { argv, env })
+}
+
+/// A tracker item's brief (`RUNNER_BRIEF`): its title, link, body and the comments people wrote,
+/// oldest first, redacted, written once into the item's log folder. `None` for other items, or
+/// when it cannot be written (the worker then goes without, as without a task file).
+fn brief(icx: &ItemCx<'_>) -> Option<PathBuf> {
+    let item = icx.item.source.as_ref()?.item.as_ref()?;
+    let path = icx.logs.join("brief.md");
+    if !path.exists() {
+        let text = icx.cx.redactor.redact(&crate::plan::source::brief(item));
+        std::fs::create_dir_all(&icx.logs).ok()?;
+        crate::support::fs::write_atomic(&path, text.as_bytes()).ok()?;
+    }
+    Some(path)
 }
 
 /// What runner sets for an item in a worktree unless the manifest does: a build cache of the

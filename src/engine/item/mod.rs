@@ -155,6 +155,14 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
     if let Some(task) = icx.item.vars.get("task") {
         body.push_str(&format!("\nTask: {task}\n"));
     }
+    // A tracker's item: the pull request names it, and closes it when merged.
+    let source = icx.item.source.as_ref();
+    if let Some(s) = source {
+        body.push_str(&format!("\nFrom source `{}`: {}\n", s.name, s.title));
+        if let Some(u) = &s.url {
+            body.push_str(&format!("\nCloses {u}\n"));
+        }
+    }
     let env: Vec<(String, String)> = icx
         .eff
         .env_pass
@@ -171,7 +179,7 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
             item: &icx.item.id,
             branch,
             previous_url: cx.published.get(&icx.idx).map(String::as_str),
-            title: format!("runner: {}", icx.item.id),
+            title: source.map_or_else(|| format!("runner: {}", icx.item.id), |s| s.title.clone()),
             body,
             env,
             logs: icx.logs.clone(),

@@ -304,6 +304,41 @@ impl Ledger for PgLedger {
         })
     }
 
+    fn source_items(&self, manifest: &str, source: &str) -> Result<Option<String>> {
+        let (m, src) = (manifest.to_string(), source.to_string());
+        self.call(move |s| {
+            let row = s.client.query_opt(
+                "SELECT items FROM source_items WHERE manifest = $1 AND source = $2",
+                &[&m, &src],
+            )?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn set_source_items(
+        &mut self,
+        manifest: &str,
+        source: &str,
+        items: &str,
+        at: &str,
+    ) -> Result<()> {
+        let (m, src, i, a) = (
+            manifest.to_string(),
+            source.to_string(),
+            items.to_string(),
+            at.to_string(),
+        );
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "INSERT INTO source_items (manifest, source, items, read_at) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (manifest, source) DO UPDATE SET items = $3, read_at = $4",
+                    &[&m, &src, &i, &a],
+                )
+                .map(|_| ())
+        })
+    }
+
     /// A run, as recorded.
     fn run(&self, id: &str) -> Result<Option<RunRow>> {
         let id = id.to_string();

@@ -87,8 +87,17 @@ CREATE INDEX item_results_by_run ON item_results (run_id);
     r#"
 CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 "#,
+    // What each tracker source gave the last time it was read.
+    r#"
+CREATE TABLE source_items (
+    manifest TEXT NOT NULL,
+    source TEXT NOT NULL,
+    items TEXT NOT NULL,
+    read_at TEXT NOT NULL,
+    PRIMARY KEY (manifest, source)
+);
+"#,
 ];
-
 /// The key of the advisory lock that serialises migrations.
 pub(super) const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;
 

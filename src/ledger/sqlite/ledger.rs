@@ -249,6 +249,32 @@ impl Ledger for SqliteLedger {
         Ok(n > 0)
     }
 
+    fn source_items(&self, manifest: &str, source: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT items FROM source_items WHERE manifest = ?1 AND source = ?2",
+                [manifest, source],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    fn set_source_items(
+        &mut self,
+        manifest: &str,
+        source: &str,
+        items: &str,
+        at: &str,
+    ) -> Result<()> {
+        self.write(
+            "INSERT INTO source_items (manifest, source, items, read_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (manifest, source) DO UPDATE SET items = ?3, read_at = ?4",
+            params![manifest, source, items, at],
+        )?;
+        Ok(())
+    }
+
     fn run(&self, id: &str) -> Result<Option<RunRow>> {
         self.conn
             .query_row(

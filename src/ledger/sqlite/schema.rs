@@ -128,4 +128,14 @@ ALTER TABLE runs ADD COLUMN pruned_at TEXT;
     r#"
 CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 "#,
+    // What each tracker source gave the last time it was read.
+    r#"
+CREATE TABLE source_items (
+    manifest TEXT NOT NULL,
+    source TEXT NOT NULL,
+    items TEXT NOT NULL,
+    read_at TEXT NOT NULL,
+    PRIMARY KEY (manifest, source)
+);
+"#,
 ];

@@ -129,4 +129,83 @@ impl Cx {
         }
         Some(out)
     }
+
+    /// `sources`: each a named command printing a tracker's items, with where they go.
+    pub(super) fn sources(&mut self, node: &Node) -> Option<Vec<SourceSpec>> {
+        let nodes = self.list(node, "sources")?;
+        let mut out: Vec<SourceSpec> = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let p = index("sources", i);
+            let Some(m) = self.map(n, &p, SOURCE_KEYS) else {
+                continue;
+            };
+            let name = self.required(&m, &p, "name").and_then(|v| {
+                let np = child(&p, "name");
+                let s = self.nonempty(v, &np)?;
+                let ok = s
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+                if !ok || s.starts_with('.') {
+                    self.err(
+                        "invalid-value",
+                        &np,
+                        v.span,
+                        format!("source name `{s}` may use only letters, digits, `.`, `_` and `-`, and may not start with `.`"),
+                    );
+                    return None;
+                }
+                if let Some(first) = out.iter().position(|o| o.name == s) {
+                    self.err(
+                        "duplicate",
+                        &np,
+                        v.span,
+                        format!("source `{s}` is already declared at `sources[{first}]`"),
+                    );
+                    return None;
+                }
+                Some(s)
+            });
+            // Taken as written: it runs once for the whole manifest, with no placeholders (a
+            // brace in it is the command's own, as in a `jq` filter).
+            let run = self
+                .required(&m, &p, "run")
+                .and_then(|v| self.command(v, &child(&p, "run")));
+            let timeout = m
+                .get("timeout")
+                .and_then(|v| self.duration(v, &child(&p, "timeout"), false));
+            let repo = m
+                .get("repo")
+                .and_then(|v| self.nonempty(v, &child(&p, "repo")));
+            let labels = m
+                .get("labels")
+                .and_then(|v| self.str_map(v, &child(&p, "labels"), |k| !k.is_empty(), "is empty"));
+            let branch = m.get("branch").and_then(|v| {
+                let bp = child(&p, "branch");
+                let s = self.nonempty(v, &bp)?;
+                self.template(v, &bp, &s, Context::DiscoverBranch);
+                Some(s)
+            });
+            let vars = m.get("vars").and_then(|v| {
+                self.str_map(
+                    v,
+                    &child(&p, "vars"),
+                    valid_var_name,
+                    "is not a valid variable name (letters, digits, `_`, `-`)",
+                )
+            });
+            if let (Some(name), Some(run)) = (name, run) {
+                out.push(SourceSpec {
+                    name,
+                    run,
+                    timeout,
+                    repo,
+                    labels: labels.unwrap_or_default(),
+                    branch,
+                    vars: vars.unwrap_or_default(),
+                    span: n.span,
+                });
+            }
+        }
+        Some(out)
+    }
 }

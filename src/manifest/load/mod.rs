@@ -246,6 +246,7 @@ const TOP_KEYS: &[&str] = &[
     "gates",
     "items",
     "discover",
+    "sources",
     "env",
     "stall",
     "budget",
@@ -313,6 +314,7 @@ const GATE_KEYS: &[&str] = &[
 const MIN_TESTS_KEYS: &[&str] = &["count", "pattern"];
 const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];
 const DISCOVER_KEYS: &[&str] = &["glob", "id", "branch", "vars"];
+const SOURCE_KEYS: &[&str] = &["name", "run", "timeout", "repo", "labels", "branch", "vars"];
 const ENV_KEYS: &[&str] = &["pass", "secrets"];
 const STALL_KEYS: &[&str] = &["after"];
 const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep"];
@@ -333,6 +335,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("MinTests", MIN_TESTS_KEYS),
     ("ItemSpec", ITEM_KEYS),
     ("DiscoverSpec", DISCOVER_KEYS),
+    ("SourceSpec", SOURCE_KEYS),
     ("EnvPolicy", ENV_KEYS),
     ("Stall", STALL_KEYS),
     ("Reports", REPORTS_KEYS),

@@ -47,6 +47,7 @@ impl Cx {
             .and_then(|n| self.repositories(n, has_models));
         let items = m.get("items").map(|n| self.items(n));
         let discover = m.get("discover").map(|n| self.discover(n));
+        let sources = m.get("sources").map(|n| self.sources(n));
         let stall = m.get("stall").and_then(|n| {
             let s = self.map(n, "stall", STALL_KEYS)?;
             let after = s
@@ -138,6 +139,7 @@ impl Cx {
             gates: gates.flatten().unwrap_or_default(),
             items: items.flatten().unwrap_or_default(),
             discover: discover.flatten().unwrap_or_default(),
+            sources: sources.flatten().unwrap_or_default(),
             env: env.flatten(),
             stall,
             budget,

@@ -1,0 +1,482 @@
+//! Items from trackers: what a source's command printed (`runner.items/v1`), where each item
+//! goes, and what becomes of a source that could not be read.
+//!
+//! A source is a command (the manifest's `sources`) that prints the tracker's open work as JSON.
+//! Reading it is the session's (it runs a process and asks the ledger what the source gave
+//! before); deciding here is pure: each item is routed to a declared repository — the one it
+//! names, else the one a label of it maps to, else the source's own — and becomes an item of
+//! the plan, or is held `unroutable`. A source that could not be read is never "nothing to do":
+//! the items it gave last time are held `source-unreadable`.
+
+use super::model::{ItemPlan, Origin};
+use crate::manifest::SourceSpec;
+use crate::vocab::{HoldReason, ItemState};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// The tag of the items a source prints.
+pub const ITEMS_SCHEMA: &str = "runner.items/v1";
+
+/// What a source's command prints: `{"schema": "runner.items/v1", "items": [...]}`, every open
+/// item of the tracker (the command follows the tracker's pages to the end).
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ItemsDoc {
+    /// Always `runner.items/v1`.
+    pub schema: String,
+    pub items: Vec<SourceItem>,
+}
+
+/// One item of a tracker: an issue, a ticket, a task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SourceItem {
+    /// Stable within the source (an issue's number); the item's id is `<source>-<id>`.
+    pub id: Id,
+    pub title: String,
+    #[serde(default)]
+    pub body: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// Oldest first, as the tracker gives them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<Comment>,
+    /// The declared repository the item belongs to, when the tracker says (one tracker for
+    /// several repositories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// Values for `{item.<var>}`, over the source's own `vars`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+}
+
+/// An id as a tracker gives it: a number or a string.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum Id {
+    Number(u64),
+    Text(String),
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Id::Number(n) => write!(f, "{n}"),
+            Id::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A comment on an item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Comment {
+    pub author: String,
+    /// When it was written (RFC 3339).
+    #[serde(default)]
+    pub at: String,
+    pub body: String,
+}
+
+/// The marker runner's own write-back comments carry, so that they are never read back as
+/// grooming.
+pub const WRITEBACK_MARKER: &str = "<!-- runner:writeback";
+
+impl SourceItem {
+    /// The comments a person wrote: runner's own write-back comments left out.
+    pub fn grooming(&self) -> impl Iterator<Item = &Comment> {
+        self.comments
+            .iter()
+            .filter(|c| !c.body.contains(WRITEBACK_MARKER))
+    }
+}
+
+/// Read a source's output. `Err` says what is wrong with it, with the line and column.
+pub fn parse(text: &str) -> Result<Vec<SourceItem>, String> {
+    let doc: ItemsDoc = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "its output is not `{ITEMS_SCHEMA}` JSON (line {}, column {}): {e}",
+            e.line(),
+            e.column()
+        )
+    })?;
+    if doc.schema != ITEMS_SCHEMA {
+        return Err(format!(
+            "its output says schema `{}`; runner reads `{ITEMS_SCHEMA}`",
+            doc.schema
+        ));
+    }
+    let mut seen = HashSet::new();
+    for it in &doc.items {
+        if !seen.insert(it.id.to_string()) {
+            return Err(format!("it gives item id `{}` twice", it.id));
+        }
+    }
+    Ok(doc.items)
+}
+
+/// What reading one source gave, for the plan.
+#[derive(Clone, Debug)]
+pub struct SourceRead {
+    /// The source's name.
+    pub name: String,
+    /// Its items, or why it could not be read.
+    pub items: Result<Vec<SourceItem>, String>,
+    /// What it gave the last time a run read it (from the ledger), and how many.
+    pub previous: Vec<SourceItem>,
+}
+
+/// Where an item of a source is in the plan: the source, the tracker's id, and what the worker
+/// is told of it (`RUNNER_BRIEF`).
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SourceRef {
+    /// The source's name.
+    pub name: String,
+    /// The tracker's id of the item.
+    pub id: String,
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The whole item, for the brief; not part of the plan's JSON.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub item: Option<Arc<SourceItem>>,
+}
+
+/// The items of every source, routed: those of a declared repository, and those held
+/// (`unroutable`, `source-unreadable`), with what the user should hear.
+#[derive(Debug, Default)]
+pub(super) struct Routed {
+    /// Pending items by repository name, in the order the sources gave them.
+    pub(super) by_repo: BTreeMap<String, Vec<ItemPlan>>,
+    /// Items that are held whatever their repository's state.
+    pub(super) held: Vec<ItemPlan>,
+    pub(super) warnings: Vec<String>,
+    pub(super) unreadable: Vec<super::model::UnreadableSource>,
+}
+
+/// Route every source's items. `repos` are the names of the located repositories.
+pub(super) fn route(specs: &[SourceSpec], reads: &[SourceRead], repos: &[&str]) -> Routed {
+    let mut out = Routed::default();
+    for spec in specs {
+        let Some(read) = reads.iter().find(|r| r.name == spec.name) else {
+            continue;
+        };
+        match &read.items {
+            Ok(items) => {
+                if items.is_empty() && !read.previous.is_empty() {
+                    out.warnings.push(format!(
+                        "source `{}` gave no item, where the last run read {} from it; if that is not expected, check its command",
+                        spec.name,
+                        read.previous.len()
+                    ));
+                }
+                for it in items {
+                    place(spec, it, repos, &mut out);
+                }
+            }
+            Err(why) => {
+                out.unreadable.push(super::model::UnreadableSource {
+                    name: spec.name.clone(),
+                    detail: why.clone(),
+                    held: read.previous.len(),
+                });
+                out.warnings.push(match read.previous.len() {
+                    0 => format!(
+                        "source `{}` could not be read: {why}; no earlier run read items from it",
+                        spec.name
+                    ),
+                    n => format!(
+                        "source `{}` could not be read: {why}; the {n} item{} it gave last {} held `source-unreadable`",
+                        spec.name,
+                        if n == 1 { "" } else { "s" },
+                        if n == 1 { "is" } else { "are" }
+                    ),
+                });
+                for it in &read.previous {
+                    let mut plan = item_plan(spec, it, destination(spec, it, repos).ok());
+                    plan.state = ItemState::Held;
+                    plan.reason = Some(HoldReason::SourceUnreadable);
+                    plan.detail = Some(format!("source `{}`: {why}", spec.name));
+                    out.held.push(plan);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One read item into the plan: to its repository's pending items, or held `unroutable`.
+fn place(spec: &SourceSpec, it: &SourceItem, repos: &[&str], out: &mut Routed) {
+    let id = item_id(spec, it);
+    if !crate::manifest::load::valid_item_id(&id) {
+        out.warnings.push(format!(
+            "source `{}` gave an item whose id `{}` runner cannot use (letters, digits, `.`, `_`, `/`, `-`); skipped",
+            spec.name,
+            crate::support::text::printable(&id)
+        ));
+        return;
+    }
+    match destination(spec, it, repos) {
+        Ok(repo) => {
+            let plan = item_plan(spec, it, Some(repo.clone()));
+            out.by_repo.entry(repo).or_default().push(plan);
+        }
+        Err(why) => {
+            let mut plan = item_plan(spec, it, None);
+            plan.state = ItemState::Held;
+            plan.reason = Some(HoldReason::Unroutable);
+            plan.detail = Some(why);
+            out.held.push(plan);
+        }
+    }
+}
+
+/// The repository an item goes to: the one it names, else the one the first of its labels in
+/// the source's `labels` maps to, else the source's `repo`. `Err` says why none.
+fn destination(spec: &SourceSpec, it: &SourceItem, repos: &[&str]) -> Result<String, String> {
+    let declared = |name: &str| repos.contains(&name);
+    if let Some(r) = &it.repo {
+        return if declared(r) {
+            Ok(r.clone())
+        } else {
+            Err(format!("it names repository `{r}`, which is not declared"))
+        };
+    }
+    if let Some((label, r)) = it
+        .labels
+        .iter()
+        .find_map(|l| spec.labels.get(l).map(|r| (l, r)))
+    {
+        return if declared(r) {
+            Ok(r.clone())
+        } else {
+            Err(format!(
+                "its label `{label}` maps to repository `{r}`, which is not declared"
+            ))
+        };
+    }
+    match &spec.repo {
+        Some(r) if declared(r) => Ok(r.clone()),
+        Some(r) => Err(format!(
+            "the source's repository `{r}` is not declared"
+        )),
+        None => Err(
+            "it names no repository, carries none of the source's `labels`, and the source has no `repo`"
+                .into(),
+        ),
+    }
+}
+
+/// `<source>-<id>`.
+fn item_id(spec: &SourceSpec, it: &SourceItem) -> String {
+    format!("{}-{}", spec.name, it.id)
+}
+
+/// The plan's item for a source's item, pending, in `repo` (`-` for none): its branch from the
+/// source's template, its vars the source's own under the item's, then `source`, `source_id`,
+/// `title` and `url`.
+fn item_plan(spec: &SourceSpec, it: &SourceItem, repo: Option<String>) -> ItemPlan {
+    let id = item_id(spec, it);
+    let repo = repo.unwrap_or_else(|| "-".into());
+    let branch = spec.branch.as_ref().map(|b| {
+        crate::manifest::template::render(b, |name| match name {
+            "repo" => Some(repo.clone()),
+            "item" => Some(id.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|_| format!("runner/{id}"))
+    });
+    let mut vars = spec.vars.clone();
+    vars.extend(it.vars.clone());
+    ItemPlan {
+        start: None,
+        estimate_ms: None,
+        repo,
+        id,
+        origin: Origin::Source,
+        state: ItemState::Pending,
+        reason: None,
+        detail: None,
+        branch,
+        continues: None,
+        behind: None,
+        replaces: None,
+        vars,
+        matched: None,
+        source: Some(SourceRef {
+            name: spec.name.clone(),
+            id: it.id.to_string(),
+            title: it.title.clone(),
+            url: it.url.clone(),
+            item: Some(Arc::new(it.clone())),
+        }),
+    }
+}
+
+/// The brief a worker gets for a source's item (`RUNNER_BRIEF`): the title, the link, the body,
+/// then every comment a person wrote, oldest first, with its author and time — so a later
+/// correction reads after, and over, the note it corrects.
+pub fn brief(it: &SourceItem) -> String {
+    let mut out = format!("# {}\n\n", it.title.trim());
+    if let Some(u) = &it.url {
+        out.push_str(&format!("{u}\n\n"));
+    }
+    if !it.labels.is_empty() {
+        out.push_str(&format!("Labels: {}\n\n", it.labels.join(", ")));
+    }
+    let body = it.body.trim();
+    out.push_str(if body.is_empty() {
+        "(no description)"
+    } else {
+        body
+    });
+    out.push('\n');
+    let comments: Vec<&Comment> = it.grooming().collect();
+    if !comments.is_empty() {
+        out.push_str(
+            "\n## Comments, oldest first (where a later one corrects an earlier one, the later one stands)\n",
+        );
+        for c in comments {
+            let at = if c.at.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", c.at)
+            };
+            out.push_str(&format!("\n### {}{at}\n\n{}\n", c.author, c.body.trim()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SourceSpec {
+        SourceSpec {
+            name: "gh".into(),
+            run: crate::manifest::CommandSpec::Shell("true".into()),
+            timeout: None,
+            repo: Some("api".into()),
+            labels: BTreeMap::from([("area:web".to_string(), "web".to_string())]),
+            branch: Some("runner/{item}".into()),
+            vars: BTreeMap::new(),
+            span: Default::default(),
+        }
+    }
+
+    fn item(id: u64, labels: &[&str], repo: Option<&str>) -> SourceItem {
+        SourceItem {
+            id: Id::Number(id),
+            title: format!("issue {id}"),
+            body: String::new(),
+            url: None,
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            comments: Vec::new(),
+            repo: repo.map(str::to_string),
+            vars: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn an_item_goes_where_it_names_then_by_label_then_to_the_source() {
+        let s = spec();
+        let repos = ["api", "web"];
+        assert_eq!(
+            destination(&s, &item(1, &[], None), &repos),
+            Ok("api".into())
+        );
+        assert_eq!(
+            destination(&s, &item(2, &["bug", "area:web"], None), &repos),
+            Ok("web".into())
+        );
+        assert_eq!(
+            destination(&s, &item(3, &["area:web"], Some("api")), &repos),
+            Ok("api".into())
+        );
+        assert!(destination(&s, &item(4, &[], Some("docs")), &repos).is_err());
+        let mut bare = spec();
+        bare.repo = None;
+        assert!(destination(&bare, &item(5, &[], None), &repos).is_err());
+    }
+
+    #[test]
+    fn an_unreadable_source_holds_what_it_gave_last_and_an_empty_one_is_warned_of() {
+        let s = spec();
+        let read = SourceRead {
+            name: "gh".into(),
+            items: Err("exit 1".into()),
+            previous: vec![item(7, &[], None), item(8, &[], None)],
+        };
+        let r = route(std::slice::from_ref(&s), &[read], &["api"]);
+        assert!(r.by_repo.is_empty());
+        assert_eq!(r.held.len(), 2);
+        assert!(
+            r.held
+                .iter()
+                .all(|i| i.reason == Some(HoldReason::SourceUnreadable))
+        );
+        assert_eq!(r.held[0].id, "gh-7");
+        assert_eq!(r.held[0].repo, "api");
+        let empty = SourceRead {
+            name: "gh".into(),
+            items: Ok(Vec::new()),
+            previous: vec![item(7, &[], None)],
+        };
+        let r = route(&[s], &[empty], &["api"]);
+        assert!(r.warnings[0].contains("gave no item"), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn the_brief_keeps_comments_in_order_and_leaves_runners_own_out() {
+        let mut it = item(1, &["bug"], None);
+        it.body = "The login loops.".into();
+        it.comments = vec![
+            Comment {
+                author: "ann".into(),
+                at: "2026-01-01T00:00:00Z".into(),
+                body: "Use the session cookie.".into(),
+            },
+            Comment {
+                author: "runner".into(),
+                at: "2026-01-02T00:00:00Z".into(),
+                body: format!("{WRITEBACK_MARKER} key=x -->\nStarted."),
+            },
+            Comment {
+                author: "bob".into(),
+                at: "2026-01-03T00:00:00Z".into(),
+                body: "Correction: not the cookie, the token.".into(),
+            },
+        ];
+        let b = brief(&it);
+        let ann = b.find("Use the session cookie").unwrap();
+        let bob = b.find("Correction").unwrap();
+        assert!(ann < bob, "{b}");
+        assert!(!b.contains("Started."), "{b}");
+        assert!(b.contains("### bob, 2026-01-03T00:00:00Z"), "{b}");
+    }
+
+    #[test]
+    fn output_is_checked_and_named_where_it_is_wrong() {
+        assert!(
+            parse(r#"{"schema":"runner.items/v1","items":[]}"#)
+                .unwrap()
+                .is_empty()
+        );
+        let e =
+            parse("{\"schema\":\"runner.items/v1\",\n\"items\":[{\"title\":\"x\"}]}").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+        assert!(
+            parse(r#"{"schema":"other/v1","items":[]}"#)
+                .unwrap_err()
+                .contains("other/v1")
+        );
+        let twice =
+            r#"{"schema":"runner.items/v1","items":[{"id":1,"title":"a"},{"id":"1","title":"b"}]}"#;
+        assert!(parse(twice).unwrap_err().contains("twice"));
+    }
+}

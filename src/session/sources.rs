@@ -1,0 +1,121 @@
+//! Reading the manifest's trackers (`sources`): each source's command run once, its output
+//! checked, and what it gave the last time a run read it taken from the ledger, so that a source
+//! that cannot be read holds its items instead of dropping them.
+
+use crate::ledger::store::Store;
+use crate::manifest::{LoadedManifest, SourceSpec};
+use crate::plan::source::{self, SourceItem, SourceRead};
+use std::time::Duration;
+
+/// Read every source of `loaded`. `ledger` (when there is one) tells what each gave before.
+pub fn read_all(loaded: &LoadedManifest, ledger: Option<&Store>) -> Vec<SourceRead> {
+    let redactor = super::prepare::redactor(loaded);
+    loaded
+        .manifest
+        .sources
+        .iter()
+        .map(|spec| {
+            let previous = ledger
+                .and_then(|l| l.source_items(&loaded.manifest.name, &spec.name).ok())
+                .flatten()
+                .and_then(|json| source::parse(&json).ok())
+                .unwrap_or_default();
+            let items = read(loaded, spec).map_err(|e| redactor.redact(&e));
+            SourceRead {
+                name: spec.name.clone(),
+                items,
+                previous,
+            }
+        })
+        .collect()
+}
+
+/// Remember what each source that could be read gave: a later run that cannot read it holds
+/// these.
+pub fn remember(
+    ledger: &mut Store,
+    manifest: &str,
+    reads: &[SourceRead],
+) -> crate::ledger::Result<()> {
+    let at = crate::support::clock::now();
+    for r in reads {
+        let Ok(items) = &r.items else {
+            continue;
+        };
+        let doc = source::ItemsDoc {
+            schema: source::ITEMS_SCHEMA.to_string(),
+            items: items.clone(),
+        };
+        let json = serde_json::to_string(&doc).unwrap_or_default();
+        ledger.set_source_items(manifest, &r.name, &json, &at)?;
+    }
+    Ok(())
+}
+
+/// Run one source's command in the manifest's folder, with the manifest's `env.pass` and
+/// `env.secrets`, at most its `timeout`; its items, or why they cannot be had.
+fn read(loaded: &LoadedManifest, spec: &SourceSpec) -> Result<Vec<SourceItem>, String> {
+    // As written: a source's command takes no placeholders.
+    let argv: Vec<String> = match &spec.run {
+        crate::manifest::CommandSpec::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
+        crate::manifest::CommandSpec::Argv(v) => v.clone(),
+    };
+    let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
+    let (program, args) = argv.split_first().ok_or("its command is empty")?;
+    let program = if program.contains('/') && !program.starts_with('/') {
+        dir.join(program).display().to_string()
+    } else {
+        program.clone()
+    };
+    let mut cmd = std::process::Command::new(&program);
+    cmd.args(args).current_dir(dir).env_clear();
+    let (pass, secrets) = match &loaded.manifest.env {
+        Some(e) => (e.pass(), e.secrets.clone()),
+        None => (
+            crate::manifest::DEFAULT_ENV_PASS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            Vec::new(),
+        ),
+    };
+    for name in pass.iter().chain(&secrets) {
+        if let Ok(v) = std::env::var(name) {
+            cmd.env(name, v);
+        }
+    }
+    cmd.env("RUNNER_SOURCE", &spec.name)
+        .env("RUNNER_ROLE", crate::vocab::Role::Gate.as_str())
+        .stdin(std::process::Stdio::null());
+    let timeout = spec.timeout();
+    let out =
+        crate::process::spawn_helper_within(&mut cmd, timeout).map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => {
+                format!("its command took longer than {}", shown(timeout))
+            }
+            std::io::ErrorKind::Interrupted => "its command was ended: the run is stopping".into(),
+            _ => format!("its command `{program}` cannot be run: {e}"),
+        })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.trim().lines().last().unwrap_or("").to_string();
+        let code = out
+            .status
+            .code()
+            .map_or_else(|| "a signal".to_string(), |c| format!("exit {c}"));
+        return Err(if last.is_empty() {
+            format!("its command failed ({code})")
+        } else {
+            format!(
+                "its command failed ({code}): {}",
+                crate::support::text::printable(&last)
+            )
+        });
+    }
+    let text = String::from_utf8(out.stdout).map_err(|_| "its output is not UTF-8".to_string())?;
+    source::parse(&text)
+}
+
+fn shown(d: Duration) -> String {
+    crate::manifest::format_duration(d)
+}

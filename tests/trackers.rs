@@ -1,0 +1,369 @@
+//! Items from a tracker: the shipped GitHub source adapter (`manifests/sources/github.sh`) run
+//! unchanged against a fake `gh` (`tests/forge/fake-forge`, the forge cannot be reached from
+//! here), through the built binary on real repositories.
+
+mod common;
+
+use common::{latest_report, repo, report_item, runner, stderr, stdout};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// A folder with repository `api`, a fake forge holding `issues` for `acme/api`, `gh` on PATH,
+/// and a manifest whose source reads the issues labelled `runner`.
+struct Tracker {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    bin: PathBuf,
+}
+
+impl Tracker {
+    fn new(issues: Value, worker: &str, extra: &str) -> Tracker {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        repo(&root.join("api"));
+        let bin = root.join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let forge = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/forge/fake-forge");
+        std::os::unix::fs::symlink(&forge, bin.join("gh")).unwrap();
+        let t = Tracker {
+            _dir: dir,
+            root,
+            bin,
+        };
+        t.set_issues(issues);
+        let adapter = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/sources/github.sh");
+        std::fs::write(
+            t.root.join("m.yaml"),
+            format!(
+                r#"version: 1
+name: tracker
+repositories: [{{path: api}}]
+sources:
+  - name: issue
+    run: ["{}", acme/api, runner]
+    repo: api
+    branch: "runner/{{item}}"
+{extra}env: {{pass: [PATH, HOME, FAKE_FORGE]}}
+worker:
+  run: {}
+"#,
+                adapter.display(),
+                serde_json::to_string(worker).unwrap()
+            ),
+        )
+        .unwrap();
+        t
+    }
+
+    fn forge(&self) -> PathBuf {
+        self.root.join("forge.json")
+    }
+
+    fn state(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.forge()).unwrap()).unwrap()
+    }
+
+    fn set_state(&self, v: &Value) {
+        std::fs::write(self.forge(), serde_json::to_string_pretty(v).unwrap()).unwrap();
+    }
+
+    fn set_issues(&self, issues: Value) {
+        self.set_state(&json!({"repos": {"acme/api": {"issues": issues}}}));
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let path = format!(
+            "{}:{}",
+            self.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        runner()
+            .current_dir(&self.root)
+            .args(args)
+            .env("PATH", path)
+            .env("FAKE_FORGE", self.forge())
+            .output()
+            .unwrap()
+    }
+
+    fn plan(&self) -> (Option<i32>, Value, String) {
+        self.plan_with(&[])
+    }
+
+    fn plan_with(&self, extra: &[&str]) -> (Option<i32>, Value, String) {
+        let mut args = vec!["plan", "m.yaml", "--json"];
+        args.extend(extra);
+        let out = self.run(&args);
+        let plan = serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null);
+        (out.status.code(), plan, stderr(&out))
+    }
+
+    fn apply(&self, extra: &[&str]) -> Output {
+        let mut args = vec!["apply", "m.yaml", "--no-progress"];
+        args.extend(extra);
+        self.run(&args)
+    }
+}
+
+/// The report of the run whose stderr is `err` (`latest` names the last run that did work).
+fn report_of(err: &str) -> Value {
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("runner: report in "))
+        .expect("the run names its report");
+    let dir = Path::new(line.trim()).parent().unwrap();
+    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
+}
+
+fn issue(number: u64, title: &str, labels: &[&str]) -> Value {
+    json!({"number": number, "title": title, "body": format!("The body of {number}."), "labels": labels})
+}
+
+fn ids(plan: &Value) -> Vec<String> {
+    let mut v: Vec<String> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn labelled_issues_become_items_and_each_worker_gets_its_brief() {
+    let mut first = issue(1, "Fix the login loop", &["runner"]);
+    first["comments"] = json!([
+        {"author": "ann", "body": "Use the session cookie.", "createdAt": "2026-11-01T10:00:00Z"},
+        {"author": "runner-bot", "body": "<!-- runner:writeback key=x -->\nWork started.", "createdAt": "2026-11-01T11:00:00Z"},
+        {"author": "bob", "body": "Correction: the token, not the cookie.", "createdAt": "2026-11-02T10:00:00Z"}
+    ]);
+    let t = Tracker::new(
+        json!([
+            first,
+            issue(2, "Add a dark mode", &["runner", "ui"]),
+            issue(3, "A typo in the README", &["runner"]),
+            issue(4, "A question, not for runner", &["question"])
+        ]),
+        r#"cp "$RUNNER_BRIEF" brief.md && echo {item.title} > title.txt"#,
+        "",
+    );
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ids(&plan), ["issue-1", "issue-2", "issue-3"], "{plan:#}");
+    let one = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == "issue-1")
+        .unwrap();
+    assert_eq!(one["origin"], "source");
+    assert_eq!(one["source"]["title"], "Fix the login loop");
+    assert_eq!(one["source"]["url"], "https://github.com/acme/api/issues/1");
+    assert_eq!(one["branch"], "runner/issue-1");
+
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let api = t.root.join("api");
+    let brief = common::git(&api, &["show", "runner/issue-1:brief.md"]);
+    assert!(brief.starts_with("# Fix the login loop"), "{brief}");
+    assert!(
+        brief.contains("https://github.com/acme/api/issues/1"),
+        "{brief}"
+    );
+    assert!(brief.contains("The body of 1."), "{brief}");
+    let ann = brief
+        .find("Use the session cookie.")
+        .expect("ann's comment");
+    let bob = brief.find("Correction: the token").expect("bob's comment");
+    assert!(ann < bob, "oldest first: {brief}");
+    assert!(
+        !brief.contains("Work started."),
+        "runner's own comment is no grooming: {brief}"
+    );
+    assert_eq!(
+        common::git(&api, &["show", "runner/issue-2:title.txt"]),
+        "Add a dark mode"
+    );
+    // What the source command was asked: the label, every open issue, the fields it uses.
+    let calls = t.state()["calls"].clone();
+    assert_eq!(
+        calls.as_array().unwrap().len(),
+        2,
+        "plan and apply read it once each: {calls}"
+    );
+    let call: Vec<&str> = calls[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&call[..2], ["issue", "list"]);
+    assert!(
+        call.windows(2).any(|w| w == ["--label", "runner"]),
+        "{call:?}"
+    );
+    assert!(
+        call.windows(2).any(|w| w == ["--state", "open"]),
+        "{call:?}"
+    );
+
+    // Edited after its item completed: the item stays done (its definition is its id, repository
+    // and branch, not the issue's text); a review round or `--rerun all` takes a change up.
+    let mut state = t.state();
+    state["repos"]["acme/api"]["issues"][0]["body"] = json!("Rewritten after the fact.");
+    t.set_state(&state);
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        plan["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["state"] == "done"),
+        "{plan:#}"
+    );
+}
+
+#[test]
+fn an_unreadable_tracker_holds_what_it_gave_and_fails_the_run() {
+    // The first run halts every item (its worker fails), so none is done.
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"]), issue(2, "Two", &["runner"])]),
+        "exit 1",
+        "",
+    );
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let mut state = t.state();
+    state["fail"] =
+        json!({"issue list": "HTTP 502: Server Error (https://api.github.com/graphql)"});
+    t.set_state(&state);
+
+    // (Halted items are done until `--rerun failed` asks for them again.)
+    let (code, plan, err) = t.plan_with(&["--rerun", "failed"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "an unreadable tracker is never nothing to do: {err}"
+    );
+    assert!(err.contains("source `issue` could not be read"), "{err}");
+    assert!(err.contains("HTTP 502"), "{err}");
+    assert_eq!(plan["unreadable_sources"][0]["name"], "issue", "{plan:#}");
+    assert_eq!(ids(&plan), ["issue-1", "issue-2"], "none dropped: {plan:#}");
+    assert!(
+        plan["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["state"] == "held" && i["reason"] == "source-unreadable"),
+        "{plan:#}"
+    );
+
+    let out = t.apply(&["--rerun", "failed"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("source `issue` could not be read"), "{err}");
+    let report = report_of(&err);
+    for id in ["issue-1", "issue-2"] {
+        let it = report_item(&report, "id", id);
+        assert_eq!(it["outcome"], "held", "{it:#}");
+        assert_eq!(it["reason"], "source-unreadable", "{it:#}");
+    }
+    assert_eq!(report["unreadable_sources"][0]["held"], 2, "{report:#}");
+
+    // Malformed output is named with where it goes wrong; a tracker that suddenly gives
+    // nothing is warned of.
+    state["fail"] = json!({});
+    t.set_state(&state);
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    let bad = manifest.replace(
+        &format!(
+            "[\"{}\", acme/api, runner]",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("manifests/sources/github.sh")
+                .display()
+        ),
+        r#"["sh", "-c", "printf '{\"schema\": \"runner.items/v1\",\\n \"items\": [{\"title\": 1}]}'"]"#,
+    );
+    assert_ne!(bad, manifest);
+    std::fs::write(t.root.join("m.yaml"), &bad).unwrap();
+    let (code, _, err) = t.plan();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    std::fs::write(t.root.join("m.yaml"), &manifest).unwrap();
+    let out = t.apply(&["--rerun", "failed"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    state["repos"]["acme/api"]["issues"] = json!([]);
+    t.set_state(&state);
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(ids(&plan).is_empty());
+    assert!(
+        err.contains("source `issue` gave no item, where the last run read 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_issue_no_repository_takes_is_held_unroutable_and_listed() {
+    let t = Tracker::new(
+        json!([
+            issue(1, "For api", &["runner"]),
+            issue(2, "For web, not declared", &["runner", "area:web"])
+        ]),
+        "true",
+        "    labels: {\"area:web\": web}\n",
+    );
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    let two = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == "issue-2")
+        .unwrap();
+    assert_eq!(two["state"], "held", "{plan:#}");
+    assert_eq!(two["reason"], "unroutable");
+    assert!(
+        two["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`area:web` maps to repository `web`"),
+        "{two:#}"
+    );
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("issue-2 (unroutable)"), "{err}");
+    let report = latest_report(&t.root.join("runner-reports"));
+    assert_eq!(
+        report_item(&report, "id", "issue-1")["outcome"],
+        "completed"
+    );
+    let summary = std::fs::read_to_string(t.root.join("runner-reports/latest/summary.md")).unwrap();
+    assert!(
+        summary.contains("issue-2") && summary.contains("unroutable"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_tracker_past_its_timeout_is_unreadable() {
+    let t = Tracker::new(json!([]), "true", "    timeout: 1s\n");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    let slow = manifest.replace(
+        &format!(
+            "[\"{}\", acme/api, runner]",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("manifests/sources/github.sh")
+                .display()
+        ),
+        r#"["sh", "-c", "sleep 30"]"#,
+    );
+    std::fs::write(t.root.join("m.yaml"), slow).unwrap();
+    let (code, _, err) = t.plan();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("took longer than 1s"), "{err}");
+}
