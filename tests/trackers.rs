@@ -17,6 +17,18 @@ struct Tracker {
     bin: PathBuf,
 }
 
+/// The fake forge is Python and answers `--jq` through jq: without them the tests cannot run
+/// (a failure in CI, "not run" elsewhere).
+fn forge_runs() -> bool {
+    common::have(
+        "python3 (for the fake forge)",
+        std::process::Command::new("python3").arg("--version"),
+    ) && common::have(
+        "jq (for the fake forge's --jq)",
+        std::process::Command::new("jq").arg("--version"),
+    )
+}
+
 impl Tracker {
     fn new(issues: Value, worker: &str, extra: &str) -> Tracker {
         let dir = tempfile::tempdir().unwrap();
@@ -133,6 +145,9 @@ fn ids(plan: &Value) -> Vec<String> {
 
 #[test]
 fn labelled_issues_become_items_and_each_worker_gets_its_brief() {
+    if !forge_runs() {
+        return;
+    }
     let mut first = issue(1, "Fix the login loop", &["runner"]);
     first["comments"] = json!([
         {"author": "ann", "body": "Use the session cookie.", "createdAt": "2026-11-01T10:00:00Z"},
@@ -228,6 +243,9 @@ fn labelled_issues_become_items_and_each_worker_gets_its_brief() {
 
 #[test]
 fn an_unreadable_tracker_holds_what_it_gave_and_fails_the_run() {
+    if !forge_runs() {
+        return;
+    }
     // The first run halts every item (its worker fails), so none is done.
     let t = Tracker::new(
         json!([issue(1, "One", &["runner"]), issue(2, "Two", &["runner"])]),
@@ -308,6 +326,9 @@ fn an_unreadable_tracker_holds_what_it_gave_and_fails_the_run() {
 
 #[test]
 fn an_issue_no_repository_takes_is_held_unroutable_and_listed() {
+    if !forge_runs() {
+        return;
+    }
     let t = Tracker::new(
         json!([
             issue(1, "For api", &["runner"]),
@@ -351,6 +372,9 @@ fn an_issue_no_repository_takes_is_held_unroutable_and_listed() {
 
 #[test]
 fn a_tracker_past_its_timeout_is_unreadable() {
+    if !forge_runs() {
+        return;
+    }
     let t = Tracker::new(json!([]), "true", "    timeout: 1s\n");
     let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
     let slow = manifest.replace(
