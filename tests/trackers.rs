@@ -391,3 +391,26 @@ fn a_tracker_past_its_timeout_is_unreadable() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("took longer than 1s"), "{err}");
 }
+
+#[test]
+fn an_agent_adapter_given_no_task_prompts_with_the_brief() {
+    if !forge_runs() {
+        return;
+    }
+    let mut one = issue(1, "Fix the login loop", &["runner"]);
+    one["comments"] = json!([{"author": "ann", "body": "Mind the token.", "createdAt": "2026-11-01T10:00:00Z"}]);
+    let common = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/agents/common.sh");
+    let t = Tracker::new(
+        json!([one]),
+        &format!(
+            r#"sh -c '. "{}" && prompt_text "" > prompt.txt'"#,
+            common.display()
+        ),
+        "",
+    );
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let prompt = common::git(&t.root.join("api"), &["show", "runner/issue-1:prompt.txt"]);
+    assert!(prompt.starts_with("# Fix the login loop"), "{prompt}");
+    assert!(prompt.contains("The body of 1.") && prompt.contains("Mind the token."), "{prompt}");
+}

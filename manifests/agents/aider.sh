@@ -11,7 +11,7 @@
 #   worker:
 #     run: ["./agents/aider.sh", "{model}", "{item.task}"]
 #
-# $1: model (e.g. sonnet, gpt-5); $2: the task, a task file in the repository or its text.
+# $1: model (e.g. sonnet, gpt-5); $2: the task, a task file in the repository or its text (none: $RUNNER_BRIEF, a tracker item's brief).
 set -u
 . "$(dirname "$0")/common.sh"
 # What aider keeps of a session stays out of the work: its history files go to the adapter's
@@ -32,7 +32,7 @@ run_agent aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pre
   --no-gitignore --input-history-file "$work/input.history" \
   --chat-history-file "$work/chat.history.md" --analytics-disable --no-check-update \
   --model-settings-file "$work/model-settings.yml" \
-  --message "$(prompt_text "$2")"
+  --message "$(prompt_text "${2:-}")"
 # "12k" / "1.5k" / "900" tokens, "$0.05 session".
 tokens() {
   printf '%s' "$1" | awk '{ n = $1; if (n ~ /k$/) { sub(/k$/, "", n); n = n * 1000 } printf "%d", n }'

@@ -19,14 +19,14 @@
 # `CLAUDE_CODE_MAX_RETRIES=0` makes it give up at the first error instead of retrying ten times
 # over minutes (printing only `api_retry` events meanwhile). It does not show a `Retry-After`.
 #
-# $1: model (e.g. claude-sonnet-4-5); $2: the task, a task file in the repository or its text.
+# $1: model (e.g. claude-sonnet-4-5); $2: the task, a task file in the repository or its text (none: $RUNNER_BRIEF, a tracker item's brief).
 set -u
 . "$(dirname "$0")/common.sh"
 # runner retries, rests and falls back; the CLI sends nothing but the work.
 export CLAUDE_CODE_MAX_RETRIES="${CLAUDE_CODE_MAX_RETRIES:-0}"
 export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
   DISABLE_AUTOUPDATER=1
-run_agent claude -p "$(prompt_text "$2")" --model "$1" --output-format stream-json --verbose \
+run_agent claude -p "$(prompt_text "${2:-}")" --model "$1" --output-format stream-json --verbose \
   --permission-mode acceptEdits
 # Tokens and cost from one source: the result's `modelUsage`, per model, side requests (a
 # smaller model's) included — its `usage` counts the main loop's tokens only, while

@@ -12,7 +12,7 @@
 #   worker:
 #     run: ["./agents/codex.sh", "{model}", "{item.task}"]
 #
-# $1: model (e.g. gpt-5-codex); $2: the task, a task file in the repository or its text.
+# $1: model (e.g. gpt-5-codex); $2: the task, a task file in the repository or its text (none: $RUNNER_BRIEF, a tracker item's brief).
 set -u
 . "$(dirname "$0")/common.sh"
 # runner retries, rests and falls back, so the CLI's own request and stream retries are off,
@@ -21,15 +21,15 @@ set -u
 # https://api.openai.com/v1, with the key in `OPENAI_API_KEY`) without retries; a provider of
 # the user's own config named in `CODEX_PROVIDER` is used instead, its retries turned off.
 if [ -n "${CODEX_PROVIDER:-}" ]; then
-  set -- "$1" "$2" -c "model_provider=$CODEX_PROVIDER" \
+  set -- "$1" "${2:-}" -c "model_provider=$CODEX_PROVIDER" \
     -c "model_providers.$CODEX_PROVIDER.request_max_retries=0" \
     -c "model_providers.$CODEX_PROVIDER.stream_max_retries=0"
 else
-  set -- "$1" "$2" -c model_provider=runner-openai \
+  set -- "$1" "${2:-}" -c model_provider=runner-openai \
     -c "model_providers.runner-openai={name=\"OpenAI\",base_url=\"${OPENAI_BASE_URL:-https://api.openai.com/v1}\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\",request_max_retries=0,stream_max_retries=0,supports_websockets=false}"
 fi
 model=$1
-task=$2
+task=${2:-}
 shift 2
 run_agent codex exec --model "$model" --sandbox workspace-write --json "$@" \
   -c analytics.enabled=false "$(prompt_text "$task")"

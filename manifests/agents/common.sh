@@ -102,9 +102,12 @@ run_agent() {
 }
 
 # The task: the contents of $1 when it names a readable file (a task file of the item), else $1
-# itself.
+# itself; with no task given, the brief of a tracker's item ($RUNNER_BRIEF: the title,
+# body and comments, oldest first).
 task_text() {
-  if [ -f "$1" ] && [ -r "$1" ]; then cat "$1"; else printf '%s\n' "$1"; fi
+  if [ -z "$1" ] && [ -n "${RUNNER_BRIEF:-}" ] && [ -r "$RUNNER_BRIEF" ]; then
+    cat "$RUNNER_BRIEF"
+  elif [ -f "$1" ] && [ -r "$1" ]; then cat "$1"; else printf '%s\n' "$1"; fi
 }
 
 # The prompt: the task ($1, as task_text reads it) and, on a later attempt, what runner recorded

@@ -24,7 +24,7 @@
 #   worker:
 #     run: ["./agents/gemini.sh", "{model}", "{item.task}"]
 #
-# $1: model (e.g. gemini-2.5-pro); $2: the task, a task file in the repository or its text.
+# $1: model (e.g. gemini-2.5-pro); $2: the task, a task file in the repository or its text (none: $RUNNER_BRIEF, a tracker item's brief).
 set -u
 . "$(dirname "$0")/common.sh"
 real="${GEMINI_CLI_HOME:-${HOME:-}}/.gemini"
@@ -62,7 +62,7 @@ export GEMINI_CLI_HOME="$home" GEMINI_CLI_TRUST_WORKSPACE=true GEMINI_TELEMETRY_
 # The error reports it writes to the temporary folder (the request, the prompt in it) go with the
 # adapter's own folder.
 mkdir -p "$work/tmp"
-TMPDIR="$work/tmp" run_agent gemini -p "$(prompt_text "$2")" -m "$1" --approval-mode auto_edit \
+TMPDIR="$work/tmp" run_agent gemini -p "$(prompt_text "${2:-}")" -m "$1" --approval-mode auto_edit \
   --output-format stream-json
 # The whole run's tokens: the result's first counts (those after them are per model).
 result=$(grep '"type":[[:space:]]*"result"' "$out" | tail -n 1)

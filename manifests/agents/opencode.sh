@@ -32,7 +32,7 @@ export OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DI
 export OPENCODE_DB="${OPENCODE_DB:-$work/opencode.db}"
 give_up_on='message="stream error".*error\.error="[^"]*([Rr]ate.?limit|[Oo]verload|[Tt]oo many|[Qq]uota|[Ee]xhausted|[Uu]navailable|[Ss]erver error|[^0-9]429([^0-9]|$)|[^0-9]5[0-9][0-9]([^0-9]|$))'
 run_agent opencode run --format json --print-logs --log-level INFO \
-  --title "runner ${RUNNER_REPO:-}/${RUNNER_ITEM:-task}" --model "$1" "$(prompt_text "$2")"
+  --title "runner ${RUNNER_REPO:-}/${RUNNER_ITEM:-task}" --model "$1" "$(prompt_text "${2:-}")"
 # Tokens and cost: the sum over its steps (cached input counted as input). A cost of 0 is what
 # opencode reports for a model it has no price for: left out, so that runner counts it unknown.
 steps=$(grep '"type":[[:space:]]*"step_finish"' "$out")
