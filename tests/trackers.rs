@@ -53,15 +53,16 @@ name: tracker
 repositories: [{{path: api}}]
 sources:
   - name: issue
-    run: ["{}", acme/api, runner]
+    run: ["{adapter}", list, acme/api, runner]
+    writeback: ["{adapter}", writeback, acme/api]
     repo: api
     branch: "runner/{{item}}"
 {extra}env: {{pass: [PATH, HOME, FAKE_FORGE]}}
 worker:
-  run: {}
+  run: {worker}
 "#,
-                adapter.display(),
-                serde_json::to_string(worker).unwrap()
+                adapter = adapter.display(),
+                worker = serde_json::to_string(worker).unwrap()
             ),
         )
         .unwrap();
@@ -72,8 +73,19 @@ worker:
         self.root.join("forge.json")
     }
 
+    /// The forge's file, read whole (the fake rewrites it in place under its lock: a read in
+    /// between sees it empty or cut, and is made again).
     fn state(&self) -> Value {
-        serde_json::from_str(&std::fs::read_to_string(self.forge()).unwrap()).unwrap()
+        for _ in 0..200 {
+            if let Ok(v) = serde_json::from_str(&std::fs::read_to_string(self.forge()).unwrap()) {
+                return v;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!(
+            "the fake forge's file stays unreadable: {:?}",
+            std::fs::read_to_string(self.forge())
+        );
     }
 
     fn set_state(&self, v: &Value) {
@@ -203,12 +215,14 @@ fn labelled_issues_become_items_and_each_worker_gets_its_brief() {
     );
     // What the source command was asked: the label, every open issue, the fields it uses.
     let calls = t.state()["calls"].clone();
-    assert_eq!(
-        calls.as_array().unwrap().len(),
-        2,
-        "plan and apply read it once each: {calls}"
-    );
-    let call: Vec<&str> = calls[0]
+    let lists: Vec<&Value> = calls
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c[1] == "list")
+        .collect();
+    assert_eq!(lists.len(), 2, "plan and apply read it once each: {calls}");
+    let call: Vec<&str> = lists[0]
         .as_array()
         .unwrap()
         .iter()
@@ -223,6 +237,53 @@ fn labelled_issues_become_items_and_each_worker_gets_its_brief() {
         call.windows(2).any(|w| w == ["--state", "open"]),
         "{call:?}"
     );
+
+    // Written back: each issue labelled done (working no more) and commented once, with its
+    // commit, branch and key.
+    let once = |t: &Tracker| {
+        let state = t.state();
+        for i in state["repos"]["acme/api"]["issues"].as_array().unwrap() {
+            let labels: Vec<&str> = i["labels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap())
+                .collect();
+            let ours: Vec<&Value> = i["comments"]
+                .as_array()
+                .map(|c| c.iter().filter(|c| c["author"] == "runner-bot").collect())
+                .unwrap_or_default();
+            if i["number"] == 4 {
+                assert!(ours.is_empty() && !labels.contains(&"runner:done"), "{i:#}");
+                continue;
+            }
+            assert!(labels.contains(&"runner:done"), "{i:#}");
+            assert!(!labels.contains(&"runner:working"), "{i:#}");
+            // Issue 1 carries an old comment of runner's own from the fixture.
+            let new: Vec<&&Value> = ours
+                .iter()
+                .filter(|c| c["body"].as_str().unwrap().contains("completed this"))
+                .collect();
+            assert_eq!(new.len(), 1, "one comment: {i:#}");
+            let body = new[0]["body"].as_str().unwrap();
+            let n = i["number"].as_u64().unwrap();
+            assert!(
+                body.starts_with(&format!(
+                    "<!-- runner:writeback key=api/issue-{n}/completed/"
+                )),
+                "{body}"
+            );
+            assert!(
+                body.contains(&format!("on branch `runner/issue-{n}`")),
+                "{body}"
+            );
+        }
+    };
+    once(&t);
+    // Another drain finds every item done and tells the tracker nothing more.
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    once(&t);
 
     // Edited after its item completed: the item stays done (its definition is its id, repository
     // and branch, not the issue's text); a review round or `--rerun all` takes a change up.
@@ -298,7 +359,7 @@ fn an_unreadable_tracker_holds_what_it_gave_and_fails_the_run() {
     let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
     let bad = manifest.replace(
         &format!(
-            "[\"{}\", acme/api, runner]",
+            "[\"{}\", list, acme/api, runner]",
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("manifests/sources/github.sh")
                 .display()
@@ -379,7 +440,7 @@ fn a_tracker_past_its_timeout_is_unreadable() {
     let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
     let slow = manifest.replace(
         &format!(
-            "[\"{}\", acme/api, runner]",
+            "[\"{}\", list, acme/api, runner]",
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("manifests/sources/github.sh")
                 .display()
@@ -398,7 +459,8 @@ fn an_agent_adapter_given_no_task_prompts_with_the_brief() {
         return;
     }
     let mut one = issue(1, "Fix the login loop", &["runner"]);
-    one["comments"] = json!([{"author": "ann", "body": "Mind the token.", "createdAt": "2026-11-01T10:00:00Z"}]);
+    one["comments"] =
+        json!([{"author": "ann", "body": "Mind the token.", "createdAt": "2026-11-01T10:00:00Z"}]);
     let common = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/agents/common.sh");
     let t = Tracker::new(
         json!([one]),
@@ -412,5 +474,175 @@ fn an_agent_adapter_given_no_task_prompts_with_the_brief() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let prompt = common::git(&t.root.join("api"), &["show", "runner/issue-1:prompt.txt"]);
     assert!(prompt.starts_with("# Fix the login loop"), "{prompt}");
-    assert!(prompt.contains("The body of 1.") && prompt.contains("Mind the token."), "{prompt}");
+    assert!(
+        prompt.contains("The body of 1.") && prompt.contains("Mind the token."),
+        "{prompt}"
+    );
+}
+
+/// The comments runner posted on issue `n` about its completion.
+fn completed_comments(t: &Tracker, n: u64) -> usize {
+    let state = t.state();
+    state["repos"]["acme/api"]["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["number"] == n)
+        .unwrap()["comments"]
+        .as_array()
+        .map_or(0, |c| {
+            c.iter()
+                .filter(|c| {
+                    c["author"] == "runner-bot"
+                        && c["body"].as_str().unwrap().contains("completed this")
+                })
+                .count()
+        })
+}
+
+#[test]
+fn a_run_killed_after_posting_leaves_one_comment_after_the_next() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        "echo done > done.txt",
+        "",
+    );
+    let mut state = t.state();
+    state["hang"] = json!({"issue comment": 60});
+    t.set_state(&state);
+    let path = format!(
+        "{}:{}",
+        t.bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = runner()
+        .current_dir(&t.root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("PATH", path)
+        .env("FAKE_FORGE", t.forge())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the comment is posted, before runner can record that it was.
+    let mut posted = false;
+    for _ in 0..600 {
+        if completed_comments(&t, 1) == 1 {
+            posted = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(posted, "the comment was never posted");
+    let mut state = t.state();
+    state["hang"] = json!({});
+    let before = state["calls"].as_array().unwrap().len();
+    t.set_state(&state);
+    // The next run takes the dead run's write-back over (the item itself is done); the adapter
+    // looks for its comment, finds it, and posts none again.
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(completed_comments(&t, 1), 1, "{:#}", t.state());
+    let state = t.state();
+    let again = &state["calls"].as_array().unwrap()[before..];
+    assert!(
+        again
+            .iter()
+            .any(|c| c[1] == "view" && c[2] == "1" && c.to_string().contains("comments")),
+        "the write-back was taken over: {again:?}"
+    );
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(completed_comments(&t, 1), 1, "{:#}", t.state());
+}
+
+#[test]
+fn two_overlapping_drains_comment_on_each_issue_once() {
+    if !forge_runs() {
+        return;
+    }
+    let issues: Vec<Value> = (1..=6)
+        .map(|n| issue(n, &format!("Issue {n}"), &["runner"]))
+        .collect();
+    let t = Tracker::new(json!(issues), "sleep 0.2; echo $RUNNER_ITEM > done.txt", "");
+    let path = format!(
+        "{}:{}",
+        t.bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let spawn = || {
+        runner()
+            .current_dir(&t.root)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env("PATH", &path)
+            .env("FAKE_FORGE", t.forge())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+        assert!(
+            matches!(out.status.code(), Some(0) | Some(1)),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for n in 1..=6 {
+        assert_eq!(completed_comments(&t, n), 1, "issue {n}: {:#}", t.state());
+    }
+}
+
+#[test]
+fn a_failed_write_back_is_told_and_made_by_the_next_run() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        "echo done > done.txt",
+        "",
+    );
+    let mut state = t.state();
+    state["fail"] = json!({"issue comment": "HTTP 403: Resource not accessible by integration"});
+    t.set_state(&state);
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the item's outcome stands: {err}"
+    );
+    assert!(
+        err.contains(
+            "the write-back to source `issue` (completed) failed; the next run tries again"
+        ) && err.contains("HTTP 403"),
+        "{err}"
+    );
+    let report = report_of(&err);
+    assert_eq!(
+        report_item(&report, "id", "issue-1")["outcome"],
+        "completed"
+    );
+    assert!(
+        report["warnings"].to_string().contains("HTTP 403"),
+        "{report:#}"
+    );
+    assert_eq!(completed_comments(&t, 1), 0);
+    let mut state = t.state();
+    state["fail"] = json!({});
+    t.set_state(&state);
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(completed_comments(&t, 1), 1, "{:#}", t.state());
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(completed_comments(&t, 1), 1);
 }

@@ -1,24 +1,61 @@
 #!/bin/sh
-# A tracker source for runner: the open GitHub issues of a repository that carry a label, as
-# `runner.items/v1` JSON (see `runner schema --items`), every page of them.
+# A tracker source for runner: GitHub issues through the GitHub CLI (`gh`).
 #
 #   sources:
 #     - name: issue
-#       run: [manifests/sources/github.sh, owner/repo, runner]
+#       run: [manifests/sources/github.sh, list, owner/repo, runner]
+#       writeback: [manifests/sources/github.sh, writeback, owner/repo]
 #       repo: api                       # the declared repository the issues are for
 #       branch: "runner/{item}"
 #   env: {pass: [PATH, HOME, GH_TOKEN]}  # or `gh auth login` beforehand
 #
-# Needs the GitHub CLI (`gh`). It only reads: `gh issue list` with the fields runner uses;
-# `gh` follows the pages up to `--limit`. Comments come oldest first, as GitHub gives them.
+# `list OWNER/REPO [LABEL]` prints the open issues carrying LABEL (default `runner`) as
+# `runner.items/v1` JSON (`runner schema --items`), every page of them (`gh` follows the pages up
+# to `--limit`), comments oldest first as GitHub gives them. It only reads.
+#
+# `writeback OWNER/REPO` tells issue $RUNNER_SOURCE_ID what became of its item: it sets the label
+# $RUNNER_WRITEBACK_LABEL, takes off those of $RUNNER_WRITEBACK_UNLABEL the issue has, and posts
+# the comment in $RUNNER_WRITEBACK_BODY (when there is one) unless a comment already carries its
+# key ($RUNNER_WRITEBACK_KEY): a run that died after posting and before runner recorded it does
+# not post it again. The labels must exist in the repository (`gh label create runner:working`,
+# and runner:done, runner:halted, runner:held).
 set -eu
-if [ $# -lt 1 ]; then
-    echo "usage: github.sh OWNER/REPO [LABEL]" >&2
+usage() {
+    echo "usage: github.sh list OWNER/REPO [LABEL] | github.sh writeback OWNER/REPO" >&2
     exit 2
-fi
-repo=$1
-label=${2:-runner}
-limit=${RUNNER_SOURCE_LIMIT:-10000}
-exec gh issue list --repo "$repo" --label "$label" --state open --limit "$limit" \
-    --json number,title,body,url,labels,comments \
-    --jq '{schema: "runner.items/v1", items: [.[] | {id: .number, title: .title, body: (.body // ""), url: .url, labels: [.labels[].name], comments: [.comments[] | {author: (.author.login // "ghost"), at: .createdAt, body: .body}]}]}'
+}
+[ $# -ge 2 ] || usage
+what=$1
+repo=$2
+case $what in
+list)
+    label=${3:-runner}
+    limit=${RUNNER_SOURCE_LIMIT:-10000}
+    exec gh issue list --repo "$repo" --label "$label" --state open --limit "$limit" \
+        --json number,title,body,url,labels,comments \
+        --jq '{schema: "runner.items/v1", items: [.[] | {id: .number, title: .title, body: (.body // ""), url: .url, labels: [.labels[].name], comments: [.comments[] | {author: (.author.login // "ghost"), at: .createdAt, body: .body}]}]}'
+    ;;
+writeback)
+    issue=$RUNNER_SOURCE_ID
+    # What the issue carries now: its labels, and the keys of runner's comments on it.
+    has=$(gh issue view "$issue" --repo "$repo" --json labels --jq '.labels[].name')
+    set -- --add-label "$RUNNER_WRITEBACK_LABEL"
+    old_ifs=$IFS
+    IFS=,
+    for l in $RUNNER_WRITEBACK_UNLABEL; do
+        if printf '%s\n' "$has" | grep -qxF "$l"; then
+            set -- "$@" --remove-label "$l"
+        fi
+    done
+    IFS=$old_ifs
+    gh issue edit "$issue" --repo "$repo" "$@" > /dev/null
+    if [ -n "${RUNNER_WRITEBACK_BODY:-}" ] && [ -s "$RUNNER_WRITEBACK_BODY" ]; then
+        posted=$(gh issue view "$issue" --repo "$repo" --json comments --jq '.comments[].body')
+        if printf '%s\n' "$posted" | grep -qF "runner:writeback key=$RUNNER_WRITEBACK_KEY -->"; then
+            exit 0
+        fi
+        gh issue comment "$issue" --repo "$repo" --body-file "$RUNNER_WRITEBACK_BODY" > /dev/null
+    fi
+    ;;
+*) usage ;;
+esac

@@ -445,6 +445,71 @@ pub trait Ledger: History {
     ) -> Result<()>;
     /// Lift a pause; whether there was one.
     fn clear_paused(&mut self, manifest: &str) -> Result<bool>;
+    /// A write-back to a tracker (`key`, unique within `manifest`): its state (`pending`, `done`,
+    /// `failed`) and the run that last took it on.
+    fn writeback(&self, manifest: &str, key: &str) -> Result<Option<(String, String)>>;
+    /// Set write-back `key` to `state` for `run_id` (with `error` for a failed one) — but only
+    /// if it stands as `expect` says (`None`: not recorded at all). Whether it did: a compare
+    /// and swap, so two runs never both take one on.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the row and the state it must be in, named"
+    )]
+    fn swap_writeback(
+        &mut self,
+        manifest: &str,
+        key: &str,
+        expect: Option<(&str, &str)>,
+        state: &str,
+        run_id: &str,
+        error: Option<&str>,
+        at: &str,
+    ) -> Result<bool>;
+    /// Keep what write-back `key` is to do (`job`), for a later run to do it if this one cannot.
+    fn set_writeback_job(&mut self, manifest: &str, key: &str, job: &str) -> Result<()>;
+    /// The write-backs of `manifest` not done yet (failed, or taken on by a run that may have
+    /// died), with what each is to do.
+    fn unfinished_writebacks(&self, manifest: &str) -> Result<Vec<(String, String)>>;
+    /// Take write-back `key` on for `run_id`, exactly once over every run: when nobody has, when
+    /// an earlier attempt failed, or when the run that took it on died before recording that it
+    /// was done (the tracker's adapter then finds its own comment and posts none again). `false`:
+    /// it is done, or a live run has it.
+    fn claim_writeback(
+        &mut self,
+        manifest: &str,
+        key: &str,
+        run_id: &str,
+        at: &str,
+    ) -> Result<bool> {
+        match self.writeback(manifest, key)? {
+            None => self.swap_writeback(manifest, key, None, "pending", run_id, None, at),
+            Some((state, _)) if state == "done" => Ok(false),
+            Some((state, by)) if state == "failed" => self.swap_writeback(
+                manifest,
+                key,
+                Some((&state, &by)),
+                "pending",
+                run_id,
+                None,
+                at,
+            ),
+            Some((_, by)) if by == run_id => Ok(true),
+            Some((state, by)) => {
+                if self.run_is_live(&by)? {
+                    return Ok(false);
+                }
+                self.swap_writeback(
+                    manifest,
+                    key,
+                    Some((&state, &by)),
+                    "pending",
+                    run_id,
+                    None,
+                    at,
+                )
+            }
+        }
+    }
     /// What source `source` of `manifest` gave the last time a run read it (`runner.items/v1`
     /// JSON), if a run ever did.
     fn source_items(&self, manifest: &str, source: &str) -> Result<Option<String>>;

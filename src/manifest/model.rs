@@ -569,6 +569,11 @@ pub struct SourceSpec {
     /// Values for `{item.<var>}` every item of the source gets (an item's own win).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
+    /// Tells the tracker what became of an item: run as written, with `RUNNER_SOURCE_ID`,
+    /// `RUNNER_WRITEBACK_EVENT`, `RUNNER_WRITEBACK_LABEL`, `RUNNER_WRITEBACK_UNLABEL`,
+    /// `RUNNER_WRITEBACK_KEY` and `RUNNER_WRITEBACK_BODY` (a comment to post, once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writeback: Option<CommandSpec>,
     #[serde(skip)]
     #[schemars(skip)]
     pub span: Span,

@@ -365,6 +365,7 @@ mod tests {
             labels: BTreeMap::from([("area:web".to_string(), "web".to_string())]),
             branch: Some("runner/{item}".into()),
             vars: BTreeMap::new(),
+            writeback: None,
             span: Default::default(),
         }
     }

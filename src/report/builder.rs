@@ -684,6 +684,12 @@ impl ReportBuilder {
             .find(|a| a.n == n)
     }
 
+    /// Something the user should hear of the run, found after its events (a tracker that could
+    /// not be written back to).
+    pub(crate) fn warn(&mut self, w: String) {
+        self.report.warnings.push(w);
+    }
+
     pub fn report(&self) -> &Report {
         &self.report
     }

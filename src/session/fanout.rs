@@ -63,6 +63,8 @@ pub(crate) struct Fanout {
     pub(super) holder: Holder,
     /// The first ledger error; the engine stops admitting once it is set.
     pub(super) failure: Option<String>,
+    /// What the trackers are told of their items.
+    pub(super) writebacks: Option<super::writeback::Writebacks>,
 }
 
 impl Fanout {
@@ -105,6 +107,7 @@ impl Fanout {
             keys,
             holder,
             failure: None,
+            writebacks: None,
         }
     }
 
@@ -147,6 +150,9 @@ impl Fanout {
     pub(super) fn record(&mut self, ev: &Event) {
         let at = crate::support::clock::now();
         self.builder.on(ev, &at);
+        if let Some(w) = self.writebacks.as_mut() {
+            w.on(ev);
+        }
         let key = item_of(ev).and_then(|i| self.keys.get(i));
         if self.log_failed.is_none()
             && let Some((_, n, what, e)) = ev.log_error()

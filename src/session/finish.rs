@@ -259,6 +259,13 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
     if let Some(e) = sink.log_failed.take() {
         sink.failure.get_or_insert(e);
     }
+    // The trackers told, before the report: what could not be is in it.
+    if let Some(w) = sink.writebacks.take() {
+        for failed in w.finish() {
+            ui.warn(&failed);
+            sink.builder.warn(failed);
+        }
+    }
     let formats = formats_of(&cx.loaded);
     let report = sink.builder.report();
     for s in &report.suspect_gates {

@@ -17,5 +17,6 @@ pub mod prepare;
 pub mod records;
 mod run;
 pub mod sources;
+pub(crate) mod writeback;
 
 pub(crate) use run::{Options, Session};

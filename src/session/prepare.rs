@@ -483,6 +483,14 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         keys,
         row.holder.clone(),
     );
+    sink.writebacks = super::writeback::Writebacks::start(
+        &loaded,
+        &plan,
+        &opts.state,
+        &run_id,
+        run_dir.join("logs"),
+        Arc::clone(&redactor),
+    );
     record_plan_holds(ui, &plan, &mut sink)?;
     let previous_feedback = previous_feedback(&plan, &standing, &sink);
     say_held(&plan);

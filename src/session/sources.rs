@@ -52,22 +52,27 @@ pub fn remember(
     Ok(())
 }
 
-/// Run one source's command in the manifest's folder, with the manifest's `env.pass` and
-/// `env.secrets`, at most its `timeout`; its items, or why they cannot be had.
-fn read(loaded: &LoadedManifest, spec: &SourceSpec) -> Result<Vec<SourceItem>, String> {
-    // As written: a source's command takes no placeholders.
-    let argv: Vec<String> = match &spec.run {
+/// A source's command (to read, or to write back), as written — no placeholders — in `dir` (the
+/// manifest's folder, against which a relative program resolves), with only the manifest's
+/// `env.pass` and `env.secrets` of runner's environment, and `RUNNER_ROLE=gate`.
+pub(super) fn command(
+    loaded: &LoadedManifest,
+    run: &crate::manifest::CommandSpec,
+    dir: &std::path::Path,
+) -> std::process::Command {
+    let argv: Vec<String> = match run {
         crate::manifest::CommandSpec::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
         crate::manifest::CommandSpec::Argv(v) => v.clone(),
     };
-    let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
-    let (program, args) = argv.split_first().ok_or("its command is empty")?;
+    let (program, args) = argv
+        .split_first()
+        .map_or(("true", &[][..]), |(p, a)| (p.as_str(), a));
     let program = if program.contains('/') && !program.starts_with('/') {
         dir.join(program).display().to_string()
     } else {
-        program.clone()
+        program.to_string()
     };
-    let mut cmd = std::process::Command::new(&program);
+    let mut cmd = std::process::Command::new(program);
     cmd.args(args).current_dir(dir).env_clear();
     let (pass, secrets) = match &loaded.manifest.env {
         Some(e) => (e.pass(), e.secrets.clone()),
@@ -84,9 +89,18 @@ fn read(loaded: &LoadedManifest, spec: &SourceSpec) -> Result<Vec<SourceItem>, S
             cmd.env(name, v);
         }
     }
-    cmd.env("RUNNER_SOURCE", &spec.name)
-        .env("RUNNER_ROLE", crate::vocab::Role::Gate.as_str())
+    cmd.env("RUNNER_ROLE", crate::vocab::Role::Gate.as_str())
         .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Run one source's command in the manifest's folder, with the manifest's `env.pass` and
+/// `env.secrets`, at most its `timeout`; its items, or why they cannot be had.
+fn read(loaded: &LoadedManifest, spec: &SourceSpec) -> Result<Vec<SourceItem>, String> {
+    let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
+    let mut cmd = command(loaded, &spec.run, dir);
+    let program = cmd.get_program().to_string_lossy().to_string();
+    cmd.env("RUNNER_SOURCE", &spec.name);
     let timeout = spec.timeout();
     let out =
         crate::process::spawn_helper_within(&mut cmd, timeout).map_err(|e| match e.kind() {

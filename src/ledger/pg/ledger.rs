@@ -304,6 +304,77 @@ impl Ledger for PgLedger {
         })
     }
 
+    fn writeback(&self, manifest: &str, key: &str) -> Result<Option<(String, String)>> {
+        let (m, k) = (manifest.to_string(), key.to_string());
+        self.call(move |s| {
+            let row = s.client.query_opt(
+                "SELECT state, run_id FROM writebacks WHERE manifest = $1 AND key = $2",
+                &[&m, &k],
+            )?;
+            Ok(row.map(|r| (r.get(0), r.get(1))))
+        })
+    }
+
+    fn swap_writeback(
+        &mut self,
+        manifest: &str,
+        key: &str,
+        expect: Option<(&str, &str)>,
+        state: &str,
+        run_id: &str,
+        error: Option<&str>,
+        at: &str,
+    ) -> Result<bool> {
+        let (m, k, st, r, e, a) = (
+            manifest.to_string(),
+            key.to_string(),
+            state.to_string(),
+            run_id.to_string(),
+            error.map(str::to_string),
+            at.to_string(),
+        );
+        let expect = expect.map(|(w, b)| (w.to_string(), b.to_string()));
+        self.call(move |s| {
+            let n = match &expect {
+                None => s.client.execute(
+                    "INSERT INTO writebacks (manifest, key, state, run_id, error, at)
+                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (manifest, key) DO NOTHING",
+                    &[&m, &k, &st, &r, &e, &a],
+                )?,
+                Some((was, by)) => s.client.execute(
+                    "UPDATE writebacks SET state = $3, run_id = $4, error = $5, at = $6
+                      WHERE manifest = $1 AND key = $2 AND state = $7 AND run_id = $8",
+                    &[&m, &k, &st, &r, &e, &a, was, by],
+                )?,
+            };
+            Ok(n == 1)
+        })
+    }
+
+    fn set_writeback_job(&mut self, manifest: &str, key: &str, job: &str) -> Result<()> {
+        let (m, k, j) = (manifest.to_string(), key.to_string(), job.to_string());
+        self.call(move |s| {
+            s.client
+                .execute(
+                    "UPDATE writebacks SET job = $3 WHERE manifest = $1 AND key = $2",
+                    &[&m, &k, &j],
+                )
+                .map(|_| ())
+        })
+    }
+
+    fn unfinished_writebacks(&self, manifest: &str) -> Result<Vec<(String, String)>> {
+        let m = manifest.to_string();
+        self.call(move |s| {
+            let rows = s.client.query(
+                "SELECT key, job FROM writebacks
+                  WHERE manifest = $1 AND state != 'done' AND job IS NOT NULL ORDER BY at",
+                &[&m],
+            )?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
     fn source_items(&self, manifest: &str, source: &str) -> Result<Option<String>> {
         let (m, src) = (manifest.to_string(), source.to_string());
         self.call(move |s| {

@@ -97,6 +97,19 @@ CREATE TABLE source_items (
     PRIMARY KEY (manifest, source)
 );
 "#,
+    // Write-backs to trackers, each done exactly once.
+    r#"
+CREATE TABLE writebacks (
+    manifest TEXT NOT NULL,
+    key TEXT NOT NULL,
+    state TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    error TEXT,
+    at TEXT NOT NULL,
+    job TEXT,
+    PRIMARY KEY (manifest, key)
+);
+"#,
 ];
 /// The key of the advisory lock that serialises migrations.
 pub(super) const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;

@@ -249,6 +249,63 @@ impl Ledger for SqliteLedger {
         Ok(n > 0)
     }
 
+    fn writeback(&self, manifest: &str, key: &str) -> Result<Option<(String, String)>> {
+        self.conn
+            .query_row(
+                "SELECT state, run_id FROM writebacks WHERE manifest = ?1 AND key = ?2",
+                [manifest, key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    fn swap_writeback(
+        &mut self,
+        manifest: &str,
+        key: &str,
+        expect: Option<(&str, &str)>,
+        state: &str,
+        run_id: &str,
+        error: Option<&str>,
+        at: &str,
+    ) -> Result<bool> {
+        let n = match expect {
+            None => self.write(
+                "INSERT INTO writebacks (manifest, key, state, run_id, error, at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (manifest, key) DO NOTHING",
+                params![manifest, key, state, run_id, error, at],
+            )?,
+            Some((was, by)) => self.write(
+                "UPDATE writebacks SET state = ?3, run_id = ?4, error = ?5, at = ?6
+                  WHERE manifest = ?1 AND key = ?2 AND state = ?7 AND run_id = ?8",
+                params![manifest, key, state, run_id, error, at, was, by],
+            )?,
+        };
+        Ok(n == 1)
+    }
+
+    fn set_writeback_job(&mut self, manifest: &str, key: &str, job: &str) -> Result<()> {
+        self.write(
+            "UPDATE writebacks SET job = ?3 WHERE manifest = ?1 AND key = ?2",
+            params![manifest, key, job],
+        )?;
+        Ok(())
+    }
+
+    fn unfinished_writebacks(&self, manifest: &str) -> Result<Vec<(String, String)>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT key, job FROM writebacks
+                  WHERE manifest = ?1 AND state != 'done' AND job IS NOT NULL ORDER BY at",
+            )
+            .map_err(|e| self.err(e))?;
+        st.query_map([manifest], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.err(e))
+    }
+
     fn source_items(&self, manifest: &str, source: &str) -> Result<Option<String>> {
         self.conn
             .query_row(

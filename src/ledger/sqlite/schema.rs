@@ -138,4 +138,17 @@ CREATE TABLE source_items (
     PRIMARY KEY (manifest, source)
 );
 "#,
+    // Write-backs to trackers, each done exactly once.
+    r#"
+CREATE TABLE writebacks (
+    manifest TEXT NOT NULL,
+    key TEXT NOT NULL,
+    state TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    error TEXT,
+    at TEXT NOT NULL,
+    job TEXT,
+    PRIMARY KEY (manifest, key)
+);
+"#,
 ];

@@ -193,8 +193,12 @@ impl Cx {
                     "is not a valid variable name (letters, digits, `_`, `-`)",
                 )
             });
+            let writeback = m
+                .get("writeback")
+                .and_then(|v| self.command(v, &child(&p, "writeback")));
             if let (Some(name), Some(run)) = (name, run) {
                 out.push(SourceSpec {
+                    writeback,
                     name,
                     run,
                     timeout,

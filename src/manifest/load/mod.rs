@@ -314,7 +314,16 @@ const GATE_KEYS: &[&str] = &[
 const MIN_TESTS_KEYS: &[&str] = &["count", "pattern"];
 const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];
 const DISCOVER_KEYS: &[&str] = &["glob", "id", "branch", "vars"];
-const SOURCE_KEYS: &[&str] = &["name", "run", "timeout", "repo", "labels", "branch", "vars"];
+const SOURCE_KEYS: &[&str] = &[
+    "name",
+    "run",
+    "timeout",
+    "repo",
+    "labels",
+    "branch",
+    "vars",
+    "writeback",
+];
 const ENV_KEYS: &[&str] = &["pass", "secrets"];
 const STALL_KEYS: &[&str] = &["after"];
 const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep"];
