@@ -646,3 +646,37 @@ fn a_failed_write_back_is_told_and_made_by_the_next_run() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(completed_comments(&t, 1), 1);
 }
+
+#[test]
+fn the_ready_manifest_plans_against_the_forge() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([
+            issue(7, "Seven", &["runner"]),
+            issue(8, "Eight", &["other"])
+        ]),
+        "true",
+        "",
+    );
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    // As shipped, but for the fake forge's own variable.
+    let text = std::fs::read_to_string(shipped.join("issues-to-pull-requests.yaml")).unwrap();
+    let text = text.replace(
+        "pass: [PATH, HOME, LANG, TERM, TMPDIR]",
+        "pass: [PATH, HOME, LANG, TERM, TMPDIR, FAKE_FORGE]",
+    );
+    assert!(text.contains("FAKE_FORGE"));
+    std::fs::write(t.root.join("ready.yaml"), text).unwrap();
+    for d in ["sources", "agents"] {
+        std::os::unix::fs::symlink(shipped.join(d), t.root.join(d)).unwrap();
+    }
+    let out = t.run(&["validate", "ready.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = t.run(&["plan", "ready.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(ids(&plan), ["issue-7"], "{plan:#}");
+    assert_eq!(plan["items"][0]["branch"], "runner/issue-7");
+}
