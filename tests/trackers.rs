@@ -37,7 +37,9 @@ impl Tracker {
         let bin = root.join("bin");
         std::fs::create_dir(&bin).unwrap();
         let forge = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/forge/fake-forge");
-        std::os::unix::fs::symlink(&forge, bin.join("gh")).unwrap();
+        for cli in ["gh", "glab"] {
+            std::os::unix::fs::symlink(&forge, bin.join(cli)).unwrap();
+        }
         let t = Tracker {
             _dir: dir,
             root,
@@ -679,4 +681,60 @@ fn the_ready_manifest_plans_against_the_forge() {
     let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(ids(&plan), ["issue-7"], "{plan:#}");
     assert_eq!(plan["items"][0]["branch"], "runner/issue-7");
+}
+
+#[test]
+fn gitlab_issues_come_in_and_are_written_back_once() {
+    if !forge_runs() {
+        return;
+    }
+    let mut one = issue(1, "Fix the login loop", &["runner"]);
+    one["comments"] = json!([
+        {"author": "ann", "body": "Use the session cookie.", "createdAt": "2026-11-01T10:00:00Z"},
+        {"author": "gitlab", "body": "changed the description", "createdAt": "2026-11-01T11:00:00Z", "system": true}
+    ]);
+    let t = Tracker::new(json!([]), r#"cp "$RUNNER_BRIEF" brief.md"#, "");
+    t.set_state(&json!({"repos": {"grp/api": {"issues": [
+        one,
+        issue(2, "Add a dark mode", &["runner"]),
+        issue(3, "Not for runner", &["question"])
+    ]}}}));
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml"))
+        .unwrap()
+        .replace("sources/github.sh", "sources/gitlab.sh")
+        .replace("acme/api", "grp/api");
+    std::fs::write(t.root.join("m.yaml"), manifest).unwrap();
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ids(&plan), ["issue-1", "issue-2"], "{plan:#}");
+    for _ in 0..2 {
+        let out = t.apply(&[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let brief = common::git(&t.root.join("api"), &["show", "runner/issue-1:brief.md"]);
+    assert!(
+        brief.contains("https://gitlab.com/grp/api/-/issues/1"),
+        "{brief}"
+    );
+    assert!(brief.contains("Use the session cookie."), "{brief}");
+    assert!(
+        !brief.contains("changed the description"),
+        "system notes are no grooming: {brief}"
+    );
+    let state = t.state();
+    for i in state["repos"]["grp/api"]["issues"].as_array().unwrap() {
+        let ours = i["comments"].as_array().map_or(0, |c| {
+            c.iter().filter(|c| c["author"] == "runner-bot").count()
+        });
+        let labels = i["labels"].to_string();
+        if i["number"] == 3 {
+            assert_eq!(ours, 0, "{i:#}");
+        } else {
+            assert_eq!(ours, 1, "one note: {i:#}");
+            assert!(
+                labels.contains("runner:done") && !labels.contains("runner:working"),
+                "{i:#}"
+            );
+        }
+    }
 }

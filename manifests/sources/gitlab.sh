@@ -1,0 +1,60 @@
+#!/bin/sh
+# A tracker source for runner: GitLab issues through the GitLab CLI (`glab api`) and `jq`.
+#
+#   sources:
+#     - name: issue
+#       run: [manifests/sources/gitlab.sh, list, group/project, runner]
+#       writeback: [manifests/sources/gitlab.sh, writeback, group/project]
+#       repo: api
+#       branch: "runner/{item}"
+#   env: {pass: [PATH, HOME, GITLAB_TOKEN]}   # or `glab auth login` beforehand
+#
+# `list PROJECT [LABEL]` prints the open issues carrying LABEL (default `runner`) as
+# `runner.items/v1` JSON (`runner schema --items`): every page of them (`--paginate`), each with
+# the notes people wrote, oldest first (GitLab's system notes left out). It only reads.
+#
+# `writeback PROJECT` tells issue $RUNNER_SOURCE_ID what became of its item: the label
+# $RUNNER_WRITEBACK_LABEL on, those of $RUNNER_WRITEBACK_UNLABEL off, and the note in
+# $RUNNER_WRITEBACK_BODY (when there is one) posted unless a note already carries its key
+# ($RUNNER_WRITEBACK_KEY).
+set -eu
+usage() {
+    echo "usage: gitlab.sh list PROJECT [LABEL] | gitlab.sh writeback PROJECT" >&2
+    exit 2
+}
+[ $# -ge 2 ] || usage
+what=$1
+# The project's path, URL-encoded as the API takes it (group%2Fproject).
+project=$(printf '%s' "$2" | jq -sRr @uri)
+notes() {
+    # Every page, as one array.
+    glab api --paginate "projects/$project/issues/$1/notes?sort=asc&order_by=created_at&per_page=100" |
+        jq -s 'add // []'
+}
+case $what in
+list)
+    label=$(printf '%s' "${3:-runner}" | jq -sRr @uri)
+    issues=$(glab api --paginate "projects/$project/issues?state=opened&labels=$label&per_page=100" | jq -s 'add // []')
+    printf '%s' "$issues" | jq -r '.[].iid' | while read -r iid; do
+        notes "$iid" | jq -c --arg iid "$iid" '{iid: ($iid | tonumber), notes: .}'
+    done | jq -s --argjson issues "$issues" '
+        (map({key: (.iid | tostring), value: .notes}) | from_entries) as $notes
+        | {schema: "runner.items/v1",
+           items: [$issues[] | {id: .iid, title: .title, body: (.description // ""), url: .web_url,
+                                labels: .labels,
+                                comments: [($notes[.iid | tostring] // [])[] | select(.system | not)
+                                           | {author: .author.username, at: .created_at, body: .body}]}]}'
+    ;;
+writeback)
+    issue=$RUNNER_SOURCE_ID
+    glab api -X PUT "projects/$project/issues/$issue" \
+        -f "add_labels=$RUNNER_WRITEBACK_LABEL" -f "remove_labels=$RUNNER_WRITEBACK_UNLABEL" > /dev/null
+    if [ -n "${RUNNER_WRITEBACK_BODY:-}" ] && [ -s "$RUNNER_WRITEBACK_BODY" ]; then
+        if notes "$issue" | jq -r '.[].body' | grep -qF "runner:writeback key=$RUNNER_WRITEBACK_KEY -->"; then
+            exit 0
+        fi
+        glab api -X POST "projects/$project/issues/$issue/notes" -f "body=$(cat "$RUNNER_WRITEBACK_BODY")" > /dev/null
+    fi
+    ;;
+*) usage ;;
+esac
