@@ -738,3 +738,23 @@ fn gitlab_issues_come_in_and_are_written_back_once() {
         }
     }
 }
+
+#[test]
+fn apply_loop_takes_the_trackers_issues_round_by_round() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"]), issue(2, "Two", &["runner"])]),
+        "echo $RUNNER_ITEM > done.txt",
+        "",
+    );
+    let out = t.apply(&["--loop", "--max-rounds", "3"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("round 1, 2 pending"), "{err}");
+    assert!(err.contains("round 2 found nothing pending"), "{err}");
+    for n in [1, 2] {
+        assert_eq!(completed_comments(&t, n), 1, "{:#}", t.state());
+    }
+}

@@ -52,14 +52,19 @@ pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
 /// How many items `apply` with `args` would run now, as `plan` shows it.
 fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
     let loaded = load(ui, &args.manifest)?;
-    let opts = options(args);
+    let mut opts = options(args);
+    let ledger = crate::ledger::store::open_snapshot(&opts.state).map_err(|e| {
+        ui.error(e);
+        EXIT_INTERNAL
+    })?;
+    // The trackers are asked too: their new issues are work a next round takes.
+    opts.plan.sources = crate::session::sources::read_all(&loaded, ledger.as_ref());
     let Some(mut plan) = prepare::planned(ui, &loaded, &opts.plan) else {
         return Err(EXIT_INVALID);
     };
-    let standing = match crate::ledger::store::open_snapshot(&opts.state) {
-        Ok(Some(ledger)) => Standing::read(&ledger, &loaded.manifest.name),
-        Ok(None) => Ok(Standing::none()),
-        Err(e) => Err(e),
+    let standing = match &ledger {
+        Some(ledger) => Standing::read(ledger, &loaded.manifest.name),
+        None => Ok(Standing::none()),
     };
     match standing {
         Ok(s) => s.lay_over(&mut plan, args.rerun, true),
