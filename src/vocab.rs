@@ -198,6 +198,10 @@ pub enum HoldReason {
     Unroutable,
     /// An item a tracker gave before, whose source could not be read this time.
     SourceUnreadable,
+    /// Its pull request was closed without merge: not run again unless asked.
+    Rejected,
+    /// Its pull request's state cannot be read: never taken as merged or closed.
+    PrUnknown,
 }
 
 impl HoldReason {
@@ -216,14 +220,17 @@ impl HoldReason {
             HoldReason::ProviderRefused => "provider-refused",
             HoldReason::Unroutable => "unroutable",
             HoldReason::SourceUnreadable => "source-unreadable",
+            HoldReason::Rejected => "rejected",
+            HoldReason::PrUnknown => "pr-unknown",
         }
     }
     /// The state an item with this reason is in.
     pub fn state(self) -> ItemState {
         match self {
-            HoldReason::RepoNotFound | HoldReason::Filtered | HoldReason::Taken => {
-                ItemState::Skipped
-            }
+            HoldReason::RepoNotFound
+            | HoldReason::Filtered
+            | HoldReason::Taken
+            | HoldReason::Rejected => ItemState::Skipped,
             _ => ItemState::Held,
         }
     }

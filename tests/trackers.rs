@@ -758,3 +758,133 @@ fn apply_loop_takes_the_trackers_issues_round_by_round() {
         assert_eq!(completed_comments(&t, n), 1, "{:#}", t.state());
     }
 }
+
+/// The pull requests of the forge's `acme/api`.
+fn pulls(t: &Tracker) -> Vec<Value> {
+    t.state()["repos"]["acme/api"]["pulls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn item_of<'a>(plan: &'a Value, id: &str) -> &'a Value {
+    plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {plan:#}"))
+}
+
+#[test]
+fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([
+            issue(1, "One", &["runner"]),
+            issue(2, "Two", &["runner"]),
+            issue(3, "Three", &["runner"])
+        ]),
+        "echo $RUNNER_ITEM > done.txt",
+        &format!(
+            "publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    );
+    // `publish` belongs at the top level, after the source's keys.
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    let (head, rest) = manifest.split_once("publish:").unwrap();
+    let (publish_block, tail) = rest.split_once("env:").unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!("{head}env:{tail}publish:{publish_block}"),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let prs = pulls(&t);
+    assert_eq!(prs.len(), 3, "{prs:#?}");
+    for pr in &prs {
+        let n = pr["headRefName"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("runner/issue-")
+            .to_string();
+        assert!(
+            pr["body"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("Closes https://github.com/acme/api/issues/{n}")),
+            "the pull request closes its issue: {pr:#}"
+        );
+        assert_eq!(
+            pr["title"],
+            ["One", "Two", "Three"][n.parse::<usize>().unwrap() - 1]
+        );
+    }
+    // The reviewer merges one, closes one, asks for changes on the third.
+    let mut state = t.state();
+    for pr in state["repos"]["acme/api"]["pulls"].as_array_mut().unwrap() {
+        match pr["headRefName"].as_str().unwrap() {
+            "runner/issue-1" => pr["state"] = json!("MERGED"),
+            "runner/issue-2" => pr["state"] = json!("CLOSED"),
+            _ => {
+                pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+                pr["statusCheckRollup"] = json!([{"__typename": "CheckRun", "name": "ci", "status": "COMPLETED", "conclusion": "FAILURE"}]);
+            }
+        }
+    }
+    t.set_state(&state);
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "done", "{one:#}");
+    assert_eq!(one["pull_request"]["state"], "merged");
+    let two = item_of(&plan, "issue-2");
+    assert_eq!(two["state"], "skipped", "{two:#}");
+    assert_eq!(two["reason"], "rejected");
+    let three = item_of(&plan, "issue-3");
+    assert_eq!(
+        three["pull_request"]["review"], "changes-requested",
+        "{three:#}"
+    );
+    assert_eq!(three["pull_request"]["checks"], "failing");
+    // Merged is done for good; closed runs again only when asked.
+    let (_, plan, _) = t.plan_with(&["--rerun", "all"]);
+    assert_eq!(item_of(&plan, "issue-1")["state"], "done", "{plan:#}");
+    assert_eq!(item_of(&plan, "issue-2")["state"], "skipped", "{plan:#}");
+    let (_, plan, _) = t.plan_with(&["--rerun", "rejected"]);
+    assert_eq!(item_of(&plan, "issue-2")["state"], "pending", "{plan:#}");
+    assert_eq!(item_of(&plan, "issue-1")["state"], "done", "{plan:#}");
+    // A state that cannot be read is never taken as merged or closed.
+    let mut state = t.state();
+    state["fail"] = json!({"pr view": "HTTP 502: Server Error"});
+    t.set_state(&state);
+    let (_, plan, err) = t.plan();
+    for id in ["issue-1", "issue-2", "issue-3"] {
+        let it = item_of(&plan, id);
+        assert_eq!(it["state"], "held", "{id}: {it:#} {err}");
+        assert_eq!(it["reason"], "pr-unknown");
+        assert!(
+            it["detail"].as_str().unwrap().contains("HTTP 502"),
+            "{it:#}"
+        );
+    }
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let summary = std::fs::read_to_string(report_dir(&err).join("summary.md")).unwrap();
+    assert!(summary.contains("pr-unknown"), "{summary}");
+}
+
+/// The folder of the report of the run whose stderr is `err`.
+fn report_dir(err: &str) -> PathBuf {
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("runner: report in "))
+        .expect("the run names its report");
+    Path::new(line.trim()).parent().unwrap().to_path_buf()
+}

@@ -63,7 +63,8 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
         return Err(EXIT_INVALID);
     };
     let standing = match &ledger {
-        Some(ledger) => Standing::read(ledger, &loaded.manifest.name),
+        Some(ledger) => Standing::read(ledger, &loaded.manifest.name)
+            .map(|s| s.with_pulls(&loaded, &plan, Some(ledger))),
         None => Ok(Standing::none()),
     };
     match standing {

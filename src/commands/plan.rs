@@ -48,7 +48,9 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         return error_code;
     };
     let standing = match &ledger {
-        Some(l) => Standing::read(l, &loaded.manifest.name),
+        Some(l) => {
+            Standing::read(l, &loaded.manifest.name).map(|s| s.with_pulls(&loaded, &plan, Some(l)))
+        }
         // No ledger yet: quarantines kept with the repositories still hold.
         None => Ok(Standing::none()),
     };

@@ -623,6 +623,12 @@ pub struct Publish {
     /// one, `RUNNER_PR_URL`. The last URL it prints is the pull request's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pr: Option<CommandSpec>,
+    /// Prints the state of an item's pull request as `runner.pr/v1` JSON (`state`: open,
+    /// merged or closed; `review`; `checks`; `head`), read by `plan`, `apply` and `status` for
+    /// each published item: merged is done for good, closed is `rejected`. Same templates and
+    /// environment as `pr`, with `RUNNER_PR_URL` always set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<CommandSpec>,
     /// Longest the pull-request command may take (default 2m).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<DurationSpec>,

@@ -247,6 +247,7 @@ fn explicit_items(
                 vars: it.vars.clone(),
                 matched: None,
                 source: None,
+                pull_request: None,
             }
         })
         .collect()

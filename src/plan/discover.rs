@@ -465,6 +465,7 @@ impl Rule<'_> {
             vars,
             matched: Some(rel.clone()),
             source: None,
+            pull_request: None,
         })
     }
 

@@ -12,6 +12,7 @@ pub mod holds;
 mod model;
 pub mod order;
 pub mod past;
+pub mod pull;
 pub mod repos;
 pub mod shard;
 pub mod source;
@@ -302,6 +303,7 @@ fn without_repository(
         vars: spec.vars.clone(),
         matched: None,
         source: None,
+        pull_request: None,
     }
 }
 

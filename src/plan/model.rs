@@ -164,6 +164,10 @@ pub struct ItemPlan {
     /// For items of a tracker, the source and the tracker's item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<super::source::SourceRef>,
+    /// The pull request an earlier run opened for it, as its forge tells it now
+    /// (`publish.state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<super::pull::PullRequest>,
     /// A pending item's place in the expected admission order (1 = first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<usize>,

@@ -23,6 +23,8 @@ pub enum Rerun {
     Failed,
     /// Every item, completed ones too.
     All,
+    /// Items whose pull request was closed without merge.
+    Rejected,
 }
 
 /// An item's identity in the ledger: its definition (repository, id, branch, vars) is hashed so
@@ -59,7 +61,7 @@ pub fn apply(
         if let Some(p) = past.get(&item_key(&manifest, it)) {
             let again = match p.outcome {
                 ItemOutcome::Completed => rerun == Some(Rerun::All),
-                _ => rerun.is_some(),
+                _ => matches!(rerun, Some(Rerun::Failed | Rerun::All)),
             };
             if !again {
                 it.state = ItemState::Done;

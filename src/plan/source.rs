@@ -314,6 +314,7 @@ fn item_plan(spec: &SourceSpec, it: &SourceItem, repo: Option<String>) -> ItemPl
             url: it.url.clone(),
             item: Some(Arc::new(it.clone())),
         }),
+        pull_request: None,
     }
 }
 

@@ -97,6 +97,7 @@ impl ReportBuilder {
                     backup_branch: None,
                     leftovers: None,
                     publish: None,
+                    pull_request: it.pull_request.clone(),
                     waited: None,
                     usage: None,
                 }

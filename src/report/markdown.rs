@@ -160,6 +160,14 @@ fn row(it: &super::model::ItemReport) -> String {
         };
         append(&mut detail, &what);
     }
+    if let Some(pr) = &it.pull_request
+        && it.publish.is_none()
+    {
+        append(
+            &mut detail,
+            &format!("pull request {}: {}", pr.describe(), pr.url),
+        );
+    }
     let mark = match it.outcome {
         ItemOutcome::Completed => "✅ completed",
         ItemOutcome::Halted => "❌ halted",

@@ -191,6 +191,9 @@ pub struct ItemReport {
     /// What became of its work branch, when the manifest publishes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publish: Option<PublishReport>,
+    /// The pull request an earlier run opened for it, as its forge told it when the run began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<crate::plan::pull::PullRequest>,
     /// Where its time went besides work: waiting for its repository's lease, for shared
     /// resources, and resting after provider failures, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]

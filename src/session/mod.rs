@@ -14,6 +14,7 @@
 pub mod fanout;
 pub mod finish;
 pub mod prepare;
+pub mod pulls;
 pub mod records;
 mod run;
 pub mod sources;

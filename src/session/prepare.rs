@@ -325,6 +325,8 @@ pub(crate) struct Standing {
     pub paused: Option<String>,
     pub quarantined: Vec<(String, String, String)>,
     pub claims: Vec<(ItemKey, String)>,
+    /// The pull requests earlier runs opened, as their forge tells them now.
+    pub pulls: crate::plan::pull::Pulls,
 }
 
 impl Standing {
@@ -335,7 +337,19 @@ impl Standing {
             paused: ledger.paused(name)?,
             quarantined: ledger.quarantines()?,
             claims: ledger.live_claims_of(name)?,
+            pulls: Default::default(),
         })
+    }
+
+    /// With the state of each pull request of `plan`'s items (`publish.state`).
+    pub fn with_pulls(
+        mut self,
+        loaded: &LoadedManifest,
+        plan: &Plan,
+        ledger: Option<&Store>,
+    ) -> Self {
+        self.pulls = super::pulls::read(loaded, plan, ledger);
+        self
     }
 
     /// No ledger yet: only the quarantines kept with the repositories hold.
@@ -345,6 +359,7 @@ impl Standing {
             paused: None,
             quarantined: Vec::new(),
             claims: Vec::new(),
+            pulls: Default::default(),
         }
     }
 
@@ -353,6 +368,7 @@ impl Standing {
     /// shared ledger, whose claims `apply` takes over when their runner stops).
     pub(crate) fn lay_over(&self, plan: &mut Plan, rerun: Option<Rerun>, taken: bool) {
         past::apply(plan, &self.past, rerun, self.paused.as_deref());
+        crate::plan::pull::overlay(plan, &self.pulls, rerun == Some(Rerun::Rejected));
         let q = quarantines_of(plan, self.quarantined.clone());
         past::quarantine(plan, &q);
         if taken {
@@ -406,7 +422,9 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     // The run's view of the ledger is taken now: a result another run records after this
     // moment (while this one plans) is one this run will not repeat.
     let started_at = crate::support::clock::now();
-    let standing = Standing::read(&ledger, &loaded.manifest.name).map_err(internal)?;
+    let standing = Standing::read(&ledger, &loaded.manifest.name)
+        .map_err(internal)?
+        .with_pulls(&loaded, &plan, Some(&ledger));
     // Against a shared ledger, an item another runner claimed is left to admission, which waits
     // for that runner's repository lock and takes the claim over if its runner stops.
     standing.lay_over(&mut plan, opts.rerun, !ledger.is_shared());

@@ -228,30 +228,12 @@ impl Cx {
             }
             Some(r)
         });
-        let pr = m.get("pr").and_then(|n| {
-            let c = self.command(n, "publish.pr")?;
-            for part in c.parts() {
-                let bad = template::placeholders(part).and_then(|p| {
-                    match p.iter().find(|v| {
-                        !PUBLISH_VARS.contains(&v.strip_prefix(template::RAW).unwrap_or(v))
-                    }) {
-                        Some(v) => Err(format!(
-                            "unknown placeholder `{{{v}}}`; here you may use {}",
-                            PUBLISH_VARS
-                                .iter()
-                                .map(|v| format!("`{{{v}}}`"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )),
-                        None => Ok(()),
-                    }
-                });
-                if let Err(e) = bad {
-                    self.err("unknown-placeholder", "publish.pr", n.span, e);
-                }
-            }
-            Some(c)
-        });
+        let pr = m
+            .get("pr")
+            .and_then(|n| self.publish_command(n, "publish.pr"));
+        let state = m
+            .get("state")
+            .and_then(|n| self.publish_command(n, "publish.state"));
         let timeout = m
             .get("timeout")
             .and_then(|n| self.duration(n, "publish.timeout", false));
@@ -259,8 +241,36 @@ impl Cx {
             push,
             remote,
             pr,
+            state,
             timeout,
         })
+    }
+
+    /// A command of `publish` (`pr`, `state`): its placeholders are the branch's.
+    fn publish_command(&mut self, n: &Node, path: &str) -> Option<CommandSpec> {
+        let c = self.command(n, path)?;
+        for part in c.parts() {
+            let bad = template::placeholders(part).and_then(|p| {
+                match p
+                    .iter()
+                    .find(|v| !PUBLISH_VARS.contains(&v.strip_prefix(template::RAW).unwrap_or(v)))
+                {
+                    Some(v) => Err(format!(
+                        "unknown placeholder `{{{v}}}`; here you may use {}",
+                        PUBLISH_VARS
+                            .iter()
+                            .map(|v| format!("`{{{v}}}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
+                    None => Ok(()),
+                }
+            });
+            if let Err(e) = bad {
+                self.err("unknown-placeholder", path, n.span, e);
+            }
+        }
+        Some(c)
     }
 
     pub(super) fn capacity(&mut self, node: &Node) -> Option<Capacity> {

@@ -1,0 +1,106 @@
+//! Reading the pull requests earlier runs opened (`publish.state`): for each item of the plan
+//! that was published with a pull request, the publish adapter asked where it stands now.
+
+use crate::ledger::store::Store;
+use crate::manifest::{CommandSpec, LoadedManifest};
+use crate::plan::Plan;
+use crate::plan::pull::{self, PrStatus, PullRequest, Pulls};
+
+/// The state of every pull request of `plan`'s items that the ledger knows of; none without
+/// `publish.state` or a ledger.
+pub fn read(loaded: &LoadedManifest, plan: &Plan, ledger: Option<&Store>) -> Pulls {
+    let mut out = Pulls::new();
+    let (Some(publish), Some(ledger)) = (&loaded.manifest.publish, ledger) else {
+        return out;
+    };
+    let Some(cmd) = &publish.state else {
+        return out;
+    };
+    let Ok(published) = ledger.publications_of(&loaded.manifest.name) else {
+        return out;
+    };
+    let redactor = super::prepare::redactor(loaded);
+    for it in &plan.items {
+        let key = (it.repo.clone(), it.id.clone());
+        let Some((branch, head, Some(url))) = published.get(&key) else {
+            continue;
+        };
+        let Some(repo) = plan.repositories.iter().find(|r| r.name == it.repo) else {
+            continue;
+        };
+        let read = state_of(loaded, cmd, &repo.path, &it.repo, &it.id, branch, url)
+            .map_err(|e| redactor.redact(&e));
+        let pr = match read {
+            Ok(doc) => PullRequest {
+                url: url.clone(),
+                state: doc.state,
+                review: doc.review,
+                checks: doc.checks,
+                head: doc.head,
+                pushed: head.clone(),
+                detail: None,
+            },
+            Err(why) => PullRequest {
+                url: url.clone(),
+                state: PrStatus::Unknown,
+                review: Default::default(),
+                checks: Default::default(),
+                head: None,
+                pushed: head.clone(),
+                detail: Some(why),
+            },
+        };
+        out.insert(key, pr);
+    }
+    out
+}
+
+/// Run `publish.state` for one pull request, in the repository's checkout.
+fn state_of(
+    loaded: &LoadedManifest,
+    cmd: &CommandSpec,
+    repo_path: &std::path::Path,
+    repo: &str,
+    item: &str,
+    branch: &str,
+    url: &str,
+) -> Result<pull::PrDoc, String> {
+    let publish = loaded.manifest.publish.as_ref();
+    let remote = publish.map_or("origin", |p| p.remote()).to_string();
+    let lookup = |name: &str| match name {
+        "branch" => Some(branch.to_string()),
+        "item" => Some(item.to_string()),
+        "repo" => Some(repo.to_string()),
+        "remote" => Some(remote.clone()),
+        _ => None,
+    };
+    let argv = crate::engine::config::command_argv(loaded, cmd, lookup)
+        .map_err(|e| format!("`publish.state`: {e}"))?;
+    let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
+    let mut c = super::sources::command(loaded, &CommandSpec::Argv(argv), dir);
+    c.current_dir(repo_path)
+        .env("RUNNER_PR_URL", url)
+        .env("RUNNER_BRANCH", branch)
+        .env("RUNNER_REMOTE", &remote)
+        .env("RUNNER_REPO", repo)
+        .env("RUNNER_ITEM", item);
+    let timeout = publish.map_or(std::time::Duration::from_secs(120), |p| p.timeout());
+    let out = crate::process::spawn_helper_within(&mut c, timeout)
+        .map_err(|e| format!("`publish.state` cannot be run: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.trim().lines().last().unwrap_or("").to_string();
+        return Err(format!(
+            "`publish.state` failed ({}){}",
+            out.status
+                .code()
+                .map_or_else(|| "a signal".to_string(), |c| format!("exit {c}")),
+            if last.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", crate::support::text::printable(&last))
+            }
+        ));
+    }
+    pull::parse(&String::from_utf8_lossy(&out.stdout)).map_err(|e| format!("`publish.state`: {e}"))
+}
