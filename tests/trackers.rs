@@ -671,7 +671,7 @@ fn the_ready_manifest_plans_against_the_forge() {
     );
     assert!(text.contains("FAKE_FORGE"));
     std::fs::write(t.root.join("ready.yaml"), text).unwrap();
-    for d in ["sources", "agents"] {
+    for d in ["sources", "agents", "publish"] {
         std::os::unix::fs::symlink(shipped.join(d), t.root.join(d)).unwrap();
     }
     let out = t.run(&["validate", "ready.yaml"]);
