@@ -98,19 +98,23 @@ worker:
         self.set_state(&json!({"repos": {"acme/api": {"issues": issues}}}));
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    /// runner in the folder, with the fake forge first on PATH.
+    fn command(&self, args: &[&str]) -> std::process::Command {
         let path = format!(
             "{}:{}",
             self.bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        runner()
-            .current_dir(&self.root)
+        let mut c = runner();
+        c.current_dir(&self.root)
             .args(args)
             .env("PATH", path)
-            .env("FAKE_FORGE", self.forge())
-            .output()
-            .unwrap()
+            .env("FAKE_FORGE", self.forge());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
     }
 
     fn plan(&self) -> (Option<i32>, Value, String) {
@@ -515,16 +519,8 @@ fn a_run_killed_after_posting_leaves_one_comment_after_the_next() {
     let mut state = t.state();
     state["hang"] = json!({"issue comment": 60});
     t.set_state(&state);
-    let path = format!(
-        "{}:{}",
-        t.bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut child = runner()
-        .current_dir(&t.root)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .env("PATH", path)
-        .env("FAKE_FORGE", t.forge())
+    let mut child = t
+        .command(&["apply", "m.yaml", "--no-progress"])
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -571,17 +567,8 @@ fn two_overlapping_drains_comment_on_each_issue_once() {
         .map(|n| issue(n, &format!("Issue {n}"), &["runner"]))
         .collect();
     let t = Tracker::new(json!(issues), "sleep 0.2; echo $RUNNER_ITEM > done.txt", "");
-    let path = format!(
-        "{}:{}",
-        t.bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let spawn = || {
-        runner()
-            .current_dir(&t.root)
-            .args(["apply", "m.yaml", "--no-progress"])
-            .env("PATH", &path)
-            .env("FAKE_FORGE", t.forge())
+        t.command(&["apply", "m.yaml", "--no-progress"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -9,7 +9,6 @@ use crate::git::{self, Ancestry};
 use crate::manifest::template;
 use crate::manifest::{LoadedManifest, Problem, SourceKind};
 use crate::support::text::printable;
-use crate::vocab::ItemState;
 use globset::GlobSet;
 use std::collections::HashMap;
 use std::path::Path;
@@ -232,22 +231,9 @@ fn explicit_items(
                 None => None,
             };
             ItemPlan {
-                start: None,
-                estimate_ms: None,
-                repo: l.name.clone(),
-                id: it.id.clone(),
-                origin: Origin::Explicit,
-                state: ItemState::Pending,
-                reason: None,
-                detail: None,
                 branch,
-                continues: None,
-                behind: None,
-                replaces: None,
                 vars: it.vars.clone(),
-                matched: None,
-                source: None,
-                pull_request: None,
+                ..ItemPlan::new(l.name.clone(), it.id.clone(), Origin::Explicit)
             }
         })
         .collect()

@@ -9,7 +9,6 @@ use crate::manifest::load::valid_item_id;
 use crate::manifest::template;
 use crate::manifest::{LoadedManifest, Problem};
 use crate::support::text::printable;
-use crate::vocab::ItemState;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -450,22 +449,10 @@ impl Rule<'_> {
             None => None,
         };
         ok.then(|| ItemPlan {
-            start: None,
-            estimate_ms: None,
-            repo: l.name.clone(),
-            id,
-            origin: Origin::Discovered,
-            state: ItemState::Pending,
-            reason: None,
-            detail: None,
             branch,
-            continues: None,
-            behind: None,
-            replaces: None,
             vars,
             matched: Some(rel.clone()),
-            source: None,
-            pull_request: None,
+            ..ItemPlan::new(l.name.clone(), id, Origin::Discovered)
         })
     }
 

@@ -284,11 +284,6 @@ fn without_repository(
         missing.push(m);
     }
     ItemPlan {
-        start: None,
-        estimate_ms: None,
-        repo: spec.repo.clone(),
-        id: spec.id.clone(),
-        origin: Origin::Explicit,
         state: ItemState::Skipped,
         reason: Some(if filtered {
             HoldReason::Filtered
@@ -296,14 +291,8 @@ fn without_repository(
             HoldReason::RepoNotFound
         }),
         detail: (!filtered).then(|| detail.to_string()),
-        branch: None,
-        continues: None,
-        behind: None,
-        replaces: None,
         vars: spec.vars.clone(),
-        matched: None,
-        source: None,
-        pull_request: None,
+        ..ItemPlan::new(spec.repo.clone(), spec.id.clone(), Origin::Explicit)
     }
 }
 

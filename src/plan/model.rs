@@ -177,6 +177,31 @@ pub struct ItemPlan {
     pub estimate_ms: Option<u64>,
 }
 
+impl ItemPlan {
+    /// A pending item of `repo` with id `id`, nothing yet known of its branch, history or
+    /// estimate.
+    pub(crate) fn new(repo: String, id: String, origin: Origin) -> ItemPlan {
+        ItemPlan {
+            repo,
+            id,
+            origin,
+            state: ItemState::Pending,
+            reason: None,
+            detail: None,
+            branch: None,
+            continues: None,
+            behind: None,
+            replaces: None,
+            vars: BTreeMap::new(),
+            matched: None,
+            source: None,
+            pull_request: None,
+            start: None,
+            estimate_ms: None,
+        }
+    }
+}
+
 /// Narrowing given on the command line.
 #[derive(Clone, Debug, Default)]
 pub struct PlanOptions {

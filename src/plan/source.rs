@@ -293,20 +293,8 @@ fn item_plan(spec: &SourceSpec, it: &SourceItem, repo: Option<String>) -> ItemPl
     let mut vars = spec.vars.clone();
     vars.extend(it.vars.clone());
     ItemPlan {
-        start: None,
-        estimate_ms: None,
-        repo,
-        id,
-        origin: Origin::Source,
-        state: ItemState::Pending,
-        reason: None,
-        detail: None,
         branch,
-        continues: None,
-        behind: None,
-        replaces: None,
         vars,
-        matched: None,
         source: Some(SourceRef {
             name: spec.name.clone(),
             id: it.id.to_string(),
@@ -314,7 +302,7 @@ fn item_plan(spec: &SourceSpec, it: &SourceItem, repo: Option<String>) -> ItemPl
             url: it.url.clone(),
             item: Some(Arc::new(it.clone())),
         }),
-        pull_request: None,
+        ..ItemPlan::new(repo, id, Origin::Source)
     }
 }
 

@@ -88,19 +88,7 @@ fn state_of(
     let out = crate::process::spawn_helper_within(&mut c, timeout)
         .map_err(|e| format!("`publish.state` cannot be run: {e}"))?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.trim().lines().last().unwrap_or("").to_string();
-        return Err(format!(
-            "`publish.state` failed ({}){}",
-            out.status
-                .code()
-                .map_or_else(|| "a signal".to_string(), |c| format!("exit {c}")),
-            if last.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", crate::support::text::printable(&last))
-            }
-        ));
+        return Err(super::sources::failed("`publish.state`", &out));
     }
     pull::parse(&String::from_utf8_lossy(&out.stdout)).map_err(|e| format!("`publish.state`: {e}"))
 }

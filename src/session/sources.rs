@@ -111,23 +111,28 @@ fn read(loaded: &LoadedManifest, spec: &SourceSpec) -> Result<Vec<SourceItem>, S
             _ => format!("its command `{program}` cannot be run: {e}"),
         })?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.trim().lines().last().unwrap_or("").to_string();
-        let code = out
-            .status
-            .code()
-            .map_or_else(|| "a signal".to_string(), |c| format!("exit {c}"));
-        return Err(if last.is_empty() {
-            format!("its command failed ({code})")
-        } else {
-            format!(
-                "its command failed ({code}): {}",
-                crate::support::text::printable(&last)
-            )
-        });
+        return Err(failed("its command", &out));
     }
     let text = String::from_utf8(out.stdout).map_err(|_| "its output is not UTF-8".to_string())?;
     source::parse(&text)
+}
+
+/// `<what> failed (exit 1): <its last line on stderr>`, escaped for a terminal.
+pub(super) fn failed(what: &str, out: &std::process::Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.trim().lines().last().unwrap_or("");
+    let code = out
+        .status
+        .code()
+        .map_or_else(|| "a signal".to_string(), |c| format!("exit {c}"));
+    if last.is_empty() {
+        format!("{what} failed ({code})")
+    } else {
+        format!(
+            "{what} failed ({code}): {}",
+            crate::support::text::printable(last)
+        )
+    }
 }
 
 fn shown(d: Duration) -> String {

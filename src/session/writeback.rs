@@ -373,18 +373,5 @@ fn run(loaded: &LoadedManifest, job: &Job, logs: &Path) -> Result<(), String> {
     if out.status.success() {
         return Ok(());
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let last = err.trim().lines().last().unwrap_or("").to_string();
-    let code = out
-        .status
-        .code()
-        .map_or_else(|| "a signal".to_string(), |c| format!("exit {c}"));
-    Err(format!(
-        "its command failed ({code}){}",
-        if last.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", crate::support::text::printable(&last))
-        }
-    ))
+    Err(super::sources::failed("its command", &out))
 }
