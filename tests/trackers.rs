@@ -875,3 +875,40 @@ fn report_dir(err: &str) -> PathBuf {
         .expect("the run names its report");
     Path::new(line.trim()).parent().unwrap().to_path_buf()
 }
+
+#[test]
+fn a_secret_an_issue_quotes_stays_out_of_the_ledger_and_the_logs() {
+    if !forge_runs() {
+        return;
+    }
+    let mut one = issue(1, "Leaky", &["runner"]);
+    one["body"] = json!("the key is s3cr3t-value-123, do not share");
+    let t = Tracker::new(json!([one]), r#"cp "$RUNNER_BRIEF" brief.md"#, "");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml"))
+        .unwrap()
+        .replace(
+            "env: {pass: [PATH, HOME, FAKE_FORGE]}",
+            "env: {pass: [PATH, HOME, FAKE_FORGE], secrets: [MY_SECRET]}",
+        );
+    std::fs::write(t.root.join("m.yaml"), manifest).unwrap();
+    let out = t
+        .command(&["apply", "m.yaml", "--no-progress"])
+        .env("MY_SECRET", "s3cr3t-value-123")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let brief = common::git(&t.root.join("api"), &["show", "runner/issue-1:brief.md"]);
+    assert!(brief.contains("the key is ***"), "{brief}");
+    for dir in [".runner", "runner-reports"] {
+        let found = std::process::Command::new("grep")
+            .args(["-rl", "s3cr3t-value-123"])
+            .arg(t.root.join(dir))
+            .output()
+            .unwrap();
+        assert!(
+            found.stdout.is_empty(),
+            "the secret is in {}",
+            String::from_utf8_lossy(&found.stdout)
+        );
+    }
+}

@@ -413,8 +413,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let Some(mut plan) = planned(ui, &loaded, &plan_opts) else {
         return Err(EXIT_INVALID);
     };
-    super::sources::remember(&mut ledger, &loaded.manifest.name, &plan_opts.sources)
-        .map_err(internal)?;
+    super::sources::remember(&mut ledger, &loaded, &plan_opts.sources).map_err(internal)?;
     // The key that seals cached verdicts: the ledger's, never in a child's reach.
     let verdict_key = ledger.verdict_key().map_err(internal)?;
     confined(ui, &plan)?;

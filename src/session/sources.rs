@@ -34,9 +34,12 @@ pub fn read_all(loaded: &LoadedManifest, ledger: Option<&Store>) -> Vec<SourceRe
 /// these.
 pub fn remember(
     ledger: &mut Store,
-    manifest: &str,
+    loaded: &LoadedManifest,
     reads: &[SourceRead],
 ) -> crate::ledger::Result<()> {
+    let manifest = &loaded.manifest.name;
+    // An issue may quote a secret's value: the ledger keeps it redacted, as every log does.
+    let redactor = super::prepare::redactor(loaded);
     let at = crate::support::clock::now();
     for r in reads {
         let Ok(items) = &r.items else {
@@ -46,7 +49,7 @@ pub fn remember(
             schema: source::ITEMS_SCHEMA.to_string(),
             items: items.clone(),
         };
-        let json = serde_json::to_string(&doc).unwrap_or_default();
+        let json = redactor.redact(&serde_json::to_string(&doc).unwrap_or_default());
         ledger.set_source_items(manifest, &r.name, &json, &at)?;
     }
     Ok(())
