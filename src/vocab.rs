@@ -202,6 +202,8 @@ pub enum HoldReason {
     Rejected,
     /// Its pull request's state cannot be read: never taken as merged or closed.
     PrUnknown,
+    /// Its pull request still asks for changes after `publish.review_rounds` rounds.
+    NeedsHuman,
 }
 
 impl HoldReason {
@@ -222,6 +224,7 @@ impl HoldReason {
             HoldReason::SourceUnreadable => "source-unreadable",
             HoldReason::Rejected => "rejected",
             HoldReason::PrUnknown => "pr-unknown",
+            HoldReason::NeedsHuman => "needs-human",
         }
     }
     /// The state an item with this reason is in.

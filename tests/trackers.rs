@@ -912,3 +912,85 @@ fn a_secret_an_issue_quotes_stays_out_of_the_ledger_and_the_logs() {
         );
     }
 }
+
+#[test]
+fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        r#"if [ -n "$RUNNER_FEEDBACK" ]; then cp "$RUNNER_FEEDBACK" feedback.md; fi; echo "$RUNNER_ITEM $RUNNER_RUN_ID" >> done.txt"#,
+        "",
+    );
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  review_rounds: 1\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The reviewer asks for changes, and a check fails.
+    let mut state = t.state();
+    let pr = &mut state["repos"]["acme/api"]["pulls"][0];
+    pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+    pr["reviews"] = json!([{"author": "rev", "body": "Rename `done` to `finished`.", "at": "2026-12-03T10:00:00Z", "state": "CHANGES_REQUESTED"}]);
+    pr["statusCheckRollup"] = json!([{"__typename": "CheckRun", "name": "ci / unit", "status": "COMPLETED", "conclusion": "FAILURE", "title": "2 tests failed", "detailsUrl": "https://ci.example/1"}]);
+    t.set_state(&state);
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "pending", "a review round: {one:#}");
+    assert!(
+        one["detail"].as_str().unwrap().contains("review round 1"),
+        "{one:#}"
+    );
+
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let api = t.root.join("api");
+    let feedback = common::git(&api, &["show", "runner/issue-1:feedback.md"]);
+    assert!(
+        feedback.contains("rev: Rename `done` to `finished`."),
+        "{feedback}"
+    );
+    assert!(
+        feedback.contains("ci / unit: 2 tests failed (https://ci.example/1)"),
+        "{feedback}"
+    );
+    let done = common::git(&api, &["show", "runner/issue-1:done.txt"]);
+    assert_eq!(
+        done.lines().count(),
+        2,
+        "the round continued the branch: {done}"
+    );
+    let state = t.state();
+    let pr = &state["repos"]["acme/api"]["pulls"][0];
+    assert_eq!(
+        state["repos"]["acme/api"]["pulls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        pr["comments"]
+            .to_string()
+            .contains("runner pushed review round 1"),
+        "{pr:#}"
+    );
+    // Still asking after the one round allowed: a person takes it from here.
+    let (_, plan, err) = t.plan();
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "held", "{one:#} {err}");
+    assert_eq!(one["reason"], "needs-human");
+    assert!(
+        one["detail"].as_str().unwrap().contains("pull/101"),
+        "{one:#}"
+    );
+}

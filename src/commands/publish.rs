@@ -82,9 +82,9 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
             ));
             continue;
         }
-        if let Some((_, head, _)) = before
-            && head.is_some()
-            && *head == tip
+        if let Some(p) = before
+            && p.head.is_some()
+            && p.head == tip
         {
             current += 1;
             continue;
@@ -106,7 +106,8 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
                     repo_path: &repo.path,
                     item: &it.id,
                     branch,
-                    previous_url: before.and_then(|(_, _, u)| u.as_deref()),
+                    previous_url: before.and_then(|p| p.url.as_deref()),
+                    review_round: None,
                     title: format!("runner: {}", it.id),
                     body: format!(
                         "Work item `{}` in `{}`, completed by runner (run `{}`).\n",

@@ -18,6 +18,8 @@ pub struct Request<'a> {
     pub branch: &'a str,
     /// The pull request an earlier run opened for the item.
     pub previous_url: Option<&'a str>,
+    /// The review round this publication answers (`RUNNER_REVIEW_ROUND`), when it does.
+    pub review_round: Option<u32>,
     /// `RUNNER_PR_TITLE`, and the text of `RUNNER_PR_BODY`.
     pub title: String,
     pub body: String,
@@ -116,6 +118,9 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
     set("RUNNER_ROLE", "gate".to_string());
     if let Some(u) = req.previous_url {
         set("RUNNER_PR_URL", u.to_string());
+    }
+    if let Some(n) = req.review_round {
+        set("RUNNER_REVIEW_ROUND", n.to_string());
     }
     let fin = process::run(
         SpawnSpec {

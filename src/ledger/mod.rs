@@ -310,10 +310,21 @@ pub(crate) fn gate_durations_of(
     out
 }
 
-/// What each item's work branch was last published as: (branch, head, pull request) by
-/// `(repo, item)`, from `published` events (repo, item, body) in the order they happened.
-pub(crate) type Publications =
-    std::collections::HashMap<(String, String), (String, Option<String>, Option<String>)>;
+/// What each item's work branch was last published as, by `(repo, item)`, from `published`
+/// events in the order they happened.
+pub type Publications = std::collections::HashMap<(String, String), Publication>;
+
+/// An item's last publication.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Publication {
+    pub branch: String,
+    /// The commit pushed.
+    pub head: Option<String>,
+    /// The pull request.
+    pub url: Option<String>,
+    /// How many times its pull request was updated since it was opened: its review rounds.
+    pub rounds: u32,
+}
 
 pub(crate) fn publications_from(
     rows: impl IntoIterator<Item = (Option<String>, Option<String>, String)>,
@@ -331,7 +342,19 @@ pub(crate) fn publications_from(
             ..
         }) = serde_json::from_str::<Event>(&body)
         {
-            out.insert((repo, item), (branch, head, url));
+            let rounds = match out.get(&(repo.clone(), item.clone())) {
+                Some(p) if p.url.is_some() && p.url == url => p.rounds + 1,
+                _ => 0,
+            };
+            out.insert(
+                (repo, item),
+                Publication {
+                    branch,
+                    head,
+                    url,
+                    rounds,
+                },
+            );
         }
     }
     out

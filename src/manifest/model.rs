@@ -17,6 +17,7 @@ pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 pub(crate) const DEFAULT_ATTEMPTS: u32 = 1;
 pub(crate) const DEFAULT_THRESHOLD: u32 = 2;
 pub(crate) const DEFAULT_STALL_AFTER: u32 = 3;
+pub(crate) const DEFAULT_REVIEW_ROUNDS: u32 = 3;
 pub(crate) const DEFAULT_REPORTS_DIR: &str = "runner-reports";
 pub(crate) const DEFAULT_WORKSPACE: &str = ".runner/workspace";
 pub(crate) const DEFAULT_PROVIDER_EXIT_CODES: &[i32] = &[75];
@@ -629,6 +630,11 @@ pub struct Publish {
     /// environment as `pr`, with `RUNNER_PR_URL` always set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<CommandSpec>,
+    /// How many review rounds runner makes on a pull request whose reviewers ask for changes
+    /// (or whose checks fail) before it holds the item `needs-human` (default 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub review_rounds: Option<u32>,
     /// Longest the pull-request command may take (default 2m).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<DurationSpec>,
@@ -643,6 +649,9 @@ impl Publish {
     }
     pub fn timeout(&self) -> Duration {
         self.timeout.map_or(Duration::from_secs(120), |d| d.0)
+    }
+    pub fn review_rounds(&self) -> u32 {
+        self.review_rounds.unwrap_or(DEFAULT_REVIEW_ROUNDS)
     }
 }
 

@@ -31,6 +31,37 @@ pub struct PrDoc {
     /// The commit the pull request's branch points at on the forge.
     #[serde(default)]
     pub head: Option<String>,
+    /// What reviewers wrote, oldest first: the review round's feedback.
+    #[serde(default)]
+    pub comments: Vec<ReviewComment>,
+    /// The checks that failed.
+    #[serde(default)]
+    pub failing_checks: Vec<FailingCheck>,
+}
+
+/// A reviewer's comment, at a line of a file when it was written there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewComment {
+    pub author: String,
+    #[serde(default)]
+    pub at: String,
+    pub body: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+}
+
+/// A check that failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailingCheck {
+    pub name: String,
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// Where a pull request stands.
@@ -85,6 +116,14 @@ pub struct PullRequest {
     /// Why the state is unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Review rounds runner has made on it so far.
+    #[serde(default)]
+    pub rounds: u32,
+    /// The review comments and failing checks, for a review round's feedback.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<ReviewComment>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing_checks: Vec<FailingCheck>,
 }
 
 impl PullRequest {
@@ -139,10 +178,56 @@ pub fn parse(text: &str) -> Result<PrDoc, String> {
 /// Pull requests by item (repository, id).
 pub type Pulls = HashMap<(String, String), PullRequest>;
 
+impl PullRequest {
+    /// Whether the reviewers want more: changes requested, or a check failing.
+    pub fn wants_a_round(&self) -> bool {
+        self.state == PrStatus::Open
+            && (self.review == Review::ChangesRequested || self.checks == Checks::Failing)
+    }
+
+    /// A review round's feedback: the review comments oldest first (with file and line where
+    /// the review gave them) and the failing checks.
+    pub fn feedback(&self) -> String {
+        let mut out = format!(
+            "The review of pull request {} asks for changes ({}). Address every point below on this branch; runner pushes the result to the pull request.\n",
+            self.url,
+            self.describe()
+        );
+        if !self.comments.is_empty() {
+            out.push_str("\nReview comments, oldest first:\n");
+            for c in &self.comments {
+                let at = match (&c.path, c.line) {
+                    (Some(p), Some(l)) => format!(" on {p}:{l}"),
+                    (Some(p), None) => format!(" on {p}"),
+                    _ => String::new(),
+                };
+                out.push_str(&format!("\n- {}{at}: {}\n", c.author, c.body.trim()));
+            }
+        }
+        if !self.failing_checks.is_empty() {
+            out.push_str("\nFailing checks:\n");
+            for f in &self.failing_checks {
+                out.push_str(&format!(
+                    "\n- {}: {}{}\n",
+                    f.name,
+                    f.summary.trim(),
+                    f.url
+                        .as_deref()
+                        .map(|u| format!(" ({u})"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// Lay the pull requests' states over the plan: each item shows its own; a merged one's item is
 /// done for good, a closed one's `rejected` (pending again with `rerun_rejected`), an unreadable
-/// one's held `pr-unknown`.
-pub fn overlay(plan: &mut Plan, pulls: &Pulls, rerun_rejected: bool) {
+/// one's held `pr-unknown`. An open one whose reviewers asked for changes (or whose checks
+/// fail) makes its done item pending again — a review round on its branch — up to `max_rounds`,
+/// then held `needs-human`.
+pub fn overlay(plan: &mut Plan, pulls: &Pulls, rerun_rejected: bool, max_rounds: u32) {
     for it in &mut plan.items {
         let Some(pr) = pulls.get(&(it.repo.clone(), it.id.clone())) else {
             continue;
@@ -181,6 +266,27 @@ pub fn overlay(plan: &mut Plan, pulls: &Pulls, rerun_rejected: bool) {
                     pr.url,
                     pr.detail.as_deref().unwrap_or("no reason given")
                 ));
+            }
+            PrStatus::Open if pr.wants_a_round() && it.state == ItemState::Done => {
+                if pr.rounds >= max_rounds {
+                    it.state = ItemState::Held;
+                    it.reason = Some(HoldReason::NeedsHuman);
+                    it.detail = Some(format!(
+                        "pull request {} still asks for changes after {} review round{}: a person takes it from here",
+                        pr.url,
+                        pr.rounds,
+                        if pr.rounds == 1 { "" } else { "s" }
+                    ));
+                } else {
+                    it.state = ItemState::Pending;
+                    it.reason = None;
+                    it.detail = Some(format!(
+                        "review round {} of pull request {} ({})",
+                        pr.rounds + 1,
+                        pr.url,
+                        pr.describe()
+                    ));
+                }
             }
             PrStatus::Open => {}
         }

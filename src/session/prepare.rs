@@ -327,6 +327,8 @@ pub(crate) struct Standing {
     pub claims: Vec<(ItemKey, String)>,
     /// The pull requests earlier runs opened, as their forge tells them now.
     pub pulls: crate::plan::pull::Pulls,
+    /// `publish.review_rounds`.
+    pub review_rounds: u32,
 }
 
 impl Standing {
@@ -338,6 +340,7 @@ impl Standing {
             quarantined: ledger.quarantines()?,
             claims: ledger.live_claims_of(name)?,
             pulls: Default::default(),
+            review_rounds: crate::manifest::DEFAULT_REVIEW_ROUNDS,
         })
     }
 
@@ -349,6 +352,13 @@ impl Standing {
         ledger: Option<&Store>,
     ) -> Self {
         self.pulls = super::pulls::read(loaded, plan, ledger);
+        self.review_rounds = loaded
+            .manifest
+            .publish
+            .as_ref()
+            .map_or(crate::manifest::DEFAULT_REVIEW_ROUNDS, |p| {
+                p.review_rounds()
+            });
         self
     }
 
@@ -360,6 +370,7 @@ impl Standing {
             quarantined: Vec::new(),
             claims: Vec::new(),
             pulls: Default::default(),
+            review_rounds: crate::manifest::DEFAULT_REVIEW_ROUNDS,
         }
     }
 
@@ -368,7 +379,12 @@ impl Standing {
     /// shared ledger, whose claims `apply` takes over when their runner stops).
     pub(crate) fn lay_over(&self, plan: &mut Plan, rerun: Option<Rerun>, taken: bool) {
         past::apply(plan, &self.past, rerun, self.paused.as_deref());
-        crate::plan::pull::overlay(plan, &self.pulls, rerun == Some(Rerun::Rejected));
+        crate::plan::pull::overlay(
+            plan,
+            &self.pulls,
+            rerun == Some(Rerun::Rejected),
+            self.review_rounds,
+        );
         let q = quarantines_of(plan, self.quarantined.clone());
         past::quarantine(plan, &q);
         if taken {
@@ -509,7 +525,8 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         Arc::clone(&redactor),
     );
     record_plan_holds(ui, &plan, &mut sink)?;
-    let previous_feedback = previous_feedback(&plan, &standing, &sink);
+    let mut previous_feedback = previous_feedback(&plan, &standing, &sink);
+    review_feedback(&plan, &run_dir, &mut previous_feedback);
     say_held(&plan);
     let published = published(&plan, &sink.ledger).map_err(internal)?;
     let health = health_of(&loaded);
@@ -615,6 +632,26 @@ fn record_plan_holds(ui: &Ui, plan: &Plan, sink: &mut Fanout) -> Result<(), i32>
     Ok(())
 }
 
+/// A review round's first attempt is told what the review asks: the reviewers' comments and the
+/// failing checks, in a file of the item's logs, as `RUNNER_FEEDBACK`.
+fn review_feedback(plan: &Plan, run_dir: &Path, feedback: &mut HashMap<usize, PathBuf>) {
+    for (i, it) in plan.items.iter().enumerate() {
+        let Some(pr) = &it.pull_request else {
+            continue;
+        };
+        if it.state != ItemState::Pending || !pr.wants_a_round() {
+            continue;
+        }
+        let dir = run_dir.join("logs").join(&it.repo).join(&it.id);
+        let path = dir.join("0-review.md");
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| crate::support::fs::write_atomic(&path, pr.feedback().as_bytes()));
+        if written.is_ok() {
+            feedback.insert(i, path);
+        }
+    }
+}
+
 /// Items run again after a halt or failure: the previous run's last word on them, by item.
 fn previous_feedback(plan: &Plan, standing: &Standing, sink: &Fanout) -> HashMap<usize, PathBuf> {
     let mut feedback = HashMap::new();
@@ -646,7 +683,7 @@ fn published(plan: &Plan, ledger: &Store) -> crate::ledger::Result<HashMap<usize
         .enumerate()
         .filter_map(|(i, it)| {
             p.get(&(it.repo.clone(), it.id.clone()))
-                .and_then(|(_, _, url)| url.clone())
+                .and_then(|p| p.url.clone())
                 .map(|u| (i, u))
         })
         .collect())

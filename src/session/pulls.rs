@@ -22,7 +22,11 @@ pub fn read(loaded: &LoadedManifest, plan: &Plan, ledger: Option<&Store>) -> Pul
     let redactor = super::prepare::redactor(loaded);
     for it in &plan.items {
         let key = (it.repo.clone(), it.id.clone());
-        let Some((branch, head, Some(url))) = published.get(&key) else {
+        let Some(p) = published.get(&key) else {
+            continue;
+        };
+        let (branch, head, rounds) = (&p.branch, &p.head, p.rounds);
+        let Some(url) = &p.url else {
             continue;
         };
         let Some(repo) = plan.repositories.iter().find(|r| r.name == it.repo) else {
@@ -39,6 +43,9 @@ pub fn read(loaded: &LoadedManifest, plan: &Plan, ledger: Option<&Store>) -> Pul
                 head: doc.head,
                 pushed: head.clone(),
                 detail: None,
+                rounds,
+                comments: doc.comments,
+                failing_checks: doc.failing_checks,
             },
             Err(why) => PullRequest {
                 url: url.clone(),
@@ -48,6 +55,9 @@ pub fn read(loaded: &LoadedManifest, plan: &Plan, ledger: Option<&Store>) -> Pul
                 head: None,
                 pushed: head.clone(),
                 detail: Some(why),
+                rounds,
+                comments: Vec::new(),
+                failing_checks: Vec::new(),
             },
         };
         out.insert(key, pr);

@@ -179,6 +179,12 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
             item: &icx.item.id,
             branch,
             previous_url: cx.published.get(&icx.idx).map(String::as_str),
+            review_round: icx
+                .item
+                .pull_request
+                .as_ref()
+                .filter(|pr| pr.wants_a_round())
+                .map(|pr| pr.rounds + 1),
             title: source.map_or_else(|| format!("runner: {}", icx.item.id), |s| s.title.clone()),
             body,
             env,

@@ -237,11 +237,15 @@ impl Cx {
         let timeout = m
             .get("timeout")
             .and_then(|n| self.duration(n, "publish.timeout", false));
+        let review_rounds = m
+            .get("review_rounds")
+            .and_then(|n| self.u32(n, "publish.review_rounds", 0, 100));
         Some(Publish {
             push,
             remote,
             pr,
             state,
+            review_rounds,
             timeout,
         })
     }
