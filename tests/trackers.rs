@@ -994,3 +994,74 @@ fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human()
         "{one:#}"
     );
 }
+
+#[test]
+fn a_round_after_someone_else_pushed_starts_from_their_head_and_never_forces() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        r#"echo "$RUNNER_RUN_ID" >> done.txt"#,
+        "",
+    );
+    let api = t.root.join("api");
+    let origin = t.root.join("origin.git");
+    common::git(&t.root, &["init", "-q", "--bare", origin.to_str().unwrap()]);
+    common::git(&api, &["remote", "add", "origin", origin.to_str().unwrap()]);
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A person pushes a commit of their own to the branch, and asks for changes.
+    let theirs = t.root.join("theirs");
+    common::git(
+        &t.root,
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "runner/issue-1",
+            origin.to_str().unwrap(),
+            theirs.to_str().unwrap(),
+        ],
+    );
+    let human = common::commit_file(&theirs, "human.txt", "from a person\n");
+    common::git(&theirs, &["push", "-q", "origin", "runner/issue-1"]);
+    let mut state = t.state();
+    let pr = &mut state["repos"]["acme/api"]["pulls"][0];
+    pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+    pr["headRefOid"] = json!(human);
+    t.set_state(&state);
+
+    let (_, plan, err) = t.plan();
+    assert!(
+        item_of(&plan, "issue-1")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("head moved by someone else"),
+        "{plan:#} {err}"
+    );
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // The round's commit sits on top of the person's, and the remote took it as a fast-forward.
+    let remote_tip = common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1"]);
+    let parent = common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1^"]);
+    assert_eq!(parent, human, "the round started from the remote head");
+    assert_eq!(
+        common::git(&api, &["rev-parse", "refs/heads/runner/issue-1"]),
+        remote_tip
+    );
+    let report = report_of(&err);
+    let it = report_item(&report, "id", "issue-1");
+    assert_eq!(it["outcome"], "completed", "{it:#}");
+}

@@ -23,6 +23,9 @@ pub enum GitError {
         dir: String,
         stderr: String,
     },
+    /// A work branch on the remote went where the local one cannot follow by a fast-forward.
+    #[error("{0}")]
+    Diverged(String),
 }
 
 /// Variables of git's own that runner's git calls keep: how to reach remotes and who a commit is

@@ -937,6 +937,52 @@ pub(crate) fn fetch(dest: &Path) -> Result<(), GitError> {
     Ok(())
 }
 
+/// Someone else pushed to work branch `branch` on `remote`: fetch it and move the local branch
+/// forward to what they pushed, when that descends from the local tip (a fast-forward: nothing
+/// of the local branch is lost, and nothing is ever force-pushed). The commit the branch now
+/// points at; an error when the two diverged or git fails.
+pub(crate) fn take_remote_head(dir: &Path, remote: &str, branch: &str) -> Result<String, GitError> {
+    checked(
+        dir,
+        &[
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            remote,
+            &format!("refs/heads/{branch}"),
+        ],
+    )?;
+    let theirs = checked(dir, &["rev-parse", "--verify", "FETCH_HEAD^{commit}"])?
+        .trim()
+        .to_string();
+    let ours = checked(
+        dir,
+        &["rev-parse", "--verify", &format!("refs/heads/{branch}")],
+    )?
+    .trim()
+    .to_string();
+    if theirs == ours {
+        return Ok(ours);
+    }
+    if !is_ancestor(dir, &ours, &theirs)? {
+        return Err(GitError::Diverged(format!(
+            "`{branch}` on `{remote}` ({}) does not descend from the local branch ({}): the two diverged, and runner never force-pushes",
+            &theirs[..theirs.len().min(10)],
+            &ours[..ours.len().min(10)]
+        )));
+    }
+    checked(
+        dir,
+        &[
+            "update-ref",
+            &format!("refs/heads/{branch}"),
+            &theirs,
+            &ours,
+        ],
+    )?;
+    Ok(theirs)
+}
+
 /// Clone `url` into `dest` (a bundle, a bare repository path or a remote).
 pub(crate) fn clone_repo(url: &str, dest: &Path) -> Result<(), GitError> {
     if let Some(parent) = dest.parent() {

@@ -443,6 +443,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     // Against a shared ledger, an item another runner claimed is left to admission, which waits
     // for that runner's repository lock and takes the claim over if its runner stops.
     standing.lay_over(&mut plan, opts.rerun, !ledger.is_shared());
+    take_moved_heads(&loaded, &mut plan);
     if let Err(e) = estimate(&mut plan, workers, Some(&ledger)) {
         ui.warn(format_args!("items start in plan order: {e}"));
     }
@@ -630,6 +631,57 @@ fn record_plan_holds(ui: &Ui, plan: &Plan, sink: &mut Fanout) -> Result<(), i32>
         }
     }
     Ok(())
+}
+
+/// A review round whose pull request's branch someone else pushed to starts from what they
+/// pushed: the local branch is moved forward to the remote head (never the remote rewound); one
+/// that cannot be is held, saying why.
+fn take_moved_heads(loaded: &LoadedManifest, plan: &mut Plan) {
+    let remote = loaded
+        .manifest
+        .publish
+        .as_ref()
+        .map_or("origin", |p| p.remote())
+        .to_string();
+    let paths: HashMap<String, PathBuf> = plan
+        .repositories
+        .iter()
+        .map(|r| (r.name.clone(), r.path.clone()))
+        .collect();
+    for it in &mut plan.items {
+        let (Some(pr), Some(branch)) = (&it.pull_request, &it.branch) else {
+            continue;
+        };
+        let moved = pr.head.is_some() && pr.pushed.is_some() && pr.head != pr.pushed;
+        if it.state != ItemState::Pending || !pr.wants_a_round() || !moved {
+            continue;
+        }
+        let Some(dir) = paths.get(&it.repo) else {
+            continue;
+        };
+        match crate::git::take_remote_head(dir, &remote, branch) {
+            Ok(head) => {
+                tracing::info!(item = %it.id, %head, "the review round starts from the remote head");
+                let note = format!(
+                    "; the branch on `{remote}` moved (someone else pushed): the round starts from it, `{}`",
+                    &head[..head.len().min(10)]
+                );
+                if let Some(d) = it.detail.as_mut() {
+                    d.push_str(&note);
+                }
+            }
+            Err(e) => {
+                it.state = ItemState::Held;
+                it.reason = Some(crate::vocab::HoldReason::Environment);
+                it.detail = Some(format!("review round not started: {e}"));
+            }
+        }
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for it in &plan.items {
+        *counts.entry(it.state).or_insert(0) += 1;
+    }
+    plan.counts = counts;
 }
 
 /// A review round's first attempt is told what the review asks: the reviewers' comments and the
