@@ -865,6 +865,11 @@ fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     let summary = std::fs::read_to_string(report_dir(&err).join("summary.md")).unwrap();
     assert!(summary.contains("pr-unknown"), "{summary}");
+    let page = std::fs::read_to_string(report_dir(&err).join("index.html")).unwrap();
+    assert!(
+        page.contains("pull request state unknown: https://github.com/acme/api/pull/"),
+        "the run's page shows it too"
+    );
 }
 
 /// The folder of the report of the run whose stderr is `err`.

@@ -515,6 +515,8 @@ fn detail_of(it: &ItemReport) -> String {
             (None, Some(u)) => format!("pull request {u}"),
             (None, None) => format!("pushed {} to {}", p.branch, p.remote),
         });
+    } else if let Some(pr) = &it.pull_request {
+        parts.push(format!("pull request {}: {}", pr.describe(), pr.url));
     }
     parts.join("; ")
 }
