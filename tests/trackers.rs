@@ -945,6 +945,7 @@ fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human()
     let pr = &mut state["repos"]["acme/api"]["pulls"][0];
     pr["reviewDecision"] = json!("CHANGES_REQUESTED");
     pr["reviews"] = json!([{"author": "rev", "body": "Rename `done` to `finished`.", "at": "2026-12-03T10:00:00Z", "state": "CHANGES_REQUESTED"}]);
+    pr["review_comments"] = json!([{"author": "rev", "body": "Off by one here.", "path": "done.txt", "line": 1, "at": "2026-12-03T09:00:00Z"}]);
     pr["statusCheckRollup"] = json!([{"__typename": "CheckRun", "name": "ci / unit", "status": "COMPLETED", "conclusion": "FAILURE", "title": "2 tests failed", "detailsUrl": "https://ci.example/1"}]);
     t.set_state(&state);
     let (code, plan, err) = t.plan();
@@ -964,6 +965,11 @@ fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human()
         feedback.contains("rev: Rename `done` to `finished`."),
         "{feedback}"
     );
+    let line = feedback
+        .find("rev on done.txt:1: Off by one here.")
+        .expect(&feedback);
+    let review = feedback.find("rev: Rename").unwrap();
+    assert!(line < review, "oldest first: {feedback}");
     assert!(
         feedback.contains("ci / unit: 2 tests failed (https://ci.example/1)"),
         "{feedback}"

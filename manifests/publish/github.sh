@@ -13,8 +13,8 @@
 # `state` prints where the pull request $RUNNER_PR_URL stands as `runner.pr/v1` JSON: `state`
 # (open, merged, closed), `review` (approved, changes-requested, none), `checks` (passing,
 # failing, pending, none: the checks taken together), `head` (the commit its branch points at on
-# GitHub), the reviews' and conversation's `comments` oldest first (runner's own left out) and
-# the `failing_checks`. It only reads.
+# GitHub), the `comments` of the reviews, the conversation and the lines of the diff (with file
+# and line) oldest first, runner's own left out, and the `failing_checks`. It only reads.
 set -eu
 case ${1:-} in
 pr)
@@ -31,6 +31,14 @@ runner pushed review round $RUNNER_REVIEW_ROUND: $(git log -1 --format='%h %s' "
     fi
     ;;
 state)
+    # Comments on lines of the diff come from the REST API (every page), one object a line.
+    path=${RUNNER_PR_URL#https://*/}
+    repo=${path%/pull/*}
+    number=${path##*/pull/}
+    RUNNER_LINE_COMMENTS="[$(gh api "repos/$repo/pulls/$number/comments" --paginate \
+        --jq '.[] | {author: (.user.login // "ghost"), at: (.created_at // ""), body: .body, path: .path, line: (.line // .original_line)}' |
+        paste -sd, -)]"
+    export RUNNER_LINE_COMMENTS
     exec gh pr view "$RUNNER_PR_URL" --json state,reviewDecision,headRefOid,statusCheckRollup,reviews,comments --jq '
         def verdict: if .__typename == "StatusContext" then (.state // "")
                      elif (.status // "COMPLETED") != "COMPLETED" then "PENDING"
@@ -50,6 +58,7 @@ state)
                        | {author: (.author.login // "ghost"), at: (.submittedAt // ""), body: .body}]
                       + [(.comments // [])[] | select(.body | contains("runner:writeback") | not)
                        | {author: (.author.login // "ghost"), at: (.createdAt // ""), body: .body}]
+                      + ($ENV.RUNNER_LINE_COMMENTS | fromjson)
                      | sort_by(.at)),
            failing_checks: [(.statusCheckRollup // [])[] | select(verdict | failed)
                             | {name: (.name // .context // "check"),
