@@ -1076,3 +1076,33 @@ fn a_round_after_someone_else_pushed_starts_from_their_head_and_never_forces() {
     let it = report_item(&report, "id", "issue-1");
     assert_eq!(it["outcome"], "completed", "{it:#}");
 }
+
+#[test]
+fn publish_afterwards_finds_the_trackers_completed_items() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        "echo one > one.txt",
+        "",
+    );
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The manifest gains `publish`; `runner publish` opens the pull request the run did not.
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.run(&["publish", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("runner: 1 published"), "{err}");
+    assert_eq!(pulls(&t).len(), 1, "{:#}", t.state());
+}

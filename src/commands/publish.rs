@@ -22,20 +22,21 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         ));
         return EXIT_INVALID;
     };
+    let path = super::shared::state_path(&args.state, Some(&args.manifest));
+    let mut ledger = match super::shared::open_store(ui, &path) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
     let opts = PlanOptions {
         fresh: false,
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
         shard: None,
-        sources: Vec::new(),
+        // A tracker's items are among what earlier runs completed.
+        sources: crate::session::sources::read_all(&loaded, Some(&ledger)),
     };
     let Some(plan) = crate::session::prepare::planned(ui, &loaded, &opts) else {
         return EXIT_INVALID;
-    };
-    let path = super::shared::state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match super::shared::open_store(ui, &path) {
-        Ok(l) => l,
-        Err(c) => return c,
     };
     let name = loaded.manifest.name.clone();
     let (past, published) = match (ledger.past_outcomes(&name), ledger.publications_of(&name)) {
@@ -89,37 +90,16 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
             current += 1;
             continue;
         }
-        let eff = crate::engine::config::effective(&loaded, repo.entry);
-        let env: Vec<(String, String)> = eff
-            .env_pass
-            .iter()
-            .chain(&eff.secrets)
-            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
-            .collect();
         let logs = std::env::temp_dir().join(format!("runner-publish-{token}"));
+        let ask = Ask {
+            loaded: &loaded,
+            publish: &publish,
+            token: &token,
+            redactor: &redactor,
+        };
+        let request = ask.request(it, repo, branch, before, &past.run_id, &logs);
         let outcome = crate::support::blocking::as_event_loop(|| {
-            runtime.block_on(crate::engine::publish::publish(
-                crate::engine::publish::Request {
-                    loaded: &loaded,
-                    publish: &publish,
-                    repo: &it.repo,
-                    repo_path: &repo.path,
-                    item: &it.id,
-                    branch,
-                    previous_url: before.and_then(|p| p.url.as_deref()),
-                    review_round: None,
-                    title: format!("runner: {}", it.id),
-                    body: format!(
-                        "Work item `{}` in `{}`, completed by runner (run `{}`).\n",
-                        it.id, it.repo, past.run_id
-                    ),
-                    env,
-                    logs: logs.join(&it.repo).join(&it.id),
-                    token: &token,
-                    redactor: redactor.clone(),
-                },
-                stop_rx.clone(),
-            ))
+            runtime.block_on(crate::engine::publish::publish(request, stop_rx.clone()))
         });
         let ev = Event::Published {
             item: 0,
@@ -160,4 +140,53 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         if failed > 0 { EXIT_FAILURES } else { EXIT_OK }
     );
     if failed > 0 { EXIT_FAILURES } else { EXIT_OK }
+}
+
+/// What every publication of the command shares.
+struct Ask<'a> {
+    loaded: &'a crate::manifest::LoadedManifest,
+    publish: &'a crate::manifest::Publish,
+    token: &'a str,
+    redactor: &'a Arc<crate::process::redact::Redactor>,
+}
+
+impl<'a> Ask<'a> {
+    /// The publication of item `it`'s branch, which run `run_id` completed; its command's
+    /// output and body file go under `logs`.
+    fn request(
+        &self,
+        it: &'a crate::plan::ItemPlan,
+        repo: &'a crate::plan::RepoPlan,
+        branch: &'a str,
+        before: Option<&'a crate::ledger::Publication>,
+        run_id: &str,
+        logs: &std::path::Path,
+    ) -> crate::engine::publish::Request<'a> {
+        let eff = crate::engine::config::effective(self.loaded, repo.entry);
+        let env: Vec<(String, String)> = eff
+            .env_pass
+            .iter()
+            .chain(&eff.secrets)
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+            .collect();
+        crate::engine::publish::Request {
+            loaded: self.loaded,
+            publish: self.publish,
+            repo: &it.repo,
+            repo_path: &repo.path,
+            item: &it.id,
+            branch,
+            previous_url: before.and_then(|p| p.url.as_deref()),
+            review_round: None,
+            title: format!("runner: {}", it.id),
+            body: format!(
+                "Work item `{}` in `{}`, completed by runner (run `{run_id}`).\n",
+                it.id, it.repo
+            ),
+            env,
+            logs: logs.join(&it.repo).join(&it.id),
+            token: self.token,
+            redactor: Arc::clone(self.redactor),
+        }
+    }
 }
