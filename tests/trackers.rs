@@ -995,6 +995,11 @@ fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human()
             .contains("runner pushed review round 1"),
         "{pr:#}"
     );
+    let issue_comments = state["repos"]["acme/api"]["issues"][0]["comments"].to_string();
+    assert!(
+        issue_comments.contains("runner made review round 1 of the pull request"),
+        "the issue is told of the round: {issue_comments}"
+    );
     // Still asking after the one round allowed: a person takes it from here.
     let (_, plan, err) = t.plan();
     let one = item_of(&plan, "issue-1");

@@ -39,6 +39,9 @@ struct Target {
     repo: String,
     item: String,
     branch: Option<String>,
+    /// The review round this run makes on the item's pull request, when it makes one.
+    #[serde(default)]
+    round: Option<u32>,
     source: String,
     source_id: String,
     url: Option<String>,
@@ -97,6 +100,11 @@ impl Writebacks {
                     repo: it.repo.clone(),
                     item: it.id.clone(),
                     branch: it.branch.clone(),
+                    round: it
+                        .pull_request
+                        .as_ref()
+                        .filter(|pr| pr.wants_a_round())
+                        .map(|pr| pr.rounds + 1),
                     source: s.name.clone(),
                     source_id: s.id.clone(),
                     url: s.url.clone(),
@@ -183,8 +191,17 @@ impl Writebacks {
             "started" => (LABELS[0], None, String::new()),
             "completed" => {
                 let what = commit.map_or_else(|| "unchanged".to_string(), |c| short(c));
-                let mut text = match commit {
-                    Some(c) => format!(
+                let mut text = match (commit, it.round) {
+                    (Some(c), Some(n)) => format!(
+                        "runner made review round {n} of the pull request in run `{}`: commit `{}`{}.",
+                        self.run_id,
+                        short(c),
+                        it.branch
+                            .as_deref()
+                            .map(|b| format!(" on branch `{b}`"))
+                            .unwrap_or_default()
+                    ),
+                    (Some(c), None) => format!(
                         "runner completed this in run `{}`: commit `{}`{}.",
                         self.run_id,
                         short(c),
@@ -193,7 +210,7 @@ impl Writebacks {
                             .map(|b| format!(" on branch `{b}`"))
                             .unwrap_or_default()
                     ),
-                    None => format!(
+                    (None, _) => format!(
                         "runner completed this in run `{}`; the work changed nothing.",
                         self.run_id
                     ),
