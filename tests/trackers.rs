@@ -1111,3 +1111,79 @@ fn publish_afterwards_finds_the_trackers_completed_items() {
     assert!(err.contains("runner: 1 published"), "{err}");
     assert_eq!(pulls(&t).len(), 1, "{:#}", t.state());
 }
+
+#[test]
+fn gitlab_merge_requests_are_opened_reviewed_and_followed() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([]),
+        r#"if [ -n "$RUNNER_FEEDBACK" ]; then cp "$RUNNER_FEEDBACK" feedback.md; fi; echo "$RUNNER_RUN_ID" >> done.txt"#,
+        "",
+    );
+    t.set_state(&json!({"repos": {"grp/api": {"issues": [issue(1, "One", &["runner"])]}}}));
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/gitlab.sh");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml"))
+        .unwrap()
+        .replace("sources/github.sh", "sources/gitlab.sh")
+        .replace("acme/api", "grp/api");
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, grp/api, \"{{branch}}\"]\n  state: [\"{p}\", state, grp/api]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mrs = t.state()["repos"]["grp/api"]["mrs"].clone();
+    assert_eq!(mrs.as_array().unwrap().len(), 1, "{mrs:#}");
+    assert!(
+        mrs[0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Closes https://gitlab.com/grp/api/-/issues/1"),
+        "{mrs:#}"
+    );
+    // A reviewer asks for changes on a line, and the pipeline fails.
+    let mut state = t.state();
+    let mr = &mut state["repos"]["grp/api"]["mrs"][0];
+    mr["detailed_merge_status"] = json!("requested_changes");
+    mr["head_pipeline"] =
+        json!({"status": "failed", "web_url": "https://gitlab.com/grp/api/-/pipelines/7"});
+    mr["notes"] = json!([
+        {"author": "rev", "body": "Use a constant.", "at": "2026-12-03T09:00:00Z", "path": "done.txt", "line": 1},
+        {"author": "gitlab", "body": "added 1 commit", "at": "2026-12-03T09:30:00Z", "system": true}
+    ]);
+    t.set_state(&state);
+    let (_, plan, err) = t.plan();
+    assert_eq!(
+        item_of(&plan, "issue-1")["state"],
+        "pending",
+        "{plan:#} {err}"
+    );
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let feedback = common::git(&t.root.join("api"), &["show", "runner/issue-1:feedback.md"]);
+    assert!(
+        feedback.contains("rev on done.txt:1: Use a constant."),
+        "{feedback}"
+    );
+    assert!(
+        feedback.contains("pipeline: the head pipeline failed"),
+        "{feedback}"
+    );
+    assert!(!feedback.contains("added 1 commit"), "{feedback}");
+    let notes = t.state()["repos"]["grp/api"]["mrs"][0]["notes"].to_string();
+    assert!(notes.contains("runner pushed review round 1"), "{notes}");
+    // Merged: done for good.
+    let mut state = t.state();
+    state["repos"]["grp/api"]["mrs"][0]["state"] = json!("merged");
+    t.set_state(&state);
+    let (_, plan, err) = t.plan();
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "done", "{one:#} {err}");
+    assert_eq!(one["pull_request"]["state"], "merged");
+}
