@@ -297,3 +297,109 @@ pub fn overlay(plan: &mut Plan, pulls: &Pulls, rerun_rejected: bool, max_rounds:
     }
     plan.counts = counts;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::model::{ItemPlan, Origin};
+
+    fn plan_with(state: ItemState) -> Plan {
+        let mut it = ItemPlan::new("api".into(), "issue-1".into(), Origin::Source);
+        it.state = state;
+        serde_json::from_value::<Plan>(serde_json::json!({
+            "schema": "runner.plan/v1",
+            "manifest": {"name": "m", "path": "m.yaml", "sha256": ""},
+            "digest": "",
+            "capacity": {"workers": 1, "probe": false},
+            "repositories": [],
+            "items": [it],
+            "counts": {}
+        }))
+        .unwrap()
+    }
+
+    fn pr(state: PrStatus, review: Review, checks: Checks, rounds: u32) -> Pulls {
+        Pulls::from([(
+            ("api".to_string(), "issue-1".to_string()),
+            PullRequest {
+                url: "https://forge/pull/1".into(),
+                state,
+                review,
+                checks,
+                head: None,
+                pushed: None,
+                detail: Some("HTTP 502".into()),
+                rounds,
+                comments: Vec::new(),
+                failing_checks: Vec::new(),
+            },
+        )])
+    }
+
+    fn after(
+        state: ItemState,
+        pulls: &Pulls,
+        rerun_rejected: bool,
+    ) -> (ItemState, Option<HoldReason>) {
+        let mut plan = plan_with(state);
+        overlay(&mut plan, pulls, rerun_rejected, 2);
+        (plan.items[0].state, plan.items[0].reason)
+    }
+
+    #[test]
+    fn each_state_means_what_it_says_for_the_item() {
+        let none = (Review::None, Checks::None);
+        let merged = pr(PrStatus::Merged, none.0, none.1, 0);
+        assert_eq!(
+            after(ItemState::Done, &merged, false),
+            (ItemState::Done, None)
+        );
+        assert_eq!(
+            after(ItemState::Pending, &merged, false),
+            (ItemState::Done, None)
+        );
+        let closed = pr(PrStatus::Closed, none.0, none.1, 0);
+        assert_eq!(
+            after(ItemState::Done, &closed, false),
+            (ItemState::Skipped, Some(HoldReason::Rejected))
+        );
+        assert_eq!(
+            after(ItemState::Done, &closed, true),
+            (ItemState::Pending, None)
+        );
+        let unknown = pr(PrStatus::Unknown, none.0, none.1, 0);
+        assert_eq!(
+            after(ItemState::Done, &unknown, false),
+            (ItemState::Held, Some(HoldReason::PrUnknown))
+        );
+        let open = pr(PrStatus::Open, none.0, none.1, 0);
+        assert_eq!(
+            after(ItemState::Done, &open, false),
+            (ItemState::Done, None)
+        );
+    }
+
+    #[test]
+    fn a_review_asking_for_changes_is_a_round_until_the_rounds_are_spent() {
+        let asks = pr(PrStatus::Open, Review::ChangesRequested, Checks::Passing, 1);
+        assert_eq!(
+            after(ItemState::Done, &asks, false),
+            (ItemState::Pending, None)
+        );
+        let failing = pr(PrStatus::Open, Review::Approved, Checks::Failing, 0);
+        assert_eq!(
+            after(ItemState::Done, &failing, false),
+            (ItemState::Pending, None)
+        );
+        let spent = pr(PrStatus::Open, Review::ChangesRequested, Checks::None, 2);
+        assert_eq!(
+            after(ItemState::Done, &spent, false),
+            (ItemState::Held, Some(HoldReason::NeedsHuman))
+        );
+        // An item another run is on, or that waits for its repository, is left as it is.
+        assert_eq!(
+            after(ItemState::Skipped, &asks, false),
+            (ItemState::Skipped, None)
+        );
+    }
+}
