@@ -870,6 +870,19 @@ fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
         page.contains("pull request state unknown: https://github.com/acme/api/pull/"),
         "the run's page shows it too"
     );
+    let out = t.run(&["status", "m.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let prs = status["pull_requests"].as_array().unwrap();
+    assert_eq!(prs.len(), 3, "{status:#}");
+    assert!(prs.iter().all(|p| p["state"] == "unknown"), "{status:#}");
+    let out = t.run(&["status", "m.yaml"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("pull requests (as the latest run found them):")
+            && text.contains("api/issue-1  state unknown  https://github.com/acme/api/pull/"),
+        "{text}"
+    );
 }
 
 /// The folder of the report of the run whose stderr is `err`.

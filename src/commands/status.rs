@@ -28,6 +28,19 @@ pub(crate) struct Status {
     /// With a manifest: its host-wide worker slots, held by every run of it on this host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     slots: Option<Slots>,
+    /// With a manifest: the pull requests of its items as its latest run found them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pull_requests: Vec<PullView>,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct PullView {
+    repo: String,
+    item: String,
+    /// The run whose start read it.
+    run_id: String,
+    #[serde(flatten)]
+    pull_request: crate::plan::pull::PullRequest,
 }
 
 #[derive(Serialize, schemars::JsonSchema)]
@@ -216,7 +229,12 @@ fn gather(
             bound,
         }
     });
+    let pull_requests = match (name, runs.first()) {
+        (Some(_), Some(latest)) => pulls_of(ledger, &latest.run.id),
+        _ => Vec::new(),
+    };
     Ok(Status {
+        pull_requests,
         slots,
         schema: STATUS_SCHEMA,
         ledger: path.display().to_string(),
@@ -227,6 +245,33 @@ fn gather(
         quarantined,
         leases,
     })
+}
+
+/// The pull requests of run `run_id`'s items, as its report recorded them when it began (none
+/// when its report cannot be read).
+fn pulls_of(ledger: &Store, run_id: &str) -> Vec<PullView> {
+    let Some(dir) = ledger.run_dir(run_id).ok().flatten() else {
+        return Vec::new();
+    };
+    let Ok(text) = std::fs::read_to_string(std::path::Path::new(&dir).join("report.json")) else {
+        return Vec::new();
+    };
+    let Ok(report) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    report["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|it| {
+            Some(PullView {
+                repo: it["repo"].as_str()?.to_string(),
+                item: it["id"].as_str()?.to_string(),
+                run_id: run_id.to_string(),
+                pull_request: serde_json::from_value(it["pull_request"].clone()).ok()?,
+            })
+        })
+        .collect()
 }
 
 /// The lease of each of the manifest's repositories, and the quarantines kept beside them.
@@ -336,6 +381,21 @@ fn print(st: &Status, with_manifest: bool) {
     if with_manifest {
         print_held(&st.held);
         print_leases(&st.leases);
+        if !st.pull_requests.is_empty() {
+            outln!("\npull requests (as the latest run found them):");
+            for p in &st.pull_requests {
+                outln!(
+                    "  {}",
+                    safe(&format!(
+                        "{}/{}  {}  {}",
+                        p.repo,
+                        p.item,
+                        p.pull_request.describe(),
+                        p.pull_request.url
+                    ))
+                );
+            }
+        }
     }
 }
 
