@@ -5,6 +5,8 @@
     reason = "each test binary uses some of these helpers; `expect` would fail in those using all"
 )]
 
+pub mod forge;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

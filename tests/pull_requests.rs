@@ -1,0 +1,403 @@
+//! Pull requests runner opened, followed through review to merge: the shipped publish adapters
+//! (`manifests/publish/`) run unchanged against a fake `gh` and `glab` (`tests/forge/fake-forge`)
+//! with real repositories and a bare remote: merged, closed, unreadable, review rounds and their
+//! feedback, a branch someone else pushed to.
+
+mod common;
+
+use common::forge::*;
+use common::{report_item, stderr, stdout};
+use serde_json::{Value, json};
+use std::path::Path;
+
+#[test]
+fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([
+            issue(1, "One", &["runner"]),
+            issue(2, "Two", &["runner"]),
+            issue(3, "Three", &["runner"])
+        ]),
+        "echo $RUNNER_ITEM > done.txt",
+        &format!(
+            "publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    );
+    // `publish` belongs at the top level, after the source's keys.
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    let (head, rest) = manifest.split_once("publish:").unwrap();
+    let (publish_block, tail) = rest.split_once("env:").unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!("{head}env:{tail}publish:{publish_block}"),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let prs = pulls(&t);
+    assert_eq!(prs.len(), 3, "{prs:#?}");
+    for pr in &prs {
+        let n = pr["headRefName"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("runner/issue-")
+            .to_string();
+        assert!(
+            pr["body"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("Closes https://github.com/acme/api/issues/{n}")),
+            "the pull request closes its issue: {pr:#}"
+        );
+        assert_eq!(
+            pr["title"],
+            ["One", "Two", "Three"][n.parse::<usize>().unwrap() - 1]
+        );
+    }
+    // The reviewer merges one, closes one, asks for changes on the third.
+    let mut state = t.state();
+    for pr in state["repos"]["acme/api"]["pulls"].as_array_mut().unwrap() {
+        match pr["headRefName"].as_str().unwrap() {
+            "runner/issue-1" => pr["state"] = json!("MERGED"),
+            "runner/issue-2" => pr["state"] = json!("CLOSED"),
+            _ => {
+                pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+                pr["statusCheckRollup"] = json!([{"__typename": "CheckRun", "name": "ci", "status": "COMPLETED", "conclusion": "FAILURE"}]);
+            }
+        }
+    }
+    t.set_state(&state);
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "done", "{one:#}");
+    assert_eq!(one["pull_request"]["state"], "merged");
+    let two = item_of(&plan, "issue-2");
+    assert_eq!(two["state"], "skipped", "{two:#}");
+    assert_eq!(two["reason"], "rejected");
+    let three = item_of(&plan, "issue-3");
+    assert_eq!(
+        three["pull_request"]["review"], "changes-requested",
+        "{three:#}"
+    );
+    assert_eq!(three["pull_request"]["checks"], "failing");
+    // Merged is done for good; closed runs again only when asked.
+    let (_, plan, _) = t.plan_with(&["--rerun", "all"]);
+    assert_eq!(item_of(&plan, "issue-1")["state"], "done", "{plan:#}");
+    assert_eq!(item_of(&plan, "issue-2")["state"], "skipped", "{plan:#}");
+    let (_, plan, _) = t.plan_with(&["--rerun", "rejected"]);
+    assert_eq!(item_of(&plan, "issue-2")["state"], "pending", "{plan:#}");
+    assert_eq!(item_of(&plan, "issue-1")["state"], "done", "{plan:#}");
+    // A state that cannot be read is never taken as merged or closed.
+    let mut state = t.state();
+    state["fail"] = json!({"pr view": "HTTP 502: Server Error"});
+    t.set_state(&state);
+    let (_, plan, err) = t.plan();
+    for id in ["issue-1", "issue-2", "issue-3"] {
+        let it = item_of(&plan, id);
+        assert_eq!(it["state"], "held", "{id}: {it:#} {err}");
+        assert_eq!(it["reason"], "pr-unknown");
+        assert!(
+            it["detail"].as_str().unwrap().contains("HTTP 502"),
+            "{it:#}"
+        );
+    }
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let summary = std::fs::read_to_string(report_dir(&err).join("summary.md")).unwrap();
+    assert!(summary.contains("pr-unknown"), "{summary}");
+    let page = std::fs::read_to_string(report_dir(&err).join("index.html")).unwrap();
+    assert!(
+        page.contains("pull request state unknown: https://github.com/acme/api/pull/"),
+        "the run's page shows it too"
+    );
+    let out = t.run(&["status", "m.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let prs = status["pull_requests"].as_array().unwrap();
+    assert_eq!(prs.len(), 3, "{status:#}");
+    assert!(prs.iter().all(|p| p["state"] == "unknown"), "{status:#}");
+    let out = t.run(&["status", "m.yaml"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("pull requests (as the latest run found them):")
+            && text.contains("api/issue-1  state unknown  https://github.com/acme/api/pull/"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        r#"if [ -n "$RUNNER_FEEDBACK" ]; then cp "$RUNNER_FEEDBACK" feedback.md; fi; echo "$RUNNER_ITEM $RUNNER_RUN_ID" >> done.txt"#,
+        "",
+    );
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  review_rounds: 1\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The reviewer asks for changes, and a check fails.
+    let mut state = t.state();
+    let pr = &mut state["repos"]["acme/api"]["pulls"][0];
+    pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+    pr["reviews"] = json!([{"author": "rev", "body": "Rename `done` to `finished`.", "at": "2026-12-03T10:00:00Z", "state": "CHANGES_REQUESTED"}]);
+    pr["review_comments"] = json!([{"author": "rev", "body": "Off by one here.", "path": "done.txt", "line": 1, "at": "2026-12-03T09:00:00Z"}]);
+    pr["statusCheckRollup"] = json!([{"__typename": "CheckRun", "name": "ci / unit", "status": "COMPLETED", "conclusion": "FAILURE", "title": "2 tests failed", "detailsUrl": "https://ci.example/1"}]);
+    t.set_state(&state);
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "pending", "a review round: {one:#}");
+    assert!(
+        one["detail"].as_str().unwrap().contains("review round 1"),
+        "{one:#}"
+    );
+
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let api = t.root.join("api");
+    let feedback = common::git(&api, &["show", "runner/issue-1:feedback.md"]);
+    assert!(
+        feedback.contains("rev: Rename `done` to `finished`."),
+        "{feedback}"
+    );
+    let line = feedback
+        .find("rev on done.txt:1: Off by one here.")
+        .expect(&feedback);
+    let review = feedback.find("rev: Rename").unwrap();
+    assert!(line < review, "oldest first: {feedback}");
+    assert!(
+        feedback.contains("ci / unit: 2 tests failed (https://ci.example/1)"),
+        "{feedback}"
+    );
+    let done = common::git(&api, &["show", "runner/issue-1:done.txt"]);
+    assert_eq!(
+        done.lines().count(),
+        2,
+        "the round continued the branch: {done}"
+    );
+    let state = t.state();
+    let pr = &state["repos"]["acme/api"]["pulls"][0];
+    assert_eq!(
+        state["repos"]["acme/api"]["pulls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        pr["comments"]
+            .to_string()
+            .contains("runner pushed review round 1"),
+        "{pr:#}"
+    );
+    let issue_comments = state["repos"]["acme/api"]["issues"][0]["comments"].to_string();
+    assert!(
+        issue_comments.contains("runner made review round 1 of the pull request"),
+        "the issue is told of the round: {issue_comments}"
+    );
+    // Still asking after the one round allowed: a person takes it from here.
+    let (_, plan, err) = t.plan();
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "held", "{one:#} {err}");
+    assert_eq!(one["reason"], "needs-human");
+    assert!(
+        one["detail"].as_str().unwrap().contains("pull/101"),
+        "{one:#}"
+    );
+}
+
+#[test]
+fn a_round_after_someone_else_pushed_starts_from_their_head_and_never_forces() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        r#"echo "$RUNNER_RUN_ID" >> done.txt"#,
+        "",
+    );
+    let api = t.root.join("api");
+    let origin = t.root.join("origin.git");
+    common::git(&t.root, &["init", "-q", "--bare", origin.to_str().unwrap()]);
+    common::git(&api, &["remote", "add", "origin", origin.to_str().unwrap()]);
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A person pushes a commit of their own to the branch, and asks for changes.
+    let theirs = t.root.join("theirs");
+    common::git(
+        &t.root,
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "runner/issue-1",
+            origin.to_str().unwrap(),
+            theirs.to_str().unwrap(),
+        ],
+    );
+    let human = common::commit_file(&theirs, "human.txt", "from a person\n");
+    common::git(&theirs, &["push", "-q", "origin", "runner/issue-1"]);
+    let mut state = t.state();
+    let pr = &mut state["repos"]["acme/api"]["pulls"][0];
+    pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+    pr["headRefOid"] = json!(human);
+    t.set_state(&state);
+
+    let (_, plan, err) = t.plan();
+    assert!(
+        item_of(&plan, "issue-1")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("head moved by someone else"),
+        "{plan:#} {err}"
+    );
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // The round's commit sits on top of the person's, and the remote took it as a fast-forward.
+    let remote_tip = common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1"]);
+    let parent = common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1^"]);
+    assert_eq!(parent, human, "the round started from the remote head");
+    assert_eq!(
+        common::git(&api, &["rev-parse", "refs/heads/runner/issue-1"]),
+        remote_tip
+    );
+    let report = report_of(&err);
+    let it = report_item(&report, "id", "issue-1");
+    assert_eq!(it["outcome"], "completed", "{it:#}");
+}
+
+#[test]
+fn publish_afterwards_finds_the_trackers_completed_items() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        "echo one > one.txt",
+        "",
+    );
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The manifest gains `publish`; `runner publish` opens the pull request the run did not.
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.run(&["publish", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("runner: 1 published"), "{err}");
+    assert_eq!(pulls(&t).len(), 1, "{:#}", t.state());
+}
+
+#[test]
+fn gitlab_merge_requests_are_opened_reviewed_and_followed() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([]),
+        r#"if [ -n "$RUNNER_FEEDBACK" ]; then cp "$RUNNER_FEEDBACK" feedback.md; fi; echo "$RUNNER_RUN_ID" >> done.txt"#,
+        "",
+    );
+    t.set_state(&json!({"repos": {"grp/api": {"issues": [issue(1, "One", &["runner"])]}}}));
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/gitlab.sh");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml"))
+        .unwrap()
+        .replace("sources/github.sh", "sources/gitlab.sh")
+        .replace("acme/api", "grp/api");
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, grp/api, \"{{branch}}\"]\n  state: [\"{p}\", state, grp/api]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mrs = t.state()["repos"]["grp/api"]["mrs"].clone();
+    assert_eq!(mrs.as_array().unwrap().len(), 1, "{mrs:#}");
+    assert!(
+        mrs[0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Closes https://gitlab.com/grp/api/-/issues/1"),
+        "{mrs:#}"
+    );
+    // A reviewer asks for changes on a line, and the pipeline fails.
+    let mut state = t.state();
+    let mr = &mut state["repos"]["grp/api"]["mrs"][0];
+    mr["detailed_merge_status"] = json!("requested_changes");
+    mr["head_pipeline"] =
+        json!({"status": "failed", "web_url": "https://gitlab.com/grp/api/-/pipelines/7"});
+    mr["notes"] = json!([
+        {"author": "rev", "body": "Use a constant.", "at": "2026-12-03T09:00:00Z", "path": "done.txt", "line": 1},
+        {"author": "gitlab", "body": "added 1 commit", "at": "2026-12-03T09:30:00Z", "system": true}
+    ]);
+    t.set_state(&state);
+    let (_, plan, err) = t.plan();
+    assert_eq!(
+        item_of(&plan, "issue-1")["state"],
+        "pending",
+        "{plan:#} {err}"
+    );
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let feedback = common::git(&t.root.join("api"), &["show", "runner/issue-1:feedback.md"]);
+    assert!(
+        feedback.contains("rev on done.txt:1: Use a constant."),
+        "{feedback}"
+    );
+    assert!(
+        feedback.contains("pipeline: the head pipeline failed"),
+        "{feedback}"
+    );
+    assert!(!feedback.contains("added 1 commit"), "{feedback}");
+    let notes = t.state()["repos"]["grp/api"]["mrs"][0]["notes"].to_string();
+    assert!(notes.contains("runner pushed review round 1"), "{notes}");
+    // Merged: done for good.
+    let mut state = t.state();
+    state["repos"]["grp/api"]["mrs"][0]["state"] = json!("merged");
+    t.set_state(&state);
+    let (_, plan, err) = t.plan();
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "done", "{one:#} {err}");
+    assert_eq!(one["pull_request"]["state"], "merged");
+}
