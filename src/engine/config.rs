@@ -1,7 +1,7 @@
 //! The effective configuration of one repository: the top level narrowed by its overrides.
 
 use crate::manifest::template;
-use crate::manifest::{CommandSpec, EnvPolicy, Gate, LoadedManifest, Models, Worker, WorktreePrep};
+use crate::manifest::{CommandSpec, Gate, LoadedManifest, Models, Worker, WorktreePrep};
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
@@ -49,10 +49,7 @@ pub(crate) fn effective(loaded: &LoadedManifest, entry: usize) -> Effective {
         }
         (_, top) => top.clone(),
     };
-    let top_env = m.env.clone().unwrap_or(EnvPolicy {
-        pass: None,
-        secrets: Vec::new(),
-    });
+    let top_env = m.env.clone().unwrap_or_default();
     let (env_pass, secrets) = match &spec.env {
         Some(r) => (
             r.pass.clone().unwrap_or_else(|| top_env.pass()),

@@ -586,7 +586,7 @@ impl SourceSpec {
     }
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct EnvPolicy {
     /// The only variables of runner's own environment that reach workers and gates

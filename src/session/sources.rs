@@ -77,16 +77,8 @@ pub(super) fn command(
     };
     let mut cmd = std::process::Command::new(program);
     cmd.args(args).current_dir(dir).env_clear();
-    let (pass, secrets) = match &loaded.manifest.env {
-        Some(e) => (e.pass(), e.secrets.clone()),
-        None => (
-            crate::manifest::DEFAULT_ENV_PASS
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            Vec::new(),
-        ),
-    };
+    let env = loaded.manifest.env.clone().unwrap_or_default();
+    let (pass, secrets) = (env.pass(), env.secrets);
     for name in pass.iter().chain(&secrets) {
         if let Ok(v) = std::env::var(name) {
             cmd.env(name, v);
