@@ -226,8 +226,15 @@ impl PullRequest {
 /// done for good, a closed one's `rejected` (pending again with `rerun_rejected`), an unreadable
 /// one's held `pr-unknown`. An open one whose reviewers asked for changes (or whose checks
 /// fail) makes its done item pending again — a review round on its branch — up to `max_rounds`,
-/// then held `needs-human`.
-pub fn overlay(plan: &mut Plan, pulls: &Pulls, rerun_rejected: bool, max_rounds: u32) {
+/// then held `needs-human`; only an item whose last run completed it (`completed`): a round that
+/// halted waits for `--rerun failed`, as any halted item does.
+pub fn overlay(
+    plan: &mut Plan,
+    pulls: &Pulls,
+    rerun_rejected: bool,
+    max_rounds: u32,
+    completed: &std::collections::HashSet<(String, String)>,
+) {
     for it in &mut plan.items {
         let Some(pr) = pulls.get(&(it.repo.clone(), it.id.clone())) else {
             continue;
@@ -267,7 +274,11 @@ pub fn overlay(plan: &mut Plan, pulls: &Pulls, rerun_rejected: bool, max_rounds:
                     pr.detail.as_deref().unwrap_or("no reason given")
                 ));
             }
-            PrStatus::Open if pr.wants_a_round() && it.state == ItemState::Done => {
+            PrStatus::Open
+                if pr.wants_a_round()
+                    && it.state == ItemState::Done
+                    && completed.contains(&(it.repo.clone(), it.id.clone())) =>
+            {
                 if pr.rounds >= max_rounds {
                     it.state = ItemState::Held;
                     it.reason = Some(HoldReason::NeedsHuman);
@@ -342,7 +353,8 @@ mod tests {
         rerun_rejected: bool,
     ) -> (ItemState, Option<HoldReason>) {
         let mut plan = plan_with(state);
-        overlay(&mut plan, pulls, rerun_rejected, 2);
+        let completed = std::collections::HashSet::from([("api".into(), "issue-1".into())]);
+        overlay(&mut plan, pulls, rerun_rejected, 2, &completed);
         (plan.items[0].state, plan.items[0].reason)
     }
 
@@ -401,5 +413,9 @@ mod tests {
             after(ItemState::Skipped, &asks, false),
             (ItemState::Skipped, None)
         );
+        // A round that halted is not made again by itself.
+        let mut plan = plan_with(ItemState::Done);
+        overlay(&mut plan, &asks, false, 2, &Default::default());
+        assert_eq!(plan.items[0].state, ItemState::Done);
     }
 }

@@ -379,11 +379,23 @@ impl Standing {
     /// shared ledger, whose claims `apply` takes over when their runner stops).
     pub(crate) fn lay_over(&self, plan: &mut Plan, rerun: Option<Rerun>, taken: bool) {
         past::apply(plan, &self.past, rerun, self.paused.as_deref());
+        // Review rounds follow a completion only: a round that halted waits, as any halted item.
+        let completed = plan
+            .items
+            .iter()
+            .filter(|it| {
+                self.past
+                    .get(&past::item_key(&plan.manifest.name, it))
+                    .is_some_and(|p| p.outcome == crate::vocab::ItemOutcome::Completed)
+            })
+            .map(|it| (it.repo.clone(), it.id.clone()))
+            .collect();
         crate::plan::pull::overlay(
             plan,
             &self.pulls,
             rerun == Some(Rerun::Rejected),
             self.review_rounds,
+            &completed,
         );
         let q = quarantines_of(plan, self.quarantined.clone());
         past::quarantine(plan, &q);
