@@ -117,6 +117,20 @@ fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
         page.contains("pull request state unknown: https://github.com/acme/api/pull/"),
         "the run's page shows it too"
     );
+    // And the history page beside the runs, on each item's row.
+    let history =
+        std::fs::read_to_string(report_dir(&err).parent().unwrap().join("index.html")).unwrap();
+    for id in ["issue-1", "issue-2", "issue-3"] {
+        let row = history
+            .lines()
+            .find(|l| l.contains(&format!("<code>{id}</code>")))
+            .unwrap_or_else(|| panic!("no row for {id}: {history}"));
+        assert!(
+            row.contains("<td class=\"pr\"><a href=\"https://github.com/acme/api/pull/")
+                && row.contains(">state unknown</a>"),
+            "{row}"
+        );
+    }
     let out = t.run(&["status", "m.yaml", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let status: Value = serde_json::from_str(&stdout(&out)).unwrap();

@@ -253,23 +253,13 @@ fn pulls_of(ledger: &Store, run_id: &str) -> Vec<PullView> {
     let Some(dir) = ledger.run_dir(run_id).ok().flatten() else {
         return Vec::new();
     };
-    let Ok(text) = std::fs::read_to_string(std::path::Path::new(&dir).join("report.json")) else {
-        return Vec::new();
-    };
-    let Ok(report) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return Vec::new();
-    };
-    report["items"]
-        .as_array()
+    crate::session::records::pull_requests_in(std::path::Path::new(&dir))
         .into_iter()
-        .flatten()
-        .filter_map(|it| {
-            Some(PullView {
-                repo: it["repo"].as_str()?.to_string(),
-                item: it["id"].as_str()?.to_string(),
-                run_id: run_id.to_string(),
-                pull_request: serde_json::from_value(it["pull_request"].clone()).ok()?,
-            })
+        .map(|(repo, item, pull_request)| PullView {
+            repo,
+            item,
+            run_id: run_id.to_string(),
+            pull_request,
         })
         .collect()
 }

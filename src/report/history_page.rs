@@ -28,6 +28,8 @@ pub struct ItemHistory {
     pub repo: String,
     pub id: String,
     pub outcomes: Vec<(String, ItemOutcome)>,
+    /// Its pull request as the latest run found it.
+    pub pull_request: Option<crate::plan::pull::PullRequest>,
 }
 
 /// Whether verdicts on the item flipped back: completed, then halted or failed, then completed
@@ -257,7 +259,17 @@ fn write_page(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory], b: &mu
             b,
             "<section><h2>Items</h2><p class=\"muted\">Recent outcomes, oldest on the left. {flaky_n} flaky (completed, then halted or failed, then completed — or the other way round).</p>"
         );
-        b.push_str("<table class=\"runs\"><tr><th>repository</th><th>item</th><th>recent outcomes</th><th>latest</th><th></th></tr>\n");
+        // A column for pull requests only where the manifest opens them.
+        let with_prs = rows.iter().any(|(i, _)| i.pull_request.is_some());
+        let _ = writeln!(
+            b,
+            "<table class=\"runs\"><tr><th>repository</th><th>item</th><th>recent outcomes</th><th>latest</th>{}<th></th></tr>",
+            if with_prs {
+                "<th>pull request</th>"
+            } else {
+                ""
+            }
+        );
         for (i, f) in rows {
             let _ = write!(
                 b,
@@ -267,9 +279,18 @@ fn write_page(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory], b: &mu
             );
             dots(&i.outcomes, b);
             let latest = i.outcomes.last().map_or("", |(_, o)| o.as_str());
+            let pr = match &i.pull_request {
+                _ if !with_prs => String::new(),
+                Some(p) => format!(
+                    "<td class=\"pr\"><a href=\"{}\">{}</a></td>",
+                    esc(&p.url),
+                    super::html::esc_text(&p.describe())
+                ),
+                None => "<td class=\"pr\"></td>".into(),
+            };
             let _ = writeln!(
                 b,
-                "</td><td>{latest}</td><td>{}</td></tr>",
+                "</td><td>{latest}</td>{pr}<td>{}</td></tr>",
                 if f {
                     "<span class=\"flaky\">flaky</span>"
                 } else {

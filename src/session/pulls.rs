@@ -19,50 +19,89 @@ pub fn read(loaded: &LoadedManifest, plan: &Plan, ledger: Option<&Store>) -> Pul
     let Ok(published) = ledger.publications_of(&loaded.manifest.name) else {
         return out;
     };
-    let redactor = super::prepare::redactor(loaded);
+    // What to ask: every published item of the plan with a pull request, in plan order.
+    let mut asks = Vec::new();
     for it in &plan.items {
         let key = (it.repo.clone(), it.id.clone());
         let Some(p) = published.get(&key) else {
             continue;
         };
-        let (branch, head, rounds) = (&p.branch, &p.head, p.rounds);
         let Some(url) = &p.url else {
             continue;
         };
         let Some(repo) = plan.repositories.iter().find(|r| r.name == it.repo) else {
             continue;
         };
-        let read = state_of(loaded, cmd, &repo.path, &it.repo, &it.id, branch, url)
-            .map_err(|e| redactor.redact(&e));
-        let pr = match read {
-            Ok(doc) => PullRequest {
-                url: url.clone(),
-                state: doc.state,
-                review: doc.review,
-                checks: doc.checks,
-                head: doc.head,
-                pushed: head.clone(),
-                detail: None,
-                rounds,
-                comments: doc.comments,
-                failing_checks: doc.failing_checks,
-            },
-            Err(why) => PullRequest {
-                url: url.clone(),
-                state: PrStatus::Unknown,
-                review: Default::default(),
-                checks: Default::default(),
-                head: None,
-                pushed: head.clone(),
-                detail: Some(why),
-                rounds,
-                comments: Vec::new(),
-                failing_checks: Vec::new(),
-            },
-        };
-        out.insert(key, pr);
+        asks.push((key, url.clone(), repo.path.clone(), p));
+    }
+    let redactor = super::prepare::redactor(loaded);
+    // Each answer is a forge round trip (a second or more through `gh`): asked a few at a time,
+    // bounded so that a drain of hundreds of pull requests neither waits for each in turn nor
+    // opens hundreds of connections at once.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let answers: Vec<std::sync::Mutex<Option<PullRequest>>> =
+        asks.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let threads = asks.len().min(STATE_READS_AT_ONCE);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((key, url, path, p)) = asks.get(i) else {
+                        break;
+                    };
+                    let read = state_of(loaded, cmd, path, &key.0, &key.1, &p.branch, url)
+                        .map_err(|e| redactor.redact(&e));
+                    let pr = answer(url, &p.head, p.rounds, read);
+                    *answers[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(pr);
+                }
+            });
+        }
+    });
+    for ((key, ..), pr) in asks.iter().zip(answers) {
+        if let Some(pr) = pr.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            out.insert(key.clone(), pr);
+        }
     }
     out
+}
+
+/// How many `publish.state` commands run at once.
+const STATE_READS_AT_ONCE: usize = 8;
+
+/// What one reading of a pull request says: its state, or `unknown` with why it could not be read.
+fn answer(
+    url: &str,
+    pushed: &Option<String>,
+    rounds: u32,
+    read: Result<pull::PrDoc, String>,
+) -> PullRequest {
+    match read {
+        Ok(doc) => PullRequest {
+            url: url.to_string(),
+            state: doc.state,
+            review: doc.review,
+            checks: doc.checks,
+            head: doc.head,
+            pushed: pushed.clone(),
+            detail: None,
+            rounds,
+            comments: doc.comments,
+            failing_checks: doc.failing_checks,
+        },
+        Err(why) => PullRequest {
+            url: url.to_string(),
+            state: PrStatus::Unknown,
+            review: Default::default(),
+            checks: Default::default(),
+            head: None,
+            pushed: pushed.clone(),
+            detail: Some(why),
+            rounds,
+            comments: Vec::new(),
+            failing_checks: Vec::new(),
+        },
+    }
 }
 
 /// Run `publish.state` for one pull request, in the repository's checkout.

@@ -5,6 +5,7 @@ use super::prepare::HISTORY_RUNS;
 use crate::ledger::store::Store;
 use crate::manifest::{Keep, LoadedManifest};
 use crate::plan::Plan;
+use crate::plan::pull::PullRequest;
 use crate::report::{self, ReportBuilder};
 use std::path::{Path, PathBuf};
 
@@ -101,15 +102,61 @@ pub(crate) fn write_history(
             .or_default()
             .push((run, outcome));
     }
-    let items: Vec<ItemHistory> = by_item
+    // The pull requests as the latest run found them.
+    let mut pulls: std::collections::HashMap<(String, String), _> = runs
+        .first()
+        .map(|h| pull_requests_in(Path::new(&h.run_dir)))
+        .unwrap_or_default()
         .into_iter()
-        .map(|((repo, id), outcomes)| ItemHistory { repo, id, outcomes })
+        .map(|(repo, id, pr)| ((repo, id), pr))
         .collect();
+    let mut items: Vec<ItemHistory> = by_item
+        .into_iter()
+        .map(|(key, outcomes)| {
+            let pull_request = pulls.remove(&key);
+            let (repo, id) = key;
+            ItemHistory {
+                repo,
+                id,
+                outcomes,
+                pull_request,
+            }
+        })
+        .collect();
+    items.extend(pulls.into_iter().map(|((repo, id), pr)| ItemHistory {
+        repo,
+        id,
+        outcomes: Vec::new(),
+        pull_request: Some(pr),
+    }));
     let path = reports.join("index.html");
     crate::support::fs::write_atomic_with(&path, |w| {
         report::history_page::render_to(manifest, &shown, &items, w)
     })
     .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+}
+
+/// The pull requests of a run's items, as its `report.json` in `run_dir` recorded them when
+/// it began: `(repository, item, pull request)`; none when the report cannot be read.
+pub(crate) fn pull_requests_in(run_dir: &Path) -> Vec<(String, String, PullRequest)> {
+    let Ok(text) = std::fs::read_to_string(run_dir.join("report.json")) else {
+        return Vec::new();
+    };
+    let Ok(report) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    report["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|it| {
+            Some((
+                it["repo"].as_str()?.to_string(),
+                it["id"].as_str()?.to_string(),
+                serde_json::from_value(it["pull_request"].clone()).ok()?,
+            ))
+        })
+        .collect()
 }
 
 /// What retention removed.
