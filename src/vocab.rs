@@ -204,6 +204,9 @@ pub enum HoldReason {
     PrUnknown,
     /// Its pull request still asks for changes after `publish.review_rounds` rounds.
     NeedsHuman,
+    /// A tracker's item that lacks a var its repository's worker or gates use (`{item.<var>}`):
+    /// the commands could not be written for it.
+    MissingVar,
 }
 
 impl HoldReason {
@@ -225,6 +228,7 @@ impl HoldReason {
             HoldReason::Rejected => "rejected",
             HoldReason::PrUnknown => "pr-unknown",
             HoldReason::NeedsHuman => "needs-human",
+            HoldReason::MissingVar => "missing-var",
         }
     }
     /// The state an item with this reason is in.

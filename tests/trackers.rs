@@ -621,3 +621,145 @@ fn a_secret_an_issue_quotes_stays_out_of_the_ledger_and_the_logs() {
         );
     }
 }
+
+#[test]
+fn a_plain_file_of_tasks_is_a_source_with_fields_a_brief_and_a_log_written_once() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(json!([]), "true", "");
+    let adapter = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/sources/tasks.sh");
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            r#"version: 1
+name: tasks
+repositories: [{{path: api}}, {{path: web}}]
+sources:
+  - name: task
+    run: ["{adapter}", list, TASKS.md]
+    writeback: ["{adapter}", writeback, TASKS.log]
+    repo: api
+    branch: "runner/{{item}}"
+worker:
+  run: 'cp "$RUNNER_BRIEF" brief.md && echo "size {{item.size}}" > size.txt'
+"#,
+            adapter = adapter.display()
+        ),
+    )
+    .unwrap();
+    common::repo(&t.root.join("web"));
+    let tasks = "# Backlog\n\nNot a task.\n\n\
+        ## [bump-serde] Bump serde to 1.0.220\nrepo: web\nsize: 3\n\n\
+        The changelog says nothing breaks.\nnote: keep the lock file.\n\n\
+        ## Fix the \"login\" redirect!\nlabels: bug, small\n\nIt loops.\n";
+    std::fs::write(t.root.join("TASKS.md"), tasks).unwrap();
+    // The worker uses `{item.size}`, which the second task does not give: held, named, at plan.
+    let (_, plan, err) = t.plan();
+    let login = item_of(&plan, "task-fix-the-login-redirect");
+    assert_eq!(login["reason"], "missing-var", "{plan:#} {err}");
+    assert!(
+        login["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the worker's command uses `{item.size}`"),
+        "{login:#}"
+    );
+    let tasks = tasks.replace("labels: bug, small\n", "labels: bug, small\nsize: 1\n");
+    std::fs::write(t.root.join("TASKS.md"), &tasks).unwrap();
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        ids(&plan),
+        ["task-bump-serde", "task-fix-the-login-redirect"],
+        "{plan:#}"
+    );
+    assert_eq!(item_of(&plan, "task-bump-serde")["repo"], "web");
+    assert_eq!(item_of(&plan, "task-fix-the-login-redirect")["repo"], "api");
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let brief = common::git(
+        &t.root.join("web"),
+        &["show", "runner/task-bump-serde:brief.md"],
+    );
+    assert!(
+        brief.contains("Bump serde to 1.0.220")
+            && brief.contains("The changelog says nothing breaks.\nnote: keep the lock file."),
+        "{brief}"
+    );
+    let size = common::git(
+        &t.root.join("web"),
+        &["show", "runner/task-bump-serde:size.txt"],
+    );
+    assert_eq!(size.trim(), "size 3");
+    let brief = common::git(
+        &t.root.join("api"),
+        &["show", "runner/task-fix-the-login-redirect:brief.md"],
+    );
+    assert!(
+        brief.contains("It loops.") && brief.contains("bug"),
+        "{brief}"
+    );
+    // Each outcome logged once, however often the drain runs; the task file is left as it was.
+    let log = std::fs::read_to_string(t.root.join("TASKS.log")).unwrap();
+    for item in ["task-bump-serde", "task-fix-the-login-redirect"] {
+        let done = log
+            .lines()
+            .filter(|l| l.contains(&format!(" {item} completed runner:done ")))
+            .count();
+        assert_eq!(done, 1, "{log}");
+    }
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("TASKS.log")).unwrap(),
+        log
+    );
+    // A write-back made again with its key (a run that died before recording it) adds nothing.
+    let key = log
+        .lines()
+        .find_map(|l| l.split(" key=").nth(1))
+        .unwrap()
+        .to_string();
+    let again = std::process::Command::new(&adapter)
+        .args(["writeback", "TASKS.log"])
+        .current_dir(&t.root)
+        .env("RUNNER_ITEM", "task-bump-serde")
+        .env("RUNNER_WRITEBACK_EVENT", "completed")
+        .env("RUNNER_WRITEBACK_LABEL", "runner:done")
+        .env("RUNNER_WRITEBACK_KEY", &key)
+        .status()
+        .unwrap();
+    assert!(again.success());
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("TASKS.log")).unwrap(),
+        log
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.root.join("TASKS.md")).unwrap(),
+        tasks
+    );
+    // Two tasks with one id: the source is unreadable, naming the id; nothing is dropped.
+    std::fs::write(
+        t.root.join("TASKS.md"),
+        format!("{tasks}\n## [bump-serde] Again\n"),
+    )
+    .unwrap();
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("bump-serde"), "{err}");
+    assert_eq!(plan["unreadable_sources"][0]["name"], "task", "{plan:#}");
+    assert_eq!(
+        ids(&plan),
+        ["task-bump-serde", "task-fix-the-login-redirect"],
+        "{plan:#}"
+    );
+    // A file that is not there is unreadable too, never "nothing to do".
+    std::fs::remove_file(t.root.join("TASKS.md")).unwrap();
+    let (code, _, err) = t.plan();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("cannot read the task file `TASKS.md`"),
+        "{err}"
+    );
+}

@@ -58,7 +58,8 @@ pub(super) fn analyse(
         matched = discover(loaded, l, &mut items, &mut problems, &mut notes, &mut seen);
     }
     // Then the trackers' items, in the order their sources gave them; an id the manifest's own
-    // items took is the manifest's.
+    // items took is the manifest's. One that lacks a var the commands use is held, named.
+    let uses = item_vars_used(loaded, l.entry);
     for it in from_sources {
         if items.iter().any(|i| i.id == it.id) {
             notes.push(format!(
@@ -69,7 +70,13 @@ pub(super) fn analyse(
             ));
             continue;
         }
-        items.push(it.clone());
+        let mut it = it.clone();
+        if let Some(detail) = lacking(&uses, &it) {
+            it.state = crate::vocab::ItemState::Held;
+            it.reason = Some(crate::vocab::HoldReason::MissingVar);
+            it.detail = Some(detail);
+        }
+        items.push(it);
     }
     if let Some(current) = probe.as_ref().and_then(|p| p.branch.as_deref()) {
         problems.extend(checked_out_branch(current, &items, l));
@@ -448,4 +455,49 @@ pub(crate) fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> O
         }
     }
     (!missing.is_empty()).then(|| format!("{what} lacks {}", missing.join(", ")))
+}
+
+/// The `{item.<var>}` names the worker (its command and env) and gates of repository `entry` use,
+/// each with the command that uses it first.
+fn item_vars_used(loaded: &LoadedManifest, entry: usize) -> Vec<(String, String)> {
+    let eff = crate::engine::config::effective(loaded, entry);
+    let mut templates: Vec<(String, &str)> = Vec::new();
+    for t in eff.worker.run.parts() {
+        templates.push(("the worker's command".into(), t));
+    }
+    for t in eff.worker.env.values() {
+        templates.push(("the worker's env".into(), t.as_str()));
+    }
+    for g in &eff.gates {
+        for t in g.run.parts() {
+            templates.push((format!("gate `{}`", g.name), t));
+        }
+    }
+    let mut uses: Vec<(String, String)> = Vec::new();
+    for (owner, t) in templates {
+        for name in template::placeholders(t).unwrap_or_default() {
+            let name = name.strip_prefix(template::RAW).unwrap_or(&name);
+            if let Some(var) = name.strip_prefix("item.")
+                && !uses.iter().any(|(v, _)| v == var)
+            {
+                uses.push((var.to_string(), owner.clone()));
+            }
+        }
+    }
+    uses
+}
+
+/// Why a tracker's item cannot be run by commands using `uses`: the first var it lacks.
+fn lacking(uses: &[(String, String)], it: &ItemPlan) -> Option<String> {
+    let has = |var: &str| {
+        it.vars.contains_key(var)
+            || it.source.as_ref().is_some_and(|s| match var {
+                "title" | "source_id" => true,
+                "url" => s.url.is_some(),
+                _ => false,
+            })
+    };
+    uses.iter().find(|(v, _)| !has(v)).map(|(var, owner)| {
+        format!("{owner} uses `{{item.{var}}}`, which this item does not define (its vars: give `{var}`)")
+    })
 }
