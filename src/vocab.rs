@@ -207,6 +207,9 @@ pub enum HoldReason {
     /// A tracker's item that lacks a var its repository's worker or gates use (`{item.<var>}`):
     /// the commands could not be written for it.
     MissingVar,
+    /// An item it waits for (`after`) halted, failed, or is held or skipped: it cannot run
+    /// until that one completes.
+    Blocked,
 }
 
 impl HoldReason {
@@ -229,6 +232,7 @@ impl HoldReason {
             HoldReason::PrUnknown => "pr-unknown",
             HoldReason::NeedsHuman => "needs-human",
             HoldReason::MissingVar => "missing-var",
+            HoldReason::Blocked => "blocked",
         }
     }
     /// The state an item with this reason is in.

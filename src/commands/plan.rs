@@ -293,13 +293,20 @@ pub(crate) fn render_table(plan: &Plan, display_path: &str) -> String {
                 (i + 1).to_string(),
                 it.repo.clone(),
                 it.id.clone(),
-                it.state.as_str().to_string(),
+                if it.waiting_on.is_empty() {
+                    it.state.as_str().to_string()
+                } else {
+                    "waiting".to_string()
+                },
                 it.start.map_or(String::new(), |s| s.to_string()),
                 it.estimate_ms.map_or(String::new(), |ms| {
                     crate::manifest::format_approx(std::time::Duration::from_millis(ms))
                 }),
                 it.reason.map_or(String::new(), |r| r.as_str().to_string()),
-                it.detail.clone().unwrap_or_else(|| branch_detail(plan, it)),
+                it.detail.clone().unwrap_or_else(|| match &it.waiting_on[..] {
+                    [] => branch_detail(plan, it),
+                    deps => format!("after {}", deps.join(", ")),
+                }),
             ]
         })
         .collect();

@@ -185,6 +185,16 @@ impl<'s> Drain<'s> {
             paused: cx.paused.clone(),
             budget: m.budget.map(|b| b.cost_usd),
             estimates: cx.plan.estimates(),
+            after: crate::plan::deps::pending_deps(&cx.plan),
+            labels: if cx.plan.items.iter().any(|it| !it.waiting_on.is_empty()) {
+                cx.plan
+                    .items
+                    .iter()
+                    .map(|it| format!("{}/{}", it.repo, it.id))
+                    .collect()
+            } else {
+                Vec::new()
+            },
         });
         let pool = Pool {
             tasks: JoinSet::new(),

@@ -21,7 +21,7 @@
 use super::stall::{HaltSignature, Observed, StallGuard};
 use crate::plan::order::Backlog;
 use crate::vocab::{HoldReason, ItemOutcome, RunEnding};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How often a lease another run holds is asked for again while waiting for it.
@@ -144,6 +144,10 @@ pub(crate) struct Setup {
     pub budget: Option<f64>,
     /// What each item (by index) is expected to take, in milliseconds; empty: every item alike.
     pub estimates: Vec<u64>,
+    /// By item: the pending items it waits for (`after`); empty: none waits.
+    pub after: Vec<Vec<usize>>,
+    /// By item: `repo/id`, to name a dependency in what it holds (empty without `after`).
+    pub labels: Vec<String>,
 }
 
 /// A repository whose lease another process holds.
@@ -158,8 +162,9 @@ struct Blocked {
 #[derive(Debug)]
 pub(crate) struct Scheduler {
     repo_of: Vec<String>,
+    labels: Vec<String>,
     /// The pending items, in plan order.
-    queue: Vec<usize>,
+    queue: BTreeSet<usize>,
     backlog: Backlog,
     workers: u32,
     probe: bool,
@@ -200,9 +205,10 @@ pub(crate) struct Scheduler {
 impl Scheduler {
     pub fn new(s: Setup) -> Self {
         Scheduler {
-            backlog: Backlog::new(&s.repo_of, &s.queue, s.estimates),
+            backlog: Backlog::new(&s.repo_of, &s.queue, s.estimates, &s.after),
             repo_of: s.repo_of,
-            queue: s.queue,
+            labels: s.labels,
+            queue: s.queue.into_iter().collect(),
             workers: s.workers.max(1),
             probe: s.probe,
             probed: None,
@@ -298,6 +304,7 @@ impl Scheduler {
         }
         self.probed = None;
         let waiting_for_lock = !self.halted()
+            && !self.blocked.is_empty()
             && self
                 .queue
                 .iter()
@@ -381,6 +388,7 @@ impl Scheduler {
         let repo = self.repo_of[idx].clone();
         if self.quarantined.contains(&repo) {
             self.dequeue(idx);
+            self.block_dependents(idx, "is held (quarantined)");
             return Some(settle(
                 idx,
                 ItemOutcome::Held,
@@ -390,6 +398,7 @@ impl Scheduler {
         }
         if let Some(err) = self.clone_errors.get(&repo).cloned() {
             self.dequeue(idx);
+            self.block_dependents(idx, "is held (environment)");
             // The environment's fault, not the work's: held, and tried again by the next run.
             // The stall guard hears of each repository once: one unreachable remote is not a
             // broken environment, every remote failing is.
@@ -432,9 +441,49 @@ impl Scheduler {
 
     /// `item` leaves the queue.
     fn dequeue(&mut self, item: usize) {
-        self.queue.retain(|&i| i != item);
+        self.queue.remove(&item);
         let repo = self.repo_of[item].clone();
         self.backlog.remove(&repo, item);
+    }
+
+    /// `repo/id` of `item`.
+    fn label(&self, item: usize) -> String {
+        self.labels
+            .get(item)
+            .cloned()
+            .unwrap_or_else(|| format!("{}/#{item}", self.repo_of[item]))
+    }
+
+    /// `item` left the queue, or ran, and did not complete (it `what`): every pending item that
+    /// waits for it, and every one waiting for those in turn, is held `blocked`, naming it.
+    fn block_dependents(&mut self, item: usize, what: &str) {
+        let mut stack = vec![(item, what.to_string())];
+        while let Some((d, what)) = stack.pop() {
+            for i in self.backlog.dependents(d) {
+                self.dequeue(i);
+                self.outbox.push_back(Settled {
+                    item: i,
+                    outcome: ItemOutcome::Held,
+                    reason: Some(HoldReason::Blocked.as_str().into()),
+                    cause: Some(format!("after `{}`, which {what}", self.label(d))),
+                });
+                stack.push((i, "is held (blocked)".into()));
+            }
+        }
+    }
+
+    /// What became of an item that left the queue or ran: those waiting for it go on, or are
+    /// held.
+    fn resolved(&mut self, item: usize, outcome: ItemOutcome, reason: Option<&str>) {
+        if outcome == ItemOutcome::Completed {
+            self.backlog.completed(item, &self.repo_of);
+            return;
+        }
+        let what = match reason {
+            Some(r) => format!("{} ({r})", outcome.as_str()),
+            None => outcome.as_str().to_string(),
+        };
+        self.block_dependents(item, &what);
     }
 
     /// What came of admitting `item`.
@@ -451,6 +500,8 @@ impl Scheduler {
                 reason: reason.map(str::to_string),
                 cause: Some(cause),
             });
+            // Those waiting for it are held: it did not complete here (see `DoneElsewhere`).
+            s.resolved(item, outcome, reason);
         };
         if answer != Admission::HostFull {
             self.host_retry_at = None;
@@ -469,6 +520,19 @@ impl Scheduler {
                 Some("taken"),
                 format!("claimed by live run `{run}`, which runs it"),
             ),
+            // Completed elsewhere is completed: those waiting for it go on.
+            Admission::DoneElsewhere { run, outcome }
+                if outcome == ItemOutcome::Completed.as_str() =>
+            {
+                self.dequeue(item);
+                self.outbox.push_back(Settled {
+                    item,
+                    outcome: ItemOutcome::Skipped,
+                    reason: Some("done".into()),
+                    cause: Some(format!("{outcome} by run `{run}` meanwhile")),
+                });
+                self.backlog.completed(item, &self.repo_of);
+            }
             Admission::DoneElsewhere { run, outcome } => leave(
                 self,
                 ItemOutcome::Skipped,
@@ -514,22 +578,25 @@ impl Scheduler {
                         Some(h) => format!("leased by {h}"),
                         None => "its lease is held by another process".to_string(),
                     };
-                    self.backlog.clear_repo(&repo);
-                    let repo_of = &self.repo_of;
-                    let outbox = &mut self.outbox;
-                    self.queue.retain(|&i| {
-                        if repo_of[i] == repo {
-                            outbox.push_back(Settled {
-                                item: i,
-                                outcome: ItemOutcome::Held,
-                                reason: Some("repo-busy".into()),
-                                cause: Some(detail.clone()),
-                            });
-                            false
-                        } else {
-                            true
-                        }
-                    });
+                    let gone: Vec<usize> = self
+                        .queue
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.repo_of[i] == repo)
+                        .collect();
+                    for &i in &gone {
+                        self.queue.remove(&i);
+                        self.outbox.push_back(Settled {
+                            item: i,
+                            outcome: ItemOutcome::Held,
+                            reason: Some("repo-busy".into()),
+                            cause: Some(detail.clone()),
+                        });
+                    }
+                    self.backlog.clear_repo(&repo, &self.repo_of);
+                    for i in gone {
+                        self.block_dependents(i, "is held (repo-busy)");
+                    }
                 }
             }
         }
@@ -570,6 +637,7 @@ impl Scheduler {
         {
             self.refused = Some(cause.clone().unwrap_or_default());
         }
+        self.resolved(item, f.outcome, f.reason.as_deref());
         Settled {
             item,
             outcome: f.outcome,

@@ -522,6 +522,18 @@ pub struct ItemSpec {
     /// Values for `{item.<var>}` placeholders.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
+    /// Items this one waits for: the id of an item of its repository, or `repo/id`. It runs
+    /// once they have completed, in this run or an earlier one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Where each of `after` is written.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub after_spans: Vec<Span>,
+    /// The items `after` names, `(repository, id)`, as validation found them.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub after_items: Vec<(String, String)>,
     #[serde(skip)]
     #[schemars(skip)]
     pub span: Span,

@@ -240,6 +240,11 @@ fn explicit_items(
             ItemPlan {
                 branch,
                 vars: it.vars.clone(),
+                after: it
+                    .after_items
+                    .iter()
+                    .map(|(r, i)| format!("{r}/{i}"))
+                    .collect(),
                 ..ItemPlan::new(l.name.clone(), it.id.clone(), Origin::Explicit)
             }
         })
@@ -460,7 +465,7 @@ pub(crate) fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> O
 /// The `{item.<var>}` names the worker (its command and env) and gates of repository `entry` use,
 /// each with the command that uses it first.
 fn item_vars_used(loaded: &LoadedManifest, entry: usize) -> Vec<(String, String)> {
-    let eff = crate::engine::config::effective(loaded, entry);
+    let eff = crate::manifest::effective::effective(loaded, entry);
     let mut templates: Vec<(String, &str)> = Vec::new();
     for t in eff.worker.run.parts() {
         templates.push(("the worker's command".into(), t));

@@ -7,6 +7,7 @@
 //! which finishes first.
 
 mod analyse;
+pub mod deps;
 mod discover;
 pub mod holds;
 mod model;
@@ -292,6 +293,11 @@ fn without_repository(
         }),
         detail: (!filtered).then(|| detail.to_string()),
         vars: spec.vars.clone(),
+        after: spec
+            .after_items
+            .iter()
+            .map(|(r, i)| format!("{r}/{i}"))
+            .collect(),
         ..ItemPlan::new(spec.repo.clone(), spec.id.clone(), Origin::Explicit)
     }
 }

@@ -168,6 +168,13 @@ pub struct ItemPlan {
     /// (`publish.state`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<super::pull::PullRequest>,
+    /// The items it waits for (`after`), as `repo/id`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Those of `after` not completed yet and pending in this plan: a pending item waits for
+    /// them to complete in this run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_on: Vec<String>,
     /// A pending item's place in the expected admission order (1 = first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<usize>,
@@ -196,6 +203,8 @@ impl ItemPlan {
             matched: None,
             source: None,
             pull_request: None,
+            after: Vec::new(),
+            waiting_on: Vec::new(),
             start: None,
             estimate_ms: None,
         }

@@ -1,44 +1,87 @@
 //! The order a drain admits items in, and what it is expected to take: one pure choice shared
 //! by `plan` (which simulates the drain with the estimates) and the scheduler (which makes it
-//! live). With one item per repository at a time, the drain cannot end before
-//! max(total work / workers, the longest repository's total); starting the repository with the
-//! most work left first, and its longest item first, gets close to that bound.
+//! live). With one item per repository at a time, and an item waiting for those it names in
+//! `after`, the drain cannot end before the longest of: total work / workers, the longest
+//! repository's total, and the longest chain of dependencies. Starting first the item with the
+//! most work behind it — its repository's pending total, or the longest chain of dependents it
+//! heads — gets close to that bound.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 
-/// A repository's place in the admission order: most work left, then its longest item, then
-/// the item listed first.
+/// A repository's place in the admission order: the most work behind its best ready item (the
+/// repository's pending total, or that item's chain of dependents, whichever is longer), then
+/// that chain, then the item listed first.
 type Key = (u64, u64, Reverse<usize>);
 
-/// The pending items by repository, each repository's longest first, and what each
-/// repository's pending items are expected to take together; a heap of the repositories by
-/// [`Key`] answers [`Backlog::pick`] in logarithmic time (entries a change made stale are
-/// dropped as they surface).
+/// A repository's pending items: those ready to start (every dependency completed), best first,
+/// and what all its pending items, ready or not, are expected to take together.
+#[derive(Debug, Default)]
+struct RepoQueue {
+    ready: BTreeSet<(Reverse<u64>, usize)>,
+    total: u64,
+    pending: usize,
+}
+
+/// The pending items by repository; a heap of the repositories by [`Key`] answers
+/// [`Backlog::pick`] in logarithmic time (entries a change made stale are dropped as they
+/// surface). Items that wait for others (`after`) join their repository's ready set when the
+/// last of those completes ([`Backlog::completed`]).
 #[derive(Debug, Default)]
 pub(crate) struct Backlog {
-    by_repo: HashMap<String, (VecDeque<usize>, u64)>,
+    by_repo: HashMap<String, RepoQueue>,
     estimates: Vec<u64>,
     heap: BinaryHeap<(Key, String)>,
+    /// By item: how many of its dependencies have not completed (empty without dependencies).
+    needs: Vec<u32>,
+    /// By item: the pending items that wait for it.
+    dependents: Vec<Vec<usize>>,
+    /// By item: the longest chain of work it heads, itself included (empty: its estimate).
+    rank: Vec<u64>,
+    /// By item: still pending.
+    pending: Vec<bool>,
 }
 
 impl Backlog {
-    pub fn new(repo_of: &[String], queue: &[usize], estimates: Vec<u64>) -> Self {
+    /// `deps`, by item: the items it waits for (empty: none waits).
+    pub fn new(
+        repo_of: &[String],
+        queue: &[usize],
+        estimates: Vec<u64>,
+        deps: &[Vec<usize>],
+    ) -> Self {
+        let n = repo_of.len();
         let mut b = Backlog {
-            by_repo: HashMap::new(),
             estimates,
-            heap: BinaryHeap::new(),
+            pending: vec![false; n],
+            ..Backlog::default()
         };
         for &i in queue {
-            let e = b.estimate(i);
-            let entry = b.by_repo.entry(repo_of[i].clone()).or_default();
-            entry.0.push_back(i);
-            entry.1 += e;
+            b.pending[i] = true;
         }
-        let est = b.estimates.clone();
-        let of = |i: usize| est.get(i).copied().unwrap_or(1).max(1);
-        for (q, _) in b.by_repo.values_mut() {
-            q.make_contiguous().sort_by_key(|&i| (Reverse(of(i)), i));
+        if deps.iter().any(|d| !d.is_empty()) {
+            b.needs = vec![0; n];
+            b.dependents = vec![Vec::new(); n];
+            for &i in queue {
+                for &d in deps.get(i).into_iter().flatten() {
+                    if b.pending.get(d).copied().unwrap_or(false) {
+                        b.needs[i] += 1;
+                        b.dependents[d].push(i);
+                    }
+                }
+            }
+            b.rank = ranks(queue, &b.dependents, |i| b.estimate(i));
+        }
+        for &i in queue {
+            let e = b.estimate(i);
+            let r = b.rank_of(i);
+            let ready = b.needs.get(i).is_none_or(|&k| k == 0);
+            let q = b.by_repo.entry(repo_of[i].clone()).or_default();
+            q.total += e;
+            q.pending += 1;
+            if ready {
+                q.ready.insert((Reverse(r), i));
+            }
         }
         let repos: Vec<String> = b.by_repo.keys().cloned().collect();
         for r in repos {
@@ -51,10 +94,18 @@ impl Backlog {
         self.estimates.get(item).copied().unwrap_or(1).max(1)
     }
 
+    /// The longest chain of work `item` heads: itself, then its longest chain of dependents.
+    fn rank_of(&self, item: usize) -> u64 {
+        self.rank
+            .get(item)
+            .copied()
+            .unwrap_or_else(|| self.estimate(item))
+    }
+
     fn key(&self, repo: &str) -> Option<Key> {
-        let (q, total) = self.by_repo.get(repo)?;
-        let first = *q.front()?;
-        Some((*total, self.estimate(first), Reverse(first)))
+        let q = self.by_repo.get(repo)?;
+        let &(Reverse(rank), first) = q.ready.first()?;
+        Some((q.total.max(rank), rank, Reverse(first)))
     }
 
     fn push_key(&mut self, repo: &str) {
@@ -63,33 +114,69 @@ impl Backlog {
         }
     }
 
+    /// `item` leaves the queue: admitted, or settled without running.
     pub fn remove(&mut self, repo: &str, item: usize) {
-        let e = self.estimate(item);
-        if let Some((q, total)) = self.by_repo.get_mut(repo)
-            && let Some(pos) = q.iter().position(|&i| i == item)
-        {
-            q.remove(pos);
-            *total = total.saturating_sub(e);
+        if !self.pending.get(item).copied().unwrap_or(false) {
+            return;
+        }
+        self.pending[item] = false;
+        let (e, r) = (self.estimate(item), self.rank_of(item));
+        if let Some(q) = self.by_repo.get_mut(repo) {
+            q.ready.remove(&(Reverse(r), item));
+            q.total = q.total.saturating_sub(e);
+            q.pending = q.pending.saturating_sub(1);
             self.push_key(repo);
         }
     }
 
-    /// Whether an item of `repo` is still pending.
-    pub(crate) fn pending_in(&self, repo: &str) -> bool {
-        self.by_repo.get(repo).is_some_and(|(q, _)| !q.is_empty())
-    }
-
-    /// Every pending item of `repo` leaves.
-    pub(crate) fn clear_repo(&mut self, repo: &str) {
-        if let Some((q, total)) = self.by_repo.get_mut(repo) {
-            q.clear();
-            *total = 0;
+    /// `item` completed: the items waiting for it that wait for nothing else now are ready.
+    pub fn completed(&mut self, item: usize, repo_of: &[String]) {
+        let Some(waiting) = self.dependents.get(item).cloned() else {
+            return;
+        };
+        for i in waiting {
+            self.needs[i] = self.needs[i].saturating_sub(1);
+            if self.needs[i] == 0 && self.pending[i] {
+                let r = self.rank_of(i);
+                if let Some(q) = self.by_repo.get_mut(&repo_of[i]) {
+                    q.ready.insert((Reverse(r), i));
+                }
+                self.push_key(&repo_of[i]);
+            }
         }
     }
 
-    /// The next item to admit among repositories `free` allows: the repository with the most
-    /// work pending first (its longest chain starts earliest), its longest item first; ties go to
-    /// the item listed first. The item stays pending until [`Backlog::remove`].
+    /// The pending items that wait for `item`.
+    pub(crate) fn dependents(&self, item: usize) -> Vec<usize> {
+        self.dependents
+            .get(item)
+            .map(|d| d.iter().copied().filter(|&i| self.pending[i]).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether an item of `repo` is still pending.
+    pub(crate) fn pending_in(&self, repo: &str) -> bool {
+        self.by_repo.get(repo).is_some_and(|q| q.pending > 0)
+    }
+
+    /// Every pending item of `repo` leaves.
+    pub(crate) fn clear_repo(&mut self, repo: &str, repo_of: &[String]) {
+        if let Some(q) = self.by_repo.get_mut(repo) {
+            q.ready.clear();
+            q.total = 0;
+            q.pending = 0;
+        }
+        for (i, r) in repo_of.iter().enumerate() {
+            if r == repo
+                && let Some(p) = self.pending.get_mut(i)
+            {
+                *p = false;
+            }
+        }
+    }
+
+    /// The next item to admit among repositories `free` allows: see [`Key`]. The item stays
+    /// pending until [`Backlog::remove`].
     pub(crate) fn pick(&mut self, free: impl Fn(&str) -> bool) -> Option<usize> {
         let mut passed = Vec::new();
         let mut found = None;
@@ -110,15 +197,47 @@ impl Backlog {
     }
 }
 
+/// Each queued item's longest chain of work: its own estimate, then the longest chain among
+/// those waiting for it. Dependents first (a reverse topological order); an item caught in a
+/// cycle (validation rules them out) keeps its own estimate.
+fn ranks(queue: &[usize], dependents: &[Vec<usize>], est: impl Fn(usize) -> u64) -> Vec<u64> {
+    let n = dependents.len();
+    let mut rank: Vec<u64> = (0..n).map(&est).collect();
+    // Kahn's order over "waits for": an item comes once everything waiting for it has come.
+    let mut left: Vec<usize> = vec![0; n];
+    let mut waits_for: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for &d in queue {
+        for &i in &dependents[d] {
+            left[d] += 1;
+            waits_for[i].push(d);
+        }
+    }
+    let mut order: Vec<usize> = queue.iter().copied().filter(|&i| left[i] == 0).collect();
+    let mut k = 0;
+    while k < order.len() {
+        let i = order[k];
+        k += 1;
+        for &d in &waits_for[i] {
+            rank[d] = rank[d].max(est(d) + rank[i]);
+            left[d] -= 1;
+            if left[d] == 0 {
+                order.push(d);
+            }
+        }
+    }
+    rank
+}
+
 /// A drain simulated with the estimates as the durations, every item succeeding: the order items
 /// start in and when the last one ends (milliseconds). The same choice as the scheduler's.
 pub(crate) fn simulate(
     repo_of: &[String],
     queue: &[usize],
     estimates: &[u64],
+    deps: &[Vec<usize>],
     workers: u32,
 ) -> (Vec<usize>, u64) {
-    let trace = trace(repo_of, queue, estimates, workers);
+    let trace = trace(repo_of, queue, estimates, deps, workers);
     let end = trace.iter().map(|t| t.2).max().unwrap_or(0);
     (trace.into_iter().map(|t| t.0).collect(), end)
 }
@@ -128,9 +247,10 @@ pub fn trace(
     repo_of: &[String],
     queue: &[usize],
     estimates: &[u64],
+    deps: &[Vec<usize>],
     workers: u32,
 ) -> Vec<(usize, u64, u64)> {
-    let mut backlog = Backlog::new(repo_of, queue, estimates.to_vec());
+    let mut backlog = Backlog::new(repo_of, queue, estimates.to_vec(), deps);
     let workers = workers.max(1) as usize;
     let mut running: Vec<(u64, usize)> = Vec::new();
     let mut busy: HashSet<&str> = HashSet::new();
@@ -151,14 +271,17 @@ pub fn trace(
         let (end, i) = running.swap_remove(k);
         now = end;
         busy.remove(repo_of[i].as_str());
+        backlog.completed(i, repo_of);
     }
 }
 
-/// The earliest any drain could end: max(total / workers, the longest repository's total).
+/// The earliest any drain could end: the longest of total / workers, the longest repository's
+/// total and the longest chain of dependencies.
 pub(crate) fn lower_bound(
     repo_of: &[String],
     queue: &[usize],
     estimates: &[u64],
+    deps: &[Vec<usize>],
     workers: u32,
 ) -> u64 {
     let est = |i: usize| estimates.get(i).copied().unwrap_or(1).max(1);
@@ -169,7 +292,16 @@ pub(crate) fn lower_bound(
         *per_repo.entry(repo_of[i].as_str()).or_default() += est(i);
     }
     let longest = per_repo.values().copied().max().unwrap_or(0);
-    total.div_ceil(u64::from(workers.max(1))).max(longest)
+    let chain = if deps.iter().any(|d| !d.is_empty()) {
+        let b = Backlog::new(repo_of, queue, estimates.to_vec(), deps);
+        queue.iter().map(|&i| b.rank_of(i)).max().unwrap_or(0)
+    } else {
+        0
+    };
+    total
+        .div_ceil(u64::from(workers.max(1)))
+        .max(longest)
+        .max(chain)
 }
 
 fn median(v: &mut [u64]) -> Option<u64> {
@@ -227,13 +359,14 @@ pub fn estimate(plan: &mut super::Plan, durations: &HashMap<(String, String), Ve
         .collect();
     let repo_of: Vec<String> = plan.items.iter().map(|it| it.repo.clone()).collect();
     let est = plan.estimates();
-    let (order, makespan) = simulate(&repo_of, &queue, &est, plan.capacity.workers);
+    let deps = super::deps::pending_deps(plan);
+    let (order, makespan) = simulate(&repo_of, &queue, &est, &deps, plan.capacity.workers);
     for (rank, &i) in order.iter().enumerate() {
         plan.items[i].start = Some(rank + 1);
     }
     plan.expected = (run_median.is_some() && !queue.is_empty()).then(|| super::Expected {
         makespan_ms: makespan,
-        lower_bound_ms: lower_bound(&repo_of, &queue, &est, plan.capacity.workers),
+        lower_bound_ms: lower_bound(&repo_of, &queue, &est, &deps, plan.capacity.workers),
     });
 }
 
@@ -271,7 +404,7 @@ mod tests {
             let repo_of = repos(&items.iter().map(|x| x.0).collect::<Vec<_>>());
             let est: Vec<u64> = items.iter().map(|x| x.1).collect();
             let queue: Vec<usize> = (0..items.len()).collect();
-            let t = trace(&repo_of, &queue, &est, workers);
+            let t = trace(&repo_of, &queue, &est, &[], workers);
             // Every item once.
             let mut seen: Vec<usize> = t.iter().map(|x| x.0).collect();
             seen.sort_unstable();
@@ -287,8 +420,8 @@ mod tests {
                     }
                 }
             }
-            let (_, makespan) = simulate(&repo_of, &queue, &est, workers);
-            prop_assert!(makespan >= lower_bound(&repo_of, &queue, &est, workers));
+            let (_, makespan) = simulate(&repo_of, &queue, &est, &[], workers);
+            prop_assert!(makespan >= lower_bound(&repo_of, &queue, &est, &[], workers));
         }
 
         #[test]
@@ -299,7 +432,7 @@ mod tests {
             // Each item in its own repository: the classic LPT guarantee holds.
             let repo_of: Vec<String> = (0..est.len()).map(|i| format!("r{i}")).collect();
             let queue: Vec<usize> = (0..est.len()).collect();
-            let (_, makespan) = simulate(&repo_of, &queue, &est, workers);
+            let (_, makespan) = simulate(&repo_of, &queue, &est, &[], workers);
             let m = workers as u64;
             let opt = optimum(&est, workers as usize);
             // makespan <= (4/3 - 1/(3m)) * opt, in integers.
@@ -317,11 +450,11 @@ mod tests {
             est.push(1000);
         }
         let queue: Vec<usize> = (0..repo_of.len()).collect();
-        let (order, makespan) = simulate(&repo_of, &queue, &est, 4);
+        let (order, makespan) = simulate(&repo_of, &queue, &est, &[], 4);
         assert_eq!(repo_of[order[0]], "heavy");
-        assert_eq!(makespan, lower_bound(&repo_of, &queue, &est, 4));
+        assert_eq!(makespan, lower_bound(&repo_of, &queue, &est, &[], 4));
         // Without history (every item alike) the repository with the most items goes first too.
-        let (order, _) = simulate(&repo_of, &queue, &[], 4);
+        let (order, _) = simulate(&repo_of, &queue, &[], &[], 4);
         assert_eq!(repo_of[order[0]], "heavy");
     }
 }

@@ -402,6 +402,14 @@ impl Standing {
         if taken {
             past::taken(plan, &self.claims);
         }
+        // Dependencies last, on every other state: a `done` item they name counts when it
+        // completed (a halted one is `done` too, until `--rerun failed`).
+        let manifest = plan.manifest.name.clone();
+        crate::plan::deps::resolve(plan, |it| {
+            self.past
+                .get(&past::item_key(&manifest, it))
+                .is_none_or(|p| p.outcome == crate::vocab::ItemOutcome::Completed)
+        });
     }
 }
 

@@ -17,6 +17,8 @@ fn setup(repos: &[u8], workers: u32) -> Setup {
         paused: None,
         budget: None,
         estimates: Vec::new(),
+        after: Vec::new(),
+        labels: Vec::new(),
     }
 }
 

@@ -44,12 +44,27 @@ impl Cx {
                     "is not a valid variable name (letters, digits, `_`, `-`)",
                 )
             });
+            let (after, after_spans) = m
+                .get("after")
+                .and_then(|v| {
+                    let ap = child(&p, "after");
+                    let list = self.string_list(v, &ap, "item")?;
+                    let spans = match &v.value {
+                        Value::Seq(ns) => ns.iter().map(|n| n.span).collect(),
+                        _ => Vec::new(),
+                    };
+                    Some((list, spans))
+                })
+                .unwrap_or_default();
             if let (Some(repo), Some(id)) = (repo, id) {
                 out.push(ItemSpec {
                     repo,
                     id,
                     branch,
                     vars: vars.flatten().unwrap_or_default(),
+                    after,
+                    after_spans,
+                    after_items: Vec::new(),
                     span: n.span,
                 });
             }

@@ -7,6 +7,7 @@
 //! hide another. Nothing here touches the disk beyond reading the manifest itself and checking
 //! that relative program paths exist.
 
+mod after;
 mod checks;
 mod items;
 mod read;
@@ -312,7 +313,7 @@ const GATE_KEYS: &[&str] = &[
     "cache",
 ];
 const MIN_TESTS_KEYS: &[&str] = &["count", "pattern"];
-const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars"];
+const ITEM_KEYS: &[&str] = &["repo", "id", "branch", "vars", "after"];
 const DISCOVER_KEYS: &[&str] = &["glob", "id", "branch", "vars"];
 const SOURCE_KEYS: &[&str] = &[
     "name",

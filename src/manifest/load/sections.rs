@@ -45,7 +45,7 @@ impl Cx {
         let repositories = self
             .required(&m, "", "repositories")
             .and_then(|n| self.repositories(n, has_models));
-        let items = m.get("items").map(|n| self.items(n));
+        let mut items = m.get("items").map(|n| self.items(n));
         let discover = m.get("discover").map(|n| self.discover(n));
         let sources = m.get("sources").map(|n| self.sources(n));
         let stall = m.get("stall").and_then(|n| {
@@ -107,8 +107,9 @@ impl Cx {
         }
 
         // Cross-checks over whatever parsed.
-        if let (Some(repos), Some(Some(items))) = (&repositories, &items) {
+        if let (Some(repos), Some(Some(items))) = (&repositories, &mut items) {
             self.check_items(repos, items, m.get("items"));
+            self.check_after(items);
         }
         if let Some(repos) = &repositories {
             self.check_overrides(
