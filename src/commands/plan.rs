@@ -303,10 +303,12 @@ pub(crate) fn render_table(plan: &Plan, display_path: &str) -> String {
                     crate::manifest::format_approx(std::time::Duration::from_millis(ms))
                 }),
                 it.reason.map_or(String::new(), |r| r.as_str().to_string()),
-                it.detail.clone().unwrap_or_else(|| match &it.waiting_on[..] {
-                    [] => branch_detail(plan, it),
-                    deps => format!("after {}", deps.join(", ")),
-                }),
+                it.detail
+                    .clone()
+                    .unwrap_or_else(|| match &it.waiting_on[..] {
+                        [] => branch_detail(plan, it),
+                        deps => format!("after {}", deps.join(", ")),
+                    }),
             ]
         })
         .collect();

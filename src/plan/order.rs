@@ -425,6 +425,36 @@ mod tests {
         }
 
         #[test]
+        fn dependencies_are_kept_and_the_bound_holds(
+            items in proptest::collection::vec((0u8..5, 1u64..1000, proptest::collection::vec(0usize..40, 0..3)), 1..40),
+            workers in 1u32..5,
+        ) {
+            // Each item may wait for items listed before it (so there is no cycle).
+            let repo_of = repos(&items.iter().map(|x| x.0).collect::<Vec<_>>());
+            let est: Vec<u64> = items.iter().map(|x| x.1).collect();
+            let deps: Vec<Vec<usize>> = items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    let mut d: Vec<usize> = x.2.iter().filter(|&&d| d < i).copied().collect();
+                    d.dedup();
+                    d
+                })
+                .collect();
+            let queue: Vec<usize> = (0..items.len()).collect();
+            let t = trace(&repo_of, &queue, &est, &deps, workers);
+            prop_assert_eq!(t.len(), items.len());
+            let end_of: HashMap<usize, u64> = t.iter().map(|&(i, _, e)| (i, e)).collect();
+            for &(i, s, _) in &t {
+                for &d in &deps[i] {
+                    prop_assert!(end_of[&d] <= s, "{i} started before {d}, which it waits for, ended");
+                }
+            }
+            let (_, makespan) = simulate(&repo_of, &queue, &est, &deps, workers);
+            prop_assert!(makespan >= lower_bound(&repo_of, &queue, &est, &deps, workers));
+        }
+
+        #[test]
         fn independent_items_end_within_the_lpt_bound_of_the_optimum(
             est in proptest::collection::vec(1u64..100, 1..8),
             workers in 1u32..4,
@@ -438,6 +468,25 @@ mod tests {
             // makespan <= (4/3 - 1/(3m)) * opt, in integers.
             prop_assert!(3 * m * makespan <= (4 * m - 1) * opt, "{makespan} vs optimum {opt}");
         }
+    }
+
+    #[test]
+    fn the_longest_chain_of_dependencies_starts_first() {
+        // Nine short independent items listed first, then a chain of three across
+        // repositories: its head starts first, and the drain meets the bound (started last, the
+        // chain would end at 600).
+        let mut repo_of: Vec<String> = (0..9).map(|i| format!("free{i}")).collect();
+        repo_of.extend(["c1".into(), "c2".into(), "c3".into()]);
+        let est = vec![100u64; 12];
+        let mut deps = vec![Vec::new(); 12];
+        deps[10] = vec![9];
+        deps[11] = vec![10];
+        let queue: Vec<usize> = (0..12).collect();
+        let (order, makespan) = simulate(&repo_of, &queue, &est, &deps, 3);
+        assert_eq!(order[0], 9);
+        let bound = lower_bound(&repo_of, &queue, &est, &deps, 3);
+        assert_eq!(bound, 400, "work 1200 / 3 workers");
+        assert_eq!(makespan, bound);
     }
 
     #[test]

@@ -549,3 +549,67 @@ fn an_item_held_for_a_refused_key_stops_admission_and_holds_the_rest() {
         assert_eq!(l.reason.as_deref(), Some("provider-refused"));
     }
 }
+
+#[test]
+fn an_item_waits_for_its_dependencies_and_is_blocked_when_one_does_not_complete() {
+    let t = Instant::now();
+    // r0: 0; r1: 1 after 0; r2: 2 after 1; r3: 3 (independent); r4: 4 after 3.
+    let mut st = setup(&[0, 1, 2, 3, 4], 4);
+    st.after = vec![vec![], vec![0], vec![1], vec![], vec![3]];
+    st.labels = (0..5).map(|i| format!("r{i}/i{i}")).collect();
+    let mut s = Scheduler::new(st);
+    let mut admitted = Vec::new();
+    while let Decision::Admit(i) = s.next(t) {
+        s.admitted(i, Admission::Started, t);
+        admitted.push(i);
+    }
+    admitted.sort_unstable();
+    assert_eq!(admitted, [0, 3], "only items waiting for nothing start");
+    // 3 halts: 4 is held blocked, naming it.
+    s.finished(3, done(ItemOutcome::Halted));
+    s.released("r3");
+    let Decision::Settle(held) = s.next(t) else {
+        panic!("4 not settled")
+    };
+    assert_eq!((held.item, held.outcome), (4, ItemOutcome::Held));
+    assert_eq!(held.reason.as_deref(), Some("blocked"));
+    assert_eq!(held.cause.as_deref(), Some("after `r3/i3`, which halted"));
+    assert_eq!(s.next(t), Decision::Wait { until: None });
+    // 0 completes: 1 is ready, 2 still waits for it.
+    s.finished(0, done(ItemOutcome::Completed));
+    s.released("r0");
+    assert_eq!(s.next(t), Decision::Admit(1));
+    s.admitted(1, Admission::Started, t);
+    assert_eq!(s.next(t), Decision::Wait { until: None });
+    // 1 fails: 2 is blocked, and the drain is over with nothing left.
+    s.finished(1, done(ItemOutcome::Failed));
+    s.released("r1");
+    let Decision::Settle(held) = s.next(t) else {
+        panic!("2 not settled")
+    };
+    assert_eq!(held.item, 2);
+    assert_eq!(held.cause.as_deref(), Some("after `r1/i1`, which failed"));
+    assert_eq!(s.next(t), Decision::Done);
+}
+
+#[test]
+fn a_dependency_completed_by_another_run_meanwhile_lets_its_dependents_go_on() {
+    let t = Instant::now();
+    let mut st = setup(&[0, 1], 2);
+    st.after = vec![vec![], vec![0]];
+    let mut s = Scheduler::new(st);
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(
+        0,
+        Admission::DoneElsewhere {
+            run: "r".into(),
+            outcome: "completed".into(),
+        },
+        t,
+    );
+    let Decision::Settle(skipped) = s.next(t) else {
+        panic!("0 not settled")
+    };
+    assert_eq!(skipped.item, 0);
+    assert_eq!(s.next(t), Decision::Admit(1));
+}
