@@ -3,8 +3,12 @@
 # the same invocation (alternated runs where it times both), and printing the ratios:
 #   drain_overhead.sh  2,000 `true` items over 100 repositories, -j 2, against xargs -P 2 and
 #                      GNU parallel -j 2 (when installed)
-#   makespan.sh        a seeded heterogeneous workload and a skewed one, workers 4: first and
-#                      second run against the lower bound
+#   codemod.sh         a sed codemod with a grep gate over 200 repositories, one item each on its
+#                      own work branch, -j 2, against a hand-written script under xargs -P 2;
+#                      runner's time per item by phase
+#   makespan.sh        a seeded heterogeneous workload, a skewed one and one with dependencies
+#                      across repositories, workers 4: first and second run against the lower
+#                      bound
 #   plan_scale.sh      plan over 1,000 repositories with critical_base markers, against a
 #                      `git merge-base --is-ancestor` loop (give PLAN_REPOS=10000 for ten thousand)
 #   memory.sh          peak RSS of a 10,000-item drain and a 100,000-item plan, and their growth
@@ -18,7 +22,7 @@ set -euo pipefail
 here=$(dirname "$0")
 cargo build --release --quiet --manifest-path "$here/../Cargo.toml"
 export RUNNER_BIN=${RUNNER_BIN:-$(cd "$here/.." && pwd)/target/release/runner}
-for b in "drain_overhead.sh 2000 100 5" "makespan.sh 7" "plan_scale.sh ${PLAN_REPOS:-1000} 3" \
+for b in "drain_overhead.sh 2000 100 5" "codemod.sh ${CODEMOD_REPOS:-200} 3" "makespan.sh 7" "plan_scale.sh ${PLAN_REPOS:-1000} 3" \
          "memory.sh 10000 100000" "history_cost.sh 1000 5"; do
   echo "== benches/$b"
   # shellcheck disable=SC2086
