@@ -110,12 +110,26 @@ pub fn command(dir: &Path) -> Command {
     c
 }
 
+/// The filter drivers of each folder looked up so far.
+static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Vec<String>>>> =
+    std::sync::Mutex::new(None);
+
+/// A worktree runner just added at `worktree` reads the configuration of the repository at
+/// `repo` (a fresh worktree has none of its own): it has the same filter drivers, known
+/// without asking git again.
+pub(super) fn same_filters(repo: &Path, worktree: &Path) {
+    if let Ok(mut seen) = SEEN.lock()
+        && let Some(m) = seen.as_mut()
+        && let Some(names) = m.get(repo).cloned()
+    {
+        m.insert(worktree.to_path_buf(), names);
+    }
+}
+
 /// The names of the filter drivers configured for the repository at `dir` (its own, global and
 /// system configuration), looked up once per folder.
 fn filter_drivers(dir: &Path) -> Vec<String> {
     use std::collections::HashMap;
-    use std::sync::Mutex;
-    static SEEN: Mutex<Option<HashMap<PathBuf, Vec<String>>>> = Mutex::new(None);
     if let Ok(seen) = SEEN.lock()
         && let Some(names) = seen.as_ref().and_then(|m| m.get(dir))
     {

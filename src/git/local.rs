@@ -75,7 +75,7 @@ pub(crate) fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
     if rewrites_history(&git_dir, reads)? {
         return None;
     }
-    let (head, branch) = read_head(&git_dir, reads)?;
+    let (head, branch) = read_head(&git_dir, &git_dir, reads)?;
     let index = Index::read(&git_dir, reads)?;
     let staged = match &head {
         Some(commit) => index.tree? != commit_tree(&git_dir, commit, reads)?,
@@ -92,12 +92,35 @@ pub(crate) fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
     Some(probe(top, git_dir, head, branch))
 }
 
-/// What the checkout at `dir` is and where HEAD points, whatever the state of its files.
-/// `None` says nothing: ask git.
+/// What the checkout at `dir` is and where HEAD points, whatever the state of its files: a plain
+/// checkout, or a linked worktree (runner's own work branches), whose HEAD is its own and whose
+/// branches are the main repository's. `None` says nothing: ask git.
 pub fn head(dir: &Path, reads: Reads) -> Option<Probe> {
-    let (top, git_dir) = plain_checkout(dir, reads)?;
-    let (head, branch) = read_head(&git_dir, reads)?;
-    Some(probe(top, git_dir, head, branch))
+    if let Some((top, git_dir)) = plain_checkout(dir, reads) {
+        let (head, branch) = read_head(&git_dir, &git_dir, reads)?;
+        return Some(probe(top, git_dir, head, branch));
+    }
+    let (top, own, common) = linked_checkout(dir, reads)?;
+    let (head, branch) = read_head(&own, &common, reads)?;
+    Some(probe(top, common, head, branch))
+}
+
+/// The git common dir of the checkout at `dir` (its `.git`, or for a linked worktree the main
+/// repository's), from its files. `None`: ask git.
+pub(crate) fn common_dir(dir: &Path) -> Option<PathBuf> {
+    match plain_checkout(dir, Reads::Small) {
+        Some((_, git_dir)) => Some(git_dir),
+        None => linked_checkout(dir, Reads::Small).map(|(_, _, common)| common),
+    }
+}
+
+/// The index file of the checkout at `dir` (`.git/index`, or a linked worktree's own), from
+/// its files. `None`: ask git.
+pub(crate) fn index_file(dir: &Path) -> Option<PathBuf> {
+    match plain_checkout(dir, Reads::Small) {
+        Some((_, git_dir)) => Some(git_dir.join("index")),
+        None => linked_checkout(dir, Reads::Small).map(|(_, own, _)| own.join("index")),
+    }
 }
 
 /// The names of the local branches of the checkout at `dir`, as `git for-each-ref refs/heads/`
@@ -400,6 +423,31 @@ fn plain_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf)> {
     Some((top, git_dir))
 }
 
+/// A linked worktree at `dir` as `git worktree add` makes one: `.git` a file naming its own
+/// git dir (`gitdir: …`), which names the main repository's (`commondir`). Returns the top
+/// level, its own git dir and the common dir. Anything else — a checkout of another user, a
+/// configuration git reads differently (extensions such as per-worktree config, includes) — is
+/// `None`: ask git.
+fn linked_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let top = std::path::absolute(dir).ok()?;
+    let dot = top.join(".git");
+    let meta = std::fs::symlink_metadata(&dot).ok()?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if !meta.is_file() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
+        return None;
+    }
+    let text = Reads::Small.text(&dot).ok()?;
+    let own = text.strip_prefix("gitdir: ")?.strip_suffix('\n')?;
+    let own = top.join(own);
+    let common = Reads::Small.text(&own.join("commondir")).ok()?;
+    let common = std::fs::canonicalize(own.join(common.strip_suffix('\n')?)).ok()?;
+    if std::fs::metadata(&common).ok()?.uid() != uid || own.join("config.worktree").exists() {
+        return None;
+    }
+    plain_config(&common, reads)?;
+    Some((top, own, common))
+}
+
 fn probe(top: PathBuf, git_dir: PathBuf, head: Option<Oid>, branch: Option<String>) -> Probe {
     Probe {
         common_dir: git_dir,
@@ -454,8 +502,14 @@ fn plain_config(git_dir: &Path, reads: Reads) -> Option<()> {
 
 /// The commit HEAD names (`None` on a branch without commits) and its branch (`None` when
 /// detached).
-fn read_head(git_dir: &Path, reads: Reads) -> Option<(Option<Oid>, Option<String>)> {
-    let text = reads.text(&git_dir.join("HEAD")).ok()?;
+/// HEAD as `head_dir` holds it, a branch resolved among the refs of `refs_dir` (the same
+/// folder for a plain checkout; a linked worktree's own and the main repository's).
+fn read_head(
+    head_dir: &Path,
+    refs_dir: &Path,
+    reads: Reads,
+) -> Option<(Option<Oid>, Option<String>)> {
+    let text = reads.text(&head_dir.join("HEAD")).ok()?;
     let text = text.strip_suffix('\n').unwrap_or(&text);
     match text.strip_prefix("ref: ") {
         Some(target) => {
@@ -464,7 +518,7 @@ fn read_head(git_dir: &Path, reads: Reads) -> Option<(Option<Oid>, Option<String
                 return None;
             }
             Some((
-                resolve_ref(git_dir, target, reads)?,
+                resolve_ref(refs_dir, target, reads)?,
                 Some(branch.to_string()),
             ))
         }

@@ -18,7 +18,7 @@ pub use local::Reads;
 pub use probe::*;
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A probe and a dirtiness check, for a checkout whose `.git` is a folder (so that it is its own
 /// top level and common dir): read from the checkout's files when they prove it clean, else from
@@ -238,21 +238,26 @@ pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect())
     };
-    let status = list(&[
-        "status",
-        "--porcelain=v2",
-        "-z",
-        "--untracked-files=no",
-        "--ignore-submodules=none",
-    ])?;
-    // `1 XY S<c><m><u> …`: a submodule whose commit moved, or with changes or new files inside.
-    let dirty_submodule = status.iter().any(|l| {
-        l.split(' ')
-            .nth(2)
-            .is_some_and(|s| s.starts_with('S') && s != "S...")
-    });
-    if dirty_submodule {
-        return Ok(None);
+    let staged = list(&["ls-files", "-z", "-s"])?;
+    // A submodule (a gitlink, mode 160000) may have changes of its own: asked of `status`.
+    if staged.iter().any(|e| e.starts_with("160000 ")) {
+        let status = list(&[
+            "status",
+            "--porcelain=v2",
+            "-z",
+            "--untracked-files=no",
+            "--ignore-submodules=none",
+        ])?;
+        // `1 XY S<c><m><u> …`: a submodule whose commit moved, or with changes or new files
+        // inside.
+        let dirty_submodule = status.iter().any(|l| {
+            l.split(' ')
+                .nth(2)
+                .is_some_and(|s| s.starts_with('S') && s != "S...")
+        });
+        if dirty_submodule {
+            return Ok(None);
+        }
     }
     let mut h = Sha256::new();
     let stat = |h: &mut Sha256, p: &Path| match std::fs::metadata(p) {
@@ -287,7 +292,7 @@ pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
         stat(&mut h, &p);
     }
     let top = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    for entry in list(&["ls-files", "-z", "-s"])? {
+    for entry in staged {
         let Some((meta, rel)) = entry.split_once('\t') else {
             continue;
         };
@@ -487,7 +492,9 @@ pub(crate) fn ensure_worktree(
         let p = path.to_string_lossy().to_string();
         checked(repo, &["worktree", "remove", "--force", &p])?;
     }
-    let _ = checked(repo, &["worktree", "prune"]);
+    if stale_worktrees(repo) {
+        let _ = checked(repo, &["worktree", "prune"]);
+    }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -500,7 +507,33 @@ pub(crate) fn ensure_worktree(
             &["worktree", "add", "--quiet", "-b", branch, &p, base],
         )?;
     }
+    command::same_filters(repo, path);
     Ok(true)
+}
+
+/// Whether the repository at `repo` records a worktree whose folder is gone (what `git worktree
+/// prune` clears, and what would keep `git worktree add` from reusing its path or branch).
+/// `true` whenever its records cannot be read: prune then, as always.
+fn stale_worktrees(repo: &Path) -> bool {
+    let common = match local::common_dir(repo) {
+        Some(c) => c,
+        None => return true,
+    };
+    let entries = match std::fs::read_dir(common.join("worktrees")) {
+        Ok(e) => e,
+        Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+    };
+    for entry in entries {
+        let Ok(entry) = entry else { return true };
+        let Ok(gitdir) = std::fs::read_to_string(entry.path().join("gitdir")) else {
+            return true;
+        };
+        let points = Path::new(gitdir.trim_end_matches('\n'));
+        if !points.is_absolute() || !points.exists() {
+            return true;
+        }
+    }
+    false
 }
 
 /// Which of `paths` (relative to the top of `dir`) git ignores there: untracked and matched by
@@ -627,13 +660,32 @@ pub(crate) fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError
     }
 }
 
-/// The tree of commit `rev`.
+/// The tree of commit `rev`. A commit given by its full name always names the same tree: that
+/// answer is remembered for the run.
 pub(crate) fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
-    Ok(
-        checked(dir, &["rev-parse", "--verify", &format!("{rev}^{{tree}}")])?
-            .trim()
-            .to_string(),
-    )
+    static KNOWN: std::sync::Mutex<Option<std::collections::HashMap<String, String>>> =
+        std::sync::Mutex::new(None);
+    let full = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    if full
+        && let Some(tree) = KNOWN
+            .lock()
+            .ok()
+            .and_then(|k| k.as_ref().and_then(|m| m.get(rev).cloned()))
+    {
+        return Ok(tree);
+    }
+    let tree = checked(dir, &["rev-parse", "--verify", &format!("{rev}^{{tree}}")])?
+        .trim()
+        .to_string();
+    if full && let Ok(mut known) = KNOWN.lock() {
+        let m = known.get_or_insert_with(Default::default);
+        // A bound on what a long drain keeps: forgetting costs only a git call.
+        if m.len() >= 4096 {
+            m.clear();
+        }
+        m.insert(rev.to_string(), tree.clone());
+    }
+    Ok(tree)
 }
 
 /// The tree of the working tree of `dir` as it stands (tracked changes, deletions and untracked
@@ -647,10 +699,13 @@ pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
 /// with the stat data they had, so that [`restore_snapshot`] can tell later what changed
 /// without hashing anything unchanged. The index is removed when the path is dropped.
 pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
-    let index = checked(
-        dir,
-        &["rev-parse", "--path-format=absolute", "--git-path", "index"],
-    )?;
+    let index = match local::index_file(dir) {
+        Some(i) => i.to_string_lossy().into_owned(),
+        None => checked(
+            dir,
+            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
+        )?,
+    };
     let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
     // Starting from the checkout's index keeps its stat data: only changed files are hashed.
     // The copy keeps the index's own time too. git (built, as by default, without nanosecond
@@ -787,15 +842,39 @@ pub(crate) fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Resto
     Ok(Restored { removed, restored })
 }
 
-/// Whether `dir`'s repository names who commits (`user.name` and `user.email`).
+/// Whether `dir`'s repository names who commits (`user.name` and `user.email`), or the
+/// environment does. The environment is looked at first (it wins over any configuration, and
+/// costs no git call); a folder's answer is remembered for the run.
 fn has_identity(dir: &Path) -> bool {
-    ["user.name", "user.email"]
+    if [
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ]
+    .iter()
+    .all(|k| std::env::var_os(k).is_some())
+    {
+        return true;
+    }
+    static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, bool>>> =
+        std::sync::Mutex::new(None);
+    // Worktrees share their repository's configuration.
+    let key = local::common_dir(dir).unwrap_or_else(|| dir.to_path_buf());
+    if let Some(known) = SEEN
+        .lock()
+        .ok()
+        .and_then(|s| s.as_ref().and_then(|m| m.get(&key).copied()))
+    {
+        return known;
+    }
+    let has = ["user.name", "user.email"]
         .iter()
-        .all(|k| run(dir, &["config", "--get", k]).is_ok_and(|o| o.status.success()))
-        || (std::env::var_os("GIT_AUTHOR_NAME").is_some()
-            && std::env::var_os("GIT_AUTHOR_EMAIL").is_some()
-            && std::env::var_os("GIT_COMMITTER_NAME").is_some()
-            && std::env::var_os("GIT_COMMITTER_EMAIL").is_some())
+        .all(|k| run(dir, &["config", "--get", k]).is_ok_and(|o| o.status.success()));
+    if let Ok(mut seen) = SEEN.lock() {
+        seen.get_or_insert_with(Default::default).insert(key, has);
+    }
+    has
 }
 
 /// The identity runner commits under when the repository names none.

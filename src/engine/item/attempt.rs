@@ -478,13 +478,24 @@ async fn judge_work(
         attempt_failed(icx, run, feedback, n, "worker", why);
         return Next::Again;
     }
-    let judged = gates(icx, n, at.model, feedback.as_deref(), at.start)
+    // The first gate runs on exactly the tree the worker left: its verdict key needs no new
+    // snapshot (a later gate's does: an earlier gate may have written files).
+    let tree = snap.as_ref().and_then(|s| s.tree.as_deref());
+    let judged = gates(icx, n, at.model, feedback.as_deref(), at.start, tree)
         .instrument(at.span.clone())
         .await;
     // What the gates wrote (bytecode, build output, a formatter's edits) goes: the
     // next worker pass, the commit and a halted item's leftovers hold the worker's
-    // tree only.
+    // tree only. Work that passed in a worktree of its own is committed from the worker's
+    // tree (the snapshot), and the worktree then removed with whatever the gates wrote: the
+    // undoing waits until the commit did not happen after all.
+    let passed = matches!(judged, GatesOutcome::Passed { .. });
+    let removed_on_success = passed
+        && icx.item.branch.is_some()
+        && icx.eff.worker.commit()
+        && icx.anchor.as_ref().is_some_and(|a| a.branch.is_some());
     if !icx.eff.gates.is_empty()
+        && !removed_on_success
         && let Some(s) = &snap
         && let Err(e) = undo_gates(icx, s).await
     {
@@ -499,7 +510,17 @@ async fn judge_work(
             run.progress |= any_passed;
             // The gates must not have moved HEAD either; then the work is kept.
             let gates_ran = !icx.eff.gates.is_empty();
-            match finish_work(icx, snap, !verified, at.markers, gates_ran).await {
+            let kept = finish_work(icx, snap.clone(), !verified, at.markers, gates_ran).await;
+            if removed_on_success
+                && gates_ran
+                && !matches!(kept, Ok(Ok(_)))
+                && let Some(s) = &snap
+                && let Err(e) = undo_gates(icx, s).await
+            {
+                hold_for_environment(run, e.to_string());
+                return Next::Done;
+            }
+            match kept {
                 Ok(Ok(work)) => {
                     let _ = icx.events.send(work);
                 }

@@ -41,8 +41,11 @@ pub(super) async fn gates(
     model: Option<&str>,
     feedback: Option<&Path>,
     start: Option<&str>,
+    tree: Option<&str>,
 ) -> GatesOutcome {
     let gates = &icx.eff.gates;
+    // The worker's tree, while no gate has run yet.
+    let mut untouched = tree.map(str::to_string);
     let changed = changed_files(icx, start).await;
     let mut any_passed = false;
     let mut verified = false;
@@ -88,9 +91,16 @@ pub(super) async fn gates(
             dir: Some(icx.workdir.clone()),
             required: gate.required(),
         });
-        let (fin, cached) = judged(icx, gate, ready, run, None, verdicts::Kind::Gate)
-            .instrument(tracing::debug_span!("gate", gate = %gate.name))
-            .await;
+        let (fin, cached) = judged(
+            icx,
+            gate,
+            ready,
+            run,
+            untouched.take(),
+            verdicts::Kind::Gate,
+        )
+        .instrument(tracing::debug_span!("gate", gate = %gate.name))
+        .await;
         let result = gate_result(&fin);
         // Too few tests ran: a suite an agent emptied does not pass, however it exited.
         let too_few = gate

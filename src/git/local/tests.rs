@@ -396,13 +396,46 @@ fn head_is_read_whatever_the_state_of_the_files() {
 }
 
 #[test]
-fn a_linked_worktree_is_left_to_git() {
+fn a_linked_worktrees_head_is_read_and_the_rest_left_to_git() {
     let t = repo();
     let wt = t.path().join("wt");
     git(
         t.path(),
         &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()],
     );
-    assert!(read(&wt).is_none());
-    assert!(head(&wt, Reads::All).is_none() && branches(&wt).is_none());
+    // Its HEAD is its own, its branch the main repository's; what git says.
+    let p = head(&wt, Reads::All).expect("HEAD of a linked worktree");
+    assert_eq!(p.head, answer(&wt, &["rev-parse", "HEAD"]));
+    assert_eq!(p.branch.as_deref(), Some("side"));
+    assert_eq!(
+        p.common_dir,
+        std::fs::canonicalize(
+            answer(
+                &wt,
+                &["rev-parse", "--path-format=absolute", "--git-common-dir"]
+            )
+            .unwrap()
+        )
+        .unwrap()
+    );
+    assert_eq!(
+        super::index_file(&wt).map(|i| i.display().to_string()),
+        answer(
+            &wt,
+            &["rev-parse", "--path-format=absolute", "--git-path", "index"]
+        )
+    );
+    // A branch only in packed-refs, and a detached HEAD, read alike.
+    git(t.path(), &["pack-refs", "--all"]);
+    let p = head(&wt, Reads::All).expect("a packed branch");
+    assert_eq!(p.head, answer(&wt, &["rev-parse", "HEAD"]));
+    git(&wt, &["checkout", "-q", "--detach"]);
+    let p = head(&wt, Reads::All).expect("a detached HEAD");
+    assert_eq!(p.branch, None);
+    assert_eq!(p.head, answer(&wt, &["rev-parse", "HEAD"]));
+    // Whether it is clean, and its branches, are git's to say; so is a worktree with a
+    // configuration of its own.
+    assert!(read(&wt).is_none() && branches(&wt).is_none());
+    git(t.path(), &["config", "extensions.worktreeConfig", "true"]);
+    assert!(head(&wt, Reads::All).is_none(), "left to git");
 }
