@@ -114,6 +114,26 @@ pub(crate) fn common_dir(dir: &Path) -> Option<PathBuf> {
     }
 }
 
+/// What the index of the checkout at `dir` holds, when this reader understands every entry of
+/// it — which also says that no entry is flagged assume-unchanged or skip-worktree, none is a
+/// submodule and none is in conflict: whether any entry is a symbolic link. `None`: ask git.
+pub(crate) fn plain_index(dir: &Path) -> Option<PlainIndex> {
+    plain_index_file(&index_file(dir)?)
+}
+
+/// [`plain_index`], of the index file at `path`.
+pub(crate) fn plain_index_file(path: &Path) -> Option<PlainIndex> {
+    let index = Index::read_file(path, Reads::All)?;
+    Some(PlainIndex {
+        links: index.entries.iter().any(|e| e.mode >> 12 == 0o12),
+    })
+}
+
+/// See [`plain_index`].
+pub(crate) struct PlainIndex {
+    pub links: bool,
+}
+
 /// The index file of the checkout at `dir` (`.git/index`, or a linked worktree's own), from
 /// its files. `None`: ask git.
 pub(crate) fn index_file(dir: &Path) -> Option<PathBuf> {
@@ -720,8 +740,12 @@ impl Index {
     /// The index of a repository; an absent file is an empty index. `None` for anything this
     /// reader does not fully understand.
     fn read(git_dir: &Path, reads: Reads) -> Option<Index> {
-        let path = git_dir.join("index");
-        let data = match reads.bytes(&path) {
+        Index::read_file(&git_dir.join("index"), reads)
+    }
+
+    /// [`Index::read`], of the index file at `path`.
+    fn read_file(path: &Path, reads: Reads) -> Option<Index> {
+        let data = match reads.bytes(path) {
             Ok(d) => d,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Some(Index {
@@ -732,7 +756,7 @@ impl Index {
             }
             Err(_) => return None,
         };
-        let meta = std::fs::metadata(&path).ok()?;
+        let meta = std::fs::metadata(path).ok()?;
         let written = (meta.mtime() as u32, meta.mtime_nsec() as u32);
         let mut index = parse(&data, written)?;
         if index.entries.is_empty() {

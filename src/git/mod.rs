@@ -238,9 +238,14 @@ pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect())
     };
-    let staged = list(&["ls-files", "-z", "-s"])?;
+    // An index read whole in process has no submodule, and says whether any entry is a link.
+    let plain = local::plain_index(dir);
+    let staged = match &plain {
+        Some(p) if !p.links => Vec::new(),
+        _ => list(&["ls-files", "-z", "-s"])?,
+    };
     // A submodule (a gitlink, mode 160000) may have changes of its own: asked of `status`.
-    if staged.iter().any(|e| e.starts_with("160000 ")) {
+    if plain.is_none() && staged.iter().any(|e| e.starts_with("160000 ")) {
         let status = list(&[
             "status",
             "--porcelain=v2",
@@ -728,7 +733,11 @@ pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
     }
     // Flags that tell git a file did not change (`assume-unchanged`, and `skip-worktree` on a
     // file that is there after all) would hide its edits from the snapshot: cleared in the copy.
-    let hidden = flagged(dir, Some(&tmp))?;
+    // An index read whole in process has none.
+    let hidden = match local::plain_index_file(&tmp) {
+        Some(_) if written.is_some() => Vec::new(),
+        _ => flagged(dir, Some(&tmp))?,
+    };
     for chunk in hidden.chunks(256) {
         let mut args = vec![
             "update-index",
