@@ -79,18 +79,7 @@ pub(super) async fn gates(
         let log = icx.logs.join(format!("{n}-gate-{}.log", gate.name));
         let run = Launch::gate(gate, n, &icx.workdir, log.clone(), limit);
         let ready = command(icx, &gate.run, model, feedback, &run);
-        let _ = icx.events.send(Event::GateStarted {
-            item: icx.idx,
-            n,
-            gate: gate.name.clone(),
-            limit,
-            command: ready
-                .as_ref()
-                .ok()
-                .map(|r| icx.cx.redactor.redact(&shell_words(&r.argv))),
-            dir: Some(icx.workdir.clone()),
-            required: gate.required(),
-        });
+        announce(icx, n, gate, limit, ready.as_ref().ok());
         let (fin, cached) = judged(
             icx,
             gate,
@@ -188,6 +177,25 @@ pub(super) async fn gates(
             why,
         },
     }
+}
+
+/// Tell that `gate` starts (its command redacted, when it could be written).
+fn announce(
+    icx: &ItemCx<'_>,
+    n: u32,
+    gate: &crate::manifest::Gate,
+    limit: std::time::Duration,
+    ready: Option<&super::launch::Ready>,
+) {
+    let _ = icx.events.send(Event::GateStarted {
+        item: icx.idx,
+        n,
+        gate: gate.name.clone(),
+        limit,
+        command: ready.map(|r| icx.cx.redactor.redact(&shell_words(&r.argv))),
+        dir: Some(icx.workdir.clone()),
+        required: gate.required(),
+    });
 }
 
 /// The files the item changed, for gates with `paths`: since the merge base with the base

@@ -1,0 +1,276 @@
+//! Snapshots of a working tree: the tree it holds written through a temporary index (the
+//! checkout's own index and files left as they are), the working tree brought back to one, and
+//! what a command can read there that the tree does not show (the verdict key's other half).
+
+use super::command::GitError;
+use super::command::{checked, command, failed, run};
+use super::local;
+use std::path::Path;
+
+/// Folders of what tools derive from the tree and keep as their own cache: left out of
+/// [`hidden_inputs`].
+pub(crate) const DERIVED: &[&str] = &[
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "target",
+    ".cache",
+];
+
+/// What a command run in `dir` can read that the git tree of `dir` does not show, as a digest:
+/// the ignored files (their names, sizes, times and modes; a link's target too), and where a
+/// tracked link leads outside `dir`, the file it leads to. `None` when a submodule has changes
+/// of its own (what a gate reads there is not in the tree either): nothing should be judged
+/// from the tree alone then.
+pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
+        let out = run(dir, args)?;
+        if !out.status.success() {
+            return Err(failed(args.join(" "), dir, &out));
+        }
+        Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect())
+    };
+    // An index read whole in process has no submodule, and says whether any entry is a link.
+    let plain = local::plain_index(dir);
+    let staged = match &plain {
+        Some(p) if !p.links => Vec::new(),
+        _ => list(&["ls-files", "-z", "-s"])?,
+    };
+    // A submodule (a gitlink, mode 160000) may have changes of its own: asked of `status`.
+    if plain.is_none() && staged.iter().any(|e| e.starts_with("160000 ")) {
+        let status = list(&[
+            "status",
+            "--porcelain=v2",
+            "-z",
+            "--untracked-files=no",
+            "--ignore-submodules=none",
+        ])?;
+        // `1 XY S<c><m><u> …`: a submodule whose commit moved, or with changes or new files
+        // inside.
+        let dirty_submodule = status.iter().any(|l| {
+            l.split(' ')
+                .nth(2)
+                .is_some_and(|s| s.starts_with('S') && s != "S...")
+        });
+        if dirty_submodule {
+            return Ok(None);
+        }
+    }
+    let mut h = Sha256::new();
+    let stat = |h: &mut Sha256, p: &Path| match std::fs::metadata(p) {
+        Ok(m) => h.update(format!(
+            "{} {} {} {}\0",
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.mode()
+        )),
+        Err(_) => h.update(b"-\0"),
+    };
+    let mut ignored = list(&[
+        "ls-files",
+        "-z",
+        "--others",
+        "--ignored",
+        "--exclude-standard",
+    ])?;
+    // What tools write from the tree and read back as a cache of it (bytecode, a test runner's
+    // last-failed list, build output) is no input of its own, and changes with every run.
+    ignored.retain(|rel| !rel.split('/').any(|c| DERIVED.contains(&c)));
+    ignored.sort();
+    for rel in &ignored {
+        let p = dir.join(rel);
+        h.update(rel.as_bytes());
+        h.update(b"\0");
+        if let Ok(target) = std::fs::read_link(&p) {
+            h.update(target.as_os_str().as_encoded_bytes());
+            h.update(b"\0");
+        }
+        stat(&mut h, &p);
+    }
+    let top = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    for entry in staged {
+        let Some((meta, rel)) = entry.split_once('\t') else {
+            continue;
+        };
+        if !meta.starts_with("120000 ") {
+            continue;
+        }
+        let p = dir.join(rel);
+        let leads_out = std::fs::canonicalize(&p).map_or(true, |t| !t.starts_with(&top));
+        if leads_out {
+            h.update(b"link\0");
+            h.update(rel.as_bytes());
+            h.update(b"\0");
+            stat(&mut h, &p);
+        }
+    }
+    Ok(Some(crate::support::hex(&h.finalize())))
+}
+
+/// The tree of the working tree of `dir` as it stands (tracked changes, deletions and untracked
+/// files that are not ignored), written to the object store through a temporary index: the
+/// checkout's own index and files are left as they are.
+pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
+    snapshot(dir).map(|(tree, _)| tree)
+}
+
+/// [`snapshot_tree`], with the temporary index it was written through: the snapshot's files
+/// with the stat data they had, so that [`restore_snapshot`] can tell later what changed
+/// without hashing anything unchanged. The index is removed when the path is dropped.
+pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
+    let index = match local::index_file(dir) {
+        Some(i) => i.to_string_lossy().into_owned(),
+        None => checked(
+            dir,
+            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
+        )?,
+    };
+    let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
+    // Starting from the checkout's index keeps its stat data: only changed files are hashed.
+    // The copy keeps the index's own time too. git (built, as by default, without nanosecond
+    // timestamps) trusts the stat data of an entry only when its second is older than the index
+    // file's; an entry of the very second the index was written is "racy" and its content is
+    // read. A copy stamped now would make such an entry look settled, and a file rewritten with
+    // as many bytes in that second would read as unchanged. The time is read first: an index
+    // rewritten meanwhile only makes more entries racy.
+    let written = match std::fs::metadata(index.trim()) {
+        Ok(m) => Some(m.modified()?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(written) = written {
+        std::fs::copy(index.trim(), &tmp)?;
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)?
+            .set_modified(written)?;
+    }
+    // Flags that tell git a file did not change (`assume-unchanged`, and `skip-worktree` on a
+    // file that is there after all) would hide its edits from the snapshot: cleared in the copy.
+    // An index read whole in process has none.
+    let hidden = match local::plain_index_file(&tmp) {
+        Some(_) if written.is_some() => Vec::new(),
+        _ => flagged(dir, Some(&tmp))?,
+    };
+    for chunk in hidden.chunks(256) {
+        let mut args = vec![
+            "update-index",
+            "--no-assume-unchanged",
+            "--no-skip-worktree",
+            "--",
+        ];
+        args.extend(chunk.iter().map(String::as_str));
+        with_index(dir, Some(&tmp), &args)?;
+    }
+    with_index(dir, Some(&tmp), &["add", "-A"])?;
+    let tree = with_index(dir, Some(&tmp), &["write-tree"])?;
+    Ok((tree, tmp))
+}
+
+/// The index entries whose flags keep git from looking at the file: `assume-unchanged` ones,
+/// and `skip-worktree` ones whose file is in the working tree (a sparse checkout's absent files
+/// are left as they are).
+pub(super) fn flagged(dir: &Path, index: Option<&Path>) -> Result<Vec<String>, GitError> {
+    let mut cmd = command(dir);
+    if let Some(i) = index {
+        cmd.env("GIT_INDEX_FILE", i);
+    }
+    let out = crate::process::spawn_helper(cmd.args(["ls-files", "-z", "-v"]))?;
+    if !out.status.success() {
+        return Err(failed("ls-files -v", dir, &out));
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter_map(|e| {
+            let e = std::str::from_utf8(e).ok()?;
+            let (tag, path) = e.split_once(' ')?;
+            let assumed = tag.chars().all(|c| c.is_ascii_lowercase());
+            let skipped = tag.eq_ignore_ascii_case("s") && dir.join(path).exists();
+            (assumed || skipped).then(|| path.to_string())
+        })
+        .collect())
+}
+
+/// Run git in `dir` with `GIT_INDEX_FILE` set to `index` (the checkout's own index when
+/// `None`); its output, trimmed.
+fn with_index(dir: &Path, index: Option<&Path>, args: &[&str]) -> Result<String, GitError> {
+    let mut cmd = command(dir);
+    if let Some(i) = index {
+        cmd.env("GIT_INDEX_FILE", i);
+    }
+    let out = crate::process::spawn_helper(cmd.args(args))?;
+    if !out.status.success() {
+        return Err(failed(args.join(" "), dir, &out));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// What [`restore_snapshot`] put back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Restored {
+    /// Files that were not in the snapshot (not ignored either), removed.
+    pub removed: Vec<String>,
+    /// Files of the snapshot that were changed or deleted, written back.
+    pub restored: Vec<String>,
+}
+
+/// Bring the working tree of `dir` back to a snapshot: the one whose index `index` holds (see
+/// [`snapshot`]), or with `None` what the checkout's own index holds (a checkout that was
+/// clean). Files that are not in it and not ignored are removed — exactly what appeared since
+/// — and its files that changed or went are written back; ignored files are left alone, as the
+/// snapshot left them out. Only changed files are read: the index's stat data says which.
+pub(crate) fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Restored, GitError> {
+    let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
+        let mut cmd = command(dir);
+        if let Some(i) = index {
+            cmd.env("GIT_INDEX_FILE", i);
+        }
+        let out = crate::process::spawn_helper(cmd.args(args))?;
+        if !out.status.success() {
+            return Err(failed(args.join(" "), dir, &out));
+        }
+        Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect())
+    };
+    let mut restored = list(&["diff-files", "-z", "--name-only", "--no-renames"])?;
+    restored.sort();
+    restored.dedup();
+    let removed = list(&["ls-files", "-z", "--others", "--exclude-standard"])?;
+    for rel in &removed {
+        let path = dir.join(rel);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Folders the removed files alone filled go too (git tracks no empty folder).
+        let mut parent = path.parent();
+        while let Some(p) = parent {
+            if p == dir || std::fs::remove_dir(p).is_err() {
+                break;
+            }
+            parent = p.parent();
+        }
+    }
+    for chunk in restored.chunks(256) {
+        let mut args = vec!["checkout-index", "--force", "--"];
+        args.extend(chunk.iter().map(String::as_str));
+        with_index(dir, index, &args)?;
+    }
+    Ok(Restored { removed, restored })
+}
