@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::forge::item_of as item;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
@@ -36,15 +37,6 @@ fn plan_json(root: &Path, extra: &[&str]) -> Value {
     let out = run_in(root, &args);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     serde_json::from_str(&stdout(&out)).unwrap()
-}
-
-fn item<'a>(plan: &'a Value, id: &str) -> &'a Value {
-    plan["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .unwrap_or_else(|| panic!("no {id} in {plan:#}"))
 }
 
 const CHAIN: &str = "  - {repo: api, id: schema, branch: \"w/{item}\"}

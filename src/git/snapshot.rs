@@ -27,18 +27,7 @@ pub(crate) const DERIVED: &[&str] = &[
 pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::MetadataExt;
-    let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
-        let out = run(dir, args)?;
-        if !out.status.success() {
-            return Err(failed(args.join(" "), dir, &out));
-        }
-        Ok(out
-            .stdout
-            .split(|b| *b == 0)
-            .filter(|p| !p.is_empty())
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect())
-    };
+    let list = |args: &[&str]| paths(dir, args, run(dir, args)?);
     // An index read whole in process has no submodule, and says whether any entry is a link.
     let plain = local::plain_index(dir);
     let staged = match &plain {
@@ -236,16 +225,7 @@ pub(crate) fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Resto
         if let Some(i) = index {
             cmd.env("GIT_INDEX_FILE", i);
         }
-        let out = crate::process::spawn_helper(cmd.args(args))?;
-        if !out.status.success() {
-            return Err(failed(args.join(" "), dir, &out));
-        }
-        Ok(out
-            .stdout
-            .split(|b| *b == 0)
-            .filter(|p| !p.is_empty())
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect())
+        paths(dir, args, crate::process::spawn_helper(cmd.args(args))?)
     };
     let mut restored = list(&["diff-files", "-z", "--name-only", "--no-renames"])?;
     restored.sort();
@@ -273,4 +253,17 @@ pub(crate) fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Resto
         with_index(dir, index, &args)?;
     }
     Ok(Restored { removed, restored })
+}
+
+/// The NUL-separated paths git printed for `args` in `dir`, or its failure.
+fn paths(dir: &Path, args: &[&str], out: std::process::Output) -> Result<Vec<String>, GitError> {
+    if !out.status.success() {
+        return Err(failed(args.join(" "), dir, &out));
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect())
 }
