@@ -12,25 +12,36 @@ plan_items=${2:-100000}
 
 peak() { # the peak RSS of a command, in MiB
   python3 -c 'import resource, subprocess, sys
-subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+if r.returncode != 0:
+    sys.exit("failed (exit %d): %s" % (r.returncode, r.stderr.decode(errors="replace")[-2000:]))
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' "$@"
 }
 
-drain_manifest() { # $1: folder, $2: items over 100 repositories
+drain_manifest() { # $1: folder, $2: items over 100 repositories (discovered task files: a
+  # manifest listing 100,000 items would pass the manifest's 1 MiB limit)
   local dir=$1 per=$(( $2 / 100 ))
   mkdir -p "$dir/repos"
-  {
-    echo "version: 1"; echo "name: memory"; echo "capacity: {workers: 2}"
-    echo "repositories:"; echo "  - glob: \"repos/*\""
-    echo "worker:"; echo "  run: [\"true\"]"; echo "items:"
-    for r in $(seq -f '%03g' 1 100); do
-      for i in $(seq 1 "$per"); do echo "  - {repo: r$r, id: i$i}"; done
-    done
-  } > "$dir/manifest.yaml"
+  cat > "$dir/manifest.yaml" <<YAML
+version: 1
+name: memory
+capacity: {workers: 2}
+repositories:
+  - glob: "repos/*"
+worker:
+  run: ["true"]
+discover:
+  - glob: "tasks/*.md"
+    id: "{match.stem}"
+YAML
   for r in $(seq -f '%03g' 1 100); do
-    [ -d "$dir/repos/r$r" ] && continue
-    git init -q -b main "$dir/repos/r$r"
-    git -C "$dir/repos/r$r" commit -q --allow-empty -m init
+    local d="$dir/repos/r$r"
+    [ -d "$d" ] && continue
+    mkdir -p "$d/tasks"
+    (cd "$d/tasks" && seq -f 't%g.md' 1 "$per" | xargs touch)
+    git init -q -b main "$d"
+    git -C "$d" add -A
+    git -C "$d" commit -q -m init
   done
 }
 
