@@ -516,3 +516,26 @@ fn a_stale_branch_is_shown_behind_and_fresh_starts_it_again_from_the_base() {
         "{err}"
     );
 }
+
+/// A worktree of the work branch whose folder someone deleted (git still records it, and would
+/// refuse to check the branch out again): runner prunes the record and runs the item.
+#[test]
+fn a_work_branch_whose_worktree_folder_was_deleted_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = repo(&root.join("r"));
+    git(&r, &["branch", "work"]);
+    let gone = root.join("gone");
+    git(
+        &r,
+        &["worktree", "add", "-q", gone.to_str().unwrap(), "work"],
+    );
+    std::fs::remove_dir_all(&gone).unwrap();
+    write(
+        root,
+        "version: 1\nname: t\nrepositories: [{path: r}]\nworker: {run: 'echo done > out.txt'}\nitems: [{repo: r, id: x, branch: work}]\n",
+    );
+    let out = apply(root);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(git(&r, &["show", "work:out.txt"]).trim(), "done");
+}
