@@ -18,9 +18,11 @@ if r.returncode != 0:
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' "$@"
 }
 
-drain_manifest() { # $1: folder, $2: items over 100 repositories (discovered task files: a
-  # manifest listing 100,000 items would pass the manifest's 1 MiB limit)
-  local dir=$1 per=$(( $2 / 100 ))
+# $1: folder, $2: items, $3: repositories. Each repository holds its share of the items as
+# committed task files the manifest discovers (a manifest listing 100,000 items would pass the
+# manifest's 1 MiB limit); `true` does each, two at once.
+task_manifest() {
+  local dir=$1 per=$(( $2 / $3 ))
   mkdir -p "$dir/repos"
   cat > "$dir/manifest.yaml" <<YAML
 version: 1
@@ -34,9 +36,8 @@ discover:
   - glob: "tasks/*.md"
     id: "{match.stem}"
 YAML
-  for r in $(seq -f '%03g' 1 100); do
+  for r in $(seq -f '%05g' 1 "$3"); do
     local d="$dir/repos/r$r"
-    [ -d "$d" ] && continue
     mkdir -p "$d/tasks"
     (cd "$d/tasks" && seq -f 't%g.md' 1 "$per" | xargs touch)
     git init -q -b main "$d"
@@ -45,38 +46,14 @@ YAML
   done
 }
 
-plan_manifest() { # $1: folder, $2: items over 1,000 repositories (discovered task files)
-  local dir=$1 per=$(( $2 / 1000 ))
-  mkdir -p "$dir/repos"
-  cat > "$dir/manifest.yaml" <<YAML
-version: 1
-name: memory-plan
-repositories:
-  - glob: "repos/*"
-worker:
-  run: ["true"]
-discover:
-  - glob: "tasks/*.md"
-    id: "{match.stem}"
-YAML
-  for r in $(seq -f '%04g' 1 1000); do
-    local d="$dir/repos/r$r"
-    mkdir -p "$d/tasks"
-    for i in $(seq 1 "$per"); do : > "$d/tasks/t$i.md"; done
-    git init -q -b main "$d"
-    git -C "$d" add -A
-    git -C "$d" commit -q -m init
-  done
-}
-
 small=$(( items / 10 ))
-drain_manifest "$work/d-small" "$small"
-drain_manifest "$work/d-big" "$items"
+task_manifest "$work/d-small" "$small" 100
+task_manifest "$work/d-big" "$items" 100
 d_small=$(peak "$bin" apply "$work/d-small/manifest.yaml" --no-progress)
 d_big=$(peak "$bin" apply "$work/d-big/manifest.yaml" --no-progress)
 psmall=$(( plan_items / 10 ))
-plan_manifest "$work/p-small" "$psmall"
-plan_manifest "$work/p-big" "$plan_items"
+task_manifest "$work/p-small" "$psmall" 1000
+task_manifest "$work/p-big" "$plan_items" 1000
 p_small=$(peak "$bin" plan "$work/p-small/manifest.yaml" --json)
 p_big=$(peak "$bin" plan "$work/p-big/manifest.yaml" --json)
 echo "peak RSS (MiB)"
