@@ -163,11 +163,11 @@ pub struct ItemPlan {
     pub matched: Option<String>,
     /// For items of a tracker, the source and the tracker's item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<super::source::SourceRef>,
+    pub source: Option<Box<super::source::SourceRef>>,
     /// The pull request an earlier run opened for it, as its forge tells it now
     /// (`publish.state`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pull_request: Option<super::pull::PullRequest>,
+    pub pull_request: Option<Box<super::pull::PullRequest>>,
     /// The items it waits for (`after`), as `repo/id`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,

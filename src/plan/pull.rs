@@ -239,7 +239,7 @@ pub fn overlay(
         let Some(pr) = pulls.get(&(it.repo.clone(), it.id.clone())) else {
             continue;
         };
-        it.pull_request = Some(pr.clone());
+        it.pull_request = Some(Box::new(pr.clone()));
         if matches!(it.state, ItemState::Skipped) {
             continue;
         }

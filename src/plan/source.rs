@@ -295,13 +295,13 @@ fn item_plan(spec: &SourceSpec, it: &SourceItem, repo: Option<String>) -> ItemPl
     ItemPlan {
         branch,
         vars,
-        source: Some(SourceRef {
+        source: Some(Box::new(SourceRef {
             name: spec.name.clone(),
             id: it.id.to_string(),
             title: it.title.clone(),
             url: it.url.clone(),
             item: Some(Arc::new(it.clone())),
-        }),
+        })),
         ..ItemPlan::new(repo, id, Origin::Source)
     }
 }

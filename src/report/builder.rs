@@ -256,11 +256,11 @@ impl ReportBuilder {
             } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.commit = commit.clone();
-                    it.diffstat = Some(Diffstat {
+                    it.diffstat = Some(Box::new(Diffstat {
                         files: *files,
                         insertions: *insertions,
                         deletions: *deletions,
-                    });
+                    }));
                     it.marks = [(*no_change, "no-change"), (*unverified, "unverified")]
                         .iter()
                         .filter(|(on, _)| *on)
@@ -304,14 +304,14 @@ impl ReportBuilder {
                 error,
             } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
-                    it.publish = Some(PublishReport {
+                    it.publish = Some(Box::new(PublishReport {
                         remote: remote.clone(),
                         branch: branch.clone(),
                         pushed: *pushed,
                         head: head.clone(),
                         url: url.clone(),
                         error: error.clone(),
-                    });
+                    }));
                 }
             }
             Event::ModelDemoted {
@@ -373,13 +373,13 @@ impl ReportBuilder {
             } => {
                 let log = log.as_ref().map(|l| self.rel(l));
                 if let Some(it) = self.report.items.get_mut(*item) {
-                    it.setup = Some(SetupReport {
+                    it.setup = Some(Box::new(SetupReport {
                         ok: *ok,
                         exit: *exit,
                         duration_ms: duration.as_millis() as u64,
                         log,
                         output_tail: output_tail.clone(),
-                    });
+                    }));
                 }
             }
             Event::UsageUnknown { item, n, why } => {

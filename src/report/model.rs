@@ -162,7 +162,7 @@ pub struct ItemReport {
     /// The commit a completed item produced; absent when its branch did not move.
     pub commit: Option<String>,
     /// What that work changed, from the commit the item started at.
-    pub diffstat: Option<Diffstat>,
+    pub diffstat: Option<Box<Diffstat>>,
     /// `no-change` (the worker changed nothing), `unverified` (no required gate ran and
     /// passed): a completion that is not a checked change says so.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -179,7 +179,7 @@ pub struct ItemReport {
     pub shared: Vec<String>,
     /// Its worktree's `worktree.setup`, when it ran in this run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setup: Option<SetupReport>,
+    pub setup: Option<Box<SetupReport>>,
     /// The item started anew from its base (`--fresh`): what its branch held is kept as this
     /// branch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,17 +190,17 @@ pub struct ItemReport {
     pub leftovers: Option<String>,
     /// What became of its work branch, when the manifest publishes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub publish: Option<PublishReport>,
+    pub publish: Option<Box<PublishReport>>,
     /// The pull request an earlier run opened for it, as its forge told it when the run began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pull_request: Option<crate::plan::pull::PullRequest>,
+    pub pull_request: Option<Box<crate::plan::pull::PullRequest>>,
     /// Where its time went besides work: waiting for its repository's lease, for shared
     /// resources, and resting after provider failures, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub waited: Option<Waited>,
+    pub waited: Option<Box<Waited>>,
     /// What its workers reported they used, over every attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::events::Usage>,
+    pub usage: Option<Box<crate::events::Usage>>,
 }
 
 /// A worktree's setup (`worktree.setup`), run once before the item's first attempt.

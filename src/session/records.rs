@@ -139,22 +139,31 @@ pub(crate) fn write_history(
 /// The pull requests of a run's items, as its `report.json` in `run_dir` recorded them when
 /// it began: `(repository, item, pull request)`; none when the report cannot be read.
 pub(crate) fn pull_requests_in(run_dir: &Path) -> Vec<(String, String, PullRequest)> {
-    let Ok(text) = std::fs::read_to_string(run_dir.join("report.json")) else {
+    // Only the three fields are kept while reading: a report of 100,000 items is read as it
+    // streams by, never held whole as text or as a tree of values.
+    #[derive(serde::Deserialize)]
+    struct Items {
+        items: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        repo: String,
+        id: String,
+        #[serde(default)]
+        pull_request: Option<serde_json::Value>,
+    }
+    let Ok(file) = std::fs::File::open(run_dir.join("report.json")) else {
         return Vec::new();
     };
-    let Ok(report) = serde_json::from_str::<serde_json::Value>(&text) else {
+    let Ok(report) = serde_json::from_reader::<_, Items>(std::io::BufReader::new(file)) else {
         return Vec::new();
     };
-    report["items"]
-        .as_array()
+    report
+        .items
         .into_iter()
-        .flatten()
         .filter_map(|it| {
-            Some((
-                it["repo"].as_str()?.to_string(),
-                it["id"].as_str()?.to_string(),
-                serde_json::from_value(it["pull_request"].clone()).ok()?,
-            ))
+            let pr = serde_json::from_value(it.pull_request?).ok()?;
+            Some((it.repo, it.id, pr))
         })
         .collect()
 }
