@@ -1,65 +1,44 @@
 #!/usr/bin/env bash
-# Benchmark: runner's peak memory (RSS) as work grows — a drain of ITEMS `true` items over 100
-# repositories, and a `plan` of PLAN_ITEMS items discovered over 1,000 repositories — each next to
-# the same at a tenth of the size, to show how it grows.
+# Benchmark: runner's peak memory (RSS) and wall time as work grows — a drain of ITEMS `true` items
+# over 100 repositories, and a `plan` of PLAN_ITEMS items discovered over PLAN_REPOS repositories
+# (the plan's time the median of 3, its file cache warm) — each next to the same at a tenth of the
+# size, to show how it grows.
 #
-#   benches/memory.sh [ITEMS] [PLAN_ITEMS]
+#   benches/memory.sh [ITEMS] [PLAN_ITEMS] [PLAN_REPOS]
 set -euo pipefail
 items=${1:-10000}
 plan_items=${2:-100000}
+plan_repos=${3:-10000}
 # shellcheck source=benches/common.sh
 . "$(dirname "$0")/common.sh"
 
-peak() { # the peak RSS of a command, in MiB
-  python3 -c 'import resource, subprocess, sys
-r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-if r.returncode != 0:
-    sys.exit("failed (exit %d): %s" % (r.returncode, r.stderr.decode(errors="replace")[-2000:]))
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' "$@"
-}
-
-# $1: folder, $2: items, $3: repositories. Each repository holds its share of the items as
-# committed task files the manifest discovers (a manifest listing 100,000 items would pass the
-# manifest's 1 MiB limit); `true` does each, two at once.
-task_manifest() {
-  local dir=$1 per=$(( $2 / $3 ))
-  mkdir -p "$dir/repos"
-  cat > "$dir/manifest.yaml" <<YAML
-version: 1
-name: memory
-capacity: {workers: 2}
-repositories:
-  - glob: "repos/*"
-worker:
-  run: ["true"]
-discover:
-  - glob: "tasks/*.md"
-    id: "{match.stem}"
-YAML
-  for r in $(seq -f '%05g' 1 "$3"); do
-    local d="$dir/repos/r$r"
-    mkdir -p "$d/tasks"
-    (cd "$d/tasks" && seq -f 't%g.md' 1 "$per" | xargs touch)
-    git init -q -b main "$d"
-    git -C "$d" add -A
-    git -C "$d" commit -q -m init
-  done
+peak() { # the peak RSS of a command, in MiB, and its wall time in ms (the median of $RUNS runs)
+  RUNS=${RUNS:-1} python3 -c 'import os, resource, subprocess, sys, time
+times = []
+for _ in range(int(os.environ["RUNS"])):
+    t = time.monotonic()
+    r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    times.append((time.monotonic() - t) * 1000)
+    if r.returncode != 0:
+        sys.exit("failed (exit %d): %s" % (r.returncode, r.stderr.decode(errors="replace")[-2000:]))
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, int(sorted(times)[len(times) // 2]))' "$@"
 }
 
 small=$(( items / 10 ))
 task_manifest "$work/d-small" "$small" 100
 task_manifest "$work/d-big" "$items" 100
-d_small=$(peak "$bin" apply "$work/d-small/manifest.yaml" --no-progress)
-d_big=$(peak "$bin" apply "$work/d-big/manifest.yaml" --no-progress)
+read -r d_small d_small_ms < <(peak "$bin" apply "$work/d-small/manifest.yaml" --no-progress)
+read -r d_big d_big_ms < <(peak "$bin" apply "$work/d-big/manifest.yaml" --no-progress)
 psmall=$(( plan_items / 10 ))
-task_manifest "$work/p-small" "$psmall" 1000
-task_manifest "$work/p-big" "$plan_items" 1000
-p_small=$(peak "$bin" plan "$work/p-small/manifest.yaml" --json)
-p_big=$(peak "$bin" plan "$work/p-big/manifest.yaml" --json)
-echo "peak RSS (MiB)"
-echo "apply, $small items:  $d_small"
-echo "apply, $items items: $d_big"
-echo "plan,  $psmall items:  $p_small"
-echo "plan,  $plan_items items: $p_big"
-awk -v a="$d_small" -v b="$d_big" -v c="$p_small" -v d="$p_big" 'BEGIN {
-  printf "growth for 10x the work: apply %.2fx, plan %.2fx\n", b / a, d / c }'
+task_manifest "$work/p-small" "$psmall" "$(( plan_repos / 10 ))"
+task_manifest "$work/p-big" "$plan_items" "$plan_repos"
+"$bin" plan "$work/p-big/manifest.yaml" --json > /dev/null # warm the file cache
+read -r p_small p_small_ms < <(RUNS=3 peak "$bin" plan "$work/p-small/manifest.yaml" --json)
+read -r p_big p_big_ms < <(RUNS=3 peak "$bin" plan "$work/p-big/manifest.yaml" --json)
+echo "                                          peak RSS MiB  wall ms"
+printf '%-42s %12s %8s\n' "apply, $small items / 100 repos" "$d_small" "$d_small_ms" \
+  "apply, $items items / 100 repos" "$d_big" "$d_big_ms" \
+  "plan,  $psmall items / $(( plan_repos / 10 )) repos" "$p_small" "$p_small_ms" \
+  "plan,  $plan_items items / $plan_repos repos" "$p_big" "$p_big_ms"
+awk -v a="$d_small" -v b="$d_big" -v c="$p_small" -v d="$p_big" -v pt="$p_small_ms" -v bt="$p_big_ms" 'BEGIN {
+  printf "growth for 10x the work: apply memory %.2fx; plan memory %.2fx, plan time %.2fx\n", b / a, d / c, bt / pt }'

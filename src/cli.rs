@@ -292,7 +292,12 @@ pub struct CancelArgs {
 #[derive(Debug, Args)]
 pub struct PauseArgs {
     /// The manifest.
-    pub manifest: PathBuf,
+    #[arg(required_unless_present = "host", conflicts_with = "host")]
+    pub manifest: Option<PathBuf>,
+    /// Every drain on this host, of every manifest (of this user): kept in the host folder
+    /// (`RUNNER_HOST_DIR`, else `$XDG_STATE_HOME/runner/host`), so it outlives a reboot.
+    #[arg(long)]
+    pub host: bool,
     /// Why; recorded with who asked.
     #[arg(long)]
     pub reason: Option<String>,

@@ -375,6 +375,140 @@ pub(crate) fn recorded_other(common_dir: &Path, own: &Record) -> Option<Record> 
     read_record(&path)
 }
 
+/// The host-wide pause (`runner pause --host`): every drain of every manifest of this user on
+/// the host stops admitting while it stands. One file in [`host_dir`], written atomically; the
+/// token tells a pause from a newer one that replaced it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HostPause {
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub at: String,
+    pub token: String,
+}
+
+impl HostPause {
+    /// As `status`, `plan` and a run's ending say it.
+    pub fn text(&self) -> String {
+        match &self.reason {
+            Some(r) => format!("host paused by {} at {}: {r}", self.by, self.at),
+            None => format!("host paused by {} at {}", self.by, self.at),
+        }
+    }
+}
+
+const HOST_PAUSE_FILE: &str = "pause.json";
+
+/// Where what holds for the whole host is kept across reboots (a pause for maintenance must
+/// outlive one): `RUNNER_HOST_DIR`, else `$XDG_STATE_HOME/runner/host`, else
+/// `~/.local/state/runner/host`.
+pub fn host_dir() -> PathBuf {
+    let var = |v: &str| {
+        std::env::var_os(v)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(d) = var("RUNNER_HOST_DIR") {
+        return d;
+    }
+    if let Some(d) = var("XDG_STATE_HOME") {
+        return d.join("runner").join("host");
+    }
+    match var("HOME") {
+        Some(h) => h.join(".local/state/runner/host"),
+        None => std::env::temp_dir()
+            .join(format!("runner-{}", nix::unistd::getuid().as_raw()))
+            .join("host"),
+    }
+}
+
+/// The host's pause, if one stands. A pause file that cannot be read is a pause (a check that
+/// cannot be made fails closed), its text saying why.
+pub fn host_pause() -> Option<HostPause> {
+    let path = host_dir().join(HOST_PAUSE_FILE);
+    match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(unreadable_pause(&path, &e.to_string())),
+        Ok(bytes) => Some(
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| unreadable_pause(&path, &e.to_string())),
+        ),
+    }
+}
+
+fn unreadable_pause(path: &Path, why: &str) -> HostPause {
+    HostPause {
+        by: format!("an unreadable `{}` ({why})", path.display()),
+        reason: Some("`runner resume --host` removes it".into()),
+        at: "an unknown time".into(),
+        token: String::new(),
+    }
+}
+
+/// Pause the host (replacing any pause that stands) and return the pause written.
+pub fn set_host_pause(
+    by: String,
+    reason: Option<String>,
+    at: String,
+) -> std::io::Result<HostPause> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = host_dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    let pause = HostPause {
+        by,
+        reason,
+        at,
+        token: uuid::Uuid::new_v4().to_string(),
+    };
+    let bytes = serde_json::to_vec_pretty(&pause).map_err(std::io::Error::other)?;
+    write_atomic(&dir.join(HOST_PAUSE_FILE), &bytes)?;
+    Ok(pause)
+}
+
+/// Lift the host's pause; the one lifted, if one stood.
+pub fn clear_host_pause() -> std::io::Result<Option<HostPause>> {
+    let was = host_pause();
+    match std::fs::remove_file(host_dir().join(HOST_PAUSE_FILE)) {
+        Ok(()) => Ok(was),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The items running on this host, of every manifest: the host-wide worker slots held (each
+/// running item holds one of its manifest's), counted by trying each unit's lock.
+pub fn host_slots_in_use() -> std::io::Result<usize> {
+    let dir = resources_dir();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut held = 0;
+    for entry in entries {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("workers-") && name.ends_with(".lock")) {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(&*name))
+        else {
+            continue;
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => held += 1,
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+    Ok(held)
+}
+
 /// A unit of a host-wide shared resource (`resources:` in the manifest), held while one command
 /// runs: an OS file lock on `<dir>/<name>.<k>.lock`, one file per unit, so every runner on the
 /// host that declares the resource shares its units. Dropping it releases the unit; the

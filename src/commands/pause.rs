@@ -2,17 +2,23 @@
 
 use super::shared::state_path;
 use crate::cli::PauseArgs;
-use crate::ledger::Ledger;
 use crate::session::prepare::who;
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
 
 pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
-    let loaded = match super::shared::load(ui, &args.manifest) {
+    if args.wait && !on {
+        ui.error("`--wait` is for `pause`: a resume has nothing to wait for");
+        return crate::vocab::EXIT_INVALID;
+    }
+    let Some(manifest) = &args.manifest else {
+        return host(ui, args, on);
+    };
+    let loaded = match super::shared::load(ui, manifest) {
         Ok(l) => l,
         Err(c) => return c,
     };
-    let path = state_path(&args.state, Some(&args.manifest));
+    let path = state_path(&args.state, Some(manifest));
     // A pause given here is seen by every runner of the ledger: on a shared PostgreSQL ledger,
     // by every machine's.
     let mut ledger = match crate::ledger::store::open(&path) {
@@ -23,10 +29,6 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
         }
     };
     let name = &loaded.manifest.name;
-    if args.wait && !on {
-        ui.error("`--wait` is for `pause`: a resume has nothing to wait for");
-        return crate::vocab::EXIT_INVALID;
-    }
     let r = if on {
         ledger
             .set_paused(
@@ -56,54 +58,125 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
         return EXIT_INTERNAL;
     }
     if args.wait {
-        return wait_for_drain(ui, &*ledger, name, args.timeout);
-    }
-    EXIT_OK
-}
-
-/// Wait until no item of manifest `name` runs any more (exit 0); a resume meanwhile, or the
-/// timeout, ends the wait with exit 1 (the pause stays on a timeout).
-fn wait_for_drain(
-    ui: &Ui,
-    ledger: &dyn Ledger,
-    name: &str,
-    timeout: Option<std::time::Duration>,
-) -> i32 {
-    let until = timeout.map(|t| std::time::Instant::now() + t);
-    loop {
-        let running = match ledger.live_claims_of(name) {
-            Ok(c) => c,
+        // The pause just written, as the ledger says it: a different one later is not ours.
+        let own = match ledger.paused(name) {
+            Ok(p) => p,
             Err(e) => {
                 ui.error(e);
                 return EXIT_INTERNAL;
             }
         };
-        match ledger.paused(name) {
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                ui.error(format_args!(
-                    "`{name}` was resumed while waiting for its drain to end; {} item(s) still run",
-                    running.len()
-                ));
-                return crate::vocab::EXIT_FAILURES;
+        return wait_for(ui, args.timeout, &format!("`{name}`"), || {
+            let running = ledger
+                .live_claims_of(name)
+                .map_err(|e| e.to_string())?
+                .iter()
+                .map(|(k, run)| format!("{}/{} (run {run})", k.repo, k.item))
+                .collect();
+            let now = ledger.paused(name).map_err(|e| e.to_string())?;
+            Ok((running, ours(own.as_deref(), now.map(|p| (p.clone(), p)))))
+        });
+    }
+    EXIT_OK
+}
+
+/// Whether the pause standing now (`now`: what tells it apart, and its text) is the one this
+/// command wrote (told apart by `own`): `Err` says what replaced or lifted it.
+fn ours(own: Option<&str>, now: Option<(String, String)>) -> Result<(), String> {
+    match now {
+        None => Err("was resumed".into()),
+        Some((key, _)) if Some(key.as_str()) == own => Ok(()),
+        Some((_, text)) => Err(format!(
+            "was paused again ({}): that pause is not this one",
+            crate::support::text::printable(&text)
+        )),
+    }
+}
+
+/// `runner pause --host` / `resume --host`: the host's pause, in the host folder.
+fn host(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
+    use crate::lease::{clear_host_pause, host_pause, host_slots_in_use, set_host_pause};
+    if !on {
+        return match clear_host_pause() {
+            Ok(Some(p)) => {
+                eprintln!(
+                    "runner: the host is resumed (it was {})",
+                    crate::support::text::printable(&p.text())
+                );
+                EXIT_OK
             }
+            Ok(None) => {
+                eprintln!("runner: the host was not paused");
+                EXIT_OK
+            }
+            Err(e) => {
+                ui.error(format_args!("cannot lift the host's pause: {e}"));
+                EXIT_INTERNAL
+            }
+        };
+    }
+    let own = match set_host_pause(
+        who("pause --host"),
+        args.reason.clone(),
+        crate::support::clock::now(),
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            ui.error(format_args!(
+                "cannot pause the host in `{}`: {e}",
+                crate::lease::host_dir().display()
+            ));
+            return EXIT_INTERNAL;
+        }
+    };
+    eprintln!(
+        "runner: the host is paused; every drain on it lets its running items finish and starts no new one"
+    );
+    if !args.wait {
+        return EXIT_OK;
+    }
+    wait_for(ui, args.timeout, "the host", || {
+        let n = host_slots_in_use().map_err(|e| e.to_string())?;
+        let running = (0..n).map(|_| "an item".to_string()).collect();
+        let now = host_pause().map(|p| (p.token.clone(), p.text()));
+        Ok((running, ours(Some(&own.token), now)))
+    })
+}
+
+/// Wait until `look` finds nothing running (exit 0) under this command's own pause; that pause
+/// lifted or replaced meanwhile (said, not mistaken for this one), or the timeout, ends the wait
+/// with exit 1 — the pause stays on a timeout. `look` gives what still runs and whether the
+/// pause standing is this command's.
+fn wait_for(
+    ui: &Ui,
+    timeout: Option<std::time::Duration>,
+    what: &str,
+    mut look: impl FnMut() -> Result<(Vec<String>, Result<(), String>), String>,
+) -> i32 {
+    let until = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let (running, own) = match look() {
+            Ok(l) => l,
             Err(e) => {
                 ui.error(e);
                 return EXIT_INTERNAL;
             }
+        };
+        if let Err(why) = own {
+            ui.error(format_args!(
+                "{what} {why} while waiting for its drains to end; {} item(s) still run",
+                running.len()
+            ));
+            return crate::vocab::EXIT_FAILURES;
         }
         if running.is_empty() {
-            eprintln!("runner: no item of `{name}` runs any more");
+            eprintln!("runner: {what}: nothing runs any more");
             return EXIT_OK;
         }
         if until.is_some_and(|u| std::time::Instant::now() >= u) {
-            let items: Vec<String> = running
-                .iter()
-                .map(|(k, run)| format!("{}/{} (run {run})", k.repo, k.item))
-                .collect();
             ui.error(format_args!(
-                "`{name}` stays paused, but items still run: {}",
-                crate::support::text::printable(&items.join(", "))
+                "{what} stays paused, but items still run: {}",
+                crate::support::text::printable(&running.join(", "))
             ));
             return crate::vocab::EXIT_FAILURES;
         }

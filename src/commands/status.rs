@@ -20,6 +20,10 @@ pub(crate) struct Status {
     schema: &'static str,
     ledger: String,
     paused: Option<String>,
+    /// The host's pause (`runner pause --host`): who, when and why; it stands over every
+    /// manifest's drains on this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host_pause: Option<crate::lease::HostPause>,
     runs: Vec<RunView>,
     running: Vec<Running>,
     held: Vec<Held>,
@@ -239,6 +243,7 @@ fn gather(
         schema: STATUS_SCHEMA,
         ledger: path.display().to_string(),
         paused,
+        host_pause: crate::lease::host_pause(),
         runs,
         running,
         held,
@@ -316,6 +321,9 @@ fn safe(s: &str) -> String {
 /// The status for people: every section but the headings is recorded text, escaped.
 fn print(st: &Status, with_manifest: bool) {
     outln!("ledger {}", safe(&st.ledger));
+    if let Some(h) = &st.host_pause {
+        outln!("HOST PAUSED: {}", safe(&h.text()));
+    }
     if let Some(p) = &st.paused {
         outln!("PAUSED: {}", safe(p));
     }

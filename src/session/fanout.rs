@@ -225,6 +225,10 @@ impl RunSink for Fanout {
         let Some(key) = self.keys.get(item).cloned() else {
             return ClaimAnswer::Failed(format!("item {item} is not in the plan"));
         };
+        // A pause of the whole host, given while the run drains: nothing more is admitted.
+        if let Some(h) = crate::lease::host_pause() {
+            return ClaimAnswer::Paused(h.text());
+        }
         let asked = std::time::Instant::now();
         let answer = self.ledger.claim(&key, &self.run_id, &self.holder);
         // How long claims take: what a shared ledger costs each item (`RUNNER_LOG=debug`).

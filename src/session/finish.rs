@@ -123,13 +123,15 @@ fn verdict(
             ),
         ),
         RunEnding::Failed => (EXIT_INTERNAL, "runner could not continue".into()),
-        RunEnding::Paused => (
-            EXIT_FAILURES,
-            format!(
-                "the manifest is paused ({}); `runner resume` lifts it",
-                report.cause.as_deref().unwrap_or("no reason given")
-            ),
-        ),
+        RunEnding::Paused => {
+            let cause = report.cause.as_deref().unwrap_or("no reason given");
+            let what = if cause.starts_with("host paused") {
+                "the host is paused ({cause}); `runner resume --host` lifts it"
+            } else {
+                "the manifest is paused ({cause}); `runner resume` lifts it"
+            };
+            (EXIT_FAILURES, what.replace("{cause}", cause))
+        }
         RunEnding::NothingFound | RunEnding::Drained => {
             let bad = report.items.iter().any(|i| {
                 matches!(

@@ -336,7 +336,11 @@ impl Standing {
     pub fn read(ledger: &Store, name: &str) -> crate::ledger::Result<Standing> {
         Ok(Standing {
             past: ledger.past_outcomes(name)?.into_iter().collect(),
-            paused: ledger.paused(name)?,
+            // The host's pause stands over the manifest's.
+            paused: match crate::lease::host_pause() {
+                Some(h) => Some(h.text()),
+                None => ledger.paused(name)?,
+            },
             quarantined: ledger.quarantines()?,
             claims: ledger.live_claims_of(name)?,
             pulls: Default::default(),

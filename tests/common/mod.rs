@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The built `runner` binary with a clean, colourless environment. Host-wide units (shared
-/// resources, a manifest's worker slots) live in a folder of the calling test's own, so that
-/// tests running at once with manifests of one name do not share them (a test sets
-/// `RUNNER_RESOURCES_DIR` itself to share them on purpose).
+/// resources, a manifest's worker slots) and the host's pause live in a folder of the calling
+/// test's own, so that tests running at once with manifests of one name do not share them (a
+/// test sets `RUNNER_RESOURCES_DIR` or `RUNNER_HOST_DIR` itself to share them on purpose).
 pub fn runner() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
     c.env("NO_COLOR", "1")
@@ -21,7 +21,8 @@ pub fn runner() -> Command {
         .env_remove("RUNNER_STATE")
         .env_remove("RUNNER_CONTAINMENT")
         .env_remove("RUNNER_CGROUP")
-        .env("RUNNER_RESOURCES_DIR", test_units_dir());
+        .env("RUNNER_RESOURCES_DIR", test_units_dir())
+        .env("RUNNER_HOST_DIR", test_units_dir().join("host"));
     c
 }
 
