@@ -91,6 +91,9 @@ pub enum Command {
         /// instead.
         #[arg(long, group = "of")]
         items: bool,
+        /// Print the schema of what the `notify` command reads (`runner.incident/v1`) instead.
+        #[arg(long, group = "of")]
+        incident: bool,
     },
     /// Print shell completions.
     Completions {

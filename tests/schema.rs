@@ -38,6 +38,7 @@ fn checked_in_output_schemas_are_up_to_date() {
         ("status", "--status"),
         ("matrix", "--matrix"),
         ("items", "--items"),
+        ("incident", "--incident"),
     ] {
         let path = root().join(format!("schemas/{file}.schema.json"));
         let on_disk = std::fs::read_to_string(&path).unwrap_or_default();

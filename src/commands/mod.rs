@@ -158,8 +158,9 @@ pub fn run(cli: Cli) -> i32 {
             status,
             matrix,
             items,
+            incident,
         } => schema::run_schema(schema::Of::pick(
-            report, events, plan, status, matrix, items,
+            report, events, plan, status, matrix, items, incident,
         )),
         Command::Completions { shell } => schema::run_completions(shell),
     }

@@ -13,6 +13,7 @@ pub enum Of {
     Status,
     Matrix,
     Items,
+    Incident,
 }
 
 impl Of {
@@ -24,6 +25,7 @@ impl Of {
         status: bool,
         matrix: bool,
         items: bool,
+        incident: bool,
     ) -> Self {
         [
             (report, Of::Report),
@@ -32,6 +34,7 @@ impl Of {
             (status, Of::Status),
             (matrix, Of::Matrix),
             (items, Of::Items),
+            (incident, Of::Incident),
         ]
         .into_iter()
         .find_map(|(on, of)| on.then_some(of))
@@ -55,6 +58,7 @@ pub fn text(of: Of) -> Result<String, serde_json::Error> {
         Of::Status => schema_json::<super::status::Status>(),
         Of::Matrix => schema_json::<super::plan::ShardMatrix>(),
         Of::Items => schema_json::<crate::plan::source::ItemsDoc>(),
+        Of::Incident => schema_json::<crate::session::incidents::Incident>(),
     }
 }
 

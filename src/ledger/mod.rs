@@ -126,6 +126,51 @@ pub struct Pruned {
     pub elsewhere: bool,
 }
 
+/// An incident of a manifest as the ledger keeps it (`notify`): open until a later run no
+/// longer sees its cause, and owing a notice (`raised`, `resolved`) until one is delivered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IncidentRow {
+    /// What tells it apart: its kind and what it is about (`quarantined:api`).
+    pub cause: String,
+    pub kind: String,
+    /// The notice as last seen (JSON).
+    pub body: String,
+    pub first_seen: String,
+    pub last_seen: String,
+    /// Runs that saw it.
+    pub count: u32,
+    /// The notice still to deliver: `raised` or `resolved`.
+    pub owed: Option<String>,
+    pub resolved_at: Option<String>,
+}
+
+/// The incidents' statements, in PostgreSQL's `$n` placeholders (SQLite reads them as well).
+pub(crate) mod incident_sql {
+    pub const LIST: &str =
+        "SELECT cause, kind, body, first_seen, last_seen, count, owed, resolved_at
+          FROM incidents WHERE manifest = $1 ORDER BY first_seen, cause";
+    pub const SEE: &str = "INSERT INTO incidents
+            (manifest, cause, kind, body, first_seen, last_seen, count, owed, resolved_at)
+          VALUES ($1, $2, $3, $4, $5, $5, 1, 'raised', NULL)
+          ON CONFLICT (manifest, cause) DO UPDATE SET
+            count = incidents.count + 1, last_seen = excluded.last_seen, body = excluded.body,
+            kind = excluded.kind,
+            owed = CASE WHEN incidents.owed = 'resolved' THEN NULL ELSE incidents.owed END,
+            resolved_at = NULL
+          RETURNING cause, kind, body, first_seen, last_seen, count, owed, resolved_at";
+    /// Never told: forgotten without a word.
+    pub const FORGET_UNTOLD: &str = "DELETE FROM incidents
+          WHERE manifest = $1 AND cause = $2 AND resolved_at IS NULL AND owed = 'raised'";
+    pub const RESOLVE: &str = "UPDATE incidents SET resolved_at = $3, owed = 'resolved'
+          WHERE manifest = $1 AND cause = $2 AND resolved_at IS NULL";
+    pub const TAKE: &str = "UPDATE incidents SET owed = NULL
+          WHERE manifest = $1 AND cause = $2 AND owed = $3";
+    pub const OWE: &str = "UPDATE incidents SET owed = $3
+          WHERE manifest = $1 AND cause = $2 AND owed IS NULL";
+    pub const FORGET: &str = "DELETE FROM incidents
+          WHERE manifest = $1 AND cause = $2 AND resolved_at IS NOT NULL AND owed IS NULL";
+}
+
 /// A run for the history page.
 #[derive(Clone, Debug)]
 pub struct RunHistory {
@@ -468,6 +513,29 @@ pub trait Ledger: History {
     ) -> Result<()>;
     /// Lift a pause; whether there was one.
     fn clear_paused(&mut self, manifest: &str) -> Result<bool>;
+    /// The incidents of `manifest`: open ones, and resolved ones still owing their notice.
+    fn incidents(&self, manifest: &str) -> Result<Vec<IncidentRow>>;
+    /// A run saw incident `cause`: opened (count 1, owing `raised`), or counted — reopened when
+    /// it was resolved, owing nothing when its `resolved` notice had not gone out yet. The row
+    /// after.
+    fn see_incident(
+        &mut self,
+        manifest: &str,
+        cause: &str,
+        kind: &str,
+        body: &str,
+        at: &str,
+    ) -> Result<IncidentRow>;
+    /// A run no longer sees open incident `cause`: resolved, owing `resolved` — or forgotten when
+    /// its `raised` notice never went out (nobody heard of it). Whether this call ended it.
+    fn resolve_incident(&mut self, manifest: &str, cause: &str, at: &str) -> Result<bool>;
+    /// Take the notice `owed` on incident `cause` to deliver it: a compare and swap, so two
+    /// runners never both send it.
+    fn take_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<bool>;
+    /// A notice taken could not be delivered: owed again, for the next run.
+    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<()>;
+    /// A resolved incident whose notice went out is forgotten.
+    fn forget_incident(&mut self, manifest: &str, cause: &str) -> Result<()>;
     /// A write-back to a tracker (`key`, unique within `manifest`): its state (`pending`, `done`,
     /// `failed`) and the run that last took it on.
     fn writeback(&self, manifest: &str, key: &str) -> Result<Option<(String, String)>>;

@@ -65,6 +65,10 @@ pub struct Manifest {
     /// Push each completed work branch and open or update its pull request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publish: Option<Publish>,
+    /// Tell a person of incidents (a stall, a quarantine, a refused key, a spent budget, runner
+    /// failing): once per cause over every run, and again when it clears.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Notify>,
     /// Host-wide shared resources and how many commands may hold one at once
     /// (`{browser: 1, heavy-build: 2}`); a gate or the worker names what it `uses`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -682,6 +686,25 @@ pub struct Budget {
     /// and the run ends `budget` (exit 5).
     #[schemars(range(min = 0))]
     pub cost_usd: f64,
+}
+
+/// `notify`: the command told of each incident, one JSON object on its stdin
+/// (`schemas/incident.schema.json`); `manifests/notifiers/` has a webhook, Slack, ntfy and mail.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Notify {
+    /// Runs in the manifest's folder with the manifest's `env` (its secrets are redacted from
+    /// what it is sent); a failure is reported and retried by the next run, never the run's.
+    pub run: CommandSpec,
+    /// How long it may take before it is ended (default 30s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSpec>,
+}
+
+impl Notify {
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(Duration::from_secs(30), |d| d.0)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]

@@ -318,6 +318,9 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
         opts.standing_holds_pass,
     );
     let last = format!("{} — exit {code}: {why}", report::counts_line(report));
+    for w in incidents(&mut sink, &cx, end.ending, code, formats) {
+        ui.warn(&w);
+    }
     // Everything the report is needed for is done: its items are let go before the history
     // page reads the ledger, so the two are never in memory together.
     sink.builder.release();
@@ -377,4 +380,54 @@ fn formats_of(loaded: &crate::manifest::LoadedManifest) -> report::Formats {
             html: f.contains(&ReportFormat::Html),
         },
     }
+}
+
+/// The run's incidents counted and resolved in the ledger, and the notices owed delivered
+/// (`notify`); what could not be done, as warnings.
+fn incidents(
+    sink: &mut super::fanout::Fanout,
+    cx: &crate::engine::RunCx,
+    ending: crate::vocab::RunEnding,
+    code: i32,
+    formats: report::Formats,
+) -> Vec<String> {
+    let name = &cx.loaded.manifest.name;
+    let quarantines = sink.ledger.quarantines().unwrap_or_default();
+    let previous_died = sink
+        .ledger
+        .run_history(name, 2)
+        .ok()
+        .and_then(|h| {
+            h.into_iter()
+                .find(|r| r.run.id != cx.run_id)
+                .filter(|r| r.run.status() == crate::ledger::RunStatus::Died)
+        })
+        .map(|r| r.run.id);
+    let failure = sink.failure.clone();
+    let report = sink.builder.report();
+    let end = super::incidents::RunEnd {
+        report,
+        ending,
+        plan: &cx.plan,
+        failure: (code == crate::vocab::EXIT_INTERNAL)
+            .then(|| failure.as_deref().unwrap_or("runner could not continue")),
+        quarantines: &quarantines,
+        previous_died: previous_died.as_deref(),
+    };
+    let (seen, observed) = super::incidents::seen(&end);
+    let shown = if formats.html {
+        cx.run_dir.join("index.html")
+    } else if formats.markdown {
+        cx.run_dir.join("summary.md")
+    } else {
+        cx.run_dir.join("report.json")
+    };
+    super::incidents::settle(
+        &mut *sink.ledger,
+        &cx.loaded,
+        &cx.run_id,
+        Some(shown.display().to_string()),
+        seen,
+        &observed,
+    )
 }

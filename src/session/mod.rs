@@ -13,6 +13,7 @@
 
 pub mod fanout;
 pub mod finish;
+pub mod incidents;
 pub mod prepare;
 pub mod pulls;
 pub mod records;

@@ -304,6 +304,72 @@ impl Ledger for PgLedger {
         })
     }
 
+    fn incidents(&self, manifest: &str) -> Result<Vec<IncidentRow>> {
+        let m = manifest.to_string();
+        self.call(move |s| {
+            let rows = s.client.query(incident_sql::LIST, &[&m])?;
+            Ok(rows.iter().map(super::incident_row).collect())
+        })
+    }
+
+    fn see_incident(
+        &mut self,
+        manifest: &str,
+        cause: &str,
+        kind: &str,
+        body: &str,
+        at: &str,
+    ) -> Result<IncidentRow> {
+        let p = [manifest, cause, kind, body, at].map(str::to_string);
+        self.call(move |s| {
+            let r = s
+                .client
+                .query_one(incident_sql::SEE, &[&p[0], &p[1], &p[2], &p[3], &p[4]])?;
+            Ok(super::incident_row(&r))
+        })
+    }
+
+    fn resolve_incident(&mut self, manifest: &str, cause: &str, at: &str) -> Result<bool> {
+        let p = [manifest, cause, at].map(str::to_string);
+        self.call(move |s| {
+            if s.client
+                .execute(incident_sql::FORGET_UNTOLD, &[&p[0], &p[1]])?
+                == 1
+            {
+                return Ok(true);
+            }
+            Ok(s.client
+                .execute(incident_sql::RESOLVE, &[&p[0], &p[1], &p[2]])?
+                == 1)
+        })
+    }
+
+    fn take_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<bool> {
+        let p = [manifest, cause, owed].map(str::to_string);
+        self.call(move |s| {
+            Ok(s.client
+                .execute(incident_sql::TAKE, &[&p[0], &p[1], &p[2]])?
+                == 1)
+        })
+    }
+
+    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<()> {
+        let p = [manifest, cause, owed].map(str::to_string);
+        self.call(move |s| {
+            s.client
+                .execute(incident_sql::OWE, &[&p[0], &p[1], &p[2]])?;
+            Ok(())
+        })
+    }
+
+    fn forget_incident(&mut self, manifest: &str, cause: &str) -> Result<()> {
+        let p = [manifest, cause].map(str::to_string);
+        self.call(move |s| {
+            s.client.execute(incident_sql::FORGET, &[&p[0], &p[1]])?;
+            Ok(())
+        })
+    }
+
     fn writeback(&self, manifest: &str, key: &str) -> Result<Option<(String, String)>> {
         let (m, k) = (manifest.to_string(), key.to_string());
         self.call(move |s| {

@@ -110,6 +110,21 @@ CREATE TABLE writebacks (
     PRIMARY KEY (manifest, key)
 );
 "#,
+    // Incidents (`notify`): one per cause, open until a later run no longer sees it.
+    r#"
+CREATE TABLE incidents (
+    manifest TEXT NOT NULL,
+    cause TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    first_seen TEXT NOT NULL,
+    last_seen TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    owed TEXT,
+    resolved_at TEXT,
+    PRIMARY KEY (manifest, cause)
+);
+"#,
 ];
 /// The key of the advisory lock that serialises migrations.
 pub(super) const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;

@@ -249,6 +249,56 @@ impl Ledger for SqliteLedger {
         Ok(n > 0)
     }
 
+    fn incidents(&self, manifest: &str) -> Result<Vec<IncidentRow>> {
+        let mut st = self
+            .conn
+            .prepare_cached(&lite(incident_sql::LIST))
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([manifest], incident_row)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<rusqlite::Result<_>>()
+            .map_err(|e| self.err(e))
+    }
+
+    fn see_incident(
+        &mut self,
+        manifest: &str,
+        cause: &str,
+        kind: &str,
+        body: &str,
+        at: &str,
+    ) -> Result<IncidentRow> {
+        self.conn
+            .query_row(
+                &lite(incident_sql::SEE),
+                params![manifest, cause, kind, body, at],
+                incident_row,
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    fn resolve_incident(&mut self, manifest: &str, cause: &str, at: &str) -> Result<bool> {
+        if self.write(&lite(incident_sql::FORGET_UNTOLD), params![manifest, cause])? == 1 {
+            return Ok(true);
+        }
+        Ok(self.write(&lite(incident_sql::RESOLVE), params![manifest, cause, at])? == 1)
+    }
+
+    fn take_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<bool> {
+        Ok(self.write(&lite(incident_sql::TAKE), params![manifest, cause, owed])? == 1)
+    }
+
+    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<()> {
+        self.write(&lite(incident_sql::OWE), params![manifest, cause, owed])?;
+        Ok(())
+    }
+
+    fn forget_incident(&mut self, manifest: &str, cause: &str) -> Result<()> {
+        self.write(&lite(incident_sql::FORGET), params![manifest, cause])?;
+        Ok(())
+    }
+
     fn writeback(&self, manifest: &str, key: &str) -> Result<Option<(String, String)>> {
         self.conn
             .query_row(
@@ -755,4 +805,24 @@ impl History for SqliteLedger {
         }
         Ok(out)
     }
+}
+
+/// An incident as the statements of [`incident_sql`] select it.
+fn incident_row(r: &rusqlite::Row) -> rusqlite::Result<IncidentRow> {
+    Ok(IncidentRow {
+        cause: r.get(0)?,
+        kind: r.get(1)?,
+        body: r.get(2)?,
+        first_seen: r.get(3)?,
+        last_seen: r.get(4)?,
+        count: r.get(5)?,
+        owed: r.get(6)?,
+        resolved_at: r.get(7)?,
+    })
+}
+
+/// A statement of [`incident_sql`] with SQLite's numbered placeholders (`?3` binds the third
+/// parameter wherever it stands; `$3` would be numbered by where it first appears).
+fn lite(sql: &str) -> String {
+    sql.replace('$', "?")
 }

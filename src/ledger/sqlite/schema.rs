@@ -151,4 +151,19 @@ CREATE TABLE writebacks (
     PRIMARY KEY (manifest, key)
 );
 "#,
+    // Incidents (`notify`): one per cause, open until a later run no longer sees it.
+    r#"
+CREATE TABLE incidents (
+    manifest TEXT NOT NULL,
+    cause TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    first_seen TEXT NOT NULL,
+    last_seen TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    owed TEXT,
+    resolved_at TEXT,
+    PRIMARY KEY (manifest, cause)
+);
+"#,
 ];

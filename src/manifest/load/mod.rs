@@ -252,6 +252,7 @@ const TOP_KEYS: &[&str] = &[
     "stall",
     "budget",
     "publish",
+    "notify",
     "reports",
     "workspace",
     "resources",
@@ -327,6 +328,7 @@ const SOURCE_KEYS: &[&str] = &[
 ];
 const ENV_KEYS: &[&str] = &["pass", "secrets"];
 const STALL_KEYS: &[&str] = &["after"];
+const NOTIFY_KEYS: &[&str] = &["run", "timeout"];
 const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep"];
 const KEEP_KEYS: &[&str] = &["runs", "days"];
 
@@ -348,6 +350,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("SourceSpec", SOURCE_KEYS),
     ("EnvPolicy", ENV_KEYS),
     ("Stall", STALL_KEYS),
+    ("Notify", NOTIFY_KEYS),
     ("Reports", REPORTS_KEYS),
     ("WorktreePrep", WORKTREE_KEYS),
 ];

@@ -57,29 +57,9 @@ impl Cx {
                 after: after.flatten(),
             })
         });
-        let budget = m.get("budget").and_then(|n| {
-            let b = self.map(n, "budget", BUDGET_KEYS)?;
-            let c = self.required(&b, "budget", "cost_usd")?;
-            let cost = match c.value {
-                Value::Int(i) => i as f64,
-                Value::Float(f) => f,
-                _ => {
-                    self.wrong_type(c, "budget.cost_usd", "an amount of US dollars such as `50`");
-                    return None;
-                }
-            };
-            if !(cost.is_finite() && cost > 0.0) {
-                self.err(
-                    "invalid-value",
-                    "budget.cost_usd",
-                    c.span,
-                    format!("must be more than 0, found {cost}"),
-                );
-                return None;
-            }
-            Some(Budget { cost_usd: cost })
-        });
+        let budget = m.get("budget").and_then(|n| self.budget(n));
         let publish = m.get("publish").and_then(|n| self.publish(n));
+        let notify = m.get("notify").and_then(|n| self.notify(n));
         let worktree = m.get("worktree").and_then(|n| self.worktree(n, "worktree"));
         let reports = m.get("reports").and_then(|n| self.reports(n));
         let workspace = m
@@ -145,11 +125,48 @@ impl Cx {
             stall,
             budget,
             publish,
+            notify,
             reports,
             workspace,
             resources,
             worktree,
         })
+    }
+
+    /// `budget`: what a run may spend.
+    fn budget(&mut self, n: &Node) -> Option<Budget> {
+        let b = self.map(n, "budget", BUDGET_KEYS)?;
+        let c = self.required(&b, "budget", "cost_usd")?;
+        let cost = match c.value {
+            Value::Int(i) => i as f64,
+            Value::Float(f) => f,
+            _ => {
+                self.wrong_type(c, "budget.cost_usd", "an amount of US dollars such as `50`");
+                return None;
+            }
+        };
+        if !(cost.is_finite() && cost > 0.0) {
+            self.err(
+                "invalid-value",
+                "budget.cost_usd",
+                c.span,
+                format!("must be more than 0, found {cost}"),
+            );
+            return None;
+        }
+        Some(Budget { cost_usd: cost })
+    }
+
+    /// `notify`: the command told of incidents, and its time limit.
+    fn notify(&mut self, n: &Node) -> Option<Notify> {
+        let s = self.map(n, "notify", NOTIFY_KEYS)?;
+        let run = self
+            .required(&s, "notify", "run")
+            .and_then(|c| self.command(c, "notify.run"));
+        let timeout = s
+            .get("timeout")
+            .and_then(|t| self.duration(t, "notify.timeout", false));
+        Some(Notify { run: run?, timeout })
     }
 
     /// `worktree` (top level, or a repository's): setup, its timeout, paths to share.
