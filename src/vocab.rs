@@ -210,6 +210,8 @@ pub enum HoldReason {
     /// An item it waits for (`after`) halted, failed, or is held or skipped: it cannot run
     /// until that one completes.
     Blocked,
+    /// The manifest's daily or monthly spend cap is reached: held until the window resets.
+    Budget,
 }
 
 impl HoldReason {
@@ -233,6 +235,7 @@ impl HoldReason {
             HoldReason::NeedsHuman => "needs-human",
             HoldReason::MissingVar => "missing-var",
             HoldReason::Blocked => "blocked",
+            HoldReason::Budget => "budget",
         }
     }
     /// The state an item with this reason is in.

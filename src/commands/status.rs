@@ -35,6 +35,21 @@ pub(crate) struct Status {
     /// With a manifest: the pull requests of its items as its latest run found them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pull_requests: Vec<PullView>,
+    /// With a manifest whose `budget` caps a day or a month: spend against each cap, over every
+    /// run of the manifest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    spend: Vec<SpendView>,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct SpendView {
+    /// `daily` or `monthly`.
+    window: String,
+    cap_usd: f64,
+    /// What workers reported since the window began (UTC).
+    spent_usd: f64,
+    /// When the next window begins.
+    resets_at: String,
 }
 
 #[derive(Serialize, schemars::JsonSchema)]
@@ -237,7 +252,26 @@ fn gather(
         (Some(_), Some(latest)) => pulls_of(ledger, &latest.run.id),
         _ => Vec::new(),
     };
+    let spend = match loaded.and_then(|l| l.manifest.budget.map(|b| (l, b))) {
+        Some((l, b)) => {
+            use crate::session::prepare::Window;
+            let mut v = Vec::new();
+            for (cap, window) in [(b.daily_usd, Window::Day), (b.monthly_usd, Window::Month)] {
+                let Some(cap) = cap else { continue };
+                let (since, resets_at) = window.bounds(jiff::Timestamp::now());
+                v.push(SpendView {
+                    window: window.name().into(),
+                    cap_usd: cap,
+                    spent_usd: ledger.spend_since(&l.manifest.name, &since)?,
+                    resets_at,
+                });
+            }
+            v
+        }
+        None => Vec::new(),
+    };
     Ok(Status {
+        spend,
         pull_requests,
         slots,
         schema: STATUS_SCHEMA,
@@ -326,6 +360,15 @@ fn print(st: &Status, with_manifest: bool) {
     }
     if let Some(p) = &st.paused {
         outln!("PAUSED: {}", safe(p));
+    }
+    for s in &st.spend {
+        outln!(
+            "spend, {}: ${:.2} of the ${:.2} cap (it resets at {})",
+            s.window,
+            s.spent_usd,
+            s.cap_usd,
+            s.resets_at
+        );
     }
     if let Some(s) = &st.slots {
         outln!(

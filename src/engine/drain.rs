@@ -183,7 +183,7 @@ impl<'s> Drain<'s> {
             clone_errors: cx.clone_errors.clone(),
             nothing_found: cx.plan.items.is_empty(),
             paused: cx.paused.clone(),
-            budget: m.budget.map(|b| b.cost_usd),
+            budget: cx.budget.clone(),
             estimates: cx.plan.estimates(),
             after: crate::plan::deps::pending_deps(&cx.plan),
             labels: if cx.plan.items.iter().any(|it| !it.waiting_on.is_empty()) {

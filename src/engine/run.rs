@@ -106,6 +106,8 @@ pub struct RunCx {
     pub clone_errors: HashMap<String, String>,
     /// The manifest was paused when the run started: by whom, when, why.
     pub paused: Option<String>,
+    /// What the run may spend (`budget`, and what its day's and month's caps leave).
+    pub budget: Option<super::scheduler::BudgetLimit>,
     /// For items run again after a halt or failure: the previous run's last feedback file.
     pub previous_feedback: HashMap<usize, PathBuf>,
     /// How each item's processes are kept together (a cgroup each, or process groups).

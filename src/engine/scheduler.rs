@@ -122,6 +122,32 @@ pub(crate) enum StopLevel {
     Immediate,
 }
 
+/// What a run may spend: the least of its own budget and what the manifest's day's and month's
+/// caps leave of theirs when it starts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetLimit {
+    pub usd: f64,
+    /// When a cap is what binds: how it is said, with when it resets (the items it keeps from
+    /// running are held `budget`, not cancelled).
+    pub cap: Option<String>,
+    /// What the cap's window had spent before the run began.
+    pub before: f64,
+}
+
+impl BudgetLimit {
+    /// Why nothing more is admitted, once the run has spent `run` (US dollars).
+    pub fn spent_cause(&self, run: f64) -> String {
+        match &self.cap {
+            Some(cap) if run > 0.0 => format!(
+                "{cap} is spent: ${:.2} reported, ${run:.2} of it by this run",
+                self.before + run
+            ),
+            Some(cap) => format!("{cap} is spent: ${:.2} reported", self.before),
+            None => format!("workers reported ${run:.2} of the ${:.2} budget", self.usd),
+        }
+    }
+}
+
 /// What the scheduler is given at the start.
 #[derive(Clone, Debug)]
 pub(crate) struct Setup {
@@ -140,8 +166,9 @@ pub(crate) struct Setup {
     pub nothing_found: bool,
     /// The manifest was paused when the run started (by whom, when, why): it ends `paused`.
     pub paused: Option<String>,
-    /// `budget.cost_usd`: once the workers' reported cost reaches it, nothing new is admitted.
-    pub budget: Option<f64>,
+    /// What the run may spend: once the workers' reported cost reaches it, nothing new is
+    /// admitted.
+    pub budget: Option<BudgetLimit>,
     /// What each item (by index) is expected to take, in milliseconds; empty: every item alike.
     pub estimates: Vec<u64>,
     /// By item: the pending items it waits for (`after`); empty: none waits.
@@ -197,7 +224,7 @@ pub(crate) struct Scheduler {
     /// The host's worker slots were all held by other runs of the manifest at the last try: no
     /// admission before then.
     host_retry_at: Option<Instant>,
-    budget_usd: Option<f64>,
+    budget_usd: Option<BudgetLimit>,
     /// What the workers reported they spent so far.
     spent_usd: f64,
 }
@@ -228,7 +255,12 @@ impl Scheduler {
             stalled: None,
             paused: s.paused,
             failed: None,
-            budget: None,
+            // A cap spent before the run began: nothing is admitted.
+            budget: s
+                .budget
+                .as_ref()
+                .filter(|b| b.usd <= 0.0)
+                .map(|b| b.spent_cause(0.0)),
             refused: None,
             host_retry_at: None,
             budget_usd: s.budget,
@@ -255,14 +287,12 @@ impl Scheduler {
     /// Returns the cause when this report is the one that spent it.
     pub fn spent(&mut self, cost_usd: f64) -> Option<String> {
         self.spent_usd += cost_usd;
-        let budget = self.budget_usd?;
+        let limit = self.budget_usd.as_ref()?;
+        let budget = limit.usd;
         if self.budget.is_some() || self.spent_usd < budget {
             return None;
         }
-        let cause = format!(
-            "workers reported ${:.2} of the ${budget:.2} budget",
-            self.spent_usd
-        );
+        let cause = limit.spent_cause(self.spent_usd);
         self.budget = Some(cause.clone());
         Some(cause)
     }
@@ -270,7 +300,7 @@ impl Scheduler {
     /// A worker's spend cannot be known: with a budget, admit nothing more (a cost that cannot
     /// be counted is not taken for zero). Returns the cause when this stopped admission.
     pub(crate) fn cost_unknown(&mut self, why: &str) -> Option<String> {
-        let budget = self.budget_usd?;
+        let budget = self.budget_usd.as_ref()?.usd;
         if self.budget.is_some() {
             return None;
         }
@@ -708,6 +738,13 @@ impl Scheduler {
             && self.stalled.is_none()
             && self.failed.is_none()
             && self.refused.is_some();
+        // Items a spent day's or month's cap kept from running are held until it resets.
+        let held_budget = self.stopping.is_none()
+            && self.stalled.is_none()
+            && self.failed.is_none()
+            && self.refused.is_none()
+            && self.budget.is_some()
+            && self.budget_usd.as_ref().is_some_and(|b| b.cap.is_some());
         let held_paused = self.stopping.is_none()
             && self.stalled.is_none()
             && self.failed.is_none()
@@ -722,6 +759,12 @@ impl Scheduler {
                     outcome: ItemOutcome::Held,
                     reason: Some(HoldReason::ProviderRefused.as_str().into()),
                     cause: Some(format!("not started: {r}")),
+                },
+                _ if held_budget => Settled {
+                    item,
+                    outcome: ItemOutcome::Held,
+                    reason: Some(HoldReason::Budget.as_str().into()),
+                    cause: self.budget.as_ref().map(|b| format!("not started: {b}")),
                 },
                 (Some(p), _) if held_paused => Settled {
                     item,

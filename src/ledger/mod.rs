@@ -144,7 +144,8 @@ pub struct IncidentRow {
     pub resolved_at: Option<String>,
 }
 
-/// The incidents' statements, in PostgreSQL's `$n` placeholders (SQLite reads them as well).
+/// The statements of incidents and spend caps, in PostgreSQL's `$n` placeholders (SQLite's numbered
+/// `?n` once `$` is replaced).
 pub(crate) mod incident_sql {
     pub const LIST: &str =
         "SELECT cause, kind, body, first_seen, last_seen, count, owed, resolved_at
@@ -169,6 +170,10 @@ pub(crate) mod incident_sql {
           WHERE manifest = $1 AND cause = $2 AND owed IS NULL";
     pub const FORGET: &str = "DELETE FROM incidents
           WHERE manifest = $1 AND cause = $2 AND resolved_at IS NOT NULL AND owed IS NULL";
+    pub const ADD_SPEND: &str = "INSERT INTO spend (manifest, day, cost_usd) VALUES ($1, $2, $3)
+          ON CONFLICT (manifest, day) DO UPDATE SET cost_usd = spend.cost_usd + excluded.cost_usd";
+    pub const SPEND_SINCE: &str =
+        "SELECT coalesce(sum(cost_usd), 0) FROM spend WHERE manifest = $1 AND day >= $2";
 }
 
 /// A run for the history page.
@@ -513,6 +518,10 @@ pub trait Ledger: History {
     ) -> Result<()>;
     /// Lift a pause; whether there was one.
     fn clear_paused(&mut self, manifest: &str) -> Result<bool>;
+    /// Count `usd` workers of `manifest` reported on UTC day `day` (`YYYY-MM-DD`).
+    fn add_spend(&mut self, manifest: &str, day: &str, usd: f64) -> Result<()>;
+    /// What workers of `manifest` reported from UTC day `day` on, every run's.
+    fn spend_since(&self, manifest: &str, day: &str) -> Result<f64>;
     /// The incidents of `manifest`: open ones, and resolved ones still owing their notice.
     fn incidents(&self, manifest: &str) -> Result<Vec<IncidentRow>>;
     /// A run saw incident `cause`: opened (count 1, owing `raised`), or counted — reopened when

@@ -678,14 +678,26 @@ pub(crate) const PUBLISH_VARS: &[&str] = &["branch", "item", "repo", "remote"];
 /// item.
 pub(crate) const SETUP_VARS: &[&str] = &["repo", "repo.path", "item"];
 
-/// `budget`: what a run may spend, as its workers report it in `$RUNNER_USAGE`.
+/// `budget`: what may be spent, as workers report it in `$RUNNER_USAGE` — by one run, and by
+/// every run of the manifest in a UTC day or month (at least one of the three).
 #[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Budget {
-    /// US dollars: once the reported cost reaches it, no new item starts (items running finish)
-    /// and the run ends `budget` (exit 5).
+    /// US dollars: once the run's reported cost reaches it, no new item starts (items running
+    /// finish) and the run ends `budget` (exit 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
-    pub cost_usd: f64,
+    pub cost_usd: Option<f64>,
+    /// US dollars a UTC day, over every run of the manifest (every machine's on a shared
+    /// ledger): once reached, no new item starts and the rest are held `budget` until the day
+    /// ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub daily_usd: Option<f64>,
+    /// The same for a UTC calendar month.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub monthly_usd: Option<f64>,
 }
 
 /// `notify`: the command told of each incident, one JSON object on its stdin

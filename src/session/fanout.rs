@@ -153,6 +153,14 @@ impl Fanout {
         if let Some(w) = self.writebacks.as_mut() {
             w.on(ev);
         }
+        // Spend, counted by UTC day for the manifest's caps over every run (`budget.daily_usd`).
+        if let Event::Usage { usage, item, .. } = ev
+            && let Some(cost) = usage.cost_usd.filter(|c| *c > 0.0)
+            && let Some(manifest) = self.keys.get(*item).map(|k| k.manifest.clone())
+            && let Err(e) = self.ledger.add_spend(&manifest, &at[..10], cost)
+        {
+            self.fail(e);
+        }
         let key = item_of(ev).and_then(|i| self.keys.get(i));
         if self.log_failed.is_none()
             && let Some((_, n, what, e)) = ev.log_error()

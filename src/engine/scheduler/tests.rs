@@ -318,7 +318,11 @@ fn a_resting_item_frees_its_slot_and_takes_the_next_one_first() {
 fn a_spent_budget_stops_admission_and_ends_the_run_budget() {
     let t = Instant::now();
     let mut st = setup(&[0, 1, 2], 1);
-    st.budget = Some(2.0);
+    st.budget = Some(BudgetLimit {
+        usd: 2.0,
+        cap: None,
+        before: 0.0,
+    });
     let mut s = Scheduler::new(st);
     assert_eq!(s.next(t), Decision::Admit(0));
     s.admitted(0, Admission::Started, t);
@@ -332,6 +336,53 @@ fn a_spent_budget_stops_admission_and_ends_the_run_budget() {
     assert_eq!(ending, RunEnding::Budget);
     assert_eq!(left.len(), 2);
     assert!(left.iter().all(|l| l.outcome == ItemOutcome::Cancelled));
+}
+
+#[test]
+fn a_spent_cap_holds_what_it_kept_from_running_and_one_spent_before_admits_nothing() {
+    let t = Instant::now();
+    let cap = |usd: f64, before: f64| BudgetLimit {
+        usd,
+        cap: Some("the daily cap of $5.00 (it resets at 2026-12-04T00:00:00Z)".into()),
+        before,
+    };
+    let mut st = setup(&[0, 1, 2], 1);
+    st.budget = Some(cap(2.0, 3.0));
+    let mut s = Scheduler::new(st);
+    assert_eq!(s.next(t), Decision::Admit(0));
+    s.admitted(0, Admission::Started, t);
+    let cause = s.spent(2.5).unwrap();
+    assert!(
+        cause.contains("daily cap of $5.00")
+            && cause.contains("$5.50 reported, $2.50 of it by this run"),
+        "{cause}"
+    );
+    s.finished(0, done(ItemOutcome::Completed));
+    s.released("r0");
+    assert_eq!(s.next(t), Decision::Done);
+    let (left, ending, _) = s.finish(None);
+    assert_eq!(ending, RunEnding::Budget);
+    assert!(
+        left.iter()
+            .all(|l| l.outcome == ItemOutcome::Held && l.reason.as_deref() == Some("budget")),
+        "{left:?}"
+    );
+    // Spent before the run: nothing is admitted at all.
+    let mut st = setup(&[0, 1], 1);
+    st.budget = Some(cap(-1.0, 6.0));
+    let mut s = Scheduler::new(st);
+    assert_eq!(s.next(t), Decision::Done);
+    let (left, ending, cause) = s.finish(None);
+    assert_eq!(ending, RunEnding::Budget);
+    assert!(cause.unwrap().contains("$6.00 reported"));
+    assert_eq!(left.len(), 2);
+    assert!(
+        left[0]
+            .cause
+            .as_deref()
+            .unwrap()
+            .contains("resets at 2026-12-04T00:00:00Z")
+    );
 }
 
 #[test]

@@ -304,6 +304,23 @@ impl Ledger for PgLedger {
         })
     }
 
+    fn add_spend(&mut self, manifest: &str, day: &str, usd: f64) -> Result<()> {
+        let (m, d) = (manifest.to_string(), day.to_string());
+        self.call(move |s| {
+            s.client.execute(incident_sql::ADD_SPEND, &[&m, &d, &usd])?;
+            Ok(())
+        })
+    }
+
+    fn spend_since(&self, manifest: &str, day: &str) -> Result<f64> {
+        let (m, d) = (manifest.to_string(), day.to_string());
+        self.call(move |s| {
+            Ok(s.client
+                .query_one(incident_sql::SPEND_SINCE, &[&m, &d])?
+                .get(0))
+        })
+    }
+
     fn incidents(&self, manifest: &str) -> Result<Vec<IncidentRow>> {
         let m = manifest.to_string();
         self.call(move |s| {

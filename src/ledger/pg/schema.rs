@@ -125,6 +125,16 @@ CREATE TABLE incidents (
     PRIMARY KEY (manifest, cause)
 );
 "#,
+    // What workers reported they spent, by manifest and UTC day, for `budget.daily_usd` and
+    // `budget.monthly_usd` (kept apart from the runs, which retention prunes).
+    r#"
+CREATE TABLE spend (
+    manifest TEXT NOT NULL,
+    day TEXT NOT NULL,
+    cost_usd DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (manifest, day)
+);
+"#,
 ];
 /// The key of the advisory lock that serialises migrations.
 pub(super) const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;

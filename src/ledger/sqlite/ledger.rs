@@ -249,6 +249,21 @@ impl Ledger for SqliteLedger {
         Ok(n > 0)
     }
 
+    fn add_spend(&mut self, manifest: &str, day: &str, usd: f64) -> Result<()> {
+        self.write(&lite(incident_sql::ADD_SPEND), params![manifest, day, usd])?;
+        Ok(())
+    }
+
+    fn spend_since(&self, manifest: &str, day: &str) -> Result<f64> {
+        self.conn
+            .query_row(
+                &lite(incident_sql::SPEND_SINCE),
+                params![manifest, day],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
     fn incidents(&self, manifest: &str) -> Result<Vec<IncidentRow>> {
         let mut st = self
             .conn

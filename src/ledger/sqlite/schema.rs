@@ -166,4 +166,14 @@ CREATE TABLE incidents (
     PRIMARY KEY (manifest, cause)
 );
 "#,
+    // What workers reported they spent, by manifest and UTC day, for `budget.daily_usd` and
+    // `budget.monthly_usd` (kept apart from the runs, which retention prunes).
+    r#"
+CREATE TABLE spend (
+    manifest TEXT NOT NULL,
+    day TEXT NOT NULL,
+    cost_usd REAL NOT NULL,
+    PRIMARY KEY (manifest, day)
+);
+"#,
 ];

@@ -259,7 +259,7 @@ const TOP_KEYS: &[&str] = &[
     "worktree",
 ];
 const WORKTREE_KEYS: &[&str] = &["setup", "timeout", "share"];
-const BUDGET_KEYS: &[&str] = &["cost_usd"];
+const BUDGET_KEYS: &[&str] = &["cost_usd", "daily_usd", "monthly_usd"];
 const PUBLISH_KEYS: &[&str] = &["push", "remote", "pr", "state", "review_rounds", "timeout"];
 const CAPACITY_KEYS: &[&str] = &["workers", "probe"];
 const REPOSITORY_KEYS: &[&str] = &[

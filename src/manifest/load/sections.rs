@@ -133,28 +133,47 @@ impl Cx {
         })
     }
 
-    /// `budget`: what a run may spend.
+    /// `budget`: what a run, a day and a month of runs may spend.
     fn budget(&mut self, n: &Node) -> Option<Budget> {
         let b = self.map(n, "budget", BUDGET_KEYS)?;
-        let c = self.required(&b, "budget", "cost_usd")?;
-        let cost = match c.value {
-            Value::Int(i) => i as f64,
-            Value::Float(f) => f,
-            _ => {
-                self.wrong_type(c, "budget.cost_usd", "an amount of US dollars such as `50`");
+        let mut amount = |key: &str| -> Option<f64> {
+            let c = b.get(key)?;
+            let path = format!("budget.{key}");
+            let usd = match c.value {
+                Value::Int(i) => i as f64,
+                Value::Float(f) => f,
+                _ => {
+                    self.wrong_type(c, &path, "an amount of US dollars such as `50`");
+                    return None;
+                }
+            };
+            if !(usd.is_finite() && usd > 0.0) {
+                self.err(
+                    "invalid-value",
+                    &path,
+                    c.span,
+                    format!("must be more than 0, found {usd}"),
+                );
                 return None;
             }
+            Some(usd)
         };
-        if !(cost.is_finite() && cost > 0.0) {
+        let budget = Budget {
+            cost_usd: amount("cost_usd"),
+            daily_usd: amount("daily_usd"),
+            monthly_usd: amount("monthly_usd"),
+        };
+        if BUDGET_KEYS.iter().all(|k| b.get(k).is_none()) {
             self.err(
-                "invalid-value",
-                "budget.cost_usd",
-                c.span,
-                format!("must be more than 0, found {cost}"),
+                "missing-key",
+                "budget",
+                n.span,
+                "give at least one of `cost_usd`, `daily_usd`, `monthly_usd`".to_string(),
             );
             return None;
         }
-        Some(Budget { cost_usd: cost })
+        (budget.cost_usd.is_some() || budget.daily_usd.is_some() || budget.monthly_usd.is_some())
+            .then_some(budget)
     }
 
     /// `notify`: the command told of incidents, and its time limit.
