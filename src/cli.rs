@@ -235,8 +235,16 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub state: StateArgs,
     /// Print the status as JSON on stdout.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     pub json: bool,
+    /// A live view of the running drains, redrawn until interrupted: each run's items with
+    /// attempt, model, phase, elapsed time and what they wait for, its counts and ETA (plain
+    /// lines, one picture after the other, when stdout is not a terminal).
+    #[arg(long)]
+    pub watch: bool,
+    /// With `--watch`: how often to redraw.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration_arg, requires = "watch")]
+    pub interval: std::time::Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -51,7 +51,8 @@ struct Cli {
     retry_hint_ms: Option<u64>,
     /// The `silence` of the stall test, in seconds: longer than the CLI takes to start and send
     /// its first request while the other tests load both cores (aider imports litellm first,
-    /// and was seen silent for over 4 s before asking anything).
+    /// and was seen silent for over 4 s before asking anything; gemini and opencode, started by
+    /// node, over 4 s on a machine also building).
     silence_s: u64,
 }
 
@@ -65,7 +66,7 @@ const CLAUDE: Cli = Cli {
     overloaded: 529,
     turns: 3,
     retry_hint_ms: None,
-    silence_s: 4,
+    silence_s: 8,
 };
 
 const CODEX: Cli = Cli {
@@ -77,7 +78,7 @@ const CODEX: Cli = Cli {
     overloaded: 503,
     turns: 2,
     retry_hint_ms: None,
-    silence_s: 4,
+    silence_s: 8,
 };
 
 const OPENCODE: Cli = Cli {
@@ -90,7 +91,7 @@ const OPENCODE: Cli = Cli {
     overloaded: 529,
     turns: 3,
     retry_hint_ms: None,
-    silence_s: 4,
+    silence_s: 8,
 };
 
 const GEMINI: Cli = Cli {
@@ -102,7 +103,7 @@ const GEMINI: Cli = Cli {
     overloaded: 503,
     turns: 2,
     retry_hint_ms: Some(2000),
-    silence_s: 4,
+    silence_s: 8,
 };
 
 const AIDER: Cli = Cli {

@@ -30,6 +30,7 @@ pub mod shared;
 pub mod status;
 pub mod unlock;
 pub mod validate;
+pub mod watch;
 
 use crate::cli::{Cli, ColorChoice, Command};
 use crate::ui::term::Ui;

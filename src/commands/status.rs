@@ -138,6 +138,9 @@ pub(crate) struct Survivor {
 }
 
 pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
+    if args.watch {
+        return super::watch::run(ui, args);
+    }
     let path = state_path(&args.state, args.manifest.as_deref());
     let ledger = match open_store(ui, &path) {
         Ok(l) => l,

@@ -407,10 +407,11 @@ impl<'s> Drain<'s> {
                 self.joined(joined);
             }
             sig = signals.next() => self.on_signal(sig),
-            _ = stop_poll.tick(), if polls_stop => {
+            _ = stop_poll.tick() => {
+                self.sink.tick();
                 // `runner cancel` on another machine records its request in the shared ledger;
                 // it stops this run as SIGTERM would.
-                if let Some(by) = self.sink.stop_requested() {
+                if polls_stop && let Some(by) = self.sink.stop_requested() {
                     self.signal_from.get_or_insert(by);
                     self.on_signal(libc::SIGTERM);
                 }

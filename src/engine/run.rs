@@ -30,6 +30,9 @@ pub trait RunSink {
     fn ended(&mut self, run_id: &str) -> bool;
     /// Make every result recorded so far durable; a repository's lease is released only after.
     fn commit_results(&mut self);
+    /// Every few seconds: what is buffered is written, so that `status --watch` sees an item
+    /// start and change phase while it runs, not only at the next claim or result.
+    fn tick(&mut self) {}
     /// Who asked this run to stop, and why, if anyone did.
     fn stop_requested(&mut self) -> Option<String>;
     /// Set once runner cannot record what it does (the ledger failed); the run then stops.

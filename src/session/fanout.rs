@@ -280,6 +280,12 @@ impl RunSink for Fanout {
         }
     }
 
+    fn tick(&mut self) {
+        if let Err(e) = self.ledger.flush_all() {
+            self.fail(e);
+        }
+    }
+
     fn stop_requested(&mut self) -> Option<String> {
         let run = self.ledger.run(&self.run_id).ok().flatten()?;
         let by = run.stop_requested_by?;
