@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{repo, runner, stderr};
+use common::{outcomes, repo, runner, stderr};
 use std::path::Path;
 
 fn apply(root: &Path) -> (i32, serde_json::Value, String) {
@@ -16,21 +16,6 @@ fn apply(root: &Path) -> (i32, serde_json::Value, String) {
         .unwrap();
     let report = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (out.status.code().unwrap_or(-1), report, stderr(&out))
-}
-
-fn outcomes(report: &serde_json::Value) -> Vec<(String, String, String)> {
-    report["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["id"].as_str().unwrap().to_string(),
-                i["outcome"].as_str().unwrap().to_string(),
-                i["reason"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{repo, runner, stderr, wait_for};
+use common::{outcomes, repo, runner, stderr, wait_for};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -43,20 +43,6 @@ fn drain(root: &Path, dir: &Path) -> Child {
         .unwrap()
 }
 
-fn outcomes(report: &serde_json::Value) -> Vec<(String, String)> {
-    report["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["id"].as_str().unwrap().to_string(),
-                i["outcome"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_host_pause_stops_every_manifests_drain_and_wait_returns_once_they_have_ended() {
     let tmp = tempfile::tempdir().unwrap();
@@ -87,8 +73,17 @@ fn a_host_pause_stops_every_manifests_drain_and_wait_returns_once_they_have_ende
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["ending"], "paused", "{report}");
         let got = outcomes(&report);
-        assert_eq!(got[0], ("i1".into(), "completed".into()), "{got:?}");
-        assert!(got[1..].iter().all(|(_, o)| o == "held"), "{got:?}");
+        assert_eq!(
+            (got[0].0.as_str(), got[0].1.as_str()),
+            ("i1", "completed"),
+            "{got:?}"
+        );
+        assert!(
+            got[1..]
+                .iter()
+                .all(|(_, o, r)| o == "held" && r == "paused"),
+            "{got:?}"
+        );
         assert!(
             report["items"][1]["cause"]
                 .as_str()

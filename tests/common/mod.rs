@@ -198,6 +198,22 @@ pub fn report_item<'a>(
         .unwrap_or_else(|| panic!("no item with {field} `{value}` in {report}"))
 }
 
+/// Each item of a report as `(id, outcome, reason)`, in the report's order (no reason: empty).
+pub fn outcomes(report: &serde_json::Value) -> Vec<(String, String, String)> {
+    report["items"]
+        .as_array()
+        .expect("report items")
+        .iter()
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap_or_default().to_string(),
+                i["outcome"].as_str().unwrap_or_default().to_string(),
+                i["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
 /// Intervals `(repo, start_ns, end_ns)` from a log of `start REPO ITEM NS` / `end REPO ITEM NS`
 /// lines written by test workers.
 pub fn intervals(log: &Path) -> Vec<(String, String, u128, u128)> {
