@@ -103,6 +103,15 @@ fn a_daily_cap_over_several_runs_holds_the_rest_until_the_day_ends() {
         .filter(|o| o.1 == "completed")
         .count();
     assert_eq!(done, 3, "{report}");
+    // The history page plots what each run cost: runs 1 and 3 spent $6.00 each; run 2 started
+    // nothing and reported no cost (no bar).
+    let page = std::fs::read_to_string(root.join("runner-reports/index.html")).unwrap();
+    assert!(
+        page.contains("aria-label=\"cost of each of the last 3 runs\""),
+        "{page}"
+    );
+    assert_eq!(page.matches("<rect class=\"cost\"").count(), 2, "{page}");
+    assert!(page.contains("— $6.00</title>"), "{page}");
 }
 
 #[test]

@@ -155,6 +155,48 @@ fn trend(runs: &[&HistoryRun], out: &mut Page<'_>) {
     out.push_str("</svg>\n");
 }
 
+/// What each run cost, as its workers reported it: one bar a run, oldest first (a run that
+/// reported no cost has none).
+fn costs(runs: &[&HistoryRun], out: &mut Page<'_>) {
+    const W: f64 = 1000.0;
+    const H: f64 = 90.0;
+    const LEFT: f64 = 48.0;
+    let (top, bottom) = (10.0, H - 20.0);
+    let col = (W - LEFT - 8.0) / runs.len().max(1) as f64;
+    let most = runs
+        .iter()
+        .filter_map(|r| r.cost_usd)
+        .fold(0.0_f64, f64::max);
+    let scale = if most > 0.0 { most } else { 1.0 };
+    let _ = writeln!(
+        out,
+        "<svg class=\"costs\" role=\"img\" aria-label=\"cost of each of the last {} runs\" viewBox=\"0 0 {W} {H}\" width=\"100%\">",
+        runs.len()
+    );
+    let _ = writeln!(
+        out,
+        "<text x=\"4\" y=\"{}\">cost</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">${most:.2}</text><text x=\"{}\" y=\"{bottom}\" text-anchor=\"end\">$0</text><line class=\"axis\" x1=\"{LEFT}\" y1=\"{bottom}\" x2=\"{}\" y2=\"{bottom}\"/>",
+        top + 26.0,
+        LEFT - 4.0,
+        top + 8.0,
+        LEFT - 4.0,
+        W - 8.0
+    );
+    for (i, r) in runs.iter().enumerate() {
+        let Some(c) = r.cost_usd else { continue };
+        let h = (bottom - top) * c / scale;
+        let _ = writeln!(
+            out,
+            "<g><title>{} — ${c:.2}</title><rect class=\"cost\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" style=\"fill: var(--fg)\"/></g>",
+            esc(&r.id),
+            LEFT + col * i as f64 + col * 0.15,
+            bottom - h,
+            (col * 0.7).max(1.0)
+        );
+    }
+    out.push_str("</svg>\n");
+}
+
 fn dots(outcomes: &[(String, ItemOutcome)], out: &mut Page<'_>) {
     out.push_str("<span class=\"dots\">");
     for (run, o) in outcomes {
@@ -198,6 +240,9 @@ fn write_page(manifest: &str, runs: &[HistoryRun], items: &[ItemHistory], b: &mu
         b.push_str("<section><h2>Trend</h2>\n");
         let oldest_first: Vec<&HistoryRun> = runs.iter().rev().collect();
         trend(&oldest_first, b);
+        if oldest_first.iter().any(|r| r.cost_usd.is_some()) {
+            costs(&oldest_first, b);
+        }
         b.push_str("</section>\n");
     }
     b.push_str("<section><h2>Runs</h2>\n<table class=\"runs\"><tr><th>run</th><th>started</th><th>ending</th><th>items</th><th>took</th><th>cost</th></tr>\n");
