@@ -305,28 +305,15 @@ impl Ledger for PgLedger {
     }
 
     fn add_spend(&mut self, manifest: &str, day: &str, usd: f64) -> Result<()> {
-        let (m, d) = (manifest.to_string(), day.to_string());
-        self.call(move |s| {
-            s.client.execute(incident_sql::ADD_SPEND, &[&m, &d, &usd])?;
-            Ok(())
-        })
+        super::incidents::add_spend(self, manifest, day, usd)
     }
 
     fn spend_since(&self, manifest: &str, day: &str) -> Result<f64> {
-        let (m, d) = (manifest.to_string(), day.to_string());
-        self.call(move |s| {
-            Ok(s.client
-                .query_one(incident_sql::SPEND_SINCE, &[&m, &d])?
-                .get(0))
-        })
+        super::incidents::spend_since(self, manifest, day)
     }
 
     fn incidents(&self, manifest: &str) -> Result<Vec<IncidentRow>> {
-        let m = manifest.to_string();
-        self.call(move |s| {
-            let rows = s.client.query(incident_sql::LIST, &[&m])?;
-            Ok(rows.iter().map(super::incident_row).collect())
-        })
+        super::incidents::list(self, manifest)
     }
 
     fn see_incident(
@@ -337,54 +324,24 @@ impl Ledger for PgLedger {
         body: &str,
         at: &str,
     ) -> Result<IncidentRow> {
-        let p = [manifest, cause, kind, body, at].map(str::to_string);
-        self.call(move |s| {
-            let r = s
-                .client
-                .query_one(incident_sql::SEE, &[&p[0], &p[1], &p[2], &p[3], &p[4]])?;
-            Ok(super::incident_row(&r))
-        })
+        super::incidents::see(self, [manifest, cause, kind, body, at])
     }
 
     fn resolve_incident(&mut self, manifest: &str, cause: &str, at: &str) -> Result<bool> {
-        let p = [manifest, cause, at].map(str::to_string);
-        self.call(move |s| {
-            if s.client
-                .execute(incident_sql::FORGET_UNTOLD, &[&p[0], &p[1]])?
-                == 1
-            {
-                return Ok(true);
-            }
-            Ok(s.client
-                .execute(incident_sql::RESOLVE, &[&p[0], &p[1], &p[2]])?
-                == 1)
-        })
+        super::incidents::resolve(self, [manifest, cause, at])
     }
 
     fn take_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<bool> {
-        let p = [manifest, cause, owed].map(str::to_string);
-        self.call(move |s| {
-            Ok(s.client
-                .execute(incident_sql::TAKE, &[&p[0], &p[1], &p[2]])?
-                == 1)
-        })
+        super::incidents::execute(self, incident_sql::TAKE, &[manifest, cause, owed])
+            .map(|n| n == 1)
     }
 
     fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<()> {
-        let p = [manifest, cause, owed].map(str::to_string);
-        self.call(move |s| {
-            s.client
-                .execute(incident_sql::OWE, &[&p[0], &p[1], &p[2]])?;
-            Ok(())
-        })
+        super::incidents::execute(self, incident_sql::OWE, &[manifest, cause, owed]).map(drop)
     }
 
     fn forget_incident(&mut self, manifest: &str, cause: &str) -> Result<()> {
-        let p = [manifest, cause].map(str::to_string);
-        self.call(move |s| {
-            s.client.execute(incident_sql::FORGET, &[&p[0], &p[1]])?;
-            Ok(())
-        })
+        super::incidents::execute(self, incident_sql::FORGET, &[manifest, cause]).map(drop)
     }
 
     fn writeback(&self, manifest: &str, key: &str) -> Result<Option<(String, String)>> {

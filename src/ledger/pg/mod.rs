@@ -25,6 +25,7 @@
 
 mod buffer;
 mod client;
+mod incidents;
 mod ledger;
 mod schema;
 mod session;
@@ -32,17 +33,3 @@ mod session;
 pub use client::PgLedger;
 pub use session::shown;
 pub(crate) use session::{is_url, set_ledger_retry};
-
-/// An incident as the statements of [`incident_sql`](super::incident_sql) select it.
-fn incident_row(r: &::postgres::Row) -> super::IncidentRow {
-    super::IncidentRow {
-        cause: r.get(0),
-        kind: r.get(1),
-        body: r.get(2),
-        first_seen: r.get(3),
-        last_seen: r.get(4),
-        count: r.get::<_, i32>(5).max(0) as u32,
-        owed: r.get(6),
-        resolved_at: r.get(7),
-    }
-}
