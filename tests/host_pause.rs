@@ -220,3 +220,35 @@ fn an_unreadable_host_pause_is_a_pause() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// The manifest's `pause --wait` likewise: a newer pause of the manifest by someone else is
+/// said, not taken for its own.
+#[test]
+fn a_manifests_pause_wait_says_when_someone_pauses_it_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let a = manifest(root, "alpha", 1, 4.0);
+    let da = drain(root, &a);
+    assert!(wait_for(20, || root.join("started-alpha-i1").exists()));
+    let first = on_host(root)
+        .current_dir(&a)
+        .args(["pause", "m.yaml", "--wait", "--reason", "first"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let again = on_host(root)
+        .current_dir(&a)
+        .args(["pause", "m.yaml", "--reason", "second"])
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", stderr(&again));
+    let out = first.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("was paused again") && err.contains("second"),
+        "{err}"
+    );
+    let _ = da.wait_with_output();
+}
