@@ -143,6 +143,16 @@ pub enum Event {
         message: Option<String>,
         duration: Duration,
     },
+    /// A quarantined repository was watched before the run's first item: processes the item
+    /// that quarantined it (in run `run`) had left — proven its by the lease's lock, its cgroup
+    /// or its run's token and repository — were ended, or are still `left`.
+    Watched {
+        repo: String,
+        run: String,
+        ended: Vec<i32>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        left: Vec<i32>,
+    },
     /// A completed item's work branch was published (pushed, and its pull request opened or
     /// updated), or `error` says what failed; the branch is kept either way.
     Published {
@@ -385,6 +395,42 @@ impl Event {
 }
 
 impl Event {
+    /// What a watch over a quarantine did, in words (`None` for every other event).
+    pub fn watched(&self) -> Option<String> {
+        let Event::Watched {
+            repo,
+            run,
+            ended,
+            left,
+        } = self
+        else {
+            return None;
+        };
+        let pids = |p: &[i32]| {
+            p.iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut text = format!("repository `{repo}` is quarantined (run `{run}`)");
+        if !ended.is_empty() {
+            text.push_str(&format!(
+                ": ended {} process(es) its item had left (pids {})",
+                ended.len(),
+                pids(ended)
+            ));
+        }
+        if !left.is_empty() {
+            text.push_str(&format!(
+                "{} {} of its item's processes could not be ended (pids {})",
+                if ended.is_empty() { ":" } else { ";" },
+                left.len(),
+                pids(left)
+            ));
+        }
+        Some(text)
+    }
+
     /// A command that printed more than its log keeps: its item, attempt, what it was, and the
     /// bytes not logged.
     pub fn unlogged(&self) -> Option<(ItemIndex, u32, String, u64)> {

@@ -21,6 +21,9 @@ pub(crate) const RECORD_FILE: &str = "runner.lease.json";
 /// A repository's quarantine: kept with the repository, so every manifest and every ledger sees
 /// it, and lifted (not deleted) by `runner unlock`, which records who, when and why.
 pub(crate) const QUARANTINE_FILE: &str = "runner.quarantine.json";
+/// The latest watch kept over the repository's quarantine ([`Watch`]): a file of its own, so a
+/// run recording one never races an operator's lift of the quarantine.
+pub(crate) const WATCH_FILE: &str = "runner.quarantine-watch.json";
 
 /// A repository's quarantine record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +34,73 @@ pub struct Quarantine {
     /// Set once an operator lifted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifted: Option<Lifted>,
+}
+
+/// A watch kept over a quarantine: a later run looked for what the quarantined item left (the
+/// processes keeping its lease's lock, in its cgroups, or carrying its run's token and its
+/// repository's name), ended those it could, and names those still there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Watch {
+    /// The run that kept it.
+    pub run_id: String,
+    pub at: String,
+    /// The processes it found and ended.
+    #[serde(default)]
+    pub ended: Vec<i32>,
+    /// Those still there when it gave up (pid and command line).
+    #[serde(default)]
+    pub left: Vec<(i32, String)>,
+}
+
+impl Watch {
+    /// Record the watch kept over the quarantine of the repository whose git common dir is
+    /// `common_dir`.
+    pub fn record(&self, common_dir: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        write_atomic(&common_dir.join(WATCH_FILE), &bytes)
+    }
+
+    /// The latest watch kept over quarantine `q` of the repository, if any was since it began.
+    pub fn latest(common_dir: &Path, q: &Quarantine) -> Option<Watch> {
+        let bytes = read_regular(&common_dir.join(WATCH_FILE), Some(1 << 20)).ok()?;
+        let w: Watch = serde_json::from_slice(&bytes).ok()?;
+        (w.at >= q.at).then_some(w)
+    }
+
+    /// What it found, for `status`: `run R at T: ended 2 process(es) (pids 1, 2); none left`.
+    pub fn describe(&self) -> String {
+        let pids = |p: &mut dyn Iterator<Item = i32>| {
+            p.map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+        };
+        let left = || {
+            self.left
+                .iter()
+                .map(|(pid, cmd)| format!("{pid} `{cmd}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let found = match (self.ended.is_empty(), self.left.is_empty()) {
+            (true, true) => "nothing of its item is running".to_string(),
+            (true, false) => format!(
+                "{} process(es) of its item could not be ended: {}",
+                self.left.len(),
+                left()
+            ),
+            (false, true) => format!(
+                "ended {} process(es) its item had left (pids {}); none is left",
+                self.ended.len(),
+                pids(&mut self.ended.iter().copied())
+            ),
+            (false, false) => format!(
+                "ended {} process(es) its item had left (pids {}); {} could not be: {}",
+                self.ended.len(),
+                pids(&mut self.ended.iter().copied()),
+                self.left.len(),
+                left()
+            ),
+        };
+        format!("run {} at {}: {found}", self.run_id, self.at)
+    }
 }
 
 /// Who lifted a quarantine, when and why.

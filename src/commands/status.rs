@@ -75,6 +75,9 @@ pub(crate) struct Quarantined {
     path: String,
     run_id: String,
     reason: String,
+    /// What the latest run to keep watch over it found of its item's processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch: Option<crate::lease::Watch>,
 }
 
 #[derive(Serialize, schemars::JsonSchema)]
@@ -237,11 +240,13 @@ fn gather(
             path,
             run_id,
             reason,
+            watch: None,
         })
         .collect();
     for q in kept_with_repos {
-        if !quarantined.iter().any(|k| k.path == q.path) {
-            quarantined.push(q);
+        match quarantined.iter_mut().find(|k| k.path == q.path) {
+            Some(k) => k.watch = q.watch,
+            None => quarantined.push(q),
         }
     }
     let slots = loaded.map(|l| {
@@ -317,6 +322,7 @@ fn leases(l: &LoadedManifest) -> (Vec<LeaseStatus>, Vec<Quarantined>) {
         if let Some(q) = crate::lease::quarantined(&p.common_dir) {
             quarantined.push(Quarantined {
                 path: r.path.display().to_string(),
+                watch: crate::lease::Watch::latest(&p.common_dir, &q),
                 run_id: q.run_id,
                 reason: q.reason,
             });
@@ -421,6 +427,9 @@ fn print(st: &Status, with_manifest: bool) {
             "  {}",
             safe(&format!("{}  {} (run {})", q.path, q.reason, q.run_id))
         );
+        if let Some(w) = &q.watch {
+            outln!("    kept watch: {}", safe(&w.describe()));
+        }
     }
     if with_manifest {
         print_held(&st.held);

@@ -62,6 +62,11 @@ fn label(cx: &RunCx, idx: usize) -> String {
 async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     let mut signals = Signals::listen();
     let mut d = Drain::start(cx, sink);
+    // What quarantined repositories' items left is looked for, and ended, first (not by a run
+    // nested in a worker, which stays inside its own repository).
+    if d.cx.parent_token.is_none() {
+        super::watch::keep_watch(&d.cx, d.sink).await;
+    }
     // Each model asked its probe question before the first item starts: a refused key stops
     // the run here, with every item held; a stop meanwhile ends the probes.
     if d.cx.probe_models {

@@ -24,6 +24,7 @@ pub mod run;
 pub mod scheduler;
 pub mod stall;
 pub mod verdicts;
+mod watch;
 
 pub use drain::drain;
 pub(crate) use drain::end_left;

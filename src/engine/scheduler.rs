@@ -646,10 +646,13 @@ impl Scheduler {
         } else {
             self.busy.remove(&repo);
             self.quarantined.insert(repo.clone());
-            Some(format!(
-                "{}; its processes could not be proven gone, so repository `{repo}` is quarantined",
-                f.cause.unwrap_or_default()
-            ))
+            let said = format!(
+                "its processes could not be proven gone, so repository `{repo}` is quarantined"
+            );
+            Some(match f.cause.filter(|c| !c.is_empty()) {
+                Some(c) => format!("{c}; {said}"),
+                None => said,
+            })
         };
         let seen = Observed {
             outcome: f.outcome,

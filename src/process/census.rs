@@ -542,6 +542,27 @@ pub(crate) async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, 
     Err(scan().await.unwrap_or_default())
 }
 
+/// Every process (but runner itself) whose environment carries each of `vars` (`NAME=value`).
+pub(crate) fn pids_carrying(vars: &[&str]) -> std::io::Result<Vec<i32>> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    for pid in proc_pids()? {
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if vars
+            .iter()
+            .all(|v| env.split(|b| *b == 0).any(|e| e == v.as_bytes()))
+        {
+            found.push(pid);
+        }
+    }
+    Ok(found)
+}
+
 /// Every process (but runner itself) with an environment variable for which `matches` holds,
 /// looked up in `/proc/<pid>/environ`.
 pub(crate) fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {

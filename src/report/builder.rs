@@ -212,6 +212,9 @@ impl ReportBuilder {
                     pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
                 ));
             }
+            Event::Watched { .. } => {
+                self.report.warnings.extend(ev.watched());
+            }
             Event::Worktree {
                 item,
                 path,

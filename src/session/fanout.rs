@@ -141,7 +141,10 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::ResourceWaiting { item, .. }
         | Event::ResourceAcquired { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
-        Event::RunStarted { .. } | Event::RunEnded { .. } | Event::Probed { .. } => None,
+        Event::RunStarted { .. }
+        | Event::RunEnded { .. }
+        | Event::Probed { .. }
+        | Event::Watched { .. } => None,
     }
 }
 

@@ -310,6 +310,7 @@ impl Progress {
                 "ended {} process(es) that dead run {run} had left: {pids:?}",
                 pids.len()
             )),
+            Event::Watched { .. } => self.line(&ev.watched().unwrap_or_default()),
             Event::Leftovers { item, patch } => self.line(&format!(
                 "{}: what an earlier run left in its worktree is saved in {} and removed",
                 self.name(*item),

@@ -1,0 +1,157 @@
+//! The watch kept over quarantined repositories.
+//!
+//! A repository is quarantined when its item's processes could not be proven gone (one stuck in
+//! the kernel, in a frozen cgroup, on a hung mount). The run that quarantined it keeps its lease
+//! until it ends; after that, each later run looks, before its first item, for what that item
+//! left — the processes that keep the repository's lease lock open, that are in the item's
+//! cgroups, or that carry both the token of the run named by the lease's record and the
+//! repository's name — and ends them (SIGTERM, a short grace, SIGKILL). What it found is
+//! recorded beside the quarantine ([`crate::lease::Watch`]) for `status`, and in the run's
+//! events. Nothing else is touched: a process that cannot be proven the item's is not one of
+//! them. Lifting the quarantine stays `runner unlock`'s.
+
+use super::run::{RunCx, RunSink};
+use crate::events::Event;
+use crate::lease::{self, Record, Watch};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long the leftovers have after SIGTERM (they had theirs when their item ended).
+const GRACE: Duration = Duration::from_secs(2);
+/// How long SIGKILL is given to empty the repository of them, scan after scan.
+const KILL_DEADLINE: Duration = Duration::from_secs(5);
+const SCAN_GAP: Duration = Duration::from_millis(50);
+
+/// The processes proven to belong to the item that left the repository at `common` (git common
+/// dir) quarantined, its lease's record being `rec`.
+fn leftovers(common: &Path, rec: Option<&Record>) -> Vec<i32> {
+    let mut pids: Vec<i32> = lease::lock_holders(common)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    if let Some(r) = rec {
+        if let Some(unified) = r.cgroups.first() {
+            pids.extend(crate::process::cgroup::members(unified));
+        }
+        if !r.token.is_empty() {
+            let token = format!("RUNNER_TOKEN={}", r.token);
+            let repo = format!("RUNNER_REPO={}", r.repo);
+            pids.extend(
+                crate::process::census::pids_carrying(&[&token, &repo]).unwrap_or_default(),
+            );
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// [`leftovers`], off the event loop (it reads every process's descriptors and environment).
+async fn scan(common: &Path, rec: Option<&Record>) -> Vec<i32> {
+    let (common, rec) = (common.to_path_buf(), rec.cloned());
+    tokio::task::spawn_blocking(move || leftovers(&common, rec.as_ref()))
+        .await
+        .unwrap_or_default()
+}
+
+/// End `found`, and whatever else [`leftovers`] finds meanwhile: the pids ended, and those still
+/// there at the deadline.
+async fn end(common: &Path, rec: Option<&Record>, found: Vec<i32>) -> (Vec<i32>, Vec<i32>) {
+    let mut seen = found;
+    for &pid in &seen {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let signal_all = |pids: &[i32], sig| {
+        for &pid in pids {
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+    };
+    let mut left = seen.clone();
+    let grace_until = Instant::now() + GRACE;
+    let kill_until = grace_until + KILL_DEADLINE;
+    while !left.is_empty() && Instant::now() < kill_until {
+        tokio::time::sleep(SCAN_GAP).await;
+        left = scan(common, rec).await;
+        seen.extend(&left);
+        if Instant::now() >= grace_until {
+            signal_all(&left, Signal::SIGKILL);
+        } else {
+            // New ones (started by those going) get their SIGTERM too.
+            signal_all(&left, Signal::SIGTERM);
+        }
+    }
+    seen.sort_unstable();
+    seen.dedup();
+    let ended = seen.into_iter().filter(|p| !left.contains(p)).collect();
+    (ended, left)
+}
+
+/// The quarantined repositories of the run's plan whose item's run has ended: the common dir,
+/// the quarantine's run and the lease's record.
+fn watched(cx: &RunCx) -> Vec<(String, PathBuf, lease::Quarantine, Option<Record>)> {
+    cx.plan
+        .repositories
+        .iter()
+        .filter_map(|r| {
+            let common = r.common_dir.as_ref()?;
+            let q = lease::quarantined(common)?;
+            let rec = lease::read_record(&common.join(lease::RECORD_FILE));
+            // A live holder — the run that quarantined it, still going — keeps its own watch.
+            if rec.as_ref().is_some_and(|r| !r.holder.is_dead()) {
+                return None;
+            }
+            Some((r.name.clone(), common.clone(), q, rec))
+        })
+        .collect()
+}
+
+/// Keep watch over the plan's quarantined repositories, before the run's first item.
+pub(crate) async fn keep_watch(cx: &RunCx, sink: &mut dyn RunSink) {
+    for (repo, common, q, rec) in watched(cx) {
+        let found = scan(&common, rec.as_ref()).await;
+        let (ended, left) = if found.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            end(&common, rec.as_ref(), found).await
+        };
+        let latest = Watch::latest(&common, &q);
+        // A quiet watch is recorded once: the first time, or when the last one found some.
+        let quiet = ended.is_empty() && left.is_empty();
+        if quiet && latest.is_some_and(|w| w.ended.is_empty() && w.left.is_empty()) {
+            continue;
+        }
+        let watch = Watch {
+            run_id: cx.run_id.clone(),
+            at: crate::support::clock::now(),
+            ended: ended.clone(),
+            left: left
+                .iter()
+                .map(|&pid| (pid, command_line(pid)))
+                .map(|(pid, cmd)| (pid, cx.redactor.redact(&cmd)))
+                .collect(),
+        };
+        if let Err(e) = watch.record(&common) {
+            tracing::warn!(%repo, "cannot record the watch over its quarantine: {e}");
+        }
+        if !quiet {
+            tracing::info!(%repo, ?ended, ?left, "kept watch over a quarantine");
+            sink.event(&Event::Watched {
+                repo,
+                run: q.run_id,
+                ended,
+                left,
+            });
+        }
+    }
+}
+
+/// A process's command line, its arguments spaced.
+fn command_line(pid: i32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&cmd)
+        .replace('\0', " ")
+        .trim_end()
+        .to_string()
+}
