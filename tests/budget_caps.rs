@@ -66,6 +66,34 @@ fn a_daily_cap_over_several_runs_holds_the_rest_until_the_day_ends() {
         "{text}"
     );
 
+    // `plan` tells beforehand: the three left would be held `budget`.
+    let out = runner()
+        .current_dir(root)
+        .args(["plan", "m.yaml", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let held: Vec<&serde_json::Value> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["reason"] == "budget")
+        .collect();
+    assert_eq!(held.len(), 3, "{plan}");
+    assert!(plan["counts"].get("pending").is_none(), "{plan}");
+    let detail = held[0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("the daily cap of $5.00 (it resets at ")
+            && detail.contains("$6.00 reported"),
+        "{detail}"
+    );
+
     // Run 2, the same day: nothing starts; what is left is held, saying when the day ends.
     let (code, report, err) = apply(root);
     assert_eq!(code, 5, "{err}");

@@ -233,7 +233,11 @@ fn a_quarantine_keeps_watch_over_what_its_item_left() {
     assert!(wait_for(5, || processes_matching("sleep 7391").is_empty()));
     let third = apply(root);
     assert_eq!(third.status.code(), Some(1), "{}", stderr(&third));
-    assert!(!stderr(&third).contains("is quarantined ("), "{}", stderr(&third));
+    assert!(
+        !stderr(&third).contains("is quarantined ("),
+        "{}",
+        stderr(&third)
+    );
     let text = status_text(root);
     assert!(text.contains("nothing of its item is running"), "{text}");
     let report = report_of(&stderr(&third));

@@ -61,6 +61,19 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
             return internal;
         }
     }
+    // A spend cap already spent holds what a run would not start.
+    if let Some(l) = &ledger {
+        match prepare::budget_limit(&loaded, &**l, jiff::Timestamp::now()) {
+            Ok(Some(limit)) if limit.cap.is_some() && limit.usd <= 0.0 => {
+                crate::plan::past::budget_spent(&mut plan, &limit.spent_cause(0.0));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ui.error(e);
+                return internal;
+            }
+        }
+    }
     if let Err(e) = prepare::estimate(&mut plan, workers, ledger.as_ref()) {
         ui.warn(format_args!("no estimates: {e}"));
     }

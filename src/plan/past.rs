@@ -93,6 +93,19 @@ pub fn apply(
     plan.recount();
 }
 
+/// Hold every pending item `budget`: a spend cap is already spent (`why` says which, how much
+/// and when it resets), so a run would start none of them.
+pub fn budget_spent(plan: &mut Plan, why: &str) {
+    for it in &mut plan.items {
+        if it.state == ItemState::Pending {
+            it.state = ItemState::Held;
+            it.reason = Some(HoldReason::Budget);
+            it.detail = Some(format!("not started: {why}"));
+        }
+    }
+    plan.recount();
+}
+
 /// Skip the pending items another live run has claimed (`(item, run)` from the ledger): that
 /// run is working on them.
 pub fn taken(plan: &mut Plan, claims: &[(ItemKey, String)]) {
