@@ -161,3 +161,44 @@ fn a_budget_with_no_amount_is_a_validate_error() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("daily_usd") && err.contains("m.yaml"), "{err}");
 }
+
+/// A provider that refuses the key bills nothing: the refused attempt's worker, which wrote no
+/// usage, does not make the budget unkeepable. The items go on with the next model, whose spend
+/// counts.
+#[test]
+fn a_refused_key_spends_nothing_toward_the_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    repo(&root.join("api"));
+    std::fs::write(
+        root.join("work.sh"),
+        "if [ \"$RUNNER_MODEL\" = opus ]; then echo 'Error: 401 invalid x-api-key' >&2; exit 77; fi\necho '{\"cost_usd\": 1}' > \"$RUNNER_USAGE\"; echo \"$RUNNER_ITEM\" >> ran.txt\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: refused\ncapacity: {{workers: 1}}\nrepositories: [{{path: api}}]\nmodels: {{primary: opus, fallbacks: [sonnet]}}\nbudget: {{daily_usd: 5}}\nworker:\n  run: [sh, {}]\nitems: [{{repo: api, id: a}}, {{repo: api, id: b}}]\n",
+            root.join("work.sh").display()
+        ),
+    )
+    .unwrap();
+    let (code, report, err) = apply(root);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("usage unknown"), "{err}");
+    assert_eq!(
+        outcomes(&report)
+            .iter()
+            .filter(|o| o.1 == "completed")
+            .count(),
+        2,
+        "{report}"
+    );
+    let st = runner()
+        .current_dir(root)
+        .args(["status", "m.yaml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(text.contains("spend, daily: $2.00 of the $5.00 cap"), "{text}");
+}

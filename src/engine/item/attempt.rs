@@ -279,7 +279,9 @@ pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
         .instrument(attempt_span.clone())
         .await;
         let class = classify(&fin, &policy);
-        report_usage(icx, n, model.as_deref());
+        // A key the provider refused was billed nothing, nor was a worker that never started.
+        let billed = class != WorkerClass::Refused && fin.spawn_error.is_none();
+        report_usage(icx, n, model.as_deref(), billed);
         tracing::debug!(parent: &attempt_span, class = class.as_str(), exit = fin.exit, "worker finished");
         run.tree_gone &= fin.tree_gone;
         worker_finished(icx, n, class, &fin, log, silence);
@@ -650,8 +652,8 @@ pub(super) fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) 
 
 /// What the worker of attempt `n` (on `model`) reported using, priced at `models.prices` when
 /// it gave tokens without a cost, as an event; or that its usage is unknown, where a budget
-/// needs it.
-fn report_usage(icx: &ItemCx<'_>, n: u32, model: Option<&str>) {
+/// needs it and the attempt may have been `billed`.
+fn report_usage(icx: &ItemCx<'_>, n: u32, model: Option<&str>, billed: bool) {
     match read_usage(&usage_path(icx, n)) {
         UsageRead::Reported(mut usage, used_model) => {
             // Tokens without a cost are priced at `models.prices`, for the model the worker
@@ -674,7 +676,7 @@ fn report_usage(icx: &ItemCx<'_>, n: u32, model: Option<&str>) {
             });
         }
         // Most workers report nothing; with a budget, nothing is not zero.
-        UsageRead::Missing if icx.cx.loaded.manifest.budget.is_none() => {}
+        UsageRead::Missing if icx.cx.loaded.manifest.budget.is_none() || !billed => {}
         UsageRead::Missing => {
             let _ = icx.events.send(Event::UsageUnknown {
                 item: icx.idx,
