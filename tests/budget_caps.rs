@@ -200,5 +200,8 @@ fn a_refused_key_spends_nothing_toward_the_cap() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&st.stdout);
-    assert!(text.contains("spend, daily: $2.00 of the $5.00 cap"), "{text}");
+    assert!(
+        text.contains("spend, daily: $2.00 of the $5.00 cap"),
+        "{text}"
+    );
 }

@@ -391,3 +391,76 @@ fn runs_of_two_machines_on_a_shared_postgres_ledger_raise_and_resolve_an_inciden
     assert_eq!(got[1].json()["notice"], "resolved");
     assert_eq!(got[1].json()["count"], 3);
 }
+
+/// A run that started nothing (its day's cap already spent) could not have seen whether the
+/// provider still refuses a model: the model's incident stays open, counted once, until a run
+/// that used the chain finds the key accepted again.
+#[test]
+fn a_refused_model_is_not_resolved_by_a_run_that_started_nothing() {
+    if !tools_here() {
+        return;
+    }
+    let rx = Receiver::start(204);
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    repo(&root.join("api"));
+    std::fs::write(
+        root.join("work.sh"),
+        "if [ \"$RUNNER_MODEL\" = opus ] && [ -e ../revoked ]; then echo 'Error: 401 invalid x-api-key' >&2; exit 77; fi\necho '{\"cost_usd\": 1}' > \"$RUNNER_USAGE\"\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("revoked"), "").unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: nightly\ncapacity: {{workers: 1}}\nrepositories: [{{path: api}}]\nmodels: {{primary: opus, fallbacks: [sonnet]}}\nbudget: {{daily_usd: 2}}\nenv: {{secrets: [RUNNER_WEBHOOK_URL]}}\nworker:\n  run: [sh, {}]\nnotify: {{run: [{}]}}\nitems: [{{repo: api, id: a}}, {{repo: api, id: b}}, {{repo: api, id: c}}, {{repo: api, id: d}}]\n",
+            root.join("work.sh").display(),
+            notifier("webhook.sh").display()
+        ),
+    )
+    .unwrap();
+    let cron = || {
+        let out = runner()
+            .current_dir(root)
+            .env("RUNNER_WEBHOOK_URL", &rx.url)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    };
+    let notices = || -> Vec<(String, String)> {
+        rx.requests()
+            .iter()
+            .map(|r| {
+                let j = r.json();
+                (
+                    j["notice"].as_str().unwrap_or_default().to_string(),
+                    j["cause"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let raised = |cause: &str| ("raised".to_string(), cause.to_string());
+    let resolved = |cause: &str| ("resolved".to_string(), cause.to_string());
+    // Two items run on the fallback and spend the day's cap.
+    cron();
+    let first = notices();
+    assert!(first.contains(&raised("model-refused:opus")), "{first:?}");
+    assert!(first.contains(&raised("budget")), "{first:?}");
+    // The same day, the key restored: nothing starts, so nothing tells whether opus works.
+    std::fs::remove_file(root.join("revoked")).unwrap();
+    cron();
+    let second = notices();
+    assert!(
+        !second.contains(&resolved("model-refused:opus")),
+        "a run that started nothing resolved the model's incident: {second:?}"
+    );
+    // The next day (the ledger's spend moved back): items run on opus, accepted again.
+    let db = rusqlite::Connection::open(root.join(".runner/state.db")).unwrap();
+    db.execute("UPDATE spend SET day = '2000-01-01'", [])
+        .unwrap();
+    drop(db);
+    cron();
+    let third = notices();
+    assert!(third.contains(&resolved("model-refused:opus")), "{third:?}");
+}

@@ -96,13 +96,16 @@ pub(crate) fn seen(end: &RunEnd) -> (Vec<Seen>, Vec<&'static str>) {
     let mut out = Vec::new();
     let ran = crate::report::ran_work(r);
     let mut observed = vec!["quarantined", "failed", "source-unreadable", "run-died"];
-    if ran
-        || matches!(
-            end.ending,
-            RunEnding::Stalled | RunEnding::Budget | RunEnding::Refused
-        )
-    {
-        observed.extend(["stalled", "budget", "model-refused", "model-demoted"]);
+    // Each kind only where the run could have seen it: a run ended by its spent budget that
+    // started nothing tells nothing of a stall or of a model's provider.
+    if ran || end.ending == RunEnding::Stalled {
+        observed.push("stalled");
+    }
+    if ran || end.ending == RunEnding::Budget {
+        observed.push("budget");
+    }
+    if ran || end.ending == RunEnding::Refused {
+        observed.extend(["model-refused", "model-demoted"]);
     }
     let halted: Vec<String> = r
         .items
