@@ -362,3 +362,52 @@ fn a_stop_ends_runners_own_git_calls_in_flight() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["items"][0]["outcome"], "cancelled", "{report:#}");
 }
+
+/// runner commits as the repository names who commits (its own or the global configuration);
+/// where nothing does, as `runner <runner@localhost>` — asked of git once per repository, with
+/// its filter drivers.
+#[test]
+fn commits_are_made_as_the_configuration_says_or_as_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let named = repo(&root.join("named"));
+    git(&named, &["config", "user.name", "Ada Named"]);
+    git(&named, &["config", "user.email", "ada@example.invalid"]);
+    let half = repo(&root.join("half"));
+    git(&half, &["config", "user.name", "Only A Name"]);
+    let bare = repo(&root.join("bare"));
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: who\nrepositories: [{path: named}, {path: half}, {path: bare}]\nworker:\n  run: 'echo x > work.txt'\nitems: [{repo: named, id: a, branch: w}, {repo: half, id: a, branch: w}, {repo: bare, id: a, branch: w}]\n",
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(root)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", &home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_AUTHOR_NAME")
+        .env_remove("GIT_AUTHOR_EMAIL")
+        .env_remove("GIT_COMMITTER_NAME")
+        .env_remove("GIT_COMMITTER_EMAIL")
+        .args(["apply", "m.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let who = |r: &Path| git(r, &["log", "-1", "--format=%an <%ae> / %cn <%ce>", "w"]);
+    assert_eq!(
+        who(&named).trim(),
+        "Ada Named <ada@example.invalid> / Ada Named <ada@example.invalid>"
+    );
+    // Half an identity is none: git would refuse it.
+    assert_eq!(
+        who(&half).trim(),
+        "runner <runner@localhost> / runner <runner@localhost>"
+    );
+    assert_eq!(
+        who(&bare).trim(),
+        "runner <runner@localhost> / runner <runner@localhost>"
+    );
+}

@@ -110,8 +110,17 @@ pub fn command(dir: &Path) -> Command {
     c
 }
 
-/// The filter drivers of each folder looked up so far.
-static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Vec<String>>>> =
+/// What runner needs of a folder's configuration, asked of git once: the filter drivers, and
+/// whether it names who commits.
+#[derive(Clone, Debug, Default)]
+struct Looked {
+    filters: Vec<String>,
+    /// Both `user.name` and `user.email` are set.
+    identity: bool,
+}
+
+/// The configuration of each folder looked up so far.
+static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Looked>>> =
     std::sync::Mutex::new(None);
 
 /// A worktree runner just added at `worktree` reads the configuration of the repository at
@@ -129,43 +138,59 @@ pub(super) fn same_filters(repo: &Path, worktree: &Path) {
 /// The names of the filter drivers configured for the repository at `dir` (its own, global and
 /// system configuration), looked up once per folder.
 fn filter_drivers(dir: &Path) -> Vec<String> {
+    looked_up(dir).filters
+}
+
+/// Whether the configuration of the repository at `dir` names who commits (`user.name` and
+/// `user.email`), looked up with its filter drivers: once per folder.
+pub(super) fn names_identity(dir: &Path) -> bool {
+    looked_up(dir).identity
+}
+
+fn looked_up(dir: &Path) -> Looked {
     use std::collections::HashMap;
     if let Ok(seen) = SEEN.lock()
-        && let Some(names) = seen.as_ref().and_then(|m| m.get(dir))
+        && let Some(known) = seen.as_ref().and_then(|m| m.get(dir))
     {
-        return names.clone();
+        return known.clone();
     }
+    // One call for both: each git process costs a few milliseconds of a short item.
     let mut lookup = base_command();
     lookup.arg("-C").arg(dir).args([
         "config",
         "--null",
         "--get-regexp",
-        r"^filter\..*\.(clean|smudge|process)$",
+        r"^(filter\..*\.(clean|smudge|process)|user\.(name|email))$",
     ]);
     // Exit 1 is "no such keys"; anything else (not a repository yet) is not remembered.
     let out = crate::process::spawn_helper(&mut lookup).ok();
     let answered = out
         .as_ref()
         .is_some_and(|o| matches!(o.status.code(), Some(0 | 1)));
-    let mut names: Vec<String> = out
-        .map(|o| o.stdout)
-        .unwrap_or_default()
+    let stdout = out.map(|o| o.stdout).unwrap_or_default();
+    let keys: Vec<&str> = stdout
         .split(|b| *b == 0)
-        .filter_map(|entry| {
-            let key = entry.split(|b| *b == b'\n').next()?;
-            let key = std::str::from_utf8(key).ok()?;
+        .filter_map(|entry| std::str::from_utf8(entry.split(|b| *b == b'\n').next()?).ok())
+        .collect();
+    let mut filters: Vec<String> = keys
+        .iter()
+        .filter_map(|key| {
             let rest = key.strip_prefix("filter.")?;
             let (name, _) = rest.rsplit_once('.')?;
             Some(name.to_string())
         })
         .collect();
-    names.sort();
-    names.dedup();
+    filters.sort();
+    filters.dedup();
+    let looked = Looked {
+        filters,
+        identity: ["user.name", "user.email"].iter().all(|k| keys.contains(k)),
+    };
     if answered && let Ok(mut seen) = SEEN.lock() {
         seen.get_or_insert_with(HashMap::new)
-            .insert(dir.to_path_buf(), names.clone());
+            .insert(dir.to_path_buf(), looked.clone());
     }
-    names
+    looked
 }
 
 pub(super) fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {

@@ -22,7 +22,7 @@ pub use snapshot::snapshot;
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// A probe and a dirtiness check, for a checkout whose `.git` is a folder (so that it is its own
 /// top level and common dir): read from the checkout's files when they prove it clean, else from
@@ -602,24 +602,9 @@ fn has_identity(dir: &Path) -> bool {
     {
         return true;
     }
-    static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, bool>>> =
-        std::sync::Mutex::new(None);
-    // Worktrees share their repository's configuration.
-    let key = local::common_dir(dir).unwrap_or_else(|| dir.to_path_buf());
-    if let Some(known) = SEEN
-        .lock()
-        .ok()
-        .and_then(|s| s.as_ref().and_then(|m| m.get(&key).copied()))
-    {
-        return known;
-    }
-    let has = ["user.name", "user.email"]
-        .iter()
-        .all(|k| run(dir, &["config", "--get", k]).is_ok_and(|o| o.status.success()));
-    if let Ok(mut seen) = SEEN.lock() {
-        seen.get_or_insert_with(Default::default).insert(key, has);
-    }
-    has
+    // Asked with the filter drivers, once per folder; a worktree runner added shares its
+    // repository's answer.
+    command::names_identity(dir)
 }
 
 /// The identity runner commits under when the repository names none.
