@@ -129,6 +129,14 @@ pub(crate) fn plain_index_file(path: &Path) -> Option<PlainIndex> {
     })
 }
 
+/// Whether every file of the checkout at `dir` (but its `.git`) is in its index: then it has no
+/// untracked file, ignored or not. `false` where that cannot be told here: ask git.
+pub(crate) fn no_untracked_file(dir: &Path) -> bool {
+    index_file(dir)
+        .and_then(|p| Index::read_file(&p, Reads::All))
+        .is_some_and(|index| nothing_untracked(dir, &index))
+}
+
 /// See [`plain_index`].
 pub(crate) struct PlainIndex {
     pub links: bool,

@@ -65,13 +65,19 @@ pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
         )),
         Err(_) => h.update(b"-\0"),
     };
-    let mut ignored = list(&[
-        "ls-files",
-        "-z",
-        "--others",
-        "--ignored",
-        "--exclude-standard",
-    ])?;
+    // Ignored files are untracked ones: a checkout whose every file is in its index has none,
+    // and git need not be asked (a short item's codemod leaves such a checkout).
+    let mut ignored = if plain.is_some() && local::no_untracked_file(dir) {
+        Vec::new()
+    } else {
+        list(&[
+            "ls-files",
+            "-z",
+            "--others",
+            "--ignored",
+            "--exclude-standard",
+        ])?
+    };
     // What tools write from the tree and read back as a cache of it (bytecode, a test runner's
     // last-failed list, build output) is no input of its own, and changes with every run.
     ignored.retain(|rel| !rel.split('/').any(|c| DERIVED.contains(&c)));
