@@ -476,6 +476,26 @@ fn linked_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf, PathBu
     Some((top, own, common))
 }
 
+/// The own git dir of the linked worktree at `dir`, where runner may remove the worktree itself
+/// as `git worktree remove --force` would: made as `git worktree add` makes one (see
+/// [`linked_checkout`]), its git dir naming it back, not locked, and no submodule in its index.
+/// `None`: ask git.
+pub(crate) fn removable_worktree(dir: &Path) -> Option<PathBuf> {
+    let (top, own, _) = linked_checkout(dir, Reads::Small)?;
+    let back = Reads::Small.text(&own.join("gitdir")).ok()?;
+    let same = |a: &Path, b: &Path| {
+        std::fs::canonicalize(a)
+            .ok()
+            .is_some_and(|a| std::fs::canonicalize(b).ok() == Some(a))
+    };
+    if !same(Path::new(back.strip_suffix('\n')?), &top.join(".git")) || own.join("locked").exists()
+    {
+        return None;
+    }
+    plain_index_file(&own.join("index"))?;
+    Some(own)
+}
+
 fn probe(top: PathBuf, git_dir: PathBuf, head: Option<Oid>, branch: Option<String>) -> Probe {
     Probe {
         common_dir: git_dir,

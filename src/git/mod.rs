@@ -496,7 +496,15 @@ pub(crate) fn restart_branch(
     Ok(())
 }
 
+/// Remove the worktree at `path` of the repository at `repo`, whatever its files hold.
 pub(crate) fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
+    // What git would do — its files, then its git dir — without a process of git's, where the
+    // worktree is plainly one runner added.
+    if let Some(own) = local::removable_worktree(path) {
+        std::fs::remove_dir_all(path)?;
+        std::fs::remove_dir_all(own)?;
+        return Ok(());
+    }
     let p = path.to_string_lossy().to_string();
     checked(repo, &["worktree", "remove", "--force", &p])?;
     Ok(())

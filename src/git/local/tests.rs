@@ -439,3 +439,62 @@ fn a_linked_worktrees_head_is_read_and_the_rest_left_to_git() {
     git(t.path(), &["config", "extensions.worktreeConfig", "true"]);
     assert!(head(&wt, Reads::All).is_none(), "left to git");
 }
+
+/// A worktree runner removes itself is gone as after `git worktree remove --force`: its files,
+/// and git's record of it (git lists it no more, with nothing to prune); a locked one, or one
+/// holding a submodule, is left to git.
+#[test]
+fn a_plain_worktree_is_removed_as_git_would() {
+    let r = repo();
+    let d = r.path();
+    let wt = d
+        .join("../")
+        .join(format!("{}-wt", d.file_name().unwrap().to_string_lossy()));
+    let wt = std::path::absolute(&wt).unwrap();
+    git(
+        d,
+        &["worktree", "add", "-q", "-b", "w", wt.to_str().unwrap()],
+    );
+    write(wt.join("src/new.rs"), "fn new() {}\n");
+    write(wt.join("target/out.o"), "built\n");
+    assert!(removable_worktree(&wt).is_some());
+    super::super::remove_worktree(d, &wt).unwrap();
+    assert!(!wt.exists());
+    let listed = git(d, &["worktree", "list", "--porcelain"]);
+    assert!(!listed.contains("-wt"), "{listed}");
+    let pruned = git(d, &["worktree", "prune", "--dry-run", "--verbose"]);
+    assert!(pruned.trim().is_empty(), "{pruned}");
+    // The branch stays, as with git.
+    assert!(git(d, &["branch", "--list", "w"]).contains('w'));
+
+    git(
+        d,
+        &["worktree", "add", "-q", "-b", "v", wt.to_str().unwrap()],
+    );
+    git(d, &["worktree", "lock", wt.to_str().unwrap()]);
+    assert!(
+        removable_worktree(&wt).is_none(),
+        "a locked worktree is git's"
+    );
+    git(d, &["worktree", "unlock", wt.to_str().unwrap()]);
+    git(
+        &wt,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{},sub", git(d, &["rev-parse", "HEAD"]).trim()),
+        ],
+    );
+    assert!(removable_worktree(&wt).is_none(), "a submodule is git's");
+    git(
+        d,
+        &[
+            "worktree",
+            "remove",
+            "--force",
+            "--force",
+            wt.to_str().unwrap(),
+        ],
+    );
+}
