@@ -18,6 +18,16 @@ fn apply(root: &Path) -> (i32, serde_json::Value, String) {
     (out.status.code().unwrap_or(-1), report, stderr(&out))
 }
 
+/// What `runner status m.yaml` prints in `root`.
+fn status(root: &Path) -> String {
+    let st = runner()
+        .current_dir(root)
+        .args(["status", "m.yaml"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&st.stdout).into_owned()
+}
+
 #[test]
 fn a_daily_cap_over_several_runs_holds_the_rest_until_the_day_ends() {
     let tmp = tempfile::tempdir().unwrap();
@@ -55,12 +65,7 @@ fn a_daily_cap_over_several_runs_holds_the_rest_until_the_day_ends() {
     );
 
     // `status` shows the day's spend against the cap.
-    let st = runner()
-        .current_dir(root)
-        .args(["status", "m.yaml"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&st.stdout);
+    let text = status(root);
     assert!(
         text.contains("spend, daily: $6.00 of the $5.00 cap (it resets at "),
         "{text}"
@@ -194,12 +199,7 @@ fn a_refused_key_spends_nothing_toward_the_cap() {
         2,
         "{report}"
     );
-    let st = runner()
-        .current_dir(root)
-        .args(["status", "m.yaml"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&st.stdout);
+    let text = status(root);
     assert!(
         text.contains("spend, daily: $2.00 of the $5.00 cap"),
         "{text}"

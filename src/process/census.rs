@@ -544,28 +544,21 @@ pub(crate) async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, 
 
 /// Every process (but runner itself) whose environment carries each of `vars` (`NAME=value`).
 pub(crate) fn pids_carrying(vars: &[&str]) -> std::io::Result<Vec<i32>> {
-    let me = std::process::id() as i32;
-    let mut found = Vec::new();
-    for pid in proc_pids()? {
-        if pid == me {
-            continue;
-        }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if vars
-            .iter()
+    pids_whose_env(|env| {
+        vars.iter()
             .all(|v| env.split(|b| *b == 0).any(|e| e == v.as_bytes()))
-        {
-            found.push(pid);
-        }
-    }
-    Ok(found)
+    })
 }
 
 /// Every process (but runner itself) with an environment variable for which `matches` holds,
 /// looked up in `/proc/<pid>/environ`.
 pub(crate) fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
+    pids_whose_env(|env| env.split(|b| *b == 0).any(&matches))
+}
+
+/// Every process (but runner itself) whose whole environment (`/proc/<pid>/environ`, its
+/// variables NUL-separated) satisfies `matches`.
+fn pids_whose_env(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
     let me = std::process::id() as i32;
     let mut found = Vec::new();
     for pid in proc_pids()? {
@@ -575,7 +568,7 @@ pub(crate) fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if env.split(|b| *b == 0).any(&matches) {
+        if matches(&env) {
             found.push(pid);
         }
     }
