@@ -747,6 +747,7 @@ fn pack_offset(idx: &Path, oid: &Oid) -> Option<Option<u64>> {
 /// One index entry's path and the stat data git recorded for it.
 struct Entry {
     path: Vec<u8>,
+    oid: Oid,
     ctime: (u32, u32),
     mtime: (u32, u32),
     ino: u32,
@@ -870,6 +871,7 @@ fn parse(data: &[u8], written: (u32, u32)) -> Option<Index> {
         }
         entries.push(Entry {
             path,
+            oid: data.get(start + 40..start + 60)?.try_into().ok()?,
             ctime: (u32_at(start)?, u32_at(start + 4)?),
             mtime: (u32_at(start + 8)?, u32_at(start + 12)?),
             ino: u32_at(start + 20)?,
@@ -975,6 +977,18 @@ fn nothing_untracked(top: &Path, index: &Index) -> bool {
         }
     }
     true
+}
+
+mod trees;
+
+/// `git write-tree` with `GIT_INDEX_FILE=index` in the checkout at `dir`, in process: the tree
+/// the index holds, its trees written to the repository's objects. `None`: ask git.
+pub(crate) fn write_index_tree(dir: &Path, index: &Path) -> Option<String> {
+    let common = match plain_checkout(dir, Reads::Small) {
+        Some((_, git_dir)) => git_dir,
+        None => linked_checkout(dir, Reads::Small)?.2,
+    };
+    trees::write_tree(index, &common.join("objects"))
 }
 
 #[cfg(test)]

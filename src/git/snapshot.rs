@@ -168,7 +168,10 @@ pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
         with_index(dir, Some(&tmp), &args)?;
     }
     with_index(dir, Some(&tmp), &["add", "-A"])?;
-    let tree = with_index(dir, Some(&tmp), &["write-tree"])?;
+    let tree = match local::write_index_tree(dir, &tmp) {
+        Some(tree) => tree,
+        None => with_index(dir, Some(&tmp), &["write-tree"])?,
+    };
     Ok((tree, tmp))
 }
 

@@ -498,3 +498,65 @@ fn a_plain_worktree_is_removed_as_git_would() {
         ],
     );
 }
+
+/// The tree written in process is git's own: the same name as `git write-tree` gives for the
+/// same index — names that sort differently as files and as folders, links, executables,
+/// nested folders, a file replaced by a folder — with objects git reads back and `fsck` finds
+/// sound; an object already packed is not written again.
+#[test]
+fn the_tree_written_in_process_is_the_one_git_writes() {
+    let r = repo();
+    let d = r.path();
+    for name in [
+        "a-b",
+        "a.d",
+        "a/c",
+        "ab",
+        "a/b/deep.txt",
+        "z",
+        "sp ace/é.txt",
+    ] {
+        write(d.join(name), &format!("{name}\n"));
+    }
+    std::os::unix::fs::symlink("a/c", d.join("to-c")).unwrap();
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-q", "-m", "more"]);
+    // Packed, so some of what is written next is there already.
+    git(d, &["gc", "-q"]);
+    std::fs::remove_file(d.join("z")).unwrap();
+    std::fs::create_dir_all(d.join("z")).unwrap();
+    write(d.join("z/now-a-folder"), "x\n");
+    write(d.join("src/main.rs"), "fn main() { changed() }\n");
+    write(d.join("new/deeper/file"), "new\n");
+    let index = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+    std::fs::copy(d.join(".git/index"), &index).unwrap();
+    let with_index = |args: &[&str]| {
+        let out = super::super::command(d)
+            .env("GIT_INDEX_FILE", &index)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    with_index(&["add", "-A"]);
+    let ours = write_index_tree(d, &index).expect("written in process");
+    let theirs = with_index(&["write-tree"]);
+    assert_eq!(ours, theirs.trim());
+    assert_eq!(git(d, &["cat-file", "-t", &ours]).trim(), "tree");
+    let listed = git(d, &["ls-tree", "-r", "--name-only", &ours]);
+    assert!(listed.contains("z/now-a-folder") && listed.contains("new/deeper/file"));
+    git(d, &["fsck", "--strict", "--no-dangling"]);
+    // The clean checkout's index gives the commit's own tree, packed: nothing new to write.
+    git(d, &["reset", "-q", "--hard"]);
+    let before = std::fs::read_dir(d.join(".git/objects")).unwrap().count();
+    let head_tree = git(d, &["rev-parse", "HEAD^{tree}"]);
+    assert_eq!(
+        write_index_tree(d, &d.join(".git/index")).as_deref(),
+        Some(head_tree.trim())
+    );
+    assert_eq!(
+        std::fs::read_dir(d.join(".git/objects")).unwrap().count(),
+        before
+    );
+}
