@@ -111,12 +111,18 @@ pub fn command(dir: &Path) -> Command {
 }
 
 /// What runner needs of a folder's configuration, asked of git once: the filter drivers, and
-/// whether it names who commits.
+/// who commits.
 #[derive(Clone, Debug, Default)]
 struct Looked {
     filters: Vec<String>,
     /// Both `user.name` and `user.email` are set.
     identity: bool,
+    /// `user.`, `author.` and `committer.` `name` and `email`, as git reads them (the last
+    /// value of a key wins).
+    idents: std::collections::BTreeMap<String, String>,
+    /// A setting that changes how git writes a commit (`commit.gpgSign`,
+    /// `i18n.commitEncoding`): commits are left to git.
+    commit_settings: bool,
 }
 
 /// The configuration of each folder looked up so far.
@@ -147,6 +153,76 @@ pub(super) fn names_identity(dir: &Path) -> bool {
     looked_up(dir).identity
 }
 
+/// Who a commit made in `dir` by `git commit-tree` is by, author then committer (name and
+/// email), as git would take them: from `GIT_AUTHOR_*` and `GIT_COMMITTER_*`, else the
+/// `author.*` or `committer.*` configuration, else `user.*` — or runner's own identity where the
+/// configuration names none (as [`super::commit_tree_on`] tells git). `None` where git decides
+/// more than that: a date given in the environment, a name or address git would clean up, a
+/// commit setting (signing, an encoding).
+pub(super) fn commit_idents(dir: &Path) -> Option<[(String, String); 2]> {
+    let looked = looked_up(dir);
+    let env = |k: &str| std::env::var_os(k);
+    if looked.commit_settings
+        || env("GIT_AUTHOR_DATE").is_some()
+        || env("GIT_COMMITTER_DATE").is_some()
+    {
+        return None;
+    }
+    let all_env = [
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ]
+    .iter()
+    .all(|k| env(k).is_some());
+    let user = |field: &str| {
+        if looked.identity || all_env {
+            looked.idents.get(&format!("user.{field}")).cloned()
+        } else if field == "name" {
+            Some(super::DEFAULT_IDENTITY.0.to_string())
+        } else {
+            Some(super::DEFAULT_IDENTITY.1.to_string())
+        }
+    };
+    let one = |role: &str, field: &str| -> Option<String> {
+        let value = match std::env::var(format!(
+            "GIT_{}_{}",
+            role.to_uppercase(),
+            field.to_uppercase()
+        )) {
+            Ok(v) => v,
+            Err(std::env::VarError::NotPresent) => looked
+                .idents
+                .get(&format!("{role}.{field}"))
+                .cloned()
+                .or_else(|| user(field))?,
+            Err(_) => return None,
+        };
+        // What git would strip or refuse is git's to handle.
+        let crud = |c: char| c <= ' ' || ".,:;<>\"\\'".contains(c);
+        let clean = !value.is_empty()
+            && !value.contains(['\n', '<', '>'])
+            && !value.starts_with(crud)
+            && !value.ends_with(crud);
+        clean.then_some(value)
+    };
+    Some([
+        (one("author", "name")?, one("author", "email")?),
+        (one("committer", "name")?, one("committer", "email")?),
+    ])
+}
+
+/// Forget what was looked up of `dir`'s configuration (it changed).
+#[cfg(test)]
+pub(super) fn forget(dir: &Path) {
+    if let Ok(mut seen) = SEEN.lock()
+        && let Some(m) = seen.as_mut()
+    {
+        m.remove(dir);
+    }
+}
+
 fn looked_up(dir: &Path) -> Looked {
     use std::collections::HashMap;
     if let Ok(seen) = SEEN.lock()
@@ -160,7 +236,7 @@ fn looked_up(dir: &Path) -> Looked {
         "config",
         "--null",
         "--get-regexp",
-        r"^(filter\..*\.(clean|smudge|process)|user\.(name|email))$",
+        r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding)$",
     ]);
     // Exit 1 is "no such keys"; anything else (not a repository yet) is not remembered.
     let out = crate::process::spawn_helper(&mut lookup).ok();
@@ -168,10 +244,15 @@ fn looked_up(dir: &Path) -> Looked {
         .as_ref()
         .is_some_and(|o| matches!(o.status.code(), Some(0 | 1)));
     let stdout = out.map(|o| o.stdout).unwrap_or_default();
-    let keys: Vec<&str> = stdout
+    let pairs: Vec<(&str, Option<&str>)> = stdout
         .split(|b| *b == 0)
-        .filter_map(|entry| std::str::from_utf8(entry.split(|b| *b == b'\n').next()?).ok())
+        .filter_map(|entry| {
+            let mut kv = entry.splitn(2, |b| *b == b'\n');
+            let key = std::str::from_utf8(kv.next()?).ok()?;
+            Some((key, kv.next().and_then(|v| std::str::from_utf8(v).ok())))
+        })
         .collect();
+    let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
     let mut filters: Vec<String> = keys
         .iter()
         .filter_map(|key| {
@@ -182,9 +263,20 @@ fn looked_up(dir: &Path) -> Looked {
         .collect();
     filters.sort();
     filters.dedup();
+    let idents = pairs
+        .iter()
+        .filter(|(k, _)| {
+            !k.starts_with("filter.") && (k.ends_with(".name") || k.ends_with(".email"))
+        })
+        .map(|(k, v)| (k.to_string(), v.unwrap_or_default().to_string()))
+        .collect();
     let looked = Looked {
         filters,
         identity: ["user.name", "user.email"].iter().all(|k| keys.contains(k)),
+        idents,
+        commit_settings: keys
+            .iter()
+            .any(|k| *k == "commit.gpgsign" || *k == "i18n.commitencoding"),
     };
     if answered && let Ok(mut seen) = SEEN.lock() {
         seen.get_or_insert_with(HashMap::new)

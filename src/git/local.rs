@@ -984,11 +984,22 @@ mod trees;
 /// `git write-tree` with `GIT_INDEX_FILE=index` in the checkout at `dir`, in process: the tree
 /// the index holds, its trees written to the repository's objects. `None`: ask git.
 pub(crate) fn write_index_tree(dir: &Path, index: &Path) -> Option<String> {
+    trees::write_tree(index, &objects_of(dir)?)
+}
+
+/// An object of `kind` (`commit`) with `body`, written to the objects of the checkout at `dir`
+/// unless there already; its name. `None`: ask git.
+pub(crate) fn write_object(dir: &Path, kind: &str, body: &[u8]) -> Option<String> {
+    trees::write_object(&objects_of(dir)?, kind, body)
+}
+
+/// The object folder of the checkout at `dir`, where this reader understands the repository.
+fn objects_of(dir: &Path) -> Option<PathBuf> {
     let common = match plain_checkout(dir, Reads::Small) {
         Some((_, git_dir)) => git_dir,
         None => linked_checkout(dir, Reads::Small)?.2,
     };
-    trees::write_tree(index, &common.join("objects"))
+    Some(common.join("objects"))
 }
 
 #[cfg(test)]

@@ -628,21 +628,10 @@ pub(crate) fn commit_tree_on(
     branch: &str,
     message: &str,
 ) -> Result<String, GitError> {
-    let mut cmd = command(dir);
-    if !has_identity(dir) {
-        cmd.args([
-            "-c",
-            &format!("user.name={}", DEFAULT_IDENTITY.0),
-            "-c",
-            &format!("user.email={}", DEFAULT_IDENTITY.1),
-        ]);
-    }
-    cmd.args(["commit-tree", tree, "-p", parent, "-m", message]);
-    let out = crate::process::spawn_helper(&mut cmd)?;
-    if !out.status.success() {
-        return Err(failed("commit-tree", dir, &out));
-    }
-    let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let commit = match commit_in_process(dir, tree, parent, message) {
+        Some(c) => c,
+        None => commit_tree(dir, tree, parent, message)?,
+    };
     let refname = format!("refs/heads/{branch}");
     let msg = format!("runner: {message}");
     let out = crate::process::spawn_helper(command(dir).env("GIT_OPTIONAL_LOCKS", "1").args([
@@ -657,6 +646,49 @@ pub(crate) fn commit_tree_on(
         return Err(failed(format!("update-ref {refname}"), dir, &out));
     }
     Ok(commit)
+}
+
+/// `git commit-tree tree -p parent -m message` in `dir`: the new commit.
+fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<String, GitError> {
+    let mut cmd = command(dir);
+    if !has_identity(dir) {
+        cmd.args([
+            "-c",
+            &format!("user.name={}", DEFAULT_IDENTITY.0),
+            "-c",
+            &format!("user.email={}", DEFAULT_IDENTITY.1),
+        ]);
+    }
+    cmd.args(["commit-tree", tree, "-p", parent, "-m", message]);
+    let out = crate::process::spawn_helper(&mut cmd)?;
+    if !out.status.success() {
+        return Err(failed("commit-tree", dir, &out));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// [`commit_tree`] without a git process: the same commit object, by the same author and
+/// committer at this second in the local time zone, written to the repository's objects.
+/// `None` where git is to make it (see [`command::commit_idents`] and [`local::write_object`]).
+fn commit_in_process(dir: &Path, tree: &str, parent: &str, message: &str) -> Option<String> {
+    let hex40 = |s: &str| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex40(tree) || !hex40(parent) || message.contains('\0') {
+        return None;
+    }
+    let [(an, ae), (cn, ce)] = command::commit_idents(dir)?;
+    let now = jiff::Zoned::now();
+    let offset = now.offset().seconds();
+    let when = format!(
+        "{} {}{:02}{:02}",
+        now.timestamp().as_second(),
+        if offset < 0 { '-' } else { '+' },
+        offset.abs() / 3600,
+        offset.abs() % 3600 / 60
+    );
+    let body = format!(
+        "tree {tree}\nparent {parent}\nauthor {an} <{ae}> {when}\ncommitter {cn} <{ce}> {when}\n\n{message}\n"
+    );
+    local::write_object(dir, "commit", body.as_bytes())
 }
 
 /// Make the index of `dir` match HEAD again, leaving the files as they are.

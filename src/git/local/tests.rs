@@ -560,3 +560,42 @@ fn the_tree_written_in_process_is_the_one_git_writes() {
         before
     );
 }
+
+/// The commit made in process is the one `git commit-tree` makes: the same name for the same
+/// tree, parent, message, identity and second; the branch moved to it with git's reflog; a
+/// signing setting leaves the commit to git.
+#[test]
+fn the_commit_made_in_process_is_the_one_git_makes() {
+    let r = repo();
+    let d = r.path();
+    git(d, &["config", "user.name", "Ada Named"]);
+    git(d, &["config", "user.email", "ada@example.invalid"]);
+    // Looked up once per folder, for a run: this test changes it.
+    super::super::command::forget(d);
+    git(d, &["branch", "w"]);
+    let head = git(d, &["rev-parse", "HEAD"]).trim().to_string();
+    write(d.join("src/new.rs"), "fn new() {}\n");
+    git(d, &["add", "-A"]);
+    let tree = git(d, &["write-tree"]).trim().to_string();
+    assert!(super::super::commit_in_process(d, &tree, &head, "runner: item-1").is_some());
+    let ours = super::super::commit_tree_on(d, &tree, &head, "w", "runner: item-1").unwrap();
+    let raw = git(d, &["cat-file", "-p", &ours]);
+    let when = raw
+        .lines()
+        .find_map(|l| l.strip_prefix("committer Ada Named <ada@example.invalid> "))
+        .unwrap_or_else(|| panic!("{raw}"))
+        .to_string();
+    let out = super::super::command(d)
+        .env("GIT_AUTHOR_DATE", &when)
+        .env("GIT_COMMITTER_DATE", &when)
+        .args(["commit-tree", &tree, "-p", &head, "-m", "runner: item-1"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), ours, "{raw}");
+    assert_eq!(git(d, &["rev-parse", "w"]).trim(), ours);
+    assert!(git(d, &["reflog", "show", "w"]).contains("runner: runner: item-1"));
+    git(d, &["fsck", "--strict", "--no-dangling"]);
+    git(d, &["config", "commit.gpgSign", "false"]);
+    super::super::command::forget(d);
+    assert!(super::super::commit_in_process(d, &tree, &head, "runner: item-2").is_none());
+}

@@ -24,6 +24,12 @@ pub(super) fn write_tree(index: &Path, objects: &Path) -> Option<String> {
     (used == index.entries.len()).then(|| hex(&oid))
 }
 
+/// Object `body` of kind `kind` written to `objects` (unless there already), as `git
+/// hash-object -w` would; its name, as hex. `None`: ask git.
+pub(super) fn write_object(objects: &Path, kind: &str, body: &[u8]) -> Option<String> {
+    Store { objects }.put(kind, body).map(|oid| hex(&oid))
+}
+
 struct Store<'a> {
     objects: &'a Path,
 }
