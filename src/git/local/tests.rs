@@ -1,6 +1,7 @@
 //! The checkout reads against git's own answers, on real repositories made for each case.
 
 use super::*;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -540,7 +541,25 @@ fn the_tree_written_in_process_is_the_one_git_writes() {
         String::from_utf8(out.stdout).unwrap()
     };
     with_index(&["add", "-A"]);
+    // A shared repository's object folder (group-writable, set-group-id): new folders in it
+    // are made alike.
+    let shared = std::fs::Permissions::from_mode(0o2775);
+    std::fs::set_permissions(d.join(".git/objects"), shared).unwrap();
+    let before: std::collections::HashSet<_> = std::fs::read_dir(d.join(".git/objects"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     let ours = write_index_tree(d, &index).expect("written in process");
+    let mut made = 0;
+    for e in std::fs::read_dir(d.join(".git/objects")).unwrap() {
+        let p = e.unwrap().path();
+        if !before.contains(&p) {
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o2775, "{}", p.display());
+            made += 1;
+        }
+    }
+    assert!(made > 0, "the trees went into folders made for them");
     let theirs = with_index(&["write-tree"]);
     assert_eq!(ours, theirs.trim());
     assert_eq!(git(d, &["cat-file", "-t", &ours]).trim(), "tree");

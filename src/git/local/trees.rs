@@ -66,7 +66,16 @@ impl Store<'_> {
         }
         let name = hex(&oid);
         let dir = self.objects.join(&name[..2]);
-        std::fs::create_dir_all(&dir).ok()?;
+        match std::fs::create_dir(&dir) {
+            // As git makes it: with the object folder's own mode (a shared repository's is
+            // group-writable and set-group-id, for every member's git to write into).
+            Ok(()) => {
+                let mode = std::fs::metadata(self.objects).ok()?.permissions().mode() & 0o7777;
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).ok()?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
         // Written whole beside its name, then renamed: a reader sees all of it or none.
         let mut tmp = tempfile::Builder::new()
             .prefix("tmp_obj_")
