@@ -110,6 +110,9 @@ pub fn command(dir: &Path) -> Command {
     c
 }
 
+/// The identity runner commits under when the repository names none.
+pub(crate) const DEFAULT_IDENTITY: (&str, &str) = ("runner", "runner@localhost");
+
 /// What runner needs of a folder's configuration, asked of git once: the filter drivers, and
 /// who commits.
 #[derive(Clone, Debug, Default)]
@@ -180,9 +183,9 @@ pub(super) fn commit_idents(dir: &Path) -> Option<[(String, String); 2]> {
         if looked.identity || all_env {
             looked.idents.get(&format!("user.{field}")).cloned()
         } else if field == "name" {
-            Some(super::DEFAULT_IDENTITY.0.to_string())
+            Some(DEFAULT_IDENTITY.0.to_string())
         } else {
-            Some(super::DEFAULT_IDENTITY.1.to_string())
+            Some(DEFAULT_IDENTITY.1.to_string())
         }
     };
     let one = |role: &str, field: &str| -> Option<String> {

@@ -86,7 +86,9 @@ pub(crate) fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
     }
     // The walk first: in a checkout with build output it stops at once, before a stat of every
     // tracked file.
-    if !nothing_untracked(&top, &index) || !index.worktree_matches(&top) {
+    if !untracked::none(&top, index.entries.iter().map(|e| e.path.as_slice()))
+        || !index.worktree_matches(&top)
+    {
         return None;
     }
     Some(probe(top, git_dir, head, branch))
@@ -134,7 +136,7 @@ pub(crate) fn plain_index_file(path: &Path) -> Option<PlainIndex> {
 pub(crate) fn no_untracked_file(dir: &Path) -> bool {
     index_file(dir)
         .and_then(|p| Index::read_file(&p, Reads::All))
-        .is_some_and(|index| nothing_untracked(dir, &index))
+        .is_some_and(|index| untracked::none(dir, index.entries.iter().map(|e| e.path.as_slice())))
 }
 
 /// See [`plain_index`].
@@ -928,69 +930,43 @@ fn varint(data: &[u8], at: &mut usize) -> Option<usize> {
     Some(value)
 }
 
-/// Whether every file in the working tree is in the index: any other file (untracked, or one
-/// git might ignore), a nested repository, a socket or a fifo leaves the answer to git.
-fn nothing_untracked(top: &Path, index: &Index) -> bool {
-    let tracked: HashSet<&[u8]> = index.entries.iter().map(|e| e.path.as_slice()).collect();
-    // Every folder that holds a tracked file, at any depth.
-    let mut tracked_dirs: HashSet<&[u8]> = HashSet::new();
-    for e in &index.entries {
-        for (i, _) in e.path.iter().enumerate().filter(|(_, b)| **b == b'/') {
-            tracked_dirs.insert(&e.path[..i]);
-        }
-    }
-    // Folders holding no tracked file are looked into first: any file there is untracked (build
-    // output, typically), and the answer is known at once.
-    let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
-    let mut strays: Vec<Vec<u8>> = Vec::new();
-    while let Some(rel) = strays.pop().or_else(|| dirs.pop()) {
-        let Ok(listing) = std::fs::read_dir(top.join(OsStr::from_bytes(&rel))) else {
-            return false;
-        };
-        for entry in listing {
-            let Ok(entry) = entry else { return false };
-            let name = entry.file_name();
-            if name.as_bytes() == b".git" {
-                if rel.is_empty() {
-                    continue;
-                }
-                return false;
-            }
-            let mut path = rel.clone();
-            if !path.is_empty() {
-                path.push(b'/');
-            }
-            path.extend_from_slice(name.as_bytes());
-            let Ok(kind) = entry.file_type() else {
-                return false;
-            };
-            if kind.is_dir() {
-                if tracked_dirs.contains(path.as_slice()) {
-                    dirs.push(path);
-                } else {
-                    strays.push(path);
-                }
-            } else if !((kind.is_file() || kind.is_symlink()) && tracked.contains(path.as_slice()))
-            {
-                return false;
-            }
-        }
-    }
-    true
-}
-
 mod trees;
+mod untracked;
 
 /// `git write-tree` with `GIT_INDEX_FILE=index` in the checkout at `dir`, in process: the tree
 /// the index holds, its trees written to the repository's objects. `None`: ask git.
 pub(crate) fn write_index_tree(dir: &Path, index: &Path) -> Option<String> {
-    trees::write_tree(index, &objects_of(dir)?)
+    let objects = objects_of(dir)?;
+    let index = Index::read_file(index, Reads::All)?;
+    let entries: Vec<trees::Entry<'_>> = index
+        .entries
+        .iter()
+        .map(|e| (e.path.as_slice(), e.mode, e.oid))
+        .collect();
+    trees::write_tree(&entries, &objects, &|oid| in_pack(&objects, oid))
 }
 
 /// An object of `kind` (`commit`) with `body`, written to the objects of the checkout at `dir`
 /// unless there already; its name. `None`: ask git.
 pub(crate) fn write_object(dir: &Path, kind: &str, body: &[u8]) -> Option<String> {
-    trees::write_object(&objects_of(dir)?, kind, body)
+    let objects = objects_of(dir)?;
+    trees::write_object(&objects, kind, body, &|oid| in_pack(&objects, oid))
+}
+
+/// Whether one of the packs in `objects` holds `oid` (`None`: that cannot be told).
+fn in_pack(objects: &Path, oid: &Oid) -> Option<bool> {
+    let packs = match std::fs::read_dir(objects.join("pack")) {
+        Ok(p) => p,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Some(false),
+        Err(_) => return None,
+    };
+    for entry in packs {
+        let path = entry.ok()?.path();
+        if path.extension().is_some_and(|x| x == "idx") && pack_offset(&path, oid)?.is_some() {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 /// The object folder of the checkout at `dir`, where this reader understands the repository.

@@ -615,8 +615,7 @@ fn has_identity(dir: &Path) -> bool {
     command::names_identity(dir)
 }
 
-/// The identity runner commits under when the repository names none.
-pub(crate) const DEFAULT_IDENTITY: (&str, &str) = ("runner", "runner@localhost");
+pub(crate) use command::DEFAULT_IDENTITY;
 
 /// Commit `tree` on top of `parent` with `message` and move `branch` to it, but only if the
 /// branch is still at `parent` (compare and swap). The repository's configured identity is used;

@@ -2,36 +2,58 @@
 //! (those not there yet) as loose objects, exactly as git writes them. An item's snapshot asks
 //! for one tree after every worker pass; a git process for it cost more than the hashing.
 //!
-//! Only an index this reader fully understands (see [`super::Index`]) in a repository of SHA-1
-//! objects is written here; anything else is git's.
+//! Only an index the checkout reader fully understands, in a repository of SHA-1 objects, is
+//! written here; anything else is git's.
 
-use super::{Entry, Index, Oid, Reads, hex, pack_offset};
 use sha1::{Digest, Sha1};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// The tree the index file `index` holds, written to `objects` (the repository's object
-/// folder), as hex; `None`: ask git.
-pub(super) fn write_tree(index: &Path, objects: &Path) -> Option<String> {
-    let index = Index::read_file(index, Reads::All)?;
+type Oid = [u8; 20];
+
+/// An index entry: its path, mode and object.
+pub(super) type Entry<'a> = (&'a [u8], u32, Oid);
+
+/// Whether one of the repository's packs holds an object (`None`: that cannot be told).
+pub(super) type Packed<'a> = &'a dyn Fn(&Oid) -> Option<bool>;
+
+/// The tree index `entries` (in the index's order) hold, written to `objects` (the repository's
+/// object folder), as hex; `None`: ask git.
+pub(super) fn write_tree(
+    entries: &[Entry<'_>],
+    objects: &Path,
+    packed: Packed<'_>,
+) -> Option<String> {
     // git's empty tree needs no object; git's own answer is as cheap to ask for.
-    if index.entries.is_empty() {
+    if entries.is_empty() {
         return None;
     }
-    let store = Store { objects };
-    let (oid, used) = tree_of(&index.entries, 0, &store)?;
-    (used == index.entries.len()).then(|| hex(&oid))
+    let store = Store { objects, packed };
+    let (oid, used) = tree_of(entries, 0, &store)?;
+    (used == entries.len()).then(|| hex(&oid))
 }
 
 /// Object `body` of kind `kind` written to `objects` (unless there already), as `git
 /// hash-object -w` would; its name, as hex. `None`: ask git.
-pub(super) fn write_object(objects: &Path, kind: &str, body: &[u8]) -> Option<String> {
-    Store { objects }.put(kind, body).map(|oid| hex(&oid))
+pub(super) fn write_object(
+    objects: &Path,
+    kind: &str,
+    body: &[u8],
+    packed: Packed<'_>,
+) -> Option<String> {
+    Store { objects, packed }
+        .put(kind, body)
+        .map(|oid| hex(&oid))
+}
+
+fn hex(oid: &Oid) -> String {
+    oid.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 struct Store<'a> {
     objects: &'a Path,
+    packed: Packed<'a>,
 }
 
 impl Store<'_> {
@@ -42,18 +64,7 @@ impl Store<'_> {
         if self.objects.join(&name[..2]).join(&name[2..]).exists() {
             return Some(true);
         }
-        let packs = match std::fs::read_dir(self.objects.join("pack")) {
-            Ok(p) => p,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(false),
-            Err(_) => return None,
-        };
-        for entry in packs {
-            let path = entry.ok()?.path();
-            if path.extension().is_some_and(|x| x == "idx") && pack_offset(&path, oid)?.is_some() {
-                return Some(true);
-            }
-        }
-        Some(false)
+        (self.packed)(oid)
     }
 
     /// Store object `body` of kind `kind` (unless there already); its name.
@@ -93,16 +104,16 @@ impl Store<'_> {
 
 /// The tree of the entries under the folder whose path (with its `/`) is the first `depth`
 /// bytes of `entries[0].path`, written; and how many entries it took.
-fn tree_of(entries: &[Entry], depth: usize, store: &Store<'_>) -> Option<(Oid, usize)> {
-    let prefix = &entries.first()?.path[..depth];
+fn tree_of(entries: &[Entry<'_>], depth: usize, store: &Store<'_>) -> Option<(Oid, usize)> {
+    let prefix = &entries.first()?.0[..depth];
     // (name, mode, oid), a folder's name ending in `/` for the order git sorts trees in.
     let mut items: Vec<(Vec<u8>, u32, Oid)> = Vec::new();
     let mut i = 0;
-    while i < entries.len() && entries[i].path.starts_with(prefix) {
-        let rest = &entries[i].path[depth..];
+    while i < entries.len() && entries[i].0.starts_with(prefix) {
+        let rest = &entries[i].0[depth..];
         match rest.iter().position(|&b| b == b'/') {
             None => {
-                items.push((rest.to_vec(), entries[i].mode, entries[i].oid));
+                items.push((rest.to_vec(), entries[i].1, entries[i].2));
                 i += 1;
             }
             Some(slash) => {
