@@ -145,13 +145,19 @@ fn a_host_pause_stops_every_manifests_drain_and_wait_returns_once_they_have_ende
     assert!(root.join("started-alpha-i3").exists() && root.join("started-beta-i3").exists());
 }
 
+/// Manifest `alpha` of one 4-second item, drained, its item started: its folder and drain.
+fn one_item_running(root: &Path) -> (PathBuf, Child) {
+    let a = manifest(root, "alpha", 1, 4.0);
+    let da = drain(root, &a);
+    assert!(wait_for(20, || root.join("started-alpha-i1").exists()));
+    (a, da)
+}
+
 #[test]
 fn pause_wait_returns_for_its_own_pause_only() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let a = manifest(root, "alpha", 1, 4.0);
-    let da = drain(root, &a);
-    assert!(wait_for(20, || root.join("started-alpha-i1").exists()));
+    let (_, da) = one_item_running(root);
     let wait = |reason: &str| {
         on_host(root)
             .args(["pause", "--host", "--wait", "--reason", reason])
@@ -227,9 +233,7 @@ fn an_unreadable_host_pause_is_a_pause() {
 fn a_manifests_pause_wait_says_when_someone_pauses_it_again() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let a = manifest(root, "alpha", 1, 4.0);
-    let da = drain(root, &a);
-    assert!(wait_for(20, || root.join("started-alpha-i1").exists()));
+    let (a, da) = one_item_running(root);
     let first = on_host(root)
         .current_dir(&a)
         .args(["pause", "m.yaml", "--wait", "--reason", "first"])
