@@ -271,6 +271,26 @@ pub struct ItemKey {
     pub def_hash: String,
 }
 
+/// Item keys read one at a time: a list, or a plan's kept compact (a plan of 100,000 items is
+/// not held twice as keys).
+pub trait KeySet: std::fmt::Debug {
+    fn is_empty(&self) -> bool;
+    /// Each key, in order.
+    fn each(&self, f: &mut dyn FnMut(ItemKey));
+}
+
+impl KeySet for Vec<ItemKey> {
+    fn is_empty(&self) -> bool {
+        <[ItemKey]>::is_empty(self)
+    }
+
+    fn each(&self, f: &mut dyn FnMut(ItemKey)) {
+        for k in self {
+            f(k.clone());
+        }
+    }
+}
+
 /// How a run keeps the processes of each item together, so that it can end all of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

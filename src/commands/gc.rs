@@ -24,7 +24,7 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
         &keep,
         &reports,
         None,
-        &[],
+        &Vec::new(),
     ) {
         Ok(r) => r,
         Err(e) => {

@@ -95,7 +95,7 @@ pub struct RunCx {
     pub loaded: LoadedManifest,
     /// The limits of `timeout: auto` gates, from their history (absent: the default).
     pub gate_timeouts: std::collections::HashMap<String, std::time::Duration>,
-    pub plan: Plan,
+    pub plan: Arc<Plan>,
     pub run_id: String,
     /// Unguessable, in every spawned process's environment, to find escaped descendants.
     pub token: String,

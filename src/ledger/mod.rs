@@ -109,7 +109,7 @@ pub struct Retention<'a> {
     pub spare: Option<&'a str>,
     /// The keys of a plan just run: for these items, only their current definition's results
     /// are kept (empty: every definition's latest result stays).
-    pub current: &'a [ItemKey],
+    pub current: &'a dyn crate::vocab::KeySet,
 }
 
 /// What retention removed from the ledger.
@@ -458,17 +458,68 @@ pub enum LedgerError {
 
 pub(crate) type Result<T> = std::result::Result<T, LedgerError>;
 
+/// The most events a ledger holds before it writes them, whatever else is pending: a burst (a
+/// cancelled run settling 100,000 items at once) is written as it comes, not held.
+pub(crate) const EVENTS_BUFFERED: usize = 1024;
+
 /// What the run-history page reads of a ledger.
 pub trait History {
     /// The latest `limit` runs of `manifest`, newest first.
     fn run_history(&self, manifest: &str, limit: usize) -> Result<Vec<RunHistory>>;
-    /// The results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
-    /// outcome), oldest first.
-    fn recent_item_results(
-        &self,
-        manifest: &str,
-        limit: usize,
-    ) -> Result<Vec<(String, String, String, ItemOutcome)>>;
+    /// The results of `manifest`'s items in its latest `limit` runs, each item's oldest first,
+    /// the items by repository and id.
+    fn recent_item_results(&self, manifest: &str, limit: usize) -> Result<Vec<RecentResults>>;
+}
+
+/// One item's outcomes in a manifest's latest runs, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecentResults {
+    pub repo: String,
+    pub item: String,
+    /// (run, outcome); the run's id is shared by every item of the run.
+    pub outcomes: Vec<(std::sync::Arc<str>, ItemOutcome)>,
+}
+
+/// Gathers rows ordered by repository, item and time into [`RecentResults`]: one record an
+/// item, one copy of each run's id (a manifest of 100,000 items is read as 100,000 records,
+/// not as a row each with its strings).
+#[derive(Default)]
+pub(crate) struct RecentGather {
+    out: Vec<RecentResults>,
+    runs: Vec<std::sync::Arc<str>>,
+}
+
+impl RecentGather {
+    pub(crate) fn row(&mut self, repo: &str, item: &str, run: &str, outcome: &str) {
+        let Some(outcome) = outcome_from(outcome) else {
+            return;
+        };
+        let run = match self.runs.iter().find(|r| &***r == run) {
+            Some(r) => std::sync::Arc::clone(r),
+            None => {
+                let r: std::sync::Arc<str> = run.into();
+                self.runs.push(std::sync::Arc::clone(&r));
+                r
+            }
+        };
+        match self.out.last_mut() {
+            Some(last) if last.repo == repo && last.item == item => {
+                last.outcomes.push((run, outcome));
+            }
+            _ => {
+                // Room for one: most items have one result in the runs kept.
+                self.out.push(RecentResults {
+                    repo: repo.to_string(),
+                    item: item.to_string(),
+                    outcomes: vec![(run, outcome)],
+                });
+            }
+        }
+    }
+
+    pub(crate) fn done(self) -> Vec<RecentResults> {
+        self.out
+    }
 }
 
 /// The ledger's interface: claims, results, runs and events.

@@ -30,6 +30,11 @@ pub enum Rerun {
 /// An item's identity in the ledger: its definition (repository, id, branch, vars) is hashed so
 /// that an edited item is new work.
 pub(crate) fn item_key(manifest: &str, it: &ItemPlan) -> ItemKey {
+    key_of(manifest, it, &def_hash(it))
+}
+
+/// The hash of an item's definition, as its key carries it in hex.
+pub(crate) fn def_hash(it: &ItemPlan) -> [u8; 16] {
     let def = serde_json::json!({
         "repo": it.repo,
         "id": it.id,
@@ -37,11 +42,18 @@ pub(crate) fn item_key(manifest: &str, it: &ItemPlan) -> ItemKey {
         "vars": it.vars,
     });
     let hash = Sha256::digest(def.to_string().as_bytes());
+    let mut out = [0; 16];
+    out.copy_from_slice(&hash[..16]);
+    out
+}
+
+/// The key of item `it` of `manifest`, its definition's hash `def` given.
+pub(crate) fn key_of(manifest: &str, it: &ItemPlan, def: &[u8; 16]) -> ItemKey {
     ItemKey {
         manifest: manifest.to_string(),
         repo: it.repo.clone(),
         item: it.id.clone(),
-        def_hash: crate::support::hex(&hash[..16]),
+        def_hash: crate::support::hex(def),
     }
 }
 

@@ -5,16 +5,18 @@
 //! over the closed vocabulary of [`Event`], each arm what that event adds to the report, and
 //! reads straight through.
 
+use super::items::Items;
 use super::model::{
-    AttemptReport, BaselineReport, CapacityInfo, Demotion, Diffstat, GateReport, ItemReport,
-    ManifestInfo, ProbeReport, PublishReport, REPORT_SCHEMA, Refusal, Report, SetupReport,
-    SuspectGate, WorkerReport, plural_items, program_of,
+    AttemptReport, BaselineReport, CapacityInfo, Demotion, Diffstat, GateReport, ManifestInfo,
+    ProbeReport, PublishReport, REPORT_SCHEMA, Refusal, Report, SetupReport, SuspectGate,
+    WorkerReport, plural_items, program_of,
 };
 use crate::events::Event;
-use crate::plan::{HoldReason, ItemState, Plan};
+use crate::plan::Plan;
 use crate::vocab::{GateResult, ItemOutcome};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What the builder knows of one gate across the run.
 #[derive(Clone, Debug, Default)]
@@ -60,49 +62,13 @@ impl ReportBuilder {
     /// Start from the plan: items that will not run are recorded with their plan state, pending
     /// ones as `cancelled` until the engine says otherwise (a run that dies early then reports
     /// the truth: they did not run).
-    pub fn new(plan: &Plan, run_id: &str, run_dir: &Path, workers: u32, started_at: &str) -> Self {
-        let items = plan
-            .items
-            .iter()
-            .map(|it| {
-                let (outcome, reason) = match (it.state, it.reason) {
-                    (ItemState::Pending, _) => (ItemOutcome::Cancelled, None),
-                    (ItemState::Done, _) => (ItemOutcome::Skipped, Some("done".to_string())),
-                    (ItemState::Skipped, r) => {
-                        (ItemOutcome::Skipped, r.map(|r| r.as_str().to_string()))
-                    }
-                    (ItemState::Held, r) => (
-                        ItemOutcome::Held,
-                        Some(r.unwrap_or(HoldReason::RepoBusy).as_str().to_string()),
-                    ),
-                };
-                ItemReport {
-                    repo: it.repo.clone(),
-                    id: it.id.clone(),
-                    outcome,
-                    reason,
-                    cause: it.detail.clone(),
-                    model: None,
-                    branch: it.branch.clone(),
-                    started_at: None,
-                    ended_at: None,
-                    attempts: Vec::new(),
-                    commit: None,
-                    diffstat: None,
-                    marks: Vec::new(),
-                    uncommitted: Vec::new(),
-                    worktree: None,
-                    shared: Vec::new(),
-                    setup: None,
-                    backup_branch: None,
-                    leftovers: None,
-                    publish: None,
-                    pull_request: it.pull_request.clone(),
-                    waited: None,
-                    usage: None,
-                }
-            })
-            .collect();
+    pub fn new(
+        plan: Arc<Plan>,
+        run_id: &str,
+        run_dir: &Path,
+        workers: u32,
+        started_at: &str,
+    ) -> Self {
         let mut b = ReportBuilder {
             report: Report {
                 demoted: Vec::new(),
@@ -124,10 +90,10 @@ impl ReportBuilder {
                 cause: None,
                 capacity: CapacityInfo { workers },
                 counts: BTreeMap::new(),
-                items,
                 warnings: plan.warnings.clone(),
                 missing_repositories: plan.missing_repositories.clone(),
                 unreadable_sources: plan.unreadable_sources.clone(),
+                items: Items::of_plan(plan, run_dir),
                 suspect_gates: Vec::new(),
             },
             run_dir: run_dir.to_path_buf(),
@@ -151,8 +117,10 @@ impl ReportBuilder {
     fn recount(&mut self) {
         let mut counts: BTreeMap<ItemOutcome, usize> =
             ItemOutcome::ALL.iter().map(|o| (*o, 0)).collect();
-        for it in &self.report.items {
-            *counts.entry(it.outcome).or_insert(0) += 1;
+        for i in 0..self.report.items.len() {
+            if let Some(o) = self.report.items.outcome(i) {
+                *counts.entry(o).or_insert(0) += 1;
+            }
         }
         self.report.counts = counts;
     }
@@ -203,8 +171,8 @@ impl ReportBuilder {
                 let repo = self
                     .report
                     .items
-                    .get(*item)
-                    .map_or(String::new(), |i| i.repo.clone());
+                    .name(*item)
+                    .map_or(String::new(), |(r, _)| r.to_string());
                 self.report.warnings.push(format!(
                     "ended {} process{} that dead run `{run}` had left in repository `{repo}` (pids {})",
                     pids.len(),
@@ -349,8 +317,8 @@ impl ReportBuilder {
                 let name = self
                     .report
                     .items
-                    .get(*item)
-                    .map(|i| format!("{}/{}", i.repo, i.id))
+                    .name(*item)
+                    .map(|(r, i)| format!("{r}/{i}"))
                     .unwrap_or_default();
                 self.report.refused.push(Refusal {
                     model: model.clone(),
@@ -386,11 +354,10 @@ impl ReportBuilder {
                 }
             }
             Event::UsageUnknown { item, n, why } => {
-                if let Some(it) = self.report.items.get(*item) {
-                    self.report.warnings.push(format!(
-                        "{}/{} attempt {n}: what its worker used is unknown: {why}",
-                        it.repo, it.id
-                    ));
+                if let Some((repo, id)) = self.report.items.name(*item) {
+                    let w =
+                        format!("{repo}/{id} attempt {n}: what its worker used is unknown: {why}");
+                    self.report.warnings.push(w);
                 }
             }
             Event::Usage {
@@ -610,6 +577,8 @@ impl ReportBuilder {
                 self.report.ended_at = Some(at.to_string());
             }
         }
+        // What ended goes to the spill file: the items in flight are all that stay in memory.
+        self.report.items.settle();
     }
 
     /// The tally of gate `gate` as item `item` last started it: a gate is judged by the program
@@ -703,31 +672,19 @@ impl ReportBuilder {
     /// so now (a live run).
     /// `claimed` lists the items (repository, id) the run held claims on: those it had started.
     pub(crate) fn unended(&mut self, died: bool, claimed: &[(String, String)]) {
-        if self.report.ending.is_some() {
-            return;
+        if self.report.ending.is_none() {
+            self.report.items.mark_unended(died, claimed);
         }
-        for it in &mut self.report.items {
-            if it.outcome != ItemOutcome::Cancelled || it.ended_at.is_some() {
-                continue;
-            }
-            let started = it.started_at.is_some()
-                || claimed.iter().any(|(r, i)| *r == it.repo && *i == it.id);
-            it.reason = Some(if died { "run-died" } else { "in-progress" }.to_string());
-            it.cause = Some(
-                match (died, started) {
-                    (true, true) => "in flight when the run died: its result was never recorded",
-                    (true, false) => "not started: the run died first",
-                    (false, true) => "running",
-                    (false, false) => "not started yet",
-                }
-                .to_string(),
-            );
-        }
+    }
+
+    /// The report, for keeping.
+    pub fn into_report(self) -> Report {
+        self.report
     }
 
     /// Let go of the items (the bulk of a report) once nothing needs them any more.
     pub fn release(&mut self) {
-        self.report.items = Vec::new();
+        self.report.items = Items::default();
         self.gates = Vec::new();
         self.started = Default::default();
         self.baselines = Default::default();

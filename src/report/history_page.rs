@@ -27,9 +27,9 @@ pub struct HistoryRun {
 pub struct ItemHistory {
     pub repo: String,
     pub id: String,
-    pub outcomes: Vec<(String, ItemOutcome)>,
+    pub outcomes: Vec<(std::sync::Arc<str>, ItemOutcome)>,
     /// Its pull request as the latest run found it.
-    pub pull_request: Option<crate::plan::pull::PullRequest>,
+    pub pull_request: Option<Box<crate::plan::pull::PullRequest>>,
 }
 
 /// Whether verdicts on the item flipped back: completed, then halted or failed, then completed
@@ -197,7 +197,7 @@ fn costs(runs: &[&HistoryRun], out: &mut Page<'_>) {
     out.push_str("</svg>\n");
 }
 
-fn dots(outcomes: &[(String, ItemOutcome)], out: &mut Page<'_>) {
+fn dots(outcomes: &[(std::sync::Arc<str>, ItemOutcome)], out: &mut Page<'_>) {
     out.push_str("<span class=\"dots\">");
     for (run, o) in outcomes {
         let _ = write!(

@@ -248,6 +248,7 @@ pub fn timeline(r: &Report) -> Timeline {
     };
     let mut bars = Vec::new();
     for (i, it) in r.items.iter().enumerate() {
+        let it = &*it;
         let ended = it.ended_at.as_deref().and_then(at);
         for (k, a) in it.attempts.iter().enumerate() {
             let Some(start) = at(&a.started_at) else {
@@ -384,7 +385,9 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
         tick += step;
     }
     for b in &t.bars {
-        let it = &r.items[b.item];
+        let Some(it) = r.items.get(b.item) else {
+            continue;
+        };
         let y = TOP + LANE * b.lane as f64;
         if let Some(from) = b.backoff_from {
             let _ = writeln!(
@@ -772,7 +775,10 @@ fn header(r: &Report, b: &mut Page<'_>) {
 /// The items, with the filters over them, each a row that opens on its attempts.
 fn items(r: &Report, b: &mut Page<'_>) {
     b.push_str("<section><h2>Items</h2>\n");
-    let mut repos: Vec<&str> = r.items.iter().map(|i| i.repo.as_str()).collect();
+    let mut repos: Vec<&str> = (0..r.items.len())
+        .filter_map(|i| r.items.name(i))
+        .map(|(repo, _)| repo)
+        .collect();
     repos.sort_unstable();
     repos.dedup();
     b.push_str("<div class=\"filters\" id=\"filters\" hidden><label>Outcome <select id=\"f-outcome\"><option value=\"\">all</option>");
@@ -792,7 +798,7 @@ fn items(r: &Report, b: &mut Page<'_>) {
     b.push_str("</select></label><span class=\"muted\" id=\"f-count\"></span></div>\n");
     b.push_str("<div class=\"items\"><div class=\"row head\"><span>repository</span><span>item</span><span>outcome</span><span class=\"wide\">model</span><span class=\"wide\">attempts</span><span class=\"wide\">time</span><span class=\"wide\">detail</span></div>\n");
     for (i, it) in r.items.iter().enumerate() {
-        item_html(i, it, b);
+        item_html(i, &it, b);
     }
     b.push_str("</div></section>\n");
 }

@@ -110,14 +110,37 @@ impl Tally {
     }
 }
 
+/// One repository's suite: its items (by index) and their totals.
+#[derive(Default)]
+struct Suite {
+    items: Vec<usize>,
+    tally: Tally,
+    took: Duration,
+    /// When its first item started (RFC 3339).
+    first: Option<String>,
+}
+
 /// The report as JUnit XML, written into `w` case by case: a run of thousands of items is never
 /// held as a document too.
 pub(crate) fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let mut suites: BTreeMap<&str, Vec<&ItemReport>> = BTreeMap::new();
+    // One pass for the totals of the run and of each repository's suite; the cases are
+    // written in a second, each record read again (a run's records are not held together).
+    let mut suites: BTreeMap<String, Suite> = BTreeMap::new();
     let mut all = Tally::default();
-    for it in &r.items {
-        suites.entry(it.repo.as_str()).or_default().push(it);
-        all.add(it);
+    for (i, it) in r.items.iter().enumerate() {
+        let suite = suites.entry(it.repo.clone()).or_default();
+        suite.items.push(i);
+        suite.tally.add(&it);
+        all.add(&it);
+        // A suite's time is what its items took; it starts when its first item did.
+        if let Some(t) = seconds_between(it.started_at.as_deref(), it.ended_at.as_deref()) {
+            suite.took += t;
+        }
+        if let Some(at) = it.started_at.as_deref()
+            && suite.first.as_deref().is_none_or(|f| at < f)
+        {
+            suite.first = Some(at.to_string());
+        }
     }
     w.write_all(b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")?;
     write!(
@@ -136,36 +159,25 @@ pub(crate) fn render_to(r: &Report, w: &mut dyn std::io::Write) -> std::io::Resu
         write!(w, " time=\"{:.3}\"", t.as_secs_f64())?;
     }
     w.write_all(b">\n")?;
-    for (repo, items) in suites {
-        let mut tally = Tally::default();
-        // A suite's time is what its items took; it starts when its first item did.
-        let mut took = Duration::ZERO;
-        for it in &items {
-            tally.add(it);
-            if let Some(t) = seconds_between(it.started_at.as_deref(), it.ended_at.as_deref()) {
-                took += t;
-            }
-        }
+    for (repo, suite) in suites {
+        let tally = &suite.tally;
         write!(
             w,
             "    <testsuite name=\"{}\" tests=\"{}\" skipped=\"{}\" errors=\"{}\" failures=\"{}\"",
-            attr(repo),
+            attr(&repo),
             tally.tests,
             tally.skipped,
             tally.errors,
             tally.failures
         )?;
-        if let Some(at) = items
-            .iter()
-            .filter_map(|i| i.started_at.as_deref())
-            .min()
-            .and_then(stamp)
-        {
+        if let Some(at) = suite.first.as_deref().and_then(stamp) {
             write!(w, " timestamp=\"{at}\"")?;
         }
-        writeln!(w, " time=\"{:.3}\">", took.as_secs_f64())?;
-        for it in items {
-            case(w, repo, it)?;
+        writeln!(w, " time=\"{:.3}\">", suite.took.as_secs_f64())?;
+        for i in suite.items {
+            if let Some(it) = r.items.get(i) {
+                case(w, &repo, &it)?;
+            }
         }
         w.write_all(b"    </testsuite>\n")?;
     }

@@ -64,8 +64,8 @@ pub fn render(r: &Report) -> String {
     }
     out.push_str("| repository | item | outcome | model | attempts | detail |\n");
     out.push_str("|---|---|---|---|---|---|\n");
-    for it in &r.items {
-        out.push_str(&row(it));
+    for it in r.items.iter() {
+        out.push_str(&row(&it));
     }
     held(&mut out, r);
     failures(&mut out, r);
@@ -240,8 +240,8 @@ fn row(it: &super::model::ItemReport) -> String {
 fn held(out: &mut String, r: &Report) {
     let held: Vec<_> = r
         .items
-        .iter()
-        .filter(|i| i.outcome == ItemOutcome::Held)
+        .iter_where(|o| o == ItemOutcome::Held)
+        .map(|(_, it)| it)
         .collect();
     if held.is_empty() {
         return;
@@ -263,12 +263,13 @@ fn held(out: &mut String, r: &Report) {
 
 /// Each halted or failed item, pass by pass: its worker, its gates and their output.
 fn failures(out: &mut String, r: &Report) {
-    let failing: Vec<_> = r
+    let failing = r
         .items
-        .iter()
-        .filter(|i| matches!(i.outcome, ItemOutcome::Halted | ItemOutcome::Failed))
-        .collect();
-    if failing.is_empty() {
+        .iter_where(|o| matches!(o, ItemOutcome::Halted | ItemOutcome::Failed))
+        .map(|(_, it)| it)
+        .peekable();
+    let mut failing = failing;
+    if failing.peek().is_none() {
         return;
     }
     out.push_str("\n## Failures\n");
@@ -330,7 +331,7 @@ fn pass(out: &mut String, a: &super::model::AttemptReport) {
 /// Logs that lack output: a full disk (the run exited 4 for them), or output past the limit.
 fn incomplete_logs(out: &mut String, r: &Report) {
     let mut incomplete = Vec::new();
-    for it in &r.items {
+    for it in r.items.iter() {
         for a in &it.attempts {
             let worker = a.worker.iter().map(|w| {
                 let gap = super::model::log_gap(w.log_error.as_deref(), w.unlogged_bytes);

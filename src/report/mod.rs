@@ -8,11 +8,13 @@
 mod builder;
 pub mod history_page;
 pub mod html;
+mod items;
 pub mod junit;
 pub mod markdown;
 mod model;
 
 pub(crate) use builder::ReportBuilder;
+pub use items::Items;
 pub use model::*;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +24,8 @@ use std::path::{Path, PathBuf};
 pub enum ReportError {
     #[error("cannot encode the report: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("{0}")]
+    Spill(String),
     #[error("cannot write `{path}`: {source}")]
     Io {
         path: PathBuf,
@@ -58,7 +62,7 @@ impl Default for Formats {
 /// Whether any item of the run started: a run that only found its items done or held ran no
 /// work.
 pub(crate) fn ran_work(report: &Report) -> bool {
-    report.items.iter().any(|i| i.started_at.is_some())
+    report.items.any_started()
 }
 
 /// Write the report in `formats` into `run_dir` (`report.json`, `summary.md`, `junit.xml`,
@@ -130,6 +134,11 @@ pub(crate) fn write_files(
         let path = dir.join("index.html");
         crate::support::fs::write_atomic_with(&path, |w| html::render_to(report, w))
             .map_err(io_at(&path))?;
+    }
+    // A record that could not be read back was written as its plan entry, naming why: the
+    // report is not whole, and says so.
+    if let Some(e) = report.items.read_error() {
+        return Err(ReportError::Spill(e.to_string()));
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use crate::vocab::{GateResult, ItemOutcome, RunEnding, WorkerClass};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub(crate) const REPORT_SCHEMA: &str = "runner.report/v1";
@@ -13,7 +13,7 @@ pub(crate) fn timestamp(s: &str) -> Option<jiff::Timestamp> {
     s.parse().ok()
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct Report {
     /// Always `runner.report/v1`.
     pub schema: String,
@@ -45,7 +45,8 @@ pub struct Report {
     pub probes: Vec<ProbeReport>,
     /// Items per outcome; every outcome is present.
     pub counts: BTreeMap<ItemOutcome, usize>,
-    pub items: Vec<ItemReport>,
+    // In the plan's order; the run's ended items are kept in a spill file, not in memory.
+    pub items: super::items::Items,
     /// What planning warned of: a rule that matches nothing, a folder that could not be read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -61,7 +62,7 @@ pub struct Report {
     pub suspect_gates: Vec<SuspectGate>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Waited {
     pub lease_ms: u64,
     /// Resting after provider failures, as long as each rest asked.
@@ -74,7 +75,7 @@ pub struct Waited {
     pub resources_ms: u64,
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct PublishReport {
     pub remote: String,
     pub branch: String,
@@ -146,7 +147,7 @@ pub struct CapacityInfo {
     pub workers: u32,
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ItemReport {
     pub repo: String,
     pub id: String,
@@ -204,7 +205,7 @@ pub struct ItemReport {
 }
 
 /// A worktree's setup (`worktree.setup`), run once before the item's first attempt.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SetupReport {
     pub ok: bool,
     pub exit: Option<i32>,
@@ -215,14 +216,14 @@ pub struct SetupReport {
     pub output_tail: String,
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Diffstat {
     pub files: u64,
     pub insertions: u64,
     pub deletions: u64,
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct AttemptReport {
     pub n: u32,
     pub model: Option<String>,
@@ -241,7 +242,7 @@ pub struct AttemptReport {
     pub gates: Vec<GateReport>,
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct WorkerReport {
     pub exit: Option<i32>,
     pub class: WorkerClass,
@@ -263,7 +264,7 @@ pub struct WorkerReport {
     pub ended: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct GateReport {
     pub name: String,
     pub result: GateResult,
@@ -328,7 +329,7 @@ fn yes() -> bool {
 }
 
 /// A gate's run on the base commit.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct BaselineReport {
     pub commit: String,
     /// `passed`, `failed`, `timed-out` (forgives nothing) or `not-run` (could not be run).
@@ -380,8 +381,8 @@ pub(crate) fn ending_with_counts(r: &Report) -> String {
 pub fn died(r: &Report) -> bool {
     r.ending.is_none()
         && r.items
-            .iter()
-            .any(|i| i.reason.as_deref() == Some("run-died"))
+            .iter_where(|o| o == ItemOutcome::Cancelled)
+            .any(|(_, i)| i.reason.as_deref() == Some("run-died"))
 }
 
 /// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
@@ -461,27 +462,42 @@ pub(crate) fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<Strin
 /// The counts of a run in one line, every outcome that occurred, with the reasons of held and
 /// skipped items: `8 completed, 1 halted, 2 held (stale-base 1, dirty-tree 1)`.
 pub(crate) fn counts_line(report: &Report) -> String {
+    /// One outcome's items: how many, with each mark and each reason.
+    #[derive(Default)]
+    struct Tally {
+        n: usize,
+        marks: [usize; 2],
+        reasons: Vec<(String, usize)>,
+        any_reason: bool,
+    }
+    const MARKS: [&str; 2] = ["no-change", "unverified"];
+    // One pass: a run's records are read back once, not once per outcome.
+    let mut by: BTreeMap<ItemOutcome, Tally> = BTreeMap::new();
+    for it in report.items.iter() {
+        let t = by.entry(it.outcome).or_default();
+        t.n += 1;
+        for (k, m) in MARKS.iter().enumerate() {
+            t.marks[k] += usize::from(it.marks.iter().any(|x| x == m));
+        }
+        t.any_reason |= it.reason.is_some();
+        let r = it.reason.as_deref().unwrap_or("no reason");
+        match t.reasons.iter_mut().find(|(name, _)| name == r) {
+            Some((_, n)) => *n += 1,
+            None => t.reasons.push((r.to_string(), 1)),
+        }
+    }
     let mut parts = Vec::new();
     for outcome in ItemOutcome::ALL {
-        let items: Vec<&ItemReport> = report
-            .items
-            .iter()
-            .filter(|i| i.outcome == outcome)
-            .collect();
-        if items.is_empty() {
+        let Some(t) = by.get(&outcome) else {
             continue;
-        }
-        let mut part = format!("{} {}", items.len(), outcome.as_str());
+        };
+        let mut part = format!("{} {}", t.n, outcome.as_str());
         if outcome == ItemOutcome::Completed {
-            let marks: Vec<String> = ["no-change", "unverified"]
+            let marks: Vec<String> = MARKS
                 .iter()
-                .filter_map(|m| {
-                    let n = items
-                        .iter()
-                        .filter(|i| i.marks.iter().any(|x| x == m))
-                        .count();
-                    (n > 0).then(|| format!("{m} {n}"))
-                })
+                .zip(t.marks)
+                .filter(|(_, n)| *n > 0)
+                .map(|(m, n)| format!("{m} {n}"))
                 .collect();
             if !marks.is_empty() {
                 part.push_str(&format!(" ({})", marks.join(", ")));
@@ -490,17 +506,9 @@ pub(crate) fn counts_line(report: &Report) -> String {
         if matches!(
             outcome,
             ItemOutcome::Held | ItemOutcome::Skipped | ItemOutcome::Cancelled
-        ) && items.iter().any(|i| i.reason.is_some())
+        ) && t.any_reason
         {
-            let mut reasons: Vec<(&str, usize)> = Vec::new();
-            for i in &items {
-                let r = i.reason.as_deref().unwrap_or("no reason");
-                match reasons.iter_mut().find(|(name, _)| *name == r) {
-                    Some((_, n)) => *n += 1,
-                    None => reasons.push((r, 1)),
-                }
-            }
-            let list: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            let list: Vec<String> = t.reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
             part.push_str(&format!(" ({})", list.join(", ")));
         }
         parts.push(part);

@@ -5,7 +5,7 @@
 use crate::engine::{ClaimAnswer, LockError, RepoLock, RunSink};
 use crate::events::Event;
 use crate::ledger::store::Store;
-use crate::ledger::{Claim, Holder, ItemKey};
+use crate::ledger::{Claim, Holder};
 use crate::report::ReportBuilder;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +59,7 @@ pub(crate) struct Fanout {
     /// Each repository's identity across machines (its url, else its name), by name.
     pub(super) identities: HashMap<String, String>,
     pub(super) run_id: String,
-    pub(super) keys: Vec<ItemKey>,
+    pub(super) keys: super::keys::PlanKeys,
     pub(super) holder: Holder,
     /// The first ledger error; the engine stops admitting once it is set.
     pub(super) failure: Option<String>,
@@ -80,7 +80,7 @@ impl Fanout {
         ledger: Store,
         plan: &crate::plan::Plan,
         run_id: &str,
-        keys: Vec<ItemKey>,
+        keys: super::keys::PlanKeys,
         holder: Holder,
     ) -> Fanout {
         Fanout {
@@ -159,12 +159,13 @@ impl Fanout {
         // Spend, counted by UTC day for the manifest's caps over every run (`budget.daily_usd`).
         if let Event::Usage { usage, item, .. } = ev
             && let Some(cost) = usage.cost_usd.filter(|c| *c > 0.0)
-            && let Some(manifest) = self.keys.get(*item).map(|k| k.manifest.clone())
-            && let Err(e) = self.ledger.add_spend(&manifest, &at[..10], cost)
+            && self.keys.get(*item).is_some()
+            && let Err(e) = self.ledger.add_spend(self.keys.manifest(), &at[..10], cost)
         {
             self.fail(e);
         }
         let key = item_of(ev).and_then(|i| self.keys.get(i));
+        let key = key.as_ref();
         if self.log_failed.is_none()
             && let Some((_, n, what, e)) = ev.log_error()
         {
@@ -233,7 +234,7 @@ impl RunSink for Fanout {
     }
 
     fn claim(&mut self, item: usize) -> ClaimAnswer {
-        let Some(key) = self.keys.get(item).cloned() else {
+        let Some(key) = self.keys.get(item) else {
             return ClaimAnswer::Failed(format!("item {item} is not in the plan"));
         };
         // A pause of the whole host, given while the run drains: nothing more is admitted.

@@ -23,7 +23,13 @@ fn github_annotations(report: &report::Report, repos: &HashMap<String, PathBuf>)
     let prop = |s: &str| data(s).replace(':', "%3A").replace(',', "%2C");
     let place = regex::Regex::new(r"([A-Za-z0-9_./-]+\.[A-Za-z0-9]+):([0-9]+)").ok();
     let mut lines = String::new();
-    for it in &report.items {
+    let shown = |o| {
+        matches!(
+            o,
+            ItemOutcome::Halted | ItemOutcome::Failed | ItemOutcome::Held
+        )
+    };
+    for (_, it) in report.items.iter_where(shown) {
         let level = match it.outcome {
             ItemOutcome::Halted | ItemOutcome::Failed => "error",
             ItemOutcome::Held => "warning",
@@ -133,16 +139,17 @@ fn verdict(
             (EXIT_FAILURES, what.replace("{cause}", cause))
         }
         RunEnding::NothingFound | RunEnding::Drained => {
-            let bad = report.items.iter().any(|i| {
+            let bad = report.items.any_outcome(|o| {
                 matches!(
-                    i.outcome,
+                    o,
                     ItemOutcome::Halted | ItemOutcome::Failed | ItemOutcome::Held
                 )
             });
+            // Only a completed item's work is published.
             let unpublished = report
                 .items
-                .iter()
-                .any(|i| i.publish.as_ref().is_some_and(|p| p.error.is_some()));
+                .iter_where(|o| o == ItemOutcome::Completed)
+                .any(|(_, i)| i.publish.as_ref().is_some_and(|p| p.error.is_some()));
             let missing = missing_line(&report.missing_repositories);
             let unread = unreadable_line(&report.unreadable_sources);
             let missing = match (missing, unread) {
@@ -153,19 +160,14 @@ fn verdict(
             // `--standing-holds pass` that is nothing new.
             let only_held = !report
                 .items
-                .iter()
-                .any(|i| matches!(i.outcome, ItemOutcome::Halted | ItemOutcome::Failed));
+                .any_outcome(|o| matches!(o, ItemOutcome::Halted | ItemOutcome::Failed));
             if bad
                 && only_held
                 && missing.is_none()
                 && standing_holds_pass
                 && !report::ran_work(report)
             {
-                let held = report
-                    .items
-                    .iter()
-                    .filter(|i| i.outcome == ItemOutcome::Held)
-                    .count();
+                let held = report.counts.get(&ItemOutcome::Held).copied().unwrap_or(0);
                 return (
                     EXIT_OK,
                     format!(
@@ -189,11 +191,7 @@ fn verdict(
                 )
             } else if ending == RunEnding::NothingFound {
                 (EXIT_OK, "no work item was found".into())
-            } else if report
-                .items
-                .iter()
-                .any(|i| i.outcome == ItemOutcome::Completed)
-            {
+            } else if report.items.any_outcome(|o| o == ItemOutcome::Completed) {
                 (EXIT_OK, "every pending item completed".into())
             } else {
                 (EXIT_OK, "nothing was pending".into())
@@ -303,10 +301,10 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
         github_annotations(report, &repos);
     }
     if opts.json {
-        match serde_json::to_string_pretty(report) {
-            Ok(s) => crate::ui::term::write_out(format_args!("{s}"), true),
-            Err(e) => ui.error(format_args!("cannot encode the report: {e}")),
-        }
+        crate::ui::term::write_out_with(|w| {
+            serde_json::to_writer_pretty(&mut *w, report).map_err(std::io::Error::other)?;
+            w.write_all(b"\n")
+        });
     }
     // The run history: what the run came to, then the reports folder's page of runs.
     let totals = super::records::totals_of(report);

@@ -14,6 +14,7 @@
 pub mod fanout;
 pub mod finish;
 pub mod incidents;
+pub(crate) mod keys;
 pub mod prepare;
 pub mod pulls;
 pub mod records;

@@ -498,11 +498,6 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         && std::io::stderr().is_terminal()
         && std::env::var("TERM").map_or(true, |t| t != "dumb")
         && std::env::var_os("CI").is_none();
-    let keys: Vec<ItemKey> = plan
-        .items
-        .iter()
-        .map(|it| past::item_key(&loaded.manifest.name, it))
-        .collect();
     let row = RunRow {
         id: run_id.clone(),
         manifest: loaded.manifest.name.clone(),
@@ -519,7 +514,9 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         containment: Some(contained.describe()),
         lapsed: false,
     };
-    let plan_json = serde_json::to_string(&plan).map_err(|e| {
+    let plan = Arc::new(plan);
+    let keys = super::keys::PlanKeys::new(&loaded.manifest.name, Arc::clone(&plan));
+    let plan_json = serde_json::to_string(&*plan).map_err(|e| {
         ui.error(format_args!("cannot encode the plan for the ledger: {e}"));
         EXIT_INTERNAL
     })?;
@@ -534,7 +531,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let mut sink = Fanout::new(
         events,
         crate::ui::Progress::new(&plan, fancy, ui.color),
-        ReportBuilder::new(&plan, &run_id, &run_dir, workers, &started_at),
+        ReportBuilder::new(Arc::clone(&plan), &run_id, &run_dir, workers, &started_at),
         ledger,
         &plan,
         &run_id,
@@ -737,7 +734,7 @@ fn previous_feedback(plan: &Plan, standing: &Standing, sink: &Fanout) -> HashMap
         if it.state != ItemState::Pending {
             continue;
         }
-        let Some(p) = standing.past.get(&sink.keys[i]) else {
+        let Some(p) = sink.keys.get(i).and_then(|k| standing.past.get(&k)) else {
             continue;
         };
         if p.outcome == ItemOutcome::Completed {

@@ -22,7 +22,7 @@ pub fn render(ledger: &Store, run: &str) -> crate::ledger::Result<Option<report:
         }
     })?;
     let mut b = ReportBuilder::new(
-        &plan,
+        std::sync::Arc::new(plan),
         run,
         Path::new(&replay.run_dir),
         replay.workers,
@@ -35,7 +35,7 @@ pub fn render(ledger: &Store, run: &str) -> crate::ledger::Result<Option<report:
         .run(run)?
         .is_some_and(|r| r.status() == crate::ledger::RunStatus::Died);
     b.unended(died, &ledger.claimed_by(run)?);
-    Ok(Some(b.report().clone()))
+    Ok(Some(b.into_report()))
 }
 
 /// What a run came to, for the ledger's run history.
@@ -91,17 +91,9 @@ pub(crate) fn write_history(
         })
         .collect();
     // Each item's outcomes, oldest first (the page orders the items itself).
-    let mut by_item: std::collections::HashMap<(String, String), Vec<(String, _)>> =
-        Default::default();
-    for (repo, item, run, outcome) in ledger
+    let recent = ledger
         .recent_item_results(manifest, HISTORY_RUNS)
-        .map_err(|e| e.to_string())?
-    {
-        by_item
-            .entry((repo, item))
-            .or_default()
-            .push((run, outcome));
-    }
+        .map_err(|e| e.to_string())?;
     // The pull requests as the latest run found them.
     let mut pulls: std::collections::HashMap<(String, String), _> = runs
         .first()
@@ -110,15 +102,15 @@ pub(crate) fn write_history(
         .into_iter()
         .map(|(repo, id, pr)| ((repo, id), pr))
         .collect();
-    let mut items: Vec<ItemHistory> = by_item
+    let mut items: Vec<ItemHistory> = recent
         .into_iter()
-        .map(|(key, outcomes)| {
-            let pull_request = pulls.remove(&key);
-            let (repo, id) = key;
+        .map(|r| {
+            let key = (r.repo, r.item);
+            let pull_request = pulls.remove(&key).map(Box::new);
             ItemHistory {
-                repo,
-                id,
-                outcomes,
+                repo: key.0,
+                id: key.1,
+                outcomes: r.outcomes,
                 pull_request,
             }
         })
@@ -127,7 +119,7 @@ pub(crate) fn write_history(
         repo,
         id,
         outcomes: Vec::new(),
-        pull_request: Some(pr),
+        pull_request: Some(Box::new(pr)),
     }));
     let path = reports.join("index.html");
     crate::support::fs::write_atomic_with(&path, |w| {
@@ -258,7 +250,7 @@ pub(crate) fn retain(
     keep: &Keep,
     reports: &Path,
     spare: Option<&str>,
-    current: &[crate::ledger::ItemKey],
+    current: &dyn crate::vocab::KeySet,
 ) -> Result<Retained, String> {
     let now = jiff::Timestamp::now();
     let cutoff = now

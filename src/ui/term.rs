@@ -45,17 +45,23 @@ impl Ui {
 /// What [`out!`] and [`outln!`] do: write to standard output; a closed pipe ends the output
 /// quietly, any other failure is said once on stderr.
 pub(crate) fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+    write_out_with(|o| {
+        o.write_fmt(args)?;
+        if newline { o.write_all(b"\n") } else { Ok(()) }
+    });
+}
+
+/// As [`write_out`], what `write` writes into standard output as it goes (a document of
+/// thousands of items is never held as text).
+pub(crate) fn write_out_with(write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>) {
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
     static FAILED: AtomicBool = AtomicBool::new(false);
     if FAILED.load(Ordering::Relaxed) {
         return;
     }
-    let mut o = std::io::stdout().lock();
-    let r = o
-        .write_fmt(args)
-        .and_then(|()| if newline { o.write_all(b"\n") } else { Ok(()) })
-        .and_then(|()| o.flush());
+    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    let r = write(&mut o).and_then(|()| o.flush());
     if let Err(e) = r {
         FAILED.store(true, Ordering::Relaxed);
         if e.kind() != std::io::ErrorKind::BrokenPipe {

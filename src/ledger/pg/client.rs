@@ -189,10 +189,14 @@ impl PgLedger {
         let m = manifest.to_string();
         let (cutoff, at, host) = (cutoff.to_string(), at.to_string(), host.to_string());
         let spare = spare.map(str::to_string);
-        let current: Vec<&ItemKey> = current.iter().filter(|k| k.manifest == manifest).collect();
-        let cur_repo: Vec<String> = current.iter().map(|k| k.repo.clone()).collect();
-        let cur_item: Vec<String> = current.iter().map(|k| k.item.clone()).collect();
-        let cur_def: Vec<String> = current.iter().map(|k| k.def_hash.clone()).collect();
+        let (mut cur_repo, mut cur_item, mut cur_def) = (Vec::new(), Vec::new(), Vec::new());
+        current.each(&mut |k| {
+            if k.manifest == manifest {
+                cur_repo.push(k.repo);
+                cur_item.push(k.item);
+                cur_def.push(k.def_hash);
+            }
+        });
         let lapse = lapse().as_secs_f64();
         self.call(move |s| {
             let st = BufferStatements::of(s)?;

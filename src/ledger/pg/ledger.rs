@@ -213,6 +213,9 @@ impl Ledger for PgLedger {
         if let Some(r) = crate::ledger::result_of(run_id, item, ev, at) {
             self.buffered.results.push(r);
         }
+        if self.buffered.events.len() >= crate::ledger::EVENTS_BUFFERED {
+            self.flush()?;
+        }
         Ok(())
     }
 
@@ -939,24 +942,23 @@ impl History for PgLedger {
         &self,
         manifest: &str,
         limit: usize,
-    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+    ) -> Result<Vec<crate::ledger::RecentResults>> {
         let m = manifest.to_string();
         let limit = limit as i64;
         self.call(move |s| {
             let rows = s.client.query(
                 &format!(
                     "SELECT repo, item, run_id, outcome FROM item_results
-                      WHERE manifest = $1 AND run_id IN {RECENT_RUNS} ORDER BY recorded_at"
+                      WHERE manifest = $1 AND run_id IN {RECENT_RUNS}
+                      ORDER BY repo, item, recorded_at"
                 ),
                 &[&m, &limit],
             )?;
-            Ok(rows
-                .iter()
-                .filter_map(|r| {
-                    let o = outcome_from(r.get::<_, &str>(3))?;
-                    Some((r.get(0), r.get(1), r.get(2), o))
-                })
-                .collect())
+            let mut gather = crate::ledger::RecentGather::default();
+            for r in &rows {
+                gather.row(r.get(0), r.get(1), r.get(2), r.get(3));
+            }
+            Ok(gather.done())
         })
     }
 }

@@ -288,9 +288,14 @@ impl SqliteLedger {
                         "INSERT OR REPLACE INTO temp.current_defs (repo, item, def_hash) VALUES (?1, ?2, ?3)",
                     )
                     .map_err(|e| db(path, e))?;
-                for k in current.iter().filter(|k| k.manifest == manifest) {
-                    add.execute(params![k.repo, k.item, k.def_hash])
-                        .map_err(|e| db(path, e))?;
+                let mut failed = None;
+                current.each(&mut |k| {
+                    if failed.is_none() && k.manifest == manifest {
+                        failed = add.execute(params![k.repo, k.item, k.def_hash]).err();
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(db(path, e));
                 }
             }
             pruned.results += tx

@@ -211,6 +211,9 @@ impl Ledger for SqliteLedger {
         if let Some(r) = crate::ledger::result_of(run_id, item, ev, at) {
             self.buffered.results.push(r);
         }
+        if self.buffered.events.len() >= crate::ledger::EVENTS_BUFFERED {
+            self.flush()?;
+        }
         Ok(())
     }
 
@@ -786,39 +789,35 @@ impl History for SqliteLedger {
             .collect())
     }
 
-    /// The recorded results of `manifest`'s items in its latest `limit` runs: (repo, item, run,
-    /// outcome), oldest first.
+    /// The recorded results of `manifest`'s items in its latest `limit` runs, each item's
+    /// oldest first.
     fn recent_item_results(
         &self,
         manifest: &str,
         limit: usize,
-    ) -> Result<Vec<(String, String, String, ItemOutcome)>> {
+    ) -> Result<Vec<crate::ledger::RecentResults>> {
         let sql = format!(
             "SELECT repo, item, run_id, outcome FROM item_results
              WHERE manifest = ?1 AND run_id IN
                  {RECENT_RUNS}
-             ORDER BY ended_at"
+             ORDER BY repo, item, ended_at"
         );
         let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![manifest, limit as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
+        let mut rows = stmt
+            .query(params![manifest, limit as i64])
             .map_err(|e| self.err(e))?;
-        // One pass: a manifest of thousands of items is not held twice.
-        let mut out = Vec::new();
-        for row in rows {
-            let (repo, item, run, o) = row.map_err(|e| self.err(e))?;
-            if let Some(o) = outcome_from(&o) {
-                out.push((repo, item, run, o));
-            }
+        // Row by row, borrowed: the rows are never held as strings.
+        let mut gather = crate::ledger::RecentGather::default();
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let text = |i| {
+                r.get_ref(i)
+                    .ok()
+                    .and_then(|v| v.as_str().ok())
+                    .unwrap_or("")
+            };
+            gather.row(text(0), text(1), text(2), text(3));
         }
-        Ok(out)
+        Ok(gather.done())
     }
 }
 

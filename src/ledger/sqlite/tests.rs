@@ -90,7 +90,7 @@ fn keep_latest(l: &mut SqliteLedger) -> super::super::Pruned {
         cutoff: "",
         at: &crate::support::clock::now(),
         spare: None,
-        current: &[],
+        current: &Vec::new(),
     })
     .unwrap()
 }
