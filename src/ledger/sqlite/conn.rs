@@ -276,28 +276,7 @@ impl SqliteLedger {
             )
             .map_err(|e| db(path, e))?;
         if !current.is_empty() {
-            tx.execute_batch(
-                "CREATE TEMP TABLE IF NOT EXISTS current_defs (repo TEXT, item TEXT, def_hash TEXT,
-                   PRIMARY KEY (repo, item)) WITHOUT ROWID;
-                 DELETE FROM temp.current_defs;",
-            )
-            .map_err(|e| db(path, e))?;
-            {
-                let mut add = tx
-                    .prepare(
-                        "INSERT OR REPLACE INTO temp.current_defs (repo, item, def_hash) VALUES (?1, ?2, ?3)",
-                    )
-                    .map_err(|e| db(path, e))?;
-                let mut failed = None;
-                current.each(&mut |k| {
-                    if failed.is_none() && k.manifest == manifest {
-                        failed = add.execute(params![k.repo, k.item, k.def_hash]).err();
-                    }
-                });
-                if let Some(e) = failed {
-                    return Err(db(path, e));
-                }
-            }
+            current_defs(&tx, manifest, current).map_err(|e| db(path, e))?;
             pruned.results += tx
                 .execute(
                     "DELETE FROM item_results AS r WHERE r.manifest = ?1
@@ -604,4 +583,27 @@ pub(super) fn pause_of(conn: &Connection, manifest: &str) -> rusqlite::Result<Op
             Ok(crate::ledger::pause_text(&by, reason.as_deref(), &at))
         })
         .optional()
+}
+
+/// `temp.current_defs`: the definitions of `manifest`'s items in `current`, one row each.
+fn current_defs(
+    tx: &Connection,
+    manifest: &str,
+    current: &dyn crate::vocab::KeySet,
+) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS current_defs (repo TEXT, item TEXT, def_hash TEXT,
+           PRIMARY KEY (repo, item)) WITHOUT ROWID;
+         DELETE FROM temp.current_defs;",
+    )?;
+    let mut add = tx.prepare(
+        "INSERT OR REPLACE INTO temp.current_defs (repo, item, def_hash) VALUES (?1, ?2, ?3)",
+    )?;
+    let mut failed = None;
+    current.each(&mut |k| {
+        if failed.is_none() && k.manifest == manifest {
+            failed = add.execute(params![k.repo, k.item, k.def_hash]).err();
+        }
+    });
+    failed.map_or(Ok(()), Err)
 }
