@@ -407,7 +407,7 @@ fn feedback_that_cannot_be_written_is_said() {
         1,
         1,
         &format!(
-            "echo \"attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]\" >> {}; mkdir -p \"$(dirname \"$RUNNER_USAGE\")/$RUNNER_ATTEMPT-feedback.txt\"; exit 1",
+            "echo \"attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]\" >> {}; mkdir -p \"$(dirname \"$(dirname \"$RUNNER_USAGE\")\")/logs/$RUNNER_REPO/$RUNNER_ITEM/$RUNNER_ATTEMPT-feedback.txt\"; exit 1",
             seen.display()
         ),
         "",

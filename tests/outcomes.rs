@@ -399,7 +399,7 @@ fn unlock_takes_a_repositorys_name_with_its_manifest() {
 }
 
 #[test]
-fn reports_speak_plainly_and_every_process_has_its_log() {
+fn reports_speak_plainly_and_every_process_that_printed_has_its_log() {
     let dir = tempfile::tempdir().unwrap();
     repo(&dir.path().join("r"));
     std::fs::write(
@@ -438,29 +438,42 @@ items:
     let bad = report_item(&report, "id", "bad");
     let last = bad["attempts"].as_array().unwrap().last().unwrap();
     assert_eq!(last["worker"]["output_tail"], "broke at line 3", "{bad:#}");
-    // Every worker and gate that ran has a log file, empty or not.
+    // Every worker and gate that printed has its log, holding what it printed; one that
+    // printed nothing has none, and no folder was made for it.
     let run_dir = reports.join(report["run_id"].as_str().unwrap());
-    let mut logs = 0;
+    let (mut logs, mut silent) = (0, 0);
     for it in report["items"].as_array().unwrap() {
         for a in it["attempts"].as_array().unwrap() {
-            let mut paths = vec![a["worker"]["log"].clone()];
-            paths.extend(
-                a["gates"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|g| g["log"].clone()),
-            );
-            for p in paths {
-                let p = p.as_str().unwrap_or_else(|| panic!("no log in {a:#}"));
-                assert!(run_dir.join(p).is_file(), "{p} missing");
-                logs += 1;
+            let mut steps = vec![a["worker"].clone()];
+            steps.extend(a["gates"].as_array().unwrap().iter().cloned());
+            for step in steps {
+                match step["log"].as_str() {
+                    Some(p) => {
+                        let text = std::fs::read_to_string(run_dir.join(p))
+                            .unwrap_or_else(|e| panic!("{p}: {e}"));
+                        assert!(
+                            text.contains("rate limited") || text.contains("broke at line 3"),
+                            "{p}: {text:?}"
+                        );
+                        logs += 1;
+                    }
+                    None => {
+                        assert!(step["log"].is_null(), "{step:#}");
+                        silent += 1;
+                    }
+                }
             }
         }
     }
     assert_eq!(
-        logs, 5,
-        "three worker passes of `bad`, worker and gate of `ok`"
+        (logs, silent),
+        (3, 2),
+        "three worker passes of `bad` printed; `ok`'s worker and gate did not"
+    );
+    assert!(run_dir.join("logs/r/bad").is_dir());
+    assert!(
+        !run_dir.join("logs/r/ok").exists(),
+        "a log folder for silent steps"
     );
     // `latest` names the most recent run.
     let again = run_in(dir.path(), &["report", "latest", "--manifest", "m.yaml"]);

@@ -632,7 +632,8 @@ pub(crate) fn commit_tree_on(
         None => commit_tree(dir, tree, parent, message)?,
     };
     let refname = format!("refs/heads/{branch}");
-    let msg = format!("runner: {message}");
+    // As `git commit` writes it: "commit: " and the subject line.
+    let msg = format!("commit: {}", message.lines().next().unwrap_or_default());
     let out = crate::process::spawn_helper(command(dir).env("GIT_OPTIONAL_LOCKS", "1").args([
         "update-ref",
         "-m",

@@ -97,7 +97,7 @@ pub struct Finished {
     pub output_bytes: u64,
     /// Whether it printed anything at all.
     pub any_output: bool,
-    /// Whether its log file was written (empty when it printed nothing).
+    /// Whether its log file was written (none is when it printed nothing).
     pub logged: bool,
     /// Why its log is not all of its output (it could not be created or written whole).
     pub log_error: Option<String>,

@@ -323,9 +323,9 @@ impl Collector {
         if !rest.is_empty() || !st.held.is_empty() {
             self.emit(&mut st, &rest, true);
         }
-        // Every process has its log, an empty one when it printed nothing: a report never
-        // points at a log that is not there, nor leaves one out.
-        st.open_log();
+        // A process that printed nothing has no log (nor a folder made for it): a report names
+        // a log exactly when there is output in it. A new file is dear on some file systems and
+        // most quick steps are silent.
         st.close_log();
         if let Some(log) = st.log.as_mut()
             && let Err(e) = log.flush()

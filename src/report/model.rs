@@ -247,7 +247,7 @@ pub struct WorkerReport {
     pub exit: Option<i32>,
     pub class: WorkerClass,
     pub duration_ms: u64,
-    /// Relative to the run's report folder (an empty file when the worker printed nothing).
+    /// Relative to the run's report folder; none when the worker printed nothing.
     pub log: Option<String>,
     /// Why the log is not all of the output: it could not be created or written whole (a full
     /// disk). The run exits 4.
@@ -271,6 +271,7 @@ pub struct GateReport {
     pub reason: Option<String>,
     pub duration_ms: u64,
     pub output_tail: String,
+    /// Relative to the run's report folder; none when the gate printed nothing or did not run.
     pub log: Option<String>,
     /// Why the log is not all of the output: it could not be created or written whole (a full
     /// disk). The run exits 4.

@@ -70,9 +70,13 @@ pub(super) fn provider_failed(
     chain.provider_failure()
 }
 
-/// Where attempt `n`'s worker may write what it used.
+/// Where attempt `n`'s worker may write what it used: in the run's `usage` folder, one for all
+/// items (an item's log folder is made only for output), named by the item's place in the plan.
 pub(super) fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
-    icx.logs.join(format!("{n}-usage.json"))
+    icx.cx
+        .run_dir
+        .join("usage")
+        .join(format!("{}-{n}.json", icx.idx))
 }
 
 /// What reading a worker's `$RUNNER_USAGE` file gave.

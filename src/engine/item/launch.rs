@@ -224,10 +224,11 @@ pub(super) fn command(
     } else {
         Vec::new()
     };
-    // A worker may say what it used; the folder is there for it to write into.
+    // A worker may say what it used; the folder is there for it to write into (made by the
+    // run's first worker, found there by the others).
     let usage = gate.is_none().then(|| usage_path(icx, n));
-    if usage.is_some() {
-        let _ = std::fs::create_dir_all(&icx.logs);
+    if let Some(dir) = usage.as_deref().and_then(Path::parent) {
+        let _ = std::fs::create_dir_all(dir);
     }
     let brief = if gate.is_none() { brief(icx) } else { None };
     let env = child_env(

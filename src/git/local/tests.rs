@@ -612,7 +612,7 @@ fn the_commit_made_in_process_is_the_one_git_makes() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), ours, "{raw}");
     assert_eq!(git(d, &["rev-parse", "w"]).trim(), ours);
-    assert!(git(d, &["reflog", "show", "w"]).contains("runner: runner: item-1"));
+    assert!(git(d, &["reflog", "show", "w"]).contains("commit: runner: item-1"));
     git(d, &["fsck", "--strict", "--no-dangling"]);
     git(d, &["config", "commit.gpgSign", "false"]);
     super::super::command::forget(d);
