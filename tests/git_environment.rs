@@ -281,28 +281,58 @@ fn a_hung_git_holds_its_item_never_the_run() {
 #[test]
 fn runners_own_git_calls_run_no_filter_of_the_repository() {
     let dir = tempfile::tempdir().unwrap();
-    let r = repo(&dir.path().join("r"));
-    std::fs::write(r.join(".gitattributes"), "*.txt filter=spy\n").unwrap();
-    commit_file(&r, "a.txt", "text\n");
-    // Configured after the commits above, which would run it: a filter that records every
-    // time git runs it, and that git must not do without.
     let ran = dir.path().join("filter-ran");
-    for key in ["clean", "smudge"] {
-        git(
-            &r,
-            &[
-                "config",
-                &format!("filter.spy.{key}"),
-                &format!("echo {key} >> {}; cat", ran.display()),
-            ],
-        );
+    // The first repository's configuration is asked of git, the others' read in process: each
+    // names its filter in another way git reads the same.
+    let spy = |key: &str| format!("echo {key} >> {}; cat", ran.display());
+    let written = [
+        None,
+        Some(format!(
+            "[filter \"spy\"]\n\tClean = \"{}\"\n\tsmudge = {} # a comment\n\trequired\n",
+            spy("clean"),
+            spy("smudge")
+        )),
+        Some(format!(
+            "[FILTER \"spy\"] smudge = \\\n  {}\n[filter \"spy\"]\n  process = {}\n",
+            spy("smudge").replace(';', "\";\""),
+            spy("process")
+        )),
+    ];
+    let mut items = String::new();
+    for (n, config) in written.iter().enumerate() {
+        let r = repo(&dir.path().join(format!("r{n}")));
+        std::fs::write(r.join(".gitattributes"), "*.txt filter=spy\n").unwrap();
+        commit_file(&r, "a.txt", "text\n");
+        // Configured after the commits above, which would run it: a filter that records every
+        // time git runs it, and that git must not do without.
+        match config {
+            None => {
+                for key in ["clean", "smudge"] {
+                    git(&r, &["config", &format!("filter.spy.{key}"), &spy(key)]);
+                }
+                git(&r, &["config", "filter.spy.required", "true"]);
+            }
+            Some(text) => {
+                let path = r.join(".git/config");
+                let mut c = std::fs::read_to_string(&path).unwrap();
+                c.push_str(text);
+                std::fs::write(&path, c).unwrap();
+                assert!(
+                    git(&r, &["config", "--get-regexp", "^filter\\.spy\\."])
+                        .contains("smudge echo smudge"),
+                    "{text}"
+                );
+            }
+        }
+        items.push_str(&format!(
+            "  - {{repo: r{n}, id: a, branch: \"runner/a\"}}\n"
+        ));
     }
-    git(&r, &["config", "filter.spy.required", "true"]);
     // A worktree is checked out (smudge), the worker's change is snapshotted and committed
     // (clean), and the tree's state is asked about (status, diff).
     std::fs::write(
         dir.path().join("manifest.yaml"),
-        "version: 1\nname: filters\nrepositories: [{path: r}]\nworker: {run: 'echo more >> a.txt'}\nitems: [{repo: r, id: a, branch: \"runner/a\"}]\n",
+        format!("version: 1\nname: filters\nrepositories: [{{glob: \"r*\"}}]\nworker: {{run: 'echo more >> a.txt'}}\nitems:\n{items}"),
     )
     .unwrap();
     let out = runner()
@@ -316,11 +346,16 @@ fn runners_own_git_calls_run_no_filter_of_the_repository() {
         "the repository's filter ran: {}",
         std::fs::read_to_string(&ran).unwrap_or_default()
     );
-    assert_eq!(
-        git(&r, &["show", "runner/a:a.txt"]),
-        "text\nmore",
-        "the work is committed as the worker left it"
-    );
+    for n in 0..written.len() {
+        assert_eq!(
+            git(
+                &dir.path().join(format!("r{n}")),
+                &["show", "runner/a:a.txt"]
+            ),
+            "text\nmore",
+            "the work is committed as the worker left it"
+        );
+    }
 }
 
 #[test]

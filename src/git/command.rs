@@ -226,6 +226,18 @@ pub(super) fn forget(dir: &Path) {
     }
 }
 
+/// The keys runner reads of a repository's configuration.
+const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding)$";
+
+/// A configuration entry: its key and value (`None` for a key without `=`).
+type Entry = (String, Option<String>);
+
+/// The entries of the scopes every repository shares (system, global, then the command line's
+/// and the environment's), as git gave them with the first repository's: those before a
+/// repository's own, and those after. `None` when they may differ between repositories (an
+/// include, which may be conditional) or git could not say which scope an entry came from.
+static OUTER: std::sync::OnceLock<Option<(Vec<Entry>, Vec<Entry>)>> = std::sync::OnceLock::new();
+
 fn looked_up(dir: &Path) -> Looked {
     use std::collections::HashMap;
     if let Ok(seen) = SEEN.lock()
@@ -233,29 +245,18 @@ fn looked_up(dir: &Path) -> Looked {
     {
         return known.clone();
     }
-    // One call for both: each git process costs a few milliseconds of a short item.
-    let mut lookup = base_command();
-    lookup.arg("-C").arg(dir).args([
-        "config",
-        "--null",
-        "--get-regexp",
-        r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding)$",
-    ]);
-    // Exit 1 is "no such keys"; anything else (not a repository yet) is not remembered.
-    let out = crate::process::spawn_helper(&mut lookup).ok();
-    let answered = out
-        .as_ref()
-        .is_some_and(|o| matches!(o.status.code(), Some(0 | 1)));
-    let stdout = out.map(|o| o.stdout).unwrap_or_default();
-    let pairs: Vec<(&str, Option<&str>)> = stdout
-        .split(|b| *b == 0)
-        .filter_map(|entry| {
-            let mut kv = entry.splitn(2, |b| *b == b'\n');
-            let key = std::str::from_utf8(kv.next()?).ok()?;
-            Some((key, kv.next().and_then(|v| std::str::from_utf8(v).ok())))
-        })
-        .collect();
-    let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+    let (pairs, answered) = match own_entries(dir) {
+        Some(pairs) => (pairs, true),
+        None if OUTER.get().is_none() => {
+            // Until git has answered once, lookups made together wait for that answer rather
+            // than each start git.
+            static FIRST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _first = FIRST.lock();
+            own_entries(dir).map_or_else(|| ask_git(dir), |pairs| (pairs, true))
+        }
+        None => ask_git(dir),
+    };
+    let keys: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
     let mut filters: Vec<String> = keys
         .iter()
         .filter_map(|key| {
@@ -271,7 +272,7 @@ fn looked_up(dir: &Path) -> Looked {
         .filter(|(k, _)| {
             !k.starts_with("filter.") && (k.ends_with(".name") || k.ends_with(".email"))
         })
-        .map(|(k, v)| (k.to_string(), v.unwrap_or_default().to_string()))
+        .map(|(k, v)| (k.clone(), v.clone().unwrap_or_default()))
         .collect();
     let looked = Looked {
         filters,
@@ -286,6 +287,112 @@ fn looked_up(dir: &Path) -> Looked {
             .insert(dir.to_path_buf(), looked.clone());
     }
     looked
+}
+
+/// The looked-up entries of `dir`, read from its configuration file in process between the
+/// shared scopes git gave for an earlier repository: `None` when git must be asked (the shared
+/// scopes are not known or not shared, the checkout or its file is not one read here).
+fn own_entries(dir: &Path) -> Option<Vec<Entry>> {
+    let (before, after) = OUTER.get()?.as_ref()?;
+    let text = super::local::plain_config_text(dir)?;
+    let re = looked_up_keys();
+    let own = super::config::entries(&text)?
+        .into_iter()
+        .filter(|(k, _)| re.is_match(k));
+    Some(
+        before
+            .iter()
+            .cloned()
+            .chain(own)
+            .chain(after.iter().cloned())
+            .collect(),
+    )
+}
+
+/// [`ask_git`] without the scopes, for a git that cannot tell them (before 2.26) or a lookup
+/// that failed.
+fn ask_git_unscoped(dir: &Path) -> (Vec<Entry>, bool) {
+    let mut lookup = base_command();
+    lookup
+        .arg("-C")
+        .arg(dir)
+        .args(["config", "--null", "--get-regexp", LOOKED_UP]);
+    let out = crate::process::spawn_helper(&mut lookup).ok();
+    let answered = out
+        .as_ref()
+        .is_some_and(|o| matches!(o.status.code(), Some(0 | 1)));
+    let stdout = out.map(|o| o.stdout).unwrap_or_default();
+    let entries = stdout
+        .split(|b| *b == 0)
+        .filter(|e| !e.is_empty())
+        .map(entry_of)
+        .collect();
+    (entries, answered)
+}
+
+/// `key LF value` (or `key` alone) as `git config --null` prints an entry.
+fn entry_of(bytes: &[u8]) -> Entry {
+    let mut kv = bytes.splitn(2, |b| *b == b'\n');
+    let key = kv.next().map(String::from_utf8_lossy).unwrap_or_default();
+    let value = kv.next().map(|v| String::from_utf8_lossy(v).into_owned());
+    (key.into_owned(), value)
+}
+
+fn looked_up_keys() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| regex::Regex::new(LOOKED_UP).expect("a valid pattern"))
+}
+
+/// The looked-up entries of `dir` as git reads them, and whether git answered (exit 1 is "no
+/// such keys"; anything else, such as a folder that is not a repository yet, is not
+/// remembered). The first answer also tells [`OUTER`].
+fn ask_git(dir: &Path) -> (Vec<Entry>, bool) {
+    // With each entry's scope, and the includes, which make the shared scopes differ from one
+    // repository to another.
+    let scoped = format!("{}|^include(if)?\\..*$", LOOKED_UP);
+    let mut lookup = base_command();
+    lookup
+        .arg("-C")
+        .arg(dir)
+        .args(["config", "--null", "--show-scope", "--get-regexp", &scoped]);
+    let out = crate::process::spawn_helper(&mut lookup).ok();
+    let answered = out
+        .as_ref()
+        .is_some_and(|o| matches!(o.status.code(), Some(0 | 1)));
+    let stdout = out.map(|o| o.stdout).unwrap_or_default();
+    if !answered {
+        return ask_git_unscoped(dir);
+    }
+    // `scope NUL key LF value NUL`, or `scope NUL key NUL` for a key without a value.
+    let mut fields = stdout.split(|b| *b == 0);
+    let mut scoped_entries: Vec<(String, Entry)> = Vec::new();
+    while let (Some(scope), Some(entry)) = (fields.next(), fields.next()) {
+        scoped_entries.push((String::from_utf8_lossy(scope).into_owned(), entry_of(entry)));
+    }
+    let include = |k: &str| k.starts_with("include.") || k.starts_with("includeif.");
+    let shared = !scoped_entries
+        .iter()
+        .any(|(scope, (k, _))| include(k) && !matches!(scope.as_str(), "local" | "worktree"))
+        && scoped_entries.iter().all(|(scope, _)| {
+            matches!(
+                scope.as_str(),
+                "system" | "global" | "local" | "worktree" | "command"
+            )
+        });
+    let pick = |which: &[&str]| -> Vec<Entry> {
+        scoped_entries
+            .iter()
+            .filter(|(scope, (k, _))| which.contains(&scope.as_str()) && !include(k))
+            .map(|(_, e)| e.clone())
+            .collect()
+    };
+    let _ = OUTER.set(shared.then(|| (pick(&["system", "global"]), pick(&["command"]))));
+    let all = scoped_entries
+        .iter()
+        .filter(|(_, (k, _))| !include(k))
+        .map(|(_, e)| e.clone())
+        .collect();
+    (all, true)
 }
 
 pub(super) fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
@@ -346,4 +453,55 @@ pub(super) fn checked(dir: &Path, args: &[&str]) -> Result<String, GitError> {
         return Err(failed(args.join(" "), dir, &out));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(dir: &Path, config: &str) {
+        let ok = Command::new("git")
+            .args(["init", "-q"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let path = dir.join(".git/config");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(config);
+        std::fs::write(&path, text).unwrap();
+    }
+
+    #[test]
+    fn a_repositorys_own_configuration_is_read_as_git_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, rich, included) = (
+            dir.path().join("first"),
+            dir.path().join("rich"),
+            dir.path().join("included"),
+        );
+        repo(&first, "");
+        repo(
+            &rich,
+            "[filter \"lfs\"]\n\tclean = git-lfs clean -- %f\n\tRequired\n[Filter \"Other One\"]\n smudge = \"x ; y\"\n\
+             [user]\n\tname = \" Ada \"  # comment\n\temail = ada@example.invalid\n[author]\n\tname = A\\\n  B\n\
+             [commit]\n\tgpgSign = false\n[i18n]\n\tcommitEncoding\n[user]\n\tname = Last Wins\n",
+        );
+        repo(&included, "[include]\n\tpath = elsewhere\n");
+        assert!(ask_git(&first).1);
+        let outer = OUTER.get().expect("set by git's first answer");
+        let ours = own_entries(&rich);
+        if outer.is_some() {
+            let (theirs, answered) = ask_git(&rich);
+            assert!(answered);
+            assert_eq!(ours, Some(theirs));
+            let ours = ours.unwrap();
+            assert!(ours.contains(&("filter.Other One.smudge".into(), Some("x ; y".into()))));
+        } else {
+            // This machine's own configuration includes another file: always asked of git.
+            assert_eq!(ours, None);
+        }
+        assert_eq!(own_entries(&included), None, "an include is left to git");
+    }
 }

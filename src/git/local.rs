@@ -453,6 +453,13 @@ fn plain_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf)> {
     Some((top, git_dir))
 }
 
+/// The text of the configuration file of the checkout at `dir`, when it is one this module reads
+/// ([`plain_checkout`]: its own `.git` folder, this user's, no extension or include).
+pub(crate) fn plain_config_text(dir: &Path) -> Option<String> {
+    let (_, git_dir) = plain_checkout(dir, Reads::Small)?;
+    Reads::Small.text(&git_dir.join("config")).ok()
+}
+
 /// A linked worktree at `dir` as `git worktree add` makes one: `.git` a file naming its own
 /// git dir (`gitdir: …`), which names the main repository's (`commondir`). Returns the top
 /// level, its own git dir and the common dir. Anything else — a checkout of another user, a

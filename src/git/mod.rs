@@ -8,6 +8,7 @@
 //! gets git's own answers about the repository it was asked about.
 
 mod command;
+mod config;
 mod local;
 mod probe;
 mod snapshot;
