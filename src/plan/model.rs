@@ -64,6 +64,31 @@ pub struct Expected {
 }
 
 impl Plan {
+    /// A plan of `items` in manifest `m` (`m.yaml`), for tests of what reads plans.
+    #[cfg(test)]
+    pub(crate) fn of_items(items: Vec<ItemPlan>, workers: u32) -> Plan {
+        Plan {
+            schema: "runner.plan/v1".into(),
+            manifest: ManifestRef {
+                name: "m".into(),
+                path: "m.yaml".into(),
+                sha256: String::new(),
+            },
+            digest: String::new(),
+            capacity: CapacityPlan {
+                workers,
+                probe: false,
+            },
+            repositories: Vec::new(),
+            items,
+            counts: Default::default(),
+            warnings: Vec::new(),
+            missing_repositories: Vec::new(),
+            unreadable_sources: Vec::new(),
+            expected: None,
+        }
+    }
+
     /// Each item's estimate by index, for the scheduler (1 each without history: the order then
     /// follows item counts).
     pub fn estimates(&self) -> Vec<u64> {

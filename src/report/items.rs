@@ -390,7 +390,7 @@ impl schemars::JsonSchema for Items {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{CapacityPlan, ManifestRef, Origin};
+    use crate::plan::Origin;
     use crate::report::{AttemptReport, GateReport, WorkerReport};
     use crate::vocab::{GateResult, WorkerClass};
 
@@ -403,26 +403,7 @@ mod tests {
                 it
             })
             .collect();
-        Arc::new(Plan {
-            schema: "runner.plan/v1".into(),
-            manifest: ManifestRef {
-                name: "m".into(),
-                path: "m.yaml".into(),
-                sha256: String::new(),
-            },
-            digest: String::new(),
-            capacity: CapacityPlan {
-                workers: 2,
-                probe: false,
-            },
-            repositories: Vec::new(),
-            items,
-            counts: Default::default(),
-            warnings: Vec::new(),
-            missing_repositories: Vec::new(),
-            unreadable_sources: Vec::new(),
-            expected: None,
-        })
+        Arc::new(Plan::of_items(items, 2))
     }
 
     /// A record with every field that can be absent present.

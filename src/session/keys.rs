@@ -52,7 +52,7 @@ impl KeySet for PlanKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{CapacityPlan, ItemPlan, ManifestRef, Origin};
+    use crate::plan::{ItemPlan, Origin};
 
     #[test]
     fn a_compact_key_is_the_key_the_item_always_had() {
@@ -60,26 +60,7 @@ mod tests {
         a.branch = Some("runner/a".into());
         a.vars.insert("k".into(), "v".into());
         let b = ItemPlan::new("r".into(), "b".into(), Origin::Discovered);
-        let plan = Arc::new(Plan {
-            schema: String::new(),
-            manifest: ManifestRef {
-                name: "m".into(),
-                path: "m.yaml".into(),
-                sha256: String::new(),
-            },
-            digest: String::new(),
-            capacity: CapacityPlan {
-                workers: 1,
-                probe: false,
-            },
-            repositories: Vec::new(),
-            items: vec![a.clone(), b.clone()],
-            counts: Default::default(),
-            warnings: Vec::new(),
-            missing_repositories: Vec::new(),
-            unreadable_sources: Vec::new(),
-            expected: None,
-        });
+        let plan = Arc::new(Plan::of_items(vec![a.clone(), b.clone()], 1));
         let keys = PlanKeys::new("m", plan);
         assert_eq!(keys.get(0), Some(past::item_key("m", &a)));
         assert_eq!(keys.get(1), Some(past::item_key("m", &b)));
