@@ -217,7 +217,7 @@ fn only_the_listed_formats_are_written() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["index.html", "junit.xml", "logs"]);
+    assert_eq!(names, ["index.html", "junit.xml", "logs", "usage"]);
     assert!(root.join("runner-reports/index.html").is_file());
 }
 
