@@ -63,7 +63,11 @@ fn item_log(root: &Path, repo: &str, id: &str) -> String {
         .unwrap();
     let logs = latest.join("logs").join(repo).join(id);
     let mut text = String::new();
-    for e in std::fs::read_dir(logs).unwrap().flatten() {
+    // A silent item has no log folder: nothing was logged.
+    let Ok(entries) = std::fs::read_dir(logs) else {
+        return text;
+    };
+    for e in entries.flatten() {
         text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
     }
     text
