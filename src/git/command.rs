@@ -126,6 +126,42 @@ struct Looked {
     /// A setting that changes how git writes a commit (`commit.gpgSign`,
     /// `i18n.commitEncoding`): commits are left to git.
     commit_settings: bool,
+    /// Which ref updates git records in a reflog (`core.logAllRefUpdates`); `None` where ref
+    /// updates are left to git: a value git would refuse, or a setting that changes how git
+    /// writes refs and logs (`core.sharedRepository`, `core.fsync` and its kin).
+    ref_logs: Option<LogRefs>,
+}
+
+/// `core.logAllRefUpdates` as git reads it in a repository with a working tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogRefs {
+    /// Only reflogs that exist are written to (`false`).
+    Existing,
+    /// Branches, remote-tracking refs, notes and HEAD get a reflog (`true`, the default).
+    Normal,
+    /// Every ref gets one (`always`).
+    Always,
+}
+
+impl LogRefs {
+    /// The setting's last value (`None`: a key without `=`, which reads as true); `None` for a
+    /// value git would refuse.
+    fn parse(value: Option<&str>) -> Option<LogRefs> {
+        let Some(v) = value else {
+            return Some(LogRefs::Normal);
+        };
+        let v = v.to_ascii_lowercase();
+        match v.as_str() {
+            "always" => Some(LogRefs::Always),
+            "true" | "yes" | "on" => Some(LogRefs::Normal),
+            "false" | "no" | "off" | "" => Some(LogRefs::Existing),
+            _ => match v.parse::<i64>() {
+                Ok(0) => Some(LogRefs::Existing),
+                Ok(_) => Some(LogRefs::Normal),
+                Err(_) => None,
+            },
+        }
+    }
 }
 
 /// The configuration of each folder looked up so far.
@@ -216,6 +252,12 @@ pub(super) fn commit_idents(dir: &Path) -> Option<[(String, String); 2]> {
     ])
 }
 
+/// Which ref updates the repository at `dir` records in reflogs; `None` where git is to write
+/// refs (see [`Looked::ref_logs`]).
+pub(super) fn ref_logs(dir: &Path) -> Option<LogRefs> {
+    looked_up(dir).ref_logs
+}
+
 /// Forget what was looked up of `dir`'s configuration (it changed).
 #[cfg(test)]
 pub(super) fn forget(dir: &Path) {
@@ -227,7 +269,7 @@ pub(super) fn forget(dir: &Path) {
 }
 
 /// The keys runner reads of a repository's configuration.
-const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding)$";
+const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles))$";
 
 /// A configuration entry: its key and value (`None` for a key without `=`).
 type Entry = (String, Option<String>);
@@ -281,6 +323,18 @@ fn looked_up(dir: &Path) -> Looked {
         commit_settings: keys
             .iter()
             .any(|k| *k == "commit.gpgsign" || *k == "i18n.commitencoding"),
+        ref_logs: if keys
+            .iter()
+            .any(|k| k.starts_with("core.") && *k != "core.logallrefupdates")
+        {
+            None
+        } else {
+            pairs
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "core.logallrefupdates")
+                .map_or(Some(LogRefs::Normal), |(_, v)| LogRefs::parse(v.as_deref()))
+        },
     };
     if answered && let Ok(mut seen) = SEEN.lock() {
         seen.get_or_insert_with(HashMap::new)

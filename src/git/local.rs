@@ -937,8 +937,11 @@ fn varint(data: &[u8], at: &mut usize) -> Option<usize> {
     Some(value)
 }
 
+mod refs;
 mod trees;
 mod untracked;
+
+pub(crate) use refs::{RefUpdate, update_ref};
 
 /// `git write-tree` with `GIT_INDEX_FILE=index` in the checkout at `dir`, in process: the tree
 /// the index holds, its trees written to the repository's objects. `None`: ask git.

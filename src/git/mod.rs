@@ -635,7 +635,20 @@ pub(crate) fn commit_tree_on(
     let refname = format!("refs/heads/{branch}");
     // As `git commit` writes it: "commit: " and the subject line.
     let msg = format!("commit: {}", message.lines().next().unwrap_or_default());
-    let out = crate::process::spawn_helper(command(dir).env("GIT_OPTIONAL_LOCKS", "1").args([
+    match update_in_process(dir, &refname, &commit, parent, &msg) {
+        Some(Ok(())) => return Ok(commit),
+        Some(Err(e)) => {
+            return Err(GitError::Failed {
+                args: format!("update-ref {refname}"),
+                dir: dir.display().to_string(),
+                stderr: e.to_string(),
+            });
+        }
+        None => {}
+    }
+    let mut cmd = command(dir);
+    with_identity(dir, &mut cmd);
+    let out = crate::process::spawn_helper(cmd.env("GIT_OPTIONAL_LOCKS", "1").args([
         "update-ref",
         "-m",
         &msg,
@@ -649,9 +662,33 @@ pub(crate) fn commit_tree_on(
     Ok(commit)
 }
 
-/// `git commit-tree tree -p parent -m message` in `dir`: the new commit.
-fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<String, GitError> {
-    let mut cmd = command(dir);
+/// `git update-ref -m msg refname new old` in process, the reflog lines by the committer git
+/// would name ([`local::update_ref`]); `None` where git is to do it.
+fn update_in_process(
+    dir: &Path,
+    refname: &str,
+    new: &str,
+    old: &str,
+    msg: &str,
+) -> Option<Result<(), std::io::Error>> {
+    let logs = command::ref_logs(dir)?;
+    let [_, (name, email)] = command::commit_idents(dir)?;
+    let who = format!("{name} <{email}> {}", git_now());
+    local::update_ref(
+        dir,
+        &local::RefUpdate {
+            refname,
+            new,
+            old,
+            who: &who,
+            message: msg,
+            logs,
+        },
+    )
+}
+
+/// Runner's own identity for a git call in `dir` where the repository names none.
+fn with_identity(dir: &Path, cmd: &mut std::process::Command) {
     if !has_identity(dir) {
         cmd.args([
             "-c",
@@ -660,6 +697,26 @@ fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<St
             &format!("user.email={}", DEFAULT_IDENTITY.1),
         ]);
     }
+}
+
+/// This second in the local time zone as git writes a date in a commit or reflog:
+/// `SECONDS ±HHMM`.
+fn git_now() -> String {
+    let now = jiff::Zoned::now();
+    let offset = now.offset().seconds();
+    format!(
+        "{} {}{:02}{:02}",
+        now.timestamp().as_second(),
+        if offset < 0 { '-' } else { '+' },
+        offset.abs() / 3600,
+        offset.abs() % 3600 / 60
+    )
+}
+
+/// `git commit-tree tree -p parent -m message` in `dir`: the new commit.
+fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<String, GitError> {
+    let mut cmd = command(dir);
+    with_identity(dir, &mut cmd);
     cmd.args(["commit-tree", tree, "-p", parent, "-m", message]);
     let out = crate::process::spawn_helper(&mut cmd)?;
     if !out.status.success() {
@@ -677,15 +734,7 @@ fn commit_in_process(dir: &Path, tree: &str, parent: &str, message: &str) -> Opt
         return None;
     }
     let [(an, ae), (cn, ce)] = command::commit_idents(dir)?;
-    let now = jiff::Zoned::now();
-    let offset = now.offset().seconds();
-    let when = format!(
-        "{} {}{:02}{:02}",
-        now.timestamp().as_second(),
-        if offset < 0 { '-' } else { '+' },
-        offset.abs() / 3600,
-        offset.abs() % 3600 / 60
-    );
+    let when = git_now();
     let body = format!(
         "tree {tree}\nparent {parent}\nauthor {an} <{ae}> {when}\ncommitter {cn} <{ce}> {when}\n\n{message}\n"
     );

@@ -618,3 +618,90 @@ fn the_commit_made_in_process_is_the_one_git_makes() {
     super::super::command::forget(d);
     assert!(super::super::commit_in_process(d, &tree, &head, "runner: item-2").is_none());
 }
+
+/// A branch moved in process is moved as `git update-ref` moves it: the same ref, the same
+/// reflog lines (the branch's and the worktree HEAD's) but for the second they were written;
+/// a ref not at the expected value, a lock held by another, or a setting that changes how refs
+/// are written leaves it to git, with nothing written.
+#[test]
+fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
+    let r = repo();
+    let d = r.path();
+    git(d, &["config", "user.name", "Ada Named"]);
+    git(d, &["config", "user.email", "ada@example.invalid"]);
+    let head = git(d, &["rev-parse", "HEAD"]).trim().to_string();
+    let tree = git(d, &["rev-parse", "HEAD^{tree}"]).trim().to_string();
+    let next = git(d, &["commit-tree", &tree, "-p", &head, "-m", "next"])
+        .trim()
+        .to_string();
+    let (ours, theirs) = (d.join("ours"), d.join("theirs"));
+    for (wt, b) in [(&ours, "w"), (&theirs, "v")] {
+        git(d, &["worktree", "add", "-q", "-b", b, wt.to_str().unwrap()]);
+        super::super::command::forget(wt);
+    }
+    let msg = "commit:  runner\titem-1 ";
+    assert!(matches!(
+        super::super::update_in_process(&ours, "refs/heads/w", &next, &head, msg),
+        Some(Ok(()))
+    ));
+    let out = super::super::command(&theirs)
+        .env("GIT_OPTIONAL_LOCKS", "1")
+        .args(["update-ref", "-m", msg, "refs/heads/v", &next, &head])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(git(d, &["rev-parse", "w"]), git(d, &["rev-parse", "v"]));
+    let masked = |path: PathBuf| {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let re = regex::Regex::new(r"> \d+ [+-]\d{4}\t").unwrap();
+        re.replace_all(&text, "> WHEN\t").into_owned()
+    };
+    let common = d.join(".git");
+    let (w_log, v_log) = (
+        masked(common.join("logs/refs/heads/w")),
+        masked(common.join("logs/refs/heads/v")),
+    );
+    assert_eq!(w_log, v_log);
+    assert!(w_log.ends_with(&format!(
+        "{head} {next} Ada Named <ada@example.invalid> WHEN\tcommit: runner item-1\n"
+    )));
+    assert_eq!(
+        masked(common.join("worktrees/ours/logs/HEAD")),
+        masked(common.join("worktrees/theirs/logs/HEAD"))
+    );
+    assert_eq!(
+        git(&ours, &["log", "-g", "-1", "--format=%gs", "HEAD"]).trim(),
+        "commit: runner item-1"
+    );
+    assert!(!common.join("refs/heads/w.lock").exists());
+    // Not where expected: git is asked, and nothing is written.
+    let before = std::fs::read_to_string(common.join("logs/refs/heads/w")).unwrap();
+    assert!(super::super::update_in_process(&ours, "refs/heads/w", &head, &head, msg).is_none());
+    // Locked by another: left to git, the other's lock left alone.
+    std::fs::write(common.join("refs/heads/w.lock"), "").unwrap();
+    assert!(super::super::update_in_process(&ours, "refs/heads/w", &head, &next, msg).is_none());
+    assert!(common.join("refs/heads/w.lock").exists());
+    std::fs::remove_file(common.join("refs/heads/w.lock")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(common.join("logs/refs/heads/w")).unwrap(),
+        before
+    );
+    assert_eq!(git(d, &["rev-parse", "w"]).trim(), next);
+    // Only existing reflogs are written to: a packed branch without one gets none, and moves.
+    git(d, &["branch", "p", &head]);
+    git(d, &["pack-refs", "--all"]);
+    std::fs::remove_file(common.join("logs/refs/heads/p")).unwrap();
+    git(d, &["config", "core.logAllRefUpdates", "false"]);
+    super::super::command::forget(d);
+    assert!(matches!(
+        super::super::update_in_process(d, "refs/heads/p", &next, &head, msg),
+        Some(Ok(()))
+    ));
+    assert_eq!(git(d, &["rev-parse", "p"]).trim(), next);
+    assert!(!common.join("logs/refs/heads/p").exists());
+    git(d, &["fsck", "--strict", "--no-dangling"]);
+    // Shared-repository permissions are git's to apply.
+    git(d, &["config", "core.sharedRepository", "group"]);
+    super::super::command::forget(d);
+    assert!(super::super::update_in_process(d, "refs/heads/p", &head, &next, msg).is_none());
+}

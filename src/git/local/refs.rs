@@ -1,0 +1,152 @@
+//! A branch moved without starting git, as `git update-ref -m MSG REF NEW OLD` moves it in a
+//! repository that keeps its refs in files: the ref locked by creating `REF.lock` exclusively,
+//! its value compared with the expected old one under the lock, the new value written to the
+//! lock file, a line appended to the branch's reflog (and to HEAD's, when HEAD is on that
+//! branch), then the lock file renamed over the ref.
+//!
+//! Anything this does not fully understand is left to git before anything is written: a
+//! checkout the reader does not read ([`super::plain_checkout`], [`super::linked_checkout`]:
+//! another ref store, another user's repository), a lock already held (git waits for it a
+//! little), a ref that is not where expected (git says so in its own words), a symbolic ref.
+
+use std::fs::OpenOptions;
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+
+use super::{Oid, Reads, hex, parse_oid, resolve_ref};
+use crate::git::command::LogRefs;
+use crate::support::refname::valid_branch_name;
+
+/// One update of a branch.
+pub(crate) struct RefUpdate<'a> {
+    /// `refs/heads/<branch>`.
+    pub refname: &'a str,
+    pub new: &'a str,
+    /// The value the branch must have for the update to be made.
+    pub old: &'a str,
+    /// Who made it and when, as a reflog line names them: `Name <email> SECONDS ±HHMM`.
+    pub who: &'a str,
+    pub message: &'a str,
+    pub logs: LogRefs,
+}
+
+/// Move the branch in the checkout at `dir` as [`RefUpdate`] says. `None`: nothing was written,
+/// ask git. `Some(Err)`: the update failed after the lock was taken (the ref is unchanged; a
+/// reflog line may have been written, as git would leave it).
+pub(crate) fn update_ref(dir: &Path, u: &RefUpdate<'_>) -> Option<std::io::Result<()>> {
+    let (own, common) = match super::plain_checkout(dir, Reads::Small) {
+        Some((_, git_dir)) => (git_dir.clone(), git_dir),
+        None => {
+            let (_, own, common) = super::linked_checkout(dir, Reads::Small)?;
+            (own, common)
+        }
+    };
+    let branch = u.refname.strip_prefix("refs/heads/")?;
+    if !valid_branch_name(branch) {
+        return None;
+    }
+    let (new, old) = (parse_oid(u.new.as_bytes())?, parse_oid(u.old.as_bytes())?);
+    // HEAD of this checkout: on the branch (its reflog gets the line too), or not.
+    let head = Reads::Small.text(&own.join("HEAD")).ok()?;
+    let head_on_branch = match head.strip_suffix('\n')?.strip_prefix("ref: ") {
+        Some(target) => target == u.refname,
+        None => {
+            parse_oid(head.trim_end().as_bytes())?;
+            false
+        }
+    };
+    let path = common.join(u.refname);
+    let lock = Lock::take(&path)?;
+    if resolve_ref(&common, u.refname, Reads::All)? != Some(old) {
+        return None;
+    }
+    Some(lock.commit(|file| {
+        file.write_all(format!("{}\n", hex(&new)).as_bytes())?;
+        let line = log_line(&old, &new, u.who, u.message);
+        append_log(&common.join("logs").join(u.refname), u.logs, &line)?;
+        if head_on_branch {
+            append_log(&own.join("logs/HEAD"), u.logs, &line)?;
+        }
+        Ok(())
+    }))
+}
+
+/// A ref's lock file, removed unless renamed over the ref.
+struct Lock {
+    path: PathBuf,
+    target: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl Lock {
+    /// `None` when the lock cannot be taken (held by another, or no place for it).
+    fn take(target: &Path) -> Option<Lock> {
+        std::fs::create_dir_all(target.parent()?).ok()?;
+        let mut name = target.file_name()?.to_os_string();
+        name.push(".lock");
+        let path = target.with_file_name(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .ok()?;
+        Some(Lock {
+            path,
+            target: target.to_path_buf(),
+            file: Some(file),
+        })
+    }
+
+    /// Run `write` on the lock file, then put it in the ref's place.
+    fn commit(
+        mut self,
+        write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut file = self
+            .file
+            .take()
+            .expect("a lock holds its file until committed");
+        write(&mut file)?;
+        drop(file);
+        std::fs::rename(&self.path, &self.target)?;
+        self.path = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A reflog line as git writes it: the message with runs of whitespace made one space and none
+/// at either end.
+fn log_line(old: &Oid, new: &Oid, who: &str, message: &str) -> String {
+    let message = message
+        .split([' ', '\t', '\n', '\r'])
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if message.is_empty() {
+        format!("{} {} {who}\n", hex(old), hex(new))
+    } else {
+        format!("{} {} {who}\t{message}\n", hex(old), hex(new))
+    }
+}
+
+/// Append `line` to the reflog at `path`: made when missing unless the setting says only
+/// existing reflogs are written to (a branch's reflog and HEAD's are the ones made by default).
+fn append_log(path: &Path, logs: LogRefs, line: &str) -> std::io::Result<()> {
+    let create = logs != LogRefs::Existing;
+    if create && let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match OpenOptions::new().append(true).create(create).open(path) {
+        Ok(mut f) => f.write_all(line.as_bytes()),
+        Err(e) if !create && e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
