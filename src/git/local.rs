@@ -557,10 +557,9 @@ fn plain_config(git_dir: &Path, reads: Reads) -> Option<()> {
     Some(())
 }
 
-/// The commit HEAD names (`None` on a branch without commits) and its branch (`None` when
-/// detached).
-/// HEAD as `head_dir` holds it, a branch resolved among the refs of `refs_dir` (the same
-/// folder for a plain checkout; a linked worktree's own and the main repository's).
+/// The commit HEAD of `head_dir` names (`None` on a branch without commits) and its branch
+/// (`None` when detached), resolved among the refs of `refs_dir` (the same folder for a plain
+/// checkout; for a linked worktree, the main repository's).
 fn read_head(
     head_dir: &Path,
     refs_dir: &Path,
@@ -937,11 +936,8 @@ fn varint(data: &[u8], at: &mut usize) -> Option<usize> {
     Some(value)
 }
 
-mod refs;
 mod trees;
 mod untracked;
-
-pub(crate) use refs::{RefUpdate, update_ref};
 
 /// `git write-tree` with `GIT_INDEX_FILE=index` in the checkout at `dir`, in process: the tree
 /// the index holds, its trees written to the repository's objects. `None`: ask git.
@@ -981,11 +977,23 @@ fn in_pack(objects: &Path, oid: &Oid) -> Option<bool> {
 
 /// The object folder of the checkout at `dir`, where this reader understands the repository.
 fn objects_of(dir: &Path) -> Option<PathBuf> {
-    let common = match plain_checkout(dir, Reads::Small) {
-        Some((_, git_dir)) => git_dir,
-        None => linked_checkout(dir, Reads::Small)?.2,
-    };
-    Some(common.join("objects"))
+    Some(git_dirs(dir)?.1.join("objects"))
+}
+
+/// The own git dir and the common one of the checkout at `dir` (the same folder but for a
+/// linked worktree), where this reader understands the repository ([`plain_checkout`],
+/// [`linked_checkout`]).
+pub(crate) fn git_dirs(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    match plain_checkout(dir, Reads::Small) {
+        Some((_, git_dir)) => Some((git_dir.clone(), git_dir)),
+        None => linked_checkout(dir, Reads::Small).map(|(_, own, common)| (own, common)),
+    }
+}
+
+/// The commit the ref `name` of `git_dir` names, loose or packed: `Some(None)` when there is no
+/// such ref, `None` when it cannot be read here (a symbolic ref, say).
+pub(crate) fn ref_target(git_dir: &Path, name: &str) -> Option<Option<String>> {
+    Some(resolve_ref(git_dir, name, Reads::All)?.map(|oid| hex(&oid)))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ mod command;
 mod config;
 mod local;
 mod probe;
+mod refs;
 mod snapshot;
 
 pub use command::GitError;
@@ -663,7 +664,7 @@ pub(crate) fn commit_tree_on(
 }
 
 /// `git update-ref -m msg refname new old` in process, the reflog lines by the committer git
-/// would name ([`local::update_ref`]); `None` where git is to do it.
+/// would name ([`refs::update_ref`]); `None` where git is to do it.
 fn update_in_process(
     dir: &Path,
     refname: &str,
@@ -674,9 +675,9 @@ fn update_in_process(
     let logs = command::ref_logs(dir)?;
     let [_, (name, email)] = command::commit_idents(dir)?;
     let who = format!("{name} <{email}> {}", git_now());
-    local::update_ref(
+    refs::update_ref(
         dir,
-        &local::RefUpdate {
+        &refs::RefUpdate {
             refname,
             new,
             old,

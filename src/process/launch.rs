@@ -104,11 +104,19 @@ fn return_stack(stack: Stack) {
 /// ([`Launched::start_error`]).
 pub(crate) struct Launched {
     pub pid: i32,
-    pidfd: AsyncFd<OwnedFd>,
+    /// `None` for a child a thread waits for ([`Waiter::Thread`]).
+    pidfd: Option<AsyncFd<OwnedFd>>,
     /// Closes when the child calls `execve`; holds an error number when it failed before.
     status: OwnedFd,
     /// The image and the stack, until the child no longer uses them.
     memory: Option<(Box<ChildImage>, Stack)>,
+}
+
+/// Who waits for a launched child.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiter {
+    Runtime,
+    Thread,
 }
 
 /// Why no child was created: `Unsupported` means the caller should start it another way.
@@ -129,6 +137,9 @@ pub(crate) enum LaunchError {
 /// process that moves itself takes a lock every fork on the machine waits for, and measured
 /// here it added a sixth to the life of a short command; where `clone3` is refused, the child
 /// moves itself as before.
+///
+/// `waiter` says who waits for the child: the runtime ([`Launched::wait`]), or a thread
+/// ([`Launched::wait_blocking`], which needs no runtime).
 #[expect(
     clippy::too_many_arguments,
     reason = "the child's whole description, in one call"
@@ -142,6 +153,7 @@ pub(crate) fn launch(
     inherit: Option<RawFd>,
     join: &[RawFd],
     into: Option<RawFd>,
+    waiter: Waiter,
 ) -> Result<Launched, LaunchError> {
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) || unsupported() {
         return Err(LaunchError::Unsupported);
@@ -199,7 +211,7 @@ pub(crate) fn launch(
         }
     };
     drop(status_tx);
-    watched(pid, pidfd, status_rx, (image, stack))
+    watched(pid, pidfd, status_rx, (image, stack), waiter)
 }
 
 /// The child's program, argument vector (the program first), environment (`KEY=value`) and
@@ -298,12 +310,26 @@ fn watched(
     mut pidfd: libc::c_int,
     status: OwnedFd,
     memory: (Box<ChildImage>, Stack),
+    waiter: Waiter,
 ) -> Result<Launched, LaunchError> {
     // The child puts itself in a group of its own, and so does runner, so that the group exists
     // when this returns, whichever of the two runs first (a signal to the group then reaches
     // the child).
     // SAFETY: setpgid on the child just created; an error means it got there itself.
     unsafe { libc::setpgid(pid, pid) };
+    if waiter == Waiter::Thread {
+        // Waited for by a thread (`waitpid`): the pidfd is not needed.
+        if pidfd >= 0 {
+            // SAFETY: the kernel returned this descriptor for the new child; nothing else owns it.
+            drop(unsafe { OwnedFd::from_raw_fd(pidfd) });
+        }
+        return Ok(Launched {
+            pid,
+            pidfd: None,
+            status,
+            memory: Some(memory),
+        });
+    }
     if pidfd < 0 {
         // A kernel (or sandbox) that ignored `CLONE_PIDFD`: ask for one now. The child is not
         // reaped yet, so its pid cannot name another process.
@@ -331,7 +357,7 @@ fn watched(
     match unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) } {
         Ok(pidfd) => Ok(Launched {
             pid,
-            pidfd,
+            pidfd: Some(pidfd),
             status,
             memory: Some(memory),
         }),
@@ -378,9 +404,32 @@ impl Launched {
                 }
                 return Ok(status);
             }
-            let mut guard = self.pidfd.readable().await?;
+            let Some(pidfd) = &self.pidfd else {
+                return self.wait_blocking();
+            };
+            let mut guard = pidfd.readable().await?;
             guard.clear_ready();
         }
+    }
+
+    /// Wait for the child to exit and reap it, blocking this thread.
+    pub fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
+        let mut status: libc::c_int = 0;
+        loop {
+            // SAFETY: waitpid on a child of this process, writing into a local.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                break;
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+        if let Some((_, stack)) = self.memory.take() {
+            return_stack(stack);
+        }
+        Ok(ExitStatus::from_raw(status))
     }
 
     fn try_wait(&self) -> io::Result<Option<ExitStatus>> {

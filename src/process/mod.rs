@@ -14,11 +14,14 @@
 pub mod alloc;
 pub mod census;
 pub mod cgroup;
+mod helper;
 #[expect(
     unsafe_code,
     reason = "the one module of runner that may: raw process creation, see its comment"
 )]
 mod launch;
+mod program;
+pub(crate) use helper::{set_helper_timeout, spawn_helper, spawn_helper_within, stop_helpers};
 pub(crate) use launch::ignore_file_size_signal;
 pub mod output;
 pub mod redact;
@@ -152,7 +155,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str());
-    let Some(program) = resolve_program(program, path_var, &spec.cwd) else {
+    let Some(program) = program::resolve_program(program, path_var, &spec.cwd) else {
         return Finished::unstarted(
             format!("cannot start `{program}`: not found on `PATH`"),
             started.elapsed(),
@@ -334,7 +337,7 @@ fn start(
         .map(cgroup::Joining::join_fds)
         .unwrap_or_default();
     let mut direct = census::lock_direct();
-    let launched = match null() {
+    let launched = match program::null() {
         Some(null) => {
             let stdio = [null.as_raw_fd(), out.as_raw_fd(), out.as_raw_fd()];
             let launched = launch::launch(
@@ -346,6 +349,7 @@ fn start(
                 spec.inherit_fd,
                 &join,
                 joining.as_ref().and_then(cgroup::Joining::folder_fd),
+                launch::Waiter::Runtime,
             );
             match launched {
                 Ok(l) => Some(Child::Launched(l)),
@@ -375,7 +379,7 @@ fn start_std(
     out: OwnedFd,
     join: Vec<std::os::fd::RawFd>,
 ) -> std::io::Result<Child> {
-    let stdin = null()
+    let stdin = program::null()
         .and_then(|f| f.try_clone().ok())
         .map_or_else(Stdio::null, Stdio::from);
     let mut cmd = tokio::process::Command::new(program);
@@ -413,186 +417,6 @@ fn output_pipe() -> std::io::Result<(OwnedFd, tokio::net::unix::pipe::Receiver)>
         tx,
         tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(rx)?,
     ))
-}
-
-/// `/dev/null`, opened once: every child's stdin is a copy of it.
-fn null() -> Option<&'static std::fs::File> {
-    static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-    NULL.get_or_init(|| std::fs::File::open("/dev/null").ok())
-        .as_ref()
-}
-
-/// The program to execute: as given when it names a path, else the first executable file of
-/// that name on `path` (with no `PATH`, on [`DEFAULT_PATH`], as `execvp` does).
-/// Lookups are remembered per (program, PATH) for absolute PATH entries: a drain starts the
-/// same few programs thousands of times.
-fn resolve_program(program: &str, path: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
-    use std::collections::HashMap;
-    use std::os::unix::fs::PermissionsExt;
-    use std::sync::Mutex;
-    static CACHE: Mutex<Option<HashMap<(String, String), PathBuf>>> = Mutex::new(None);
-    if program.contains('/') {
-        return Some(cwd.join(program));
-    }
-    // No `PATH` at all: where `execvp` looks then (glibc's `confstr(_CS_PATH)`).
-    let path = path.unwrap_or(DEFAULT_PATH);
-    let cacheable = path.split(':').all(|d| d.starts_with('/'));
-    let key = (program.to_string(), path.to_string());
-    if cacheable
-        && let Ok(cache) = CACHE.lock()
-        && let Some(hit) = cache.as_ref().and_then(|c| c.get(&key))
-        && hit.is_file()
-    {
-        return Some(hit.clone());
-    }
-    let found = path
-        .split(':')
-        .filter(|d| !d.is_empty())
-        .map(|d| cwd.join(d).join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })?;
-    if cacheable && let Ok(mut cache) = CACHE.lock() {
-        cache
-            .get_or_insert_with(HashMap::new)
-            .insert(key, found.clone());
-    }
-    Some(found)
-}
-
-/// The search path of a child whose environment has no `PATH`.
-const DEFAULT_PATH: &str = "/bin:/usr/bin";
-
-/// How long a helper (git) may take before it is ended: `RUNNER_GIT_TIMEOUT` when set (see
-/// [`set_helper_timeout`]), else 10 minutes (a clone of a large repository over a slow link).
-static HELPER_TIMEOUT: std::sync::Mutex<Duration> = std::sync::Mutex::new(Duration::from_secs(600));
-
-/// Set how long a helper may take.
-pub(crate) fn set_helper_timeout(d: Duration) {
-    *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner()) = d;
-}
-
-/// Counts the run's stops: a helper started before the latest one is ended. (Helpers started
-/// after it, to wind the run down, are not.)
-static STOPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How long a helper has, once the run stops, to end on SIGTERM (git then removes its lock
-/// files) before it is killed.
-const HELPER_STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// The run is stopping: end every helper still running (SIGTERM, then SIGKILL after a short
-/// grace). What asked for one gets an error of kind `Interrupted`.
-pub(crate) fn stop_helpers() {
-    STOPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Spawn a short-lived helper (git) under the same lock as every other spawn, so that it never
-/// inherits a lease descriptor made inheritable for a worker, and wait for it — at most the
-/// helper timeout: then its whole process group is killed and the answer is an error of kind
-/// `TimedOut`. A hung git fails what asked it, never the run.
-///
-/// The helper is registered as a direct child until it is waited for, so that a census never
-/// reaps it as an orphan and steals its exit status.
-pub(crate) fn spawn_helper(
-    cmd: &mut std::process::Command,
-) -> std::io::Result<std::process::Output> {
-    let timeout = *HELPER_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner());
-    spawn_helper_within(cmd, timeout)
-}
-
-/// [`spawn_helper`], with a deadline of its own (a tracker's command: `sources[].timeout`).
-pub(crate) fn spawn_helper_within(
-    cmd: &mut std::process::Command,
-    timeout: Duration,
-) -> std::io::Result<std::process::Output> {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    if cfg!(debug_assertions) {
-        crate::support::blocking::blocking(&format!(
-            "waiting for `{}`",
-            cmd.get_program().to_string_lossy()
-        ));
-    }
-    let stops = STOPS.load(std::sync::atomic::Ordering::SeqCst);
-    launch::die_with_parent(cmd);
-    let mut child = {
-        let mut direct = census::lock_direct();
-        let child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()?;
-        direct.push(child.id() as i32);
-        child
-    };
-    let pid = child.id() as i32;
-    // A watchdog ends the helper's group at the deadline, or when the run stops; the pipes
-    // then close and the reads below end.
-    let (done, finished) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        use std::sync::atomic::Ordering;
-        use std::sync::mpsc::RecvTimeoutError;
-        let deadline = Instant::now() + timeout;
-        let slice = Duration::from_millis(50);
-        loop {
-            let now = Instant::now();
-            if now >= deadline {
-                census::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-                return Some(std::io::ErrorKind::TimedOut);
-            }
-            if STOPS.load(Ordering::SeqCst) != stops {
-                census::signal_group(pid, nix::sys::signal::Signal::SIGTERM);
-                if let Err(RecvTimeoutError::Timeout) = finished.recv_timeout(HELPER_STOP_GRACE) {
-                    census::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-                }
-                return Some(std::io::ErrorKind::Interrupted);
-            }
-            match finished.recv_timeout(slice.min(deadline - now)) {
-                Err(RecvTimeoutError::Timeout) => continue,
-                _ => return None,
-            }
-        }
-    });
-    let mut stderr_pipe = child.stderr.take();
-    let err_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(e) = stderr_pipe.as_mut() {
-            let _ = e.read_to_end(&mut buf);
-        }
-        buf
-    });
-    let mut stdout = Vec::new();
-    if let Some(o) = child.stdout.as_mut() {
-        let _ = o.read_to_end(&mut stdout);
-    }
-    let stderr = err_reader.join().unwrap_or_default();
-    let status = child.wait();
-    drop(done);
-    let ended = watchdog.join().unwrap_or(None);
-    census::forget_direct(pid);
-    match ended {
-        Some(std::io::ErrorKind::TimedOut) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "did not finish within {} s; it was ended",
-                    timeout.as_secs_f64()
-                ),
-            ));
-        }
-        Some(kind) => {
-            return Err(std::io::Error::new(
-                kind,
-                "was ended because the run is stopping",
-            ));
-        }
-        None => {}
-    }
-    Ok(std::process::Output {
-        status: status?,
-        stdout,
-        stderr,
-    })
 }
 
 /// Resolves once the run asks for an immediate stop (never, if the sender is gone).

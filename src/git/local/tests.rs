@@ -580,15 +580,21 @@ fn the_tree_written_in_process_is_the_one_git_writes() {
     );
 }
 
+/// [`repo`], whose configuration names who commits.
+fn repo_of_ada() -> tempfile::TempDir {
+    let r = repo();
+    git(r.path(), &["config", "user.name", "Ada Named"]);
+    git(r.path(), &["config", "user.email", "ada@example.invalid"]);
+    r
+}
+
 /// The commit made in process is the one `git commit-tree` makes: the same name for the same
 /// tree, parent, message, identity and second; the branch moved to it with git's reflog; a
 /// signing setting leaves the commit to git.
 #[test]
 fn the_commit_made_in_process_is_the_one_git_makes() {
-    let r = repo();
+    let r = repo_of_ada();
     let d = r.path();
-    git(d, &["config", "user.name", "Ada Named"]);
-    git(d, &["config", "user.email", "ada@example.invalid"]);
     // Looked up once per folder, for a run: this test changes it.
     super::super::command::forget(d);
     git(d, &["branch", "w"]);
@@ -625,10 +631,8 @@ fn the_commit_made_in_process_is_the_one_git_makes() {
 /// are written leaves it to git, with nothing written.
 #[test]
 fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
-    let r = repo();
+    let r = repo_of_ada();
     let d = r.path();
-    git(d, &["config", "user.name", "Ada Named"]);
-    git(d, &["config", "user.email", "ada@example.invalid"]);
     let head = git(d, &["rev-parse", "HEAD"]).trim().to_string();
     let tree = git(d, &["rev-parse", "HEAD^{tree}"]).trim().to_string();
     let next = git(d, &["commit-tree", &tree, "-p", &head, "-m", "next"])

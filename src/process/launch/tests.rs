@@ -49,6 +49,7 @@ fn run_joining(
                 inherit,
                 join,
                 into,
+                Waiter::Runtime,
             )
         });
         drop(tx);
@@ -132,6 +133,7 @@ fn its_group_exists_as_soon_as_it_is_launched() {
                 None,
                 &[],
                 None,
+                Waiter::Runtime,
             )
         });
         // SAFETY: signalling the group of the child just launched.

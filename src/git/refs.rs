@@ -5,16 +5,16 @@
 //! branch), then the lock file renamed over the ref.
 //!
 //! Anything this does not fully understand is left to git before anything is written: a
-//! checkout the reader does not read ([`super::plain_checkout`], [`super::linked_checkout`]:
-//! another ref store, another user's repository), a lock already held (git waits for it a
+//! checkout the in-process reader does not read ([`super::local::git_dirs`]: another ref store,
+//! another user's repository), a lock already held (git waits for it a
 //! little), a ref that is not where expected (git says so in its own words), a symbolic ref.
 
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
-use super::{Oid, Reads, hex, parse_oid, resolve_ref};
-use crate::git::command::LogRefs;
+use super::command::LogRefs;
+use super::local;
 use crate::support::refname::valid_branch_name;
 
 /// One update of a branch.
@@ -34,35 +34,29 @@ pub(crate) struct RefUpdate<'a> {
 /// ask git. `Some(Err)`: the update failed after the lock was taken (the ref is unchanged; a
 /// reflog line may have been written, as git would leave it).
 pub(crate) fn update_ref(dir: &Path, u: &RefUpdate<'_>) -> Option<std::io::Result<()>> {
-    let (own, common) = match super::plain_checkout(dir, Reads::Small) {
-        Some((_, git_dir)) => (git_dir.clone(), git_dir),
-        None => {
-            let (_, own, common) = super::linked_checkout(dir, Reads::Small)?;
-            (own, common)
-        }
-    };
+    let (own, common) = local::git_dirs(dir)?;
     let branch = u.refname.strip_prefix("refs/heads/")?;
-    if !valid_branch_name(branch) {
+    let hex40 =
+        |s: &str| s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !valid_branch_name(branch) || !hex40(u.new) || !hex40(u.old) {
         return None;
     }
-    let (new, old) = (parse_oid(u.new.as_bytes())?, parse_oid(u.old.as_bytes())?);
     // HEAD of this checkout: on the branch (its reflog gets the line too), or not.
-    let head = Reads::Small.text(&own.join("HEAD")).ok()?;
+    let head = crate::support::fs::read_regular(&own.join("HEAD"), Some(4096)).ok()?;
+    let head = String::from_utf8(head).ok()?;
     let head_on_branch = match head.strip_suffix('\n')?.strip_prefix("ref: ") {
         Some(target) => target == u.refname,
-        None => {
-            parse_oid(head.trim_end().as_bytes())?;
-            false
-        }
+        None if hex40(head.trim_end()) => false,
+        None => return None,
     };
     let path = common.join(u.refname);
     let lock = Lock::take(&path)?;
-    if resolve_ref(&common, u.refname, Reads::All)? != Some(old) {
+    if local::ref_target(&common, u.refname)?.as_deref() != Some(u.old) {
         return None;
     }
     Some(lock.commit(|file| {
-        file.write_all(format!("{}\n", hex(&new)).as_bytes())?;
-        let line = log_line(&old, &new, u.who, u.message);
+        file.write_all(format!("{}\n", u.new).as_bytes())?;
+        let line = log_line(u.old, u.new, u.who, u.message);
         append_log(&common.join("logs").join(u.refname), u.logs, &line)?;
         if head_on_branch {
             append_log(&own.join("logs/HEAD"), u.logs, &line)?;
@@ -124,16 +118,16 @@ impl Drop for Lock {
 
 /// A reflog line as git writes it: the message with runs of whitespace made one space and none
 /// at either end.
-fn log_line(old: &Oid, new: &Oid, who: &str, message: &str) -> String {
+fn log_line(old: &str, new: &str, who: &str, message: &str) -> String {
     let message = message
         .split([' ', '\t', '\n', '\r'])
         .filter(|w| !w.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
     if message.is_empty() {
-        format!("{} {} {who}\n", hex(old), hex(new))
+        format!("{old} {new} {who}\n")
     } else {
-        format!("{} {} {who}\t{message}\n", hex(old), hex(new))
+        format!("{old} {new} {who}\t{message}\n")
     }
 }
 
