@@ -1547,3 +1547,66 @@ fn a_killed_runs_report_says_its_items_were_in_flight_not_cancelled() {
         common::stdout(&out)
     );
 }
+
+/// A `git worktree add` that never finished (runner killed while git checked the files out)
+/// leaves the worktree locked "initializing", its files partly written. The next run adds it
+/// afresh: the item runs on the whole checkout, nothing the half-made one lacked is committed
+/// as deleted, nothing is saved as leftovers; and a record whose folder is gone, runner's
+/// workspace with it, is cleared too.
+#[test]
+fn a_worktree_whose_adding_was_cut_short_is_added_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = one_repo(
+        dir.path(),
+        "echo new > new.txt",
+        "",
+        "[{repo: r, id: x, branch: runner/x}]",
+    );
+    common::commit_file(&r, "src/kept.txt", "kept\n");
+    let worktrees = dir.path().join(".runner/workspace/worktrees");
+    let cut_short = |id: &str| {
+        let wt = worktrees.join("r").join(id);
+        let branch = format!("runner/{id}");
+        common::git(
+            &r,
+            &["worktree", "add", "-q", "-b", &branch, wt.to_str().unwrap()],
+        );
+        std::fs::write(
+            r.join(format!(".git/worktrees/{id}/locked")),
+            "initializing\n",
+        )
+        .unwrap();
+        wt
+    };
+    let files_of = |branch: &str| {
+        common::git(&r, &["ls-tree", "-r", "--name-only", branch])
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let whole = ["README.md", "new.txt", "src/kept.txt"];
+    // The checkout half written.
+    let x = cut_short("x");
+    std::fs::remove_dir_all(x.join("src")).unwrap();
+    std::fs::remove_file(r.join(".git/worktrees/x/index")).unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(files_of("runner/x"), whole);
+    let report = latest_report(&dir.path().join("runner-reports"));
+    assert!(!report.to_string().contains("leftovers/"), "{report:#}");
+    // The folder not made yet, and runner's workspace removed since.
+    cut_short("y");
+    std::fs::remove_dir_all(&worktrees).unwrap();
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        std::fs::read_to_string(dir.path().join("m.yaml"))
+            .unwrap()
+            .replace("id: x, branch: runner/x", "id: y, branch: runner/y"),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(files_of("runner/y"), whole);
+    let listed = common::git(&r, &["worktree", "list", "--porcelain"]);
+    assert!(!listed.contains("locked"), "{listed}");
+}

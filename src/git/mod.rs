@@ -372,6 +372,49 @@ pub(crate) fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>
     Ok((!patch.is_empty()).then_some(patch))
 }
 
+/// Clear the runner-owned worktree at `path` if the `git worktree add` that made it never
+/// finished (runner was killed while git checked the files out). git locks a worktree it is
+/// adding, with the reason "initializing", and unlocks it once the checkout is whole; one still
+/// so locked holds no work, only part of a checkout, which would read as files deleted. Its
+/// folder and its record in the repository are removed, so that it is added afresh (`git
+/// worktree remove` and `prune` leave a locked worktree alone). `true` when one was cleared.
+pub(crate) fn clear_half_added(repo: &Path, path: &Path) -> Result<bool, GitError> {
+    let Some(common) = local::common_dir(repo) else {
+        return Ok(false);
+    };
+    let Ok(records) = std::fs::read_dir(common.join("worktrees")) else {
+        return Ok(false);
+    };
+    // git records the worktree's real path; runner's may pass through a link, and the folders
+    // it names may be gone: the nearest that is not is resolved, the rest joined to it.
+    let real = |p: &Path| {
+        p.ancestors().find_map(|a| {
+            let rest = p.strip_prefix(a).ok()?;
+            Some(std::fs::canonicalize(a).ok()?.join(rest))
+        })
+    };
+    let Some(ours) = real(path) else {
+        return Ok(false);
+    };
+    for record in records.flatten().map(|r| r.path()) {
+        let read = |name: &str| std::fs::read_to_string(record.join(name)).unwrap_or_default();
+        let gitdir = read("gitdir");
+        let names_ours = Path::new(gitdir.trim_end_matches('\n'))
+            .parent()
+            .and_then(real)
+            .is_some_and(|p| p == ours);
+        if names_ours && read("locked").trim_end() == "initializing" {
+            match std::fs::remove_dir_all(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+            std::fs::remove_dir_all(&record)?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Make the runner-owned worktree at `path` hold `branch`: a worktree kept from an earlier run
 /// on that branch is used as it is (its leftovers saved and reset first by the caller, see
 /// [`kept_leftovers`]); one on another branch is removed; a missing one is added — on the

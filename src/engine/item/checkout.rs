@@ -70,6 +70,7 @@ pub(super) async fn prepare(
     let marker = setup_marker(&wt);
     tokio::task::spawn_blocking(move || {
         let failed = |e: git::GitError| Prepared::Failed(e.into());
+        git::clear_half_added(&repo_path, &wt).map_err(failed)?;
         let exists = git::local_branches(&repo_path)
             .map_err(failed)?
             .contains(&branch);
