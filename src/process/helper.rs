@@ -136,6 +136,11 @@ fn run(cmd: &mut Command, timeout: Duration, inherits_env: bool) -> std::io::Res
     })
 }
 
+/// Helpers started by [`launch`] rather than the standard library: the tests' proof that a
+/// helper was not forked.
+#[cfg(test)]
+static LAUNCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// A helper started one way or the other.
 enum Helper {
     Launched(launch::Launched),
@@ -191,6 +196,8 @@ fn start(cmd: &mut Command, inherits_env: bool) -> std::io::Result<(Helper, File
         match launched {
             Ok(l) => {
                 direct.push(l.pid);
+                #[cfg(test)]
+                LAUNCHED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 return Ok((Helper::Launched(l), File::from(out_r), File::from(err_r)));
             }
             Err(launch::LaunchError::Failed(e)) => return Err(e),
@@ -271,7 +278,12 @@ mod tests {
         );
         assert!(!env.iter().any(|(k, _)| k == "HOME"));
         assert_eq!(cwd, dir.path());
+        let launched = LAUNCHED.load(std::sync::atomic::Ordering::SeqCst);
         let out = spawn_helper(&mut cmd).unwrap();
+        assert!(
+            LAUNCHED.load(std::sync::atomic::Ordering::SeqCst) > launched,
+            "the helper was started by the standard library, a fork of runner"
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         let mut lines = text.lines();
         let real = std::fs::canonicalize(dir.path()).unwrap();
@@ -310,10 +322,25 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        // The background sleep was killed; reaped by init or the test harness, it is gone or a
-        // zombie, never asleep.
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = state.rsplit(')').next().unwrap_or("").trim_start();
-        assert!(state.is_empty() || state.starts_with('Z'), "{state}");
+        // The background sleep was killed: gone, or a zombie until whoever adopted it reaps
+        // it. (Its output closes as it exits, a moment before it is marked so.)
+        let state = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .to_string()
+        };
+        let ended = |s: &str| s.is_empty() || s.starts_with('Z');
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ended(&state()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let last = state();
+        assert!(
+            ended(&last),
+            "the background sleep outlived its helper: {last}"
+        );
     }
 }
