@@ -23,6 +23,7 @@ use snapshot::flagged;
 pub use snapshot::snapshot;
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
 
+use crate::support::refname::full_object_name;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -617,7 +618,7 @@ pub(crate) fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError
 pub(crate) fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
     static KNOWN: std::sync::Mutex<Option<std::collections::HashMap<String, String>>> =
         std::sync::Mutex::new(None);
-    let full = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    let full = full_object_name(rev);
     if full
         && let Some(tree) = KNOWN
             .lock()
@@ -773,8 +774,7 @@ fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<St
 /// committer at this second in the local time zone, written to the repository's objects.
 /// `None` where git is to make it (see [`command::commit_idents`] and [`local::write_object`]).
 fn commit_in_process(dir: &Path, tree: &str, parent: &str, message: &str) -> Option<String> {
-    let hex40 = |s: &str| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit());
-    if !hex40(tree) || !hex40(parent) || message.contains('\0') {
+    if !full_object_name(tree) || !full_object_name(parent) || message.contains('\0') {
         return None;
     }
     let [(an, ae), (cn, ce)] = command::commit_idents(dir)?;

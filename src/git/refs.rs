@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use super::command::LogRefs;
 use super::local;
-use crate::support::refname::valid_branch_name;
+use crate::support::refname::{full_object_name, valid_branch_name};
 
 /// One update of a branch.
 pub(crate) struct RefUpdate<'a> {
@@ -36,9 +36,7 @@ pub(crate) struct RefUpdate<'a> {
 pub(crate) fn update_ref(dir: &Path, u: &RefUpdate<'_>) -> Option<std::io::Result<()>> {
     let (own, common) = local::git_dirs(dir)?;
     let branch = u.refname.strip_prefix("refs/heads/")?;
-    let hex40 =
-        |s: &str| s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    if !valid_branch_name(branch) || !hex40(u.new) || !hex40(u.old) {
+    if !valid_branch_name(branch) || !full_object_name(u.new) || !full_object_name(u.old) {
         return None;
     }
     // HEAD of this checkout: on the branch (its reflog gets the line too), or not.
@@ -46,7 +44,7 @@ pub(crate) fn update_ref(dir: &Path, u: &RefUpdate<'_>) -> Option<std::io::Resul
     let head = String::from_utf8(head).ok()?;
     let head_on_branch = match head.strip_suffix('\n')?.strip_prefix("ref: ") {
         Some(target) => target == u.refname,
-        None if hex40(head.trim_end()) => false,
+        None if full_object_name(head.trim_end()) => false,
         None => return None,
     };
     let path = common.join(u.refname);

@@ -1,4 +1,11 @@
-//! Branch names: git's rules, and the few more a work branch of runner's must obey.
+//! Branch names: git's rules, and the few more a work branch of runner's must obey; and full
+//! object names as git writes them.
+
+/// Is `s` a full SHA-1 object name as git writes one (40 lowercase hexadecimal digits)? Such a
+/// name always names the same object, and may be written into objects, refs and logs as it is.
+pub(crate) fn full_object_name(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
 
 /// Is `name` acceptable to git as a branch name? The rules of `git check-ref-format --branch`,
 /// without spawning git for each item.
@@ -59,6 +66,20 @@ mod tests {
         assert!(work_branch_problem("runner/x").is_none());
         for bad in ["HEAD", "refs/heads/x", "refs/tags/v1", "a b"] {
             assert!(work_branch_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_full_object_name_is_forty_lowercase_hex_digits() {
+        assert!(full_object_name("4b825dc642cb6eb9a060e54bf8d69288fbee4904"));
+        for not in [
+            "4B825DC642CB6EB9A060E54BF8D69288FBEE4904",
+            "4b825dc642cb6eb9a060e54bf8d69288fbee490",
+            "4b825dc642cb6eb9a060e54bf8d69288fbee49044",
+            "4b825dc642cb6eb9a060e54bf8d69288fbee490g",
+            "HEAD",
+        ] {
+            assert!(!full_object_name(not), "{not}");
         }
     }
 }
