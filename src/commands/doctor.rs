@@ -57,6 +57,7 @@ pub fn run(ui: &Ui, args: &DoctorArgs) -> i32 {
     repositories(&mut v, &loaded, &plan);
     programs(&mut v, &loaded, &plan);
     containment(&mut v, &loaded);
+    sandbox(&mut v, &loaded, &plan, &args.state, &args.manifest);
     ledger(
         &mut v,
         &super::shared::state_path(&args.state, Some(&args.manifest)),
@@ -265,6 +266,39 @@ fn containment(v: &mut Verdicts, loaded: &LoadedManifest) {
             "containment",
             format_args!("{e}: apply would refuse to start"),
         ),
+    }
+}
+
+/// How items will be confined: what the manifest asks against what the kernel gives.
+fn sandbox(
+    v: &mut Verdicts,
+    loaded: &LoadedManifest,
+    plan: &crate::plan::Plan,
+    state: &crate::cli::StateArgs,
+    manifest: &Path,
+) {
+    let state = super::shared::state_path(state, Some(manifest));
+    let planned = crate::engine::confine::plan(
+        loaded,
+        &state,
+        &repos::workspace_dir(loaded),
+        plan.repositories.iter().map(|r| r.path.clone()).collect(),
+    );
+    match planned {
+        Ok(p) if !p.active() => v.warn(
+            "sandbox",
+            "off: workers and gates may write and read anything the user can",
+        ),
+        Ok(p) if p.missing.is_empty() => v.ok("sandbox", p.summary),
+        Ok(p) => v.warn(
+            "sandbox",
+            format_args!(
+                "{} (best-effort; missing: {})",
+                p.summary,
+                p.missing.join("; ")
+            ),
+        ),
+        Err(e) => v.fail("sandbox", format_args!("{e}: apply would refuse to start")),
     }
 }
 

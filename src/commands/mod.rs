@@ -40,6 +40,7 @@ use crate::vocab::Role;
 pub fn run(cli: Cli) -> i32 {
     crate::process::alloc::one_arena();
     crate::process::ignore_file_size_signal();
+    crate::process::not_dumpable();
     let ui = Ui::new(match cli.color {
         ColorChoice::Always => Some(true),
         ColorChoice::Never => Some(false),

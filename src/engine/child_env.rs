@@ -33,6 +33,9 @@ pub(crate) struct RunnerVars<'a> {
     /// Variables runner sets unless `env.pass` or the worker's `env` did (a build cache per
     /// repository for items in worktrees).
     pub defaults: &'a [(String, String)],
+    /// The item's private temporary folder, when it has one: `TMPDIR`, whatever `env.pass`
+    /// says.
+    pub tmpdir: Option<&'a Path>,
 }
 
 /// The child's environment. `outer` reads runner's own environment; `worker_env` is the
@@ -65,6 +68,9 @@ pub(crate) fn child_env(
         }
     }
     let mut set = |k: &str, val: String| put(&mut env, k, val);
+    if let Some(t) = v.tmpdir {
+        set("TMPDIR", t.to_string_lossy().to_string());
+    }
     set("RUNNER_RUN_ID", v.run_id.to_string());
     set("RUNNER_REPO", v.repo.to_string());
     set("RUNNER_REPO_PATH", v.repo_path.to_string());
@@ -123,6 +129,7 @@ mod tests {
             usage: None,
             brief: None,
             defaults: &[],
+            tmpdir: None,
         }
     }
 

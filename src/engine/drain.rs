@@ -722,6 +722,7 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
             count_lines: None,
             failure_roots: None,
             cgroup: None,
+            confine: None,
         },
         stop.clone(),
     )

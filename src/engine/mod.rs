@@ -15,6 +15,7 @@ pub mod chain;
 pub mod child_env;
 pub mod classify;
 pub mod config;
+pub mod confine;
 mod drain;
 pub mod health;
 pub mod item;

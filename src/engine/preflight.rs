@@ -180,6 +180,7 @@ pub(crate) async fn probe_models(
                 usage: None,
                 brief: None,
                 defaults: &[],
+                tmpdir: None,
             },
         );
         let _ = std::fs::create_dir_all(logs);
@@ -206,6 +207,7 @@ pub(crate) async fn probe_models(
             count_lines: None,
             failure_roots: None,
             cgroup: None,
+            confine: None,
         };
         let policy = ProviderPolicy::from_models(p.eff.models.as_ref());
         let stop = stop.clone();

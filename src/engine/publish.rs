@@ -140,6 +140,7 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
             count_lines: None,
             failure_roots: None,
             cgroup: None,
+            confine: None,
         },
         stop,
     )

@@ -102,6 +102,8 @@ pub struct RunCx {
     /// `<reports.dir>/<run-id>`: reports and `logs/`.
     pub run_dir: PathBuf,
     pub workspace: PathBuf,
+    /// How items are confined.
+    pub sandbox: super::confine::SandboxPlan,
     pub workers: u32,
     pub wait_for_locks: Option<Duration>,
     pub redactor: Arc<Redactor>,

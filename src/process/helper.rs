@@ -192,6 +192,7 @@ fn start(cmd: &mut Command, inherits_env: bool) -> std::io::Result<(Helper, File
             &[],
             None,
             launch::Waiter::Thread,
+            launch::Confine::none(),
         );
         match launched {
             Ok(l) => {

@@ -22,9 +22,10 @@ mod helper;
 mod launch;
 mod program;
 pub(crate) use helper::{set_helper_timeout, spawn_helper, spawn_helper_within, stop_helpers};
-pub(crate) use launch::ignore_file_size_signal;
+pub(crate) use launch::{ignore_file_size_signal, not_dumpable};
 pub mod output;
 pub mod redact;
+pub mod sandbox;
 #[expect(
     unsafe_code,
     reason = "a signal action reading the sender from siginfo, see its comment"
@@ -79,6 +80,8 @@ pub struct SpawnSpec {
     /// The item's cgroup: the child moves itself in before it runs its program, and the tree
     /// is ended through it.
     pub cgroup: Option<Arc<cgroup::ItemCgroup>>,
+    /// The kernel confinement the child puts itself under before it runs its program.
+    pub confine: Option<Arc<sandbox::Confinement>>,
 }
 
 /// How a process ended.
@@ -350,6 +353,7 @@ fn start(
                 &join,
                 joining.as_ref().and_then(cgroup::Joining::folder_fd),
                 launch::Waiter::Runtime,
+                child_confine(spec),
             );
             match launched {
                 Ok(l) => Some(Child::Launched(l)),
@@ -367,6 +371,19 @@ fn start(
         direct.push(pid);
     }
     Ok(child)
+}
+
+/// What the child does to confine itself, from the spec's confinement.
+fn child_confine(spec: &SpawnSpec) -> launch::Confine {
+    use std::os::fd::AsRawFd;
+    let Some(c) = &spec.confine else {
+        return launch::Confine::none();
+    };
+    launch::Confine::new(
+        c.ruleset.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+        c.userns,
+        c.netns,
+    )
 }
 
 /// Start a child with the standard library (`posix_spawn`), where [`launch`] is not available.
@@ -394,6 +411,7 @@ fn start_std(
         .kill_on_drop(false);
     // `join`'s descriptors are open until the caller returns: past the fork.
     launch::join_before_exec(&mut cmd, join);
+    launch::confine_before_exec(&mut cmd, child_confine(spec));
     // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
     // fraction of a `fork` of runner's address space.
     if let Some(fd) = spec.inherit_fd {
@@ -561,6 +579,7 @@ mod tests {
             count_lines: None,
             failure_roots: None,
             cgroup: None,
+            confine: None,
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -493,6 +493,22 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     }
     let redactor = Arc::new(redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
+    let sandbox = crate::engine::confine::plan(
+        &loaded,
+        &opts.state,
+        &workspace,
+        plan.repositories.iter().map(|r| r.path.clone()).collect(),
+    )
+    .map_err(|e| {
+        ui.error(format_args!("{e}; nothing ran"));
+        EXIT_INVALID
+    })?;
+    for m in &sandbox.missing {
+        ui.warn(format_args!(
+            "items are not confined as the manifest asks: {m}"
+        ));
+    }
+    tracing::info!(sandbox = %sandbox.summary, "items are confined");
     // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).
     let fancy = !opts.no_progress
         && std::io::stderr().is_terminal()
@@ -564,6 +580,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         verdicts: crate::engine::verdicts::Verdicts::new(&workspace, !opts.no_cache, &verdict_key),
         baselines: std::sync::Mutex::new(HashMap::new()),
         workspace,
+        sandbox,
         workers,
         wait_for_locks: opts.wait_for_locks,
         redactor,

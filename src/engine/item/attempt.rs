@@ -73,10 +73,13 @@ pub(super) fn provider_failed(
 /// Where attempt `n`'s worker may write what it used: in the run's `usage` folder, one for all
 /// items (an item's log folder is made only for output), named by the item's place in the plan.
 pub(super) fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
-    icx.cx
-        .run_dir
-        .join("usage")
-        .join(format!("{}-{n}.json", icx.idx))
+    usage_dir(icx.cx, icx.idx).join(format!("{n}.json"))
+}
+
+/// The folder of an item's usage files: its own, the one place of the run's folder its
+/// worker may write.
+pub(super) fn usage_dir(cx: &crate::engine::run::RunCx, idx: usize) -> PathBuf {
+    cx.run_dir.join("usage").join(idx.to_string())
 }
 
 /// What reading a worker's `$RUNNER_USAGE` file gave.

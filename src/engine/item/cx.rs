@@ -48,6 +48,8 @@ pub(super) struct ItemCx<'a> {
     pub(super) stop: watch::Receiver<Stop>,
     /// Where the work started; `None` in a repository without a commit.
     pub(super) anchor: Option<Anchor>,
+    /// What its commands may touch, when items are confined.
+    pub(super) rules: Option<crate::engine::confine::ItemRules>,
 }
 
 /// An item the environment failed (git, the cgroup file system, the disk): held, not failed —

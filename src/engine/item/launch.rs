@@ -255,6 +255,7 @@ pub(super) fn command(
             usage: usage.as_deref(),
             brief: brief.as_deref(),
             defaults: &build_cache(icx),
+            tmpdir: icx.rules.as_ref().map(|r| r.tmp.as_path()),
         },
     );
     Ok(Ready { argv, env })
@@ -282,16 +283,16 @@ pub(super) fn build_cache(icx: &ItemCx<'_>) -> Vec<(String, String)> {
     if icx.item.branch.is_none() {
         return Vec::new();
     }
-    let dir = icx
-        .cx
-        .workspace
-        .join("cache")
-        .join("target")
-        .join(&icx.repo.name);
+    let dir = build_cache_dir(icx.cx, &icx.repo.name);
     vec![(
         "CARGO_TARGET_DIR".to_string(),
         dir.to_string_lossy().into_owned(),
     )]
+}
+
+/// A repository's build cache (`CARGO_TARGET_DIR` of its items in worktrees).
+pub(super) fn build_cache_dir(cx: &crate::engine::run::RunCx, repo: &str) -> PathBuf {
+    cx.workspace.join("cache").join("target").join(repo)
 }
 
 /// Start a prepared command and wait for its end, holding the shared resources it uses.
@@ -308,6 +309,19 @@ pub(super) async fn launch(icx: &ItemCx<'_>, prepared: Ready, run: Launch<'_>) -
     let _units = match take_resources(icx, run.n, gate_name, uses).await {
         Ok(u) => u,
         Err(fin) => return fin,
+    };
+    let confine = match &icx.rules {
+        Some(rules) => match icx.cx.sandbox.confinement(rules, run.dir) {
+            Ok(c) => Some(c),
+            Err(e) if icx.cx.sandbox.mode == crate::manifest::SandboxMode::Required => {
+                return unstarted(format!("cannot confine it: {e}"));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a command runs unconfined");
+                None
+            }
+        },
+        None => None,
     };
     // A gate's failures are read from its output, its folders written as `<dir>`.
     let failure_roots = gate.map(|_| {
@@ -333,6 +347,7 @@ pub(super) async fn launch(icx: &ItemCx<'_>, prepared: Ready, run: Launch<'_>) -
             count_lines,
             failure_roots,
             cgroup: icx.cgroup.clone(),
+            confine,
         },
         icx.stop.clone(),
     )

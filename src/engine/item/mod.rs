@@ -102,6 +102,19 @@ pub(crate) async fn run_item(
         Ok(c) => c,
         Err(e) => return environmental(e.to_string()),
     };
+    let rules = if cx.sandbox.active() {
+        let tmp = cx.workspace.join("tmp").join(&repo.name).join(&item.id);
+        let mut extra = vec![attempt::usage_dir(&cx, idx)];
+        if item.branch.is_some() {
+            extra.push(launch::build_cache_dir(&cx, &repo.name));
+        }
+        match cx.sandbox.item(&repo.path, &workdir, tmp, &extra) {
+            Ok(r) => Some(r),
+            Err(e) => return environmental(format!("cannot make the item's private folders: {e}")),
+        }
+    } else {
+        None
+    };
     let icx = ItemCx {
         cx: &cx,
         idx,
@@ -116,6 +129,7 @@ pub(crate) async fn run_item(
         events: &events,
         stop,
         anchor,
+        rules,
     };
     if let Err((why, tree_gone)) = set_up(&icx, fresh).await {
         let mut held = environmental(why);
@@ -123,6 +137,9 @@ pub(crate) async fn run_item(
         return held;
     }
     let run = attempts(&icx).await;
+    if let Some(rules) = &icx.rules {
+        let _ = std::fs::remove_dir_all(&rules.tmp);
+    }
     if run.outcome == ItemOutcome::Completed
         && let (Some(publish), Some(branch)) = (&cx.loaded.manifest.publish, &item.branch)
     {

@@ -257,7 +257,9 @@ const TOP_KEYS: &[&str] = &[
     "workspace",
     "resources",
     "worktree",
+    "sandbox",
 ];
+const SANDBOX_KEYS: &[&str] = &["mode", "writable", "network"];
 const WORKTREE_KEYS: &[&str] = &["setup", "timeout", "share"];
 const BUDGET_KEYS: &[&str] = &["cost_usd", "daily_usd", "monthly_usd"];
 const PUBLISH_KEYS: &[&str] = &["push", "remote", "pr", "state", "review_rounds", "timeout"];
@@ -353,6 +355,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("Notify", NOTIFY_KEYS),
     ("Reports", REPORTS_KEYS),
     ("WorktreePrep", WORKTREE_KEYS),
+    ("Sandbox", SANDBOX_KEYS),
 ];
 
 /// Which configuration a template belongs to, so that `{item.<var>}` is checked against exactly

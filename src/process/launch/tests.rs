@@ -50,6 +50,7 @@ fn run_joining(
                 join,
                 into,
                 Waiter::Runtime,
+                Confine::none(),
             )
         });
         drop(tx);
@@ -134,6 +135,7 @@ fn its_group_exists_as_soon_as_it_is_launched() {
                 &[],
                 None,
                 Waiter::Runtime,
+                Confine::none(),
             )
         });
         // SAFETY: signalling the group of the child just launched.

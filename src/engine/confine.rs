@@ -1,0 +1,216 @@
+//! Which confinement a run's items get (`sandbox:` in the manifest against what the kernel
+//! gives), and the rules of one item's command: what it may write and what it may not read.
+//! The kernel side is `process::sandbox`.
+
+use crate::manifest::{LoadedManifest, NetworkPolicy, SandboxMode};
+use crate::process::sandbox::{self, Confinement, NetnsSupport, Rules};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A run's confinement, decided once before anything runs.
+#[derive(Clone, Debug)]
+pub struct SandboxPlan {
+    pub mode: SandboxMode,
+    pub network: NetworkPolicy,
+    /// `sandbox.writable`, resolved.
+    pub writable: Vec<PathBuf>,
+    /// What no item may read: the ledger's files.
+    pub hidden: Vec<PathBuf>,
+    /// Every repository's folder: an item may not read another's.
+    pub repositories: Vec<PathBuf>,
+    /// The workspace: its worktrees are each their own item's.
+    pub workspace: PathBuf,
+    /// What the kernel lacks of what the manifest asks (best-effort runs without it).
+    pub missing: Vec<String>,
+    /// In words: what each item runs under (`landlock ABI 7, network none`, `off`).
+    pub summary: String,
+}
+
+impl SandboxPlan {
+    /// Whether items are confined at all.
+    pub fn active(&self) -> bool {
+        self.mode != SandboxMode::Off
+    }
+}
+
+/// Decide the run's confinement: `Err` (a message) where `required` cannot be had.
+pub fn plan(
+    loaded: &LoadedManifest,
+    state: &Path,
+    workspace: &Path,
+    repositories: Vec<PathBuf>,
+) -> Result<SandboxPlan, String> {
+    let spec = loaded.manifest.sandbox.clone().unwrap_or_default();
+    let (mode, network) = (spec.mode(), spec.network());
+    let writable = spec
+        .writable
+        .iter()
+        .map(|w| resolve(&loaded.dir, w))
+        .collect();
+    let mut hidden = Vec::new();
+    if !state.to_string_lossy().contains("://") {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = state.as_os_str().to_owned();
+            p.push(suffix);
+            hidden.push(PathBuf::from(p));
+        }
+    }
+    let (missing, summary) = if mode == SandboxMode::Off {
+        (Vec::new(), "off".to_string())
+    } else {
+        let support = sandbox::support();
+        let mut missing = Vec::new();
+        let mut parts = Vec::new();
+        match support.landlock {
+            Some(abi) => parts.push(format!("landlock ABI {abi}")),
+            None => missing.push(
+                "Landlock (the kernel has it disabled or lacks it): items may write anywhere the user can".to_string(),
+            ),
+        }
+        if support.userns {
+            parts.push("user namespace".to_string());
+        } else {
+            missing.push(
+                "a user namespace: an item may read the environment of another item's processes"
+                    .to_string(),
+            );
+        }
+        if network == NetworkPolicy::None {
+            match support.netns {
+                NetnsSupport::Unavailable => missing.push(
+                    "a network namespace (neither runner nor a user namespace may make one): items reach the network".to_string(),
+                ),
+                NetnsSupport::Direct | NetnsSupport::InUserNamespace => {
+                    parts.push("network none".to_string());
+                }
+            }
+        } else {
+            parts.push("network open".to_string());
+        }
+        if mode == SandboxMode::Required && !missing.is_empty() {
+            return Err(format!(
+                "`sandbox.mode: required`, but this machine cannot confine items: {}",
+                missing.join("; ")
+            ));
+        }
+        let summary = if parts.iter().all(|p| !p.starts_with("landlock")) {
+            format!("unconfined ({})", missing.join("; "))
+        } else {
+            parts.join(", ")
+        };
+        (missing, summary)
+    };
+    Ok(SandboxPlan {
+        mode,
+        network,
+        writable,
+        hidden,
+        repositories,
+        workspace: workspace.to_path_buf(),
+        missing,
+        summary,
+    })
+}
+
+/// A `sandbox.writable` entry as a path: `~/…` in the user's home, a relative one in the
+/// manifest's folder.
+fn resolve(dir: &Path, w: &str) -> PathBuf {
+    if let (Some(rest), Some(home)) = (w.strip_prefix("~/"), std::env::var_os("HOME")) {
+        return PathBuf::from(home).join(rest);
+    }
+    if Path::new(w).is_absolute() {
+        PathBuf::from(w)
+    } else {
+        dir.join(w)
+    }
+}
+
+/// What one item's commands may touch, besides the folder each runs in.
+#[derive(Clone, Debug)]
+pub struct ItemRules {
+    /// The item's private temporary folder (`TMPDIR`).
+    pub tmp: PathBuf,
+    /// Folders it may write wherever its command runs.
+    pub writable: Vec<PathBuf>,
+    pub hidden: Vec<PathBuf>,
+}
+
+impl SandboxPlan {
+    /// The rules of an item of the repository at `repo` working in `checkout`; its `tmp`
+    /// folder made afresh and empty, `extra` (its usage folder, build cache) made.
+    pub fn item(
+        &self,
+        repo: &Path,
+        checkout: &Path,
+        tmp: PathBuf,
+        extra: &[PathBuf],
+    ) -> std::io::Result<ItemRules> {
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp)?;
+        let mut writable = vec![tmp.clone()];
+        for e in extra {
+            std::fs::create_dir_all(e)?;
+            writable.push(e.clone());
+        }
+        writable.extend(self.writable.iter().cloned());
+        // A worktree's own git folder (its index and HEAD), and the object store its `git add`
+        // writes to.
+        if let Some((own, common)) = worktree_git_dirs(checkout) {
+            writable.push(own);
+            writable.push(common.join("objects"));
+        }
+        let mut hidden = self.hidden.clone();
+        // Other repositories, and every worktree but this one (granted by its own rule).
+        hidden.extend(
+            self.repositories
+                .iter()
+                .filter(|r| r.as_path() != repo && !repo.starts_with(r) && !checkout.starts_with(r))
+                .cloned(),
+        );
+        hidden.push(self.workspace.join("worktrees"));
+        Ok(ItemRules {
+            tmp,
+            writable,
+            hidden,
+        })
+    }
+
+    /// The confinement of a command of the item `rules` running in `dir`.
+    pub fn confinement(&self, rules: &ItemRules, dir: &Path) -> Result<Arc<Confinement>, String> {
+        let mut writable = rules.writable.clone();
+        writable.push(dir.to_path_buf());
+        let r = Rules {
+            writable,
+            writable_files: Vec::new(),
+            hidden: rules
+                .hidden
+                .iter()
+                .filter(|h| !dir.starts_with(h) || h.ends_with("worktrees"))
+                .cloned()
+                .collect(),
+            no_network: self.network == NetworkPolicy::None,
+        };
+        sandbox::build(&r).map(Arc::new)
+    }
+}
+
+/// A worktree's own git folder and the repository's common one, from its `.git` file
+/// (`gitdir: …`) and that folder's `commondir`; `None` for a repository's own checkout.
+fn worktree_git_dirs(checkout: &Path) -> Option<(PathBuf, PathBuf)> {
+    let text = std::fs::read_to_string(checkout.join(".git")).ok()?;
+    let own = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    let own = if own.is_absolute() {
+        own
+    } else {
+        checkout.join(own)
+    };
+    let common = std::fs::read_to_string(own.join("commondir"))
+        .ok()
+        .map(|c| {
+            let c = PathBuf::from(c.trim());
+            if c.is_absolute() { c } else { own.join(c) }
+        })?;
+    Some((own, common))
+}

@@ -1,0 +1,220 @@
+//! Kernel confinement of items, tried as an attacker would: a hostile worker (item `a1`,
+//! `tests/confinement/hostile.sh`) makes each attempt to reach out of its item while two other
+//! items run (one in a worktree, one in its repository's own checkout), and says which
+//! succeeded. Confined, every attempt is denied; with `sandbox: {mode: off}` the same script's
+//! attempts succeed, so the test proves the confinement, not the script.
+
+mod common;
+
+use common::{git, repo, runner, stderr};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What the hostile worker tries; each must be denied when confined.
+const ESCAPES: &[&str] = &[
+    "other-worktree",
+    "other-checkout",
+    "peer-cwd",
+    "ledger-read",
+    "ledger-write",
+    "manifest",
+    "gate-script",
+    "reports",
+    "runner-environ",
+    "peer-environ",
+    "signal-runner",
+    "home-gitconfig",
+    "home-ssh",
+    "git-config",
+    "git-hook",
+    "git-branch",
+    "git-tag",
+    "git-main",
+    "git-info",
+    "shared-tmp",
+    "network",
+];
+
+/// What an item may do all the same.
+const ALLOWED: &[&str] = &["own-worktree", "own-tmpdir"];
+
+/// Whether this kernel has Landlock and network namespaces: without them the confined half
+/// cannot run (a failure in CI, "not run" elsewhere).
+fn kernel_confines() -> bool {
+    // SAFETY: the Landlock version query reads and writes no memory.
+    let abi = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
+    let netns = std::process::Command::new("unshare")
+        .args(["-rn", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let ok = abi >= 6 && netns;
+    if !ok {
+        common::not_run(&format!(
+            "this kernel lacks Landlock ABI 6 (it has {abi}) or network namespaces ({netns})"
+        ));
+    }
+    ok
+}
+
+struct Fixture {
+    root: tempfile::TempDir,
+    listener: std::net::TcpListener,
+}
+
+fn fixture(sandbox: &str) -> Fixture {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for name in ["a", "b", "c"] {
+        repo(&r.join(name));
+    }
+    std::fs::create_dir_all(r.join("home")).unwrap();
+    std::fs::create_dir_all(r.join("runner-reports")).unwrap();
+    std::fs::write(r.join("home/.gitconfig"), "").unwrap();
+    std::fs::write(r.join("gate.sh"), "#!/bin/sh\nexit 0\n").unwrap();
+    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/confinement/hostile.sh");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::fs::write(
+        r.join("m.yaml"),
+        format!(
+            r#"version: 1
+name: confinement
+capacity: {{workers: 3}}
+repositories: [{{path: a}}, {{path: b}}, {{path: c}}]
+worker:
+  run: ["{hostile}", "{root}", "{port}"]
+  timeout: 60s
+  env: {{ITEM_SECRET: "s3cr3t-{{item}}"}}
+gates:
+  - name: check
+    run: ["sh", "{root}/gate.sh"]
+items:
+  - {{repo: a, id: a1, branch: runner/a1}}
+  - {{repo: b, id: b1, branch: runner/b1}}
+  - {{repo: c, id: c1}}
+{sandbox}
+"#,
+            hostile = hostile.display(),
+            root = r.display(),
+        ),
+    )
+    .unwrap();
+    Fixture { root, listener }
+}
+
+/// Run the drain; the hostile worker's answers by attempt.
+fn attack(f: &Fixture) -> (BTreeMap<String, String>, String) {
+    let r = f.root.path();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("HOME", r.join("home"))
+        .env("RUNNER_ONLY_SECRET", "not-for-items")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    let log = find_log(&r.join("runner-reports"), "attempt own-worktree")
+        .unwrap_or_else(|| panic!("the hostile worker's log is missing: {err}"));
+    let answers = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("attempt "))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (answers, err)
+}
+
+fn find_log(dir: &Path, needle: &str) -> Option<String> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .find(|t| t.contains(needle))
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+fn answered(answers: &BTreeMap<String, String>, name: &str) -> String {
+    answers
+        .get(name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no answer for `{name}`: {answers:?}"))
+}
+
+#[test]
+fn a_confined_worker_reaches_nothing_outside_its_item() {
+    if !kernel_confines() {
+        return;
+    }
+    let f = fixture("sandbox: {mode: required, network: none}");
+    let r = f.root.path();
+    let (answers, err) = attack(&f);
+    let escaped: Vec<&str> = ESCAPES
+        .iter()
+        .copied()
+        .filter(|a| answered(&answers, a) != "denied")
+        .collect();
+    assert!(
+        escaped.is_empty(),
+        "escaped confinement: {escaped:?}\n{err}"
+    );
+    for a in ALLOWED {
+        assert_eq!(answered(&answers, a), "escaped", "{a} must work: {err}");
+    }
+    // What the attempts would have left is not there.
+    assert!(
+        !r.join(".runner/workspace/worktrees/b/b1/planted-by-a1")
+            .exists()
+    );
+    assert!(!r.join("c/planted-by-a1").exists());
+    assert!(!r.join("runner-reports/forged").exists());
+    assert_eq!(
+        std::fs::read_to_string(r.join("home/.gitconfig")).unwrap(),
+        ""
+    );
+    assert!(!git(&r.join("a"), &["config", "--list", "--local"]).contains("fsmonitor"));
+    assert!(!git(&r.join("a"), &["branch", "--list"]).contains("planted"));
+    assert!(git(&r.join("a"), &["tag", "--list"]).is_empty());
+    assert!(
+        f.listener.accept().is_err(),
+        "the listener got a connection"
+    );
+    // The item's own work was committed as usual.
+    assert!(git(&r.join("a"), &["show", "--stat", "runner/a1"]).contains("own-work.txt"));
+}
+
+#[test]
+fn unconfined_the_same_worker_escapes() {
+    let f = fixture("sandbox: {mode: off}");
+    let r = f.root.path();
+    let (answers, err) = attack(&f);
+    let denied: Vec<&str> = ESCAPES
+        .iter()
+        .chain(ALLOWED)
+        .copied()
+        .filter(|a| answered(&answers, a) != "escaped")
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the attack script failed unconfined: {denied:?}\n{err}"
+    );
+    assert!(r.join("c/planted-by-a1").exists());
+    assert!(
+        f.listener.accept().is_ok(),
+        "no connection reached the listener"
+    );
+}
