@@ -109,6 +109,7 @@ fn attack(f: &Fixture) -> (BTreeMap<String, String>, String) {
     let out = runner()
         .current_dir(r)
         .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
         .env("HOME", r.join("home"))
         .env("RUNNER_ONLY_SECRET", "not-for-items")
         .output()

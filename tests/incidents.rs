@@ -8,6 +8,7 @@ mod common;
 use common::{have, not_run, repo, runner, stderr, validates};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -282,9 +283,34 @@ fn the_slack_ntfy_and_mail_notifiers_speak_their_services_shapes() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let notice = r#"{"schema":"runner.incident/v1","notice":"raised","kind":"quarantined","cause":"quarantined:api","summary":"repository `api` is quarantined","manifest":"nightly","manifest_path":"/srv/m.yaml","host":"build-1","run":"r1","seen_in":"r1","repositories":["api"],"first_seen":"2026-12-01T01:00:00Z","last_seen":"2026-12-01T01:00:00Z","count":1,"report":"/srv/runner-reports/r1/index.html"}"#;
+    // curl as the notifiers run it, its arguments recorded: what any process could read in
+    // /proc while it runs.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let argv_log = tmp.path().join("curl-argv");
+    let real_curl = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v curl"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    std::fs::write(
+        bin.join("curl"),
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{}'\nexec {} \"$@\"\n",
+            argv_log.display(),
+            real_curl.trim()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("curl"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let feed = |script: &str, args: &[&str], env: &[(&str, &str)]| {
         let mut child = std::process::Command::new(notifier(script))
             .args(args)
+            .env("PATH", &path)
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -330,6 +356,34 @@ fn the_slack_ntfy_and_mail_notifiers_speak_their_services_shapes() {
         "{}",
         r.body
     );
+    let hook = Receiver::start(200);
+    feed(
+        "webhook.sh",
+        &[],
+        &[
+            ("RUNNER_WEBHOOK_URL", &hook.url),
+            ("RUNNER_WEBHOOK_TOKEN", "tok-9z"),
+        ],
+    );
+    assert_eq!(
+        hook.requests()[0].header("authorization"),
+        Some("Bearer tok-9z")
+    );
+    // No URL or token ever stood on curl's command line.
+    let argv = std::fs::read_to_string(&argv_log).unwrap();
+    assert!(argv.contains("--data-binary"), "{argv}");
+    for secret in [
+        slack.url.as_str(),
+        ntfy.url.as_str(),
+        hook.url.as_str(),
+        "Bearer tk",
+        "tok-9z",
+    ] {
+        assert!(
+            !argv.contains(secret),
+            "{secret} on curl's command line: {argv}"
+        );
+    }
     // `sendmail -t` is a program that keeps the mail it is given.
     let mail = tmp.path().join("mail.txt");
     let fake = tmp.path().join("sendmail");

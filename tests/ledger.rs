@@ -378,6 +378,51 @@ fn an_outside_signal_is_recorded_with_its_sender() {
 }
 
 #[test]
+fn a_signal_senders_arguments_are_never_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 1, 2, 1, "3132");
+    let child = spawn_apply(dir.path(), &[]);
+    assert!(wait_for(20, || !starts(&dir.path().join("times.log")).is_empty()));
+    // The sender is a shell whose command line carries a password and a bearer token.
+    let sent = std::process::Command::new("bash")
+        .args([
+            "-c",
+            "kill -TERM $1; sleep 2",
+            "sender",
+            &child.id().to_string(),
+            "--db-pass",
+            "hunter2pw",
+            "Bearer",
+            "abcd9tok",
+        ])
+        .spawn()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(sent);
+    assert_eq!(out.status.code(), Some(143));
+    let err = stderr(&out);
+    let status = stdout(&run_in(dir.path(), &["status", "m.yaml", "--json"]));
+    let report = std::fs::read_to_string(
+        walk_reports(&dir.path().join("runner-reports")).expect("a report.json"),
+    )
+    .unwrap();
+    for text in [&err, &status, &report] {
+        assert!(text.contains("program bash"), "{text}");
+        for secret in ["hunter2pw", "abcd9tok", "--db-pass"] {
+            assert!(!text.contains(secret), "{secret} recorded: {text}");
+        }
+    }
+}
+
+fn walk_reports(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("report.json"))
+        .find(|p| p.exists())
+}
+
+#[test]
 fn pause_lets_running_items_finish_and_holds_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path(), 1, 4, 1, "1");

@@ -11,6 +11,7 @@
 set -eu
 url=${1:-${NTFY_URL:-}}
 [ -n "$url" ] || { echo "ntfy.sh: no topic URL (give it as the argument or in NTFY_URL)" >&2; exit 2; }
+. "$(dirname "$0")/curl-secrets.sh"
 notice=$(cat)
 field() { printf '%s' "$notice" | jq -r "$1"; }
 if [ "$(field .notice)" = resolved ]; then
@@ -21,8 +22,9 @@ fi
 title="runner $(field .manifest): $(field .kind) $(field .notice)"
 message="$(field .summary)
 seen by $(field .count) run(s) since $(field .first_seen) on $(field .host)"
-set -- -fsS --max-time 20 -o /dev/null -H "Title: $title" -H "Priority: $priority" -H "Tags: $tags"
+set -- -fsS --max-time 20 -o /dev/null -H "Title: $title" -H "Priority: $priority" -H "Tags: $tags" --data-binary @-
 if [ -n "${NTFY_TOKEN:-}" ]; then
-  set -- "$@" -H "Authorization: Bearer $NTFY_TOKEN"
+  printf '%s' "$message" | secret_curl "$url" "Authorization: Bearer $NTFY_TOKEN" -- "$@"
+else
+  printf '%s' "$message" | secret_curl "$url" -- "$@"
 fi
-printf '%s' "$message" | curl "$@" --data-binary @- "$url"

@@ -11,6 +11,7 @@
 set -eu
 url=${1:-${SLACK_WEBHOOK_URL:-}}
 [ -n "$url" ] || { echo "slack.sh: no URL (give it as the argument or in SLACK_WEBHOOK_URL)" >&2; exit 2; }
+. "$(dirname "$0")/curl-secrets.sh"
 jq -c '{text: (
     (if .notice == "resolved" then ":white_check_mark: " else ":rotating_light: " end)
     + "*runner `" + .manifest + "`* on " + .host + ": " + .summary
@@ -18,4 +19,4 @@ jq -c '{text: (
     + (if (.items // []) | length > 0 then "\nitems: " + ((.items // [])[:10] | join(", ")) else "" end)
     + (if .report then "\nreport: " + .report else "" end)
   )}' \
-  | curl -fsS --max-time 20 -o /dev/null -H 'Content-Type: application/json' --data-binary @- "$url"
+  | secret_curl "$url" -- -fsS --max-time 20 -o /dev/null -H 'Content-Type: application/json' --data-binary @-

@@ -13,8 +13,10 @@
 set -eu
 url=${1:-${RUNNER_WEBHOOK_URL:-}}
 [ -n "$url" ] || { echo "webhook.sh: no URL (give it as the argument or in RUNNER_WEBHOOK_URL)" >&2; exit 2; }
+. "$(dirname "$0")/curl-secrets.sh"
 if [ -n "${RUNNER_WEBHOOK_TOKEN:-}" ]; then
-  exec curl -fsS --max-time 20 -o /dev/null -H 'Content-Type: application/json' \
-    -H "Authorization: Bearer $RUNNER_WEBHOOK_TOKEN" --data-binary @- "$url"
+  secret_curl "$url" "Authorization: Bearer $RUNNER_WEBHOOK_TOKEN" -- \
+    -fsS --max-time 20 -o /dev/null -H 'Content-Type: application/json' --data-binary @-
+else
+  secret_curl "$url" -- -fsS --max-time 20 -o /dev/null -H 'Content-Type: application/json' --data-binary @-
 fi
-exec curl -fsS --max-time 20 -o /dev/null -H 'Content-Type: application/json' --data-binary @- "$url"

@@ -4,6 +4,7 @@ pub mod diag;
 pub(crate) mod effective;
 pub mod load;
 pub mod model;
+pub mod sandbox;
 pub mod schema;
 pub mod template;
 pub mod yaml;

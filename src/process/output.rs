@@ -286,15 +286,16 @@ impl Collector {
         if ready.is_empty() {
             return;
         }
-        let text = self.redactor.redact(&String::from_utf8_lossy(&ready));
+        // Redacted as bytes: the log keeps what the process printed, text or not.
+        let redacted = self.redactor.redact_bytes(&ready);
         if let Some(scanner) = st.failures.as_mut() {
-            for line in text.lines() {
+            for line in String::from_utf8_lossy(&redacted).lines() {
                 scanner.line(line);
             }
         }
         st.open_log();
-        st.write_log(text.as_bytes());
-        st.tail.extend(text.as_bytes());
+        st.write_log(&redacted);
+        st.tail.extend(&redacted);
         let excess = st.tail.len().saturating_sub(TAIL_BYTES);
         st.tail.drain(..excess);
     }

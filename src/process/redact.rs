@@ -13,6 +13,9 @@ const MAX_HELD_LINES: usize = 256;
 #[derive(Debug, Default)]
 pub struct Redactor {
     secrets: Vec<String>,
+    /// Every secret and form at once, longest first: at each place the longest that matches
+    /// wins (leftmost-first), so a secret containing a shorter one is replaced whole.
+    all: Option<regex::bytes::Regex>,
     /// What is also matched where a tool wraps it over lines (`base64` at 76 columns, `od` at
     /// 16 bytes a line): each secret and encoded form long enough not to match by chance,
     /// longest first, with the bytes one can begin with.
@@ -77,7 +80,25 @@ impl Redactor {
                 })
             })
             .flatten();
-        Redactor { secrets, wrapped }
+        let all = (!secrets.is_empty())
+            .then(|| {
+                let pattern = secrets
+                    .iter()
+                    .map(|s| regex::escape(s))
+                    .collect::<Vec<_>>()
+                    .join("|");
+                regex::bytes::RegexBuilder::new(&pattern)
+                    .size_limit(64 << 20)
+                    .unicode(false)
+                    .build()
+                    .ok()
+            })
+            .flatten();
+        Redactor {
+            secrets,
+            all,
+            wrapped,
+        }
     }
 
     /// Takes the lines in `bytes` (the last one may lack its end) after those `held` back, and
@@ -168,7 +189,17 @@ impl Redactor {
             }
         }
         keep = keep.max(ranges.len().saturating_sub(MAX_HELD_LINES));
-        let ready = ranges.get(keep).map_or(held.len(), |r| r.0);
+        let mut ready = ranges.get(keep).map_or(held.len(), |r| r.0);
+        // A long line not ended yet: a secret still arriving can begin only in its last
+        // `longest` bytes, so what comes before them is ready now (cut where no secret is
+        // split). Held whole, a line of 40 MB printed without an end would be scanned again at
+        // every read.
+        if keep + 1 == ranges.len() {
+            let (from, to, end) = ranges[keep];
+            if to == end && to - from > 2 * w.longest {
+                ready = from + self.safe_cut(&held[from..to - w.longest]);
+            }
+        }
         let rest = held.split_off(ready);
         std::mem::replace(held, rest)
     }
@@ -208,89 +239,98 @@ impl Redactor {
     }
 
     pub(crate) fn redact(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for s in &self.secrets {
-            if out.contains(s.as_str()) {
-                out = out.replace(s.as_str(), "***");
-            }
-        }
-        if out.contains('\x1b') {
-            out = self.redact_through_escapes(&out);
-        }
-        out
-    }
-
-    /// A secret printed with terminal escapes inside it (`p@ss\x1b[0mw0rd`, a colour changed
-    /// mid-word): matched in the text as shown — escapes left out — and replaced whole, the
-    /// escapes within it included.
-    fn redact_through_escapes(&self, text: &str) -> String {
-        // The shown text, and for each of its bytes where it is in `text`.
-        let mut shown = String::with_capacity(text.len());
-        let mut at: Vec<usize> = Vec::with_capacity(text.len());
-        let b = text.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == 0x1b {
-                // CSI (`ESC [ … final`), OSC (`ESC ] … BEL or ESC \\`), or a two-byte escape.
-                let mut j = i + 1;
-                match b.get(j) {
-                    Some(b'[') => {
-                        j += 1;
-                        while j < b.len() && !(0x40..=0x7e).contains(&b[j]) {
-                            j += 1;
-                        }
-                        j += 1;
-                    }
-                    Some(b']') => {
-                        while j < b.len()
-                            && b[j] != 0x07
-                            && !(b[j] == 0x1b && b.get(j + 1) == Some(&b'\\'))
-                        {
-                            j += 1;
-                        }
-                        j += if b.get(j) == Some(&0x07) { 1 } else { 2 };
-                    }
-                    Some(_) => j += 1,
-                    None => {}
-                }
-                i = j.min(b.len());
-                continue;
-            }
-            let ch = text[i..].chars().next().unwrap_or('\u{fffd}');
-            for k in 0..ch.len_utf8() {
-                at.push(i + k);
-            }
-            shown.push(ch);
-            i += ch.len_utf8();
-        }
-        let mut spans: Vec<(usize, usize)> = Vec::new();
-        for s in &self.secrets {
-            let mut from = 0;
-            while let Some(p) = shown[from..].find(s.as_str()) {
-                let start = from + p;
-                let end = start + s.len();
-                spans.push((at[start], at[end - 1] + 1));
-                from = end;
-            }
-        }
-        if spans.is_empty() {
+        if self.all.is_none() {
             return text.to_string();
         }
-        spans.sort_unstable();
-        let mut out = String::with_capacity(text.len());
+        // Whole secrets (valid UTF-8) are cut out of valid UTF-8 at character boundaries, and
+        // an escape sequence is taken whole: the text stays valid.
+        String::from_utf8(self.redact_bytes(text.as_bytes()))
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// Redact any bytes (a worker's output need not be text): each secret, and each form of
+    /// one, replaced by `***` where it appears as is or with terminal escapes inside it
+    /// (`p@ss\x1b[0mw0rd`, a colour changed mid-word: matched in the text as shown and
+    /// replaced whole, the escapes within it included). Where secrets overlap, the longest
+    /// wins. Linear in the bytes.
+    pub(crate) fn redact_bytes(&self, b: &[u8]) -> Vec<u8> {
+        let Some(all) = &self.all else {
+            return b.to_vec();
+        };
+        // The shown bytes (escapes left out), and for each where it is in `b`.
+        let escaped = b.contains(&0x1b);
+        let mut shown = Vec::new();
+        let mut at: Vec<usize> = Vec::new();
+        if escaped {
+            let mut i = 0;
+            while i < b.len() {
+                if b[i] == 0x1b {
+                    i = escape_end(b, i);
+                    continue;
+                }
+                at.push(i);
+                shown.push(b[i]);
+                i += 1;
+            }
+        }
+        let (text, pos_of): (&[u8], &dyn Fn(usize) -> usize) = if escaped {
+            (&shown, &|k| at[k])
+        } else {
+            (b, &|k| k)
+        };
+        // Every match, overlapping ones too (a secret that begins inside another one's
+        // match), merged into the spans they cover.
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let mut from = 0;
+        while let Some(m) = all.find_at(text, from) {
+            let (s, e) = (pos_of(m.start()), pos_of(m.end() - 1) + 1);
+            match spans.last_mut() {
+                Some(last) if s < last.1 => last.1 = last.1.max(e),
+                _ => spans.push((s, e)),
+            }
+            from = m.start() + 1;
+        }
+        if spans.is_empty() {
+            return b.to_vec();
+        }
+        let mut out = Vec::with_capacity(b.len());
         let mut pos = 0;
         for (s, e) in spans {
-            if s < pos {
-                pos = pos.max(e);
-                continue;
-            }
-            out.push_str(&text[pos..s]);
-            out.push_str("***");
+            out.extend_from_slice(&b[pos..s]);
+            out.extend_from_slice(b"***");
             pos = e;
         }
-        out.push_str(&text[pos..]);
+        out.extend_from_slice(&b[pos..]);
         out
     }
+}
+
+/// Where the terminal escape starting at `b[i]` (an ESC) ends: CSI (`ESC [ … final`), OSC
+/// (`ESC ] … BEL or ESC \\`), or a two-byte escape; never inside a UTF-8 character.
+fn escape_end(b: &[u8], i: usize) -> usize {
+    let mut j = i + 1;
+    match b.get(j) {
+        Some(b'[') => {
+            j += 1;
+            while j < b.len() && !(0x40..=0x7e).contains(&b[j]) {
+                j += 1;
+            }
+            j += 1;
+        }
+        Some(b']') => {
+            while j < b.len() && b[j] != 0x07 && !(b[j] == 0x1b && b.get(j + 1) == Some(&b'\\')) {
+                j += 1;
+            }
+            j += if b.get(j) == Some(&0x07) { 1 } else { 2 };
+        }
+        Some(_) => j += 1,
+        None => {}
+    }
+    // A byte that continues a character belongs with it.
+    while j < b.len() && (b[j] & 0xC0) == 0x80 {
+        j += 1;
+    }
+    j.min(b.len())
 }
 
 /// The shortest encoded form of a secret that is redacted: a few base64 characters would match
@@ -417,6 +457,46 @@ mod tests {
         }
         // Escapes elsewhere stay.
         assert_eq!(r.redact("\x1b[1mbold\x1b[0m"), "\x1b[1mbold\x1b[0m");
+    }
+
+    #[test]
+    fn any_bytes_are_redacted_as_bytes_and_kept_otherwise() {
+        let r = Redactor::new(["s3cr3t-value".to_string()]);
+        // Escapes before bytes that are no character, an escape cut short, a secret among them.
+        let mut out = vec![0x1b, 0xff, 0x1b, 0xc3, 0xa9, 0x80, 0x1b, b'[', 0xfe];
+        out.extend_from_slice(b"xs3cr3t-valuey\x1b");
+        out.extend((0..=255u8).rev());
+        let got = r.redact_bytes(&out);
+        let mut want = vec![0x1b, 0xff, 0x1b, 0xc3, 0xa9, 0x80, 0x1b, b'[', 0xfe];
+        want.extend_from_slice(b"x***y\x1b");
+        want.extend((0..=255u8).rev());
+        assert_eq!(got, want);
+        // Every prefix and every chunk of random bytes: never a panic.
+        let noise: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for n in 0..200 {
+            let _ = r.redact_bytes(&noise[n..n + 300]);
+            let _ = r.redact(&String::from_utf8_lossy(&noise[n..n + 300]));
+        }
+    }
+
+    #[test]
+    fn the_longest_secret_wins_whatever_shorter_one_it_contains() {
+        let r = Redactor::new([
+            "Zq9SECRETvalue-7f3a-XYZ".to_string(),
+            "Zq9SECRET".to_string(),
+        ]);
+        assert_eq!(
+            r.redact("Zq9SECRET\x1b[1mvalue-7f3a-XYZ\x1b[0m end"),
+            "***\x1b[0m end"
+        );
+        assert_eq!(r.redact("a Zq9SECRETvalue-7f3a-XYZ b"), "a *** b");
+        assert_eq!(r.redact("a Zq9SECRET b"), "a *** b");
+        // Two secrets overlapping, neither inside the other: both covered.
+        let r = Redactor::new(["1234abcd".to_string(), "abcdefgh".to_string()]);
+        assert_eq!(r.redact("x1234abcdefghy"), "x***y");
+        assert_eq!(r.redact("x1234\x1b[0mabcdef\x1b[1mghy"), "x***y");
     }
 
     #[test]

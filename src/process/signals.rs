@@ -74,14 +74,13 @@ pub(crate) fn sender_of(sig: i32) -> Option<Sender> {
 }
 
 impl Sender {
-    /// `pid 4242 (uid 1000 alice: `systemctl stop nightly`)`; the user name and the command line
-    /// when they can be read, the command line through `redact` (it may carry a secret). A pid
-    /// of 0 is the kernel (a closed terminal's hangup, for one).
+    /// `pid 4242 (uid 1000 alice, program systemctl, started 812.345 s after boot)`: the user
+    /// name and the program when they can be read (the program through `redact`). Never its
+    /// arguments: a command line can carry a password or a token, and pattern matching does
+    /// not find every one. A pid of 0 is the kernel (a closed terminal's hangup, for one).
     ///
     /// The process is read only while it is the one that sent the signal: one that started after
-    /// the signal arrived has the pid reused, and is not named. Its program name is kept; its
-    /// arguments only after `redact` and the redaction of anything shaped like a secret
-    /// ([`redact_shaped`]): a manifest's secrets are not the only ones a command line carries.
+    /// the signal arrived has the pid reused, and is not named.
     pub(crate) fn describe(&self, redact: impl Fn(&str) -> String) -> String {
         if self.pid == 0 {
             return "the kernel (pid 0)".to_string();
@@ -106,103 +105,17 @@ impl Sender {
             .flatten()
             .map(|u| format!(" {}", u.name))
             .unwrap_or_default();
-        let cmd = std::fs::read(format!("/proc/{}/cmdline", self.pid))
-            .ok()
-            .filter(|b| !b.is_empty())
-            .map(|b| {
-                let words: Vec<String> = b
-                    .split(|c| *c == 0)
-                    .filter(|w| !w.is_empty())
-                    .map(|w| String::from_utf8_lossy(w).into_owned())
-                    .collect();
-                let words: Vec<String> = redact_shaped(&words);
-                let line = crate::support::text::printable(&words.join(" "));
-                let line = redact(&line);
-                let short: String = line.chars().take(200).collect();
-                format!(": `{short}`")
-            })
-            .unwrap_or_default();
         let started = started_ms
             .map(|ms| format!(", started {}.{:03} s after boot", ms / 1000, ms % 1000))
             .unwrap_or_default();
         let program = program
-            .map(|p| format!(", program {p}"))
+            .map(|p| format!(", program {}", redact(&p)))
             .unwrap_or_default();
         format!(
-            "pid {} (uid {}{user}{program}{started}{cmd})",
+            "pid {} (uid {}{user}{program}{started})",
             self.pid, self.uid
         )
     }
-}
-
-/// A command line's words with what looks like a secret replaced by `***`: the value of a
-/// `--password`/`--token`/`-p`-like flag (the next word, or after `=`), of a `NAME=value` whose
-/// name says secret, a URL's credentials, an `Authorization`/`Bearer` value, and long opaque
-/// words (24 or more characters of letters, digits and `+/=_-`, letters and digits mixed).
-pub(crate) fn redact_shaped(words: &[String]) -> Vec<String> {
-    let secretish = |name: &str| {
-        let n = name.trim_start_matches('-').to_ascii_uppercase();
-        [
-            "TOKEN",
-            "SECRET",
-            "PASSWORD",
-            "PASSWD",
-            "KEY",
-            "AUTH",
-            "CREDENTIAL",
-        ]
-        .iter()
-        .any(|w| n.contains(w))
-            || n == "P"
-    };
-    let opaque = |w: &str| {
-        w.len() >= 24
-            && w.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+/=_-".contains(c))
-            && w.chars().any(|c| c.is_ascii_digit())
-            && w.chars().any(|c| c.is_ascii_alphabetic())
-    };
-    let mut out = Vec::with_capacity(words.len());
-    let mut hide_next = false;
-    for w in words {
-        if hide_next {
-            out.push("***".to_string());
-            hide_next = false;
-            continue;
-        }
-        if let Some((name, _)) = w.split_once('=')
-            && secretish(name)
-        {
-            out.push(format!("{name}=***"));
-            continue;
-        }
-        if w.starts_with('-') && secretish(w) {
-            out.push(w.clone());
-            hide_next = true;
-            continue;
-        }
-        if w.eq_ignore_ascii_case("bearer") || w.eq_ignore_ascii_case("authorization:") {
-            out.push(w.clone());
-            hide_next = true;
-            continue;
-        }
-        if let Some(scheme) = w.find("://")
-            && let Some(at) = w[scheme + 3..].find('@')
-        {
-            out.push(format!(
-                "{}://***@{}",
-                &w[..scheme],
-                &w[scheme + 3 + at + 1..]
-            ));
-            continue;
-        }
-        if opaque(w) {
-            out.push("***".to_string());
-            continue;
-        }
-        out.push(w.clone());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -228,42 +141,6 @@ mod tests {
         assert!(
             d.contains(", program ") && d.contains("s after boot"),
             "{d}"
-        );
-    }
-
-    #[test]
-    fn what_looks_like_a_secret_on_a_command_line_is_redacted() {
-        let words: Vec<String> = [
-            "deploy",
-            "--token",
-            "abc",
-            "--password=hunter22",
-            "API_KEY=xyz",
-            "https://bob:pw@example.com/x",
-            "Bearer",
-            "eyJhbGciOi",
-            "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
-            "--verbose",
-            "plain-word-without-digits-that-is-long",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        assert_eq!(
-            redact_shaped(&words),
-            [
-                "deploy",
-                "--token",
-                "***",
-                "--password=***",
-                "API_KEY=***",
-                "https://***@example.com/x",
-                "Bearer",
-                "***",
-                "***",
-                "--verbose",
-                "plain-word-without-digits-that-is-long",
-            ]
         );
     }
 }

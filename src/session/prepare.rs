@@ -493,22 +493,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     }
     let redactor = Arc::new(redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
-    let sandbox = crate::engine::confine::plan(
-        &loaded,
-        &opts.state,
-        &workspace,
-        plan.repositories.iter().map(|r| r.path.clone()).collect(),
-    )
-    .map_err(|e| {
-        ui.error(format_args!("{e}; nothing ran"));
-        EXIT_INVALID
-    })?;
-    for m in &sandbox.missing {
-        ui.warn(format_args!(
-            "items are not confined as the manifest asks: {m}"
-        ));
-    }
-    tracing::info!(sandbox = %sandbox.summary, "items are confined");
+    let sandbox = sandbox(ui, &loaded, &opts.state, &workspace, &plan)?;
     // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).
     let fancy = !opts.no_progress
         && std::io::stderr().is_terminal()
@@ -596,6 +581,34 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
             .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
     });
     Ok(Session { cx, sink, opts })
+}
+
+/// How items are confined: refused (exit 2) where `required` cannot be had, what is missing
+/// said where `best-effort` goes without it.
+fn sandbox(
+    ui: &Ui,
+    loaded: &LoadedManifest,
+    state: &Path,
+    workspace: &Path,
+    plan: &Plan,
+) -> Result<crate::engine::confine::SandboxPlan, i32> {
+    let sandbox = crate::engine::confine::plan(
+        loaded,
+        state,
+        workspace,
+        plan.repositories.iter().map(|r| r.path.clone()).collect(),
+    )
+    .map_err(|e| {
+        ui.error(format_args!("{e}; nothing ran"));
+        EXIT_INVALID
+    })?;
+    for m in &sandbox.missing {
+        ui.warn(format_args!(
+            "items are not confined as the manifest asks: {m}"
+        ));
+    }
+    tracing::info!(sandbox = %sandbox.summary, "items are confined");
+    Ok(sandbox)
 }
 
 /// Items that will not run for a reason the user can clear: named before the drain starts.

@@ -21,6 +21,9 @@ pub fn runner() -> Command {
         .env_remove("RUNNER_STATE")
         .env_remove("RUNNER_CONTAINMENT")
         .env_remove("RUNNER_CGROUP")
+        // Items run confined (the default), and may write their tests' markers: every test's
+        // files are under the temporary folder. tests/confinement.rs takes this away.
+        .env("RUNNER_SANDBOX_WRITABLE", std::env::temp_dir())
         .env("RUNNER_RESOURCES_DIR", test_units_dir())
         .env("RUNNER_HOST_DIR", test_units_dir().join("host"));
     c

@@ -12,6 +12,7 @@ mod checks;
 mod items;
 mod read;
 mod repositories;
+mod sandbox;
 mod sections;
 
 use super::diag::{ManifestError, Problem};

@@ -1,0 +1,74 @@
+//! `sandbox`: the confinement items run under.
+
+use super::*;
+
+impl Cx {
+    /// `sandbox`: how the kernel confines items, what else they may write, their network.
+    pub(super) fn sandbox(&mut self, node: &Node) -> Option<Sandbox> {
+        let m = self.map(node, "sandbox", SANDBOX_KEYS)?;
+        let mode = m.get("mode").and_then(|n| {
+            let s = self.string(n, "sandbox.mode")?;
+            let found = SandboxMode::ALL.into_iter().find(|x| x.name() == s);
+            if found.is_none() {
+                self.err_help(
+                    "invalid-value",
+                    "sandbox.mode",
+                    n.span,
+                    format!("unknown sandbox mode `{s}`"),
+                    "modes: required, best-effort, off",
+                );
+            }
+            found
+        });
+        let network = m.get("network").and_then(|n| {
+            if let Value::Seq(_) = n.value {
+                self.err_help(
+                    "unsupported",
+                    "sandbox.network",
+                    n.span,
+                    "an allow-list of hosts is not supported yet",
+                    "give `open` or `none`",
+                );
+                return None;
+            }
+            let s = self.string(n, "sandbox.network")?;
+            match s.as_str() {
+                "open" => Some(NetworkPolicy::Open),
+                "none" => Some(NetworkPolicy::None),
+                _ => {
+                    self.err_help(
+                        "invalid-value",
+                        "sandbox.network",
+                        n.span,
+                        format!("unknown network policy `{s}`"),
+                        "policies: open, none",
+                    );
+                    None
+                }
+            }
+        });
+        let writable = m
+            .get("writable")
+            .and_then(|n| {
+                let list = self.string_list(n, "sandbox.writable", "path")?;
+                for s in &list {
+                    if s == "/" || s == "~" || s == "~/" || s.split('/').any(|c| c == "..") {
+                        self.err_help(
+                            "invalid-value",
+                            "sandbox.writable",
+                            n.span,
+                            format!("`{s}` would make too much writable"),
+                            "name the folders an agent CLI writes (its config and cache), without `..`",
+                        );
+                    }
+                }
+                Some(list)
+            })
+            .unwrap_or_default();
+        Some(Sandbox {
+            mode,
+            writable,
+            network,
+        })
+    }
+}

@@ -1,0 +1,231 @@
+//! A child confining itself between `clone` and `execve` (see `sandbox.rs` for the rules and
+//! their reasons): its own user and network namespaces, then the Landlock ruleset. Raw system
+//! calls only, as everything the child runs (see the module comment of `launch.rs`).
+
+use super::sys::sys;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::RawFd;
+
+/// What a child does to confine itself, laid out before it starts.
+pub(crate) struct Confine {
+    /// A Landlock ruleset to restrict itself with (-1: none).
+    pub(super) ruleset: RawFd,
+    /// A user namespace of its own (mapping the user to itself): outside it, the item has no
+    /// capability, so it may not read runner's or another item's memory or environment.
+    pub(super) userns: bool,
+    /// A network namespace of its own, with loopback only.
+    pub(super) netns: bool,
+    /// `<uid> <uid> 1` and `<gid> <gid> 1`: the user namespace maps the user to itself.
+    uid_map: CString,
+    gid_map: CString,
+}
+
+impl Confine {
+    pub(crate) fn none() -> Confine {
+        Confine::new(-1, false, false)
+    }
+
+    pub(crate) fn new(ruleset: RawFd, userns: bool, netns: bool) -> Confine {
+        // SAFETY: getuid and getgid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let map = |id: u32| CString::new(format!("{id} {id} 1\n")).unwrap_or_default();
+        Confine {
+            ruleset,
+            userns,
+            netns,
+            uid_map: map(uid),
+            gid_map: map(gid),
+        }
+    }
+}
+
+/// The child confines itself: its own network namespace with loopback up, then the Landlock
+/// ruleset (after `no_new_privs`, which Landlock asks for). Raw system calls only: it runs
+/// between `clone` and `execve`, and in a forked child. 0, or the first negative result.
+pub(super) fn confine_self(c: &Confine) -> isize {
+    // SAFETY: raw system calls with pointers into `c` and this stack frame.
+    unsafe {
+        if c.userns {
+            let net = if c.netns { libc::CLONE_NEWNET } else { 0 };
+            let r = sys(
+                libc::SYS_unshare,
+                [(libc::CLONE_NEWUSER | net) as usize, 0, 0, 0],
+            );
+            if r < 0 {
+                return r;
+            }
+            for (file, text) in [
+                (c"/proc/self/setgroups", c"deny".to_bytes()),
+                (c"/proc/self/uid_map", c.uid_map.as_bytes()),
+                (c"/proc/self/gid_map", c.gid_map.as_bytes()),
+            ] {
+                let fd = sys(
+                    libc::SYS_openat,
+                    [
+                        libc::AT_FDCWD as usize,
+                        file.as_ptr() as usize,
+                        (libc::O_WRONLY | libc::O_CLOEXEC) as usize,
+                        0,
+                    ],
+                );
+                if fd < 0 {
+                    return fd;
+                }
+                let w = sys(
+                    libc::SYS_write,
+                    [fd as usize, text.as_ptr() as usize, text.len(), 0],
+                );
+                sys(libc::SYS_close, [fd as usize, 0, 0, 0]);
+                if w < 0 {
+                    return w;
+                }
+            }
+        } else if c.netns {
+            let r = sys(libc::SYS_unshare, [libc::CLONE_NEWNET as usize, 0, 0, 0]);
+            if r < 0 {
+                return r;
+            }
+        }
+        if c.netns {
+            // Loopback comes down in a new namespace: bring it up (`struct ifreq`: the name,
+            // then the flags as a short).
+            let sock = sys(
+                libc::SYS_socket,
+                [
+                    libc::AF_INET as usize,
+                    (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as usize,
+                    0,
+                    0,
+                ],
+            );
+            if sock < 0 {
+                return sock;
+            }
+            let mut ifreq = [0u8; 40];
+            ifreq[..2].copy_from_slice(b"lo");
+            let r = sys(
+                libc::SYS_ioctl,
+                [sock as usize, 0x8913, ifreq.as_mut_ptr() as usize, 0],
+            );
+            if r < 0 {
+                return r;
+            }
+            let flags = i16::from_ne_bytes([ifreq[16], ifreq[17]])
+                | (libc::IFF_UP | libc::IFF_RUNNING) as i16;
+            ifreq[16..18].copy_from_slice(&flags.to_ne_bytes());
+            let r = sys(
+                libc::SYS_ioctl,
+                [sock as usize, 0x8914, ifreq.as_mut_ptr() as usize, 0],
+            );
+            sys(libc::SYS_close, [sock as usize, 0, 0, 0]);
+            if r < 0 {
+                return r;
+            }
+        }
+        if c.ruleset >= 0 {
+            // Without `CAP_SYS_PTRACE` (root has it), runner's memory and environment are out
+            // of reach, runner being not dumpable. Taken out of the bounding set, it is in no
+            // set of any program the item runs.
+            if !c.userns && sys(libc::SYS_geteuid, [0, 0, 0, 0]) == 0 {
+                let r = sys(
+                    libc::SYS_prctl,
+                    [libc::PR_CAPBSET_DROP as usize, CAP_SYS_PTRACE, 0, 0],
+                );
+                if r < 0 {
+                    return r;
+                }
+            }
+            let r = sys(
+                libc::SYS_prctl,
+                [libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0],
+            );
+            if r < 0 {
+                return r;
+            }
+            let r = sys(LANDLOCK_RESTRICT_SELF, [c.ruleset as usize, 0, 0, 0]);
+            if r < 0 {
+                return r;
+            }
+        }
+    }
+    0
+}
+
+/// The capability to trace any process (`linux/capability.h`).
+const CAP_SYS_PTRACE: usize = 19;
+
+/// `landlock_create_ruleset` and `landlock_restrict_self`: one number on every architecture.
+const LANDLOCK_CREATE_RULESET: libc::c_long = 444;
+const LANDLOCK_RESTRICT_SELF: libc::c_long = 446;
+
+/// The kernel's Landlock ABI version (`landlock_create_ruleset(NULL, 0, VERSION)`), or a
+/// negative error where Landlock is absent or disabled.
+pub(crate) fn landlock_abi_version() -> i32 {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        return -1;
+    }
+    // SAFETY: a query that reads and writes no memory.
+    unsafe { sys(LANDLOCK_CREATE_RULESET, [0, 0, 1, 0]) as i32 }
+}
+
+/// Whether a child can get the namespaces of its own `userns` and `netns` say: tried in a
+/// forked child that only makes raw system calls.
+pub(crate) fn probe_namespaces(userns: bool, netns: bool) -> bool {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        return false;
+    }
+    let confine = Confine::new(-1, userns, netns);
+    // SAFETY: the forked child makes raw system calls on its own memory only and exits.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return false;
+        }
+        if pid == 0 {
+            let r = confine_self(&confine);
+            sys(libc::SYS_exit_group, [usize::from(r < 0), 0, 0, 0]);
+            #[expect(
+                clippy::empty_loop,
+                reason = "`exit_group` does not return; nothing else may run in the child"
+            )]
+            loop {}
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                return false;
+            }
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+}
+
+/// For a child the standard library starts: confine it as [`launch`] does.
+pub(crate) fn confine_before_exec(cmd: &mut tokio::process::Command, confine: Confine) {
+    if confine.ruleset < 0 && !confine.userns && !confine.netns {
+        return;
+    }
+    // SAFETY: the hook runs in the forked child before `execve` and makes raw system calls
+    // only, on memory `confine` owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = confine_self(&confine);
+            if r < 0 {
+                return Err(io::Error::from_raw_os_error(-r as i32));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Make runner not dumpable: another process of the user (an item's) may then not read its
+/// memory or its environment (`/proc/<runner>/environ`, which holds every secret `env.pass`
+/// keeps from items), nor attach to it, without `CAP_SYS_PTRACE` — which confined items do
+/// not have. Children are dumpable again once they run their program.
+pub(crate) fn not_dumpable() {
+    // SAFETY: a prctl on this process's own flag; no memory is touched.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}
