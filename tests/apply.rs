@@ -407,7 +407,7 @@ fn feedback_that_cannot_be_written_is_said() {
         1,
         1,
         &format!(
-            "echo \"attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]\" >> {}; mkdir -p \"$(dirname \"$(dirname \"$RUNNER_USAGE\")\")/logs/$RUNNER_REPO/$RUNNER_ITEM/$RUNNER_ATTEMPT-feedback.txt\"; exit 1",
+            "echo \"attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]\" >> {}; mkdir -p \"$(dirname \"$(dirname \"$(dirname \"$RUNNER_USAGE\")\")\")/logs/$RUNNER_REPO/$RUNNER_ITEM/$RUNNER_ATTEMPT-feedback.txt\"; exit 1",
             seen.display()
         ),
         "",
@@ -625,10 +625,12 @@ fn a_nested_runner_may_not_leave_its_parents_repository() {
 fn a_nested_runner_reenters_its_parents_lease() {
     // The parent's worker runs another manifest's drain in the same repository: it works under
     // the lease its parent holds instead of waiting for it (with `--wait-for-locks`, forever).
+    // In the checkout itself: a work branch it made would change the repository's shared git
+    // state under its parent's item, which quarantines the repository.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("inner.yaml"),
-        "version: 1\nname: inner\nrepositories: [{path: r0}]\nworker: {run: \"echo nested > nested.txt\"}\nitems: [{repo: r0, id: x, branch: runner/x}]\n",
+        "version: 1\nname: inner\nrepositories: [{path: r0}]\nworker: {run: \"echo nested > nested.txt\"}\nitems: [{repo: r0, id: x}]\n",
     )
     .unwrap();
     let bin = env!("CARGO_BIN_EXE_runner");
@@ -650,7 +652,7 @@ fn a_nested_runner_reenters_its_parents_lease() {
     assert_eq!(std::fs::read_to_string(&result).unwrap().trim(), "0");
     let r = dir.path().join("r0");
     assert_eq!(
-        git(&r, &["show", "runner/x:nested.txt"]),
+        git(&r, &["show", "HEAD:nested.txt"]),
         "nested",
         "the nested run did its work"
     );

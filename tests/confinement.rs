@@ -219,3 +219,55 @@ fn unconfined_the_same_worker_escapes() {
         "no connection reached the listener"
     );
 }
+
+/// An item in its repository's own checkout may write its `.git` (the kernel cannot take a
+/// folder out of a writable one): what it changes there is found after it, the item held and
+/// the repository quarantined with the change named, before runner's own git runs there again.
+#[test]
+fn a_change_to_the_shared_git_state_quarantines_the_repository() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let c = repo(&r.join("c"));
+    let evil = r.join("evil-ran");
+    std::fs::write(
+        r.join("m.yaml"),
+        format!(
+            r#"version: 1
+name: tamper
+repositories: [{{path: c}}]
+worker:
+  run: 'echo work > work.txt && git config core.fsmonitor "touch {evil}" && mkdir -p .git/hooks && echo "touch {evil}" > .git/hooks/pre-commit'
+items: [{{repo: c, id: t1}}, {{repo: c, id: t2}}]
+"#,
+            evil = evil.display()
+        ),
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The attack itself succeeded: the config names the program.
+    assert!(git(&c, &["config", "--get", "core.fsmonitor"]).contains("evil-ran"));
+    assert!(
+        err.contains("`config` changed") && err.contains("`hooks/pre-commit` added"),
+        "{err}"
+    );
+    assert!(err.contains("quarantined"), "{err}");
+    // Nothing of it ran, and the item's work was not committed.
+    assert!(!evil.exists(), "a program the item named ran");
+    assert_eq!(git(&c, &["rev-list", "--count", "HEAD"]), "1");
+    // The second item did not run there, nor does the next run.
+    let report = common::latest_report(&r.join("runner-reports"));
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("quarantined"), "{}", stderr(&out));
+    assert_eq!(report["counts"]["held"], 2, "{report}");
+}

@@ -229,7 +229,7 @@ fn apply_loop_drains_until_a_look_finds_no_more_work() {
 }
 
 #[test]
-fn a_stop_signal_is_recorded_with_its_senders_pid_and_command_line() {
+fn a_stop_signal_is_recorded_with_its_senders_pid_and_program_never_its_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     fixture(root, "30");
@@ -249,7 +249,8 @@ fn a_stop_signal_is_recorded_with_its_senders_pid_and_command_line() {
     let cause = report["cause"].as_str().unwrap();
     assert!(
         cause.starts_with(&format!("cancelled by pid {} (uid ", sender.id()))
-            && cause.contains(&format!("`sh -c kill -TERM {}; sleep 5`", apply.id()))
+            && cause.contains(", program sh")
+            && !cause.contains("kill -TERM")
             && cause.ends_with("(SIGTERM)"),
         "{cause}"
     );

@@ -647,6 +647,7 @@ fn item_ended(
 ) {
     let repo = cx.plan.items[idx].repo.clone();
     let tree_gone = run.tree_gone;
+    let tampered = run.quarantine.clone();
     debug!(
         item = %label(cx, idx),
         outcome = run.outcome.as_str(),
@@ -656,6 +657,9 @@ fn item_ended(
     );
     let settled = sched.finished(idx, run);
     finish(sink, settled);
+    if let Some(reason) = &tampered {
+        quarantine(cx, sink, &repo, reason);
+    }
     let Some(lease) = pool.leases.remove(&idx) else {
         sched.released(&repo);
         return;
@@ -663,24 +667,34 @@ fn item_ended(
     if tree_gone {
         pool.settling.push((repo, lease));
     } else {
-        if let Some(r) = cx.plan.repositories.iter().find(|r| r.name == repo) {
-            let reason = "processes of an item could not be proven gone";
-            // Kept with the repository, where every manifest's run sees it; and in the ledger.
-            if let Some(common) = &r.common_dir {
-                let q = crate::lease::Quarantine {
-                    run_id: cx.run_id.clone(),
-                    reason: format!("repository `{repo}`: {reason}"),
-                    at: crate::support::clock::now(),
-                    lifted: None,
-                };
-                if let Err(e) = crate::lease::quarantine(common, &q) {
-                    tracing::error!(%repo, "cannot record the quarantine: {e}");
-                }
-            }
-            sink.quarantine(&repo, &r.path, reason);
-        }
+        quarantine(
+            cx,
+            sink,
+            &repo,
+            "processes of an item could not be proven gone",
+        );
         pool.kept.push(lease);
     }
+}
+
+/// Quarantine repository `repo` for `reason`: kept with the repository, where every manifest's
+/// run sees it; and in the ledger.
+fn quarantine(cx: &RunCx, sink: &mut dyn RunSink, repo: &str, reason: &str) {
+    let Some(r) = cx.plan.repositories.iter().find(|r| r.name == repo) else {
+        return;
+    };
+    if let Some(common) = &r.common_dir {
+        let q = crate::lease::Quarantine {
+            run_id: cx.run_id.clone(),
+            reason: format!("repository `{repo}`: {reason}"),
+            at: crate::support::clock::now(),
+            lifted: None,
+        };
+        if let Err(e) = crate::lease::quarantine(common, &q) {
+            tracing::error!(%repo, "cannot record the quarantine: {e}");
+        }
+    }
+    sink.quarantine(repo, &r.path, reason);
 }
 
 /// Read the capacity probe: an integer of free slots, clamped to 1..=workers. Anything else

@@ -97,6 +97,9 @@ pub(crate) struct ItemRun {
     pub halt: Option<HaltSignature>,
     /// Every process it started is proven gone.
     pub tree_gone: bool,
+    /// Why its repository is to be quarantined though its processes are gone (it changed the
+    /// repository's shared git state).
+    pub quarantine: Option<String>,
 }
 
 impl ItemRun {
@@ -109,6 +112,7 @@ impl ItemRun {
             progress: false,
             halt: None,
             tree_gone: true,
+            quarantine: None,
         }
     }
 }
@@ -641,7 +645,10 @@ impl Scheduler {
             .remove(&item)
             .or_else(|| self.resting.remove(&item).map(|(r, _)| r))
             .unwrap_or_else(|| self.repo_of[item].clone());
-        let cause = if f.tree_gone {
+        let cause = if f.quarantine.is_some() {
+            self.quarantined.insert(repo.clone());
+            f.cause
+        } else if f.tree_gone {
             f.cause
         } else {
             self.busy.remove(&repo);

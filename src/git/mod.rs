@@ -12,6 +12,7 @@ mod config;
 mod local;
 mod probe;
 mod refs;
+mod shared_state;
 mod snapshot;
 
 pub use command::GitError;
@@ -19,6 +20,7 @@ pub use command::command;
 use command::{base_command, checked, failed, run};
 pub use local::Reads;
 pub use probe::*;
+pub use shared_state::SharedState;
 use snapshot::flagged;
 pub use snapshot::snapshot;
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};

@@ -247,11 +247,10 @@ fn canonical_all(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// A folder's entries as (path, is a real folder, where a link leads).
 type Entry = (PathBuf, bool, Option<PathBuf>);
 
-fn list_dir(dir: &Path) -> Vec<Entry> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    rd.filter_map(Result::ok)
+fn list_dir(dir: &Path) -> Option<Vec<Entry>> {
+    let rd = std::fs::read_dir(dir).ok()?;
+    let entries = rd
+        .filter_map(Result::ok)
         .map(|e| {
             let path = e.path();
             let ft = e.file_type().ok();
@@ -261,16 +260,19 @@ fn list_dir(dir: &Path) -> Vec<Entry> {
                 .and_then(|_| std::fs::canonicalize(&path).ok());
             (path, is_dir, target)
         })
-        .collect()
+        .collect();
+    Some(entries)
 }
 
 /// The fewest paths whose subtrees hold everything but `hidden` (canonical paths): each
 /// folder on the way from `/` to something hidden is opened up into its entries, every entry
 /// not on such a way granted whole. A link is granted (the kernel follows it) only when it
-/// leads neither to nor above something hidden.
+/// leads neither to nor above something hidden. A folder that cannot be listed (a runner
+/// started inside an item, whose own confinement hides it) is granted whole: what hides it
+/// still does.
 pub(crate) fn readable_roots(
     hidden: &[PathBuf],
-    list: &mut dyn FnMut(&Path) -> Vec<Entry>,
+    list: &mut dyn FnMut(&Path) -> Option<Vec<Entry>>,
 ) -> Vec<PathBuf> {
     let root = PathBuf::from("/");
     if hidden.is_empty() {
@@ -282,7 +284,11 @@ pub(crate) fn readable_roots(
     let mut out = Vec::new();
     let mut stack = vec![root];
     while let Some(dir) = stack.pop() {
-        for (path, is_dir, target) in list(&dir) {
+        let Some(entries) = list(&dir) else {
+            out.push(dir);
+            continue;
+        };
+        for (path, is_dir, target) in entries {
             if hidden.iter().any(|h| h == &path) {
                 continue;
             }
@@ -309,7 +315,7 @@ pub(crate) fn readable_roots(
 mod tests {
     use super::*;
 
-    fn tree(paths: &[&str]) -> impl FnMut(&Path) -> Vec<Entry> {
+    fn tree(paths: &[&str]) -> impl FnMut(&Path) -> Option<Vec<Entry>> {
         let all: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
         move |dir: &Path| {
             let mut out = Vec::new();
@@ -319,7 +325,7 @@ mod tests {
                     out.push((p.clone(), is_dir, None));
                 }
             }
-            out
+            Some(out)
         }
     }
 
@@ -354,6 +360,14 @@ mod tests {
     }
 
     #[test]
+    fn a_folder_that_cannot_be_listed_is_granted_whole() {
+        let mut list =
+            |dir: &Path| -> Option<Vec<Entry>> { (dir != Path::new("/")).then(Vec::new) };
+        let got = readable_roots(&[PathBuf::from("/data/secret")], &mut list);
+        assert_eq!(got, vec![PathBuf::from("/")]);
+    }
+
+    #[test]
     fn nothing_hidden_grants_the_root() {
         let mut list = tree(&["/usr"]);
         assert_eq!(readable_roots(&[], &mut list), vec![PathBuf::from("/")]);
@@ -361,8 +375,8 @@ mod tests {
 
     #[test]
     fn a_link_to_or_above_a_hidden_path_is_not_granted() {
-        let mut list = |dir: &Path| -> Vec<Entry> {
-            match dir.to_str() {
+        let mut list = |dir: &Path| -> Option<Vec<Entry>> {
+            Some(match dir.to_str() {
                 Some("/") => vec![
                     (PathBuf::from("/data"), true, None),
                     (
@@ -382,7 +396,7 @@ mod tests {
                     (PathBuf::from("/data/open"), true, None),
                 ],
                 _ => Vec::new(),
-            }
+            })
         };
         let got = readable_roots(&[PathBuf::from("/data/secret")], &mut list);
         let want: Vec<PathBuf> = ["/data/open", "/l3"].iter().map(PathBuf::from).collect();

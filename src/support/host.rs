@@ -128,7 +128,17 @@ pub(crate) fn inside_item() -> Option<String> {
             Some(p) if p > 1 => pid = p,
             _ => return None,
         }
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        // Its program: where `exe` leads, or — where a confined item may not follow that link
+        // (it belongs to a process outside its domain) — the first word of its command line.
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .or_else(|| {
+                let first = cmdline.split(|b| *b == 0).next()?;
+                Some(std::path::PathBuf::from(
+                    String::from_utf8_lossy(first).into_owned(),
+                ))
+            });
         let same = exe
             .as_ref()
             .and_then(|e| e.file_name())
@@ -136,7 +146,6 @@ pub(crate) fn inside_item() -> Option<String> {
         if !same {
             continue;
         }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         if cmdline.split(|b| *b == 0).any(|a| a == b"apply") {
             return Some(format!("its ancestor, pid {pid}, is `runner apply`"));
         }

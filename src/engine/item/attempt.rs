@@ -463,6 +463,11 @@ async fn judge_work(
     feedback: &mut Option<PathBuf>,
 ) -> Next {
     let n = at.n;
+    // Nothing of runner's reads the repository again before its shared state is proven as it
+    // was.
+    if !super::tamper::unchanged(icx, run) {
+        return Next::Done;
+    }
     // Where the worker left HEAD, and what it changed, before any gate runs.
     let snap = match &icx.anchor {
         Some(anchor) if let Some(s) = unchanged_small(&icx.workdir, anchor, at.markers) => Some(s),
@@ -498,6 +503,9 @@ async fn judge_work(
     // tree only. Work that passed in a worktree of its own is committed from the worker's
     // tree (the snapshot), and the worktree then removed with whatever the gates wrote: the
     // undoing waits until the commit did not happen after all.
+    if !super::tamper::unchanged(icx, run) {
+        return Next::Done;
+    }
     let passed = matches!(judged, GatesOutcome::Passed { .. });
     let removed_on_success = passed
         && icx.item.branch.is_some()

@@ -50,6 +50,8 @@ pub(super) struct ItemCx<'a> {
     pub(super) anchor: Option<Anchor>,
     /// What its commands may touch, when items are confined.
     pub(super) rules: Option<crate::engine::confine::ItemRules>,
+    /// Its repository's shared git state before it ran.
+    pub(super) watched: Option<super::tamper::Watched>,
 }
 
 /// An item the environment failed (git, the cgroup file system, the disk): held, not failed —

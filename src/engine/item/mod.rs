@@ -13,6 +13,7 @@ mod checkout;
 mod cx;
 mod gates;
 mod launch;
+mod tamper;
 mod verdict;
 
 pub use baseline::Baseline;
@@ -128,6 +129,12 @@ pub(crate) async fn run_item(
         cgroup,
         events: &events,
         stop,
+        watched: tamper::watch(
+            &cx,
+            repo,
+            item,
+            anchor.as_ref().and_then(|a| a.branch.as_deref()),
+        ),
         anchor,
         rules,
     };

@@ -30,6 +30,7 @@ fn done(outcome: ItemOutcome) -> ItemRun {
         progress: outcome == ItemOutcome::Completed,
         halt: None,
         tree_gone: true,
+        quarantine: None,
     }
 }
 

@@ -1,0 +1,65 @@
+//! The repository's shared git state, taken before an item's processes run and checked after
+//! them: a change the item made there (where the kernel did not keep it out) holds the item and
+//! quarantines the repository, named, before runner's own git reads the repository again. It
+//! is never repaired or committed: a person looks at it (`runner unlock` lifts the quarantine).
+
+use super::cx::ItemCx;
+use crate::engine::run::RunCx;
+use crate::git::SharedState;
+use crate::plan::{ItemPlan, RepoPlan};
+use crate::vocab::{HoldReason, ItemOutcome};
+
+/// What an item's check compares against.
+pub(crate) struct Watched {
+    before: SharedState,
+    own: Vec<String>,
+    head: bool,
+}
+
+/// The shared state of `repo` before `item` runs, the item's own refs left out: its work branch,
+/// or in the repository's own checkout the branch checked out there (and `HEAD`), which the
+/// item may move.
+pub(super) fn watch(
+    _cx: &RunCx,
+    repo: &RepoPlan,
+    item: &ItemPlan,
+    checked_out: Option<&str>,
+) -> Option<Watched> {
+    let common = repo.common_dir.as_ref()?;
+    let (own, head) = match (&item.branch, checked_out) {
+        (Some(b), _) => (vec![format!("refs/heads/{b}")], true),
+        (None, Some(b)) => (vec![format!("refs/heads/{b}")], false),
+        (None, None) => (Vec::new(), false),
+    };
+    Some(Watched {
+        before: SharedState::capture(common, &own, head),
+        own,
+        head,
+    })
+}
+
+/// After the item's processes: `true` when its repository's shared state is as before; else
+/// the item is held and the repository is to be quarantined, with what changed.
+pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut crate::engine::item::ItemRun) -> bool {
+    let (Some(w), Some(common)) = (&icx.watched, &icx.repo.common_dir) else {
+        return true;
+    };
+    let changes = w
+        .before
+        .changes(&SharedState::capture(common, &w.own, w.head));
+    if changes.is_empty() {
+        return true;
+    }
+    let what = format!(
+        "the repository's shared git state changed while the item ran: {}",
+        changes.join(", ")
+    );
+    run.outcome = ItemOutcome::Held;
+    run.reason = Some(HoldReason::Quarantined.as_str().into());
+    run.cause = Some(format!(
+        "{what}; repository `{}` is quarantined (nothing of it was repaired or committed)",
+        icx.repo.name
+    ));
+    run.quarantine = Some(what);
+    false
+}

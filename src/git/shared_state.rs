@@ -1,0 +1,144 @@
+//! The repository's shared git state — what every checkout of it runs or trusts: `config`,
+//! `hooks/`, `info/`, `refs/` and `packed-refs`, the main checkout's `HEAD` — taken before an
+//! item's processes run and compared after, so that a change an item made to it (where no
+//! kernel confinement kept it out: an item in the repository's own checkout, a machine without
+//! Landlock) is found and named before runner's own git reads the repository again.
+//!
+//! Read by hand: this is a list of files and a hash of each, not one of git's formats (a
+//! loose ref and `packed-refs` are compared as bytes, never parsed).
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Each file of the shared state, by its path under the common git folder, and a hash of what
+/// it holds (a link: where it leads).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SharedState(BTreeMap<String, [u8; 32]>);
+
+/// Files the state is made of (folders taken whole).
+const FILES: &[&str] = &["config", "config.worktree", "packed-refs", "commondir"];
+const FOLDERS: &[&str] = &["hooks", "info", "refs"];
+
+impl SharedState {
+    /// The state of the repository whose common git folder is `common`, leaving out the refs
+    /// an item may move (`own`: its work branch, or in its repository's own checkout the branch
+    /// checked out there) and, with `head`, including the main checkout's `HEAD`. Files that
+    /// cannot be read count as changed on the next look (a hash of the error).
+    pub fn capture(common: &Path, own: &[String], head: bool) -> SharedState {
+        let mut out = BTreeMap::new();
+        let mut add = |rel: String, path: &Path| {
+            let mut h = Sha256::new();
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    h.update(b"link\0");
+                    h.update(
+                        std::fs::read_link(path)
+                            .map(|t| t.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                    );
+                }
+                Ok(m) => {
+                    use std::os::unix::fs::PermissionsExt;
+                    h.update(format!("file {:o}\0", m.permissions().mode()));
+                    match std::fs::read(path) {
+                        Ok(bytes) => h.update(&bytes),
+                        Err(e) => h.update(format!("unreadable: {e}")),
+                    }
+                }
+                Err(_) => return,
+            }
+            out.insert(rel, h.finalize().into());
+        };
+        let mut files: Vec<&str> = FILES.to_vec();
+        if head {
+            files.push("HEAD");
+        }
+        for f in files {
+            add(f.to_string(), &common.join(f));
+        }
+        for folder in FOLDERS {
+            let root = common.join(folder);
+            for entry in walkdir::WalkDir::new(&root)
+                .follow_links(false)
+                .into_iter()
+                .flatten()
+            {
+                if entry.file_type().is_dir() {
+                    continue;
+                }
+                let rel = entry
+                    .path()
+                    .strip_prefix(common)
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if own.iter().any(|r| r == &rel) {
+                    continue;
+                }
+                add(rel, entry.path());
+            }
+        }
+        SharedState(out)
+    }
+
+    /// What differs in `after`: each path added, changed or removed, in path order.
+    pub fn changes(&self, after: &SharedState) -> Vec<String> {
+        let mut out = Vec::new();
+        for (path, hash) in &after.0 {
+            match self.0.get(path) {
+                None => out.push(format!("`{path}` added")),
+                Some(h) if h != hash => out.push(format!("`{path}` changed")),
+                Some(_) => {}
+            }
+        }
+        for path in self.0.keys() {
+            if !after.0.contains_key(path) {
+                out.push(format!("`{path}` removed"));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_anywhere_but_the_items_own_ref_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let g = d.path();
+        for dir in ["hooks", "info", "refs/heads/runner", "refs/tags"] {
+            std::fs::create_dir_all(g.join(dir)).unwrap();
+        }
+        std::fs::write(g.join("config"), "[core]\n").unwrap();
+        std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(g.join("refs/heads/main"), "a\n").unwrap();
+        std::fs::write(g.join("refs/heads/runner/x"), "b\n").unwrap();
+        let own = vec!["refs/heads/runner/x".to_string()];
+        let before = SharedState::capture(g, &own, true);
+        // The item's own branch moves: nothing to say.
+        std::fs::write(g.join("refs/heads/runner/x"), "c\n").unwrap();
+        assert!(
+            before
+                .changes(&SharedState::capture(g, &own, true))
+                .is_empty()
+        );
+        std::fs::write(g.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        std::fs::write(g.join("hooks/post-checkout"), "evil").unwrap();
+        std::fs::write(g.join("refs/tags/planted"), "d\n").unwrap();
+        std::fs::remove_file(g.join("refs/heads/main")).unwrap();
+        std::fs::write(g.join("HEAD"), "ref: refs/heads/other\n").unwrap();
+        assert_eq!(
+            before.changes(&SharedState::capture(g, &own, true)),
+            [
+                "`HEAD` changed",
+                "`config` changed",
+                "`hooks/post-checkout` added",
+                "`refs/heads/main` removed",
+                "`refs/tags/planted` added",
+            ]
+        );
+    }
+}
