@@ -321,18 +321,32 @@ fn the_critical_base_is_checked_again_just_before_the_attempt() {
     commit_file(&r, "SECURITY.md", "patched\n");
     git(&r, &["tag", "security-fix"]);
     git(&r, &["branch", "runner/b"]);
-    // At plan time `runner/b` contains the marker; the first item moves it back behind it.
+    // At plan time `runner/b` contains the marker; while the first item runs, someone moves it
+    // back behind it (the item itself may not: its confinement keeps it out of the refs).
+    let go = dir.path().join("go");
     write(
         dir.path(),
         &format!(
-            "version: 1\nname: b\ncapacity: {{workers: 1}}\nrepositories:\n  - {{path: api, critical_base: [security-fix]}}\nworker: {{run: \"git -C {} branch -f runner/b {old}; echo a > a.txt\"}}\nitems:\n  - {{repo: api, id: a, branch: runner/a}}\n  - {{repo: api, id: b, branch: runner/b}}\n",
-            r.display()
+            "version: 1\nname: b\ncapacity: {{workers: 1}}\nrepositories:\n  - {{path: api, critical_base: [security-fix]}}\nworker: {{run: \"touch started; while [ ! -e {} ]; do sleep 0.05; done; echo a > a.txt\"}}\nitems:\n  - {{repo: api, id: a, branch: runner/a}}\n  - {{repo: api, id: b, branch: runner/b}}\n",
+            go.display()
         ),
     );
     let plan: Value =
         serde_json::from_str(&stdout(&run_in(dir.path(), &["plan", "m.yaml", "--json"]))).unwrap();
     assert_eq!(plan["counts"]["pending"], 2);
-    let out = apply(dir.path());
+    let child = common::runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = dir.path().join(".runner/workspace/worktrees/api/a/started");
+    assert!(common::wait_for(20, || started.exists()));
+    git(&r, &["branch", "-f", "runner/b", &old]);
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report = latest_report(&dir.path().join("runner-reports"));
     let b = report["items"]

@@ -268,6 +268,14 @@ items: [{{repo: c, id: t1}}, {{repo: c, id: t2}}]
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("quarantined"), "{}", stderr(&out));
+    assert_eq!(git(&c, &["rev-list", "--count", "HEAD"]), "1");
     assert_eq!(report["counts"]["held"], 2, "{report}");
+    let status = common::stdout(
+        &runner()
+            .current_dir(r)
+            .args(["status", "m.yaml"])
+            .output()
+            .unwrap(),
+    );
+    assert!(status.contains("`config` changed"), "{status}");
 }

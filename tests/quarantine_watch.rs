@@ -131,8 +131,9 @@ fn a_quarantine_keeps_watch_over_what_its_item_left() {
     std::fs::write(
         root.join("m.yaml"),
         format!(
-            "version: 1\nname: watch\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}, {{path: s}}]\nworker:\n  run: {}\n  grace: 1s\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}, {{repo: s, id: c}}]\n",
-            serde_json::to_string(&worker).unwrap()
+            "version: 1\nname: watch\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}, {{path: s}}]\nworker:\n  run: {}\n  grace: 1s\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}, {{repo: s, id: c}}]\n# The item freezes what it leaves in the test's freezer cgroup.\nsandbox: {{writable: [{}]}}\n",
+            serde_json::to_string(&worker).unwrap(),
+            freezer.0.display()
         ),
     )
     .unwrap();

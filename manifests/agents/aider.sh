@@ -16,11 +16,9 @@ set -u
 . "$(dirname "$0")/common.sh"
 # What aider keeps of a session stays out of the work: its history files go to the adapter's
 # folder, and the repository cache it writes in the working tree (`.aider.tags.cache.*`) is
-# ignored through the repository's own `info/exclude` — not through `.gitignore`, which aider
-# would otherwise edit and the commit would carry. No analytics, no update check.
-exclude=$(git rev-parse --git-path info/exclude 2> /dev/null) &&
-  { grep -qx '.aider\*' "$exclude" 2> /dev/null ||
-    { mkdir -p "$(dirname "$exclude")" && echo '.aider*' >> "$exclude"; }; }
+# removed when it is done — neither `.gitignore` (which aider would otherwise edit, and the
+# commit would carry) nor the repository's shared `info/exclude` (which a confined item may not
+# write) is touched. No analytics, no update check.
 # aider retries a failed request on its own for about a minute (and then exits 0), printing
 # `Retrying in N seconds...` after each failure; no option turns that off. The adapter ends it at
 # the first, so that the provider failure reaches runner at once, in the words aider printed.
@@ -33,6 +31,7 @@ run_agent aider --model "$1" --yes-always --no-auto-commits --no-stream --no-pre
   --chat-history-file "$work/chat.history.md" --analytics-disable --no-check-update \
   --model-settings-file "$work/model-settings.yml" \
   --message "$(prompt_text "${2:-}")"
+rm -rf ./.aider.tags.cache.*
 # "12k" / "1.5k" / "900" tokens, "$0.05 session".
 tokens() {
   printf '%s' "$1" | awk '{ n = $1; if (n ~ /k$/) { sub(/k$/, "", n); n = n * 1000 } printf "%d", n }'

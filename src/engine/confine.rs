@@ -22,6 +22,8 @@ pub struct SandboxPlan {
     pub workspace: PathBuf,
     /// What the kernel lacks of what the manifest asks (best-effort runs without it).
     pub missing: Vec<String>,
+    /// Whether Landlock confines items' files.
+    pub landlock: bool,
     /// In words: what each item runs under (`landlock ABI 7, network none`, `off`).
     pub summary: String,
 }
@@ -110,6 +112,7 @@ pub fn plan(
         };
         (missing, summary)
     };
+    let landlock = mode != SandboxMode::Off && sandbox::landlock_abi().is_some();
     Ok(SandboxPlan {
         mode,
         network,
@@ -118,6 +121,7 @@ pub fn plan(
         repositories,
         workspace: workspace.to_path_buf(),
         missing,
+        landlock,
         summary,
     })
 }
@@ -143,6 +147,18 @@ pub struct ItemRules {
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
     pub hidden: Vec<PathBuf>,
+}
+
+impl ItemRules {
+    /// Whether `path` is beneath something the item may write (its own folders and
+    /// `sandbox.writable`; not counting the folder a command runs in).
+    pub fn may_write(&self, path: &Path) -> bool {
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        self.writable.iter().any(|w| {
+            let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
+            path.starts_with(&w)
+        })
+    }
 }
 
 impl SandboxPlan {

@@ -81,11 +81,14 @@ impl SharedState {
         SharedState(out)
     }
 
-    /// What differs in `after`: each path added, changed or removed, in path order.
+    /// What differs in `after`: each path added, changed or removed, in path order. A new
+    /// local branch is not a change: nothing runs from it, no other checkout is on it, and an
+    /// attempt that leaves HEAD there fails as any move of HEAD does.
     pub fn changes(&self, after: &SharedState) -> Vec<String> {
         let mut out = Vec::new();
         for (path, hash) in &after.0 {
             match self.0.get(path) {
+                None if path.starts_with("refs/heads/") => {}
                 None => out.push(format!("`{path}` added")),
                 Some(h) if h != hash => out.push(format!("`{path}` changed")),
                 Some(_) => {}
@@ -128,6 +131,7 @@ mod tests {
         std::fs::write(g.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
         std::fs::write(g.join("hooks/post-checkout"), "evil").unwrap();
         std::fs::write(g.join("refs/tags/planted"), "d\n").unwrap();
+        std::fs::write(g.join("refs/heads/new-branch"), "e\n").unwrap();
         std::fs::remove_file(g.join("refs/heads/main")).unwrap();
         std::fs::write(g.join("HEAD"), "ref: refs/heads/other\n").unwrap();
         assert_eq!(

@@ -133,6 +133,7 @@ pub(crate) async fn run_item(
             &cx,
             repo,
             item,
+            rules.as_ref(),
             anchor.as_ref().and_then(|a| a.branch.as_deref()),
         ),
         anchor,

@@ -18,14 +18,20 @@ pub(crate) struct Watched {
 
 /// The shared state of `repo` before `item` runs, the item's own refs left out: its work branch,
 /// or in the repository's own checkout the branch checked out there (and `HEAD`), which the
-/// item may move.
+/// item may move. `None` where the kernel keeps the item out of it (a worktree under Landlock,
+/// the common folder not among what it may write): nothing to check, and a person's own work
+/// in the checkout meanwhile is not taken for the item's.
 pub(super) fn watch(
-    _cx: &RunCx,
+    cx: &RunCx,
     repo: &RepoPlan,
     item: &ItemPlan,
+    rules: Option<&crate::engine::confine::ItemRules>,
     checked_out: Option<&str>,
 ) -> Option<Watched> {
     let common = repo.common_dir.as_ref()?;
+    if item.branch.is_some() && cx.sandbox.landlock && rules.is_some_and(|r| !r.may_write(common)) {
+        return None;
+    }
     let (own, head) = match (&item.branch, checked_out) {
         (Some(b), _) => (vec![format!("refs/heads/{b}")], true),
         (None, Some(b)) => (vec![format!("refs/heads/{b}")], false),
@@ -40,7 +46,7 @@ pub(super) fn watch(
 
 /// After the item's processes: `true` when its repository's shared state is as before; else
 /// the item is held and the repository is to be quarantined, with what changed.
-pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut crate::engine::item::ItemRun) -> bool {
+pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut super::cx::ItemRun) -> bool {
     let (Some(w), Some(common)) = (&icx.watched, &icx.repo.common_dir) else {
         return true;
     };
