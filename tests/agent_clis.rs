@@ -35,6 +35,9 @@ struct Cli {
     program: &'static str,
     package: &'static str,
     adapter: &'static str,
+    /// What the CLI writes outside the item, as its adapter documents it for
+    /// `sandbox.writable` (the test's home is `~`).
+    writable: &'static str,
     /// The model as the chain names it (the mock reads the part after any `provider/`), with
     /// the trouble as a suffix.
     model: &'static str,
@@ -60,6 +63,7 @@ const CLAUDE: Cli = Cli {
     program: "claude",
     package: "@anthropic-ai/claude-code",
     adapter: "claude.sh",
+    writable: r#"["~/.claude", "~/.claude.json"]"#,
     model: "claude-sonnet-4-5",
     // Claude Code puts its own words in place of the provider's.
     refused: "Invalid API key",
@@ -73,6 +77,7 @@ const CODEX: Cli = Cli {
     program: "codex",
     package: "@openai/codex",
     adapter: "codex.sh",
+    writable: r#"["$CODEX_HOME"]"#,
     model: "gpt-5-codex",
     refused: "Incorrect API key provided",
     overloaded: 503,
@@ -85,6 +90,7 @@ const OPENCODE: Cli = Cli {
     program: "opencode",
     package: "opencode-linux-x64",
     adapter: "opencode.sh",
+    writable: r#"["~/.local/share/opencode", "~/.local/state/opencode", "~/.cache/opencode"]"#,
     // opencode names a model by its provider: here Anthropic's, at the mock's address.
     model: "anthropic/claude-sonnet-4-5",
     refused: "invalid x-api-key",
@@ -98,6 +104,7 @@ const GEMINI: Cli = Cli {
     program: "gemini",
     package: "@google/gemini-cli",
     adapter: "gemini.sh",
+    writable: r#"["~/.gemini"]"#,
     model: "gemini-2.5-pro",
     refused: "API key not valid",
     overloaded: 503,
@@ -110,6 +117,7 @@ const AIDER: Cli = Cli {
     program: "aider",
     package: "aider-chat",
     adapter: "aider.sh",
+    writable: r#"["~/.aider", "~/.cache"]"#,
     // aider (through litellm) names a model by its provider: here OpenAI's, at the mock's
     // address (`OPENAI_API_BASE`).
     model: "openai/gpt-4.1",
@@ -270,6 +278,13 @@ fn fleet(cli: Cli, models: &str, top: &str, tasks: &[String]) -> Fleet {
     // models the mock knows (a model opencode does not know it will not ask for).
     let opencode = dir.path().join("home/.config/opencode");
     std::fs::create_dir_all(&opencode).unwrap();
+    // Who commits: aider writes a placeholder identity into the repository's shared config
+    // when none is configured, which a confined item may not.
+    std::fs::write(
+        dir.path().join("home/.gitconfig"),
+        "[user]\n\tname = agent\n\temail = agent@example.com\n",
+    )
+    .unwrap();
     let known: serde_json::Map<String, Value> = ["", "-401", "-429", "-529", "-stall"]
         .iter()
         .map(|t| (format!("claude-sonnet-4-5{t}"), serde_json::json!({})))
@@ -295,6 +310,8 @@ worker:
   run: ["{adapter}", "{{model}}", "{{item.task}}"]
   timeout: 2m
 {top}
+# Confined as the shipped adapter says: only what the CLI writes outside the item.
+sandbox: {{writable: {writable}}}
 gates:
   - name: test
     run: "grep -qx hello greeting.txt"
@@ -305,6 +322,9 @@ items:
 {items}"#,
             program = cli.program,
             adapter = root().join("manifests/agents").join(cli.adapter).display(),
+            writable = cli
+                .writable
+                .replace("$CODEX_HOME", &dir.path().join("codex-home").display().to_string()),
         ),
     )
     .unwrap();
@@ -314,6 +334,27 @@ items:
 impl Fleet {
     fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Every log of the run, for a failure's message.
+    fn logs(&self) -> String {
+        let mut out = format!(
+            "--- the mock's log\n{}\n",
+            std::fs::read_to_string(&self.mock.log).unwrap_or_default()
+        );
+        let mut stack = vec![self.path().join("runner-reports")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "log") {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    out.push_str(&format!("--- {}\n{text}\n", p.display()));
+                }
+            }
+        }
+        out
     }
 
     fn apply(&self) -> Output {
@@ -334,6 +375,7 @@ impl Fleet {
         common::runner()
             .current_dir(self.path())
             .args(args)
+            .env_remove("RUNNER_SANDBOX_WRITABLE")
             .env(
                 "PATH",
                 format!(
@@ -434,7 +476,7 @@ fn the_edit_lands_in_the_items_commit(cli: Cli) {
         &[task("hello", None)],
     );
     let out = f.apply();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stderr(&out), f.logs());
     let item = f.item("i0");
     assert_eq!(item["outcome"], "completed", "{item:#}");
     let commit = item["commit"].as_str().expect("the item made a commit");

@@ -10,6 +10,8 @@
 #
 #   worker:
 #     run: ["./agents/aider.sh", "{model}", "{item.task}"]
+#   sandbox:                 # what the CLI writes outside the item (runner confines the rest)
+#     writable: [~/.aider, ~/.cache]
 #
 # $1: model (e.g. sonnet, gpt-5); $2: the task, a task file in the repository or its text (none: $RUNNER_BRIEF, a tracker item's brief).
 set -u

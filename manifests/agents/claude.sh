@@ -13,6 +13,8 @@
 #
 #   worker:
 #     run: ["./agents/claude.sh", "{model}", "{item.task}"]
+#   sandbox:                 # what the CLI writes outside the item (runner confines the rest)
+#     writable: [~/.claude, ~/.claude.json]
 #
 # Checked against Claude Code 2.1.332: an API error ends the run with a result event carrying
 # `is_error`, `api_error_status` (401, 429, 529, …) and the provider's message in `result`;

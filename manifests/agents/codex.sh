@@ -11,6 +11,8 @@
 #
 #   worker:
 #     run: ["./agents/codex.sh", "{model}", "{item.task}"]
+#   sandbox:                 # what the CLI writes outside the item (runner confines the rest)
+#     writable: [~/.codex]      # $CODEX_HOME
 #
 # $1: model (e.g. gpt-5-codex); $2: the task, a task file in the repository or its text (none: $RUNNER_BRIEF, a tracker item's brief).
 set -u
@@ -31,7 +33,12 @@ fi
 model=$1
 task=${2:-}
 shift 2
-run_agent codex exec --model "$model" --sandbox workspace-write --json "$@" \
+# Under runner's confinement (`RUNNER_SANDBOX` set: the kernel already keeps the item to its
+# checkout) codex's own sandbox cannot be made — it needs namespaces and writes to /proc that
+# runner's denies — and a command it runs would fail unseen: the commands run in runner's.
+sandbox=workspace-write
+[ -n "${RUNNER_SANDBOX:-}" ] && sandbox=danger-full-access
+run_agent codex exec --model "$model" --sandbox "$sandbox" --json "$@" \
   -c analytics.enabled=false "$(prompt_text "$task")"
 write_usage "$(json_number input_tokens "$out")" "$(json_number output_tokens "$out")" ""
 # Its items (messages, commands and their output, file changes) are the work; error,

@@ -23,6 +23,8 @@
 #
 #   worker:
 #     run: ["./agents/gemini.sh", "{model}", "{item.task}"]
+#   sandbox:                 # what the CLI writes outside the item (runner confines the rest)
+#     writable: [~/.gemini]
 #
 # $1: model (e.g. gemini-2.5-pro); $2: the task, a task file in the repository or its text (none: $RUNNER_BRIEF, a tracker item's brief).
 set -u

@@ -16,6 +16,8 @@ struct Agent {
     primary: &'static str,
     fallback: Option<&'static str>,
     secrets: &'static [&'static str],
+    /// What the CLI writes outside the item (`sandbox.writable`), as its adapter says.
+    writable: &'static [&'static str],
 }
 
 const AGENTS: &[Agent] = &[
@@ -25,6 +27,7 @@ const AGENTS: &[Agent] = &[
         primary: "claude-sonnet-4-5",
         fallback: Some("claude-opus-4-1"),
         secrets: &["ANTHROPIC_API_KEY"],
+        writable: &["~/.claude", "~/.claude.json"],
     },
     Agent {
         cli: "codex",
@@ -32,6 +35,7 @@ const AGENTS: &[Agent] = &[
         primary: "gpt-5-codex",
         fallback: Some("gpt-5"),
         secrets: &["OPENAI_API_KEY"],
+        writable: &["~/.codex"],
     },
     Agent {
         cli: "gemini",
@@ -39,6 +43,7 @@ const AGENTS: &[Agent] = &[
         primary: "gemini-2.5-pro",
         fallback: Some("gemini-2.5-flash"),
         secrets: &["GEMINI_API_KEY"],
+        writable: &["~/.gemini"],
     },
     Agent {
         cli: "aider",
@@ -46,6 +51,7 @@ const AGENTS: &[Agent] = &[
         primary: "sonnet",
         fallback: None,
         secrets: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
+        writable: &["~/.aider", "~/.cache"],
     },
     Agent {
         cli: "opencode",
@@ -53,6 +59,11 @@ const AGENTS: &[Agent] = &[
         primary: "anthropic/claude-sonnet-4-5",
         fallback: None,
         secrets: &["ANTHROPIC_API_KEY"],
+        writable: &[
+            "~/.local/share/opencode",
+            "~/.local/state/opencode",
+            "~/.cache/opencode",
+        ],
     },
 ];
 
@@ -499,6 +510,14 @@ fn render(name: &str, dir: &Path, found: &[Found], agent: Option<&Agent>) -> Str
                 "  # Passed to the agent and redacted from every log and report."
             );
             let _ = writeln!(m, "  secrets: [{}]", secrets.join(", "));
+            let _ = writeln!(m);
+            let _ = writeln!(
+                m,
+                "# Workers and gates run confined by the kernel to their item: besides it, the agent CLI"
+            );
+            let _ = writeln!(m, "# writes only these (docs/manifest.md#sandbox).");
+            let _ = writeln!(m, "sandbox:");
+            let _ = writeln!(m, "  writable: [{}]", a.writable.join(", "));
             let _ = writeln!(m);
             let _ = writeln!(
                 m,

@@ -36,6 +36,9 @@ pub(crate) struct RunnerVars<'a> {
     /// The item's private temporary folder, when it has one: `TMPDIR`, whatever `env.pass`
     /// says.
     pub tmpdir: Option<&'a Path>,
+    /// What confines it, in words, when the kernel confines its files (`RUNNER_SANDBOX`): an
+    /// agent CLI's adapter may then leave its own sandbox off.
+    pub sandbox: Option<&'a str>,
 }
 
 /// The child's environment. `outer` reads runner's own environment; `worker_env` is the
@@ -70,6 +73,9 @@ pub(crate) fn child_env(
     let mut set = |k: &str, val: String| put(&mut env, k, val);
     if let Some(t) = v.tmpdir {
         set("TMPDIR", t.to_string_lossy().to_string());
+    }
+    if let Some(s) = v.sandbox {
+        set("RUNNER_SANDBOX", s.to_string());
     }
     set("RUNNER_RUN_ID", v.run_id.to_string());
     set("RUNNER_REPO", v.repo.to_string());
@@ -130,6 +136,7 @@ mod tests {
             brief: None,
             defaults: &[],
             tmpdir: None,
+            sandbox: None,
         }
     }
 

@@ -175,6 +175,13 @@ impl SandboxPlan {
             std::fs::remove_dir_all(&tmp)?;
         }
         std::fs::create_dir_all(&tmp)?;
+        // A declared folder not made yet is made, so that the CLI finds it writable (the
+        // kernel grants what exists); a file (a name with an extension) is left to exist.
+        for w in &self.writable {
+            if !w.exists() && w.extension().is_none() {
+                std::fs::create_dir_all(w)?;
+            }
+        }
         let mut writable = vec![tmp.clone()];
         for e in extra {
             std::fs::create_dir_all(e)?;

@@ -181,6 +181,7 @@ pub(crate) async fn probe_models(
                 brief: None,
                 defaults: &[],
                 tmpdir: None,
+                sandbox: None,
             },
         );
         let _ = std::fs::create_dir_all(logs);

@@ -256,6 +256,8 @@ pub(super) fn command(
             brief: brief.as_deref(),
             defaults: &build_cache(icx),
             tmpdir: icx.rules.as_ref().map(|r| r.tmp.as_path()),
+            sandbox: (icx.rules.is_some() && cx.sandbox.landlock)
+                .then_some(cx.sandbox.summary.as_str()),
         },
     );
     Ok(Ready { argv, env })
