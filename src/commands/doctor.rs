@@ -57,7 +57,7 @@ pub fn run(ui: &Ui, args: &DoctorArgs) -> i32 {
     repositories(&mut v, &loaded, &plan);
     programs(&mut v, &loaded, &plan);
     containment(&mut v, &loaded);
-    sandbox(&mut v, &loaded, &plan, &args.state, &args.manifest);
+    sandbox(&mut v, &loaded, &args.state, &args.manifest);
     ledger(
         &mut v,
         &super::shared::state_path(&args.state, Some(&args.manifest)),
@@ -273,17 +273,11 @@ fn containment(v: &mut Verdicts, loaded: &LoadedManifest) {
 fn sandbox(
     v: &mut Verdicts,
     loaded: &LoadedManifest,
-    plan: &crate::plan::Plan,
     state: &crate::cli::StateArgs,
     manifest: &Path,
 ) {
     let state = super::shared::state_path(state, Some(manifest));
-    let planned = crate::engine::confine::plan(
-        loaded,
-        &state,
-        &repos::workspace_dir(loaded),
-        plan.repositories.iter().map(|r| r.path.clone()).collect(),
-    );
+    let planned = crate::engine::confine::plan(loaded, &state);
     match planned {
         Ok(p) if !p.active() => v.warn(
             "sandbox",

@@ -14,12 +14,8 @@ pub struct SandboxPlan {
     pub network: NetworkPolicy,
     /// `sandbox.writable`, resolved.
     pub writable: Vec<PathBuf>,
-    /// What no item may read: the ledger's files.
-    pub hidden: Vec<PathBuf>,
-    /// Every repository's folder: an item may not read another's.
-    pub repositories: Vec<PathBuf>,
-    /// The workspace: its worktrees are each their own item's.
-    pub workspace: PathBuf,
+    /// What no item may read (the ledger's files), as the run's read layer.
+    pub read_layer: Option<std::sync::Arc<sandbox::ReadLayer>>,
     /// What the kernel lacks of what the manifest asks (best-effort runs without it).
     pub missing: Vec<String>,
     /// Whether Landlock confines items' files.
@@ -36,12 +32,7 @@ impl SandboxPlan {
 }
 
 /// Decide the run's confinement: `Err` (a message) where `required` cannot be had.
-pub fn plan(
-    loaded: &LoadedManifest,
-    state: &Path,
-    workspace: &Path,
-    repositories: Vec<PathBuf>,
-) -> Result<SandboxPlan, String> {
+pub fn plan(loaded: &LoadedManifest, state: &Path) -> Result<SandboxPlan, String> {
     let spec = loaded.manifest.sandbox.clone().unwrap_or_default();
     let (mode, network) = (spec.mode(), spec.network());
     // The operator's own additions, for every manifest run here (`RUNNER_SANDBOX_WRITABLE`,
@@ -113,13 +104,27 @@ pub fn plan(
         (missing, summary)
     };
     let landlock = mode != SandboxMode::Off && sandbox::landlock_abi().is_some();
+    let read_layer = if landlock {
+        match sandbox::read_layer(&hidden) {
+            Ok(l) => l,
+            Err(e) if mode == SandboxMode::Required => {
+                return Err(format!(
+                    "`sandbox.mode: required`, but the ledger cannot be hidden from items: {e}"
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "items may read the ledger");
+                None
+            }
+        }
+    } else {
+        None
+    };
     Ok(SandboxPlan {
         mode,
         network,
         writable,
-        hidden,
-        repositories,
-        workspace: workspace.to_path_buf(),
+        read_layer,
         missing,
         landlock,
         summary,
@@ -146,7 +151,6 @@ pub struct ItemRules {
     pub tmp: PathBuf,
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
-    pub hidden: Vec<PathBuf>,
 }
 
 impl ItemRules {
@@ -162,11 +166,10 @@ impl ItemRules {
 }
 
 impl SandboxPlan {
-    /// The rules of an item of the repository at `repo` working in `checkout`; its `tmp`
-    /// folder made afresh and empty, `extra` (its usage folder, build cache) made.
+    /// The rules of an item working in `checkout`; its `tmp` folder made afresh and empty,
+    /// `extra` (its usage folder, build cache) made.
     pub fn item(
         &self,
-        repo: &Path,
         checkout: &Path,
         tmp: PathBuf,
         extra: &[PathBuf],
@@ -194,20 +197,7 @@ impl SandboxPlan {
             writable.push(own);
             writable.push(common.join("objects"));
         }
-        let mut hidden = self.hidden.clone();
-        // Other repositories, and every worktree but this one (granted by its own rule).
-        hidden.extend(
-            self.repositories
-                .iter()
-                .filter(|r| r.as_path() != repo && !repo.starts_with(r) && !checkout.starts_with(r))
-                .cloned(),
-        );
-        hidden.push(self.workspace.join("worktrees"));
-        Ok(ItemRules {
-            tmp,
-            writable,
-            hidden,
-        })
+        Ok(ItemRules { tmp, writable })
     }
 
     /// The confinement of a command of the item `rules` running in `dir`.
@@ -216,16 +206,9 @@ impl SandboxPlan {
         writable.push(dir.to_path_buf());
         let r = Rules {
             writable,
-            writable_files: Vec::new(),
-            hidden: rules
-                .hidden
-                .iter()
-                .filter(|h| !dir.starts_with(h) || h.ends_with("worktrees"))
-                .cloned()
-                .collect(),
             no_network: self.network == NetworkPolicy::None,
         };
-        sandbox::build(&r).map(Arc::new)
+        sandbox::build(&r, self.read_layer.as_ref()).map(Arc::new)
     }
 }
 

@@ -375,15 +375,10 @@ fn start(
 
 /// What the child does to confine itself, from the spec's confinement.
 fn child_confine(spec: &SpawnSpec) -> launch::Confine {
-    use std::os::fd::AsRawFd;
     let Some(c) = &spec.confine else {
         return launch::Confine::none();
     };
-    launch::Confine::new(
-        c.ruleset.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
-        c.userns,
-        c.netns,
-    )
+    launch::Confine::new(c.ruleset_fds(), c.userns, c.netns)
 }
 
 /// Start a child with the standard library (`posix_spawn`), where [`launch`] is not available.

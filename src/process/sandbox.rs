@@ -19,11 +19,12 @@
 //!     user's home. (An item working in the repository's own checkout, not a worktree, has the
 //!     whole checkout, `.git` included: Landlock cannot carve a folder out of a writable one.
 //!     There runner's check of the shared git state after the item is what protects it.)
-//!   - *reads* everywhere but runner's ledger (which holds the verdicts' seal key), other
-//!     repositories of the manifest and other items' worktrees. Landlock grants, it cannot
-//!     deny beneath a grant, so "everything but" is granted as the siblings of each folder on
-//!     the way down to what is hidden; those folders themselves cannot be listed (their
-//!     entries can still be opened by name).
+//!   - *reads* everywhere but runner's ledger (which holds the verdicts' seal key). Landlock
+//!     grants, it cannot deny beneath a grant, so "everything but" is granted as the siblings
+//!     of each folder on the way down to what is hidden; those folders themselves cannot be
+//!     listed (their entries can still be opened by name). This layer is made once per run
+//!     and stacked under each command's write layer (a second Landlock layer: what either
+//!     denies is denied).
 //!   - *scopes*: no signal to a process outside the item's own domain (runner, another item),
 //!     no connection to an abstract Unix socket outside it.
 //!   - Being in a domain of its own also keeps the item from `ptrace` and from
@@ -110,23 +111,37 @@ pub fn support() -> Support {
 pub struct Rules {
     /// Folders (and files) it may write beneath.
     pub writable: Vec<PathBuf>,
-    /// Files it may write but not create or remove beside (device files).
-    pub writable_files: Vec<PathBuf>,
-    /// What it may not even read.
-    pub hidden: Vec<PathBuf>,
     /// No network but its own loopback.
     pub no_network: bool,
 }
 
-/// A confinement ready for children: the Landlock ruleset (a descriptor each child restricts
-/// itself with) and the namespaces each makes.
+/// The layer that keeps what is hidden from every item's reads: made once per run (listing
+/// the folders on the way down to what is hidden costs more than all of a command's other
+/// rules), shared by every command, which stacks it under its own write layer.
+#[derive(Debug)]
+pub struct ReadLayer(OwnedFd);
+
+/// A confinement ready for children: the Landlock rulesets (descriptors each child restricts
+/// itself with: the run's read layer, then its own write layer) and the namespaces it makes.
 #[derive(Debug)]
 pub struct Confinement {
-    pub(super) ruleset: Option<OwnedFd>,
+    pub(super) read: Option<std::sync::Arc<ReadLayer>>,
+    pub(super) write: Option<OwnedFd>,
     pub(super) userns: bool,
     pub(super) netns: bool,
     /// What is in force, in words (`landlock ABI 6; network none`).
     pub summary: String,
+}
+
+impl Confinement {
+    /// The rulesets' descriptors, for the child.
+    pub(super) fn ruleset_fds(&self) -> [i32; 2] {
+        use std::os::fd::AsRawFd;
+        [
+            self.read.as_ref().map_or(-1, |r| r.0.as_raw_fd()),
+            self.write.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+        ]
+    }
 }
 
 /// The device files every program may write.
@@ -143,14 +158,40 @@ pub const DEVICE_FILES: &[&str] = &[
 /// Device folders every program may write beneath: terminals it opens, POSIX shared memory.
 pub const DEVICE_DIRS: &[&str] = &["/dev/pts", "/dev/shm"];
 
-/// Build the confinement of `rules`. Errors say which part could not be had; the caller
-/// decides (best-effort runs without it, required refuses).
-pub fn build(rules: &Rules) -> Result<Confinement, String> {
+/// The read layer hiding `hidden` (nothing to hide, or no Landlock: none).
+pub fn read_layer(hidden: &[PathBuf]) -> Result<Option<std::sync::Arc<ReadLayer>>, String> {
+    let hidden = canonical_all(hidden);
+    if hidden.is_empty() || landlock_abi().is_none() {
+        return Ok(None);
+    }
+    let build = || -> Result<OwnedFd, Box<dyn std::error::Error>> {
+        let read = AccessFs::ReadFile | AccessFs::ReadDir;
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(read)?
+            .create()?;
+        for path in readable_roots(&hidden, &mut list_dir) {
+            grant(&mut ruleset, &path, read)?;
+        }
+        let fd: Option<OwnedFd> = ruleset.into();
+        fd.ok_or_else(|| "the kernel gave no ruleset".into())
+    };
+    build()
+        .map(|fd| Some(std::sync::Arc::new(ReadLayer(fd))))
+        .map_err(|e| format!("landlock: {e}"))
+}
+
+/// Build the confinement of `rules` over the run's `read` layer. Errors say which part could
+/// not be had; the caller decides (best-effort runs without it, required refuses).
+pub fn build(
+    rules: &Rules,
+    read: Option<&std::sync::Arc<ReadLayer>>,
+) -> Result<Confinement, String> {
     let support = support();
     let mut parts = Vec::new();
-    let ruleset = match support.landlock {
+    let write = match support.landlock {
         Some(abi) => {
-            let fd = landlock_ruleset(rules).map_err(|e| format!("landlock: {e}"))?;
+            let fd = write_layer(rules).map_err(|e| format!("landlock: {e}"))?;
             parts.push(format!("landlock ABI {abi}"));
             Some(fd)
         }
@@ -172,62 +213,57 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
         }
     }
     Ok(Confinement {
-        ruleset,
+        read: read.cloned(),
+        write,
         userns: support.userns,
         netns,
         summary: parts.join("; "),
     })
 }
 
-fn landlock_ruleset(rules: &Rules) -> Result<OwnedFd, Box<dyn std::error::Error>> {
+/// Grant `access` beneath `path` (a file: the file's share of it); a path not there (gone
+/// since it was listed, an optional device) is nothing to grant.
+fn grant(
+    ruleset: &mut landlock::RulesetCreated,
+    path: &Path,
+    access: landlock::BitFlags<AccessFs>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let Ok(fd) = PathFd::new(path) else {
+        return Ok(());
+    };
+    let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+    let access = if is_dir {
+        access
+    } else {
+        access & AccessFs::from_file(ABI_WANTED)
+    };
+    ruleset
+        .as_mut()
+        .add_rule(PathBeneath::new(fd, access).set_compatibility(CompatLevel::BestEffort))?;
+    Ok(())
+}
+
+/// The command's own layer: writes where it may, and signals and abstract sockets kept within
+/// the item.
+fn write_layer(rules: &Rules) -> Result<OwnedFd, Box<dyn std::error::Error>> {
     let write = AccessFs::from_write(ABI_WANTED) & !AccessFs::IoctlDev;
-    let read = AccessFs::ReadFile | AccessFs::ReadDir;
-    let handled = write | read;
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(handled)?
+        .handle_access(write)?
         .scope(Scope::from_all(ABI_WANTED))?
         .create()?;
-    let grant = |ruleset: &mut landlock::RulesetCreated,
-                 path: &Path,
-                 access: landlock::BitFlags<AccessFs>|
-     -> Result<(), Box<dyn std::error::Error>> {
-        let Ok(fd) = PathFd::new(path) else {
-            // Gone since it was listed, or never there (an optional device): nothing to grant.
-            return Ok(());
-        };
-        let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
-        let access = if is_dir {
-            access
-        } else {
-            access & AccessFs::from_file(ABI_WANTED)
-        };
-        ruleset
-            .as_mut()
-            .add_rule(PathBeneath::new(fd, access).set_compatibility(CompatLevel::BestEffort))?;
-        Ok(())
-    };
-    let hidden = canonical_all(&rules.hidden);
-    for path in readable_roots(&hidden, &mut list_dir) {
-        grant(&mut ruleset, &path, read)?;
-    }
     for path in &rules.writable {
-        grant(&mut ruleset, path, handled)?;
+        grant(&mut ruleset, path, write)?;
     }
-    for path in rules
-        .writable_files
-        .iter()
-        .map(PathBuf::as_path)
-        .chain(DEVICE_FILES.iter().map(Path::new))
-    {
+    for path in DEVICE_FILES {
         grant(
             &mut ruleset,
-            path,
-            AccessFs::WriteFile | AccessFs::Truncate | read,
+            Path::new(path),
+            AccessFs::WriteFile | AccessFs::Truncate,
         )?;
     }
     for dir in DEVICE_DIRS {
-        grant(&mut ruleset, Path::new(dir), handled)?;
+        grant(&mut ruleset, Path::new(dir), write)?;
     }
     let fd: Option<OwnedFd> = ruleset.into();
     fd.ok_or_else(|| "the kernel gave no ruleset".into())

@@ -493,7 +493,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     }
     let redactor = Arc::new(redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
-    let sandbox = sandbox(ui, &loaded, &opts.state, &workspace, &plan)?;
+    let sandbox = sandbox(ui, &loaded, &opts.state)?;
     // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).
     let fancy = !opts.no_progress
         && std::io::stderr().is_terminal()
@@ -589,16 +589,8 @@ fn sandbox(
     ui: &Ui,
     loaded: &LoadedManifest,
     state: &Path,
-    workspace: &Path,
-    plan: &Plan,
 ) -> Result<crate::engine::confine::SandboxPlan, i32> {
-    let sandbox = crate::engine::confine::plan(
-        loaded,
-        state,
-        workspace,
-        plan.repositories.iter().map(|r| r.path.clone()).collect(),
-    )
-    .map_err(|e| {
+    let sandbox = crate::engine::confine::plan(loaded, state).map_err(|e| {
         ui.error(format_args!("{e}; nothing ran"));
         EXIT_INVALID
     })?;

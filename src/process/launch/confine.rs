@@ -9,8 +9,8 @@ use std::os::fd::RawFd;
 
 /// What a child does to confine itself, laid out before it starts.
 pub(crate) struct Confine {
-    /// A Landlock ruleset to restrict itself with (-1: none).
-    pub(super) ruleset: RawFd,
+    /// Landlock rulesets to restrict itself with, one layer each (-1: none).
+    pub(super) rulesets: [RawFd; 2],
     /// A user namespace of its own (mapping the user to itself): outside it, the item has no
     /// capability, so it may not read runner's or another item's memory or environment.
     pub(super) userns: bool,
@@ -23,15 +23,15 @@ pub(crate) struct Confine {
 
 impl Confine {
     pub(crate) fn none() -> Confine {
-        Confine::new(-1, false, false)
+        Confine::new([-1, -1], false, false)
     }
 
-    pub(crate) fn new(ruleset: RawFd, userns: bool, netns: bool) -> Confine {
+    pub(crate) fn new(rulesets: [RawFd; 2], userns: bool, netns: bool) -> Confine {
         // SAFETY: getuid and getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let map = |id: u32| CString::new(format!("{id} {id} 1\n")).unwrap_or_default();
         Confine {
-            ruleset,
+            rulesets,
             userns,
             netns,
             uid_map: map(uid),
@@ -123,7 +123,7 @@ pub(super) fn confine_self(c: &Confine) -> isize {
                 return r;
             }
         }
-        if c.ruleset >= 0 {
+        if c.rulesets.iter().any(|fd| *fd >= 0) {
             // Without `CAP_SYS_PTRACE` (root has it), runner's memory and environment are out
             // of reach, runner being not dumpable. Taken out of the bounding set, it is in no
             // set of any program the item runs.
@@ -143,9 +143,11 @@ pub(super) fn confine_self(c: &Confine) -> isize {
             if r < 0 {
                 return r;
             }
-            let r = sys(LANDLOCK_RESTRICT_SELF, [c.ruleset as usize, 0, 0, 0]);
-            if r < 0 {
-                return r;
+            for &fd in c.rulesets.iter().filter(|fd| **fd >= 0) {
+                let r = sys(LANDLOCK_RESTRICT_SELF, [fd as usize, 0, 0, 0]);
+                if r < 0 {
+                    return r;
+                }
             }
         }
     }
@@ -175,7 +177,7 @@ pub(crate) fn probe_namespaces(userns: bool, netns: bool) -> bool {
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
         return false;
     }
-    let confine = Confine::new(-1, userns, netns);
+    let confine = Confine::new([-1, -1], userns, netns);
     // SAFETY: the forked child makes raw system calls on its own memory only and exits.
     unsafe {
         let pid = libc::fork();
@@ -203,7 +205,7 @@ pub(crate) fn probe_namespaces(userns: bool, netns: bool) -> bool {
 
 /// For a child the standard library starts: confine it as [`launch`] does.
 pub(crate) fn confine_before_exec(cmd: &mut tokio::process::Command, confine: Confine) {
-    if confine.ruleset < 0 && !confine.userns && !confine.netns {
+    if confine.rulesets.iter().all(|fd| *fd < 0) && !confine.userns && !confine.netns {
         return;
     }
     // SAFETY: the hook runs in the forked child before `execve` and makes raw system calls
