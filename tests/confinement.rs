@@ -279,3 +279,30 @@ items: [{{repo: c, id: t1}}, {{repo: c, id: t2}}]
     );
     assert!(status.contains("`config` changed"), "{status}");
 }
+
+/// An item reads what it wrote in its private `TMPDIR` (and in its worktree), though the
+/// workspace holding them did not exist before the run: the layer hiding the ledger beside it
+/// grants what exists when it is made, so the run makes the workspace first.
+#[test]
+fn an_item_reads_back_what_it_wrote_in_a_workspace_made_by_its_run() {
+    if !kernel_confines() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    repo(&r.join("a"));
+    std::fs::write(
+        r.join("m.yaml"),
+        "version: 1\nname: fresh\nrepositories: [{path: a}]\nworker:\n  run: 'echo tmp > \"$TMPDIR/x\" && cat \"$TMPDIR/x\" && mkfifo \"$TMPDIR/p\" && (cat \"$TMPDIR/p\" > seen.txt &) && echo piped > \"$TMPDIR/p\" && wait'\nitems: [{repo: a, id: in-place}, {repo: a, id: in-worktree, branch: runner/w}]\nsandbox: {mode: required}\n",
+    )
+    .unwrap();
+    assert!(!r.join(".runner").exists());
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(git(&r.join("a"), &["show", "runner/w:seen.txt"]), "piped");
+}

@@ -32,6 +32,10 @@ impl SandboxPlan {
 }
 
 /// Decide the run's confinement: `Err` (a message) where `required` cannot be had.
+///
+/// The read layer grants what exists when it is made, on the way down to the ledger: a run
+/// makes its workspace (often beside the ledger) first, so that items read their worktrees and
+/// private folders in it.
 pub fn plan(loaded: &LoadedManifest, state: &Path) -> Result<SandboxPlan, String> {
     let spec = loaded.manifest.sandbox.clone().unwrap_or_default();
     let (mode, network) = (spec.mode(), spec.network());

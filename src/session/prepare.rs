@@ -493,7 +493,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     }
     let redactor = Arc::new(redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
-    let sandbox = sandbox(ui, &loaded, &opts.state)?;
+    let sandbox = sandbox(ui, &loaded, &opts.state, &workspace)?;
     // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).
     let fancy = !opts.no_progress
         && std::io::stderr().is_terminal()
@@ -589,7 +589,15 @@ fn sandbox(
     ui: &Ui,
     loaded: &LoadedManifest,
     state: &Path,
+    workspace: &Path,
 ) -> Result<crate::engine::confine::SandboxPlan, i32> {
+    if let Err(e) = std::fs::create_dir_all(workspace.join("tmp")) {
+        ui.error(format_args!(
+            "cannot make the workspace `{}`: {e}; nothing ran",
+            workspace.display()
+        ));
+        return Err(EXIT_INTERNAL);
+    }
     let sandbox = crate::engine::confine::plan(loaded, state).map_err(|e| {
         ui.error(format_args!("{e}; nothing ran"));
         EXIT_INVALID
