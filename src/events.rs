@@ -15,6 +15,10 @@ pub struct ContainmentInfo {
     pub mode: Containment,
     /// The run's cgroup, or why cgroups are not used.
     pub detail: String,
+    /// What confines each item's processes (`landlock ABI 7, user namespace, network open`,
+    /// `off`, or what is missing); absent from runs recorded before runner confined items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 /// What a worker reported it used, in `$RUNNER_USAGE`.

@@ -610,7 +610,7 @@ fn a_nested_runner_may_not_leave_its_parents_repository() {
         1,
         1,
         &format!(
-            "{bin} apply {} --no-progress; echo $? > {}",
+            "{bin} apply {} --no-progress --state \"$TMPDIR/inner.db\"; echo $? > {}",
             dir.path().join("inner.yaml").display(),
             result.display()
         ),
@@ -626,7 +626,8 @@ fn a_nested_runner_reenters_its_parents_lease() {
     // The parent's worker runs another manifest's drain in the same repository: it works under
     // the lease its parent holds instead of waiting for it (with `--wait-for-locks`, forever).
     // In the checkout itself: a work branch it made would change the repository's shared git
-    // state under its parent's item, which quarantines the repository.
+    // state under its parent's item, which quarantines the repository. With a ledger of its
+    // own: its parent's is hidden from items.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("inner.yaml"),
@@ -641,7 +642,7 @@ fn a_nested_runner_reenters_its_parents_lease() {
         1,
         1,
         &format!(
-            "{bin} apply {} --no-progress --wait-for-locks 20s; echo $? > {}",
+            "{bin} apply {} --no-progress --wait-for-locks 20s --state \"$TMPDIR/inner.db\"; echo $? > {}",
             dir.path().join("inner.yaml").display(),
             result.display()
         ),

@@ -67,6 +67,19 @@ const AGENTS: &[Agent] = &[
     },
 ];
 
+/// The manifest's `sandbox` for agent `a`: what its CLI writes outside the item.
+fn write_sandbox(m: &mut String, a: &Agent) {
+    use std::fmt::Write as _;
+    let _ = writeln!(m);
+    let _ = writeln!(
+        m,
+        "# Workers and gates run confined by the kernel to their item: besides it, the agent CLI"
+    );
+    let _ = writeln!(m, "# writes only these (docs/manifest.md#sandbox).");
+    let _ = writeln!(m, "sandbox:");
+    let _ = writeln!(m, "  writable: [{}]", a.writable.join(", "));
+    let _ = writeln!(m);
+}
 const COMMON: &str = include_str!("../../manifests/agents/common.sh");
 
 /// The folder adapters are written to, beside the manifest.
@@ -510,15 +523,7 @@ fn render(name: &str, dir: &Path, found: &[Found], agent: Option<&Agent>) -> Str
                 "  # Passed to the agent and redacted from every log and report."
             );
             let _ = writeln!(m, "  secrets: [{}]", secrets.join(", "));
-            let _ = writeln!(m);
-            let _ = writeln!(
-                m,
-                "# Workers and gates run confined by the kernel to their item: besides it, the agent CLI"
-            );
-            let _ = writeln!(m, "# writes only these (docs/manifest.md#sandbox).");
-            let _ = writeln!(m, "sandbox:");
-            let _ = writeln!(m, "  writable: [{}]", a.writable.join(", "));
-            let _ = writeln!(m);
+            write_sandbox(&mut m, a);
             let _ = writeln!(
                 m,
                 "# Stop starting new items once the agents report this much spent (exit 5)."

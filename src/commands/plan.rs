@@ -106,6 +106,10 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         }
     } else {
         out!("{}", render_table(&plan, &loaded.display_path));
+        match crate::engine::confine::plan(&loaded, &state_path) {
+            Ok(s) => outln!("sandbox: {}", s.summary),
+            Err(e) => outln!("sandbox: {e}"),
+        }
     }
     // A tracker that could not be read is never "nothing to do".
     if !plan.unreadable_sources.is_empty() {

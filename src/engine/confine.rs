@@ -14,8 +14,8 @@ pub struct SandboxPlan {
     pub network: NetworkPolicy,
     /// `sandbox.writable`, resolved.
     pub writable: Vec<PathBuf>,
-    /// What no item may read (the ledger's files), as the run's read layer.
-    pub read_layer: Option<std::sync::Arc<sandbox::ReadLayer>>,
+    /// What no item may read: the ledger's files (covered by `/dev/null` for items).
+    pub hidden: Vec<PathBuf>,
     /// What the kernel lacks of what the manifest asks (best-effort runs without it).
     pub missing: Vec<String>,
     /// Whether Landlock confines items' files.
@@ -25,6 +25,11 @@ pub struct SandboxPlan {
 }
 
 impl SandboxPlan {
+    /// `containment` (how the run keeps items' processes together) with what confines them.
+    pub fn with(&self, containment: String) -> String {
+        format!("{containment}; sandbox: {}", self.summary)
+    }
+
     /// Whether items are confined at all.
     pub fn active(&self) -> bool {
         self.mode != SandboxMode::Off
@@ -32,10 +37,6 @@ impl SandboxPlan {
 }
 
 /// Decide the run's confinement: `Err` (a message) where `required` cannot be had.
-///
-/// The read layer grants what exists when it is made, on the way down to the ledger: a run
-/// makes its workspace (often beside the ledger) first, so that items read their worktrees and
-/// private folders in it.
 pub fn plan(loaded: &LoadedManifest, state: &Path) -> Result<SandboxPlan, String> {
     let spec = loaded.manifest.sandbox.clone().unwrap_or_default();
     let (mode, network) = (spec.mode(), spec.network());
@@ -56,6 +57,17 @@ pub fn plan(loaded: &LoadedManifest, state: &Path) -> Result<SandboxPlan, String
         .collect();
     let mut hidden = Vec::new();
     if !state.to_string_lossy().contains("://") {
+        // As the kernel resolves it: the child covers it from another folder.
+        let state = match (state.parent(), state.file_name()) {
+            (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            })
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| state.to_path_buf()),
+            _ => state.to_path_buf(),
+        };
         for suffix in ["", "-wal", "-shm", "-journal"] {
             let mut p = state.as_os_str().to_owned();
             p.push(suffix);
@@ -108,27 +120,11 @@ pub fn plan(loaded: &LoadedManifest, state: &Path) -> Result<SandboxPlan, String
         (missing, summary)
     };
     let landlock = mode != SandboxMode::Off && sandbox::landlock_abi().is_some();
-    let read_layer = if landlock {
-        match sandbox::read_layer(&hidden) {
-            Ok(l) => l,
-            Err(e) if mode == SandboxMode::Required => {
-                return Err(format!(
-                    "`sandbox.mode: required`, but the ledger cannot be hidden from items: {e}"
-                ));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "items may read the ledger");
-                None
-            }
-        }
-    } else {
-        None
-    };
     Ok(SandboxPlan {
         mode,
         network,
         writable,
-        read_layer,
+        hidden,
         missing,
         landlock,
         summary,
@@ -210,9 +206,10 @@ impl SandboxPlan {
         writable.push(dir.to_path_buf());
         let r = Rules {
             writable,
+            hidden: self.hidden.clone(),
             no_network: self.network == NetworkPolicy::None,
         };
-        sandbox::build(&r, self.read_layer.as_ref()).map(Arc::new)
+        sandbox::build(&r).map(Arc::new)
     }
 }
 

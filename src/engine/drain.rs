@@ -171,6 +171,7 @@ impl<'s> Drain<'s> {
             containment: Some(crate::events::ContainmentInfo {
                 mode: cx.contained.mode,
                 detail: cx.contained.detail(),
+                sandbox: Some(cx.sandbox.summary.clone()),
             }),
         });
         let m = &cx.loaded.manifest;

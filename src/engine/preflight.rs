@@ -158,8 +158,7 @@ pub(crate) async fn probe_models(
         worker_env.push(("RUNNER_PROBE".into(), "1".into()));
         // Each probe's processes carry a token of their own: ending one probe's tree (and
         // taking the census of what escaped it) must not reach a probe still running.
-        let token = format!("{token}.probe{i}");
-        let token = token.as_str();
+        let token = &format!("{token}.probe{i}");
         let env = child_env(
             |name| std::env::var(name).ok(),
             &p.eff.env_pass,

@@ -737,6 +737,9 @@ fn header(r: &Report, b: &mut Page<'_>) {
     fact("capacity", r.capacity.workers.to_string());
     if let Some(c) = &r.containment {
         fact("containment", esc(c.mode.as_str()));
+        if let Some(s) = &c.sandbox {
+            fact("sandbox", esc(s));
+        }
     }
     if let Some(u) = &r.usage {
         fact(

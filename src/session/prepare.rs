@@ -512,7 +512,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         cause: None,
         stop_requested_by: None,
         stop_reason: None,
-        containment: Some(contained.describe()),
+        containment: Some(sandbox.with(contained.describe())),
         lapsed: false,
     };
     let plan = Arc::new(plan);
@@ -591,6 +591,7 @@ fn sandbox(
     state: &Path,
     workspace: &Path,
 ) -> Result<crate::engine::confine::SandboxPlan, i32> {
+    // Where items' private folders go.
     if let Err(e) = std::fs::create_dir_all(workspace.join("tmp")) {
         ui.error(format_args!(
             "cannot make the workspace `{}`: {e}; nothing ran",

@@ -24,7 +24,8 @@ done
 try peer-cwd sh -c "ls /proc/$peer/cwd/ | grep -q README"
 # runner's ledger, read and written.
 try ledger-read sh -c "head -c 16 '$root/.runner/state.db' | grep -q SQLite"
-try ledger-write sh -c ": >> '$root/.runner/state.db'"
+# (the first byte written again as it is: the ledger is changed in no other way)
+try ledger-write sh -c "printf S | dd of='$root/.runner/state.db' bs=1 count=1 conv=notrunc 2>/dev/null && head -c 1 '$root/.runner/state.db' | grep -q S"
 # The manifest, the gate script beside it, the reports.
 try manifest sh -c ": >> '$root/m.yaml'"
 try gate-script sh -c ": >> '$root/gate.sh'"

@@ -19,6 +19,9 @@ pub(crate) struct Confine {
     /// `<uid> <uid> 1` and `<gid> <gid> 1`: the user namespace maps the user to itself.
     uid_map: CString,
     gid_map: CString,
+    /// Files covered by `/dev/null` in a mount namespace of its own (with a user namespace):
+    /// there for it, but empty.
+    hide: Vec<CString>,
 }
 
 impl Confine {
@@ -36,7 +39,18 @@ impl Confine {
             netns,
             uid_map: map(uid),
             gid_map: map(gid),
+            hide: Vec::new(),
         }
+    }
+
+    /// Cover `paths` (those that exist when the child starts) with `/dev/null`.
+    pub(crate) fn hiding(mut self, paths: &[std::path::PathBuf]) -> Confine {
+        use std::os::unix::ffi::OsStrExt;
+        self.hide = paths
+            .iter()
+            .filter_map(|p| CString::new(p.as_os_str().as_bytes()).ok())
+            .collect();
+        self
     }
 }
 
@@ -48,9 +62,14 @@ pub(super) fn confine_self(c: &Confine) -> isize {
     unsafe {
         if c.userns {
             let net = if c.netns { libc::CLONE_NEWNET } else { 0 };
+            let mnt = if c.hide.is_empty() {
+                0
+            } else {
+                libc::CLONE_NEWNS
+            };
             let r = sys(
                 libc::SYS_unshare,
-                [(libc::CLONE_NEWUSER | net) as usize, 0, 0, 0],
+                [(libc::CLONE_NEWUSER | net | mnt) as usize, 0, 0, 0],
             );
             if r < 0 {
                 return r;
@@ -79,6 +98,35 @@ pub(super) fn confine_self(c: &Confine) -> isize {
                 sys(libc::SYS_close, [fd as usize, 0, 0, 0]);
                 if w < 0 {
                     return w;
+                }
+            }
+            if !c.hide.is_empty() {
+                // Nothing mounted here reaches the namespace it came from.
+                let r = sys(
+                    libc::SYS_mount,
+                    [
+                        0,
+                        c"/".as_ptr() as usize,
+                        0,
+                        (libc::MS_REC | libc::MS_SLAVE) as usize,
+                    ],
+                );
+                if r < 0 {
+                    return r;
+                }
+                for path in &c.hide {
+                    let r = sys(
+                        libc::SYS_mount,
+                        [
+                            c"/dev/null".as_ptr() as usize,
+                            path.as_ptr() as usize,
+                            0,
+                            libc::MS_BIND as usize,
+                        ],
+                    );
+                    if r < 0 && r != -(libc::ENOENT as isize) {
+                        return r;
+                    }
                 }
             }
         } else if c.netns {
