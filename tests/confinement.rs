@@ -306,3 +306,70 @@ fn an_item_reads_back_what_it_wrote_in_a_workspace_made_by_its_run() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(git(&r.join("a"), &["show", "runner/w:seen.txt"]), "piped");
 }
+
+/// Each secret reaches the commands `env.roles` names: a worker its model key and not the
+/// forge token, a gate none unless named, a source the forge token; `plan` says who gets what.
+#[test]
+fn each_secret_reaches_only_the_roles_it_is_given_to() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    repo(&r.join("a"));
+    let seen = r.join("seen");
+    std::fs::create_dir_all(&seen).unwrap();
+    let dump = |who: &str| {
+        format!(
+            "env | grep -E '^(MODEL_KEY|FORGE_TOKEN|GATE_TOKEN)=' | sort > {}/{who}.txt",
+            seen.display()
+        )
+    };
+    std::fs::write(
+        r.join("source.sh"),
+        format!(
+            "#!/bin/sh\n{}\necho '{{\"schema\":\"runner.items/v1\",\"items\":[]}}'\n",
+            dump("source")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        r.join("m.yaml"),
+        format!(
+            "version: 1\nname: roles\nrepositories: [{{path: a}}]\nworker: {{run: \"{w}\"}}\ngates: [{{name: g, run: \"{g}\"}}]\nitems: [{{repo: a, id: x}}]\nsources: [{{name: t, run: [sh, source.sh], repo: a}}]\nenv:\n  secrets: [MODEL_KEY, FORGE_TOKEN, GATE_TOKEN]\n  roles:\n    FORGE_TOKEN: [source, publish, notify]\n    GATE_TOKEN: [gate]\nsandbox: {{writable: [seen]}}\n",
+            w = dump("worker"),
+            g = dump("gate"),
+        ),
+    )
+    .unwrap();
+    let env = [
+        ("MODEL_KEY", "model-key-8f3k"),
+        ("FORGE_TOKEN", "forge-token-2m9x"),
+        ("GATE_TOKEN", "gate-token-7q1z"),
+    ];
+    let plan = runner()
+        .current_dir(r)
+        .args(["plan", "m.yaml"])
+        .envs(env)
+        .output()
+        .unwrap();
+    let text = common::stdout(&plan);
+    assert!(
+        text.contains("secret FORGE_TOKEN reaches: source, publish, notify")
+            && text.contains("secret MODEL_KEY reaches: worker, source, publish, notify")
+            && text.contains("secret GATE_TOKEN reaches: gate"),
+        "{text}{}",
+        stderr(&plan)
+    );
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .envs(env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let read = |who: &str| std::fs::read_to_string(seen.join(format!("{who}.txt"))).unwrap();
+    assert_eq!(read("worker"), "MODEL_KEY=model-key-8f3k\n");
+    assert_eq!(read("gate"), "GATE_TOKEN=gate-token-7q1z\n");
+    assert_eq!(
+        read("source"),
+        "FORGE_TOKEN=forge-token-2m9x\nMODEL_KEY=model-key-8f3k\n"
+    );
+}

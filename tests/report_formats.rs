@@ -31,6 +31,10 @@ capacity: {workers: 1}
 repositories: [{path: app}, {path: dirty}, {path: gone}]
 env:
   secrets: [API_TOKEN]
+  # The gate prints it too: its redaction is what is shown.
+  roles: {API_TOKEN: [worker, gate]}
+# What confines items depends on the machine: the reports are compared as written elsewhere.
+sandbox: {mode: off}
 worker:
   run: ["{item.exe}", "-c", 'echo "token=$API_TOKEN"; echo "$RUNNER_ITEM" > "work-$RUNNER_ITEM.txt"']
 gates:

@@ -110,6 +110,11 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
             Ok(s) => outln!("sandbox: {}", s.summary),
             Err(e) => outln!("sandbox: {e}"),
         }
+        let env = loaded.manifest.env.clone().unwrap_or_default();
+        for name in &env.secrets {
+            let roles: Vec<&str> = env.roles_of(name).iter().map(|r| r.name()).collect();
+            outln!("secret {name} reaches: {}", roles.join(", "));
+        }
     }
     // A tracker that could not be read is never "nothing to do".
     if !plan.unreadable_sources.is_empty() {

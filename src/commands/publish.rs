@@ -166,7 +166,7 @@ impl<'a> Ask<'a> {
         let env: Vec<(String, String)> = eff
             .env_pass
             .iter()
-            .chain(&eff.secrets)
+            .chain(&eff.secrets_for(crate::manifest::SecretRole::Publish))
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
             .collect();
         crate::engine::publish::Request {

@@ -162,7 +162,7 @@ pub(crate) async fn probe_models(
         let env = child_env(
             |name| std::env::var(name).ok(),
             &p.eff.env_pass,
-            &p.eff.secrets,
+            &p.eff.secrets_for(crate::manifest::SecretRole::Worker),
             &worker_env,
             &RunnerVars {
                 run_id,

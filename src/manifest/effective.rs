@@ -1,6 +1,6 @@
 //! The effective configuration of one repository: the top level narrowed by its overrides.
 
-use super::{Gate, LoadedManifest, Models, Worker, WorktreePrep};
+use super::{Gate, LoadedManifest, Models, SecretRole, Worker, WorktreePrep};
 
 #[derive(Clone, Debug)]
 pub(crate) struct Effective {
@@ -8,7 +8,10 @@ pub(crate) struct Effective {
     pub gates: Vec<Gate>,
     pub models: Option<Models>,
     pub env_pass: Vec<String>,
+    /// Every secret, whichever role it reaches (`secrets_for` says which).
     pub secrets: Vec<String>,
+    /// The top level's `env.roles`.
+    pub secret_roles: std::collections::BTreeMap<String, Vec<SecretRole>>,
     /// How a fresh worktree is made ready: the repository's `worktree`, else the top level's.
     pub worktree: WorktreePrep,
 }
@@ -70,6 +73,22 @@ pub(crate) fn effective(loaded: &LoadedManifest, entry: usize) -> Effective {
         models,
         env_pass,
         secrets,
+        secret_roles: top_env.roles.clone(),
         worktree,
+    }
+}
+
+impl Effective {
+    /// The secrets `role` gets (`env.roles`; by default every role but gates).
+    pub(crate) fn secrets_for(&self, role: SecretRole) -> Vec<String> {
+        self.secrets
+            .iter()
+            .filter(|s| {
+                self.secret_roles
+                    .get(*s)
+                    .map_or(SecretRole::DEFAULT.contains(&role), |r| r.contains(&role))
+            })
+            .cloned()
+            .collect()
     }
 }

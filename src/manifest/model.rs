@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use super::sandbox::{NetworkPolicy, Sandbox, SandboxMode};
+pub use super::sandbox::{EnvPolicy, NetworkPolicy, Sandbox, SandboxMode, SecretRole};
 
 pub(crate) const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(3600);
 pub(crate) const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -605,27 +605,6 @@ pub struct SourceSpec {
 impl SourceSpec {
     pub fn timeout(&self) -> Duration {
         self.timeout.map_or(Duration::from_secs(120), |d| d.0)
-    }
-}
-
-#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
-#[schemars(deny_unknown_fields)]
-pub struct EnvPolicy {
-    /// The only variables of runner's own environment that reach workers and gates
-    /// (default PATH, HOME, LANG, TERM, TMPDIR).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pass: Option<Vec<String>>,
-    /// Passed through, and redacted from every log and report.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub secrets: Vec<String>,
-}
-
-impl EnvPolicy {
-    pub fn pass(&self) -> Vec<String> {
-        match &self.pass {
-            Some(p) => p.clone(),
-            None => DEFAULT_ENV_PASS.iter().map(|s| s.to_string()).collect(),
-        }
     }
 }
 

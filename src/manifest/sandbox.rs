@@ -1,7 +1,9 @@
 //! The manifest's `sandbox` section: how the kernel confines an item's processes.
 
+use super::model::DEFAULT_ENV_PASS;
 use schemars::JsonSchema;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// The confinement of an item's processes (workers, gates, a worktree's setup).
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]
@@ -68,6 +70,88 @@ impl NetworkPolicy {
         match self {
             NetworkPolicy::Open => "open",
             NetworkPolicy::None => "none",
+        }
+    }
+}
+
+/// What of runner's own environment reaches the processes it starts.
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct EnvPolicy {
+    /// The only variables of runner's own environment that reach workers and gates
+    /// (default PATH, HOME, LANG, TERM, TMPDIR).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass: Option<Vec<String>>,
+    /// Passed through to the roles `roles` names, and redacted from every log and report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Which commands each secret reaches (`{GH_TOKEN: [source, publish, notify]}`): a secret
+    /// not named here reaches workers and runner's own commands (sources, publish, notifiers),
+    /// never gates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, Vec<SecretRole>>,
+}
+
+impl EnvPolicy {
+    pub fn pass(&self) -> Vec<String> {
+        match &self.pass {
+            Some(p) => p.clone(),
+            None => DEFAULT_ENV_PASS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The roles secret `name` reaches.
+    pub fn roles_of(&self, name: &str) -> Vec<SecretRole> {
+        self.roles
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| SecretRole::DEFAULT.to_vec())
+    }
+
+    /// The secrets `role` gets.
+    pub fn secrets_for(&self, role: SecretRole) -> Vec<String> {
+        self.secrets
+            .iter()
+            .filter(|s| self.roles_of(s).contains(&role))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A command runner starts, as far as secrets go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretRole {
+    Worker,
+    Gate,
+    Source,
+    Publish,
+    Notify,
+}
+
+impl SecretRole {
+    pub const ALL: [SecretRole; 5] = [
+        SecretRole::Worker,
+        SecretRole::Gate,
+        SecretRole::Source,
+        SecretRole::Publish,
+        SecretRole::Notify,
+    ];
+    /// Where a secret goes unless `env.roles` says: a worker needs its provider's key; a gate
+    /// runs what the agent wrote and gets none.
+    pub const DEFAULT: [SecretRole; 4] = [
+        SecretRole::Worker,
+        SecretRole::Source,
+        SecretRole::Publish,
+        SecretRole::Notify,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            SecretRole::Worker => "worker",
+            SecretRole::Gate => "gate",
+            SecretRole::Source => "source",
+            SecretRole::Publish => "publish",
+            SecretRole::Notify => "notify",
         }
     }
 }

@@ -372,7 +372,12 @@ fn deliver(
             .and_then(|()| file.seek(std::io::SeekFrom::Start(0)).map(|_| ()))
             .map_err(|e| format!("cannot stage the notice: {e}"))?;
     }
-    let mut cmd = super::sources::command(loaded, &notify.run, dir);
+    let mut cmd = super::sources::command(
+        loaded,
+        &notify.run,
+        dir,
+        crate::manifest::SecretRole::Notify,
+    );
     cmd.stdin(file);
     let timeout = notify.timeout();
     let out =

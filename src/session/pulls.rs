@@ -126,7 +126,12 @@ fn state_of(
     let argv = crate::engine::config::command_argv(loaded, cmd, lookup)
         .map_err(|e| format!("`publish.state`: {e}"))?;
     let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
-    let mut c = super::sources::command(loaded, &CommandSpec::Argv(argv), dir);
+    let mut c = super::sources::command(
+        loaded,
+        &CommandSpec::Argv(argv),
+        dir,
+        crate::manifest::SecretRole::Publish,
+    );
     c.current_dir(repo_path)
         .env("RUNNER_PR_URL", url)
         .env("RUNNER_BRANCH", branch)

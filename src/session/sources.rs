@@ -57,11 +57,13 @@ pub fn remember(
 
 /// A source's command (to read, or to write back), as written — no placeholders — in `dir` (the
 /// manifest's folder, against which a relative program resolves), with only the manifest's
-/// `env.pass` and `env.secrets` of runner's environment, and `RUNNER_ROLE=gate`.
+/// `env.pass` and the secrets `env.roles` gives `role` of runner's environment, and
+/// `RUNNER_ROLE=gate`.
 pub(super) fn command(
     loaded: &LoadedManifest,
     run: &crate::manifest::CommandSpec,
     dir: &std::path::Path,
+    role: crate::manifest::SecretRole,
 ) -> std::process::Command {
     let argv: Vec<String> = match run {
         crate::manifest::CommandSpec::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
@@ -78,7 +80,7 @@ pub(super) fn command(
     let mut cmd = std::process::Command::new(program);
     cmd.args(args).current_dir(dir).env_clear();
     let env = loaded.manifest.env.clone().unwrap_or_default();
-    let (pass, secrets) = (env.pass(), env.secrets);
+    let (pass, secrets) = (env.pass(), env.secrets_for(role));
     for name in pass.iter().chain(&secrets) {
         if let Ok(v) = std::env::var(name) {
             cmd.env(name, v);
@@ -93,7 +95,7 @@ pub(super) fn command(
 /// `env.secrets`, at most its `timeout`; its items, or why they cannot be had.
 fn read(loaded: &LoadedManifest, spec: &SourceSpec) -> Result<Vec<SourceItem>, String> {
     let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
-    let mut cmd = command(loaded, &spec.run, dir);
+    let mut cmd = command(loaded, &spec.run, dir, crate::manifest::SecretRole::Source);
     let program = cmd.get_program().to_string_lossy().to_string();
     cmd.env("RUNNER_SOURCE", &spec.name);
     let timeout = spec.timeout();

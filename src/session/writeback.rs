@@ -361,7 +361,8 @@ fn run(loaded: &LoadedManifest, job: &Job, logs: &Path) -> Result<(), String> {
     let Some(command) = &job.target.command else {
         return Err("its source has no `writeback` any more".into());
     };
-    let mut cmd = super::sources::command(loaded, command, dir);
+    let mut cmd =
+        super::sources::command(loaded, command, dir, crate::manifest::SecretRole::Source);
     let unlabel: Vec<&str> = LABELS.iter().copied().filter(|l| *l != job.label).collect();
     cmd.env("RUNNER_SOURCE", &job.target.source)
         .env("RUNNER_SOURCE_ID", &job.target.source_id)

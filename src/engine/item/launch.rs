@@ -234,7 +234,11 @@ pub(super) fn command(
     let env = child_env(
         |name| std::env::var(name).ok(),
         &icx.eff.env_pass,
-        &icx.eff.secrets,
+        &icx.eff.secrets_for(if gate.is_none() {
+            crate::manifest::SecretRole::Worker
+        } else {
+            crate::manifest::SecretRole::Gate
+        }),
         &worker_env,
         &RunnerVars {
             run_id: &cx.run_id,

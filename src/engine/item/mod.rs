@@ -192,7 +192,7 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
         .eff
         .env_pass
         .iter()
-        .chain(&icx.eff.secrets)
+        .chain(&icx.eff.secrets_for(crate::manifest::SecretRole::Publish))
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
         .collect();
     let outcome = crate::engine::publish::publish(

@@ -329,7 +329,7 @@ const SOURCE_KEYS: &[&str] = &[
     "vars",
     "writeback",
 ];
-const ENV_KEYS: &[&str] = &["pass", "secrets"];
+const ENV_KEYS: &[&str] = &["pass", "secrets", "roles"];
 const STALL_KEYS: &[&str] = &["after"];
 const NOTIFY_KEYS: &[&str] = &["run", "timeout"];
 const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep"];

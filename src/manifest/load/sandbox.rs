@@ -71,4 +71,51 @@ impl Cx {
             network,
         })
     }
+
+    /// `env.roles`: for each secret of `secrets`, the commands it reaches.
+    pub(super) fn secret_roles(
+        &mut self,
+        node: &Node,
+        path: &str,
+        secrets: &[String],
+    ) -> Option<BTreeMap<String, Vec<SecretRole>>> {
+        let Value::Map(entries) = &node.value else {
+            self.wrong_type(node, path, "a mapping of secret names to lists of roles");
+            return None;
+        };
+        let mut out = BTreeMap::new();
+        for (key, value) in entries {
+            let Value::Str(name) = &key.value else {
+                self.wrong_type(key, path, "a secret's name");
+                continue;
+            };
+            let p = child(path, name);
+            if !secrets.contains(name) {
+                self.err_help(
+                    "invalid-value",
+                    &p,
+                    key.span,
+                    format!("`{name}` is not one of `env.secrets`"),
+                    "name a secret listed under `env.secrets`",
+                );
+                continue;
+            }
+            let names = self.string_list(value, &p, "role")?;
+            let mut roles = Vec::new();
+            for name in names {
+                match SecretRole::ALL.into_iter().find(|r| r.name() == name) {
+                    Some(r) => roles.push(r),
+                    None => self.err_help(
+                        "invalid-value",
+                        &p,
+                        value.span,
+                        format!("unknown role `{name}`"),
+                        "roles: worker, gate, source, publish, notify",
+                    ),
+                }
+            }
+            out.insert(name.clone(), roles);
+        }
+        Some(out)
+    }
 }

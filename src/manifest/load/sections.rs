@@ -917,10 +917,15 @@ impl Cx {
             Some(list)
         };
         let pass = names(self, "pass");
-        let secrets = names(self, "secrets");
+        let secrets = names(self, "secrets").unwrap_or_default();
+        let roles = m
+            .get("roles")
+            .and_then(|n| self.secret_roles(n, &child(path, "roles"), &secrets))
+            .unwrap_or_default();
         Some(EnvPolicy {
             pass,
-            secrets: secrets.unwrap_or_default(),
+            secrets,
+            roles,
         })
     }
 
