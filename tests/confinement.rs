@@ -15,6 +15,8 @@ const ESCAPES: &[&str] = &[
     "other-worktree",
     "other-checkout",
     "peer-cwd",
+    "other-repo-read",
+    "other-worktree-read",
     "ledger-read",
     "ledger-write",
     "manifest",

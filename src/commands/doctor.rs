@@ -277,7 +277,8 @@ fn sandbox(
     manifest: &Path,
 ) {
     let state = super::shared::state_path(state, Some(manifest));
-    let planned = crate::engine::confine::plan(loaded, &state);
+    let planned =
+        crate::engine::confine::plan(loaded, &state, &repos::workspace_dir(loaded), Vec::new());
     match planned {
         Ok(p) if !p.active() => v.warn(
             "sandbox",

@@ -106,7 +106,12 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         }
     } else {
         out!("{}", render_table(&plan, &loaded.display_path));
-        match crate::engine::confine::plan(&loaded, &state_path) {
+        match crate::engine::confine::plan(
+            &loaded,
+            &state_path,
+            &crate::plan::repos::workspace_dir(&loaded),
+            Vec::new(),
+        ) {
             Ok(s) => outln!("sandbox: {}", s.summary),
             Err(e) => outln!("sandbox: {e}"),
         }

@@ -16,6 +16,10 @@ pub struct SandboxPlan {
     pub writable: Vec<PathBuf>,
     /// What no item may read: the ledger's files (covered by `/dev/null` for items).
     pub hidden: Vec<PathBuf>,
+    /// Every repository's folder: an item reads only its own.
+    pub repositories: Vec<PathBuf>,
+    /// Where the items' worktrees are: an item reads only its own.
+    pub worktrees: PathBuf,
     /// What the kernel lacks of what the manifest asks (best-effort runs without it).
     pub missing: Vec<String>,
     /// Whether Landlock confines items' files.
@@ -37,7 +41,12 @@ impl SandboxPlan {
 }
 
 /// Decide the run's confinement: `Err` (a message) where `required` cannot be had.
-pub fn plan(loaded: &LoadedManifest, state: &Path) -> Result<SandboxPlan, String> {
+pub fn plan(
+    loaded: &LoadedManifest,
+    state: &Path,
+    workspace: &Path,
+    repositories: Vec<PathBuf>,
+) -> Result<SandboxPlan, String> {
     let spec = loaded.manifest.sandbox.clone().unwrap_or_default();
     let (mode, network) = (spec.mode(), spec.network());
     // The operator's own additions, for every manifest run here (`RUNNER_SANDBOX_WRITABLE`,
@@ -125,6 +134,8 @@ pub fn plan(loaded: &LoadedManifest, state: &Path) -> Result<SandboxPlan, String
         network,
         writable,
         hidden,
+        repositories,
+        worktrees: workspace.join("worktrees"),
         missing,
         landlock,
         summary,
@@ -151,6 +162,8 @@ pub struct ItemRules {
     pub tmp: PathBuf,
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
+    /// Folders it may not read: the other repositories, the other items' worktrees.
+    pub hidden_dirs: Vec<PathBuf>,
 }
 
 impl ItemRules {
@@ -170,6 +183,7 @@ impl SandboxPlan {
     /// `extra` (its usage folder, build cache) made.
     pub fn item(
         &self,
+        repo: &Path,
         checkout: &Path,
         tmp: PathBuf,
         extra: &[PathBuf],
@@ -197,7 +211,41 @@ impl SandboxPlan {
             writable.push(own);
             writable.push(common.join("objects"));
         }
-        Ok(ItemRules { tmp, writable })
+        // Another repository, or another item's worktree, is covered for it; never a folder
+        // above what it works in or writes.
+        let needed = |d: &Path| {
+            checkout.starts_with(d)
+                || repo.starts_with(d)
+                || d.starts_with(repo)
+                || writable.iter().any(|w| w.starts_with(d))
+        };
+        let mut hidden_dirs: Vec<PathBuf> = self
+            .repositories
+            .iter()
+            .filter(|r| !needed(r))
+            .cloned()
+            .collect();
+        for by_repo in std::fs::read_dir(&self.worktrees)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for wt in std::fs::read_dir(by_repo.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let wt = wt.path();
+                if wt.is_dir() && !needed(&wt) {
+                    hidden_dirs.push(wt);
+                }
+            }
+        }
+        Ok(ItemRules {
+            tmp,
+            writable,
+            hidden_dirs,
+        })
     }
 
     /// The confinement of a command of the item `rules` running in `dir`.
@@ -207,6 +255,7 @@ impl SandboxPlan {
         let r = Rules {
             writable,
             hidden: self.hidden.clone(),
+            hidden_dirs: rules.hidden_dirs.clone(),
             no_network: self.network == NetworkPolicy::None,
         };
         sandbox::build(&r).map(Arc::new)

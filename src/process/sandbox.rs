@@ -36,8 +36,9 @@
 //!   runner also makes itself not dumpable. Where no user namespace can be made, a confined
 //!   item run as root loses `CAP_SYS_PTRACE` instead.
 //! - **A mount namespace** of the item's own (inside its user namespace) in which runner's
-//!   ledger files — which hold the verdicts' seal key — are covered by `/dev/null`: there, but
-//!   empty. Nothing mounted there reaches the user's.
+//!   ledger files — which hold the verdicts' seal key — are covered by `/dev/null`, and the
+//!   manifest's other repositories and other items' worktrees by an empty read-only tmpfs:
+//!   there, but empty. Nothing mounted there reaches the user's.
 //! - **A network namespace** for `network: none`: loopback only, made by the child itself
 //!   (inside its user namespace, or directly where runner may).
 //!
@@ -113,6 +114,8 @@ pub struct Rules {
     pub writable: Vec<PathBuf>,
     /// Files it may not read: covered by `/dev/null` in its own mount namespace.
     pub hidden: Vec<PathBuf>,
+    /// Folders it may not read: covered by an empty tmpfs there.
+    pub hidden_dirs: Vec<PathBuf>,
     /// No network but its own loopback.
     pub no_network: bool,
 }
@@ -124,8 +127,10 @@ pub struct Confinement {
     pub(super) write: Option<OwnedFd>,
     pub(super) userns: bool,
     pub(super) netns: bool,
-    /// Files covered by `/dev/null` for the child (with a user namespace only).
+    /// Files covered by `/dev/null`, folders by an empty tmpfs, for the child (with a user
+    /// namespace only).
     pub(super) hide: Vec<PathBuf>,
+    pub(super) hide_dirs: Vec<PathBuf>,
     /// What is in force, in words (`landlock ABI 6; network none`).
     pub summary: String,
 }
@@ -186,6 +191,11 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
         netns,
         hide: if support.userns {
             rules.hidden.clone()
+        } else {
+            Vec::new()
+        },
+        hide_dirs: if support.userns {
+            rules.hidden_dirs.clone()
         } else {
             Vec::new()
         },

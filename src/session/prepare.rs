@@ -493,7 +493,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     }
     let redactor = Arc::new(redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
-    let sandbox = sandbox(ui, &loaded, &opts.state, &workspace)?;
+    let sandbox = sandbox(ui, &loaded, &opts.state, &workspace, &plan)?;
     // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).
     let fancy = !opts.no_progress
         && std::io::stderr().is_terminal()
@@ -590,6 +590,7 @@ fn sandbox(
     loaded: &LoadedManifest,
     state: &Path,
     workspace: &Path,
+    plan: &Plan,
 ) -> Result<crate::engine::confine::SandboxPlan, i32> {
     // Where items' private folders go.
     if let Err(e) = std::fs::create_dir_all(workspace.join("tmp")) {
@@ -599,7 +600,13 @@ fn sandbox(
         ));
         return Err(EXIT_INTERNAL);
     }
-    let sandbox = crate::engine::confine::plan(loaded, state).map_err(|e| {
+    let sandbox = crate::engine::confine::plan(
+        loaded,
+        state,
+        workspace,
+        plan.repositories.iter().map(|r| r.path.clone()).collect(),
+    )
+    .map_err(|e| {
         ui.error(format_args!("{e}; nothing ran"));
         EXIT_INVALID
     })?;

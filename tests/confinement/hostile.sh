@@ -22,6 +22,8 @@ for d in /proc/[0-9]*; do
   if tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -q '^sleeper-b1'; then peer=${d#/proc/}; fi
 done
 try peer-cwd sh -c "ls /proc/$peer/cwd/ | grep -q README"
+try other-repo-read sh -c "grep -q hello '$root/b/README.md'"
+try other-worktree-read sh -c "grep -q hello '$ws/worktrees/b/b1/README.md'"
 # runner's ledger, read and written.
 try ledger-read sh -c "head -c 16 '$root/.runner/state.db' | grep -q SQLite"
 # (the first byte written again as it is: the ledger is changed in no other way)

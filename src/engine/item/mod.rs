@@ -109,7 +109,7 @@ pub(crate) async fn run_item(
         if item.branch.is_some() {
             extra.push(launch::build_cache_dir(&cx, &repo.name));
         }
-        match cx.sandbox.item(&workdir, tmp, &extra) {
+        match cx.sandbox.item(&repo.path, &workdir, tmp, &extra) {
             Ok(r) => Some(r),
             Err(e) => return environmental(format!("cannot make the item's private folders: {e}")),
         }

@@ -19,9 +19,10 @@ pub(crate) struct Confine {
     /// `<uid> <uid> 1` and `<gid> <gid> 1`: the user namespace maps the user to itself.
     uid_map: CString,
     gid_map: CString,
-    /// Files covered by `/dev/null` in a mount namespace of its own (with a user namespace):
-    /// there for it, but empty.
+    /// Files covered by `/dev/null`, folders by an empty read-only tmpfs, in a mount namespace
+    /// of its own (with a user namespace): there for it, but empty.
     hide: Vec<CString>,
+    hide_dirs: Vec<CString>,
 }
 
 impl Confine {
@@ -40,33 +41,52 @@ impl Confine {
             uid_map: map(uid),
             gid_map: map(gid),
             hide: Vec::new(),
+            hide_dirs: Vec::new(),
         }
     }
 
-    /// Cover `paths` (those that exist when the child starts) with `/dev/null`.
-    pub(crate) fn hiding(mut self, paths: &[std::path::PathBuf]) -> Confine {
+    /// Whether it covers anything.
+    fn hides(&self) -> bool {
+        !self.hide.is_empty() || !self.hide_dirs.is_empty()
+    }
+
+    /// Cover the files `paths` with `/dev/null` and the folders `dirs` with an empty tmpfs
+    /// (those that exist when the child starts).
+    pub(crate) fn hiding(
+        mut self,
+        paths: &[std::path::PathBuf],
+        dirs: &[std::path::PathBuf],
+    ) -> Confine {
         use std::os::unix::ffi::OsStrExt;
-        self.hide = paths
-            .iter()
-            .filter_map(|p| CString::new(p.as_os_str().as_bytes()).ok())
-            .collect();
+        let c = |p: &std::path::PathBuf| CString::new(p.as_os_str().as_bytes()).ok();
+        self.hide = paths.iter().filter_map(c).collect();
+        self.hide_dirs = dirs.iter().filter_map(c).collect();
         self
     }
 }
 
-/// The child confines itself: its own network namespace with loopback up, then the Landlock
-/// ruleset (after `no_new_privs`, which Landlock asks for). Raw system calls only: it runs
-/// between `clone` and `execve`, and in a forked child. 0, or the first negative result.
+/// The child confines itself: its own namespaces, what it may not read covered, loopback up,
+/// then the Landlock rulesets. Raw system calls only: it runs between `clone` and `execve`,
+/// and in a forked child. 0, or the first negative result.
 pub(super) fn confine_self(c: &Confine) -> isize {
+    let steps: [&dyn Fn(&Confine) -> isize; 4] = [&namespaces, &hide, &loopback, &restrict];
+    for step in steps {
+        let r = step(c);
+        if r < 0 {
+            return r;
+        }
+    }
+    0
+}
+
+/// Its own user namespace (mapping the user to itself), with its network and mount namespaces
+/// where asked; or, without a user namespace, a network namespace made directly.
+fn namespaces(c: &Confine) -> isize {
     // SAFETY: raw system calls with pointers into `c` and this stack frame.
     unsafe {
         if c.userns {
             let net = if c.netns { libc::CLONE_NEWNET } else { 0 };
-            let mnt = if c.hide.is_empty() {
-                0
-            } else {
-                libc::CLONE_NEWNS
-            };
+            let mnt = if c.hides() { libc::CLONE_NEWNS } else { 0 };
             let r = sys(
                 libc::SYS_unshare,
                 [(libc::CLONE_NEWUSER | net | mnt) as usize, 0, 0, 0],
@@ -100,102 +120,131 @@ pub(super) fn confine_self(c: &Confine) -> isize {
                     return w;
                 }
             }
-            if !c.hide.is_empty() {
-                // Nothing mounted here reaches the namespace it came from.
-                let r = sys(
-                    libc::SYS_mount,
-                    [
-                        0,
-                        c"/".as_ptr() as usize,
-                        0,
-                        (libc::MS_REC | libc::MS_SLAVE) as usize,
-                    ],
-                );
-                if r < 0 {
-                    return r;
-                }
-                for path in &c.hide {
-                    let r = sys(
-                        libc::SYS_mount,
-                        [
-                            c"/dev/null".as_ptr() as usize,
-                            path.as_ptr() as usize,
-                            0,
-                            libc::MS_BIND as usize,
-                        ],
-                    );
-                    if r < 0 && r != -(libc::ENOENT as isize) {
-                        return r;
-                    }
-                }
-            }
+            0
         } else if c.netns {
-            let r = sys(libc::SYS_unshare, [libc::CLONE_NEWNET as usize, 0, 0, 0]);
-            if r < 0 {
-                return r;
-            }
+            sys(libc::SYS_unshare, [libc::CLONE_NEWNET as usize, 0, 0, 0])
+        } else {
+            0
         }
-        if c.netns {
-            // Loopback comes down in a new namespace: bring it up (`struct ifreq`: the name,
-            // then the flags as a short).
-            let sock = sys(
-                libc::SYS_socket,
+    }
+}
+
+/// In its own mount namespace: what it may not read covered (a file by `/dev/null`, a folder
+/// by an empty read-only tmpfs); nothing mounted here reaches the namespace it came from.
+fn hide(c: &Confine) -> isize {
+    if !c.userns || !c.hides() {
+        return 0;
+    }
+    let files = c
+        .hide
+        .iter()
+        .map(|p| (p, c"/dev/null", None, libc::MS_BIND));
+    let dirs = c.hide_dirs.iter().map(|p| {
+        let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        (p, c"tmpfs", Some(c"tmpfs"), flags)
+    });
+    // SAFETY: raw system calls with pointers into `c` and static strings.
+    unsafe {
+        let r = sys(
+            libc::SYS_mount,
+            [
+                0,
+                c"/".as_ptr() as usize,
+                0,
+                (libc::MS_REC | libc::MS_SLAVE) as usize,
+            ],
+        );
+        if r < 0 {
+            return r;
+        }
+        for (path, source, fstype, flags) in files.chain(dirs) {
+            let r = sys(
+                libc::SYS_mount,
                 [
-                    libc::AF_INET as usize,
-                    (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as usize,
-                    0,
-                    0,
+                    source.as_ptr() as usize,
+                    path.as_ptr() as usize,
+                    fstype.map_or(0, |t| t.as_ptr() as usize),
+                    flags as usize,
                 ],
             );
-            if sock < 0 {
-                return sock;
-            }
-            let mut ifreq = [0u8; 40];
-            ifreq[..2].copy_from_slice(b"lo");
-            let r = sys(
-                libc::SYS_ioctl,
-                [sock as usize, 0x8913, ifreq.as_mut_ptr() as usize, 0],
-            );
-            if r < 0 {
+            if r < 0 && r != -(libc::ENOENT as isize) {
                 return r;
             }
-            let flags = i16::from_ne_bytes([ifreq[16], ifreq[17]])
-                | (libc::IFF_UP | libc::IFF_RUNNING) as i16;
-            ifreq[16..18].copy_from_slice(&flags.to_ne_bytes());
+        }
+    }
+    0
+}
+
+/// Loopback up in a new network namespace (`struct ifreq`: the name, then the flags as a
+/// short).
+fn loopback(c: &Confine) -> isize {
+    if !c.netns {
+        return 0;
+    }
+    // SAFETY: raw system calls with pointers into this stack frame.
+    unsafe {
+        let sock = sys(
+            libc::SYS_socket,
+            [
+                libc::AF_INET as usize,
+                (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as usize,
+                0,
+                0,
+            ],
+        );
+        if sock < 0 {
+            return sock;
+        }
+        let mut ifreq = [0u8; 40];
+        ifreq[..2].copy_from_slice(b"lo");
+        let r = sys(
+            libc::SYS_ioctl,
+            [sock as usize, 0x8913, ifreq.as_mut_ptr() as usize, 0],
+        );
+        if r < 0 {
+            return r;
+        }
+        let flags =
+            i16::from_ne_bytes([ifreq[16], ifreq[17]]) | (libc::IFF_UP | libc::IFF_RUNNING) as i16;
+        ifreq[16..18].copy_from_slice(&flags.to_ne_bytes());
+        let r = sys(
+            libc::SYS_ioctl,
+            [sock as usize, 0x8914, ifreq.as_mut_ptr() as usize, 0],
+        );
+        sys(libc::SYS_close, [sock as usize, 0, 0, 0]);
+        r.min(0)
+    }
+}
+
+/// The Landlock rulesets, after `no_new_privs` (which Landlock asks for). Without a user
+/// namespace, a confined item run as root loses `CAP_SYS_PTRACE`: runner's memory and
+/// environment (runner being not dumpable) stay out of its reach.
+fn restrict(c: &Confine) -> isize {
+    if c.rulesets.iter().all(|fd| *fd < 0) {
+        return 0;
+    }
+    // SAFETY: raw system calls on this process's own flags and the rulesets it was given.
+    unsafe {
+        if !c.userns && sys(libc::SYS_geteuid, [0, 0, 0, 0]) == 0 {
             let r = sys(
-                libc::SYS_ioctl,
-                [sock as usize, 0x8914, ifreq.as_mut_ptr() as usize, 0],
+                libc::SYS_prctl,
+                [libc::PR_CAPBSET_DROP as usize, CAP_SYS_PTRACE, 0, 0],
             );
-            sys(libc::SYS_close, [sock as usize, 0, 0, 0]);
             if r < 0 {
                 return r;
             }
         }
-        if c.rulesets.iter().any(|fd| *fd >= 0) {
-            // Without `CAP_SYS_PTRACE` (root has it), runner's memory and environment are out
-            // of reach, runner being not dumpable. Taken out of the bounding set, it is in no
-            // set of any program the item runs.
-            if !c.userns && sys(libc::SYS_geteuid, [0, 0, 0, 0]) == 0 {
-                let r = sys(
-                    libc::SYS_prctl,
-                    [libc::PR_CAPBSET_DROP as usize, CAP_SYS_PTRACE, 0, 0],
-                );
-                if r < 0 {
-                    return r;
-                }
-            }
-            let r = sys(
-                libc::SYS_prctl,
-                [libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0],
-            );
+        let r = sys(
+            libc::SYS_prctl,
+            [libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0],
+        );
+        if r < 0 {
+            return r;
+        }
+        for &fd in c.rulesets.iter().filter(|fd| **fd >= 0) {
+            let r = sys(LANDLOCK_RESTRICT_SELF, [fd as usize, 0, 0, 0]);
             if r < 0 {
                 return r;
-            }
-            for &fd in c.rulesets.iter().filter(|fd| **fd >= 0) {
-                let r = sys(LANDLOCK_RESTRICT_SELF, [fd as usize, 0, 0, 0]);
-                if r < 0 {
-                    return r;
-                }
             }
         }
     }
