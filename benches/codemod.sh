@@ -7,7 +7,7 @@
 # previous run removed, untimed), alternated, median of R runs; runner with an empty ledger each
 # time, -j 2. Then one more runner run with `--events` gives its time per item split by phase.
 #
-#   benches/codemod.sh [REPOS] [R]
+#   benches/codemod.sh [REPOS] [R]        (SANDBOX=off: items unconfined)
 set -euo pipefail
 repos=${1:-200}
 runs=${2:-3}
@@ -25,6 +25,8 @@ echo "generating $repos repositories" >&2
   echo "  run: [sed, -i, \"s/old_api(/new_api(/g\", src/mod.rs]"
   echo "gates:"
   echo "  - {name: renamed, run: [grep, -rq, \"new_api(\", src]}"
+  # SANDBOX=off measures runner with items unconfined (default: as the manifest default).
+  [ -n "${SANDBOX:-}" ] && echo "sandbox: {mode: $SANDBOX}"
   echo "items:"
 } > "$work/manifest.yaml"
 for r in $(seq -f '%04g' 1 "$repos"); do
