@@ -225,3 +225,18 @@ fn only_the_inherited_descriptor_stays_open() {
     let flags = nix::fcntl::fcntl(&kept, nix::fcntl::FcntlArg::F_GETFD).unwrap();
     assert_ne!(flags & libc::FD_CLOEXEC, 0);
 }
+
+/// A descriptor runner left open across `execve` (not close-on-exec) does not reach the child
+/// either: the child closes all but its own before it confines itself, so that no copy of
+/// runner's descriptors — and the locks on them, a host slot just given back — lives on in it.
+#[test]
+fn a_descriptor_left_inheritable_does_not_reach_the_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let leaked = std::fs::File::create(dir.path().join("leaked")).unwrap();
+    let fd = leaked.as_raw_fd();
+    set_cloexec(fd, false);
+    let script = format!("! test -e /proc/$$/fd/{fd}");
+    let (status, _, out) = run("/bin/sh", &["-c", &script], &[], dir.path(), None);
+    set_cloexec(fd, true);
+    assert!(status.success(), "the child had descriptor {fd}: {out}");
+}
