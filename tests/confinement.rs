@@ -375,3 +375,32 @@ fn each_secret_reaches_only_the_roles_it_is_given_to() {
         "FORGE_TOKEN=forge-token-2m9x\nMODEL_KEY=model-key-8f3k\n"
     );
 }
+
+/// The one place of the run's folder a worker may write is its usage folder: a FIFO planted
+/// where runner reads its usage is refused at once, never waited on.
+#[test]
+fn a_fifo_in_place_of_the_usage_file_is_refused_not_waited_on() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    repo(&r.join("a"));
+    std::fs::write(
+        r.join("m.yaml"),
+        "version: 1\nname: fifo\nrepositories: [{path: a}]\nworker: {run: 'mkfifo \"$RUNNER_USAGE\"'}\nitems: [{repo: a, id: x}]\n",
+    )
+    .unwrap();
+    let mut child = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = common::wait_for(30, || child.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(ended, "runner waited on the FIFO: {}", stderr(&out));
+    assert!(stderr(&out).contains("1 completed"), "{}", stderr(&out));
+}

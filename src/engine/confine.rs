@@ -99,7 +99,7 @@ pub fn plan(
             parts.push("user namespace".to_string());
         } else {
             missing.push(
-                "a user namespace: an item may read the environment of another item's processes"
+                "a user namespace: an item may read runner's ledger, the other repositories and the environment of another item's processes"
                     .to_string(),
             );
         }

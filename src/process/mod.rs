@@ -378,7 +378,7 @@ fn child_confine(spec: &SpawnSpec) -> launch::Confine {
     let Some(c) = &spec.confine else {
         return launch::Confine::none();
     };
-    launch::Confine::new(c.ruleset_fds(), c.userns, c.netns).hiding(&c.hide, &c.hide_dirs)
+    launch::Confine::new(c.ruleset_fd(), c.userns, c.netns).hiding(&c.hide, &c.hide_dirs)
 }
 
 /// Start a child with the standard library (`posix_spawn`), where [`launch`] is not available.

@@ -131,15 +131,13 @@ pub struct Confinement {
     /// namespace only).
     pub(super) hide: Vec<PathBuf>,
     pub(super) hide_dirs: Vec<PathBuf>,
-    /// What is in force, in words (`landlock ABI 6; network none`).
-    pub summary: String,
 }
 
 impl Confinement {
-    /// The rulesets' descriptors, for the child.
-    pub(super) fn ruleset_fds(&self) -> [i32; 2] {
+    /// The ruleset's descriptor, for the child (-1: none).
+    pub(super) fn ruleset_fd(&self) -> i32 {
         use std::os::fd::AsRawFd;
-        [-1, self.write.as_ref().map_or(-1, AsRawFd::as_raw_fd)]
+        self.write.as_ref().map_or(-1, AsRawFd::as_raw_fd)
     }
 }
 
@@ -161,45 +159,29 @@ pub const DEVICE_DIRS: &[&str] = &["/dev/pts", "/dev/shm"];
 /// decides (best-effort runs without it, required refuses).
 pub fn build(rules: &Rules) -> Result<Confinement, String> {
     let support = support();
-    let mut parts = Vec::new();
     let write = match support.landlock {
-        Some(abi) => {
-            let fd = write_layer(rules).map_err(|e| format!("landlock: {e}"))?;
-            parts.push(format!("landlock ABI {abi}"));
-            Some(fd)
-        }
+        Some(_) => Some(write_layer(rules).map_err(|e| format!("landlock: {e}"))?),
         None => None,
     };
-    if support.userns {
-        parts.push("user namespace".into());
+    if rules.no_network && support.netns == NetnsSupport::Unavailable {
+        return Err(
+            "network none: this kernel gives no network namespace (neither to runner nor in a user namespace)"
+                .into(),
+        );
     }
-    let netns = rules.no_network;
-    if netns {
-        match support.netns {
-            NetnsSupport::Unavailable => {
-                return Err(
-                    "network none: this kernel gives no network namespace (neither to runner nor in a user namespace)"
-                        .into(),
-                );
-            }
-            _ => parts.push("network none".into()),
+    let covered = |paths: &[PathBuf]| {
+        if support.userns {
+            paths.to_vec()
+        } else {
+            Vec::new()
         }
-    }
+    };
     Ok(Confinement {
         write,
         userns: support.userns,
-        netns,
-        hide: if support.userns {
-            rules.hidden.clone()
-        } else {
-            Vec::new()
-        },
-        hide_dirs: if support.userns {
-            rules.hidden_dirs.clone()
-        } else {
-            Vec::new()
-        },
-        summary: parts.join("; "),
+        netns: rules.no_network,
+        hide: covered(&rules.hidden),
+        hide_dirs: covered(&rules.hidden_dirs),
     })
 }
 

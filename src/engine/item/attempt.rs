@@ -104,7 +104,9 @@ pub(super) fn read_usage(path: &Path) -> UsageRead {
     }
     use std::io::Read;
     let mut text = String::new();
-    let file = match std::fs::File::open(path) {
+    // The worker may write its usage folder: a FIFO there is refused, never waited on.
+    let file = match crate::support::fs::open_regular(path, std::fs::OpenOptions::new().read(true))
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return UsageRead::Missing,
         Err(e) => return UsageRead::Malformed(format!("its usage file cannot be read: {e}")),

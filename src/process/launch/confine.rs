@@ -9,8 +9,8 @@ use std::os::fd::RawFd;
 
 /// What a child does to confine itself, laid out before it starts.
 pub(crate) struct Confine {
-    /// Landlock rulesets to restrict itself with, one layer each (-1: none).
-    pub(super) rulesets: [RawFd; 2],
+    /// The Landlock ruleset to restrict itself with (-1: none).
+    pub(super) ruleset: RawFd,
     /// A user namespace of its own (mapping the user to itself): outside it, the item has no
     /// capability, so it may not read runner's or another item's memory or environment.
     pub(super) userns: bool,
@@ -27,15 +27,15 @@ pub(crate) struct Confine {
 
 impl Confine {
     pub(crate) fn none() -> Confine {
-        Confine::new([-1, -1], false, false)
+        Confine::new(-1, false, false)
     }
 
-    pub(crate) fn new(rulesets: [RawFd; 2], userns: bool, netns: bool) -> Confine {
+    pub(crate) fn new(ruleset: RawFd, userns: bool, netns: bool) -> Confine {
         // SAFETY: getuid and getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let map = |id: u32| CString::new(format!("{id} {id} 1\n")).unwrap_or_default();
         Confine {
-            rulesets,
+            ruleset,
             userns,
             netns,
             uid_map: map(uid),
@@ -66,7 +66,7 @@ impl Confine {
 }
 
 /// The child confines itself: its own namespaces, what it may not read covered, loopback up,
-/// then the Landlock rulesets. Raw system calls only: it runs between `clone` and `execve`,
+/// then the Landlock ruleset. Raw system calls only: it runs between `clone` and `execve`,
 /// and in a forked child. 0, or the first negative result.
 pub(super) fn confine_self(c: &Confine) -> isize {
     let steps: [&dyn Fn(&Confine) -> isize; 4] = [&namespaces, &hide, &loopback, &restrict];
@@ -216,14 +216,14 @@ fn loopback(c: &Confine) -> isize {
     }
 }
 
-/// The Landlock rulesets, after `no_new_privs` (which Landlock asks for). Without a user
+/// The Landlock ruleset, after `no_new_privs` (which Landlock asks for). Without a user
 /// namespace, a confined item run as root loses `CAP_SYS_PTRACE`: runner's memory and
 /// environment (runner being not dumpable) stay out of its reach.
 fn restrict(c: &Confine) -> isize {
-    if c.rulesets.iter().all(|fd| *fd < 0) {
+    if c.ruleset < 0 {
         return 0;
     }
-    // SAFETY: raw system calls on this process's own flags and the rulesets it was given.
+    // SAFETY: raw system calls on this process's own flags and the ruleset it was given.
     unsafe {
         if !c.userns && sys(libc::SYS_geteuid, [0, 0, 0, 0]) == 0 {
             let r = sys(
@@ -241,11 +241,9 @@ fn restrict(c: &Confine) -> isize {
         if r < 0 {
             return r;
         }
-        for &fd in c.rulesets.iter().filter(|fd| **fd >= 0) {
-            let r = sys(LANDLOCK_RESTRICT_SELF, [fd as usize, 0, 0, 0]);
-            if r < 0 {
-                return r;
-            }
+        let r = sys(LANDLOCK_RESTRICT_SELF, [c.ruleset as usize, 0, 0, 0]);
+        if r < 0 {
+            return r;
         }
     }
     0
@@ -274,7 +272,7 @@ pub(crate) fn probe_namespaces(userns: bool, netns: bool) -> bool {
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
         return false;
     }
-    let confine = Confine::new([-1, -1], userns, netns);
+    let confine = Confine::new(-1, userns, netns);
     // SAFETY: the forked child makes raw system calls on its own memory only and exits.
     unsafe {
         let pid = libc::fork();
@@ -302,7 +300,7 @@ pub(crate) fn probe_namespaces(userns: bool, netns: bool) -> bool {
 
 /// For a child the standard library starts: confine it as [`launch`] does.
 pub(crate) fn confine_before_exec(cmd: &mut tokio::process::Command, confine: Confine) {
-    if confine.rulesets.iter().all(|fd| *fd < 0) && !confine.userns && !confine.netns {
+    if confine.ruleset < 0 && !confine.userns && !confine.netns {
         return;
     }
     // SAFETY: the hook runs in the forked child before `execve` and makes raw system calls
