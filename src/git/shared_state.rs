@@ -4,17 +4,23 @@
 //! kernel confinement kept it out: an item in the repository's own checkout, a machine without
 //! Landlock) is found and named before runner's own git reads the repository again.
 //!
-//! Read by hand: this is a list of files and a hash of each, not one of git's formats (a
-//! loose ref and `packed-refs` are compared as bytes, never parsed).
+//! Read by hand: this is a list of files, what `lstat` says of each and a hash of what a regular
+//! one holds, not one of git's formats. A file is opened only when it is a regular file, and
+//! without waiting: a FIFO planted in `hooks/` is looked at, never read. The change time is the
+//! kernel's and cannot be set back by the file's owner; the hash catches a rewrite of the same
+//! size within one tick of the clock.
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Each file of the shared state, by its path under the common git folder, and a hash of what
-/// it holds (a link: where it leads).
+/// What `lstat` says of a file that changes with any change to it — device and inode, type and
+/// mode, size, change time (seconds and nanoseconds) — and a hash of a regular file's bytes.
+type Stamp = (u64, u64, u32, u64, i64, i64, [u8; 32]);
+
+/// Each file of the shared state, by its path under the common git folder, and its stamp.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SharedState(BTreeMap<String, [u8; 32]>);
+pub struct SharedState(BTreeMap<String, Stamp>);
 
 /// Files the state is made of (folders taken whole).
 const FILES: &[&str] = &["config", "config.worktree", "packed-refs", "commondir"];
@@ -23,32 +29,39 @@ const FOLDERS: &[&str] = &["hooks", "info", "refs"];
 impl SharedState {
     /// The state of the repository whose common git folder is `common`, leaving out the refs
     /// an item may move (`own`: its work branch, or in its repository's own checkout the branch
-    /// checked out there) and, with `head`, including the main checkout's `HEAD`. Files that
-    /// cannot be read count as changed on the next look (a hash of the error).
+    /// checked out there) and, with `head`, including the main checkout's `HEAD`.
     pub fn capture(common: &Path, own: &[String], head: bool) -> SharedState {
         let mut out = BTreeMap::new();
         let mut add = |rel: String, path: &Path| {
-            let mut h = Sha256::new();
-            match std::fs::symlink_metadata(path) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    h.update(b"link\0");
-                    h.update(
-                        std::fs::read_link(path)
-                            .map(|t| t.to_string_lossy().into_owned())
-                            .unwrap_or_default(),
-                    );
-                }
-                Ok(m) => {
-                    use std::os::unix::fs::PermissionsExt;
-                    h.update(format!("file {:o}\0", m.permissions().mode()));
-                    match std::fs::read(path) {
-                        Ok(bytes) => h.update(&bytes),
-                        Err(e) => h.update(format!("unreadable: {e}")),
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(m) = std::fs::symlink_metadata(path) {
+                let mut hash = [0u8; 32];
+                if m.is_file() {
+                    let read = crate::support::fs::open_regular(
+                        path,
+                        std::fs::OpenOptions::new().read(true),
+                    )
+                    .and_then(|mut f| {
+                        let mut h = Sha256::new();
+                        std::io::copy(&mut f, &mut h)?;
+                        Ok(h.finalize())
+                    });
+                    // Unreadable now and readable later (or the other way) is a change too.
+                    if let Ok(h) = read {
+                        hash = h.into();
                     }
                 }
-                Err(_) => return,
+                let stamp = (
+                    m.dev(),
+                    m.ino(),
+                    m.mode(),
+                    m.size(),
+                    m.ctime(),
+                    m.ctime_nsec(),
+                    hash,
+                );
+                out.insert(rel, stamp);
             }
-            out.insert(rel, h.finalize().into());
         };
         let mut files: Vec<&str> = FILES.to_vec();
         if head {
@@ -119,6 +132,8 @@ mod tests {
         std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
         std::fs::write(g.join("refs/heads/main"), "a\n").unwrap();
         std::fs::write(g.join("refs/heads/runner/x"), "b\n").unwrap();
+        // A FIFO planted among the hooks is looked at, not waited on.
+        nix::unistd::mkfifo(&g.join("hooks/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let own = vec!["refs/heads/runner/x".to_string()];
         let before = SharedState::capture(g, &own, true);
         // The item's own branch moves: nothing to say.
