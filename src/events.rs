@@ -80,6 +80,10 @@ fn yes() -> bool {
     true
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Items are named by their index in the plan's item list.
 pub(crate) type ItemIndex = usize;
 
@@ -304,6 +308,17 @@ pub enum Event {
         /// which ends with the output's last lines instead.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         unlogged_bytes: Option<u64>,
+    },
+    /// A confined process of the item tried to write where its sandbox does not let it: what
+    /// it tried, in the first distinct accesses (`more` past those). `process` is `worker`,
+    /// `setup` or the gate's name. A finding for the reviewer: the item ran on regardless.
+    Denied {
+        item: ItemIndex,
+        n: u32,
+        process: String,
+        accesses: Vec<crate::process::denials::DeniedAccess>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        more: u64,
     },
     /// Before the item started, processes a dead run had left in its repository were ended.
     Reaped {

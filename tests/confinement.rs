@@ -22,6 +22,9 @@ const ESCAPES: &[&str] = &[
     "manifest",
     "gate-script",
     "reports",
+    "gate-mode",
+    "manifest-time",
+    "reports-mode",
     "runner-environ",
     "peer-environ",
     "signal-runner",
@@ -198,6 +201,66 @@ fn a_confined_worker_reaches_nothing_outside_its_item() {
     );
     // The item's own work was committed as usual.
     assert!(git(&r.join("a"), &["show", "--stat", "runner/a1"]).contains("own-work.txt"));
+    // Each denied write is recorded for the reviewer: in the report, under the item, with the
+    // program that tried; and nothing of what the item may write is.
+    let report = common::latest_report(&r.join("runner-reports"));
+    let items = report["items"].as_array().unwrap();
+    let a1 = items.iter().find(|i| i["id"] == "a1").unwrap();
+    let denied: Vec<(String, String, String)> = a1["denied"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no denied accesses recorded: {a1}"))
+        .iter()
+        .map(|d| {
+            assert_eq!(d["process"], "worker", "{d}");
+            assert_eq!(d["attempt"], 1, "{d}");
+            (
+                d["access"].as_str().unwrap().to_string(),
+                d["path"].as_str().unwrap().to_string(),
+                d["program"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let root = r.canonicalize().unwrap();
+    let ws = root.join(".runner/workspace");
+    let home = root.join("home");
+    for (access, path) in [
+        ("write", ws.join("worktrees/b/b1/planted-by-a1")),
+        ("write", root.join("c/planted-by-a1")),
+        ("write", root.join("m.yaml")),
+        ("write", root.join("gate.sh")),
+        ("write", root.join("runner-reports/forged")),
+        ("write", home.join(".gitconfig")),
+        ("create folder", home.join(".ssh")),
+        ("write", root.join("a/.git/hooks/post-checkout")),
+        ("write", root.join("a/.git/info/exclude")),
+        ("change metadata", root.join("gate.sh")),
+        ("change metadata", root.join("runner-reports")),
+    ] {
+        let path = path.display().to_string();
+        assert!(
+            denied.iter().any(|(a, p, _)| a == access && *p == path),
+            "`{access} {path}` not recorded: {denied:#?}"
+        );
+    }
+    assert!(
+        denied.iter().any(|(a, p, prog)| a == "write"
+            && p.starts_with("/tmp/planted-by-a1-")
+            && prog == "sh"),
+        "{denied:#?}"
+    );
+    assert!(
+        !denied
+            .iter()
+            .any(|(_, p, _)| p.contains("own-work") || p.contains("scratch")),
+        "an allowed write was recorded as denied: {denied:#?}"
+    );
+    assert!(err.contains("a/a1: the sandbox denied its worker"), "{err}");
+    let summary = std::fs::read_to_string(r.join("runner-reports/latest/summary.md")).unwrap();
+    assert!(summary.contains("## Denied by the sandbox"), "{summary}");
+    assert!(
+        summary.contains(&format!("write `{}`", root.join("m.yaml").display())),
+        "{summary}"
+    );
 }
 
 #[test]
@@ -220,6 +283,17 @@ fn unconfined_the_same_worker_escapes() {
         f.listener.accept().is_ok(),
         "no connection reached the listener"
     );
+    // Nothing was denied, so nothing is recorded as denied.
+    let report = common::latest_report(&r.join("runner-reports"));
+    assert!(
+        report["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i.get("denied").is_none()),
+        "{report}"
+    );
+    assert!(!err.contains("sandbox denied"), "{err}");
 }
 
 /// An item in its repository's own checkout may write its `.git` (the kernel cannot take a

@@ -660,6 +660,7 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
             image.status,
             image.inherit.unwrap_or(-1),
             image.confine.ruleset,
+            image.confine.record,
         ];
         close_all_but(keep);
         check(confine::confine_self(&image.confine));
@@ -688,7 +689,7 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
 
 /// Close every descriptor from 3 up but those of `keep` (-1: none), with `close_range` (Linux
 /// 5.9; where the kernel lacks it, `execve` closes them as before). Raw system calls only.
-fn close_all_but(mut keep: [RawFd; 3]) {
+fn close_all_but(mut keep: [RawFd; 4]) {
     keep.sort_unstable();
     let mut from: usize = 3;
     for fd in keep {

@@ -14,6 +14,11 @@
 pub mod alloc;
 pub mod census;
 pub mod cgroup;
+#[expect(
+    unsafe_code,
+    reason = "a seccomp filter's listener and the memory of the process it stopped, see its comment"
+)]
+pub mod denials;
 mod helper;
 #[expect(
     unsafe_code,
@@ -115,6 +120,8 @@ pub struct Finished {
     pub failures: Vec<crate::failures::Failure>,
     /// Whether the whole tree was proven gone afterwards.
     pub tree_gone: bool,
+    /// What its confinement denied it (recorded where the kernel lets runner watch).
+    pub denied: denials::Denied,
 }
 
 impl Finished {
@@ -172,7 +179,37 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
             return Finished::unstarted(format!("cannot create a pipe: {e}"), started.elapsed());
         }
     };
-    let mut child = match start(&program, args, &spec, out) {
+    // What the child tries to write outside its confinement, watched by a thread of its own.
+    let recording = match spec.confine.as_ref().and_then(|c| c.record.clone()) {
+        Some(writable) => match denials::channel() {
+            Ok((ours, theirs)) => Some((ours, theirs, writable)),
+            Err(e) => {
+                return Finished::unstarted(
+                    format!("cannot create a socket pair: {e}"),
+                    started.elapsed(),
+                );
+            }
+        },
+        None => None,
+    };
+    let record_fd = recording.as_ref().map(|(_, theirs, _)| {
+        use std::os::fd::AsRawFd;
+        theirs.as_raw_fd()
+    });
+    let child = start(&program, args, &spec, out, record_fd);
+    let watcher = recording.map(|(ours, theirs, writable)| {
+        // The child has its copy: when it ends (or runs its program), the socket reads as
+        // closed.
+        drop(theirs);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("denials".into())
+            .spawn(move || {
+                let _ = tx.send(denials::watch(ours, &writable));
+            });
+        spawned.ok().map(|_| rx)
+    });
+    let mut child = match child {
         Ok(c) => c,
         // No child was made (or the one made was ended and reaped before this returned).
         Err(e) => {
@@ -278,6 +315,12 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     for h in readers {
         let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
     }
+    if let Some(Some(rx)) = watcher {
+        // Done once no process of the tree is left, which `end_tree` has just seen to.
+        if let Ok(Ok(denied)) = tokio::time::timeout(Duration::from_secs(2), rx).await {
+            fin.denied = denied;
+        }
+    }
     let snap = collector.finish();
     fin.tail = snap.tail;
     fin.output_bytes = snap.bytes;
@@ -332,6 +375,7 @@ fn start(
     args: &[String],
     spec: &SpawnSpec,
     out: OwnedFd,
+    record: Option<std::os::fd::RawFd>,
 ) -> std::io::Result<Child> {
     use std::os::fd::AsRawFd;
     let joining = spec.cgroup.as_ref().map(|c| c.joining()).transpose()?;
@@ -353,7 +397,7 @@ fn start(
                 &join,
                 joining.as_ref().and_then(cgroup::Joining::folder_fd),
                 launch::Waiter::Runtime,
-                child_confine(spec),
+                child_confine(spec, record),
             );
             match launched {
                 Ok(l) => Some(Child::Launched(l)),
@@ -365,7 +409,7 @@ fn start(
     };
     let child = match launched {
         Some(c) => c,
-        None => start_std(program, args, spec, out, join)?,
+        None => start_std(program, args, spec, out, join, record)?,
     };
     if let Some(pid) = child.pid() {
         direct.push(pid);
@@ -374,11 +418,18 @@ fn start(
 }
 
 /// What the child does to confine itself, from the spec's confinement.
-fn child_confine(spec: &SpawnSpec) -> launch::Confine {
+fn child_confine(spec: &SpawnSpec, record: Option<std::os::fd::RawFd>) -> launch::Confine {
     let Some(c) = &spec.confine else {
         return launch::Confine::none();
     };
-    launch::Confine::new(c.ruleset_fd(), c.userns, c.netns).hiding(&c.hide, &c.hide_dirs)
+    let confine = launch::Confine::new(c.ruleset_fd(), c.userns, c.netns)
+        .hiding(&c.hide, &c.hide_dirs)
+        .recording(record.unwrap_or(-1));
+    if c.userns {
+        confine.read_only_but(&c.keep_writable, &spec.cwd)
+    } else {
+        confine
+    }
 }
 
 /// Start a child with the standard library (`posix_spawn`), where [`launch`] is not available.
@@ -390,6 +441,7 @@ fn start_std(
     spec: &SpawnSpec,
     out: OwnedFd,
     join: Vec<std::os::fd::RawFd>,
+    record: Option<std::os::fd::RawFd>,
 ) -> std::io::Result<Child> {
     let stdin = program::null()
         .and_then(|f| f.try_clone().ok())
@@ -406,7 +458,7 @@ fn start_std(
         .kill_on_drop(false);
     // `join`'s descriptors are open until the caller returns: past the fork.
     launch::join_before_exec(&mut cmd, join);
-    launch::confine_before_exec(&mut cmd, child_confine(spec));
+    launch::confine_before_exec(&mut cmd, child_confine(spec, record));
     // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
     // fraction of a `fork` of runner's address space.
     if let Some(fd) = spec.inherit_fd {
@@ -590,6 +642,7 @@ mod tests {
                     &spec,
                     tx,
                     Vec::new(),
+                    None,
                 )
                 .unwrap()
             };

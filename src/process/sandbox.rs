@@ -131,6 +131,13 @@ pub struct Confinement {
     /// namespace only).
     pub(super) hide: Vec<PathBuf>,
     pub(super) hide_dirs: Vec<PathBuf>,
+    /// What stays writable when every mount is made read-only in its mount namespace (with a
+    /// user namespace only): the folders it may write, a file it may write outside them, and
+    /// POSIX shared memory.
+    pub(super) keep_writable: Vec<PathBuf>,
+    /// Where the command may write, canonical, when runner records what it tries to write
+    /// elsewhere (`denials.rs`; with Landlock in force only).
+    pub(super) record: Option<std::sync::Arc<Vec<PathBuf>>>,
 }
 
 impl Confinement {
@@ -176,8 +183,36 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
             Vec::new()
         }
     };
+    let record = (write.is_some() && super::denials::supported()).then(|| {
+        std::sync::Arc::new(
+            rules
+                .writable
+                .iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok())
+                .collect(),
+        )
+    });
+    let keep_writable = if support.userns {
+        let dirs: Vec<&PathBuf> = rules.writable.iter().filter(|p| p.is_dir()).collect();
+        rules
+            .writable
+            .iter()
+            .filter(|p| p.is_dir() || (p.exists() && !dirs.iter().any(|d| p.starts_with(d))))
+            .cloned()
+            .chain(
+                ["/dev/shm"]
+                    .iter()
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_dir()),
+            )
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(Confinement {
         write,
+        record,
+        keep_writable,
         userns: support.userns,
         netns: rules.no_network,
         hide: covered(&rules.hidden),

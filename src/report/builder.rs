@@ -7,9 +7,9 @@
 
 use super::items::Items;
 use super::model::{
-    AttemptReport, BaselineReport, CapacityInfo, Demotion, Diffstat, GateReport, ManifestInfo,
-    ProbeReport, PublishReport, REPORT_SCHEMA, Refusal, Report, SetupReport, SuspectGate,
-    WorkerReport, plural_items, program_of,
+    AttemptReport, BaselineReport, CapacityInfo, Demotion, DeniedReport, Diffstat, GateReport,
+    ManifestInfo, ProbeReport, PublishReport, REPORT_SCHEMA, Refusal, Report, SetupReport,
+    SuspectGate, WorkerReport, plural_items, program_of,
 };
 use crate::events::Event;
 use crate::plan::Plan;
@@ -207,6 +207,31 @@ impl ReportBuilder {
                             it.repo, it.id
                         ));
                     }
+                }
+            }
+            Event::Denied {
+                item,
+                n,
+                process,
+                accesses,
+                more,
+            } => {
+                if let Some(it) = self.report.items.get_mut(*item) {
+                    let last = accesses.len().saturating_sub(1);
+                    it.denied
+                        .extend(accesses.iter().enumerate().map(|(i, a)| DeniedReport {
+                            attempt: *n,
+                            process: process.clone(),
+                            access: a.clone(),
+                            more: if i == last { *more } else { 0 },
+                        }));
+                    self.report.warnings.push(format!(
+                        "{}/{}: the sandbox denied its {process} {} write{} outside the item (listed under \"Denied by the sandbox\")",
+                        it.repo,
+                        it.id,
+                        accesses.len() as u64 + more,
+                        if accesses.len() as u64 + more == 1 { "" } else { "s" },
+                    ));
                 }
             }
             Event::Leftovers { item, patch } => {

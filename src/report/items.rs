@@ -117,6 +117,7 @@ fn blank(repo: String, id: String, outcome: ItemOutcome) -> ItemReport {
         pull_request: None,
         waited: None,
         usage: None,
+        denied: Vec::new(),
     }
 }
 

@@ -27,6 +27,19 @@ fn cell(s: &str) -> String {
     out
 }
 
+/// A code span of text that is not runner's (a path a worker named): its fence longer than
+/// any run of backticks in it, so nothing in it ends the span.
+fn code(s: &str) -> String {
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{}{pad}{fence}", cell(s))
+}
+
 /// `1 item`, `2 items`.
 fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -68,6 +81,7 @@ pub fn render(r: &Report) -> String {
         out.push_str(&row(&it));
     }
     held(&mut out, r);
+    denied(&mut out, r);
     failures(&mut out, r);
     incomplete_logs(&mut out, r);
     out
@@ -258,6 +272,33 @@ fn held(out: &mut String, r: &Report) {
                 .map(|c| format!(": {}", cell(c)))
                 .unwrap_or_default()
         ));
+    }
+}
+
+/// What each item's sandbox denied it, for the reviewer.
+fn denied(out: &mut String, r: &Report) {
+    let items: Vec<_> = r.items.iter().filter(|it| !it.denied.is_empty()).collect();
+    if items.is_empty() {
+        return;
+    }
+    out.push_str("\n## Denied by the sandbox\n\n");
+    for it in items {
+        out.push_str(&format!("- `{}/{}`\n", it.repo, it.id));
+        for d in &it.denied {
+            out.push_str(&format!(
+                "  - attempt {}, {} ({}): {} {}{}\n",
+                d.attempt,
+                cell(&d.process),
+                code(&d.access.program),
+                d.access.access,
+                code(&d.access.path),
+                if d.more > 0 {
+                    format!(", and {} more", d.more)
+                } else {
+                    String::new()
+                }
+            ));
+        }
     }
 }
 

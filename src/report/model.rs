@@ -202,6 +202,28 @@ pub struct ItemReport {
     /// What its workers reported they used, over every attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Box<crate::events::Usage>>,
+    /// What its confined processes tried to write where the sandbox did not let them: a
+    /// finding for the reviewer (the first distinct accesses of each process).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied: Vec<DeniedReport>,
+}
+
+/// One access an item's sandbox denied.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct DeniedReport {
+    /// The attempt (0: the worktree's setup).
+    pub attempt: u32,
+    /// `worker`, `setup`, or the gate's name.
+    pub process: String,
+    #[serde(flatten)]
+    pub access: crate::process::denials::DeniedAccess,
+    /// The accesses of the same process not listed, past the first ones (on its last entry).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A worktree's setup (`worktree.setup`), run once before the item's first attempt.

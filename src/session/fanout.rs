@@ -130,6 +130,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Worktree { item, .. }
         | Event::Reaped { item, .. }
         | Event::Leftovers { item, .. }
+        | Event::Denied { item, .. }
         | Event::Resting { item, .. }
         | Event::Usage { item, .. }
         | Event::UsageUnknown { item, .. }

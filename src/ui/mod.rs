@@ -311,6 +311,28 @@ impl Progress {
                 pids.len()
             )),
             Event::Watched { .. } => self.line(&ev.watched().unwrap_or_default()),
+            Event::Denied {
+                item,
+                process,
+                accesses,
+                more,
+                ..
+            } => {
+                let first = accesses
+                    .first()
+                    .map(|a| format!("{} {}", a.access, a.path))
+                    .unwrap_or_default();
+                let others = accesses.len() as u64 - 1 + more;
+                self.line(&format!(
+                    "{}: the sandbox denied its {process}: {first}{}",
+                    self.name(*item),
+                    if others > 0 {
+                        format!(" (and {others} more)")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
             Event::Leftovers { item, patch } => self.line(&format!(
                 "{}: what an earlier run left in its worktree is saved in {} and removed",
                 self.name(*item),

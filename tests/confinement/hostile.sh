@@ -32,6 +32,11 @@ try ledger-write sh -c "printf S | dd of='$root/.runner/state.db' bs=1 count=1 c
 try manifest sh -c ": >> '$root/m.yaml'"
 try gate-script sh -c ": >> '$root/gate.sh'"
 try reports sh -c "echo forged > '$root/runner-reports/forged'"
+# Their metadata, which Landlock does not cover: a mode (as it is: the gate must still run),
+# a time, the reports' folder.
+try gate-mode chmod u+rw "$root/gate.sh"
+try manifest-time touch -m -d '2001-01-01 00:00' "$root/m.yaml"
+try reports-mode chmod u+rwx "$root/runner-reports"
 # Secrets: runner's environment, and another item's.
 try runner-environ sh -c "tr '\0' '\n' < /proc/$PPID/environ | grep -q RUNNER_ONLY_SECRET"
 try peer-environ sh -c "tr '\0' '\n' < /proc/$peer/environ | grep -q s3cr3t-b1"

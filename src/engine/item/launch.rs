@@ -103,10 +103,26 @@ pub(super) async fn spawn(
     feedback: Option<&Path>,
     run: Launch<'_>,
 ) -> Finished {
-    match command(icx, cmd, model, feedback, &run) {
+    let n = run.n;
+    let process = match run.gate {
+        Some(g) => g.name.clone(),
+        None if n == 0 => "setup".to_string(),
+        None => "worker".to_string(),
+    };
+    let fin = match command(icx, cmd, model, feedback, &run) {
         Ok(ready) => launch(icx, ready, run).await,
         Err(e) => unstarted(e.to_string()),
+    };
+    if !fin.denied.accesses.is_empty() {
+        let _ = icx.events.send(crate::events::Event::Denied {
+            item: icx.idx,
+            n,
+            process,
+            accesses: fin.denied.accesses.clone(),
+            more: fin.denied.more,
+        });
     }
+    fin
 }
 
 /// A command that could not be started: why, as its result.

@@ -23,6 +23,17 @@ pub(crate) struct Confine {
     /// of its own (with a user namespace): there for it, but empty.
     hide: Vec<CString>,
     hide_dirs: Vec<CString>,
+    /// Made read-only in its mount namespace: everything but these (with a user namespace).
+    /// Landlock keeps data from being written elsewhere, but not a file's metadata (its mode,
+    /// owner, times, extended attributes): a read-only mount does.
+    read_only: bool,
+    keep_writable: Vec<CString>,
+    /// Its folder, entered again once the mounts are made (the one it was in is on the mount
+    /// now read-only).
+    cwd: Option<CString>,
+    /// Where the child sends the listener of the seccomp filter through which runner records
+    /// what it tries to write (`denials.rs`); -1: not recorded.
+    pub(super) record: RawFd,
 }
 
 impl Confine {
@@ -42,12 +53,43 @@ impl Confine {
             gid_map: map(gid),
             hide: Vec::new(),
             hide_dirs: Vec::new(),
+            read_only: false,
+            keep_writable: Vec::new(),
+            cwd: None,
+            record: -1,
         }
+    }
+
+    /// Make every mount read-only but `writable` (beneath which the item may write), then enter
+    /// `cwd` again.
+    pub(crate) fn read_only_but(
+        mut self,
+        writable: &[std::path::PathBuf],
+        cwd: &std::path::Path,
+    ) -> Confine {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).ok();
+        self.read_only = true;
+        self.keep_writable = writable.iter().filter_map(|p| c(p)).collect();
+        self.cwd = c(cwd);
+        self
+    }
+
+    /// Hand the listener of the recording filter to runner through `socket` (after the
+    /// Landlock ruleset, which it needs: the filter asks for `no_new_privs`).
+    pub(crate) fn recording(mut self, socket: RawFd) -> Confine {
+        self.record = socket;
+        self
     }
 
     /// Whether it covers anything.
     fn hides(&self) -> bool {
         !self.hide.is_empty() || !self.hide_dirs.is_empty()
+    }
+
+    /// Whether it needs a mount namespace of its own.
+    fn mounts(&self) -> bool {
+        self.hides() || self.read_only
     }
 
     /// Cover the files `paths` with `/dev/null` and the folders `dirs` with an empty tmpfs
@@ -69,7 +111,14 @@ impl Confine {
 /// then the Landlock ruleset. Raw system calls only: it runs between `clone` and `execve`,
 /// and in a forked child. 0, or the first negative result.
 pub(super) fn confine_self(c: &Confine) -> isize {
-    let steps: [&dyn Fn(&Confine) -> isize; 4] = [&namespaces, &hide, &loopback, &restrict];
+    let steps: [&dyn Fn(&Confine) -> isize; 6] = [
+        &namespaces,
+        &read_only,
+        &hide,
+        &loopback,
+        &restrict,
+        &record,
+    ];
     for step in steps {
         let r = step(c);
         if r < 0 {
@@ -86,7 +135,7 @@ fn namespaces(c: &Confine) -> isize {
     unsafe {
         if c.userns {
             let net = if c.netns { libc::CLONE_NEWNET } else { 0 };
-            let mnt = if c.hides() { libc::CLONE_NEWNS } else { 0 };
+            let mnt = if c.mounts() { libc::CLONE_NEWNS } else { 0 };
             let r = sys(
                 libc::SYS_unshare,
                 [(libc::CLONE_NEWUSER | net | mnt) as usize, 0, 0, 0],
@@ -127,6 +176,71 @@ fn namespaces(c: &Confine) -> isize {
             0
         }
     }
+}
+
+/// In its own mount namespace, nothing it does reaching the user's: every mount read-only but
+/// binds of what it may write (made first, so that they stay writable; a file it may write
+/// beneath no folder it may write is bound alone). Landlock decides what is written where; a
+/// read-only mount also stops what Landlock does not cover, changes to a file's mode, owner,
+/// times and extended attributes. Sockets, pipes and devices work on a read-only mount as
+/// before.
+fn read_only(c: &Confine) -> isize {
+    if !c.userns || !c.read_only {
+        return 0;
+    }
+    // `struct mount_attr`: attributes set, cleared, propagation, user namespace.
+    let set = [MOUNT_ATTR_RDONLY, 0u64, 0, 0];
+    let clear = [0u64, MOUNT_ATTR_RDONLY, 0, 0];
+    // SAFETY: raw system calls with pointers into `c` and static strings.
+    unsafe {
+        let r = sys(
+            libc::SYS_mount,
+            [
+                0,
+                c"/".as_ptr() as usize,
+                0,
+                (libc::MS_REC | libc::MS_SLAVE) as usize,
+            ],
+        );
+        if r < 0 {
+            return r;
+        }
+        for path in &c.keep_writable {
+            let r = sys(
+                libc::SYS_mount,
+                [
+                    path.as_ptr() as usize,
+                    path.as_ptr() as usize,
+                    0,
+                    (libc::MS_BIND | libc::MS_REC) as usize,
+                ],
+            );
+            if r < 0 && r != -(libc::ENOENT as isize) {
+                return r;
+            }
+        }
+        let r = setattr6(c"/", &set, AT_RECURSIVE);
+        if r < 0 {
+            return r;
+        }
+        for path in &c.keep_writable {
+            let mut r = setattr6(path, &clear, AT_RECURSIVE);
+            if r == -(libc::EPERM as isize) {
+                // A mount beneath it the user's namespace made read-only stays so.
+                r = setattr6(path, &clear, 0);
+            }
+            if r < 0 && r != -(libc::ENOENT as isize) && r != -(libc::EINVAL as isize) {
+                return r;
+            }
+        }
+        if let Some(cwd) = &c.cwd {
+            let r = sys(libc::SYS_chdir, [cwd.as_ptr() as usize, 0, 0, 0]);
+            if r < 0 {
+                return r;
+            }
+        }
+    }
+    0
 }
 
 /// In its own mount namespace: what it may not read covered (a file by `/dev/null`, a folder
@@ -248,6 +362,88 @@ fn restrict(c: &Confine) -> isize {
     }
     0
 }
+
+/// The recording filter (`denials.rs`), its listener sent to runner over `c.record`
+/// (`SCM_RIGHTS`) and closed here: nothing the item runs may answer its own calls.
+fn record(c: &Confine) -> isize {
+    if c.record < 0 || c.ruleset < 0 {
+        return 0;
+    }
+    let filter = crate::process::denials::filter();
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: raw system calls with pointers into the static filter and this stack frame.
+    unsafe {
+        let listener = sys(
+            libc::SYS_seccomp,
+            [
+                libc::SECCOMP_SET_MODE_FILTER as usize,
+                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as usize,
+                std::ptr::from_ref(&prog) as usize,
+                0,
+            ],
+        );
+        if listener < 0 {
+            return listener;
+        }
+        let byte = [0u8; 1];
+        let iov = libc::iovec {
+            iov_base: byte.as_ptr().cast_mut().cast(),
+            iov_len: 1,
+        };
+        // `struct cmsghdr` (length, level, type) then the descriptor, 8-byte aligned.
+        let mut control = [0u64; 3];
+        let header = std::mem::size_of::<libc::cmsghdr>();
+        let words = control.as_mut_ptr().cast::<u8>();
+        std::ptr::write_unaligned(words.cast::<libc::cmsghdr>(), {
+            let mut h: libc::cmsghdr = std::mem::zeroed();
+            h.cmsg_len = (header + 4) as _;
+            h.cmsg_level = libc::SOL_SOCKET;
+            h.cmsg_type = libc::SCM_RIGHTS;
+            h
+        });
+        std::ptr::write_unaligned(words.add(header).cast::<i32>(), listener as i32);
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = std::ptr::from_ref(&iov).cast_mut();
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let sent = sys(
+            libc::SYS_sendmsg,
+            [
+                c.record as usize,
+                std::ptr::from_ref(&msg) as usize,
+                libc::MSG_NOSIGNAL as usize,
+                0,
+            ],
+        );
+        sys(libc::SYS_close, [listener as usize, 0, 0, 0]);
+        sys(libc::SYS_close, [c.record as usize, 0, 0, 0]);
+        sent.min(0)
+    }
+}
+
+/// `mount_setattr(AT_FDCWD, path, flags, attr, sizeof attr)`.
+fn setattr6(path: &std::ffi::CStr, attr: &[u64; 4], flags: usize) -> isize {
+    // SAFETY: a raw system call reading `path` and `attr`.
+    unsafe {
+        super::sys::sys5(
+            libc::SYS_mount_setattr,
+            [
+                libc::AT_FDCWD as usize,
+                path.as_ptr() as usize,
+                flags,
+                attr.as_ptr() as usize,
+                std::mem::size_of_val(attr),
+            ],
+        )
+    }
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const AT_RECURSIVE: usize = 0x8000;
 
 /// The capability to trace any process (`linux/capability.h`).
 const CAP_SYS_PTRACE: usize = 19;
