@@ -38,6 +38,9 @@ struct Cli {
     /// What the CLI writes outside the item, as its adapter documents it for
     /// `sandbox.writable` (the test's home is `~`).
     writable: &'static str,
+    /// What the CLI tries to write outside those, is denied, and does without (a part of each
+    /// path, with why): the report lists these, and nothing else.
+    denied: &'static [&'static str],
     /// The model as the chain names it (the mock reads the part after any `provider/`), with
     /// the trouble as a suffix.
     model: &'static str,
@@ -64,6 +67,9 @@ const CLAUDE: Cli = Cli {
     package: "@anthropic-ai/claude-code",
     adapter: "claude.sh",
     writable: r#"["~/.claude", "~/.claude.json"]"#,
+    // Its atomic save of `~/.claude.json` writes a temporary file beside it, in the home; refused
+    // that, it writes the file in place.
+    denied: &["/.claude.json.tmp."],
     model: "claude-sonnet-4-5",
     // Claude Code puts its own words in place of the provider's.
     refused: "Invalid API key",
@@ -78,6 +84,7 @@ const CODEX: Cli = Cli {
     package: "@openai/codex",
     adapter: "codex.sh",
     writable: r#"["$CODEX_HOME"]"#,
+    denied: &[],
     model: "gpt-5-codex",
     refused: "Incorrect API key provided",
     overloaded: 503,
@@ -90,8 +97,11 @@ const OPENCODE: Cli = Cli {
     program: "opencode",
     package: "opencode-linux-x64",
     adapter: "opencode.sh",
-    writable: r#"["~/.local/share/opencode", "~/.local/state/opencode", "~/.cache/opencode"]"#,
+    writable: r#"["~/.config/opencode", "~/.local/share/opencode", "~/.local/state/opencode", "~/.cache/opencode"]"#,
     // opencode names a model by its provider: here Anthropic's, at the mock's address.
+    // It caches a project id in the repository's shared git folder, and makes npm's cache
+    // folder for plugins it has none of.
+    denied: &["/.git/opencode", "/home/.npm"],
     model: "anthropic/claude-sonnet-4-5",
     refused: "invalid x-api-key",
     overloaded: 529,
@@ -105,6 +115,7 @@ const GEMINI: Cli = Cli {
     package: "@google/gemini-cli",
     adapter: "gemini.sh",
     writable: r#"["~/.gemini"]"#,
+    denied: &[],
     model: "gemini-2.5-pro",
     refused: "API key not valid",
     overloaded: 503,
@@ -120,6 +131,7 @@ const AIDER: Cli = Cli {
     writable: r#"["~/.aider", "~/.cache"]"#,
     // aider (through litellm) names a model by its provider: here OpenAI's, at the mock's
     // address (`OPENAI_API_BASE`).
+    denied: &[],
     model: "openai/gpt-4.1",
     // litellm's words for OpenAI's 401.
     refused: "not able to authenticate you",
@@ -486,6 +498,22 @@ fn the_edit_lands_in_the_items_commit(cli: Cli) {
             &["show", &format!("{commit}:greeting.txt")]
         ),
         "hello"
+    );
+    // The folders its adapter declares writable are all it needs outside the item: what the
+    // sandbox denied it is only what it is known to do without.
+    let unexpected: Vec<&serde_json::Value> = item["denied"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| {
+            let path = d["path"].as_str().unwrap_or_default();
+            !cli.denied.iter().any(|known| path.contains(known))
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "{} tried to write where its adapter does not declare (add it to `sandbox.writable`): {unexpected:#?}",
+        cli.program,
     );
     // What the adapter reads from the CLI's output: the tokens (and, for Claude, the cost).
     // The mock counts 100 input and 20 output tokens per request.

@@ -20,7 +20,7 @@
 #   worker:
 #     run: ["./agents/opencode.sh", "{model}", "{item.task}"]
 #   sandbox:                 # what the CLI writes outside the item (runner confines the rest)
-#     writable: [~/.local/share/opencode, ~/.local/state/opencode, ~/.cache/opencode]
+#     writable: [~/.config/opencode, ~/.local/share/opencode, ~/.local/state/opencode, ~/.cache/opencode]
 #
 # $1: model as provider/model (e.g. anthropic/claude-sonnet-4-5); $2: the task, a task file in
 # the repository or its text.

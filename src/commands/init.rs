@@ -60,6 +60,7 @@ const AGENTS: &[Agent] = &[
         fallback: None,
         secrets: &["ANTHROPIC_API_KEY"],
         writable: &[
+            "~/.config/opencode",
             "~/.local/share/opencode",
             "~/.local/state/opencode",
             "~/.cache/opencode",

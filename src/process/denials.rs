@@ -338,8 +338,11 @@ pub(crate) fn watch(socket: OwnedFd, writable: &[PathBuf]) -> Denied {
         let Some(attempt) = attempt.filter(|_| valid) else {
             continue;
         };
-        for (access, path) in attempt.paths {
-            let Some(path) = outside(&path, writable) else {
+        for (access, kind, path) in attempt.paths {
+            if !kind.writes(&path) {
+                continue;
+            }
+            let Some(path) = outside(&path, kind.follows(access), writable) else {
                 continue;
             };
             let path = path.to_string_lossy().into_owned();
@@ -433,51 +436,95 @@ fn id_valid(listener: &OwnedFd, id: u64) -> bool {
 
 /// One call's paths, each with what it does to it.
 struct Attempt {
-    paths: Vec<(&'static str, PathBuf)>,
+    paths: Vec<(&'static str, Kind, PathBuf)>,
 }
+
+/// What a call needs of the path it names to be refused for where it is, rather than for what
+/// is (or is not) there: a folder made where one exists fails with `EEXIST` wherever it is.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Makes it: only where nothing is.
+    Creates,
+    /// Changes or removes it: only where it is.
+    Changes,
+    /// Makes or replaces it.
+    Replaces,
+    /// `open` with these flags: writes what is there, or creates it with `O_CREAT`.
+    Opens(u64),
+}
+
+impl Kind {
+    /// Whether the call acts on what a link at its path points to (an open, a change of mode,
+    /// times, a truncation), or on the link itself (a removal, a rename, a new name).
+    fn follows(self, access: &str) -> bool {
+        matches!(self, Kind::Opens(_)) || access == "change metadata" || access == "truncate"
+    }
+
+    /// Whether the call, naming `path`, would write at all.
+    fn writes(self, path: &Path) -> bool {
+        let exists = std::fs::symlink_metadata(path).is_ok();
+        match self {
+            Kind::Creates => !exists,
+            Kind::Changes => exists,
+            Kind::Replaces => true,
+            Kind::Opens(flags) => {
+                let create = flags & libc::O_CREAT as u64 != 0;
+                let exclusive = flags & libc::O_EXCL as u64 != 0;
+                let write = flags & (libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) as u64 != 0;
+                if exists {
+                    write && !(create && exclusive)
+                } else {
+                    create
+                }
+            }
+        }
+    }
+}
+
+/// What a call names: what it does, what it needs, its folder descriptor argument (none: the
+/// process's folder), its path argument.
+type Named = (&'static str, Kind, Option<u64>, u64);
 
 /// What the call in `notif` tries, its paths resolved against its process's folders.
 fn read_attempt(notif: &libc::seccomp_notif) -> Option<Attempt> {
+    use Kind::{Changes, Creates, Opens, Replaces};
     let pid = notif.pid as i32;
     let a = notif.data.args;
     let nr = libc::c_long::from(notif.data.nr);
-    // (access, folder descriptor argument or none for the process's folder, path argument)
-    let named: Vec<(&'static str, Option<u64>, u64)> = match nr {
+    let named: Vec<Named> = match nr {
         n if n == libc::SYS_openat2 => {
             // `struct open_how` starts with its flags.
             let flags = read_u64(pid, a[2])?;
-            if flags & u64::from(WRITE_FLAGS) == 0 {
-                return None;
-            }
-            vec![("write", Some(a[0]), a[1])]
+            vec![("write", Opens(flags), Some(a[0]), a[1])]
         }
-        n if n == libc::SYS_openat => vec![("write", Some(a[0]), a[1])],
-        n if n == libc::SYS_mkdirat => vec![("create folder", Some(a[0]), a[1])],
-        n if n == libc::SYS_mknodat => vec![("create node", Some(a[0]), a[1])],
-        n if n == libc::SYS_unlinkat => vec![("remove", Some(a[0]), a[1])],
-        n if n == libc::SYS_renameat || n == libc::SYS_renameat2 => {
-            vec![("rename", Some(a[0]), a[1]), ("rename", Some(a[2]), a[3])]
-        }
-        n if n == libc::SYS_linkat => vec![("link", Some(a[2]), a[3])],
-        n if n == libc::SYS_symlinkat => vec![("symlink", Some(a[1]), a[2])],
-        n if n == libc::SYS_truncate => vec![("truncate", None, a[0])],
+        n if n == libc::SYS_openat => vec![("write", Opens(a[2]), Some(a[0]), a[1])],
+        n if n == libc::SYS_mkdirat => vec![("create folder", Creates, Some(a[0]), a[1])],
+        n if n == libc::SYS_mknodat => vec![("create node", Creates, Some(a[0]), a[1])],
+        n if n == libc::SYS_unlinkat => vec![("remove", Changes, Some(a[0]), a[1])],
+        n if n == libc::SYS_renameat || n == libc::SYS_renameat2 => vec![
+            ("rename", Changes, Some(a[0]), a[1]),
+            ("rename", Replaces, Some(a[2]), a[3]),
+        ],
+        n if n == libc::SYS_linkat => vec![("link", Creates, Some(a[2]), a[3])],
+        n if n == libc::SYS_symlinkat => vec![("symlink", Creates, Some(a[1]), a[2])],
+        n if n == libc::SYS_truncate => vec![("truncate", Changes, None, a[0])],
         n if n == libc::SYS_fchmodat || n == 452 || n == libc::SYS_fchownat => {
-            vec![("change metadata", Some(a[0]), a[1])]
+            vec![("change metadata", Changes, Some(a[0]), a[1])]
         }
         // A null path changes the descriptor's own file (`futimens`): nothing named.
         n if n == libc::SYS_utimensat && a[1] == 0 => return None,
-        n if n == libc::SYS_utimensat => vec![("change metadata", Some(a[0]), a[1])],
+        n if n == libc::SYS_utimensat => vec![("change metadata", Changes, Some(a[0]), a[1])],
         n if n == libc::SYS_setxattr
             || n == libc::SYS_lsetxattr
             || n == libc::SYS_removexattr
             || n == libc::SYS_lremovexattr =>
         {
-            vec![("change metadata", None, a[0])]
+            vec![("change metadata", Changes, None, a[0])]
         }
         _ => legacy(nr, &a)?,
     };
     let mut paths = Vec::with_capacity(named.len());
-    for (access, dirfd, ptr) in named {
+    for (access, kind, dirfd, ptr) in named {
         let name = read_path(pid, ptr)?;
         if name.is_empty() {
             continue;
@@ -492,37 +539,45 @@ fn read_attempt(notif: &libc::seccomp_notif) -> Option<Attempt> {
             };
             std::fs::read_link(base).ok()?.join(name)
         };
-        paths.push((access, full));
+        paths.push((access, kind, full));
     }
     Some(Attempt { paths })
 }
 
 /// The calls only x86-64 has, which name paths relative to the process's folder.
 #[cfg(target_arch = "x86_64")]
-fn legacy(nr: libc::c_long, a: &[u64; 6]) -> Option<Vec<(&'static str, Option<u64>, u64)>> {
+fn legacy(nr: libc::c_long, a: &[u64; 6]) -> Option<Vec<Named>> {
+    use Kind::{Changes, Creates, Opens, Replaces};
+    let creat = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64;
     Some(match nr {
-        n if n == libc::SYS_open || n == libc::SYS_creat => vec![("write", None, a[0])],
-        n if n == libc::SYS_mkdir => vec![("create folder", None, a[0])],
-        n if n == libc::SYS_mknod => vec![("create node", None, a[0])],
-        n if n == libc::SYS_rmdir || n == libc::SYS_unlink => vec![("remove", None, a[0])],
-        n if n == libc::SYS_rename => vec![("rename", None, a[0]), ("rename", None, a[1])],
-        n if n == libc::SYS_link => vec![("link", None, a[1])],
-        n if n == libc::SYS_symlink => vec![("symlink", None, a[1])],
+        n if n == libc::SYS_open => vec![("write", Opens(a[1]), None, a[0])],
+        n if n == libc::SYS_creat => vec![("write", Opens(creat), None, a[0])],
+        n if n == libc::SYS_mkdir => vec![("create folder", Creates, None, a[0])],
+        n if n == libc::SYS_mknod => vec![("create node", Creates, None, a[0])],
+        n if n == libc::SYS_rmdir || n == libc::SYS_unlink => {
+            vec![("remove", Changes, None, a[0])]
+        }
+        n if n == libc::SYS_rename => vec![
+            ("rename", Changes, None, a[0]),
+            ("rename", Replaces, None, a[1]),
+        ],
+        n if n == libc::SYS_link => vec![("link", Creates, None, a[1])],
+        n if n == libc::SYS_symlink => vec![("symlink", Creates, None, a[1])],
         n if n == libc::SYS_chmod
             || n == libc::SYS_chown
             || n == libc::SYS_lchown
             || n == libc::SYS_utime
             || n == libc::SYS_utimes =>
         {
-            vec![("change metadata", None, a[0])]
+            vec![("change metadata", Changes, None, a[0])]
         }
-        n if n == libc::SYS_futimesat => vec![("change metadata", Some(a[0]), a[1])],
+        n if n == libc::SYS_futimesat => vec![("change metadata", Changes, Some(a[0]), a[1])],
         _ => return None,
     })
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn legacy(_: libc::c_long, _: &[u64; 6]) -> Option<Vec<(&'static str, Option<u64>, u64)>> {
+fn legacy(_: libc::c_long, _: &[u64; 6]) -> Option<Vec<Named>> {
     None
 }
 
@@ -570,10 +625,11 @@ fn read_path(pid: i32, addr: u64) -> Option<Vec<u8>> {
 }
 
 /// `path`'s canonical form when it is outside every folder the item may write: judged on
-/// that form (the existing part resolved, links followed) in runner's view, which is the
-/// item's but for what its mount namespace hides (never writable). Paths under `/proc` and the
-/// standard streams' names are not judged: they resolve through the process's own view.
-fn outside(path: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
+/// that form (the existing part resolved, links followed; the last one only when the call
+/// `follows` it) in runner's view, which is the item's but for what its mount namespace hides
+/// (never writable). Paths under `/proc` and the standard streams' names are not judged: they
+/// resolve through the process's own view.
+fn outside(path: &Path, follows: bool, writable: &[PathBuf]) -> Option<PathBuf> {
     let lexical = path.to_string_lossy();
     if lexical.starts_with("/proc/")
         || lexical.starts_with("/dev/fd/")
@@ -581,9 +637,14 @@ fn outside(path: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
     {
         return None;
     }
-    let canonical = match std::fs::canonicalize(path) {
-        Ok(p) => p,
-        Err(_) => {
+    let whole = if follows {
+        std::fs::canonicalize(path).ok()
+    } else {
+        None
+    };
+    let canonical = match whole {
+        Some(p) => p,
+        None => {
             let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
                 return None;
             };

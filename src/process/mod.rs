@@ -201,13 +201,9 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
         // The child has its copy: when it ends (or runs its program), the socket reads as
         // closed.
         drop(theirs);
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let spawned = std::thread::Builder::new()
-            .name("denials".into())
-            .spawn(move || {
-                let _ = tx.send(denials::watch(ours, &writable));
-            });
-        spawned.ok().map(|_| rx)
+        // On the blocking pool: it waits in the kernel for the process's calls, for as long as
+        // the process lives.
+        tokio::task::spawn_blocking(move || denials::watch(ours, &writable))
     });
     let mut child = match child {
         Ok(c) => c,
@@ -315,9 +311,9 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     for h in readers {
         let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
     }
-    if let Some(Some(rx)) = watcher {
+    if let Some(watcher) = watcher {
         // Done once no process of the tree is left, which `end_tree` has just seen to.
-        if let Ok(Ok(denied)) = tokio::time::timeout(Duration::from_secs(2), rx).await {
+        if let Ok(Ok(denied)) = tokio::time::timeout(Duration::from_secs(2), watcher).await {
             fin.denied = denied;
         }
     }

@@ -226,10 +226,16 @@ fn read_only(c: &Confine) -> isize {
         for path in &c.keep_writable {
             let mut r = setattr6(path, &clear, AT_RECURSIVE);
             if r == -(libc::EPERM as isize) {
-                // A mount beneath it the user's namespace made read-only stays so.
+                // A mount beneath it that was read-only where the namespace came from stays so.
                 r = setattr6(path, &clear, 0);
             }
-            if r < 0 && r != -(libc::ENOENT as isize) && r != -(libc::EINVAL as isize) {
+            // `EPERM` again: the folder itself was read-only there (a runner run inside a
+            // confined item: the outer confinement's rules stand); it stays read-only.
+            if r < 0
+                && r != -(libc::ENOENT as isize)
+                && r != -(libc::EINVAL as isize)
+                && r != -(libc::EPERM as isize)
+            {
                 return r;
             }
         }
@@ -385,6 +391,13 @@ fn record(c: &Confine) -> isize {
                 0,
             ],
         );
+        if listener == -(libc::EBUSY as isize) {
+            // Already recorded: a runner run inside a confined item, whose filter's listener
+            // is the outer runner's (the kernel allows one per process tree), sees this one's
+            // calls too.
+            sys(libc::SYS_close, [c.record as usize, 0, 0, 0]);
+            return 0;
+        }
         if listener < 0 {
             return listener;
         }
