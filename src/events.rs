@@ -316,7 +316,7 @@ pub enum Event {
         item: ItemIndex,
         n: u32,
         process: String,
-        accesses: Vec<crate::process::denials::DeniedAccess>,
+        accesses: Vec<crate::vocab::DeniedAccess>,
         #[serde(default, skip_serializing_if = "is_zero")]
         more: u64,
     },

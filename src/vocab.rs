@@ -349,3 +349,18 @@ pub(crate) const EXIT_BUDGET: i32 = 5;
 /// `apply`: every model an item needed was refused by its provider (a key refused or expired,
 /// billing): nothing more was admitted, and the items that could not run are held.
 pub(crate) const EXIT_REFUSED: i32 = 6;
+
+/// One access the sandbox denied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeniedAccess {
+    /// What it tried: `write`, `create folder`, `remove`, `rename`, `link`, `symlink`,
+    /// `create node`, `truncate`, `change metadata` (mode, owner, times, extended
+    /// attributes), or `connect` (a host not in `sandbox.network`).
+    pub access: String,
+    /// The path, resolved as the process named it (its folder joined, links followed); for
+    /// `connect`, `host:port`.
+    pub path: String,
+    /// The program that tried (its name as the kernel keeps it; `?` where runner cannot
+    /// tell, as for a connection through the proxy).
+    pub program: String,
+}

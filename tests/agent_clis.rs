@@ -38,8 +38,9 @@ struct Cli {
     /// What the CLI writes outside the item, as its adapter documents it for
     /// `sandbox.writable` (the test's home is `~`).
     writable: &'static str,
-    /// What the CLI tries to write outside those, is denied, and does without (a part of each
-    /// path, with why): the report lists these, and nothing else.
+    /// What the CLI tries to write outside those or to reach besides its provider, is denied,
+    /// and does without (a part of each path or `host:port`, with why): the report lists
+    /// these, and nothing else.
     denied: &'static [&'static str],
     /// The model as the chain names it (the mock reads the part after any `provider/`), with
     /// the trouble as a suffix.
@@ -84,7 +85,9 @@ const CODEX: Cli = Cli {
     package: "@openai/codex",
     adapter: "codex.sh",
     writable: r#"["$CODEX_HOME"]"#,
-    denied: &[],
+    // It looks for a newer release on GitHub and asks ChatGPT's backend about the account:
+    // hosts the manifest does not list, so refused at the proxy.
+    denied: &["github.com:443", "chatgpt.com:443"],
     model: "gpt-5-codex",
     refused: "Incorrect API key provided",
     overloaded: 503,
@@ -100,8 +103,8 @@ const OPENCODE: Cli = Cli {
     writable: r#"["~/.config/opencode", "~/.local/share/opencode", "~/.local/state/opencode", "~/.cache/opencode"]"#,
     // opencode names a model by its provider: here Anthropic's, at the mock's address.
     // It caches a project id in the repository's shared git folder, and makes npm's cache
-    // folder for plugins it has none of.
-    denied: &["/.git/opencode", "/home/.npm"],
+    // folder and asks npm's registry for plugins it has none of.
+    denied: &["/.git/opencode", "/home/.npm", "registry.npmjs.org:443"],
     model: "anthropic/claude-sonnet-4-5",
     refused: "invalid x-api-key",
     overloaded: 529,
@@ -131,7 +134,8 @@ const AIDER: Cli = Cli {
     writable: r#"["~/.aider", "~/.cache"]"#,
     // aider (through litellm) names a model by its provider: here OpenAI's, at the mock's
     // address (`OPENAI_API_BASE`).
-    denied: &[],
+    // litellm fetches its model price list from GitHub: not a listed host.
+    denied: &["raw.githubusercontent.com:443"],
     model: "openai/gpt-4.1",
     // litellm's words for OpenAI's 401.
     refused: "not able to authenticate you",
@@ -322,8 +326,9 @@ worker:
   run: ["{adapter}", "{{model}}", "{{item.task}}"]
   timeout: 2m
 {top}
-# Confined as the shipped adapter says: only what the CLI writes outside the item.
-sandbox: {{writable: {writable}}}
+# Confined as the shipped adapter says: only what the CLI writes outside the item; and no
+# network but the provider's (the mock's), through runner's proxy.
+sandbox: {{writable: {writable}, network: ["127.0.0.1:{port}"]}}
 gates:
   - name: test
     run: "grep -qx hello greeting.txt"
@@ -333,6 +338,7 @@ env:
 items:
 {items}"#,
             program = cli.program,
+            port = mock.port,
             adapter = root().join("manifests/agents").join(cli.adapter).display(),
             writable = cli
                 .writable
@@ -598,7 +604,7 @@ fn a_rate_limit_is_runners_to_retry(cli: Cli) {
         &[task("hello", None)],
     );
     let out = f.apply();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stderr(&out), f.logs());
     let item = f.item("i0");
     assert_eq!(item["outcome"], "completed", "{item:#}");
     assert_eq!(

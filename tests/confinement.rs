@@ -478,3 +478,103 @@ fn a_fifo_in_place_of_the_usage_file_is_refused_not_waited_on() {
     assert!(ended, "runner waited on the FIFO: {}", stderr(&out));
     assert!(stderr(&out).contains("1 completed"), "{}", stderr(&out));
 }
+
+/// `sandbox.network: [hosts]`: an item reaches the listed host through runner's proxy, and
+/// nothing else: another port on the same machine is refused at the proxy (and recorded as a
+/// denied access), and no connection goes around the proxy. With `network: open` the same
+/// worker reaches both (the test proves the list, not the script).
+fn reach(network: &str) -> (String, serde_json::Value, Vec<u8>) {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    repo(&r.join("a"));
+    let serve = |body: &'static str| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                use std::io::{Read, Write};
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        port
+    };
+    let (allowed, other) = (serve("allowed-host"), serve("other-host"));
+    std::fs::write(
+        r.join("reach.sh"),
+        format!(
+            "#!/bin/sh\n\
+             echo \"allowed: $(curl -s http://127.0.0.1:{allowed}/)\"\n\
+             echo \"other: $(curl -s http://127.0.0.1:{other}/)\"\n\
+             echo \"around: $(curl -s --noproxy '*' --max-time 5 http://127.0.0.1:{allowed}/)\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        r.join("m.yaml"),
+        format!(
+            "version: 1\nname: reach\nrepositories: [{{path: a}}]\nworker: {{run: ['sh', '{}/reach.sh']}}\nitems: [{{repo: a, id: n1}}]\nsandbox: {{mode: required, network: {network}}}\n",
+            r.display()
+        )
+        .replace("{allowed}", &allowed.to_string()),
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = find_log(&r.join("runner-reports"), "allowed:").expect("the worker's log");
+    let report = common::latest_report(&r.join("runner-reports"));
+    (log, report, out.stderr)
+}
+
+#[test]
+fn an_allow_list_reaches_its_host_and_nothing_else() {
+    if !kernel_confines() {
+        return;
+    }
+    let (log, report, err) = reach(r#"["127.0.0.1:{allowed}"]"#);
+    let err = String::from_utf8_lossy(&err);
+    assert!(log.contains("allowed: allowed-host"), "{log}");
+    assert!(
+        log.contains("other: runner:") && log.contains("sandbox.network"),
+        "{log}"
+    );
+    assert!(!log.contains("other-host"), "{log}");
+    assert!(!log.contains("around: allowed-host"), "{log}");
+    let denied = &report["items"][0]["denied"];
+    assert!(
+        denied
+            .as_array()
+            .is_some_and(|d| d.iter().any(|a| a["access"] == "connect"
+                && a["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("127.0.0.1:")))),
+        "{report}"
+    );
+    assert!(
+        err.contains("the sandbox denied its worker: connect 127.0.0.1:"),
+        "{err}"
+    );
+    let plan = report["containment"]["sandbox"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(plan.contains("network only 127.0.0.1:"), "{report}");
+}
+
+#[test]
+fn with_the_network_open_the_same_worker_reaches_every_host() {
+    let (log, report, _) = reach("open");
+    assert!(log.contains("allowed: allowed-host"), "{log}");
+    assert!(log.contains("other: other-host"), "{log}");
+    assert!(log.contains("around: allowed-host"), "{log}");
+    assert!(report["items"][0].get("denied").is_none(), "{report}");
+}

@@ -181,10 +181,13 @@ work_lines=
 finish() {
   code=$1
   [ "$code" -eq 0 ] && exit 0
+  # A request runner's proxy refused (a host `sandbox.network` does not list: an update check,
+  # a price list) is not the provider's answer, whatever status it carries.
+  proxied='proxy|tunnel connection|sandbox\.network'
   if [ -n "$work_lines" ]; then
-    tail=$(grep -Ev "$work_lines" "$2" | tail -c 4096)
+    tail=$(grep -Ev "$work_lines" "$2" | grep -Eiv "$proxied" | tail -c 4096)
   else
-    tail=$(tail -c 4096 "$2")
+    tail=$(grep -Eiv "$proxied" "$2" | tail -c 4096)
   fi
   status=${3:-}
   said=${4:-}
@@ -199,20 +202,24 @@ finish() {
     429) kind="rate limit" ;;
     500 | 502 | 503 | 504 | 529) kind=overload ;;
   esac
-  # The provider's words, from its status line when the adapter has it, else the line of the
-  # output that names the failure.
-  for k in billing auth limit busy; do
-    [ -z "$kind" ] || break
-    eval "pattern=\$$k"
-    line=$(printf '%s\n%s\n' "$said" "$tail" | grep -Ei "$pattern" | tail -n 1)
-    [ -n "$line" ] || continue
-    case $k in
-      billing) kind=billing ;;
-      auth) kind=authentication ;;
-      limit) kind="rate limit" ;;
-      busy) kind=overload ;;
-    esac
-    [ -n "$said" ] || said=$line
+  # The provider's words, from its status line when the adapter has it; else from the message
+  # the adapter read from the CLI's error, which speaks before any other line (a log line of a
+  # side request the CLI made, refused with a 403, is not the provider refusing the key); else
+  # the line of the output that names the failure.
+  for text in "$said" "$tail"; do
+    for k in billing auth limit busy; do
+      [ -z "$kind" ] || break 2
+      eval "pattern=\$$k"
+      line=$(printf '%s\n' "$text" | grep -Ei "$pattern" | tail -n 1)
+      [ -n "$line" ] || continue
+      case $k in
+        billing) kind=billing ;;
+        auth) kind=authentication ;;
+        limit) kind="rate limit" ;;
+        busy) kind=overload ;;
+      esac
+      [ -n "$said" ] || said=$line
+    done
   done
   said=$(printf '%s' "$said" | tr -s '\n\t' '  ' | cut -c1-240)
   case "$kind" in

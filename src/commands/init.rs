@@ -18,6 +18,8 @@ struct Agent {
     secrets: &'static [&'static str],
     /// What the CLI writes outside the item (`sandbox.writable`), as its adapter says.
     writable: &'static [&'static str],
+    /// Its provider's API hosts, for `sandbox.network`.
+    hosts: &'static [&'static str],
 }
 
 const AGENTS: &[Agent] = &[
@@ -27,6 +29,7 @@ const AGENTS: &[Agent] = &[
         primary: "claude-sonnet-4-5",
         fallback: Some("claude-opus-4-1"),
         secrets: &["ANTHROPIC_API_KEY"],
+        hosts: &["api.anthropic.com"],
         writable: &["~/.claude", "~/.claude.json"],
     },
     Agent {
@@ -35,6 +38,7 @@ const AGENTS: &[Agent] = &[
         primary: "gpt-5-codex",
         fallback: Some("gpt-5"),
         secrets: &["OPENAI_API_KEY"],
+        hosts: &["api.openai.com"],
         writable: &["~/.codex"],
     },
     Agent {
@@ -43,6 +47,7 @@ const AGENTS: &[Agent] = &[
         primary: "gemini-2.5-pro",
         fallback: Some("gemini-2.5-flash"),
         secrets: &["GEMINI_API_KEY"],
+        hosts: &["generativelanguage.googleapis.com"],
         writable: &["~/.gemini"],
     },
     Agent {
@@ -51,6 +56,7 @@ const AGENTS: &[Agent] = &[
         primary: "sonnet",
         fallback: None,
         secrets: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
+        hosts: &["api.anthropic.com", "api.openai.com"],
         writable: &["~/.aider", "~/.cache"],
     },
     Agent {
@@ -59,6 +65,7 @@ const AGENTS: &[Agent] = &[
         primary: "anthropic/claude-sonnet-4-5",
         fallback: None,
         secrets: &["ANTHROPIC_API_KEY"],
+        hosts: &["api.anthropic.com"],
         writable: &[
             "~/.config/opencode",
             "~/.local/share/opencode",
@@ -79,6 +86,12 @@ fn write_sandbox(m: &mut String, a: &Agent) {
     let _ = writeln!(m, "# writes only these (docs/manifest.md#sandbox).");
     let _ = writeln!(m, "sandbox:");
     let _ = writeln!(m, "  writable: [{}]", a.writable.join(", "));
+    let _ = writeln!(
+        m,
+        "  # Only the provider on the network, through runner's proxy (gates that fetch packages"
+    );
+    let _ = writeln!(m, "  # need their registry listed too):");
+    let _ = writeln!(m, "  # network: [{}]", a.hosts.join(", "));
     let _ = writeln!(m);
 }
 const COMMON: &str = include_str!("../../manifests/agents/common.sh");

@@ -39,6 +39,8 @@ pub(crate) struct RunnerVars<'a> {
     /// What confines it, in words, when the kernel confines its files (`RUNNER_SANDBOX`): an
     /// agent CLI's adapter may then leave its own sandbox off.
     pub sandbox: Option<&'a str>,
+    /// Its clients reach the network through runner's proxy (`sandbox.network: [hosts…]`).
+    pub proxy: bool,
 }
 
 /// The child's environment. `outer` reads runner's own environment; `worker_env` is the
@@ -76,6 +78,11 @@ pub(crate) fn child_env(
     }
     if let Some(s) = v.sandbox {
         set("RUNNER_SANDBOX", s.to_string());
+    }
+    if v.proxy {
+        for (k, val) in crate::process::egress::proxy_env() {
+            set(&k, val);
+        }
     }
     set("RUNNER_RUN_ID", v.run_id.to_string());
     set("RUNNER_REPO", v.repo.to_string());
@@ -137,6 +144,7 @@ mod tests {
             defaults: &[],
             tmpdir: None,
             sandbox: None,
+            proxy: false,
         }
     }
 

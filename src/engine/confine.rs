@@ -12,6 +12,9 @@ use std::sync::Arc;
 pub struct SandboxPlan {
     pub mode: SandboxMode,
     pub network: NetworkPolicy,
+    /// `network: [hosts…]`, where it is in force: the hosts items reach through runner's proxy
+    /// (their clients pointed at it by their environment).
+    pub allow: Option<Arc<crate::process::egress::Allow>>,
     /// `sandbox.writable`, resolved.
     pub writable: Vec<PathBuf>,
     /// What no item may read: the ledger's files (covered by `/dev/null` for items).
@@ -49,6 +52,13 @@ pub fn plan(
 ) -> Result<SandboxPlan, String> {
     let spec = loaded.manifest.sandbox.clone().unwrap_or_default();
     let (mode, network) = (spec.mode(), spec.network());
+    let mut allow = match network {
+        NetworkPolicy::Allow => Some(Arc::new(
+            crate::process::egress::Allow::parse(spec.allowed_hosts())
+                .map_err(|e| format!("sandbox.network: {e}"))?,
+        )),
+        _ => None,
+    };
     // The operator's own additions, for every manifest run here (`RUNNER_SANDBOX_WRITABLE`,
     // folders separated by `:`): a machine's shared caches, say. An item cannot set runner's
     // environment, and a runner it starts runs inside its confinement whatever it is told.
@@ -103,17 +113,26 @@ pub fn plan(
                     .to_string(),
             );
         }
-        if network == NetworkPolicy::None {
+        if network == NetworkPolicy::Open {
+            parts.push("network open".to_string());
+        } else {
             match support.netns {
-                NetnsSupport::Unavailable => missing.push(
-                    "a network namespace (neither runner nor a user namespace may make one): items reach the network".to_string(),
-                ),
+                NetnsSupport::Unavailable => {
+                    allow = None;
+                    missing.push(
+                        "a network namespace (neither runner nor a user namespace may make one): items reach the network".to_string(),
+                    );
+                }
                 NetnsSupport::Direct | NetnsSupport::InUserNamespace => {
-                    parts.push("network none".to_string());
+                    parts.push(match network {
+                        NetworkPolicy::Allow => format!(
+                            "network only {} (through runner's proxy)",
+                            spec.allowed_hosts().join(", ")
+                        ),
+                        _ => "network none".to_string(),
+                    });
                 }
             }
-        } else {
-            parts.push("network open".to_string());
         }
         if mode == SandboxMode::Required && !missing.is_empty() {
             return Err(format!(
@@ -129,9 +148,13 @@ pub fn plan(
         (missing, summary)
     };
     let landlock = mode != SandboxMode::Off && sandbox::landlock_abi().is_some();
+    if mode == SandboxMode::Off {
+        allow = None;
+    }
     Ok(SandboxPlan {
         mode,
         network,
+        allow,
         writable,
         hidden,
         repositories,
@@ -257,6 +280,7 @@ impl SandboxPlan {
             hidden: self.hidden.clone(),
             hidden_dirs: rules.hidden_dirs.clone(),
             no_network: self.network == NetworkPolicy::None,
+            allow: self.allow.clone(),
         };
         sandbox::build(&r).map(Arc::new)
     }

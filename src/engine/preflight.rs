@@ -181,6 +181,7 @@ pub(crate) async fn probe_models(
                 defaults: &[],
                 tmpdir: None,
                 sandbox: None,
+                proxy: false,
             },
         );
         let _ = std::fs::create_dir_all(logs);

@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use super::sandbox::{EnvPolicy, NetworkPolicy, Sandbox, SandboxMode, SecretRole};
+pub use super::sandbox::{EnvPolicy, Network, NetworkPolicy, Sandbox, SandboxMode, SecretRole};
 
 pub(crate) const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(3600);
 pub(crate) const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(30 * 60);

@@ -18,10 +18,19 @@ pub struct Sandbox {
     /// relative to the manifest's folder.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writable: Vec<String>,
-    /// `open` (the default) or `none` (a network namespace of the item's own with loopback
-    /// only).
+    /// `open` (the default), `none` (a network namespace of the item's own with loopback
+    /// only), or a list of the hosts items may reach (`api.anthropic.com`, `host:port`,
+    /// `*.domain`), through a proxy runner serves: nothing else.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<NetworkPolicy>,
+    pub network: Option<Network>,
+}
+
+/// `sandbox.network`: a policy, or the hosts items may reach.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Network {
+    Policy(NetworkPolicy),
+    Allow(Vec<String>),
 }
 
 impl Sandbox {
@@ -29,7 +38,19 @@ impl Sandbox {
         self.mode.unwrap_or(SandboxMode::BestEffort)
     }
     pub fn network(&self) -> NetworkPolicy {
-        self.network.unwrap_or(NetworkPolicy::Open)
+        match &self.network {
+            None => NetworkPolicy::Open,
+            Some(Network::Policy(p)) => *p,
+            Some(Network::Allow(_)) => NetworkPolicy::Allow,
+        }
+    }
+
+    /// The hosts of an allow-list (`network: [hosts]`); empty otherwise.
+    pub fn allowed_hosts(&self) -> &[String] {
+        match &self.network {
+            Some(Network::Allow(hosts)) => hosts,
+            _ => &[],
+        }
     }
 }
 
@@ -63,6 +84,10 @@ pub enum NetworkPolicy {
     #[default]
     Open,
     None,
+    /// Given as a list of hosts, not by this name.
+    #[schemars(skip)]
+    #[serde(skip)]
+    Allow,
 }
 
 impl NetworkPolicy {
@@ -70,6 +95,7 @@ impl NetworkPolicy {
         match self {
             NetworkPolicy::Open => "open",
             NetworkPolicy::None => "none",
+            NetworkPolicy::Allow => "allow-list",
         }
     }
 }

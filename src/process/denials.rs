@@ -24,25 +24,12 @@
 //! Hand-written against `linux/seccomp.h` and `linux/filter.h` (through `libc`): the filter is
 //! a dozen instructions, and no crate both builds one and hands its listener across a fork.
 
-use serde::{Deserialize, Serialize};
+pub use crate::vocab::DeniedAccess;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// One access the sandbox denied.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct DeniedAccess {
-    /// What it tried: `write`, `create folder`, `remove`, `rename`, `link`, `symlink`,
-    /// `create node`, `truncate`, `change metadata` (mode, owner, times, extended
-    /// attributes).
-    pub access: String,
-    /// The path, resolved as the process named it (its folder joined, links followed).
-    pub path: String,
-    /// The program that tried (its name as the kernel keeps it).
-    pub program: String,
-}
 
 /// What one process tree was denied: the first [`KEPT`] distinct accesses, and how many more.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -289,16 +276,63 @@ pub(crate) fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Watch one process tree's attempts: take its filter's listener from `socket`, then answer
-/// every call it hands over until no process of the tree is left, recording those that name
-/// a path outside `writable` (canonical paths). Blocks: run it on a thread of its own.
-pub(crate) fn watch(socket: OwnedFd, writable: &[PathBuf]) -> Denied {
-    let mut denied = Denied::default();
-    let Some(listener) = receive_fd(&socket) else {
-        // The child never got as far as its filter: nothing to watch.
-        return denied;
+/// What a child handed over (`launch/confine.rs`): its recording filter's listener and its
+/// proxy's listener, each where it made one; nothing once it closed its end first. Blocks
+/// until the child has sent them or closed the socket (at `execve` at the latest).
+pub(crate) fn receive(socket: &OwnedFd) -> (Option<OwnedFd>, Option<OwnedFd>) {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
     };
-    drop(socket);
+    let mut control = [0u64; 6];
+    // SAFETY: a zeroed `msghdr` is a valid empty one; its pointers are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    loop {
+        // SAFETY: recvmsg into the buffers `msg` points to, which live through the call.
+        let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return (None, None);
+        }
+        break;
+    }
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `control`; each descriptor
+    // it passed is new to this process and owned by nothing else.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg);
+                let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                for k in 0..len / 4 {
+                    let fd: RawFd = std::ptr::read_unaligned(data.add(4 * k).cast());
+                    if fd >= 0 {
+                        fds.push(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    let mut fds = fds.into_iter();
+    let listener = if byte[0] & 1 != 0 { fds.next() } else { None };
+    let proxy = if byte[0] & 2 != 0 { fds.next() } else { None };
+    (listener, proxy)
+}
+
+/// Watch one process tree's attempts through its filter's `listener`: answer every call it
+/// hands over until no process of the tree is left, recording those that name a path outside
+/// `writable` (canonical paths). Blocks: run it on a thread of its own.
+pub(crate) fn watch(listener: OwnedFd, writable: &[PathBuf]) -> Denied {
+    let mut denied = Denied::default();
     let mut seen = std::collections::HashSet::new();
     loop {
         let mut pfd = libc::pollfd {
@@ -361,45 +395,6 @@ pub(crate) fn watch(socket: OwnedFd, writable: &[PathBuf]) -> Denied {
         }
     }
     denied
-}
-
-/// The listener the child sent (`SCM_RIGHTS`), or `None` when it closed its end first.
-fn receive_fd(socket: &OwnedFd) -> Option<OwnedFd> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; 4];
-    // SAFETY: a zeroed `msghdr` is a valid empty one; its pointers are set below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    loop {
-        // SAFETY: recvmsg into the buffers `msg` points to, which live through the call.
-        let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        if n <= 0 {
-            return None;
-        }
-        break;
-    }
-    // SAFETY: walking the control messages the kernel wrote into `control`.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-        {
-            return None;
-        }
-        let fd: RawFd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-        (fd >= 0).then(|| OwnedFd::from_raw_fd(fd))
-    }
 }
 
 /// Let the call go on as the process made it.

@@ -19,6 +19,8 @@ pub mod cgroup;
     reason = "a seccomp filter's listener and the memory of the process it stopped, see its comment"
 )]
 pub mod denials;
+pub mod egress;
+mod handover;
 mod helper;
 #[expect(
     unsafe_code,
@@ -179,32 +181,24 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
             return Finished::unstarted(format!("cannot create a pipe: {e}"), started.elapsed());
         }
     };
-    // What the child tries to write outside its confinement, watched by a thread of its own.
-    let recording = match spec.confine.as_ref().and_then(|c| c.record.clone()) {
-        Some(writable) => match denials::channel() {
-            Ok((ours, theirs)) => Some((ours, theirs, writable)),
-            Err(e) => {
-                return Finished::unstarted(
-                    format!("cannot create a socket pair: {e}"),
-                    started.elapsed(),
-                );
-            }
-        },
-        None => None,
+    // What runner serves or watches beside the child: its denied writes, its proxy.
+    let handover = match handover::Handover::new(spec.confine.as_deref()) {
+        Ok(h) => h,
+        Err(e) => {
+            return Finished::unstarted(
+                format!("cannot create a socket pair: {e}"),
+                started.elapsed(),
+            );
+        }
     };
-    let record_fd = recording.as_ref().map(|(_, theirs, _)| {
-        use std::os::fd::AsRawFd;
-        theirs.as_raw_fd()
-    });
-    let child = start(&program, args, &spec, out, record_fd);
-    let watcher = recording.map(|(ours, theirs, writable)| {
-        // The child has its copy: when it ends (or runs its program), the socket reads as
-        // closed.
-        drop(theirs);
-        // On the blocking pool: it waits in the kernel for the process's calls, for as long as
-        // the process lives.
-        tokio::task::spawn_blocking(move || denials::watch(ours, &writable))
-    });
+    let child = start(
+        &program,
+        args,
+        &spec,
+        out,
+        handover.as_ref().map(handover::Handover::child_end),
+    );
+    let serving = handover.map(handover::Handover::serve);
     let mut child = match child {
         Ok(c) => c,
         // No child was made (or the one made was ended and reaped before this returned).
@@ -311,11 +305,8 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     for h in readers {
         let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
     }
-    if let Some(watcher) = watcher {
-        // Done once no process of the tree is left, which `end_tree` has just seen to.
-        if let Ok(Ok(denied)) = tokio::time::timeout(Duration::from_secs(2), watcher).await {
-            fin.denied = denied;
-        }
+    if let Some(serving) = serving {
+        fin.denied = serving.finish().await;
     }
     let snap = collector.finish();
     fin.tail = snap.tail;
@@ -420,7 +411,8 @@ fn child_confine(spec: &SpawnSpec, record: Option<std::os::fd::RawFd>) -> launch
     };
     let confine = launch::Confine::new(c.ruleset_fd(), c.userns, c.netns)
         .hiding(&c.hide, &c.hide_dirs)
-        .recording(record.unwrap_or(-1));
+        .recording(record.unwrap_or(-1), c.record.is_some())
+        .proxying(c.allow.is_some());
     if c.userns {
         confine.read_only_but(&c.keep_writable, &spec.cwd)
     } else {

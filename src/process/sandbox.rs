@@ -118,6 +118,8 @@ pub struct Rules {
     pub hidden_dirs: Vec<PathBuf>,
     /// No network but its own loopback.
     pub no_network: bool,
+    /// With no network: the hosts it reaches all the same, through runner's proxy.
+    pub allow: Option<std::sync::Arc<super::egress::Allow>>,
 }
 
 /// A confinement ready for children: the Landlock ruleset (a descriptor each child restricts
@@ -138,6 +140,9 @@ pub struct Confinement {
     /// Where the command may write, canonical, when runner records what it tries to write
     /// elsewhere (`denials.rs`; with Landlock in force only).
     pub(super) record: Option<std::sync::Arc<Vec<PathBuf>>>,
+    /// The hosts it reaches through runner's proxy (`egress.rs`), in a network namespace of
+    /// its own.
+    pub(super) allow: Option<std::sync::Arc<super::egress::Allow>>,
 }
 
 impl Confinement {
@@ -170,7 +175,8 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
         Some(_) => Some(write_layer(rules).map_err(|e| format!("landlock: {e}"))?),
         None => None,
     };
-    if rules.no_network && support.netns == NetnsSupport::Unavailable {
+    let no_network = rules.no_network || rules.allow.is_some();
+    if no_network && support.netns == NetnsSupport::Unavailable {
         return Err(
             "network none: this kernel gives no network namespace (neither to runner nor in a user namespace)"
                 .into(),
@@ -212,9 +218,10 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
     Ok(Confinement {
         write,
         record,
+        allow: rules.allow.clone(),
         keep_writable,
         userns: support.userns,
-        netns: rules.no_network,
+        netns: no_network,
         hide: covered(&rules.hidden),
         hide_dirs: covered(&rules.hidden_dirs),
     })

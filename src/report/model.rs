@@ -216,7 +216,7 @@ pub struct DeniedReport {
     /// `worker`, `setup`, or the gate's name.
     pub process: String,
     #[serde(flatten)]
-    pub access: crate::process::denials::DeniedAccess,
+    pub access: crate::vocab::DeniedAccess,
     /// The accesses of the same process not listed, past the first ones (on its last entry).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub more: u64,

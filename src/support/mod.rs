@@ -6,6 +6,7 @@ pub mod blocking;
 pub mod clock;
 pub mod fs;
 pub mod host;
+pub mod hosts;
 pub mod limits;
 pub mod refname;
 pub mod text;

@@ -278,6 +278,7 @@ pub(super) fn command(
             tmpdir: icx.rules.as_ref().map(|r| r.tmp.as_path()),
             sandbox: (icx.rules.is_some() && cx.sandbox.landlock)
                 .then_some(cx.sandbox.summary.as_str()),
+            proxy: icx.rules.is_some() && cx.sandbox.allow.is_some(),
         },
     );
     Ok(Ready { argv, env })

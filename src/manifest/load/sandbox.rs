@@ -22,26 +22,40 @@ impl Cx {
         });
         let network = m.get("network").and_then(|n| {
             if let Value::Seq(_) = n.value {
-                self.err_help(
-                    "unsupported",
-                    "sandbox.network",
-                    n.span,
-                    "an allow-list of hosts is not supported yet",
-                    "give `open` or `none`",
-                );
-                return None;
+                let hosts = self.string_list(n, "sandbox.network", "host")?;
+                if hosts.is_empty() {
+                    self.err_help(
+                        "invalid-value",
+                        "sandbox.network",
+                        n.span,
+                        "an empty list of hosts",
+                        "give `none` for no network, or the hosts items may reach",
+                    );
+                    return None;
+                }
+                if let Err(e) = crate::support::hosts::Allow::parse(&hosts) {
+                    self.err_help(
+                        "invalid-value",
+                        "sandbox.network",
+                        n.span,
+                        e,
+                        "name a host as `api.anthropic.com`, `host:port`, `*.domain` or an IP address",
+                    );
+                    return None;
+                }
+                return Some(Network::Allow(hosts));
             }
             let s = self.string(n, "sandbox.network")?;
             match s.as_str() {
-                "open" => Some(NetworkPolicy::Open),
-                "none" => Some(NetworkPolicy::None),
+                "open" => Some(Network::Policy(NetworkPolicy::Open)),
+                "none" => Some(Network::Policy(NetworkPolicy::None)),
                 _ => {
                     self.err_help(
                         "invalid-value",
                         "sandbox.network",
                         n.span,
                         format!("unknown network policy `{s}`"),
-                        "policies: open, none",
+                        "policies: open, none, or a list of the hosts items may reach",
                     );
                     None
                 }

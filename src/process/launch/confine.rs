@@ -31,6 +31,10 @@ pub(crate) struct Confine {
     /// Its folder, entered again once the mounts are made (the one it was in is on the mount
     /// now read-only).
     cwd: Option<CString>,
+    /// A proxy listener in its network namespace, handed to runner (`egress.rs`).
+    proxy: bool,
+    /// The recording filter, its listener handed to runner (`denials.rs`).
+    watch: bool,
     /// Where the child sends the listener of the seccomp filter through which runner records
     /// what it tries to write (`denials.rs`); -1: not recorded.
     pub(super) record: RawFd,
@@ -56,8 +60,17 @@ impl Confine {
             read_only: false,
             keep_writable: Vec::new(),
             cwd: None,
+            proxy: false,
+            watch: false,
             record: -1,
         }
+    }
+
+    /// Listen for the item's proxy on loopback in its network namespace, and hand the
+    /// listener to runner with the recorder's (through the socket of [`Confine::recording`]).
+    pub(crate) fn proxying(mut self, proxy: bool) -> Confine {
+        self.proxy = proxy;
+        self
     }
 
     /// Make every mount read-only but `writable` (beneath which the item may write), then enter
@@ -75,10 +88,12 @@ impl Confine {
         self
     }
 
-    /// Hand the listener of the recording filter to runner through `socket` (after the
-    /// Landlock ruleset, which it needs: the filter asks for `no_new_privs`).
-    pub(crate) fn recording(mut self, socket: RawFd) -> Confine {
+    /// Hand what runner serves or watches for the child (the recording filter's listener,
+    /// made after the Landlock ruleset, which it needs: the filter asks for `no_new_privs`; the
+    /// proxy's) to runner through `socket`.
+    pub(crate) fn recording(mut self, socket: RawFd, watch: bool) -> Confine {
         self.record = socket;
+        self.watch = watch && socket >= 0;
         self
     }
 
@@ -107,26 +122,36 @@ impl Confine {
     }
 }
 
-/// The child confines itself: its own namespaces, what it may not read covered, loopback up,
-/// then the Landlock ruleset. Raw system calls only: it runs between `clone` and `execve`,
-/// and in a forked child. 0, or the first negative result.
+/// The child confines itself: its own namespaces, what it may not read covered, loopback up
+/// (and the proxy's listener there), the Landlock ruleset, then the recording filter; what
+/// runner serves or watches for it is handed over last. Raw system calls only: it runs between
+/// `clone` and `execve`, and in a forked child. 0, or the first negative result.
 pub(super) fn confine_self(c: &Confine) -> isize {
-    let steps: [&dyn Fn(&Confine) -> isize; 6] = [
-        &namespaces,
-        &read_only,
-        &hide,
-        &loopback,
-        &restrict,
-        &record,
-    ];
+    let steps: [&dyn Fn(&Confine) -> isize; 4] = [&namespaces, &read_only, &hide, &loopback];
     for step in steps {
         let r = step(c);
         if r < 0 {
             return r;
         }
     }
-    0
+    let proxy = proxy_listener(c);
+    if proxy < 0 && proxy != NONE {
+        return proxy;
+    }
+    let r = restrict(c);
+    if r < 0 {
+        return r;
+    }
+    let listener = record(c);
+    if listener < 0 && listener != NONE {
+        return listener;
+    }
+    hand_over(c, listener, proxy)
 }
+
+/// What a step that may make a descriptor returns when it made none (below every error
+/// number the kernel returns).
+const NONE: isize = -100_000;
 
 /// Its own user namespace (mapping the user to itself), with its network and mount namespaces
 /// where asked; or, without a user namespace, a network namespace made directly.
@@ -369,20 +394,20 @@ fn restrict(c: &Confine) -> isize {
     0
 }
 
-/// The recording filter (`denials.rs`), its listener sent to runner over `c.record`
-/// (`SCM_RIGHTS`) and closed here: nothing the item runs may answer its own calls.
+/// The recording filter (`denials.rs`): its listener, or [`NONE`] where runner does not
+/// record.
 fn record(c: &Confine) -> isize {
-    if c.record < 0 || c.ruleset < 0 {
-        return 0;
+    if !c.watch || c.ruleset < 0 {
+        return NONE;
     }
     let filter = crate::process::denials::filter();
     let prog = libc::sock_fprog {
         len: filter.len() as u16,
         filter: filter.as_ptr().cast_mut(),
     };
-    // SAFETY: raw system calls with pointers into the static filter and this stack frame.
-    unsafe {
-        let listener = sys(
+    // SAFETY: a raw system call reading the static filter.
+    let listener = unsafe {
+        sys(
             libc::SYS_seccomp,
             [
                 libc::SECCOMP_SET_MODE_FILTER as usize,
@@ -390,39 +415,118 @@ fn record(c: &Confine) -> isize {
                 std::ptr::from_ref(&prog) as usize,
                 0,
             ],
+        )
+    };
+    if listener == -(libc::EBUSY as isize) {
+        // Already recorded: a runner run inside a confined item, whose filter's listener is
+        // the outer runner's (the kernel allows one per process tree), sees this one's calls
+        // too.
+        return NONE;
+    }
+    listener
+}
+
+/// The item's proxy listener (`egress.rs`), on `127.0.0.1` in its own network namespace; or
+/// [`NONE`] where it has none.
+fn proxy_listener(c: &Confine) -> isize {
+    if !c.proxy || !c.netns || c.record < 0 {
+        return NONE;
+    }
+    // SAFETY: raw system calls with pointers into this stack frame.
+    unsafe {
+        let sock = sys(
+            libc::SYS_socket,
+            [
+                libc::AF_INET as usize,
+                (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as usize,
+                0,
+                0,
+            ],
         );
-        if listener == -(libc::EBUSY as isize) {
-            // Already recorded: a runner run inside a confined item, whose filter's listener
-            // is the outer runner's (the kernel allows one per process tree), sees this one's
-            // calls too.
+        if sock < 0 {
+            return sock;
+        }
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: crate::process::egress::PROXY_PORT.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let r = sys(
+            libc::SYS_bind,
+            [
+                sock as usize,
+                std::ptr::from_ref(&addr) as usize,
+                std::mem::size_of::<libc::sockaddr_in>(),
+                0,
+            ],
+        );
+        let r = if r < 0 {
+            r
+        } else {
+            sys(libc::SYS_listen, [sock as usize, 128, 0, 0])
+        };
+        if r < 0 {
+            sys(libc::SYS_close, [sock as usize, 0, 0, 0]);
+            return r;
+        }
+        sock
+    }
+}
+
+/// Send runner what it serves or watches for this child (`SCM_RIGHTS` over `c.record`): the
+/// first byte says which (1: the recording filter's listener, 2: the proxy's), then close
+/// them here, and the socket: nothing the item runs may answer its own calls or its own
+/// proxy.
+fn hand_over(c: &Confine, listener: isize, proxy: isize) -> isize {
+    if c.record < 0 {
+        return 0;
+    }
+    let mut fds = [0i32; 2];
+    let mut n = 0;
+    let mut which = 0u8;
+    if listener >= 0 {
+        fds[n] = listener as i32;
+        n += 1;
+        which |= 1;
+    }
+    if proxy >= 0 {
+        fds[n] = proxy as i32;
+        n += 1;
+        which |= 2;
+    }
+    // SAFETY: raw system calls with pointers into this stack frame.
+    unsafe {
+        if n == 0 {
             sys(libc::SYS_close, [c.record as usize, 0, 0, 0]);
             return 0;
         }
-        if listener < 0 {
-            return listener;
-        }
-        let byte = [0u8; 1];
+        let byte = [which];
         let iov = libc::iovec {
             iov_base: byte.as_ptr().cast_mut().cast(),
             iov_len: 1,
         };
-        // `struct cmsghdr` (length, level, type) then the descriptor, 8-byte aligned.
-        let mut control = [0u64; 3];
+        // `struct cmsghdr` (length, level, type) then the descriptors, 8-byte aligned.
+        let mut control = [0u64; 4];
         let header = std::mem::size_of::<libc::cmsghdr>();
         let words = control.as_mut_ptr().cast::<u8>();
         std::ptr::write_unaligned(words.cast::<libc::cmsghdr>(), {
             let mut h: libc::cmsghdr = std::mem::zeroed();
-            h.cmsg_len = (header + 4) as _;
+            h.cmsg_len = (header + 4 * n) as _;
             h.cmsg_level = libc::SOL_SOCKET;
             h.cmsg_type = libc::SCM_RIGHTS;
             h
         });
-        std::ptr::write_unaligned(words.add(header).cast::<i32>(), listener as i32);
+        for (k, fd) in fds.iter().take(n).enumerate() {
+            std::ptr::write_unaligned(words.add(header + 4 * k).cast::<i32>(), *fd);
+        }
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = std::ptr::from_ref(&iov).cast_mut();
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        msg.msg_controllen = ((header + 4 * n + 7) & !7) as _;
         let sent = sys(
             libc::SYS_sendmsg,
             [
@@ -432,7 +536,9 @@ fn record(c: &Confine) -> isize {
                 0,
             ],
         );
-        sys(libc::SYS_close, [listener as usize, 0, 0, 0]);
+        for fd in fds.iter().take(n) {
+            sys(libc::SYS_close, [*fd as usize, 0, 0, 0]);
+        }
         sys(libc::SYS_close, [c.record as usize, 0, 0, 0]);
         sent.min(0)
     }
