@@ -77,6 +77,29 @@ pub(crate) struct ProbeRun<'a> {
     pub scratch_in: &'a std::path::Path,
 }
 
+/// What runner tells a probe of `model` about itself: an item of its own, unconfined.
+fn probe_vars<'a>(run_id: &'a str, dir: &'a str, model: &'a str, token: &'a str) -> RunnerVars<'a> {
+    RunnerVars {
+        run_id,
+        repo: "runner-probe",
+        repo_path: dir,
+        item: "runner-probe",
+        model: Some(model),
+        attempt: 1,
+        role: Role::Worker,
+        gate: None,
+        token,
+        max_workers: 1,
+        feedback: None,
+        usage: None,
+        brief: None,
+        defaults: &[],
+        tmpdir: None,
+        sandbox: None,
+        proxy: false,
+    }
+}
+
 /// Probe every model the items of `entries` would use, all at once.
 pub(crate) async fn probe_models(
     loaded: &LoadedManifest,
@@ -164,25 +187,7 @@ pub(crate) async fn probe_models(
             &p.eff.env_pass,
             &p.eff.secrets_for(crate::manifest::SecretRole::Worker),
             &worker_env,
-            &RunnerVars {
-                run_id,
-                repo: "runner-probe",
-                repo_path: &dir,
-                item: "runner-probe",
-                model: Some(&p.model),
-                attempt: 1,
-                role: Role::Worker,
-                gate: None,
-                token,
-                max_workers: 1,
-                feedback: None,
-                usage: None,
-                brief: None,
-                defaults: &[],
-                tmpdir: None,
-                sandbox: None,
-                proxy: false,
-            },
+            &probe_vars(run_id, &dir, &p.model, token),
         );
         let _ = std::fs::create_dir_all(logs);
         let spec = SpawnSpec {

@@ -243,35 +243,7 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     };
     let status = match status {
         Some(s) => Some(s),
-        None => {
-            // Ended by runner: signal the group, wait out the grace, then kill.
-            let grace = if *stop.borrow() == Stop::Immediate {
-                Duration::ZERO
-            } else {
-                spec.grace
-            };
-            if let Some(g) = pgid {
-                census::signal_group(g, nix::sys::signal::Signal::SIGTERM);
-            }
-            // The grace period ends early when a second signal asks for an immediate stop.
-            let waited = tokio::select! {
-                st = child.wait() => Some(st),
-                _ = tokio::time::sleep(grace) => None,
-                _ = immediate(&mut stop) => None,
-            };
-            match waited {
-                Some(st) => st.ok(),
-                None => {
-                    if let Some(g) = pgid {
-                        census::signal_group(g, nix::sys::signal::Signal::SIGKILL);
-                    }
-                    tokio::time::timeout(Duration::from_secs(10), child.wait())
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                }
-            }
-        }
+        None => end_by_runner(&mut child, pgid, spec.grace, &mut stop).await,
     };
     if let Some(e) = child.start_error() {
         fin.spawn_error = Some(format!("cannot start `{}`: {e}", program.display()));
@@ -319,6 +291,42 @@ pub async fn run(spec: SpawnSpec, mut stop: watch::Receiver<Stop>) -> Finished {
     fin.failures = snap.failures;
     fin.duration = started.elapsed();
     fin
+}
+
+/// End a child runner stops (a timeout, silence, a cancelled run): signal its group, wait
+/// out the grace (cut short by a second signal asking for an immediate stop), then kill; how
+/// it ended, when it was seen to.
+async fn end_by_runner(
+    child: &mut Child,
+    pgid: Option<i32>,
+    grace: Duration,
+    stop: &mut watch::Receiver<Stop>,
+) -> Option<std::process::ExitStatus> {
+    let grace = if *stop.borrow() == Stop::Immediate {
+        Duration::ZERO
+    } else {
+        grace
+    };
+    if let Some(g) = pgid {
+        census::signal_group(g, nix::sys::signal::Signal::SIGTERM);
+    }
+    let waited = tokio::select! {
+        st = child.wait() => Some(st),
+        _ = tokio::time::sleep(grace) => None,
+        _ = immediate(stop) => None,
+    };
+    match waited {
+        Some(st) => st.ok(),
+        None => {
+            if let Some(g) = pgid {
+                census::signal_group(g, nix::sys::signal::Signal::SIGKILL);
+            }
+            tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    }
 }
 
 /// A started child: created directly ([`launch`]), or by the standard library where that is not

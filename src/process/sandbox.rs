@@ -39,8 +39,14 @@
 //!   ledger files — which hold the verdicts' seal key — are covered by `/dev/null`, and the
 //!   manifest's other repositories and other items' worktrees by an empty read-only tmpfs:
 //!   there, but empty. Nothing mounted there reaches the user's.
+//! - **Read-only mounts**: in that mount namespace every mount is made read-only but binds of
+//!   what the item may write (made first, so that they stay writable). Landlock does not cover
+//!   a file's mode, owner, times or extended attributes; a read-only mount does.
 //! - **A network namespace** for `network: none`: loopback only, made by the child itself
-//!   (inside its user namespace, or directly where runner may).
+//!   (inside its user namespace, or directly where runner may). For `network: [hosts…]`, the
+//!   same, and a proxy listener there served by runner (`egress.rs`).
+//! - **A record of what was denied** (`denials.rs`): a seccomp filter hands runner each call
+//!   that writes by name; runner lets it go on and records those outside the rules.
 //!
 //! Where the kernel lacks a part, `best-effort` runs without it and says what is missing;
 //! `required` refuses to start.
