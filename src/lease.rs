@@ -290,14 +290,19 @@ impl Lease {
             return None;
         }
         let record = read_record(&common_dir.join(RECORD_FILE))?;
-        if record.token != parent_token || !crate::support::host::is_ancestor(&record.holder) {
-            return None;
-        }
         let file = open_regular(
             &common_dir.join(LOCK_FILE),
             std::fs::OpenOptions::new().read(true),
         )
         .ok()?;
+        // Its holder is an ancestor: seen as one, or (from a pid namespace of an item's, where
+        // its pid names nothing) known by the lock's descriptor, which a command of the item
+        // inherits from the holder and this process holds.
+        if record.token != parent_token
+            || !(crate::support::host::is_ancestor(&record.holder) || holds_open(&file))
+        {
+            return None;
+        }
         tracing::debug!(run = %record.run_id, repo = %record.repo, "lease re-entered from a parent run");
         Some(Lease { file })
     }
@@ -315,6 +320,23 @@ impl Lease {
     pub fn release(self) {
         let _ = self.file.unlock();
     }
+}
+
+/// Whether this process holds a descriptor of `file` (another than `file`'s own): the lock's,
+/// inherited from the run that holds the lease.
+fn holds_open(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(lock) = file.metadata() else {
+        return false;
+    };
+    let own = file.as_raw_fd().to_string();
+    std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_str() != Some(own.as_str()))
+        .filter_map(|e| std::fs::metadata(e.path()).ok())
+        .any(|m| m.dev() == lock.dev() && m.ino() == lock.ino())
 }
 
 /// The lease records this process last wrote or read, by file identity: a record is replaced

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 const ESCAPES: &[&str] = &[
     "other-worktree",
     "other-checkout",
+    "peer-cmdline",
     "peer-cwd",
     "other-repo-read",
     "other-worktree-read",

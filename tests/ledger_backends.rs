@@ -96,6 +96,7 @@ fn dead_holder() -> Holder {
         host: Holder::this_process().host,
         pid,
         start_time: Some(1),
+        pid_ns: None,
     }
 }
 
@@ -283,6 +284,7 @@ fn postgres_a_run_whose_heartbeat_lapsed_loses_its_claims() {
         host: "another-machine".into(),
         pid: 4242,
         start_time: Some(7),
+        pid_ns: None,
     };
     let me = Holder::this_process();
     let mut a = PgLedger::open(&url).unwrap();

@@ -107,6 +107,14 @@ pub fn plan(
         }
         if support.userns {
             parts.push("user namespace".to_string());
+            if support.pidns {
+                parts.push("pid namespace".to_string());
+            } else {
+                missing.push(
+                    "a pid namespace with its own /proc: an item sees the machine's processes and their command lines"
+                        .to_string(),
+                );
+            }
         } else {
             missing.push(
                 "a user namespace: an item may read runner's ledger, the other repositories and the environment of another item's processes"

@@ -70,6 +70,15 @@ struct ChildImage {
     join_from: usize,
     /// How the child confines itself just before `execve` (`sandbox.rs`).
     confine: Confine,
+    /// With a pid namespace (`confine.pidns`): runner's pidfd, through which the child checks
+    /// that runner still lives (its parent is outside its namespace: `getppid` says 0); the
+    /// top of the stack its program's process starts on (the lower half of the child's); the
+    /// proxy's listener, for that process; and how that process ended, for runner to read once
+    /// it has reaped the child (-1: not known).
+    runner_pidfd: RawFd,
+    program_stack: usize,
+    proxy: std::sync::atomic::AtomicIsize,
+    program_status: std::sync::atomic::AtomicI32,
 }
 
 /// Most cgroups a child joins: one of the unified hierarchy and one per v1 controller that
@@ -83,8 +92,9 @@ unsafe impl Send for ChildImage {}
 /// The child's stack, in 16-byte words (its alignment).
 type Stack = Box<[MaybeUninit<u128>]>;
 
-/// The size of the child's stack: its few frames need a fraction of it.
-const STACK_WORDS: usize = 32 * 1024 / 16;
+/// The size of the child's stack: its few frames need a fraction of it. With a pid namespace,
+/// its program's process starts on the lower half.
+const STACK_WORDS: usize = 64 * 1024 / 16;
 
 /// Stacks of reaped children, for the next ones (a drain starts thousands of children).
 static STACKS: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
@@ -168,6 +178,13 @@ pub(crate) fn launch(
     }
     let mut join_fds = [-1; MAX_JOIN];
     join_fds[..join.len()].copy_from_slice(join);
+    // A pid namespace needs the child made in it (with its user namespace), and `clone3` to
+    // start its program's process on a stack of its own.
+    let pidns = confine.pidns
+        && cfg!(target_arch = "x86_64")
+        && !NO_CLONE3.load(std::sync::atomic::Ordering::Relaxed)
+        && runner_pidfd() >= 0;
+    let confine = confine.in_pid_namespace(pidns);
     let failed = LaunchError::Failed;
     let (program, argv, env, cwd) = exec_strings(program, args, env, cwd)?;
     // Read only after the child has exited, when it holds either nothing or the error number.
@@ -196,6 +213,10 @@ pub(crate) fn launch(
         join: join_fds,
         join_len: join.len(),
         join_from: 0,
+        runner_pidfd: if pidns { runner_pidfd() } else { -1 },
+        program_stack: 0,
+        proxy: std::sync::atomic::AtomicIsize::new(-1),
+        program_status: std::sync::atomic::AtomicI32::new(-1),
         confine,
     });
     let mut stack = take_stack();
@@ -270,6 +291,13 @@ unsafe fn create(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let top = stack.as_mut_ptr().add(stack.len()).cast::<c_void>();
+        // The lower half, from its lowest address (`clone3` takes the base and the size).
+        image.program_stack = stack.as_mut_ptr() as usize;
+        let namespaces = if image.confine.pidns {
+            (libc::CLONE_NEWUSER | libc::CLONE_NEWPID) as u64
+        } else {
+            0
+        };
         let created_in = into.and_then(|cgroup| {
             image.join_from = 1;
             let pid = clone3_into(
@@ -278,6 +306,7 @@ unsafe fn create(
                 stack.len() * 16,
                 &raw mut *image,
                 pidfd,
+                namespaces,
             );
             if pid.is_none() {
                 image.join_from = 0;
@@ -290,7 +319,7 @@ unsafe fn create(
                 let pid = libc::clone(
                     child,
                     top,
-                    libc::CLONE_VM | libc::CLONE_PIDFD | libc::SIGCHLD,
+                    libc::CLONE_VM | libc::CLONE_PIDFD | libc::SIGCHLD | namespaces as libc::c_int,
                     (&raw mut *image).cast::<c_void>(),
                     pidfd as *mut libc::c_int,
                 );
@@ -402,6 +431,7 @@ impl Launched {
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         loop {
             if let Some(status) = self.try_wait()? {
+                let status = self.program_status(status);
                 // Gone: nothing uses the image or the stack any more.
                 if let Some((_, stack)) = self.memory.take() {
                     return_stack(stack);
@@ -430,10 +460,29 @@ impl Launched {
                 return Err(err);
             }
         }
+        let status = self.program_status(ExitStatus::from_raw(status));
         if let Some((_, stack)) = self.memory.take() {
             return_stack(stack);
         }
-        Ok(ExitStatus::from_raw(status))
+        Ok(status)
+    }
+
+    /// How the program ended, once the child is reaped: in a pid namespace the child is the
+    /// namespace's first process and the program its second, whose end the first recorded.
+    fn program_status(&self, child: ExitStatus) -> ExitStatus {
+        match &self.memory {
+            Some((image, _)) => {
+                let raw = image
+                    .program_status
+                    .load(std::sync::atomic::Ordering::Acquire);
+                if raw >= 0 {
+                    ExitStatus::from_raw(raw)
+                } else {
+                    child
+                }
+            }
+            None => child,
+        }
     }
 
     fn try_wait(&self) -> io::Result<Option<ExitStatus>> {
@@ -468,6 +517,19 @@ impl Drop for Launched {
     }
 }
 
+/// A `struct timespec` of zero: a `ppoll` that does not wait.
+static ZERO_TIME: [i64; 2] = [0, 0];
+
+/// A pidfd of runner itself, opened once and kept (-1 where the kernel gives none): a child
+/// made in a pid namespace checks through it that runner still lives.
+fn runner_pidfd() -> RawFd {
+    static PIDFD: std::sync::OnceLock<RawFd> = std::sync::OnceLock::new();
+    *PIDFD.get_or_init(|| {
+        // SAFETY: pidfd_open on this very process; the descriptor is kept for its lifetime.
+        unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as RawFd }
+    })
+}
+
 /// runner's pid, asked of the kernel once (it never forks itself).
 fn own_pid() -> usize {
     static PID: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -497,7 +559,8 @@ struct CloneArgs {
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Create the child as `libc::clone` in [`launch`] does, but directly in the cgroup whose folder
-/// is open as `cgroup`: its pid, or `None` when no child was created.
+/// is open as `cgroup` (and in the namespaces `namespaces` asks for): its pid, or `None` when no
+/// child was created.
 ///
 /// # Safety
 ///
@@ -510,12 +573,13 @@ unsafe fn clone3_into(
     size: usize,
     image: *mut ChildImage,
     pidfd: &mut libc::c_int,
+    namespaces: u64,
 ) -> Option<i32> {
     if NO_CLONE3.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
     let mut args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
+        flags: (libc::CLONE_VM | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP | namespaces,
         pidfd: std::ptr::from_mut(pidfd) as u64,
         child_tid: 0,
         parent_tid: 0,
@@ -527,13 +591,39 @@ unsafe fn clone3_into(
         set_tid_size: 0,
         cgroup: cgroup as u64,
     };
+    // SAFETY: as the caller promises.
+    let ret = unsafe { clone3_call(&mut args, child, image.cast()) };
+    if ret >= 0 {
+        return Some(ret as i32);
+    }
+    if matches!(
+        -ret as i32,
+        libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM
+    ) {
+        NO_CLONE3.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    None
+}
+
+/// `clone3(args)`, the new process running `f(arg)` on the stack `args` gives and ending with
+/// its value: the pid, or the negative error.
+///
+/// # Safety
+///
+/// `args` describes a stack that stays alive and unused by anything else until the new
+/// process has called `execve` or exited; `f` makes raw system calls only; all signals blocked.
+#[cfg(target_arch = "x86_64")]
+unsafe fn clone3_call(
+    args: &mut CloneArgs,
+    f: extern "C" fn(*mut c_void) -> libc::c_int,
+    arg: *mut c_void,
+) -> isize {
     let ret: isize;
-    // SAFETY: the caller keeps the stack and the image for the child. The new process starts
-    // on the empty stack at the instruction after `syscall` with the registers of this one
-    // (`rax` 0): it calls `child` with the image and never comes back (`child` ends in `execve`
-    // or `exit_group`; should it return, its value is the exit status). This process goes on
-    // at the label with the pid or the error; the kernel keeps every register but `rax`, `rcx`
-    // and `r11`.
+    // SAFETY: the caller keeps the stack for the new process. It starts on that empty stack at
+    // the instruction after `syscall` with the registers of this one (`rax` 0): it calls `f`
+    // with `arg` and never comes back (`f` ends in `execve` or `exit_group`; should it return,
+    // its value is the exit status). This process goes on at the label with the pid or the
+    // error; the kernel keeps every register but `rax`, `rcx` and `r11`.
     unsafe {
         std::arch::asm!(
             "syscall",
@@ -548,25 +638,16 @@ unsafe fn clone3_into(
             "ud2",
             "2:",
             inlateout("rax") libc::SYS_clone3 as isize => ret,
-            in("rdi") &raw mut args,
+            in("rdi") std::ptr::from_mut(args),
             in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") image,
-            in("r13") child as extern "C" fn(*mut c_void) -> libc::c_int,
+            in("r12") arg,
+            in("r13") f,
             lateout("rcx") _,
             lateout("r11") _,
             options(nostack),
         );
     }
-    if ret >= 0 {
-        return Some(ret as i32);
-    }
-    if matches!(
-        -ret as i32,
-        libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM
-    ) {
-        NO_CLONE3.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-    None
+    ret
 }
 
 /// Elsewhere the child moves itself into its cgroups.
@@ -581,6 +662,7 @@ unsafe fn clone3_into(
     _size: usize,
     _image: *mut ChildImage,
     _pidfd: &mut libc::c_int,
+    _namespaces: u64,
 ) -> Option<i32> {
     None
 }
@@ -636,7 +718,27 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
                 0,
             ],
         ));
-        if sys(libc::SYS_getppid, [0, 0, 0, 0]) as usize != image.parent {
+        let parent_gone = if image.confine.pidns {
+            // Made in a pid namespace: its parent is outside it, asked through its pidfd,
+            // which reads as ready once runner has ended (`poll`, not waiting).
+            let mut pfd = libc::pollfd {
+                fd: image.runner_pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            sys(
+                libc::SYS_ppoll,
+                [
+                    std::ptr::from_mut(&mut pfd) as usize,
+                    1,
+                    ZERO_TIME.as_ptr() as usize,
+                    0,
+                ],
+            ) != 0
+        } else {
+            sys(libc::SYS_getppid, [0, 0, 0, 0]) as usize != image.parent
+        };
+        if parent_gone {
             sys(libc::SYS_exit_group, [127, 0, 0, 0]);
         }
         for (target, &fd) in image.stdio.iter().enumerate() {
@@ -663,8 +765,120 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
             image.confine.record,
         ];
         close_all_but(keep);
+        if image.confine.pidns {
+            init(image);
+        }
         check(confine::confine_self(&image.confine));
+        run_program(image)
+    }
+}
+
+/// The child as its pid namespace's first process: namespaces and mounts made, it starts the
+/// program as the namespace's second process (on the lower half of its stack, itself waiting
+/// until that process has called `execve`: `CLONE_VFORK`), then reaps whatever the namespace
+/// leaves it until the program's process ends, records how it ended for runner, and ends, and
+/// the kernel ends whatever is left in the namespace with it. The program is not the
+/// namespace's first process so that signals reach it as they would anywhere (a namespace's
+/// first process gets none it has no handler for).
+#[cfg(target_arch = "x86_64")]
+fn init(image: &ChildImage) -> ! {
+    let proxy = confine::prepare(&image.confine);
+    if proxy < 0 && proxy != confine::NONE {
+        fail(image.status, proxy);
+    }
+    image
+        .proxy
+        .store(proxy, std::sync::atomic::Ordering::Relaxed);
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: image.program_stack as u64,
+        stack_size: (STACK_WORDS / 2 * 16) as u64,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: 0,
+    };
+    let arg = std::ptr::from_ref(image).cast_mut().cast::<c_void>();
+    // SAFETY: the lower half of the stack is the program's process's alone (this one runs on
+    // the upper half, and waits until that one has called `execve` or exited).
+    let program = unsafe { clone3_call(&mut args, program, arg) };
+    if program < 0 {
+        fail(image.status, program);
+    }
+    // SAFETY: raw system calls on this process's own descriptors and a local.
+    unsafe {
+        // Nothing of the item's is this process's to keep open.
+        sys(libc::SYS_close_range, [0, u32::MAX as usize, 0, 0]);
+        let mut status: i32 = 0;
+        loop {
+            let r = sys(
+                libc::SYS_wait4,
+                [
+                    usize::MAX, // -1: any child
+                    std::ptr::from_mut(&mut status) as usize,
+                    libc::__WALL as usize,
+                    0,
+                ],
+            );
+            if r == program {
+                break;
+            }
+            if r < 0 && r != -(libc::EINTR as isize) {
+                status = 127 << 8;
+                break;
+            }
+        }
+        image
+            .program_status
+            .store(status, std::sync::atomic::Ordering::Release);
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128 + libc::WTERMSIG(status)
+        };
+        sys(libc::SYS_exit_group, [code as usize, 0, 0, 0]);
+    }
+    #[expect(
+        clippy::empty_loop,
+        reason = "`exit_group` does not return; nothing else may run in the child"
+    )]
+    loop {}
+}
+
+/// Elsewhere no child is made in a pid namespace (`launch` asks for none).
+#[cfg(not(target_arch = "x86_64"))]
+fn init(image: &ChildImage) -> ! {
+    fail(image.status, -(libc::ENOSYS as isize))
+}
+
+/// The program's own process in a pid namespace: the rest of its confinement, then its
+/// program.
+#[cfg(target_arch = "x86_64")]
+extern "C" fn program(arg: *mut c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildImage` that `launch` keeps alive and unchanged for the child.
+    let image = unsafe { &*arg.cast::<ChildImage>() };
+    let proxy = image.proxy.load(std::sync::atomic::Ordering::Relaxed);
+    let r = confine::restrict_and_hand_over(&image.confine, proxy);
+    if r < 0 {
+        fail(image.status, r);
+    }
+    run_program(image)
+}
+
+/// Unblock signals and run the program (`execve`); a failure is reported and ends the process.
+fn run_program(image: &ChildImage) -> ! {
+    // SAFETY: raw system calls with pointers into `image` and this stack frame.
+    unsafe {
         let empty = 0u64;
+        let check = |r: isize| {
+            if r < 0 {
+                fail(image.status, r)
+            }
+        };
         check(sys(
             libc::SYS_rt_sigprocmask,
             [
@@ -809,6 +1023,7 @@ mod confine;
 mod sys;
 pub(crate) use confine::{
     Confine, confine_before_exec, landlock_abi_version, not_dumpable, probe_namespaces,
+    probe_pid_namespace,
 };
 use sys::sys;
 

@@ -420,7 +420,8 @@ fn child_confine(spec: &SpawnSpec, record: Option<std::os::fd::RawFd>) -> launch
     let confine = launch::Confine::new(c.ruleset_fd(), c.userns, c.netns)
         .hiding(&c.hide, &c.hide_dirs)
         .recording(record.unwrap_or(-1), c.record.is_some())
-        .proxying(c.allow.is_some());
+        .proxying(c.allow.is_some())
+        .in_pid_namespace(c.pidns);
     if c.userns {
         confine.read_only_but(&c.keep_writable, &spec.cwd)
     } else {
@@ -454,7 +455,11 @@ fn start_std(
         .kill_on_drop(false);
     // `join`'s descriptors are open until the caller returns: past the fork.
     launch::join_before_exec(&mut cmd, join);
-    launch::confine_before_exec(&mut cmd, child_confine(spec, record));
+    // No pid namespace here: the child would have to be made in it.
+    launch::confine_before_exec(
+        &mut cmd,
+        child_confine(spec, record).in_pid_namespace(false),
+    );
     // Without a `pre_exec` hook the standard library can use `posix_spawn`, which costs a small
     // fraction of a `fork` of runner's address space.
     if let Some(fd) = spec.inherit_fd {

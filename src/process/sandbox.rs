@@ -35,6 +35,11 @@
 //!   not cover those reads on every kernel: seen reading a peer's `environ` on Linux 6.18.)
 //!   runner also makes itself not dumpable. Where no user namespace can be made, a confined
 //!   item run as root loses `CAP_SYS_PTRACE` instead.
+//! - **A pid namespace** of the item's own command, with a `/proc` of its own: it sees no
+//!   process but its own (not another item's command line, not runner's). The child is made in
+//!   it as its first process and starts the program as the second (signals reach the program
+//!   as anywhere); when the program ends, the first process ends, and the kernel ends whatever
+//!   the program left in the namespace.
 //! - **A mount namespace** of the item's own (inside its user namespace) in which runner's
 //!   ledger files — which hold the verdicts' seal key — are covered by `/dev/null`, and the
 //!   manifest's other repositories and other items' worktrees by an empty read-only tmpfs:
@@ -68,6 +73,9 @@ pub struct Support {
     pub landlock: Option<i32>,
     /// Whether a child can get a user namespace of its own.
     pub userns: bool,
+    /// Whether a child can get a pid namespace with a `/proc` of its own (in its user
+    /// namespace).
+    pub pidns: bool,
     /// Whether a child can get a network namespace of its own, and how.
     pub netns: NetnsSupport,
 }
@@ -107,6 +115,7 @@ pub fn support() -> Support {
             Support {
                 landlock: landlock_abi(),
                 userns,
+                pidns: userns && super::launch::probe_pid_namespace(),
                 netns,
             }
         })
@@ -134,6 +143,8 @@ pub struct Rules {
 pub struct Confinement {
     pub(super) write: Option<OwnedFd>,
     pub(super) userns: bool,
+    /// A pid namespace of its own, with its own `/proc` (with the user namespace only).
+    pub(super) pidns: bool,
     pub(super) netns: bool,
     /// Files covered by `/dev/null`, folders by an empty tmpfs, for the child (with a user
     /// namespace only).
@@ -227,6 +238,7 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
         allow: rules.allow.clone(),
         keep_writable,
         userns: support.userns,
+        pidns: support.pidns,
         netns: no_network,
         hide: covered(&rules.hidden),
         hide_dirs: covered(&rules.hidden_dirs),

@@ -38,6 +38,18 @@ pub struct Holder {
     /// Process start time in clock ticks since boot: a pid is the same process only if this
     /// matches too.
     pub start_time: Option<u64>,
+    /// The pid namespace its pid is in (the namespace file's inode): seen from another one (a
+    /// runner started inside a confined item), the pid names nothing, and the holder is never
+    /// presumed dead. Absent from records written before runner said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
+}
+
+/// The pid namespace this process is in (the namespace file's inode).
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    static NS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()))
 }
 
 impl Holder {
@@ -50,15 +62,23 @@ impl Holder {
                 host: hostname(),
                 pid,
                 start_time: process_start_time(pid),
+                pid_ns: pid_namespace(),
             }
         })
         .clone()
     }
 
     /// Whether the holder is provably dead: on this host, and its pid is gone or now names a
-    /// process that started at another time. A holder on another host is never presumed dead.
+    /// process that started at another time. A holder on another host, or in another pid
+    /// namespace, is never presumed dead.
     pub(crate) fn is_dead(&self) -> bool {
         if self.host != hostname() {
+            return false;
+        }
+        if self
+            .pid_ns
+            .is_some_and(|theirs| pid_namespace() != Some(theirs))
+        {
             return false;
         }
         match process_start_time(self.pid) {
@@ -168,6 +188,7 @@ mod tests {
             host: hostname(),
             pid,
             start_time: process_start_time(pid),
+            pid_ns: None,
         };
         assert!(!holder.is_dead());
         child.kill().unwrap();
@@ -187,6 +208,7 @@ mod tests {
             host: hostname(),
             pid: std::os::unix::process::parent_id(),
             start_time: process_start_time(std::os::unix::process::parent_id()),
+            pid_ns: None,
         };
         assert!(is_ancestor(&parent));
         assert!(

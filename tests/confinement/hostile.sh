@@ -21,6 +21,8 @@ peer=
 for d in /proc/[0-9]*; do
   if tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -q '^sleeper-b1'; then peer=${d#/proc/}; fi
 done
+# Another item's processes: their command lines (a prompt on one is another item's brief).
+try peer-cmdline test -n "$peer"
 try peer-cwd sh -c "ls /proc/$peer/cwd/ | grep -q README"
 try other-repo-read sh -c "grep -q hello '$root/b/README.md'"
 try other-worktree-read sh -c "grep -q hello '$ws/worktrees/b/b1/README.md'"

@@ -355,5 +355,6 @@ pub(super) fn holder_of(host: String, pid: i64, start_time: Option<i64>) -> Hold
         host,
         pid: pid as u32,
         start_time: start_time.map(|t| t as u64),
+        pid_ns: None,
     }
 }

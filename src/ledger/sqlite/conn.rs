@@ -552,6 +552,7 @@ pub(super) fn holder_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Ho
         host: r.get(at)?,
         pid: r.get(at + 1)?,
         start_time: r.get::<_, Option<i64>>(at + 2)?.map(|t| t as u64),
+        pid_ns: None,
     })
 }
 

@@ -76,6 +76,7 @@ fn a_live_claim_is_never_taken_and_a_dead_one_is() {
     // A holder whose start time differs is a reused pid: dead.
     let ghost = Holder {
         start_time: me.start_time.map(|t| t + 1),
+        pid_ns: None,
         ..me.clone()
     };
     assert_eq!(l.claim(&key("y"), "a", &ghost).unwrap(), Claim::Claimed);
@@ -139,6 +140,7 @@ fn a_dead_run_pruned_leaves_no_claim_behind() {
     // A run whose runner died mid-item (a reused pid: dead), with its claim still there.
     let ghost = Holder {
         start_time: me.start_time.map(|t| t + 1),
+        pid_ns: None,
         ..me.clone()
     };
     run_by(&mut l, "dead", ghost.clone());

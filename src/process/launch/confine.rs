@@ -16,6 +16,10 @@ pub(crate) struct Confine {
     pub(super) userns: bool,
     /// A network namespace of its own, with loopback only.
     pub(super) netns: bool,
+    /// A pid namespace of its own, with its own `/proc`: it sees no process but its own. The
+    /// child is created in it (with its user namespace: `launch.rs`), as its init, and starts
+    /// the program as its second process.
+    pub(super) pidns: bool,
     /// `<uid> <uid> 1` and `<gid> <gid> 1`: the user namespace maps the user to itself.
     uid_map: CString,
     gid_map: CString,
@@ -53,6 +57,7 @@ impl Confine {
             ruleset,
             userns,
             netns,
+            pidns: false,
             uid_map: map(uid),
             gid_map: map(gid),
             hide: Vec::new(),
@@ -104,7 +109,13 @@ impl Confine {
 
     /// Whether it needs a mount namespace of its own.
     fn mounts(&self) -> bool {
-        self.hides() || self.read_only
+        self.hides() || self.read_only || self.pidns
+    }
+
+    /// In a pid namespace of its own (with a user namespace only).
+    pub(crate) fn in_pid_namespace(mut self, pidns: bool) -> Confine {
+        self.pidns = pidns && self.userns;
+        self
     }
 
     /// Cover the files `paths` with `/dev/null` and the folders `dirs` with an empty tmpfs
@@ -127,17 +138,30 @@ impl Confine {
 /// runner serves or watches for it is handed over last. Raw system calls only: it runs between
 /// `clone` and `execve`, and in a forked child. 0, or the first negative result.
 pub(super) fn confine_self(c: &Confine) -> isize {
-    let steps: [&dyn Fn(&Confine) -> isize; 4] = [&namespaces, &read_only, &hide, &loopback];
+    let proxy = prepare(c);
+    if proxy < 0 && proxy != NONE {
+        return proxy;
+    }
+    restrict_and_hand_over(c, proxy)
+}
+
+/// The part of [`confine_self`] that makes namespaces and mounts (done by a pid namespace's
+/// init, before it starts the program): the proxy's listener, or [`NONE`].
+pub(super) fn prepare(c: &Confine) -> isize {
+    let steps: [&dyn Fn(&Confine) -> isize; 5] =
+        [&namespaces, &read_only, &hide, &own_proc, &loopback];
     for step in steps {
         let r = step(c);
         if r < 0 {
             return r;
         }
     }
-    let proxy = proxy_listener(c);
-    if proxy < 0 && proxy != NONE {
-        return proxy;
-    }
+    proxy_listener(c)
+}
+
+/// The part of [`confine_self`] the program's own process does last: the Landlock ruleset,
+/// the recording filter, and what runner serves or watches handed over.
+pub(super) fn restrict_and_hand_over(c: &Confine, proxy: isize) -> isize {
     let r = restrict(c);
     if r < 0 {
         return r;
@@ -149,9 +173,30 @@ pub(super) fn confine_self(c: &Confine) -> isize {
     hand_over(c, listener, proxy)
 }
 
+/// In a pid namespace of its own: a `/proc` of that namespace, so that it lists no process
+/// but the item's (the one it came with lists every process of the machine).
+fn own_proc(c: &Confine) -> isize {
+    if !c.pidns {
+        return 0;
+    }
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: a raw system call reading static strings.
+    unsafe {
+        sys(
+            libc::SYS_mount,
+            [
+                c"proc".as_ptr() as usize,
+                c"/proc".as_ptr() as usize,
+                c"proc".as_ptr() as usize,
+                flags as usize,
+            ],
+        )
+    }
+}
+
 /// What a step that may make a descriptor returns when it made none (below every error
 /// number the kernel returns).
-const NONE: isize = -100_000;
+pub(super) const NONE: isize = -100_000;
 
 /// Its own user namespace (mapping the user to itself), with its network and mount namespaces
 /// where asked; or, without a user namespace, a network namespace made directly.
@@ -161,10 +206,9 @@ fn namespaces(c: &Confine) -> isize {
         if c.userns {
             let net = if c.netns { libc::CLONE_NEWNET } else { 0 };
             let mnt = if c.mounts() { libc::CLONE_NEWNS } else { 0 };
-            let r = sys(
-                libc::SYS_unshare,
-                [(libc::CLONE_NEWUSER | net | mnt) as usize, 0, 0, 0],
-            );
+            // In a pid namespace, the user namespace came with it (`clone`).
+            let user = if c.pidns { 0 } else { libc::CLONE_NEWUSER };
+            let r = sys(libc::SYS_unshare, [(user | net | mnt) as usize, 0, 0, 0]);
             if r < 0 {
                 return r;
             }
@@ -579,6 +623,77 @@ pub(crate) fn landlock_abi_version() -> i32 {
     }
     // SAFETY: a query that reads and writes no memory.
     unsafe { sys(LANDLOCK_CREATE_RULESET, [0, 0, 1, 0]) as i32 }
+}
+
+/// Whether a child can get a pid namespace with a `/proc` of its own (inside a user namespace
+/// of its own): tried in a forked child, whose own child is that namespace's first process.
+pub(crate) fn probe_pid_namespace() -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    let confine = Confine::new(-1, true, false);
+    // SAFETY: the forked children make raw system calls on their own memory only and exit.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return false;
+        }
+        if pid == 0 {
+            let mut r = namespaces(&confine);
+            if r >= 0 {
+                r = sys(
+                    libc::SYS_unshare,
+                    [(libc::CLONE_NEWPID | libc::CLONE_NEWNS) as usize, 0, 0, 0],
+                );
+            }
+            if r >= 0 {
+                let init = libc::fork() as isize;
+                if init == 0 {
+                    let mounted = sys(
+                        libc::SYS_mount,
+                        [
+                            0,
+                            c"/".as_ptr() as usize,
+                            0,
+                            (libc::MS_REC | libc::MS_SLAVE) as usize,
+                        ],
+                    ) >= 0
+                        && own_proc(&Confine::new(-1, true, false).in_pid_namespace(true)) >= 0;
+                    sys(libc::SYS_exit_group, [usize::from(!mounted), 0, 0, 0]);
+                }
+                let mut status = 0i32;
+                r = if init > 0
+                    && sys(
+                        libc::SYS_wait4,
+                        [
+                            init as usize,
+                            std::ptr::from_mut(&mut status) as usize,
+                            0,
+                            0,
+                        ],
+                    ) == init
+                    && status == 0
+                {
+                    0
+                } else {
+                    -1
+                };
+            }
+            sys(libc::SYS_exit_group, [usize::from(r < 0), 0, 0, 0]);
+            #[expect(
+                clippy::empty_loop,
+                reason = "`exit_group` does not return; nothing else may run in the child"
+            )]
+            loop {}
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                return false;
+            }
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
 }
 
 /// Whether a child can get the namespaces of its own `userns` and `netns` say: tried in a
