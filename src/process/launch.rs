@@ -44,6 +44,10 @@ use std::process::ExitStatus;
 
 use tokio::io::unix::AsyncFd;
 
+#[cfg(target_arch = "x86_64")]
+use clone3::clone3_call;
+use clone3::{CLONE_INTO_CGROUP, CloneArgs, ZERO_TIME, runner_pidfd};
+
 /// What the child needs, laid out before `clone` and kept unchanged until it has called
 /// `execve`.
 struct ChildImage {
@@ -517,19 +521,6 @@ impl Drop for Launched {
     }
 }
 
-/// A `struct timespec` of zero: a `ppoll` that does not wait.
-static ZERO_TIME: [i64; 2] = [0, 0];
-
-/// A pidfd of runner itself, opened once and kept (-1 where the kernel gives none): a child
-/// made in a pid namespace checks through it that runner still lives.
-fn runner_pidfd() -> RawFd {
-    static PIDFD: std::sync::OnceLock<RawFd> = std::sync::OnceLock::new();
-    *PIDFD.get_or_init(|| {
-        // SAFETY: pidfd_open on this very process; the descriptor is kept for its lifetime.
-        unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as RawFd }
-    })
-}
-
 /// runner's pid, asked of the kernel once (it never forks itself).
 fn own_pid() -> usize {
     static PID: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -539,24 +530,6 @@ fn own_pid() -> usize {
 /// Whether `clone3` with `CLONE_INTO_CGROUP` was refused as such (an older kernel, a sandbox
 /// that filters it): not asked again.
 static NO_CLONE3: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The kernel's `struct clone_args`, as far as its `cgroup` field (`CLONE_ARGS_SIZE_VER2`).
-#[repr(C)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Create the child as `libc::clone` in [`launch`] does, but directly in the cgroup whose folder
 /// is open as `cgroup` (and in the namespaces `namespaces` asks for): its pid, or `None` when no
@@ -603,51 +576,6 @@ unsafe fn clone3_into(
         NO_CLONE3.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     None
-}
-
-/// `clone3(args)`, the new process running `f(arg)` on the stack `args` gives and ending with
-/// its value: the pid, or the negative error.
-///
-/// # Safety
-///
-/// `args` describes a stack that stays alive and unused by anything else until the new
-/// process has called `execve` or exited; `f` makes raw system calls only; all signals blocked.
-#[cfg(target_arch = "x86_64")]
-unsafe fn clone3_call(
-    args: &mut CloneArgs,
-    f: extern "C" fn(*mut c_void) -> libc::c_int,
-    arg: *mut c_void,
-) -> isize {
-    let ret: isize;
-    // SAFETY: the caller keeps the stack for the new process. It starts on that empty stack at
-    // the instruction after `syscall` with the registers of this one (`rax` 0): it calls `f`
-    // with `arg` and never comes back (`f` ends in `execve` or `exit_group`; should it return,
-    // its value is the exit status). This process goes on at the label with the pid or the
-    // error; the kernel keeps every register but `rax`, `rcx` and `r11`.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            "test rax, rax",
-            "jnz 2f",
-            "xor ebp, ebp",
-            "mov rdi, r12",
-            "call r13",
-            "mov edi, eax",
-            "mov eax, 231",
-            "syscall",
-            "ud2",
-            "2:",
-            inlateout("rax") libc::SYS_clone3 as isize => ret,
-            in("rdi") std::ptr::from_mut(args),
-            in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") arg,
-            in("r13") f,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
 }
 
 /// Elsewhere the child moves itself into its cgroups.
@@ -868,7 +796,6 @@ extern "C" fn program(arg: *mut c_void) -> libc::c_int {
     }
     run_program(image)
 }
-
 /// Unblock signals and run the program (`execve`); a failure is reported and ends the process.
 fn run_program(image: &ChildImage) -> ! {
     // SAFETY: raw system calls with pointers into `image` and this stack frame.
@@ -1019,6 +946,7 @@ pub(super) fn join_before_exec(cmd: &mut tokio::process::Command, join: Vec<RawF
     }
 }
 
+mod clone3;
 mod confine;
 mod sys;
 pub(crate) use confine::{
