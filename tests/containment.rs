@@ -261,13 +261,15 @@ fn a_cgroup_run_killed_mid_item_is_cleaned_up_by_the_next() {
     let dir = tempfile::tempdir().unwrap();
     repo(&dir.path().join("r"));
     let again = dir.path().join("again");
+    // Unconfined: a confined item's pid namespace ends the escapee with the killed runner
+    // (`tests/hostile.rs`); here the cgroup must.
     write_manifest(
         dir.path(),
         &format!(
             "test -e {} && exit 0; setsid env -i sleep 7305 & sleep 7306",
             again.display()
         ),
-        "",
+        "sandbox: {mode: off}\n",
     );
     common::kill_runner_while(dir.path(), &[CGROUP], &["sleep 7305", "sleep 7306"]);
     assert!(
@@ -370,9 +372,11 @@ fn in_cgroup_mode_an_escapee_ends_with_its_item_while_others_still_run() {
     repo(&dir.path().join("s"));
     std::fs::write(
         dir.path().join("m.yaml"),
-        "version: 1\nname: two\ncapacity: {workers: 2}\nrepositories: [{path: r}, {path: s}]\nworker:\n  run: 'if [ {item} = a ]; then cd / && setsid env -i sleep 7308 & sleep 0.3; else sleep 2; ps -eo args | grep -q \"^sleep 7308\" && echo STILL-ALIVE; fi; true'\nitems: [{repo: r, id: a}, {repo: s, id: b}]\n",
+        "version: 1\nname: two\ncapacity: {workers: 2}\nrepositories: [{path: r}, {path: s}]\nworker:\n  run: 'if [ {item} = a ]; then cd / && setsid env -i sleep 7308 & sleep 0.3; else sleep 2; ps -eo args | grep -q \"^sleep 7308\" && echo STILL-ALIVE; fi; true'\nitems: [{repo: r, id: a}, {repo: s, id: b}]\nsandbox: {mode: off}\n",
     )
     .unwrap();
+    // Unconfined: a confined item sees no other item's processes, and its escapee ends with
+    // it in either mode (its pid namespace).
     for (mode, alive_while_b_runs) in [(CGROUP, false), (GROUPS, true)] {
         let _ = std::fs::remove_dir_all(dir.path().join(".runner"));
         let _ = std::fs::remove_dir_all(dir.path().join("runner-reports"));

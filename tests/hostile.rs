@@ -408,7 +408,9 @@ fn a_discovered_path_with_control_characters_is_named_escaped() {
 }
 
 /// Start `apply m.yaml` in `root`, wait until processes matching every one of `running` live,
-/// then `kill -9` runner and reap it.
+/// then `kill -9` runner and reap it. (The tests of what a killed runner leaves run their items
+/// unconfined: a confined item leaves nothing, see
+/// `a_confined_item_leaves_nothing_behind_a_killed_runner`.)
 fn kill_runner_while(root: &Path, running: &[&str]) {
     // Killed while in process-group mode: what it left is found by its token alone.
     common::kill_runner_while(root, &[("RUNNER_CONTAINMENT", "process-group")], running);
@@ -422,7 +424,7 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
     std::fs::write(
         dir.path().join("m.yaml"),
         format!(
-            "version: 1\nname: crash\nrepositories: [{{path: r}}]\nworker:\n  run: 'test -e {again} && exit 0; setsid sleep 4711 & sleep 4712'\nitems: [{{repo: r, id: a}}]\n",
+            "version: 1\nname: crash\nrepositories: [{{path: r}}]\nworker:\n  run: 'test -e {again} && exit 0; setsid sleep 4711 & sleep 4712'\nitems: [{{repo: r, id: a}}]\nsandbox: {{mode: off}}\n",
             again = again.display()
         ),
     )
@@ -472,13 +474,41 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
     );
 }
 
+/// A confined item runs in a pid namespace of its own, whose first process dies with runner
+/// (a parent-death signal): the kernel then ends everything in the namespace, what left the
+/// worker's session and cleared its environment included. Nothing keeps the lease; the next run
+/// works at once.
+#[test]
+fn a_confined_item_leaves_nothing_behind_a_killed_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let again = dir.path().join("again");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: crash\nrepositories: [{{path: r}}]\nworker:\n  run: 'test -e {again} && exit 0; setsid env -i sleep 4721 & sleep 4722'\nitems: [{{repo: r, id: a}}]\nsandbox: {{mode: required}}\n",
+            again = again.display()
+        ),
+    )
+    .unwrap();
+    kill_runner_while(dir.path(), &["sleep 4721", "sleep 4722"]);
+    assert!(
+        common::wait_for(10, || common::processes_matching("sleep 472").is_empty()),
+        "left alive: {:?}",
+        common::processes_matching("sleep 472")
+    );
+    std::fs::write(&again, "").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
 #[test]
 fn unlock_with_kill_ends_what_a_dead_holder_left() {
     let dir = tempfile::tempdir().unwrap();
     repo(&dir.path().join("r"));
     std::fs::write(
         dir.path().join("m.yaml"),
-        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid sleep 5311 & sleep 5312'\nitems: [{repo: r, id: a}]\n",
+        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid sleep 5311 & sleep 5312'\nitems: [{repo: r, id: a}]\nsandbox: {mode: off}\n",
     )
     .unwrap();
     kill_runner_while(dir.path(), &["sleep 5311"]);
@@ -718,7 +748,7 @@ fn what_keeps_a_dead_runs_lease_is_named_and_can_be_ended() {
     repo(&dir.path().join("r"));
     std::fs::write(
         dir.path().join("m.yaml"),
-        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid env -i /bin/sleep 5331 & sleep 5332'\nitems: [{repo: r, id: a}]\n",
+        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid env -i /bin/sleep 5331 & sleep 5332'\nitems: [{repo: r, id: a}]\nsandbox: {mode: off}\n",
     )
     .unwrap();
     common::kill_runner_while(

@@ -330,8 +330,14 @@ pub(crate) fn receive(socket: &OwnedFd) -> (Option<OwnedFd>, Option<OwnedFd>) {
 
 /// Watch one process tree's attempts through its filter's `listener`: answer every call it
 /// hands over until no process of the tree is left, recording those that name a path outside
-/// `writable` (canonical paths). Blocks: run it on a thread of its own.
-pub(crate) fn watch(listener: OwnedFd, writable: &[PathBuf]) -> Denied {
+/// `writable` (canonical paths), or until `stop` is set (a process of the tree that cannot end,
+/// frozen or stuck in the kernel, keeps the listener busy for ever). Blocks: run it on a thread
+/// of its own.
+pub(crate) fn watch(
+    listener: OwnedFd,
+    writable: &[PathBuf],
+    stop: &std::sync::atomic::AtomicBool,
+) -> Denied {
     let mut denied = Denied::default();
     let mut seen = std::collections::HashSet::new();
     loop {
@@ -340,13 +346,19 @@ pub(crate) fn watch(listener: OwnedFd, writable: &[PathBuf]) -> Denied {
             events: libc::POLLIN,
             revents: 0,
         };
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
         // SAFETY: poll on one descriptor this thread owns.
-        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+        let r = unsafe { libc::poll(&mut pfd, 1, 200) };
         if r < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             break;
+        }
+        if r == 0 {
+            continue;
         }
         if pfd.revents & libc::POLLIN == 0 {
             // No process of the tree is left (`POLLHUP`), or the listener failed.

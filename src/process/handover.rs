@@ -24,6 +24,8 @@ pub(super) struct Serving {
 
 struct Served {
     watcher: Option<tokio::task::JoinHandle<Denied>>,
+    /// Tells the watcher to stop waiting.
+    stop: Arc<std::sync::atomic::AtomicBool>,
     proxy: Option<tokio::task::JoinHandle<()>>,
     refused: Arc<Mutex<Denied>>,
 }
@@ -64,9 +66,11 @@ impl Handover {
                 .unwrap_or((None, None));
             // The recorder waits in the kernel for the child's calls for as long as it lives:
             // on the blocking pool.
-            let watcher = listener
-                .zip(writable)
-                .map(|(l, w)| tokio::task::spawn_blocking(move || denials::watch(l, &w)));
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let watcher = listener.zip(writable).map(|(l, w)| {
+                let stop = stop.clone();
+                tokio::task::spawn_blocking(move || denials::watch(l, &w, &stop))
+            });
             let refused = Arc::new(Mutex::new(Denied::default()));
             let proxy = proxy.zip(allow).map(|(p, a)| {
                 tokio::spawn(super::egress::serve(
@@ -77,6 +81,7 @@ impl Handover {
             });
             Served {
                 watcher,
+                stop,
                 proxy,
                 refused,
             }
@@ -97,10 +102,17 @@ impl Serving {
             p.abort();
         }
         let mut denied = match served.watcher {
-            // Done once no process of the tree is left.
-            Some(w) => match tokio::time::timeout(wait, w).await {
+            // Done once no process of the tree is left; told to stop where one is left that
+            // cannot end (the tree's end says so), and then done within its next look.
+            Some(mut w) => match tokio::time::timeout(wait, &mut w).await {
                 Ok(Ok(d)) => d,
-                _ => Denied::default(),
+                Ok(Err(_)) => Denied::default(),
+                Err(_) => {
+                    served
+                        .stop
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    w.await.unwrap_or_default()
+                }
             },
             None => Denied::default(),
         };

@@ -80,6 +80,8 @@ struct ChildImage {
     /// proxy's listener, for that process; and how that process ended, for runner to read once
     /// it has reaped the child (-1: not known).
     runner_pidfd: RawFd,
+    /// The write end of [`Launched::done`]'s pipe (-1: none).
+    done: RawFd,
     program_stack: usize,
     proxy: std::sync::atomic::AtomicIsize,
     program_status: std::sync::atomic::AtomicI32,
@@ -126,6 +128,10 @@ pub(crate) struct Launched {
     status: OwnedFd,
     /// The image and the stack, until the child no longer uses them.
     memory: Option<(Box<ChildImage>, Stack)>,
+    /// In a pid namespace: readable once the program has ended (the child, the namespace's
+    /// first process, ends after it, but only once every process of the namespace is gone,
+    /// which a process stuck in the kernel may keep from ever happening).
+    done: Option<AsyncFd<OwnedFd>>,
 }
 
 /// Who waits for a launched child.
@@ -190,6 +196,15 @@ pub(crate) fn launch(
         && runner_pidfd() >= 0;
     let confine = confine.in_pid_namespace(pidns);
     let failed = LaunchError::Failed;
+    // In a pid namespace: a pipe the child writes to once its program has ended.
+    let done = if pidns {
+        Some(
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(|e| failed(e.into()))?,
+        )
+    } else {
+        None
+    };
     let (program, argv, env, cwd) = exec_strings(program, args, env, cwd)?;
     // Read only after the child has exited, when it holds either nothing or the error number.
     let (status_rx, status_tx) =
@@ -218,6 +233,7 @@ pub(crate) fn launch(
         join_len: join.len(),
         join_from: 0,
         runner_pidfd: if pidns { runner_pidfd() } else { -1 },
+        done: done.as_ref().map_or(-1, |(_, tx)| tx.as_raw_fd()),
         program_stack: 0,
         proxy: std::sync::atomic::AtomicIsize::new(-1),
         program_status: std::sync::atomic::AtomicI32::new(-1),
@@ -240,7 +256,28 @@ pub(crate) fn launch(
         }
     };
     drop(status_tx);
-    watched(pid, pidfd, status_rx, (image, stack), waiter)
+    let done = match done {
+        Some((rx, tx)) => {
+            drop(tx);
+            // SAFETY: the descriptor is owned by the `AsyncFd` and stays open as long as it does.
+            match unsafe { AsyncFd::register_with_interest(rx, tokio::io::Interest::READABLE) } {
+                Ok(rx) => Some(rx),
+                Err(e) => {
+                    // SAFETY: signalling and reaping the child just created; its memory is
+                    // let go of only then.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, std::ptr::null_mut(), 0);
+                    }
+                    return Err(failed(e.into()));
+                }
+            }
+        }
+        None => None,
+    };
+    let mut launched = watched(pid, pidfd, status_rx, (image, stack), waiter)?;
+    launched.done = done;
+    Ok(launched)
 }
 
 /// The child's program, argument vector (the program first), environment (`KEY=value`) and
@@ -365,6 +402,7 @@ fn watched(
             pidfd: None,
             status,
             memory: Some(memory),
+            done: None,
         });
     }
     if pidfd < 0 {
@@ -397,6 +435,7 @@ fn watched(
             pidfd: Some(pidfd),
             status,
             memory: Some(memory),
+            done: None,
         }),
         Err(e) => {
             // Not to be waited for asynchronously: end the child, reap it, and only then let go
@@ -445,9 +484,44 @@ impl Launched {
             let Some(pidfd) = &self.pidfd else {
                 return self.wait_blocking();
             };
+            if let Some(done) = &self.done {
+                let program_ended = tokio::select! {
+                    guard = pidfd.readable() => {
+                        guard?.clear_ready();
+                        false
+                    }
+                    guard = done.readable() => {
+                        guard?.clear_ready();
+                        true
+                    }
+                };
+                if program_ended {
+                    return self.program_ended().await;
+                }
+                continue;
+            }
             let mut guard = pidfd.readable().await?;
             guard.clear_ready();
         }
+    }
+
+    /// The program in the child's pid namespace has ended: how, as the child recorded it. The
+    /// child ends once the namespace is empty, normally at once, and is reaped then; one that
+    /// does not end soon (a process of the namespace stuck in the kernel) is left, with its
+    /// memory, and whatever is stuck is the tree's end to deal with.
+    async fn program_ended(&mut self) -> io::Result<ExitStatus> {
+        let raw = self.memory.as_ref().map_or(-1, |(image, _)| {
+            image
+                .program_status
+                .load(std::sync::atomic::Ordering::Acquire)
+        });
+        self.done = None;
+        if let Ok(Ok(status)) =
+            tokio::time::timeout(std::time::Duration::from_secs(2), Box::pin(self.wait())).await
+        {
+            return Ok(status);
+        }
+        Ok(ExitStatus::from_raw(if raw >= 0 { raw } else { 127 << 8 }))
     }
 
     /// Wait for the child to exit and reap it, blocking this thread.
@@ -691,6 +765,7 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
             image.inherit.unwrap_or(-1),
             image.confine.ruleset,
             image.confine.record,
+            image.done,
         ];
         close_all_but(keep);
         if image.confine.pidns {
@@ -739,8 +814,9 @@ fn init(image: &ChildImage) -> ! {
     }
     // SAFETY: raw system calls on this process's own descriptors and a local.
     unsafe {
-        // Nothing of the item's is this process's to keep open.
-        sys(libc::SYS_close_range, [0, u32::MAX as usize, 0, 0]);
+        // Nothing of the item's is this process's to keep open: only the pipe that tells
+        // runner the program has ended.
+        close_all_but_done(image.done);
         let mut status: i32 = 0;
         loop {
             let r = sys(
@@ -763,6 +839,10 @@ fn init(image: &ChildImage) -> ! {
         image
             .program_status
             .store(status, std::sync::atomic::Ordering::Release);
+        sys(
+            libc::SYS_write,
+            [image.done as usize, b"x".as_ptr() as usize, 1, 0],
+        );
         let code = if libc::WIFEXITED(status) {
             libc::WEXITSTATUS(status)
         } else {
@@ -830,7 +910,7 @@ fn run_program(image: &ChildImage) -> ! {
 
 /// Close every descriptor from 3 up but those of `keep` (-1: none), with `close_range` (Linux
 /// 5.9; where the kernel lacks it, `execve` closes them as before). Raw system calls only.
-fn close_all_but(mut keep: [RawFd; 4]) {
+fn close_all_but(mut keep: [RawFd; 5]) {
     keep.sort_unstable();
     let mut from: usize = 3;
     for fd in keep {
@@ -846,6 +926,20 @@ fn close_all_but(mut keep: [RawFd; 4]) {
     }
     // SAFETY: as above.
     unsafe { sys(libc::SYS_close_range, [from, u32::MAX as usize, 0, 0]) };
+}
+
+/// Close every descriptor but `done`. Raw system calls only.
+fn close_all_but_done(done: RawFd) {
+    // SAFETY: closing descriptors of the child's own table.
+    unsafe {
+        if done > 0 {
+            sys(libc::SYS_close_range, [0, done as usize - 1, 0, 0]);
+        }
+        sys(
+            libc::SYS_close_range,
+            [(done + 1).max(0) as usize, u32::MAX as usize, 0, 0],
+        );
+    }
 }
 
 /// Report the error of a failed step (a negative system call result) and end the child.
@@ -866,93 +960,16 @@ fn fail(status: RawFd, r: isize) -> ! {
     loop {}
 }
 
-/// Set or clear `FD_CLOEXEC` on `fd`, a descriptor this process owns (the lease, made
-/// inheritable for one child at a time under the spawn lock).
-pub(super) fn set_cloexec(fd: i32, on: bool) {
-    // SAFETY: fcntl on a descriptor this process owns; no memory is touched.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags >= 0 {
-            let flags = if on {
-                flags | libc::FD_CLOEXEC
-            } else {
-                flags & !libc::FD_CLOEXEC
-            };
-            libc::fcntl(fd, libc::F_SETFD, flags);
-        }
-    }
-}
-
-/// Ignore SIGXFSZ in runner itself: under a file-size limit (`ulimit -f`) a write past it then
-/// fails (`EFBIG`) and is reported as a full disk is — a log not written whole, a report that
-/// could not be written, exit 4 — rather than killing runner with nothing said and temporary
-/// files left. Children get the default disposition back ([`launch`]).
-pub(crate) fn ignore_file_size_signal() {
-    // SAFETY: setting a signal's disposition to ignore installs no handler; nothing else of the
-    // process depends on SIGXFSZ.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-    }
-}
-
-/// For a helper (git) the standard library starts: it dies with runner (a parent-death signal,
-/// SIGKILL), so a helper blocked for ever — a FIFO in place of a file git opens — never
-/// outlives a runner that was killed or stopped while it waited. The child checks that runner
-/// is still its parent after asking, so a runner that died in between is no race.
-pub(super) fn die_with_parent(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the hook runs in the forked child before `execve` and makes only `prctl`,
-    // `getppid` and `_exit` calls, all async-signal-safe, with no allocation.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                libc::_exit(137);
-            }
-            Ok(())
-        });
-    }
-}
-
-/// For a child the standard library starts: move it into the cgroups whose `cgroup.procs`
-/// files are open as `join` before it runs its program, as [`launch`] does. (The hook makes the
-/// standard library fork rather than use `posix_spawn`; only children that join a cgroup pay
-/// for that.)
-pub(super) fn join_before_exec(cmd: &mut tokio::process::Command, join: Vec<RawFd>) {
-    if join.is_empty() {
-        return;
-    }
-    // SAFETY: the hook runs in the forked child before `execve` and makes only `write` calls on
-    // descriptors the child inherited, with a static buffer.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &join {
-                if libc::write(fd, b"0".as_ptr().cast(), 1) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
 mod clone3;
 mod confine;
+mod hooks;
 mod sys;
 pub(crate) use confine::{
     Confine, confine_before_exec, landlock_abi_version, not_dumpable, probe_namespaces,
     probe_pid_namespace,
 };
+pub(crate) use hooks::ignore_file_size_signal;
+pub(super) use hooks::{die_with_parent, join_before_exec, set_cloexec};
 use sys::sys;
 
 #[cfg(test)]

@@ -144,8 +144,9 @@ pub(crate) fn inside_item() -> Option<String> {
         .and_then(|p| p.file_name().map(|n| n.to_os_string()));
     let mut pid = std::process::id();
     for _ in 0..4096 {
+        // Pid 1 too: in an item's pid namespace, the namespace's first process is runner's.
         match parent_of(pid) {
-            Some(p) if p > 1 => pid = p,
+            Some(p) if p >= 1 => pid = p,
             _ => return None,
         }
         // Its program: where `exe` leads, or — where a confined item may not follow that link
