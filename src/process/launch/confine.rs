@@ -631,69 +631,43 @@ pub(crate) fn probe_pid_namespace() -> bool {
     if !cfg!(target_arch = "x86_64") {
         return false;
     }
-    let confine = Confine::new(-1, true, false);
-    // SAFETY: the forked children make raw system calls on their own memory only and exit.
-    unsafe {
-        let pid = libc::fork();
-        if pid < 0 {
-            return false;
+    in_forked_child(|| {
+        let confine = Confine::new(-1, true, false);
+        let r = namespaces(&confine);
+        if r < 0 {
+            return r;
         }
-        if pid == 0 {
-            let mut r = namespaces(&confine);
-            if r >= 0 {
-                r = sys(
-                    libc::SYS_unshare,
-                    [(libc::CLONE_NEWPID | libc::CLONE_NEWNS) as usize, 0, 0, 0],
-                );
-            }
-            if r >= 0 {
-                let init = libc::fork() as isize;
-                if init == 0 {
-                    let mounted = sys(
-                        libc::SYS_mount,
-                        [
-                            0,
-                            c"/".as_ptr() as usize,
-                            0,
-                            (libc::MS_REC | libc::MS_SLAVE) as usize,
-                        ],
-                    ) >= 0
-                        && own_proc(&Confine::new(-1, true, false).in_pid_namespace(true)) >= 0;
-                    sys(libc::SYS_exit_group, [usize::from(!mounted), 0, 0, 0]);
-                }
-                let mut status = 0i32;
-                r = if init > 0
-                    && sys(
-                        libc::SYS_wait4,
-                        [
-                            init as usize,
-                            std::ptr::from_mut(&mut status) as usize,
-                            0,
-                            0,
-                        ],
-                    ) == init
-                    && status == 0
-                {
-                    0
-                } else {
-                    -1
-                };
-            }
-            sys(libc::SYS_exit_group, [usize::from(r < 0), 0, 0, 0]);
-            #[expect(
-                clippy::empty_loop,
-                reason = "`exit_group` does not return; nothing else may run in the child"
-            )]
-            loop {}
+        // SAFETY: raw system calls of the forked child on its own memory.
+        let r = unsafe {
+            sys(
+                libc::SYS_unshare,
+                [(libc::CLONE_NEWPID | libc::CLONE_NEWNS) as usize, 0, 0, 0],
+            )
+        };
+        if r < 0 {
+            return r;
         }
-        let mut status = 0;
-        while libc::waitpid(pid, &mut status, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                return false;
+        // The namespace's first process: the child's own child.
+        let mounted = in_forked_child(|| {
+            // SAFETY: a raw system call on the child's own mount namespace.
+            let r = unsafe {
+                sys(
+                    libc::SYS_mount,
+                    [
+                        0,
+                        c"/".as_ptr() as usize,
+                        0,
+                        (libc::MS_REC | libc::MS_SLAVE) as usize,
+                    ],
+                )
+            };
+            if r < 0 {
+                return r;
             }
-        }
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
-    }
+            own_proc(&Confine::new(-1, true, false).in_pid_namespace(true))
+        });
+        if mounted { 0 } else { -1 }
+    })
 }
 
 /// Whether a child can get the namespaces of its own `userns` and `netns` say: tried in a
@@ -703,6 +677,11 @@ pub(crate) fn probe_namespaces(userns: bool, netns: bool) -> bool {
         return false;
     }
     let confine = Confine::new(-1, userns, netns);
+    in_forked_child(|| confine_self(&confine))
+}
+
+/// Run `step` in a forked child, which ends at once: whether it succeeded (returned 0 or more).
+fn in_forked_child(step: impl Fn() -> isize) -> bool {
     // SAFETY: the forked child makes raw system calls on its own memory only and exits.
     unsafe {
         let pid = libc::fork();
@@ -710,7 +689,7 @@ pub(crate) fn probe_namespaces(userns: bool, netns: bool) -> bool {
             return false;
         }
         if pid == 0 {
-            let r = confine_self(&confine);
+            let r = step();
             sys(libc::SYS_exit_group, [usize::from(r < 0), 0, 0, 0]);
             #[expect(
                 clippy::empty_loop,
