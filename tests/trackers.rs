@@ -296,6 +296,53 @@ fn an_issue_no_repository_takes_is_held_unroutable_and_listed() {
     );
 }
 
+/// An issue whose labels map to two repositories is not run in either: it is held
+/// `unroutable`, naming both, rather than run in whichever label came first.
+#[test]
+fn an_issue_whose_labels_map_to_two_repositories_is_held_naming_both() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(
+        json!([
+            issue(1, "For web", &["runner", "area:web"]),
+            issue(2, "For both", &["runner", "area:web", "area:api"])
+        ]),
+        "true",
+        "    labels: {\"area:web\": web, \"area:api\": api}\n",
+    );
+    common::repo(&t.root.join("web"));
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        manifest.replace(
+            "repositories: [{path: api}]",
+            "repositories: [{path: api}, {path: web}]",
+        ),
+    )
+    .unwrap();
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    let item = |id: &str| {
+        plan["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {id}: {plan:#}"))
+    };
+    assert_eq!(item("issue-1")["repo"], "web", "{plan:#}");
+    let two = item("issue-2");
+    assert_eq!(two["state"], "held", "{two:#}");
+    assert_eq!(two["reason"], "unroutable", "{two:#}");
+    let detail = two["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("`web`") && detail.contains("`api`"),
+        "{two:#}"
+    );
+}
+
 #[test]
 fn a_tracker_past_its_timeout_is_unreadable() {
     if !forge_runs() {

@@ -235,8 +235,9 @@ fn place(spec: &SourceSpec, it: &SourceItem, repos: &[&str], out: &mut Routed) {
     }
 }
 
-/// The repository an item goes to: the one it names, else the one the first of its labels in
-/// the source's `labels` maps to, else the source's `repo`. `Err` says why none.
+/// The repository an item goes to: the one it names, else the one its labels in the source's
+/// `labels` map to (labels that map to two repositories are an error: which was meant is not
+/// guessed), else the source's `repo`. `Err` says why none.
 fn destination(spec: &SourceSpec, it: &SourceItem, repos: &[&str]) -> Result<String, String> {
     let declared = |name: &str| repos.contains(&name);
     if let Some(r) = &it.repo {
@@ -246,11 +247,27 @@ fn destination(spec: &SourceSpec, it: &SourceItem, repos: &[&str]) -> Result<Str
             Err(format!("it names repository `{r}`, which is not declared"))
         };
     }
-    if let Some((label, r)) = it
+    let mapped: Vec<(&String, &String)> = it
         .labels
         .iter()
-        .find_map(|l| spec.labels.get(l).map(|r| (l, r)))
-    {
+        .filter_map(|l| spec.labels.get(l).map(|r| (l, r)))
+        .collect();
+    let mut targets: Vec<&String> = mapped.iter().map(|(_, r)| *r).collect();
+    targets.sort();
+    targets.dedup();
+    if targets.len() > 1 {
+        // Which one was meant is not runner's to guess.
+        let named: Vec<String> = mapped
+            .iter()
+            .map(|(l, r)| format!("`{l}` to `{r}`"))
+            .collect();
+        return Err(format!(
+            "its labels map it to {} repositories: {}",
+            targets.len(),
+            named.join(", ")
+        ));
+    }
+    if let Some(&(label, r)) = mapped.first() {
         return if declared(r) {
             Ok(r.clone())
         } else {
