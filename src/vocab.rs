@@ -127,6 +127,9 @@ pub enum RunEnding {
     Drained,
     /// No item was ever found; never reported as drained.
     NothingFound,
+    /// A tracker source could not be read, and nothing else was there to run: never reported
+    /// as nothing found.
+    Unreadable,
     /// The consecutive-halt guard fired.
     Stalled,
     Cancelled,
@@ -145,6 +148,7 @@ impl RunEnding {
         match self {
             RunEnding::Drained => "drained",
             RunEnding::NothingFound => "nothing-found",
+            RunEnding::Unreadable => "unreadable",
             RunEnding::Stalled => "stalled",
             RunEnding::Cancelled => "cancelled",
             RunEnding::Paused => "paused",

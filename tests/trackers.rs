@@ -343,6 +343,56 @@ fn an_issue_whose_labels_map_to_two_repositories_is_held_naming_both() {
     );
 }
 
+/// A GitLab source whose `glab api` call fails (an expired token: HTTP 401) is unreadable:
+/// `plan` and `apply` name it with glab's own words and never say that nothing was found. A
+/// failed read of one issue's notes fails the whole read: no item is worked on a cut brief.
+#[test]
+fn a_failed_glab_call_is_a_failed_read_never_an_empty_one() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(json!([]), "true", "");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml"))
+        .unwrap()
+        .replace("sources/github.sh", "sources/gitlab.sh")
+        .replace("acme/api", "grp/api");
+    std::fs::write(t.root.join("m.yaml"), manifest).unwrap();
+    let issues = json!({"grp/api": {"issues": [issue(1, "Fix the login loop", &["runner"])]}});
+    for (fail, words) in [
+        (
+            json!({"api": "glab: 401 Unauthorized (the token expired)"}),
+            "401 Unauthorized",
+        ),
+        (
+            json!({"api projects/grp%2Fapi/issues/1/notes": "glab: 502 Bad Gateway"}),
+            "502 Bad Gateway",
+        ),
+    ] {
+        t.set_state(&json!({"repos": issues, "fail": fail}));
+        let (code, plan, err) = t.plan();
+        assert_eq!(code, Some(1), "{words}: {err}\n{plan:#}");
+        assert!(
+            err.contains(words) && err.contains("could not be read"),
+            "{err}"
+        );
+        let table = stdout(&t.run(&["plan", "m.yaml"]));
+        assert!(
+            table.contains("source `issue` could not be read") && !table.contains("no items found"),
+            "{table}"
+        );
+        let out = t.apply(&[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("run ended: unreadable"), "{err}");
+        assert!(!err.contains("nothing-found"), "{err}");
+        let report = latest_report(&t.root.join("runner-reports"));
+        assert_eq!(report["ending"], "unreadable", "{report:#}");
+        let summary =
+            std::fs::read_to_string(t.root.join("runner-reports/latest/summary.md")).unwrap();
+        assert!(!summary.contains("nothing-found"), "{summary}");
+    }
+}
+
 #[test]
 fn a_tracker_past_its_timeout_is_unreadable() {
     if !forge_runs() {

@@ -31,13 +31,17 @@ runner pushed review round $RUNNER_REVIEW_ROUND: $(git log -1 --format='%h %s' "
     fi
     ;;
 state)
-    # Comments on lines of the diff come from the REST API (every page), one object a line.
-    path=${RUNNER_PR_URL#https://*/}
+    # Comments on lines of the diff come from the REST API (every page), one object a line, asked
+    # of the host the pull request is on (a GitHub Enterprise one too). The answer is read whole
+    # first: a failed call fails the read, never gives no comments.
+    url=${RUNNER_PR_URL#https://}
+    host=${url%%/*}
+    path=${url#*/}
     repo=${path%/pull/*}
     number=${path##*/pull/}
-    RUNNER_LINE_COMMENTS="[$(gh api "repos/$repo/pulls/$number/comments" --paginate \
-        --jq '.[] | {author: (.user.login // "ghost"), at: (.created_at // ""), body: .body, path: .path, line: (.line // .original_line)}' |
-        paste -sd, -)]"
+    lines=$(gh api --hostname "$host" "repos/$repo/pulls/$number/comments" --paginate \
+        --jq '.[] | {author: (.user.login // "ghost"), at: (.created_at // ""), body: .body, path: .path, line: (.line // .original_line)}')
+    RUNNER_LINE_COMMENTS="[$(printf '%s\n' "$lines" | grep -v '^$' | paste -sd, -)]"
     export RUNNER_LINE_COMMENTS
     exec gh pr view "$RUNNER_PR_URL" --json state,reviewDecision,headRefOid,statusCheckRollup,reviews,comments --jq '
         def verdict: if .__typename == "StatusContext" then (.state // "")

@@ -39,23 +39,31 @@ runner pushed review round $RUNNER_REVIEW_ROUND: $(git log -1 --format='%h %s' "
         fi
         printf '%s\n' "$RUNNER_PR_URL"
     else
-        target=$(glab api "projects/$project" | jq -r '.default_branch')
-        glab api -X POST "projects/$project/merge_requests" -f "source_branch=$branch" \
-            -f "target_branch=$target" -f "title=$RUNNER_PR_TITLE" -f "description=$description" |
-            jq -r '.web_url'
+        # Each answer read whole before it is parsed: a failed call fails, never prints `null`.
+        found=$(glab api "projects/$project")
+        target=$(printf '%s' "$found" | jq -er '.default_branch')
+        created=$(glab api -X POST "projects/$project/merge_requests" -f "source_branch=$branch" \
+            -f "target_branch=$target" -f "title=$RUNNER_PR_TITLE" -f "description=$description")
+        printf '%s' "$created" | jq -er '.web_url'
     fi
     ;;
 state)
     mr=$(glab api "projects/$project/merge_requests/$(iid)")
-    notes=$(glab api --paginate "projects/$project/merge_requests/$(iid)/notes?sort=asc&order_by=created_at&per_page=100" |
-        jq -s 'add // []')
+    pages=$(glab api --paginate "projects/$project/merge_requests/$(iid)/notes?sort=asc&order_by=created_at&per_page=100")
+    notes=$(printf '%s' "$pages" | jq -s 'add // []')
     printf '%s' "$mr" | jq --argjson notes "$notes" '
         {schema: "runner.pr/v1",
-         state: ({"opened": "open", "merged": "merged", "closed": "closed", "locked": "closed"}[.state] // "open"),
+         # A state or pipeline status not known here is an error, never taken for another.
+         state: ({"opened": "open", "merged": "merged", "closed": "closed", "locked": "closed"}[.state]
+                 // error("unknown merge request state `\(.state)`")),
          review: (if .detailed_merge_status == "requested_changes" then "changes-requested"
                   elif (.approved // false) then "approved" else "none" end),
-         checks: ({"success": "passing", "failed": "failing", "canceled": "failing",
-                   "running": "pending", "pending": "pending", "created": "pending"}[.head_pipeline.status // ""] // "none"),
+         checks: (if .head_pipeline == null then "none"
+                  else ({"success": "passing", "failed": "failing", "canceled": "failing",
+                         "running": "pending", "pending": "pending", "created": "pending",
+                         "waiting_for_resource": "pending", "preparing": "pending",
+                         "scheduled": "pending", "manual": "pending", "skipped": "none"}[.head_pipeline.status]
+                        // error("unknown pipeline status `\(.head_pipeline.status)`")) end),
          head: .sha,
          comments: [$notes[] | select((.system | not) and (.body | contains("runner:writeback") | not))
                     | {author: .author.username, at: .created_at, body: .body}

@@ -22,22 +22,43 @@ usage() {
     echo "usage: gitlab.sh list PROJECT [LABEL] | gitlab.sh writeback PROJECT" >&2
     exit 2
 }
+# A failed call ends the script with what it was doing and glab's own words: never an empty
+# list, never a note posted without knowing the notes already there.
+said=$(mktemp)
+trap 'rm -f "$said"' EXIT
+fail() {
+    echo "gitlab.sh: $*" >&2
+    exit 1
+}
+# `api WHAT ARGS...`: `glab api ARGS...`, its answer on standard output.
+api() {
+    what=$1
+    shift
+    glab api "$@" 2> "$said" || fail "$what: $(tr '\n' ' ' < "$said")"
+}
 [ $# -ge 2 ] || usage
 what=$1
 # The project's path, URL-encoded as the API takes it (group%2Fproject).
 project=$(printf '%s' "$2" | jq -sRr @uri)
 notes() {
-    # Every page, as one array.
-    glab api --paginate "projects/$project/issues/$1/notes?sort=asc&order_by=created_at&per_page=100" |
-        jq -s 'add // []'
+    # Every page, as one array; read whole before it is parsed, so that a failed page fails.
+    pages=$(api "cannot read the notes of issue $1 of $2" --paginate \
+        "projects/$project/issues/$1/notes?sort=asc&order_by=created_at&per_page=100") || exit 1
+    printf '%s' "$pages" | jq -s 'add // []'
 }
 case $what in
 list)
     label=$(printf '%s' "${3:-runner}" | jq -sRr @uri)
-    issues=$(glab api --paginate "projects/$project/issues?state=opened&labels=$label&per_page=100" | jq -s 'add // []')
-    printf '%s' "$issues" | jq -r '.[].iid' | while read -r iid; do
-        notes "$iid" | jq -c --arg iid "$iid" '{iid: ($iid | tonumber), notes: .}'
-    done | jq -s --argjson issues "$issues" '
+    pages=$(api "cannot list the issues of $2" --paginate \
+        "projects/$project/issues?state=opened&labels=$label&per_page=100") || exit 1
+    issues=$(printf '%s' "$pages" | jq -s 'add // []')
+    by_issue=
+    for iid in $(printf '%s' "$issues" | jq -r '.[].iid'); do
+        these=$(notes "$iid" "$2") || exit 1
+        by_issue="$by_issue$(printf '%s' "$these" | jq -c --arg iid "$iid" '{iid: ($iid | tonumber), notes: .}')
+"
+    done
+    printf '%s' "$by_issue" | jq -s --argjson issues "$issues" '
         (map({key: (.iid | tostring), value: .notes}) | from_entries) as $notes
         | {schema: "runner.items/v1",
            items: [$issues[] | {id: .iid, title: .title, body: (.description // ""), url: .web_url,
@@ -47,13 +68,15 @@ list)
     ;;
 writeback)
     issue=$RUNNER_SOURCE_ID
-    glab api -X PUT "projects/$project/issues/$issue" \
+    api "cannot label issue $issue of $2" -X PUT "projects/$project/issues/$issue" \
         -f "add_labels=$RUNNER_WRITEBACK_LABEL" -f "remove_labels=$RUNNER_WRITEBACK_UNLABEL" > /dev/null
     if [ -n "${RUNNER_WRITEBACK_BODY:-}" ] && [ -s "$RUNNER_WRITEBACK_BODY" ]; then
-        if notes "$issue" | jq -r '.[].body' | grep -qF "runner:writeback key=$RUNNER_WRITEBACK_KEY -->"; then
+        existing=$(notes "$issue" "$2") || exit 1
+        if printf '%s' "$existing" | jq -r '.[].body' | grep -qF "runner:writeback key=$RUNNER_WRITEBACK_KEY -->"; then
             exit 0
         fi
-        glab api -X POST "projects/$project/issues/$issue/notes" -f "body=$(cat "$RUNNER_WRITEBACK_BODY")" > /dev/null
+        api "cannot post on issue $issue of $2" -X POST "projects/$project/issues/$issue/notes" \
+            -f "body=$(cat "$RUNNER_WRITEBACK_BODY")" > /dev/null
     fi
     ;;
 *) usage ;;

@@ -295,8 +295,19 @@ pub(crate) fn render_table(plan: &Plan, display_path: &str) -> String {
             out.push_str(&format!("  repository `{}`: {note}\n", r.name));
         }
     }
+    for s in &plan.unreadable_sources {
+        out.push_str(&format!(
+            "  source `{}` could not be read: {}\n",
+            s.name, s.detail
+        ));
+    }
     if plan.items.is_empty() {
-        out.push_str("no items found\n");
+        // A source that could not be read may have had items: never "none found" then.
+        out.push_str(if plan.unreadable_sources.is_empty() {
+            "no items found\n"
+        } else {
+            "no items: a source could not be read\n"
+        });
         return out;
     }
     if count(ItemState::Pending) > 0 {

@@ -188,6 +188,14 @@ impl<'s> Drain<'s> {
                 .unwrap_or(crate::manifest::DEFAULT_STALL_AFTER),
             clone_errors: cx.clone_errors.clone(),
             nothing_found: cx.plan.items.is_empty(),
+            unreadable: (!cx.plan.unreadable_sources.is_empty()).then(|| {
+                cx.plan
+                    .unreadable_sources
+                    .iter()
+                    .map(|s| format!("source `{}` could not be read: {}", s.name, s.detail))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
             paused: cx.paused.clone(),
             budget: cx.budget.clone(),
             estimates: cx.plan.estimates(),

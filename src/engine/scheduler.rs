@@ -168,6 +168,9 @@ pub(crate) struct Setup {
     pub clone_errors: HashMap<String, String>,
     /// The plan holds no item at all.
     pub nothing_found: bool,
+    /// The sources that could not be read, and why (`source `issue`: …`): with no item, the
+    /// run ends `unreadable`, never `nothing-found`.
+    pub unreadable: Option<String>,
     /// The manifest was paused when the run started (by whom, when, why): it ends `paused`.
     pub paused: Option<String>,
     /// What the run may spend: once the workers' reported cost reaches it, nothing new is
@@ -206,6 +209,7 @@ pub(crate) struct Scheduler {
     /// Repositories whose failed clone the stall guard has heard of.
     clone_seen: HashSet<String>,
     nothing_found: bool,
+    unreadable: Option<String>,
     running: HashMap<usize, String>,
     /// Items resting between attempts: their repository, and until when.
     resting: HashMap<usize, (String, Instant)>,
@@ -247,6 +251,7 @@ impl Scheduler {
             clone_errors: s.clone_errors,
             clone_seen: HashSet::new(),
             nothing_found: s.nothing_found,
+            unreadable: s.unreadable.clone(),
             running: HashMap::new(),
             resting: HashMap::new(),
             busy: HashSet::new(),
@@ -809,6 +814,8 @@ impl Scheduler {
             (RunEnding::Budget, Some(b))
         } else if let Some(p) = self.paused {
             (RunEnding::Paused, Some(p))
+        } else if let Some(u) = self.unreadable.clone().filter(|_| self.nothing_found) {
+            (RunEnding::Unreadable, Some(u))
         } else if self.nothing_found {
             (
                 RunEnding::NothingFound,

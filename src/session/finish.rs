@@ -129,6 +129,11 @@ fn verdict(
             ),
         ),
         RunEnding::Failed => (EXIT_INTERNAL, "runner could not continue".into()),
+        RunEnding::Unreadable => (
+            EXIT_FAILURES,
+            unreadable_line(&report.unreadable_sources)
+                .unwrap_or_else(|| "a source could not be read".into()),
+        ),
         RunEnding::Paused => {
             let cause = report.cause.as_deref().unwrap_or("no reason given");
             let what = if cause.starts_with("host paused") {

@@ -14,6 +14,7 @@ fn setup(repos: &[u8], workers: u32) -> Setup {
         stall_after: 3,
         clone_errors: HashMap::new(),
         nothing_found: repos.is_empty(),
+        unreadable: None,
         paused: None,
         budget: None,
         estimates: Vec::new(),
