@@ -93,7 +93,21 @@ fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
     let (_, plan, _) = t.plan_with(&["--rerun", "rejected"]);
     assert_eq!(item_of(&plan, "issue-2")["state"], "pending", "{plan:#}");
     assert_eq!(item_of(&plan, "issue-1")["state"], "done", "{plan:#}");
-    // A state that cannot be read is never taken as merged or closed.
+    // A state that cannot be read is never taken as merged or closed; nor is one read without
+    // its line comments (their own call failed): a partial read is a failed read.
+    let mut state = t.state();
+    state["fail"] = json!({"api": "HTTP 502: Server Error (line comments)"});
+    t.set_state(&state);
+    let (_, plan, err) = t.plan();
+    for id in ["issue-1", "issue-2", "issue-3"] {
+        let it = item_of(&plan, id);
+        assert_eq!(it["state"], "held", "{id}: {it:#} {err}");
+        assert_eq!(it["reason"], "pr-unknown");
+        assert!(
+            it["detail"].as_str().unwrap().contains("line comments"),
+            "{it:#}"
+        );
+    }
     let mut state = t.state();
     state["fail"] = json!({"pr view": "HTTP 502: Server Error"});
     t.set_state(&state);
