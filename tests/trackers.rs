@@ -393,6 +393,32 @@ fn a_failed_glab_call_is_a_failed_read_never_an_empty_one() {
     }
 }
 
+/// `gh issue list` gives an issue's first 100 comments and no more: the source pages the rest,
+/// so the maintainer's correction in comment 105 reaches the brief, which says how many
+/// comments it holds.
+#[test]
+fn every_comment_reaches_the_brief_past_the_first_hundred() {
+    if !forge_runs() {
+        return;
+    }
+    let mut one = issue(1, "Rename the flag", &["runner"]);
+    let mut comments: Vec<Value> = (1..=104)
+        .map(|k| json!({"author": "ann", "body": format!("note {k}"), "createdAt": format!("2026-11-01T10:{:02}:{:02}Z", k / 60, k % 60)}))
+        .collect();
+    comments.push(json!({"author": "maintainer", "body": "FINAL: call it --dry", "createdAt": "2026-11-02T10:00:00Z"}));
+    one["comments"] = json!(comments);
+    let t = Tracker::new(json!([one]), r#"cp "$RUNNER_BRIEF" brief.md"#, "");
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let brief = common::git(&t.root.join("api"), &["show", "runner/issue-1:brief.md"]);
+    assert!(brief.contains("## 105 comments, oldest first"), "{brief}");
+    assert!(
+        brief.contains("note 1\n") && brief.contains("note 104"),
+        "{brief}"
+    );
+    assert!(brief.contains("FINAL: call it --dry"), "{brief}");
+}
+
 #[test]
 fn a_tracker_past_its_timeout_is_unreadable() {
     if !forge_runs() {

@@ -11,7 +11,8 @@
 #
 # `list OWNER/REPO [LABEL]` prints the open issues carrying LABEL (default `runner`) as
 # `runner.items/v1` JSON (`runner schema --items`), every page of them (`gh` follows the pages up
-# to `--limit`), comments oldest first as GitHub gives them. It only reads.
+# to `--limit`), comments oldest first as GitHub gives them, every one of them (an issue with
+# more than 100 has the rest read page by page; a failed page fails the read). It only reads.
 #
 # `writeback OWNER/REPO` tells issue $RUNNER_SOURCE_ID what became of its item: it sets the label
 # $RUNNER_WRITEBACK_LABEL, takes off those of $RUNNER_WRITEBACK_UNLABEL the issue has, and posts
@@ -31,9 +32,23 @@ case $what in
 list)
     label=${3:-runner}
     limit=${RUNNER_SOURCE_LIMIT:-10000}
-    exec gh issue list --repo "$repo" --label "$label" --state open --limit "$limit" \
-        --json number,title,body,url,labels,comments \
-        --jq '{schema: "runner.items/v1", items: [.[] | {id: .number, title: .title, body: (.body // ""), url: .url, labels: [.labels[].name], comments: [.comments[] | {author: (.author.login // "ghost"), at: .createdAt, body: .body}]}]}'
+    listed=$(gh issue list --repo "$repo" --label "$label" --state open --limit "$limit" \
+        --json number,title,body,url,labels,comments)
+    # `gh issue list` gives each issue's first 100 comments and no more: an issue with 100 has
+    # its comments read again, every page of them (REST). A page that fails fails the read:
+    # no item is worked on a cut brief.
+    more='{}'
+    for n in $(printf '%s' "$listed" | jq -r '.[] | select((.comments | length) >= 100) | .number'); do
+        all=$(gh api --paginate "repos/$repo/issues/$n/comments?per_page=100" \
+            --jq '.[] | {author: (.user.login // "ghost"), at: .created_at, body: .body}')
+        more=$(printf '%s\n' "$all" | jq -s --arg n "$n" --argjson more "$more" '$more + {($n): .}')
+    done
+    printf '%s' "$listed" | jq --argjson more "$more" '
+        {schema: "runner.items/v1",
+         items: [.[] | {id: .number, title: .title, body: (.body // ""), url: .url,
+                        labels: [.labels[].name],
+                        comments: ($more[.number | tostring]
+                                   // [.comments[] | {author: (.author.login // "ghost"), at: .createdAt, body: .body}])}]}'
     ;;
 writeback)
     issue=$RUNNER_SOURCE_ID

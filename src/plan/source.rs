@@ -343,9 +343,11 @@ pub fn brief(it: &SourceItem) -> String {
     out.push('\n');
     let comments: Vec<&Comment> = it.grooming().collect();
     if !comments.is_empty() {
-        out.push_str(
-            "\n## Comments, oldest first (where a later one corrects an earlier one, the later one stands)\n",
-        );
+        out.push_str(&format!(
+            "\n## {} comment{}, oldest first (where a later one corrects an earlier one, the later one stands)\n",
+            comments.len(),
+            if comments.len() == 1 { "" } else { "s" }
+        ));
         for c in comments {
             let at = if c.at.is_empty() {
                 String::new()
