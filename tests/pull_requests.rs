@@ -95,31 +95,23 @@ fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
     assert_eq!(item_of(&plan, "issue-1")["state"], "done", "{plan:#}");
     // A state that cannot be read is never taken as merged or closed; nor is one read without
     // its line comments (their own call failed): a partial read is a failed read.
-    let mut state = t.state();
-    state["fail"] = json!({"api": "HTTP 502: Server Error (line comments)"});
-    t.set_state(&state);
-    let (_, plan, err) = t.plan();
-    for id in ["issue-1", "issue-2", "issue-3"] {
-        let it = item_of(&plan, id);
-        assert_eq!(it["state"], "held", "{id}: {it:#} {err}");
-        assert_eq!(it["reason"], "pr-unknown");
-        assert!(
-            it["detail"].as_str().unwrap().contains("line comments"),
-            "{it:#}"
-        );
-    }
-    let mut state = t.state();
-    state["fail"] = json!({"pr view": "HTTP 502: Server Error"});
-    t.set_state(&state);
-    let (_, plan, err) = t.plan();
-    for id in ["issue-1", "issue-2", "issue-3"] {
-        let it = item_of(&plan, id);
-        assert_eq!(it["state"], "held", "{id}: {it:#} {err}");
-        assert_eq!(it["reason"], "pr-unknown");
-        assert!(
-            it["detail"].as_str().unwrap().contains("HTTP 502"),
-            "{it:#}"
-        );
+    for (fail, words) in [
+        (
+            json!({"api": "HTTP 502: Server Error (line comments)"}),
+            "line comments",
+        ),
+        (json!({"pr view": "HTTP 502: Server Error"}), "HTTP 502"),
+    ] {
+        let mut state = t.state();
+        state["fail"] = fail;
+        t.set_state(&state);
+        let (_, plan, err) = t.plan();
+        for id in ["issue-1", "issue-2", "issue-3"] {
+            let it = item_of(&plan, id);
+            assert_eq!(it["state"], "held", "{id}: {it:#} {err}");
+            assert_eq!(it["reason"], "pr-unknown");
+            assert!(it["detail"].as_str().unwrap().contains(words), "{it:#}");
+        }
     }
     let out = t.apply(&[]);
     let err = stderr(&out);
