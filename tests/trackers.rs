@@ -419,6 +419,45 @@ fn every_comment_reaches_the_brief_past_the_first_hundred() {
     assert!(brief.contains("FINAL: call it --dry"), "{brief}");
 }
 
+/// An outcome told before (the same key: a rerun that changed nothing again) is not commented
+/// twice, but its labels are set all the same: the issue never stays `runner:working` with
+/// nothing running.
+#[test]
+fn an_outcome_told_before_still_sets_the_labels() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(json!([issue(1, "Tidy up", &["runner"])]), "true", "");
+    let labels = |t: &Tracker| -> Vec<String> {
+        t.state()["repos"]["acme/api"]["issues"][0]["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect()
+    };
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        labels(&t).contains(&"runner:done".to_string()),
+        "{:?}",
+        labels(&t)
+    );
+    let out = t.apply(&["--rerun", "all"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let now = labels(&t);
+    assert!(
+        now.contains(&"runner:done".to_string()) && !now.contains(&"runner:working".to_string()),
+        "{now:?}"
+    );
+    let ours = t.state()["repos"]["acme/api"]["issues"][0]["comments"]
+        .as_array()
+        .map_or(0, |c| {
+            c.iter().filter(|c| c["author"] == "runner-bot").count()
+        });
+    assert_eq!(ours, 1, "the same outcome is told once");
+}
+
 #[test]
 fn a_tracker_past_its_timeout_is_unreadable() {
     if !forge_runs() {

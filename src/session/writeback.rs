@@ -309,7 +309,24 @@ fn work(
                         let _ = ledger.set_writeback_job(manifest, key, &json);
                     }
                 }
-                Ok(false) => continue,
+                Ok(false) => {
+                    // Told before (by this run or an earlier one): not commented again, but the
+                    // labels still say where the item stands now (a `started` since set
+                    // `runner:working`).
+                    let labels_only = Job {
+                        key: None,
+                        comment: String::new(),
+                        ..job.clone()
+                    };
+                    if let Err(e) = run(loaded, &labels_only, logs).map_err(|e| redactor.redact(&e))
+                    {
+                        failed.push(format!(
+                            "{}/{}: the labels for source `{}` ({}) were not set; the next run sets them: {e}",
+                            job.repo, job.item, job.target.source, job.event
+                        ));
+                    }
+                    continue;
+                }
                 Err(e) => {
                     failed.push(format!(
                         "{}/{}: the write-back ({}) was not made: {e}",
