@@ -579,3 +579,40 @@ fn with_the_network_open_the_same_worker_reaches_every_host() {
     assert!(log.contains("around: allowed-host"), "{log}");
     assert!(report["items"][0].get("denied").is_none(), "{report}");
 }
+
+/// A path the worker names is its to choose: one with terminal escapes, denied, reaches
+/// runner's console line and `summary.md` shown as text, never as a sequence the terminal obeys.
+#[test]
+fn a_denied_path_with_terminal_escapes_is_shown_as_text() {
+    if !kernel_confines() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    repo(&r.join("a"));
+    std::fs::write(
+        r.join("m.yaml"),
+        format!(
+            "version: 1\nname: esc\nrepositories: [{{path: a}}]\nworker: {{run: 'echo x > \"{}/$(printf \"\\033]0;pwned\\007\\033[2J\")evil\" ; true'}}\nitems: [{{repo: a, id: e1}}]\nsandbox: {{mode: required}}\n",
+            r.display()
+        ),
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("the sandbox denied its worker"), "{err}");
+    assert!(err.contains("evil"), "{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    let summary = std::fs::read_to_string(r.join("runner-reports/latest/summary.md")).unwrap();
+    assert!(summary.contains("evil"), "{summary}");
+    assert!(
+        !summary.contains('\u{1b}') && !summary.contains('\u{7}'),
+        "{summary:?}"
+    );
+}

@@ -10,6 +10,7 @@ pub mod term;
 
 use crate::events::Event;
 use crate::plan::{ItemState, Plan};
+use crate::support::text::printable;
 use crate::vocab::{GateResult, WorkerClass};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::HashMap;
@@ -318,9 +319,10 @@ impl Progress {
                 more,
                 ..
             } => {
+                // The path is the worker's to choose: shown as text.
                 let first = accesses
                     .first()
-                    .map(|a| format!("{} {}", a.access, a.path))
+                    .map(|a| format!("{} {}", a.access, printable(&a.path)))
                     .unwrap_or_default();
                 let others = accesses.len() as u64 - 1 + more;
                 self.line(&format!(
