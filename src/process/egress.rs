@@ -51,6 +51,15 @@ pub fn proxy_env() -> Vec<(String, String)> {
 /// The longest request head read before a request is refused.
 const MAX_HEAD: usize = 16 * 1024;
 
+/// Connections one item's proxy serves at once; past them, a new one is refused at once.
+const MAX_CONNECTIONS: usize = 64;
+
+/// The answer to a connection past [`MAX_CONNECTIONS`].
+const TOO_MANY: &str = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 37\r\nConnection: close\r\n\r\nrunner: too many connections at once\n";
+
+/// How long a client may take to send its request's head.
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How long a connection to an allowed host may take to open.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -71,7 +80,17 @@ pub async fn serve(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, _)) = accepted else {
+                    // Out of descriptors, say: the next try after a pause, not a spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                };
+                if tasks.len() >= MAX_CONNECTIONS {
+                    // Each connection holds a descriptor of runner's: an item may not take
+                    // them all (runner's ledger, logs and other items need theirs).
+                    let _ = stream.try_write(TOO_MANY.as_bytes());
+                    continue;
+                }
                 let allow = allow.clone();
                 let denied = denied.clone();
                 tasks.spawn(async move {
@@ -92,7 +111,10 @@ async fn one(
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 4096];
     let end = loop {
-        let n = client.read(&mut buf).await?;
+        let Ok(n) = tokio::time::timeout(HEAD_TIMEOUT, client.read(&mut buf)).await else {
+            return Ok(());
+        };
+        let n = n?;
         if n == 0 {
             return Ok(());
         }
@@ -222,6 +244,7 @@ async fn refuse(client: &mut tokio::net::TcpStream, status: u16, why: &str) -> s
         403 => "Forbidden",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
+        503 => "Service Unavailable",
         _ => "Gateway Timeout",
     };
     let body = format!("runner: {why}\n");
@@ -236,6 +259,35 @@ async fn refuse(client: &mut tokio::net::TcpStream, status: u16, why: &str) -> s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker that opens connection after connection, sending nothing, holds no more than
+    /// [`MAX_CONNECTIONS`] of runner's descriptors: the next is refused at once.
+    #[tokio::test]
+    async fn connections_past_the_limit_are_refused_at_once() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let allow = Arc::new(Allow::parse(&["127.0.0.1:1".to_string()]).unwrap());
+        let server = tokio::spawn(serve(listener, allow, Arc::default()));
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // Let the proxy take them all in.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut answer = String::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            extra.read_to_string(&mut answer),
+        )
+        .await;
+        assert!(
+            read.is_ok(),
+            "the connection past the limit was left waiting"
+        );
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+        server.abort();
+    }
 
     #[test]
     fn a_request_target_splits_into_host_and_port() {
