@@ -38,6 +38,7 @@ const ESCAPES: &[&str] = &[
     "git-main",
     "git-info",
     "shared-tmp",
+    "io-uring",
     "network",
 ];
 

@@ -54,6 +54,8 @@ try git-branch git branch planted-branch
 try git-tag git tag planted-tag
 try git-main sh -c "git update-ref refs/heads/main HEAD"
 try git-info sh -c "echo '*' >> '$root/a/.git/info/exclude'"
+# io_uring, whose requests would bypass the record of denied writes.
+try io-uring python3 -c 'import ctypes, sys; p = (ctypes.c_ubyte * 120)(); sys.exit(0 if ctypes.CDLL(None).syscall(425, 4, p) >= 0 else 1)'
 # Temporary files outside its own TMPDIR, and the network.
 try shared-tmp sh -c "echo x > /tmp/planted-by-a1-$$ && rm -f /tmp/planted-by-a1-$$"
 try network bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo hello >&3"
