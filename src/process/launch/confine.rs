@@ -173,6 +173,23 @@ pub(super) fn restrict_and_hand_over(c: &Confine, proxy: isize) -> isize {
     hand_over(c, listener, proxy)
 }
 
+/// In a mount namespace of its own: nothing mounted in it reaches the namespace it came from
+/// (every mount a slave of its peer there, recursively).
+fn private_mounts() -> isize {
+    // SAFETY: a raw system call on this process's own mount namespace, with a static string.
+    unsafe {
+        sys(
+            libc::SYS_mount,
+            [
+                0,
+                c"/".as_ptr() as usize,
+                0,
+                (libc::MS_REC | libc::MS_SLAVE) as usize,
+            ],
+        )
+    }
+}
+
 /// In a pid namespace of its own: a `/proc` of that namespace, so that it lists no process
 /// but the item's (the one it came with lists every process of the machine).
 fn own_proc(c: &Confine) -> isize {
@@ -211,6 +228,12 @@ fn namespaces(c: &Confine) -> isize {
             let r = sys(libc::SYS_unshare, [(user | net | mnt) as usize, 0, 0, 0]);
             if r < 0 {
                 return r;
+            }
+            if c.mounts() {
+                let r = private_mounts();
+                if r < 0 {
+                    return r;
+                }
             }
             for (file, text) in [
                 (c"/proc/self/setgroups", c"deny".to_bytes()),
@@ -262,18 +285,6 @@ fn read_only(c: &Confine) -> isize {
     let clear = [0u64, MOUNT_ATTR_RDONLY, 0, 0];
     // SAFETY: raw system calls with pointers into `c` and static strings.
     unsafe {
-        let r = sys(
-            libc::SYS_mount,
-            [
-                0,
-                c"/".as_ptr() as usize,
-                0,
-                (libc::MS_REC | libc::MS_SLAVE) as usize,
-            ],
-        );
-        if r < 0 {
-            return r;
-        }
         for path in &c.keep_writable {
             let r = sys(
                 libc::SYS_mount,
@@ -334,18 +345,6 @@ fn hide(c: &Confine) -> isize {
     });
     // SAFETY: raw system calls with pointers into `c` and static strings.
     unsafe {
-        let r = sys(
-            libc::SYS_mount,
-            [
-                0,
-                c"/".as_ptr() as usize,
-                0,
-                (libc::MS_REC | libc::MS_SLAVE) as usize,
-            ],
-        );
-        if r < 0 {
-            return r;
-        }
         for (path, source, fstype, flags) in files.chain(dirs) {
             let r = sys(
                 libc::SYS_mount,
@@ -649,18 +648,7 @@ pub(crate) fn probe_pid_namespace() -> bool {
         }
         // The namespace's first process: the child's own child.
         let mounted = in_forked_child(|| {
-            // SAFETY: a raw system call on the child's own mount namespace.
-            let r = unsafe {
-                sys(
-                    libc::SYS_mount,
-                    [
-                        0,
-                        c"/".as_ptr() as usize,
-                        0,
-                        (libc::MS_REC | libc::MS_SLAVE) as usize,
-                    ],
-                )
-            };
+            let r = private_mounts();
             if r < 0 {
                 return r;
             }
