@@ -226,11 +226,11 @@ impl ReportBuilder {
                             more: if i == last { *more } else { 0 },
                         }));
                     self.report.warnings.push(format!(
-                        "{}/{}: the sandbox denied its {process} {} write{} outside the item (listed under \"Denied by the sandbox\")",
+                        "{}/{}: the sandbox denied its {process} {} access{} outside the item (listed under \"Denied by the sandbox\")",
                         it.repo,
                         it.id,
                         accesses.len() as u64 + more,
-                        if accesses.len() as u64 + more == 1 { "" } else { "s" },
+                        if accesses.len() as u64 + more == 1 { "" } else { "es" },
                     ));
                 }
             }
