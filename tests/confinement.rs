@@ -566,6 +566,14 @@ fn an_allow_list_reaches_its_host_and_nothing_else() {
         err.contains("the sandbox denied its worker: connect 127.0.0.1:"),
         "{err}"
     );
+    // A refused host is an access denied, not a write.
+    assert!(
+        report["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("denied its worker 1 access outside the item")),
+        "{report}"
+    );
     let plan = report["containment"]["sandbox"]
         .as_str()
         .unwrap_or_default();
