@@ -172,6 +172,10 @@ pub enum Event {
         head: Option<String>,
         url: Option<String>,
         error: Option<String>,
+        /// The review feedback this publication answers (a review round's): the fingerprints
+        /// of the comments it was given and the head whose checks it saw.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered: Option<AnsweredFeedback>,
     },
     /// The item waited this long for its repository's lease, held by another process, before it
     /// started.
@@ -505,4 +509,14 @@ pub(crate) struct EventLine {
 pub(crate) fn events_schema_json() -> Result<String, serde_json::Error> {
     let schema = schemars::schema_for!(EventLine);
     Ok(serde_json::to_string_pretty(&schema)? + "\n")
+}
+
+/// The review feedback a round was given, kept so that the next drain starts a round only on
+/// feedback that is new.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AnsweredFeedback {
+    #[serde(default)]
+    pub comments: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }

@@ -234,7 +234,23 @@ fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human()
         issue_comments.contains("runner made review round 1 of the pull request"),
         "the issue is told of the round: {issue_comments}"
     );
-    // Still asking after the one round allowed: a person takes it from here.
+    // The decision stands, with nothing new since the round: the reviewer is waited for.
+    let (_, plan, err) = t.plan();
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "done", "{one:#} {err}");
+    assert!(
+        one["detail"]
+            .as_str()
+            .unwrap()
+            .contains("nothing new since review round 1; waiting for the reviewer"),
+        "{one:#}"
+    );
+    // The reviewer answers with a new comment, after the one round allowed: a person takes it
+    // from here.
+    let mut state = t.state();
+    let pr = &mut state["repos"]["acme/api"]["pulls"][0];
+    pr["reviews"].as_array_mut().unwrap().push(json!({"author": "rev", "body": "Still wrong.", "at": "2026-12-04T10:00:00Z", "state": "CHANGES_REQUESTED"}));
+    t.set_state(&state);
     let (_, plan, err) = t.plan();
     let one = item_of(&plan, "issue-1");
     assert_eq!(one["state"], "held", "{one:#} {err}");
@@ -243,6 +259,191 @@ fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human()
         one["detail"].as_str().unwrap().contains("pull/101"),
         "{one:#}"
     );
+}
+
+/// A tracker that cannot be read holds every item it gave: a review round pending on one of
+/// them is not run, nothing is pushed or written back, and every count says held.
+#[test]
+fn an_unreadable_tracker_holds_its_review_rounds_and_writes_nothing_back() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"]), issue(2, "Two", &["runner"])]),
+        r#"echo "$RUNNER_ITEM $RUNNER_RUN_ID" >> done.txt"#,
+        "",
+    );
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let api = t.root.join("api");
+    let tip = common::git(&api, &["rev-parse", "refs/heads/runner/issue-1"]);
+    // A review asks for changes on one, and then the tracker answers HTTP 500.
+    let mut state = t.state();
+    let pr = state["repos"]["acme/api"]["pulls"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|p| p["headRefName"] == "runner/issue-1")
+        .unwrap();
+    pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+    pr["reviews"] = json!([{"author": "rev", "body": "Rename it.", "at": "2026-12-03T10:00:00Z", "state": "CHANGES_REQUESTED"}]);
+    state["fail"] =
+        json!({"issue list": "HTTP 500: Internal Server Error (https://api.github.com/graphql)"});
+    t.set_state(&state);
+    let before = t.state();
+
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(1), "{err}");
+    for id in ["issue-1", "issue-2"] {
+        let it = item_of(&plan, id);
+        assert_eq!(it["state"], "held", "{it:#}");
+        assert_eq!(it["reason"], "source-unreadable", "{it:#}");
+    }
+    assert_eq!(plan["counts"]["held"], 2, "{plan:#}");
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the 2 items it gave last are held `source-unreadable`"),
+        "{err}"
+    );
+    let report = report_of(&err);
+    assert_eq!(report["counts"]["held"], 2, "{report:#}");
+    assert_eq!(report["unreadable_sources"][0]["held"], 2, "{report:#}");
+    for id in ["issue-1", "issue-2"] {
+        let it = report_item(&report, "id", id);
+        assert_eq!(it["outcome"], "held", "{it:#}");
+        assert_eq!(it["reason"], "source-unreadable", "{it:#}");
+        assert!(it.get("publish").is_none_or(Value::is_null), "{it:#}");
+    }
+    // Nothing ran, nothing was pushed, commented or labelled.
+    assert_eq!(
+        common::git(&api, &["rev-parse", "refs/heads/runner/issue-1"]),
+        tip
+    );
+    let mut after = t.state();
+    after["fail"] = before["fail"].clone();
+    assert_eq!(
+        after["repos"], before["repos"],
+        "the forge was not written to"
+    );
+    let summary = std::fs::read_to_string(report_dir(&err).join("summary.md")).unwrap();
+    assert!(!summary.contains("| completed"), "{summary}");
+}
+
+/// One review is one round: GitHub keeps "changes requested" after runner's push until the
+/// reviewer reviews again, and a standing decision is not a new request. A round that changed
+/// nothing says so, and is not a push.
+#[test]
+fn one_review_is_one_round_and_a_round_that_changed_nothing_is_not_a_push() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    // The first run does the work; a round answering "Say hello." adds a line, one answering
+    // anything else changes nothing.
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"])]),
+        r#"if [ -z "$RUNNER_FEEDBACK" ]; then echo work > done.txt; elif grep -q "Say hello" "$RUNNER_FEEDBACK"; then echo hello >> done.txt; fi"#,
+        "",
+    );
+    let api = t.root.join("api");
+    let origin = t.root.join("origin.git");
+    common::git(&t.root, &["init", "-q", "--bare", origin.to_str().unwrap()]);
+    common::git(&api, &["remote", "add", "origin", origin.to_str().unwrap()]);
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  review_rounds: 3\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let tip = common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1"]);
+    // One review asks for changes, with one comment.
+    let mut state = t.state();
+    let pr = &mut state["repos"]["acme/api"]["pulls"][0];
+    pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+    pr["headRefOid"] = json!(tip);
+    pr["reviews"] = json!([{"author": "rev", "body": "Say hello.", "at": "2026-12-03T10:00:00Z", "state": "CHANGES_REQUESTED"}]);
+    t.set_state(&state);
+    // One loop: one round, then nothing new to do (the decision stands).
+    let out = t.apply(&["--loop", "--max-rounds", "5"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let said: Vec<String> = t.state()["repos"]["acme/api"]["pulls"][0]["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["body"].as_str().unwrap().to_string())
+        .filter(|b| b.contains("review round"))
+        .collect();
+    assert_eq!(said.len(), 1, "one review, one round: {said:#?}\n{err}");
+    assert!(
+        said[0].contains("runner pushed review round 1"),
+        "{said:#?}"
+    );
+    let round_1 = common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1"]);
+    assert_ne!(round_1, tip, "round 1 pushed");
+    let (_, plan, _) = t.plan();
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "done", "{one:#}");
+    assert!(
+        one["detail"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for the reviewer"),
+        "{one:#}"
+    );
+    // A new comment the worker has nothing to do for: round 2 runs, changes nothing, pushes
+    // nothing, and says so.
+    let mut state = t.state();
+    let pr = &mut state["repos"]["acme/api"]["pulls"][0];
+    pr["headRefOid"] = json!(round_1);
+    pr["review_comments"] = json!([{"author": "rev", "body": "Why this name?", "path": "done.txt", "line": 1, "at": "2026-12-04T09:00:00Z"}]);
+    t.set_state(&state);
+    let (_, plan, _) = t.plan();
+    assert_eq!(item_of(&plan, "issue-1")["state"], "pending", "{plan:#}");
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report = report_of(&err);
+    let it = report_item(&report, "id", "issue-1");
+    assert_eq!(it["publish"]["pushed"], false, "nothing moved: {it:#}");
+    assert_eq!(
+        common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1"]),
+        round_1
+    );
+    let said: Vec<String> = t.state()["repos"]["acme/api"]["pulls"][0]["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["body"].as_str().unwrap().to_string())
+        .filter(|b| b.contains("review round"))
+        .collect();
+    assert_eq!(said.len(), 2, "{said:#?}");
+    assert!(
+        said[1].contains("review round 2 made no change to the branch"),
+        "{said:#?}"
+    );
+    let summary = std::fs::read_to_string(report_dir(&err).join("summary.md")).unwrap();
+    assert!(!summary.contains("pushed `runner/issue-1`"), "{summary}");
+    // And with nothing new since, nothing more.
+    let (_, plan, _) = t.plan();
+    assert_eq!(item_of(&plan, "issue-1")["state"], "done", "{plan:#}");
 }
 
 #[test]

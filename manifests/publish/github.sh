@@ -8,7 +8,8 @@
 # `pr BRANCH` opens the pull request of BRANCH ($RUNNER_PR_TITLE, the body in $RUNNER_PR_BODY,
 # which closes the item's issue when it names one), or, when an earlier run opened it
 # ($RUNNER_PR_URL), updates its body, and after a review round ($RUNNER_REVIEW_ROUND) says on
-# the pull request what the round pushed; it prints the pull request's URL.
+# the pull request what the round pushed, or that it changed nothing ($RUNNER_HEAD_MOVED=0);
+# it prints the pull request's URL.
 #
 # `state` prints where the pull request $RUNNER_PR_URL stands as `runner.pr/v1` JSON: `state`
 # (open, merged, closed), `review` (approved, changes-requested, none), `checks` (passing,
@@ -22,8 +23,13 @@ pr)
     if [ -n "${RUNNER_PR_URL:-}" ]; then
         gh pr edit "$RUNNER_PR_URL" --title "$RUNNER_PR_TITLE" --body-file "$RUNNER_PR_BODY" > /dev/null
         if [ -n "${RUNNER_REVIEW_ROUND:-}" ]; then
+            if [ "${RUNNER_HEAD_MOVED:-1}" = 1 ]; then
+                said="runner pushed review round $RUNNER_REVIEW_ROUND: $(git log -1 --format='%h %s' "refs/heads/$branch")"
+            else
+                said="runner's review round $RUNNER_REVIEW_ROUND made no change to the branch"
+            fi
             gh pr comment "$RUNNER_PR_URL" --body "<!-- runner:writeback round=$RUNNER_REVIEW_ROUND -->
-runner pushed review round $RUNNER_REVIEW_ROUND: $(git log -1 --format='%h %s' "refs/heads/$branch")" > /dev/null
+$said" > /dev/null
         fi
         printf '%s\n' "$RUNNER_PR_URL"
     else

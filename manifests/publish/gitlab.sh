@@ -9,8 +9,8 @@
 # `pr PROJECT BRANCH` opens the merge request of BRANCH into the project's default branch
 # ($RUNNER_PR_TITLE, the description in $RUNNER_PR_BODY, which closes the item's issue when it
 # names one), or, when an earlier run opened it ($RUNNER_PR_URL), updates its description, and
-# after a review round ($RUNNER_REVIEW_ROUND) says on it what the round pushed; it prints the
-# merge request's URL.
+# after a review round ($RUNNER_REVIEW_ROUND) says on it what the round pushed, or that it
+# changed nothing ($RUNNER_HEAD_MOVED=0); it prints the merge request's URL.
 #
 # `state PROJECT` prints where the merge request $RUNNER_PR_URL stands as `runner.pr/v1` JSON:
 # `state` (open, merged, closed), `review` (changes-requested when a reviewer asked for changes,
@@ -34,8 +34,13 @@ pr)
         glab api -X PUT "projects/$project/merge_requests/$(iid)" \
             -f "title=$RUNNER_PR_TITLE" -f "description=$description" > /dev/null
         if [ -n "${RUNNER_REVIEW_ROUND:-}" ]; then
+            if [ "${RUNNER_HEAD_MOVED:-1}" = 1 ]; then
+                said="runner pushed review round $RUNNER_REVIEW_ROUND: $(git log -1 --format='%h %s' "refs/heads/$branch")"
+            else
+                said="runner's review round $RUNNER_REVIEW_ROUND made no change to the branch"
+            fi
             glab api -X POST "projects/$project/merge_requests/$(iid)/notes" -f "body=<!-- runner:writeback round=$RUNNER_REVIEW_ROUND -->
-runner pushed review round $RUNNER_REVIEW_ROUND: $(git log -1 --format='%h %s' "refs/heads/$branch")" > /dev/null
+$said" > /dev/null
         fi
         printf '%s\n' "$RUNNER_PR_URL"
     else

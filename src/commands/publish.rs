@@ -109,6 +109,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
             head: outcome.head.clone(),
             url: outcome.url.clone(),
             error: outcome.error.clone(),
+            answered: None,
         };
         // Recorded with the run that completed the item: the next publish and apply see it.
         if let Err(e) = ledger

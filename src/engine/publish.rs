@@ -18,8 +18,10 @@ pub struct Request<'a> {
     pub branch: &'a str,
     /// The pull request an earlier run opened for the item.
     pub previous_url: Option<&'a str>,
-    /// The review round this publication answers (`RUNNER_REVIEW_ROUND`), when it does.
-    pub review_round: Option<u32>,
+    /// The review round this publication answers (`RUNNER_REVIEW_ROUND`), when it does, and
+    /// the commit the pull request's branch pointed at when the round started: the round
+    /// changed the branch (`RUNNER_HEAD_MOVED`) when the branch now points elsewhere.
+    pub review_round: Option<(u32, Option<String>)>,
     /// `RUNNER_PR_TITLE`, and the text of `RUNNER_PR_BODY`.
     pub title: String,
     pub body: String,
@@ -35,6 +37,8 @@ pub struct Request<'a> {
 /// What came of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
+    /// The remote's branch moved: created or fast-forwarded (never when it already pointed at
+    /// the commit).
     pub pushed: bool,
     /// The commit the branch pointed at.
     pub head: Option<String>,
@@ -64,7 +68,7 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
     if req.publish.push() {
         let (d, r, b) = (dir.clone(), remote.clone(), branch.clone());
         match tokio::task::spawn_blocking(move || crate::git::push_branch(&d, &r, &b)).await {
-            Ok(Ok(())) => out.pushed = true,
+            Ok(Ok(moved)) => out.pushed = moved,
             Ok(Err(e)) => {
                 out.error = Some(format!(
                     "pushing `{branch}` to `{remote}` failed; the branch is kept: {}",
@@ -119,8 +123,13 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
     if let Some(u) = req.previous_url {
         set("RUNNER_PR_URL", u.to_string());
     }
-    if let Some(n) = req.review_round {
+    if let Some((n, from)) = &req.review_round {
         set("RUNNER_REVIEW_ROUND", n.to_string());
+        let moved = from.is_none() || from != &out.head;
+        set(
+            "RUNNER_HEAD_MOVED",
+            if moved { "1" } else { "0" }.to_string(),
+        );
     }
     let fin = process::run(
         SpawnSpec {

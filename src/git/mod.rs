@@ -320,9 +320,21 @@ pub(crate) fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
 /// Push local branch `branch` of the repository at `dir` to the branch of the same name on
 /// `remote`, as a fast-forward (a push that would rewrite the remote's branch is rejected and
 /// reported, never forced). Credentials come from the user's git configuration; nothing prompts.
-pub(crate) fn push_branch(dir: &Path, remote: &str, branch: &str) -> Result<(), GitError> {
+/// Push `branch` to the same name on `remote`; `true` when the remote's branch moved (created or
+/// fast-forwarded), `false` when it already pointed there.
+pub(crate) fn push_branch(dir: &Path, remote: &str, branch: &str) -> Result<bool, GitError> {
     let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
-    checked(dir, &["push", "--porcelain", "--", remote, &spec]).map(|_| ())
+    let out = checked(dir, &["push", "--porcelain", "--", remote, &spec])?;
+    Ok(pushed_anything(&out))
+}
+
+/// Whether `git push --porcelain` moved a ref: each ref's line starts with its flag, `=` for
+/// one that was already up to date, ` ` `*` `+` for one that moved.
+fn pushed_anything(porcelain: &str) -> bool {
+    porcelain.lines().any(|l| {
+        l.split_once('\t')
+            .is_some_and(|(flag, _)| matches!(flag, " " | "*" | "+"))
+    })
 }
 
 /// Files changed in `dir` since `since` (committed or not), plus untracked files, relative to

@@ -374,6 +374,8 @@ pub struct Publication {
     pub url: Option<String>,
     /// How many times its pull request was updated since it was opened: its review rounds.
     pub rounds: u32,
+    /// The feedback its review rounds were given.
+    pub answered: crate::plan::pull::Answered,
 }
 
 pub(crate) fn publications_from(
@@ -389,13 +391,18 @@ pub(crate) fn publications_from(
             head,
             url,
             error: None,
+            answered,
             ..
         }) = serde_json::from_str::<Event>(&body)
         {
-            let rounds = match out.get(&(repo.clone(), item.clone())) {
-                Some(p) if p.url.is_some() && p.url == url => p.rounds + 1,
-                _ => 0,
+            let (rounds, mut seen) = match out.remove(&(repo.clone(), item.clone())) {
+                Some(p) if p.url.is_some() && p.url == url => (p.rounds + 1, p.answered),
+                _ => (0, Default::default()),
             };
+            if let Some(a) = answered {
+                seen.comments.extend(a.comments);
+                seen.heads.extend(a.head);
+            }
             out.insert(
                 (repo, item),
                 Publication {
@@ -403,6 +410,7 @@ pub(crate) fn publications_from(
                     head,
                     url,
                     rounds,
+                    answered: seen,
                 },
             );
         }

@@ -70,6 +70,19 @@ pub fn apply(
         if !matches!(it.state, ItemState::Pending | ItemState::Held) {
             continue;
         }
+        // A source that cannot be read holds every item it gave: what became of one is told,
+        // but nothing is decided for it (no round, no write-back) until the source answers.
+        if it.reason == Some(HoldReason::SourceUnreadable) {
+            if let Some(p) = past.get(&item_key(&manifest, it)) {
+                let last = format!(
+                    "; its last outcome: {} in run `{}`",
+                    p.outcome.as_str(),
+                    p.run_id
+                );
+                it.detail.get_or_insert_with(String::new).push_str(&last);
+            }
+            continue;
+        }
         if let Some(p) = past.get(&item_key(&manifest, it)) {
             let again = match p.outcome {
                 ItemOutcome::Completed => rerun == Some(Rerun::All),

@@ -124,6 +124,38 @@ pub struct PullRequest {
     pub comments: Vec<ReviewComment>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing_checks: Vec<FailingCheck>,
+    /// The feedback earlier review rounds were given: a round starts only on feedback that is
+    /// not in it.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub answered: Answered,
+}
+
+/// The feedback earlier review rounds of a pull request were given: the comments (by
+/// [`ReviewComment::fingerprint`]) and the heads whose failing checks they saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Answered {
+    pub comments: std::collections::BTreeSet<String>,
+    pub heads: std::collections::BTreeSet<String>,
+}
+
+impl ReviewComment {
+    /// What tells this comment from every other: its author, time, place and text.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in [
+            self.author.as_str(),
+            self.at.as_str(),
+            self.path.as_deref().unwrap_or(""),
+            &self.line.map(|l| l.to_string()).unwrap_or_default(),
+            self.body.as_str(),
+        ] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        crate::support::hex(&h.finalize()[..12])
+    }
 }
 
 impl PullRequest {
@@ -179,10 +211,50 @@ pub fn parse(text: &str) -> Result<PrDoc, String> {
 pub type Pulls = HashMap<(String, String), PullRequest>;
 
 impl PullRequest {
-    /// Whether the reviewers want more: changes requested, or a check failing.
+    /// The comments no earlier round was given, oldest first.
+    pub fn new_comments(&self) -> impl Iterator<Item = &ReviewComment> {
+        self.comments
+            .iter()
+            .filter(|c| !self.answered.comments.contains(&c.fingerprint()))
+    }
+
+    /// Checks failing on a head no earlier round saw them fail on.
+    pub fn new_failures(&self) -> bool {
+        self.checks == Checks::Failing
+            && self
+                .head
+                .as_ref()
+                .is_none_or(|h| !self.answered.heads.contains(h))
+    }
+
+    /// Whether the reviewers want more that no round has answered yet: a comment made since,
+    /// checks failing on a head no round saw fail, or changes requested before any round. A
+    /// decision that stands (GitHub keeps "changes requested" until the reviewer reviews again)
+    /// is not asked again.
     pub fn wants_a_round(&self) -> bool {
         self.state == PrStatus::Open
+            && (self.new_comments().next().is_some()
+                || self.new_failures()
+                || (self.review == Review::ChangesRequested && self.rounds == 0))
+    }
+
+    /// Changes asked or checks failing, but nothing new since the last round: the reviewer is
+    /// waited for.
+    pub fn waits_for_review(&self) -> bool {
+        self.state == PrStatus::Open
+            && !self.wants_a_round()
             && (self.review == Review::ChangesRequested || self.checks == Checks::Failing)
+    }
+
+    /// What a round answers, for the ledger: every comment it was given and the head it saw.
+    pub fn answering(&self) -> (Vec<String>, Option<String>) {
+        (
+            self.comments
+                .iter()
+                .map(ReviewComment::fingerprint)
+                .collect(),
+            self.head.clone(),
+        )
     }
 
     /// A review round's feedback: the review comments oldest first (with file and line where
@@ -193,9 +265,16 @@ impl PullRequest {
             self.url,
             self.describe()
         );
-        if !self.comments.is_empty() {
+        let answered = self.comments.len() - self.new_comments().count();
+        if answered > 0 {
+            out.push_str(&format!(
+                "\n{answered} earlier comment{} answered by earlier rounds; what is new since:\n",
+                if answered == 1 { " was" } else { "s were" }
+            ));
+        }
+        if self.new_comments().next().is_some() {
             out.push_str("\nReview comments, oldest first:\n");
-            for c in &self.comments {
+            for c in self.new_comments() {
                 let at = match (&c.path, c.line) {
                     (Some(p), Some(l)) => format!(" on {p}:{l}"),
                     (Some(p), None) => format!(" on {p}"),
@@ -240,7 +319,9 @@ pub fn overlay(
             continue;
         };
         it.pull_request = Some(Box::new(pr.clone()));
-        if matches!(it.state, ItemState::Skipped) {
+        // An item of a source that cannot be read stays held, whatever its pull request says.
+        if matches!(it.state, ItemState::Skipped) || it.reason == Some(HoldReason::SourceUnreadable)
+        {
             continue;
         }
         match pr.state {
@@ -299,6 +380,14 @@ pub fn overlay(
                     ));
                 }
             }
+            PrStatus::Open if pr.waits_for_review() && it.state == ItemState::Done => {
+                it.detail = Some(format!(
+                    "pull request {} ({}): nothing new since review round {}; waiting for the reviewer",
+                    pr.url,
+                    pr.describe(),
+                    pr.rounds
+                ));
+            }
             PrStatus::Open => {}
         }
     }
@@ -343,6 +432,7 @@ mod tests {
                 rounds,
                 comments: Vec::new(),
                 failing_checks: Vec::new(),
+                answered: Answered::default(),
             },
         )])
     }
@@ -391,9 +481,82 @@ mod tests {
         );
     }
 
+    fn comment(body: &str) -> ReviewComment {
+        ReviewComment {
+            author: "rev".into(),
+            at: "2026-12-03T10:00:00Z".into(),
+            body: body.into(),
+            path: None,
+            line: None,
+        }
+    }
+
+    #[test]
+    fn only_feedback_no_round_was_given_makes_a_round() {
+        let key = ("api".to_string(), "issue-1".to_string());
+        // Before any round, the decision alone asks for one.
+        let first = pr(PrStatus::Open, Review::ChangesRequested, Checks::None, 0);
+        assert_eq!(
+            after(ItemState::Done, &first, false),
+            (ItemState::Pending, None)
+        );
+        // After one, the standing decision with the same comment waits for the reviewer.
+        let mut standing = pr(PrStatus::Open, Review::ChangesRequested, Checks::None, 1);
+        let p = standing.get_mut(&key).unwrap();
+        p.comments = vec![comment("Rename it.")];
+        p.answered
+            .comments
+            .insert(comment("Rename it.").fingerprint());
+        assert_eq!(
+            after(ItemState::Done, &standing, false),
+            (ItemState::Done, None)
+        );
+        let mut plan = plan_with(ItemState::Done);
+        let completed = std::collections::HashSet::from([key.clone()]);
+        overlay(&mut plan, &standing, false, 2, &completed);
+        assert!(
+            plan.items[0]
+                .detail
+                .as_deref()
+                .unwrap()
+                .contains("waiting for the reviewer")
+        );
+        // A new comment is a round; its feedback holds only what is new.
+        let p = standing.get_mut(&key).unwrap();
+        p.comments.push(comment("Still wrong."));
+        assert_eq!(
+            after(ItemState::Done, &standing, false),
+            (ItemState::Pending, None)
+        );
+        let feedback = standing[&key].feedback();
+        assert!(feedback.contains("Still wrong."), "{feedback}");
+        assert!(!feedback.contains("Rename it."), "{feedback}");
+        assert!(
+            feedback.contains("1 earlier comment was answered"),
+            "{feedback}"
+        );
+        // Checks failing on a head a round already saw fail: not new; on another head: new.
+        let mut failing = pr(PrStatus::Open, Review::None, Checks::Failing, 1);
+        let p = failing.get_mut(&key).unwrap();
+        p.head = Some("abc".into());
+        p.answered.heads.insert("abc".into());
+        assert_eq!(
+            after(ItemState::Done, &failing, false),
+            (ItemState::Done, None)
+        );
+        failing.get_mut(&key).unwrap().head = Some("def".into());
+        assert_eq!(
+            after(ItemState::Done, &failing, false),
+            (ItemState::Pending, None)
+        );
+    }
+
     #[test]
     fn a_review_asking_for_changes_is_a_round_until_the_rounds_are_spent() {
-        let asks = pr(PrStatus::Open, Review::ChangesRequested, Checks::Passing, 1);
+        let mut asks = pr(PrStatus::Open, Review::ChangesRequested, Checks::Passing, 1);
+        for p in asks.values_mut() {
+            p.comments = vec![comment("Again.")];
+        }
         assert_eq!(
             after(ItemState::Done, &asks, false),
             (ItemState::Pending, None)
@@ -403,7 +566,10 @@ mod tests {
             after(ItemState::Done, &failing, false),
             (ItemState::Pending, None)
         );
-        let spent = pr(PrStatus::Open, Review::ChangesRequested, Checks::None, 2);
+        let mut spent = pr(PrStatus::Open, Review::ChangesRequested, Checks::None, 2);
+        for p in spent.values_mut() {
+            p.comments = vec![comment("Once more.")];
+        }
         assert_eq!(
             after(ItemState::Done, &spent, false),
             (ItemState::Held, Some(HoldReason::NeedsHuman))

@@ -298,6 +298,7 @@ impl ReportBuilder {
                 head,
                 url,
                 error,
+                ..
             } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.publish = Some(Box::new(PublishReport {

@@ -516,7 +516,11 @@ fn detail_of(it: &ItemReport) -> String {
         parts.push(match (&p.error, &p.url) {
             (Some(e), _) => format!("not published: {e}"),
             (None, Some(u)) => format!("pull request {u}"),
-            (None, None) => format!("pushed {} to {}", p.branch, p.remote),
+            (None, None) if p.pushed => format!("pushed {} to {}", p.branch, p.remote),
+            (None, None) => format!(
+                "{} on {} already where it was: nothing pushed",
+                p.branch, p.remote
+            ),
         });
     } else if let Some(pr) = &it.pull_request {
         parts.push(format!("pull request {}: {}", pr.describe(), pr.url));

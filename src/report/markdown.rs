@@ -170,7 +170,11 @@ fn row(it: &super::model::ItemReport) -> String {
         let what = match (&p.error, &p.url) {
             (Some(e), _) => format!("not published: {e}"),
             (None, Some(u)) => format!("pull request: {u}"),
-            (None, None) => format!("pushed `{}` to `{}`", p.branch, p.remote),
+            (None, None) if p.pushed => format!("pushed `{}` to `{}`", p.branch, p.remote),
+            (None, None) => format!(
+                "`{}` on `{}` already where it was: nothing pushed",
+                p.branch, p.remote
+            ),
         };
         append(&mut detail, &what);
     }

@@ -52,7 +52,8 @@ pub fn read(loaded: &LoadedManifest, plan: &Plan, ledger: Option<&Store>) -> Pul
                     };
                     let read = state_of(loaded, cmd, path, &key.0, &key.1, &p.branch, url)
                         .map_err(|e| redactor.redact(&e));
-                    let pr = answer(url, &p.head, p.rounds, read);
+                    let mut pr = answer(url, &p.head, p.rounds, read);
+                    pr.answered = p.answered.clone();
                     *answers[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(pr);
                 }
             });
@@ -88,6 +89,7 @@ fn answer(
             rounds,
             comments: doc.comments,
             failing_checks: doc.failing_checks,
+            answered: Default::default(),
         },
         Err(why) => PullRequest {
             url: url.to_string(),
@@ -100,6 +102,7 @@ fn answer(
             rounds,
             comments: Vec::new(),
             failing_checks: Vec::new(),
+            answered: Default::default(),
         },
     }
 }

@@ -195,6 +195,12 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
         .chain(&icx.eff.secrets_for(crate::manifest::SecretRole::Publish))
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
         .collect();
+    // A review round: the pull request as it stood when the round was planned.
+    let round = icx
+        .item
+        .pull_request
+        .as_deref()
+        .filter(|pr| pr.wants_a_round());
     let outcome = crate::engine::publish::publish(
         crate::engine::publish::Request {
             loaded: &cx.loaded,
@@ -204,12 +210,8 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
             item: &icx.item.id,
             branch,
             previous_url: cx.published.get(&icx.idx).map(String::as_str),
-            review_round: icx
-                .item
-                .pull_request
-                .as_ref()
-                .filter(|pr| pr.wants_a_round())
-                .map(|pr| pr.rounds + 1),
+            review_round: round
+                .map(|pr| (pr.rounds + 1, pr.head.clone().or_else(|| pr.pushed.clone()))),
             title: source.map_or_else(|| format!("runner: {}", icx.item.id), |s| s.title.clone()),
             body,
             env,
@@ -228,5 +230,9 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
         head: outcome.head,
         url: outcome.url,
         error: outcome.error,
+        answered: round.map(|pr| {
+            let (comments, head) = pr.answering();
+            crate::events::AnsweredFeedback { comments, head }
+        }),
     });
 }
