@@ -176,6 +176,18 @@ pub enum Event {
         /// of the comments it was given and the head whose checks it saw.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answered: Option<AnsweredFeedback>,
+        /// The tracker's item the work is for: its pull request is followed until merged or
+        /// closed, whether or not the tracker still lists the item.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<PublishedSource>,
+    },
+    /// A pull request of an item its tracker no longer lists was seen merged or closed: it is
+    /// not asked again.
+    PullRequestSettled {
+        item: ItemIndex,
+        url: String,
+        /// `merged` or `closed`.
+        state: String,
     },
     /// The item waited this long for its repository's lease, held by another process, before it
     /// started.
@@ -519,4 +531,16 @@ pub struct AnsweredFeedback {
     pub comments: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<String>,
+}
+
+/// The tracker's item a publication is for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PublishedSource {
+    /// The source's name.
+    pub name: String,
+    /// The tracker's id of the item.
+    pub id: String,
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }

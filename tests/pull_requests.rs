@@ -341,6 +341,145 @@ fn an_unreadable_tracker_holds_its_review_rounds_and_writes_nothing_back() {
     assert!(!summary.contains("| completed"), "{summary}");
 }
 
+/// Merging a pull request that closes its issue takes the issue off the tracker's open list:
+/// runner still follows the pull request it opened, sees it merged (done for good, said in
+/// `plan`, the report and `status`), and asks no more once it has. An issue closed before its
+/// item ran is dropped from the queue, named, never run.
+#[test]
+fn a_merged_pull_request_is_seen_merged_after_its_issue_closed() {
+    if !forge_runs() {
+        return;
+    }
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let t = Tracker::new(
+        json!([issue(1, "One", &["runner"]), issue(2, "Two", &["runner"])]),
+        r#"echo "$RUNNER_ITEM" >> done.txt"#,
+        "",
+    );
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+    let out = t.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Issue 1's pull request is merged, which closes the issue; issue 2 is closed by a person
+    // with its pull request still open; issue 3 comes and is closed before any run took it.
+    let mut state = t.state();
+    for pr in state["repos"]["acme/api"]["pulls"].as_array_mut().unwrap() {
+        if pr["headRefName"] == "runner/issue-1" {
+            pr["state"] = json!("MERGED");
+        }
+    }
+    state["repos"]["acme/api"]["issues"]
+        .as_array_mut()
+        .unwrap()
+        .push(issue(3, "Three", &["runner"]));
+    t.set_state(&state);
+    let (_, plan, _) = t.plan();
+    assert_eq!(item_of(&plan, "issue-3")["state"], "pending", "{plan:#}");
+    // `plan` changes nothing: the ledger still remembers the read before issue 3. A drain with
+    // no capacity for it records the read (issue 3 held paused).
+    let out = t.run(&["pause", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let _ = t.apply(&[]);
+    let out = t.run(&["resume", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut state = t.state();
+    for i in state["repos"]["acme/api"]["issues"].as_array_mut().unwrap() {
+        i["state"] = json!("closed");
+    }
+    t.set_state(&state);
+
+    let (code, plan, err) = t.plan();
+    assert_eq!(code, Some(0), "{err}");
+    let one = item_of(&plan, "issue-1");
+    assert_eq!(one["state"], "done", "{one:#}");
+    assert_eq!(one["pull_request"]["state"], "merged", "{one:#}");
+    assert!(
+        one["detail"]
+            .as_str()
+            .unwrap()
+            .contains("pull request merged"),
+        "{one:#}"
+    );
+    let two = item_of(&plan, "issue-2");
+    assert_eq!(two["state"], "done", "{two:#}");
+    assert_eq!(two["pull_request"]["state"], "open", "{two:#}");
+    assert!(
+        two["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no longer lists it; its pull request is followed"),
+        "{two:#}"
+    );
+    assert!(
+        !ids(&plan).contains(&"issue-3".to_string()),
+        "a closed issue that never ran is not queued: {plan:#}"
+    );
+    assert!(
+        err.contains("source `issue` no longer lists 1 item it gave last")
+            && err.contains("`issue-3`"),
+        "{err}"
+    );
+    assert_ne!(plan["ending"], "nothing-found");
+
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("pull request merged"), "{err}");
+    let report = report_of(&err);
+    let it = report_item(&report, "id", "issue-1");
+    assert_eq!(it["pull_request"]["state"], "merged", "{it:#}");
+    let out = t.run(&["status", "m.yaml"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("api/issue-1  merged  https://github.com/acme/api/pull/"),
+        "{text}"
+    );
+    // Merged is settled: the next drains ask no more of it, and never run it; issue 2's is
+    // still followed. A reviewer asking for changes on it gets no round: its issue is closed.
+    let mut state = t.state();
+    for pr in state["repos"]["acme/api"]["pulls"].as_array_mut().unwrap() {
+        if pr["headRefName"] == "runner/issue-1" {
+            pr["state"] = json!("OPEN");
+            pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+        }
+        if pr["headRefName"] == "runner/issue-2" {
+            pr["reviewDecision"] = json!("CHANGES_REQUESTED");
+        }
+    }
+    t.set_state(&state);
+    let (_, plan, _) = t.plan();
+    assert!(!ids(&plan).contains(&"issue-1".to_string()), "{plan:#}");
+    let two = item_of(&plan, "issue-2");
+    assert_eq!(two["state"], "done", "no round: {two:#}");
+    assert!(
+        two["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no review round is made"),
+        "{two:#}"
+    );
+    // Closed without merge: settled too.
+    let mut state = t.state();
+    for pr in state["repos"]["acme/api"]["pulls"].as_array_mut().unwrap() {
+        if pr["headRefName"] == "runner/issue-2" {
+            pr["state"] = json!("CLOSED");
+        }
+    }
+    t.set_state(&state);
+    let out = t.apply(&[]);
+    let err = stderr(&out);
+    assert!(err.contains("pull request closed"), "{err}");
+    let (_, plan, _) = t.plan();
+    assert!(ids(&plan).is_empty(), "{plan:#}");
+}
+
 /// One review is one round: GitHub keeps "changes requested" after runner's push until the
 /// reviewer reviews again, and a standing decision is not a new request. A round that changed
 /// nothing says so, and is not a push.

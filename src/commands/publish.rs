@@ -68,6 +68,19 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         let Some(branch) = &it.branch else { continue };
         let key = crate::plan::past::item_key(&name, it);
         let Some(past) = past.get(&key) else { continue };
+        // A tracker that cannot be read is not published for.
+        if it.reason == Some(crate::vocab::HoldReason::SourceUnreadable) {
+            ui.warn(format_args!(
+                "{}/{}: not published: {}",
+                it.repo,
+                it.id,
+                it.detail
+                    .as_deref()
+                    .unwrap_or("its source could not be read")
+            ));
+            failed += 1;
+            continue;
+        }
         if past.outcome != ItemOutcome::Completed {
             continue;
         }
@@ -110,6 +123,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
             url: outcome.url.clone(),
             error: outcome.error.clone(),
             answered: None,
+            source: crate::engine::publish::source_of(it),
         };
         // Recorded with the run that completed the item: the next publish and apply see it.
         if let Err(e) = ledger

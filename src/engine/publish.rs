@@ -170,6 +170,17 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
     out
 }
 
+/// The tracker's item `item` is, as a publication records it.
+pub fn source_of(item: &crate::plan::ItemPlan) -> Option<crate::events::PublishedSource> {
+    let s = item.source.as_ref()?;
+    Some(crate::events::PublishedSource {
+        name: s.name.clone(),
+        id: s.id.clone(),
+        title: s.title.clone(),
+        url: s.url.clone(),
+    })
+}
+
 /// The last http(s) URL in `text`.
 pub(crate) fn last_url(text: &str) -> Option<String> {
     text.split_whitespace()

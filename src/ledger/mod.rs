@@ -376,6 +376,11 @@ pub struct Publication {
     pub rounds: u32,
     /// The feedback its review rounds were given.
     pub answered: crate::plan::pull::Answered,
+    /// The tracker's item it is for, when one is.
+    pub source: Option<crate::events::PublishedSource>,
+    /// `merged` or `closed`, once its pull request was seen so after the tracker stopped
+    /// listing the item: it is not asked again.
+    pub settled: Option<String>,
 }
 
 pub(crate) fn publications_from(
@@ -386,14 +391,24 @@ pub(crate) fn publications_from(
         let (Some(repo), Some(item)) = (repo, item) else {
             continue;
         };
+        let event = serde_json::from_str::<Event>(&body);
+        if let Ok(Event::PullRequestSettled { url, state, .. }) = &event {
+            if let Some(p) = out.get_mut(&(repo.clone(), item.clone()))
+                && p.url.as_ref() == Some(url)
+            {
+                p.settled = Some(state.clone());
+            }
+            continue;
+        }
         if let Ok(Event::Published {
             branch,
             head,
             url,
             error: None,
             answered,
+            source,
             ..
-        }) = serde_json::from_str::<Event>(&body)
+        }) = event
         {
             let (rounds, mut seen) = match out.remove(&(repo.clone(), item.clone())) {
                 Some(p) if p.url.is_some() && p.url == url => (p.rounds + 1, p.answered),
@@ -411,6 +426,8 @@ pub(crate) fn publications_from(
                     url,
                     rounds,
                     answered: seen,
+                    source,
+                    settled: None,
                 },
             );
         }

@@ -318,6 +318,7 @@ pub fn overlay(
         let Some(pr) = pulls.get(&(it.repo.clone(), it.id.clone())) else {
             continue;
         };
+        let unlisted = it.source.as_ref().is_some_and(|s| s.unlisted);
         it.pull_request = Some(Box::new(pr.clone()));
         // An item of a source that cannot be read stays held, whatever its pull request says.
         if matches!(it.state, ItemState::Skipped) || it.reason == Some(HoldReason::SourceUnreadable)
@@ -330,7 +331,7 @@ pub fn overlay(
                 it.reason = None;
                 it.detail = Some(format!("pull request merged: {}", pr.url));
             }
-            PrStatus::Closed if rerun_rejected => {
+            PrStatus::Closed if rerun_rejected && !unlisted => {
                 it.state = ItemState::Pending;
                 it.reason = None;
                 it.detail = Some(format!(
@@ -353,6 +354,13 @@ pub fn overlay(
                     "the state of pull request {} cannot be read: {}",
                     pr.url,
                     pr.detail.as_deref().unwrap_or("no reason given")
+                ));
+            }
+            PrStatus::Open if pr.wants_a_round() && unlisted => {
+                it.detail = Some(format!(
+                    "pull request {} ({}); the source no longer lists the item, so no review round is made: a person takes it from here",
+                    pr.url,
+                    pr.describe()
                 ));
             }
             PrStatus::Open

@@ -127,6 +127,22 @@ pub struct SourceRead {
     pub items: Result<Vec<SourceItem>, String>,
     /// What it gave the last time a run read it (from the ledger), and how many.
     pub previous: Vec<SourceItem>,
+    /// Its items whose pull requests runner opened and has not seen merged or closed (from the
+    /// ledger): followed whether or not the source lists them now.
+    pub followed: Vec<Followed>,
+}
+
+/// An item of a source whose pull request is followed until it is merged or closed.
+#[derive(Clone, Debug, Default)]
+pub struct Followed {
+    pub repo: String,
+    /// The plan's id of the item (`<source>-<id>`).
+    pub item: String,
+    pub branch: String,
+    /// The tracker's id, title and link of the item.
+    pub source_id: String,
+    pub title: String,
+    pub url: Option<String>,
 }
 
 /// Where an item of a source is in the plan: the source, the tracker's id, and what the worker
@@ -144,6 +160,10 @@ pub struct SourceRef {
     #[serde(skip)]
     #[schemars(skip)]
     pub item: Option<Arc<SourceItem>>,
+    /// The source no longer lists the item (its issue was closed, or its label taken off): its
+    /// pull request is still followed until merged or closed, but no review round is made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unlisted: bool,
 }
 
 /// The items of every source, routed: those of a declared repository, and those held
@@ -177,14 +197,62 @@ pub(super) fn route(specs: &[SourceSpec], reads: &[SourceRead], repos: &[&str]) 
                 for it in items {
                     place(spec, it, repos, &mut out);
                 }
+                let listed: HashSet<String> = items.iter().map(|i| i.id.to_string()).collect();
+                let followed: Vec<&Followed> = read
+                    .followed
+                    .iter()
+                    .filter(|f| !listed.contains(&f.source_id))
+                    .collect();
+                for f in &followed {
+                    let mut plan = unlisted(spec, f);
+                    plan.state = ItemState::Done;
+                    plan.detail = Some(format!(
+                        "source `{}` no longer lists it; its pull request is followed until merged or closed",
+                        spec.name
+                    ));
+                    out.held.push(plan);
+                }
+                // What the source gave last and no longer lists, with nothing to follow: a
+                // closed issue whose item had not run is dropped, and said so.
+                let gone: Vec<String> = read
+                    .previous
+                    .iter()
+                    .filter(|p| !listed.contains(&p.id.to_string()))
+                    .filter(|p| !followed.iter().any(|f| f.source_id == p.id.to_string()))
+                    .map(|p| format!("`{}`", item_id(spec, p)))
+                    .collect();
+                if !gone.is_empty() {
+                    out.warnings.push(format!(
+                        "source `{}` no longer lists {} item{} it gave last (closed, or its label taken off): {}; not run",
+                        spec.name,
+                        gone.len(),
+                        if gone.len() == 1 { "" } else { "s" },
+                        gone.join(", ")
+                    ));
+                }
             }
             Err(why) => {
+                let given: HashSet<String> =
+                    read.previous.iter().map(|i| i.id.to_string()).collect();
+                let followed: Vec<&Followed> = read
+                    .followed
+                    .iter()
+                    .filter(|f| !given.contains(&f.source_id))
+                    .collect();
+                let held = read.previous.len() + followed.len();
                 out.unreadable.push(super::model::UnreadableSource {
                     name: spec.name.clone(),
                     detail: why.clone(),
-                    held: read.previous.len(),
+                    held,
                 });
-                out.warnings.push(match read.previous.len() {
+                for f in followed {
+                    let mut plan = unlisted(spec, f);
+                    plan.state = ItemState::Held;
+                    plan.reason = Some(HoldReason::SourceUnreadable);
+                    plan.detail = Some(format!("source `{}`: {why}", spec.name));
+                    out.held.push(plan);
+                }
+                out.warnings.push(match held {
                     0 => format!(
                         "source `{}` could not be read: {why}; no earlier run read items from it",
                         spec.name
@@ -288,6 +356,22 @@ fn destination(spec: &SourceSpec, it: &SourceItem, repos: &[&str]) -> Result<Str
     }
 }
 
+/// The plan's item for a followed item its source no longer lists.
+fn unlisted(spec: &SourceSpec, f: &Followed) -> ItemPlan {
+    ItemPlan {
+        branch: Some(f.branch.clone()),
+        source: Some(Box::new(SourceRef {
+            name: spec.name.clone(),
+            id: f.source_id.clone(),
+            title: f.title.clone(),
+            url: f.url.clone(),
+            item: None,
+            unlisted: true,
+        })),
+        ..ItemPlan::new(f.repo.clone(), f.item.clone(), Origin::Source)
+    }
+}
+
 /// `<source>-<id>`.
 fn item_id(spec: &SourceSpec, it: &SourceItem) -> String {
     format!("{}-{}", spec.name, it.id)
@@ -318,6 +402,7 @@ fn item_plan(spec: &SourceSpec, it: &SourceItem, repo: Option<String>) -> ItemPl
             title: it.title.clone(),
             url: it.url.clone(),
             item: Some(Arc::new(it.clone())),
+            unlisted: false,
         })),
         ..ItemPlan::new(repo, id, Origin::Source)
     }
@@ -420,6 +505,7 @@ mod tests {
             name: "gh".into(),
             items: Err("exit 1".into()),
             previous: vec![item(7, &[], None), item(8, &[], None)],
+            followed: Vec::new(),
         };
         let r = route(std::slice::from_ref(&s), &[read], &["api"]);
         assert!(r.by_repo.is_empty());
@@ -435,6 +521,7 @@ mod tests {
             name: "gh".into(),
             items: Ok(Vec::new()),
             previous: vec![item(7, &[], None)],
+            followed: Vec::new(),
         };
         let r = route(&[s], &[empty], &["api"]);
         assert!(r.warnings[0].contains("gave no item"), "{:?}", r.warnings);

@@ -284,6 +284,7 @@ impl ReportBuilder {
                         waited.as_millis() as u64;
                 }
             }
+            Event::PullRequestSettled { .. } => {}
             Event::LeaseWaited { item, waited } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.waited.get_or_insert_with(Default::default).lease_ms =

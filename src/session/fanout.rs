@@ -138,6 +138,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::ModelDemoted { item, .. }
         | Event::ModelRefused { item, .. }
         | Event::Published { item, .. }
+        | Event::PullRequestSettled { item, .. }
         | Event::LeaseWaited { item, .. }
         | Event::ResourceWaiting { item, .. }
         | Event::ResourceAcquired { item, .. }

@@ -677,6 +677,30 @@ pub fn planned(
 /// the report and in the event stream, as the engine's events are.
 fn record_plan_holds(ui: &Ui, plan: &Plan, sink: &mut Fanout) -> Result<(), i32> {
     for (i, it) in plan.items.iter().enumerate() {
+        // A pull request of an item its source no longer lists, seen merged or closed: settled,
+        // not asked again.
+        if let (Some(s), Some(pr)) = (&it.source, &it.pull_request)
+            && s.unlisted
+        {
+            let state = match pr.state {
+                crate::plan::pull::PrStatus::Merged => Some("merged"),
+                crate::plan::pull::PrStatus::Closed => Some("closed"),
+                _ => None,
+            };
+            if let Some(state) = state {
+                eprintln!(
+                    "runner: {}/{}: pull request {state}: {}",
+                    it.repo,
+                    it.id,
+                    crate::support::text::printable(&pr.url)
+                );
+                sink.record(&Event::PullRequestSettled {
+                    item: i,
+                    url: pr.url.clone(),
+                    state: state.to_string(),
+                });
+            }
+        }
         if it.state != ItemState::Held {
             continue;
         }

@@ -10,11 +10,31 @@ use std::time::Duration;
 /// Read every source of `loaded`. `ledger` (when there is one) tells what each gave before.
 pub fn read_all(loaded: &LoadedManifest, ledger: Option<&Store>) -> Vec<SourceRead> {
     let redactor = super::prepare::redactor(loaded);
+    let published = ledger
+        .and_then(|l| l.publications_of(&loaded.manifest.name).ok())
+        .unwrap_or_default();
     loaded
         .manifest
         .sources
         .iter()
         .map(|spec| {
+            // Its items with a pull request not yet seen merged or closed.
+            let mut followed: Vec<source::Followed> = published
+                .iter()
+                .filter(|(_, p)| p.url.is_some() && p.settled.is_none())
+                .filter_map(|((repo, item), p)| {
+                    let s = p.source.as_ref().filter(|s| s.name == spec.name)?;
+                    Some(source::Followed {
+                        repo: repo.clone(),
+                        item: item.clone(),
+                        branch: p.branch.clone(),
+                        source_id: s.id.clone(),
+                        title: s.title.clone(),
+                        url: s.url.clone(),
+                    })
+                })
+                .collect();
+            followed.sort_by(|a, b| (&a.repo, &a.item).cmp(&(&b.repo, &b.item)));
             let previous = ledger
                 .and_then(|l| l.source_items(&loaded.manifest.name, &spec.name).ok())
                 .flatten()
@@ -25,6 +45,7 @@ pub fn read_all(loaded: &LoadedManifest, ledger: Option<&Store>) -> Vec<SourceRe
                 name: spec.name.clone(),
                 items,
                 previous,
+                followed,
             }
         })
         .collect()

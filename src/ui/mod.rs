@@ -248,6 +248,9 @@ impl Progress {
                 ));
             }
             Event::ResourceAcquired { .. } => {}
+            Event::PullRequestSettled { item, url, state } => {
+                self.line(&format!("{} pull request {state}: {url}", self.name(*item)));
+            }
             Event::Published {
                 item,
                 branch,

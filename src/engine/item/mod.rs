@@ -234,5 +234,6 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
             let (comments, head) = pr.answering();
             crate::events::AnsweredFeedback { comments, head }
         }),
+        source: crate::engine::publish::source_of(icx.item),
     });
 }

@@ -831,7 +831,8 @@ impl Ledger for PgLedger {
         let rows = self.call(move |s| {
             let rows = s.client.query(
                 "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
-                  WHERE r.manifest = $1 AND e.body LIKE '{\"event\":\"published\"%'
+                  WHERE r.manifest = $1 AND (e.body LIKE '{\"event\":\"published\"%'
+                       OR e.body LIKE '{\"event\":\"pull-request-settled\"%')
                   ORDER BY e.id",
                 &[&m],
             )?;

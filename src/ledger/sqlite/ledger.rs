@@ -733,7 +733,8 @@ impl Ledger for SqliteLedger {
             .conn
             .prepare(
                 "SELECT e.repo, e.item, e.body FROM events e JOIN runs r ON r.id = e.run_id
-                 WHERE r.manifest = ?1 AND e.body LIKE '{\"event\":\"published\"%'
+                 WHERE r.manifest = ?1 AND (e.body LIKE '{\"event\":\"published\"%'
+                       OR e.body LIKE '{\"event\":\"pull-request-settled\"%')
                  ORDER BY e.rowid",
             )
             .map_err(|e| self.err(e))?;
