@@ -9,6 +9,10 @@
 #       branch: "runner/{item}"
 #   env: {pass: [PATH, HOME, GH_TOKEN]}  # or `gh auth login` beforehand
 #
+# A repository is `OWNER/REPO` on the host `gh` works with (github.com, or $GH_HOST), or
+# `HOST/OWNER/REPO` on a GitHub Enterprise host: every call, the REST ones too, goes to that host.
+# An Enterprise host needs GH_HOST (or `gh auth login --hostname HOST`) and GH_ENTERPRISE_TOKEN.
+#
 # `list OWNER/REPO [LABEL]` prints the open issues carrying LABEL (default `runner`) as
 # `runner.items/v1` JSON (`runner schema --items`), every page of them (`gh` follows the pages up
 # to `--limit`), comments oldest first as GitHub gives them, every one of them (an issue with
@@ -28,6 +32,11 @@ usage() {
 [ $# -ge 2 ] || usage
 what=$1
 repo=$2
+# The host, for `gh api`: the one the repository names, else gh's own.
+case $repo in
+*/*/*) host=${repo%%/*} path=${repo#*/} ;;
+*) host=${GH_HOST:-github.com} path=$repo ;;
+esac
 case $what in
 list)
     label=${3:-runner}
@@ -39,7 +48,7 @@ list)
     # no item is worked on a cut brief.
     more='{}'
     for n in $(printf '%s' "$listed" | jq -r '.[] | select((.comments | length) >= 100) | .number'); do
-        all=$(gh api --paginate "repos/$repo/issues/$n/comments?per_page=100" \
+        all=$(gh api --hostname "$host" --paginate "repos/$path/issues/$n/comments?per_page=100" \
             --jq '.[] | {author: (.user.login // "ghost"), at: .created_at, body: .body}')
         more=$(printf '%s\n' "$all" | jq -s --arg n "$n" --argjson more "$more" '$more + {($n): .}')
     done

@@ -6,6 +6,7 @@
 )]
 
 pub mod forge;
+pub mod github;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
