@@ -269,3 +269,43 @@ fn a_failing_host_holds_the_work_and_writes_nothing_with_the_real_gh() {
         "{it:#}"
     );
 }
+
+/// A tracker call that hangs (a comment on one issue takes 6 s) delays that item's write-back
+/// only: the other issues get their labels and comments meanwhile. (One item at a time, in the
+/// order the tracker lists them, newest first: issue 3's comment is the first asked.)
+#[test]
+fn a_slow_write_back_delays_no_other_item_with_the_real_gh() {
+    if !gh_runs() {
+        return;
+    }
+    let Some(g) = Github::start(
+        json!([
+            issue(1, "One", &["runner"]),
+            issue(2, "Two", &["runner"]),
+            issue(3, "Three", &["runner"])
+        ]),
+        r#"echo "$RUNNER_ITEM" > done.txt"#,
+    ) else {
+        return;
+    };
+    let mut state = g.state();
+    state["hang"] = json!({"graphql CommentCreate": {"seconds": 6, "if": "I_acme/api_3\""}});
+    g.set_state(&state);
+    let out = g.apply(&["-j", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let at = |n: u64| -> jiff::Timestamp {
+        let i = g.issue(n);
+        let c = i["comments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["author"] == "runner-bot")
+            .unwrap_or_else(|| panic!("issue {n} has runner's comment: {i:#}"));
+        c["createdAt"].as_str().unwrap().parse().unwrap()
+    };
+    let (one, two, three) = (at(1), at(2), at(3));
+    assert!(
+        one < three && two < three,
+        "the other issues were told while issue 3's comment hung: {one} {two} {three}"
+    );
+}

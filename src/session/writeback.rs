@@ -260,7 +260,10 @@ impl Writebacks {
     }
 }
 
-/// The thread: each job in turn, through the ledger's exactly-once record.
+/// The thread: the jobs handed on, through the ledger's exactly-once record, on a few lanes at
+/// once — one slow tracker call (a hung comment, a rate limit's wait) does not delay every later
+/// item's labels — and each item's jobs in order on its own lane (its `started` label before its
+/// outcome).
 fn work(
     loaded: &LoadedManifest,
     state: &Path,
@@ -270,7 +273,7 @@ fn work(
     rx: mpsc::Receiver<Job>,
 ) -> Vec<String> {
     let mut failed = Vec::new();
-    let mut ledger = match crate::ledger::store::open(state) {
+    let ledger = match crate::ledger::store::open(state) {
         Ok(l) => l,
         Err(e) => {
             // Nothing is written back without the record that makes it happen once.
@@ -300,67 +303,144 @@ fn work(
             Some(job)
         })
         .collect();
-    for job in earlier.into_iter().chain(rx) {
-        let now = crate::support::clock::now();
-        if let Some(key) = &job.key {
-            match ledger.claim_writeback(manifest, key, run_id, &now) {
-                Ok(true) => {
-                    if let Ok(json) = serde_json::to_string(&job) {
-                        let _ = ledger.set_writeback_job(manifest, key, &json);
-                    }
-                }
-                Ok(false) => {
-                    // Told before (by this run or an earlier one): not commented again, but the
-                    // labels still say where the item stands now (a `started` since set
-                    // `runner:working`).
-                    let labels_only = Job {
-                        key: None,
-                        comment: String::new(),
-                        ..job.clone()
-                    };
-                    if let Err(e) = run(loaded, &labels_only, logs).map_err(|e| redactor.redact(&e))
-                    {
-                        failed.push(format!(
-                            "{}/{}: the labels for source `{}` ({}) were not set; the next run sets them: {e}",
-                            job.repo, job.item, job.target.source, job.event
-                        ));
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    failed.push(format!(
-                        "{}/{}: the write-back ({}) was not made: {e}",
-                        job.repo, job.item, job.event
-                    ));
-                    continue;
-                }
-            }
-        }
-        let result = run(loaded, &job, logs).map_err(|e| redactor.redact(&e));
-        if let Some(key) = &job.key {
-            let (state, error) = match &result {
-                Ok(()) => ("done", None),
-                Err(e) => ("failed", Some(e.as_str())),
-            };
-            let now = crate::support::clock::now();
-            let _ = ledger.swap_writeback(
-                manifest,
-                key,
-                Some(("pending", run_id)),
-                state,
-                run_id,
-                error,
-                &now,
-            );
-        }
-        if let Err(e) = result {
-            failed.push(format!(
-                "{}/{}: the write-back to source `{}` ({}) failed; the next run tries again: {e}",
-                job.repo, job.item, job.target.source, job.event
+    drop(ledger);
+    std::thread::scope(|scope| {
+        let mut lanes = Vec::with_capacity(LANES);
+        for _ in 0..LANES {
+            let (tx, lane_rx) = mpsc::channel::<Job>();
+            lanes.push((
+                tx,
+                scope.spawn(move || lane(loaded, state, run_id, logs, redactor, lane_rx)),
             ));
         }
+        // Each item keeps the lane it was first given; items are given lanes in turn.
+        let mut lane_of: HashMap<(String, String), usize> = HashMap::new();
+        for job in earlier.into_iter().chain(rx) {
+            let next = lane_of.len() % LANES;
+            let i = *lane_of
+                .entry((job.repo.clone(), job.item.clone()))
+                .or_insert(next);
+            let _ = lanes[i].0.send(job);
+        }
+        for (tx, handle) in lanes {
+            drop(tx);
+            match handle.join() {
+                Ok(mut f) => failed.append(&mut f),
+                Err(_) => failed.push("a write-back lane ended unexpectedly".into()),
+            }
+        }
+    });
+    failed
+}
+
+/// How many write-backs run at once.
+const LANES: usize = 4;
+
+/// One lane: its jobs in turn, with a connection of its own to the ledger.
+fn lane(
+    loaded: &LoadedManifest,
+    state: &Path,
+    run_id: &str,
+    logs: &Path,
+    redactor: &Redactor,
+    rx: mpsc::Receiver<Job>,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut ledger = match crate::ledger::store::open(state) {
+        Ok(l) => l,
+        Err(e) => {
+            let n = rx.iter().filter(|j| j.key.is_some()).count();
+            if n > 0 {
+                failed.push(format!(
+                    "{n} write-back(s) to the trackers were not made: the ledger cannot be opened: {e}"
+                ));
+            }
+            return failed;
+        }
+    };
+    for job in rx {
+        one(
+            loaded,
+            &mut ledger,
+            run_id,
+            logs,
+            redactor,
+            job,
+            &mut failed,
+        );
     }
     failed
+}
+
+/// One job: claimed in the ledger (a comment told before is not told again, its labels are
+/// still set), made, and recorded.
+fn one(
+    loaded: &LoadedManifest,
+    ledger: &mut crate::ledger::store::Store,
+    run_id: &str,
+    logs: &Path,
+    redactor: &Redactor,
+    job: Job,
+    failed: &mut Vec<String>,
+) {
+    let manifest = &loaded.manifest.name;
+    let now = crate::support::clock::now();
+    if let Some(key) = &job.key {
+        match ledger.claim_writeback(manifest, key, run_id, &now) {
+            Ok(true) => {
+                if let Ok(json) = serde_json::to_string(&job) {
+                    let _ = ledger.set_writeback_job(manifest, key, &json);
+                }
+            }
+            Ok(false) => {
+                // Told before (by this run or an earlier one): not commented again, but the
+                // labels still say where the item stands now (a `started` since set
+                // `runner:working`).
+                let labels_only = Job {
+                    key: None,
+                    comment: String::new(),
+                    ..job.clone()
+                };
+                if let Err(e) = run(loaded, &labels_only, logs).map_err(|e| redactor.redact(&e)) {
+                    failed.push(format!(
+                        "{}/{}: the labels for source `{}` ({}) were not set; the next run sets them: {e}",
+                        job.repo, job.item, job.target.source, job.event
+                    ));
+                }
+                return;
+            }
+            Err(e) => {
+                failed.push(format!(
+                    "{}/{}: the write-back ({}) was not made: {e}",
+                    job.repo, job.item, job.event
+                ));
+                return;
+            }
+        }
+    }
+    let result = run(loaded, &job, logs).map_err(|e| redactor.redact(&e));
+    if let Some(key) = &job.key {
+        let (state, error) = match &result {
+            Ok(()) => ("done", None),
+            Err(e) => ("failed", Some(e.as_str())),
+        };
+        let now = crate::support::clock::now();
+        let _ = ledger.swap_writeback(
+            manifest,
+            key,
+            Some(("pending", run_id)),
+            state,
+            run_id,
+            error,
+            &now,
+        );
+    }
+    if let Err(e) = result {
+        failed.push(format!(
+            "{}/{}: the write-back to source `{}` ({}) failed; the next run tries again: {e}",
+            job.repo, job.item, job.target.source, job.event
+        ));
+    }
 }
 
 /// Run the source's write-back command for `job`: in the manifest's folder, with the manifest's
