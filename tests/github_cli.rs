@@ -309,3 +309,54 @@ fn a_slow_write_back_delays_no_other_item_with_the_real_gh() {
         "the other issues were told while issue 3's comment hung: {one} {two} {three}"
     );
 }
+
+/// `runner doctor` tells an Enterprise user what their tracker lacks before a drain does: gh
+/// logged in to the host (a refused token, in gh's words), the labels runner sets.
+#[test]
+fn doctor_checks_the_tracker_with_the_real_gh() {
+    if !gh_runs() {
+        return;
+    }
+    let Some(g) = Github::start(json!([issue(1, "One", &["runner"])]), "true") else {
+        return;
+    };
+    let doctor = || {
+        let out = g.run(&["doctor", "m.yaml", "--no-probe"]);
+        (out.status.code(), common::stdout(&out))
+    };
+    let (_, text) = doctor();
+    assert!(
+        text.contains("ok    source `issue`: read, 1 item"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ok    source `issue` check: gh version 2.")
+            && text.contains(&format!("logged in to {}", g.host)),
+        "{text}"
+    );
+    // The host takes another token than the one given.
+    let mut state = g.state();
+    state["token"] = json!("another");
+    g.set_state(&state);
+    let (code, text) = doctor();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  source `issue`: cannot be read"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("FAIL  source `issue` check: its check failed (exit 1): github.sh: gh is not logged in to {}", g.host))
+            && text.contains("GH_ENTERPRISE_TOKEN"),
+        "{text}"
+    );
+    // Two of the labels runner sets are missing.
+    state["token"] = Value::Null;
+    state["repos"]["acme/api"]["labels"] = json!(["runner", "runner:working", "runner:done"]);
+    g.set_state(&state);
+    let (code, text) = doctor();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("has no label runner:halted runner:held (gh label create LABEL"),
+        "{text}"
+    );
+}

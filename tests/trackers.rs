@@ -925,3 +925,64 @@ worker:
         "{err}"
     );
 }
+
+/// `runner doctor` runs the GitLab source's `check`: glab reading the project's labels, the
+/// missing ones named; a failed glab call in glab's words.
+#[test]
+fn doctor_checks_a_gitlab_tracker() {
+    if !forge_runs() {
+        return;
+    }
+    let t = Tracker::new(json!([]), "true", "");
+    t.set_state(&json!({"repos": {"grp/api": {
+        "issues": [issue(1, "One", &["runner"])],
+        "labels": ["runner", "runner:working", "runner:done"]
+    }}}));
+    let adapter = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/sources/gitlab.sh");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml"))
+        .unwrap()
+        .replace("sources/github.sh", "sources/gitlab.sh")
+        .replace("acme/api", "grp/api")
+        .replace(
+            "    repo: api\n",
+            &format!(
+                "    check: [\"{}\", check, grp/api]\n    repo: api\n",
+                adapter.display()
+            ),
+        );
+    std::fs::write(t.root.join("m.yaml"), manifest).unwrap();
+    let out = t.run(&["doctor", "m.yaml", "--no-probe"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("ok    source `issue`: read, 1 item"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL  source `issue` check: its check failed (exit 1): gitlab.sh: grp/api has no label runner:halted runner:held"),
+        "{text}"
+    );
+    let mut state = t.state();
+    state["repos"]["grp/api"]["labels"] = json!([
+        "runner",
+        "runner:working",
+        "runner:done",
+        "runner:halted",
+        "runner:held"
+    ]);
+    t.set_state(&state);
+    let text = stdout(&t.run(&["doctor", "m.yaml", "--no-probe"]));
+    assert!(
+        text.contains(
+            "ok    source `issue` check: glab logged in to gitlab.com; grp/api has the labels"
+        ),
+        "{text}"
+    );
+    state["fail"] = json!({"api": "glab: 401 Unauthorized"});
+    t.set_state(&state);
+    let text = stdout(&t.run(&["doctor", "m.yaml", "--no-probe"]));
+    assert!(
+        text.contains("cannot read the labels of grp/api") && text.contains("401 Unauthorized"),
+        "{text}"
+    );
+}

@@ -5,6 +5,7 @@
 #     - name: issue
 #       run: [manifests/sources/github.sh, list, owner/repo, runner]
 #       writeback: [manifests/sources/github.sh, writeback, owner/repo]
+#       check: [manifests/sources/github.sh, check, owner/repo]     # for `runner doctor`
 #       repo: api                       # the declared repository the issues are for
 #       branch: "runner/{item}"
 #   env: {pass: [PATH, HOME, GH_TOKEN]}  # or `gh auth login` beforehand
@@ -24,9 +25,13 @@
 # key ($RUNNER_WRITEBACK_KEY): a run that died after posting and before runner recorded it does
 # not post it again. The labels must exist in the repository (`gh label create runner:working`,
 # and runner:done, runner:halted, runner:held).
+#
+# `check OWNER/REPO [LABEL]` (what `runner doctor` runs) says whether gh is installed, logged in
+# to the repository's host, and whether the repository has LABEL and the labels runner sets;
+# non-zero with what is missing and how to make it. It only reads.
 set -eu
 usage() {
-    echo "usage: github.sh list OWNER/REPO [LABEL] | github.sh writeback OWNER/REPO" >&2
+    echo "usage: github.sh list OWNER/REPO [LABEL] | github.sh writeback OWNER/REPO | github.sh check OWNER/REPO [LABEL]" >&2
     exit 2
 }
 [ $# -ge 2 ] || usage
@@ -80,6 +85,24 @@ writeback)
         fi
         gh issue comment "$issue" --repo "$repo" --body-file "$RUNNER_WRITEBACK_BODY" > /dev/null
     fi
+    ;;
+check)
+    command -v gh > /dev/null || { echo "github.sh: gh is not installed (https://cli.github.com)" >&2; exit 1; }
+    if ! said=$(gh auth status --hostname "$host" 2>&1); then
+        why=$(printf '%s\n' "$said" | sed 's/^[[:space:]]*[-X✓!]*[[:space:]]*//' | grep -v '^$' | tail -1)
+        echo "github.sh: gh is not logged in to $host: $why (GH_HOST and GH_ENTERPRISE_TOKEN for an Enterprise host, GH_TOKEN for github.com, or gh auth login --hostname $host)" >&2
+        exit 1
+    fi
+    have=$(gh label list --repo "$repo" --limit 1000 --json name --jq '.[].name')
+    missing=
+    for l in "${3:-runner}" runner:working runner:done runner:halted runner:held; do
+        printf '%s\n' "$have" | grep -qxF "$l" || missing="$missing $l"
+    done
+    if [ -n "$missing" ]; then
+        echo "github.sh: $repo has no label$missing (gh label create LABEL --repo $repo, for each)" >&2
+        exit 1
+    fi
+    echo "$(gh --version | head -1 | cut -d' ' -f1-3), logged in to $host; $repo has the labels runner reads and sets"
     ;;
 *) usage ;;
 esac

@@ -5,6 +5,7 @@
 #     - name: issue
 #       run: [manifests/sources/gitlab.sh, list, group/project, runner]
 #       writeback: [manifests/sources/gitlab.sh, writeback, group/project]
+#       check: [manifests/sources/gitlab.sh, check, group/project]    # for `runner doctor`
 #       repo: api
 #       branch: "runner/{item}"
 #   env: {pass: [PATH, HOME, GITLAB_TOKEN]}   # or `glab auth login` beforehand
@@ -17,9 +18,13 @@
 # $RUNNER_WRITEBACK_LABEL on, those of $RUNNER_WRITEBACK_UNLABEL off, and the note in
 # $RUNNER_WRITEBACK_BODY (when there is one) posted unless a note already carries its key
 # ($RUNNER_WRITEBACK_KEY).
+#
+# `check PROJECT [LABEL]` (what `runner doctor` runs) says whether glab is installed and logged
+# in to the host (GITLAB_HOST for a self-hosted GitLab), and whether the project has LABEL and
+# the labels runner sets; non-zero with what is missing. It only reads.
 set -eu
 usage() {
-    echo "usage: gitlab.sh list PROJECT [LABEL] | gitlab.sh writeback PROJECT" >&2
+    echo "usage: gitlab.sh list PROJECT [LABEL] | gitlab.sh writeback PROJECT | gitlab.sh check PROJECT [LABEL]" >&2
     exit 2
 }
 # A failed call ends the script with what it was doing and glab's own words: never an empty
@@ -78,6 +83,19 @@ writeback)
         api "cannot post on issue $issue of $2" -X POST "projects/$project/issues/$issue/notes" \
             -f "body=$(cat "$RUNNER_WRITEBACK_BODY")" > /dev/null
     fi
+    ;;
+check)
+    # glab installed, and logged in to the host: the project's labels read through it.
+    command -v glab > /dev/null || fail "glab is not installed (https://gitlab.com/gitlab-org/cli)"
+    pages=$(api "cannot read the labels of $2 (GITLAB_HOST and GITLAB_TOKEN for a self-hosted GitLab, or glab auth login)" \
+        --paginate "projects/$project/labels?per_page=100") || exit 1
+    have=$(printf '%s' "$pages" | jq -rs 'add // [] | .[].name')
+    missing=
+    for l in "${3:-runner}" runner:working runner:done runner:halted runner:held; do
+        printf '%s\n' "$have" | grep -qxF "$l" || missing="$missing $l"
+    done
+    [ -z "$missing" ] || fail "$2 has no label$missing (glab label create --name LABEL -R $2, for each)"
+    echo "glab logged in to ${GITLAB_HOST:-gitlab.com}; $2 has the labels runner reads and sets"
     ;;
 *) usage ;;
 esac

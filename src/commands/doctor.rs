@@ -1,5 +1,6 @@
 //! `runner doctor M`: what a night's drain needs, checked before it starts. The repositories are
-//! reachable, the worker's and gates' programs are on `PATH`, how items' processes will be
+//! reachable, the worker's and gates' programs are on `PATH`, each tracker can be read (and,
+//! with its `check`, written back: its client logged in to the host, the labels there), how items' processes will be
 //! contained, the ledger can be written, the disk has room, and — with `worker.probe` — each
 //! model of the chain answers its probe question. Touches no repository and starts no run.
 
@@ -56,6 +57,7 @@ pub fn run(ui: &Ui, args: &DoctorArgs) -> i32 {
     let mut v = Verdicts::default();
     repositories(&mut v, &loaded, &plan);
     programs(&mut v, &loaded, &plan);
+    trackers(&mut v, &loaded);
     containment(&mut v, &loaded);
     sandbox(&mut v, &loaded, &args.state, &args.manifest);
     ledger(
@@ -199,6 +201,31 @@ fn programs(v: &mut Verdicts, loaded: &LoadedManifest, plan: &crate::plan::Plan)
     }
     if missing == 0 {
         v.ok("programs", format_args!("on PATH: {}", checked.join(", ")));
+    }
+}
+
+/// Each tracker can be read, and — with its `check` — written back (the client present and
+/// authenticated for the host, the labels there).
+fn trackers(v: &mut Verdicts, loaded: &LoadedManifest) {
+    let reads = crate::session::sources::read_all(loaded, None);
+    for (spec, read) in loaded.manifest.sources.iter().zip(&reads) {
+        let what = format!("source `{}`", spec.name);
+        match &read.items {
+            Ok(items) => v.ok(
+                &what,
+                format_args!("read, {} item{}", items.len(), plural(items.len())),
+            ),
+            Err(why) => v.fail(&what, format_args!("cannot be read: {why}")),
+        }
+        match crate::session::sources::check(loaded, spec) {
+            Some(Ok(said)) => v.ok(&format!("{what} check"), said),
+            Some(Err(why)) => v.fail(&format!("{what} check"), why),
+            None if spec.writeback.is_some() => v.warn(
+                &format!("{what} check"),
+                "it writes back but has no `check`: whether its labels exist is not known until a write-back fails",
+            ),
+            None => {}
+        }
     }
 }
 

@@ -597,6 +597,11 @@ pub struct SourceSpec {
     /// `RUNNER_WRITEBACK_KEY` and `RUNNER_WRITEBACK_BODY` (a comment to post, once).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub writeback: Option<CommandSpec>,
+    /// What `runner doctor` runs to know the tracker can be read and written back (its client
+    /// present, authenticated for the host, the labels runner sets there); run as written, with
+    /// the same environment as `writeback`. It must only read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<CommandSpec>,
     #[serde(skip)]
     #[schemars(skip)]
     pub span: Span,

@@ -135,6 +135,28 @@ fn read(loaded: &LoadedManifest, spec: &SourceSpec) -> Result<Vec<SourceItem>, S
     source::parse(&text)
 }
 
+/// Run source `spec`'s `check` (what `runner doctor` asks: the client present, authenticated,
+/// the labels there): what it printed last when it passed, why when not; `None` without one.
+pub fn check(loaded: &LoadedManifest, spec: &SourceSpec) -> Option<Result<String, String>> {
+    let run = spec.check.as_ref()?;
+    let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
+    let mut cmd = command(loaded, run, dir, crate::manifest::SecretRole::Source);
+    cmd.env("RUNNER_SOURCE", &spec.name);
+    let redactor = super::prepare::redactor(loaded);
+    let out = match crate::process::spawn_helper_within(&mut cmd, spec.timeout()) {
+        Ok(out) => out,
+        Err(e) => return Some(Err(format!("its check cannot be run: {e}"))),
+    };
+    Some(if out.status.success() {
+        let said = String::from_utf8_lossy(&out.stdout);
+        Ok(redactor.redact(&crate::support::text::printable(
+            said.trim().lines().last().unwrap_or("passed"),
+        )))
+    } else {
+        Err(redactor.redact(&failed("its check", &out)))
+    })
+}
+
 /// `<what> failed (exit 1): <its last line on stderr>`, escaped for a terminal.
 pub(super) fn failed(what: &str, out: &std::process::Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr);

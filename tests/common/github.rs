@@ -144,6 +144,7 @@ sources:
   - name: issue
     run: ["{source}", list, "{host}/acme/api", runner]
     writeback: ["{source}", writeback, "{host}/acme/api"]
+    check: ["{source}", check, "{host}/acme/api", runner]
     repo: api
     branch: "runner/{{item}}"
 publish:

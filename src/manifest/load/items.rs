@@ -211,9 +211,13 @@ impl Cx {
             let writeback = m
                 .get("writeback")
                 .and_then(|v| self.command(v, &child(&p, "writeback")));
+            let check = m
+                .get("check")
+                .and_then(|v| self.command(v, &child(&p, "check")));
             if let (Some(name), Some(run)) = (name, run) {
                 out.push(SourceSpec {
                     writeback,
+                    check,
                     name,
                     run,
                     timeout,

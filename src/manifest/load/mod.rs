@@ -328,6 +328,7 @@ const SOURCE_KEYS: &[&str] = &[
     "branch",
     "vars",
     "writeback",
+    "check",
 ];
 const ENV_KEYS: &[&str] = &["pass", "secrets", "roles"];
 const STALL_KEYS: &[&str] = &["after"];
