@@ -459,6 +459,7 @@ mod tests {
             branch: Some("runner/{item}".into()),
             vars: BTreeMap::new(),
             writeback: None,
+            check: None,
             span: Default::default(),
         }
     }
