@@ -223,7 +223,7 @@ pub(super) fn route(specs: &[SourceSpec], reads: &[SourceRead], repos: &[&str]) 
                     .collect();
                 if !gone.is_empty() {
                     out.warnings.push(format!(
-                        "source `{}` no longer lists {} item{} it gave last (closed, or its label taken off): {}; not run",
+                        "source `{}` no longer lists {} item{} it gave last (closed, or its label taken off): {}; dropped from the queue",
                         spec.name,
                         gone.len(),
                         if gone.len() == 1 { "" } else { "s" },
