@@ -10,6 +10,32 @@ use common::{report_item, stderr, stdout};
 use serde_json::{Value, json};
 use std::path::Path;
 
+/// Publish through the shipped GitHub adapter (`pr` and `state`), with `settings` (publish's
+/// other keys, each `  key: value\n`).
+fn publish_with_github(t: &Tracker, settings: &str) {
+    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
+    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
+    std::fs::write(
+        t.root.join("m.yaml"),
+        format!(
+            "{manifest}publish:\n{settings}  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
+            p = publish.display()
+        ),
+    )
+    .unwrap();
+}
+
+/// A bare repository as the checkout's `origin`, which runner pushes to.
+fn bare_origin(t: &Tracker) -> std::path::PathBuf {
+    let origin = t.root.join("origin.git");
+    common::git(&t.root, &["init", "-q", "--bare", origin.to_str().unwrap()]);
+    common::git(
+        &t.root.join("api"),
+        &["remote", "add", "origin", origin.to_str().unwrap()],
+    );
+    origin
+}
+
 #[test]
 fn pull_requests_are_followed_merged_done_closed_rejected_unreadable_held() {
     if !forge_runs() {
@@ -157,21 +183,12 @@ fn a_review_asking_for_changes_is_a_round_with_its_feedback_then_needs_a_human()
     if !forge_runs() {
         return;
     }
-    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
     let t = Tracker::new(
         json!([issue(1, "One", &["runner"])]),
         r#"if [ -n "$RUNNER_FEEDBACK" ]; then cp "$RUNNER_FEEDBACK" feedback.md; fi; echo "$RUNNER_ITEM $RUNNER_RUN_ID" >> done.txt"#,
         "",
     );
-    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
-    std::fs::write(
-        t.root.join("m.yaml"),
-        format!(
-            "{manifest}publish:\n  push: false\n  review_rounds: 1\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
-            p = publish.display()
-        ),
-    )
-    .unwrap();
+    publish_with_github(&t, "  push: false\n  review_rounds: 1\n");
     let out = t.apply(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // The reviewer asks for changes, and a check fails.
@@ -268,21 +285,12 @@ fn an_unreadable_tracker_holds_its_review_rounds_and_writes_nothing_back() {
     if !forge_runs() {
         return;
     }
-    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
     let t = Tracker::new(
         json!([issue(1, "One", &["runner"]), issue(2, "Two", &["runner"])]),
         r#"echo "$RUNNER_ITEM $RUNNER_RUN_ID" >> done.txt"#,
         "",
     );
-    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
-    std::fs::write(
-        t.root.join("m.yaml"),
-        format!(
-            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
-            p = publish.display()
-        ),
-    )
-    .unwrap();
+    publish_with_github(&t, "  push: false\n");
     let out = t.apply(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let api = t.root.join("api");
@@ -350,21 +358,12 @@ fn a_merged_pull_request_is_seen_merged_after_its_issue_closed() {
     if !forge_runs() {
         return;
     }
-    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
     let t = Tracker::new(
         json!([issue(1, "One", &["runner"]), issue(2, "Two", &["runner"])]),
         r#"echo "$RUNNER_ITEM" >> done.txt"#,
         "",
     );
-    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
-    std::fs::write(
-        t.root.join("m.yaml"),
-        format!(
-            "{manifest}publish:\n  push: false\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
-            p = publish.display()
-        ),
-    )
-    .unwrap();
+    publish_with_github(&t, "  push: false\n");
     let out = t.apply(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Issue 1's pull request is merged, which closes the issue; issue 2 is closed by a person
@@ -488,7 +487,6 @@ fn one_review_is_one_round_and_a_round_that_changed_nothing_is_not_a_push() {
     if !forge_runs() {
         return;
     }
-    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
     // The first run does the work; a round answering "Say hello." adds a line, one answering
     // anything else changes nothing.
     let t = Tracker::new(
@@ -496,19 +494,8 @@ fn one_review_is_one_round_and_a_round_that_changed_nothing_is_not_a_push() {
         r#"if [ -z "$RUNNER_FEEDBACK" ]; then echo work > done.txt; elif grep -q "Say hello" "$RUNNER_FEEDBACK"; then echo hello >> done.txt; fi"#,
         "",
     );
-    let api = t.root.join("api");
-    let origin = t.root.join("origin.git");
-    common::git(&t.root, &["init", "-q", "--bare", origin.to_str().unwrap()]);
-    common::git(&api, &["remote", "add", "origin", origin.to_str().unwrap()]);
-    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
-    std::fs::write(
-        t.root.join("m.yaml"),
-        format!(
-            "{manifest}publish:\n  review_rounds: 3\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
-            p = publish.display()
-        ),
-    )
-    .unwrap();
+    let origin = bare_origin(&t);
+    publish_with_github(&t, "  review_rounds: 3\n");
     let out = t.apply(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let tip = common::git(&origin, &["rev-parse", "refs/heads/runner/issue-1"]);
@@ -590,25 +577,14 @@ fn a_round_after_someone_else_pushed_starts_from_their_head_and_never_forces() {
     if !forge_runs() {
         return;
     }
-    let publish = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/publish/github.sh");
     let t = Tracker::new(
         json!([issue(1, "One", &["runner"])]),
         r#"echo "$RUNNER_RUN_ID" >> done.txt"#,
         "",
     );
     let api = t.root.join("api");
-    let origin = t.root.join("origin.git");
-    common::git(&t.root, &["init", "-q", "--bare", origin.to_str().unwrap()]);
-    common::git(&api, &["remote", "add", "origin", origin.to_str().unwrap()]);
-    let manifest = std::fs::read_to_string(t.root.join("m.yaml")).unwrap();
-    std::fs::write(
-        t.root.join("m.yaml"),
-        format!(
-            "{manifest}publish:\n  pr: [\"{p}\", pr, \"{{branch}}\"]\n  state: [\"{p}\", state]\n",
-            p = publish.display()
-        ),
-    )
-    .unwrap();
+    let origin = bare_origin(&t);
+    publish_with_github(&t, "");
     let out = t.apply(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // A person pushes a commit of their own to the branch, and asks for changes.

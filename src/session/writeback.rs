@@ -273,18 +273,9 @@ fn work(
     rx: mpsc::Receiver<Job>,
 ) -> Vec<String> {
     let mut failed = Vec::new();
-    let ledger = match crate::ledger::store::open(state) {
+    let ledger = match opened(state, &rx) {
         Ok(l) => l,
-        Err(e) => {
-            // Nothing is written back without the record that makes it happen once.
-            let n = rx.iter().filter(|j| j.key.is_some()).count();
-            if n > 0 {
-                failed.push(format!(
-                    "{n} write-back(s) to the trackers were not made: the ledger cannot be opened: {e}"
-                ));
-            }
-            return failed;
-        }
+        Err(f) => return f,
     };
     let manifest = &loaded.manifest.name;
     // What earlier runs could not finish goes first, with the manifest's command of today.
@@ -333,6 +324,24 @@ fn work(
     failed
 }
 
+/// The ledger at `state`; when it cannot be opened, what that leaves undone of the jobs `rx`
+/// hands on (drained): nothing is written back without the record that makes it happen once.
+fn opened(
+    state: &Path,
+    rx: &mpsc::Receiver<Job>,
+) -> Result<crate::ledger::store::Store, Vec<String>> {
+    crate::ledger::store::open(state).map_err(|e| {
+        let n = rx.iter().filter(|j| j.key.is_some()).count();
+        if n > 0 {
+            vec![format!(
+                "{n} write-back(s) to the trackers were not made: the ledger cannot be opened: {e}"
+            )]
+        } else {
+            Vec::new()
+        }
+    })
+}
+
 /// How many write-backs run at once.
 const LANES: usize = 4;
 
@@ -346,17 +355,9 @@ fn lane(
     rx: mpsc::Receiver<Job>,
 ) -> Vec<String> {
     let mut failed = Vec::new();
-    let mut ledger = match crate::ledger::store::open(state) {
+    let mut ledger = match opened(state, &rx) {
         Ok(l) => l,
-        Err(e) => {
-            let n = rx.iter().filter(|j| j.key.is_some()).count();
-            if n > 0 {
-                failed.push(format!(
-                    "{n} write-back(s) to the trackers were not made: the ledger cannot be opened: {e}"
-                ));
-            }
-            return failed;
-        }
+        Err(f) => return f,
     };
     for job in rx {
         one(
