@@ -276,10 +276,6 @@ impl<'s> Drain<'s> {
         if let Some(f) = self.sink.failure() {
             self.sched.ledger_failed(f);
         }
-        // What no longer runs (finished, resting) gives its host slot back.
-        if let Some(s) = self.slots.as_mut() {
-            s.trim(self.sched.running());
-        }
         match self.sched.next(Instant::now()) {
             Decision::Probe => {
                 // The probe may take a while: let finished items' repositories go first.
@@ -313,6 +309,14 @@ impl<'s> Drain<'s> {
                 Step::Done
             }
             Decision::Wait { until } => {
+                // What no longer runs (finished, resting) gives its host slot back, now that no
+                // item of this run takes it: until then a slot goes from an item that ended to
+                // the next without being let go (given back and taken again, it could be found
+                // still locked by a copy of runner's descriptors in a child that has not yet
+                // closed them, and the next item would wait for a poll).
+                if let Some(s) = self.slots.as_mut() {
+                    s.trim(self.sched.running());
+                }
                 trace!(running = self.sched.running(), ?until, "waiting");
                 Step::Wait(until)
             }
