@@ -606,7 +606,20 @@ pub fn host_slots_in_use() -> std::io::Result<usize> {
 /// host that declares the resource shares its units. Dropping it releases the unit; the
 /// descriptor is close-on-exec, so a command's leftovers never keep it.
 pub(crate) struct ResourceUnit {
-    _file: File,
+    file: Option<File>,
+}
+
+/// Told each time this process gives a unit back: a command of this run waiting for one asks
+/// again at once, instead of at its next poll (another process's release cannot be announced,
+/// and is found by the poll).
+pub(crate) static UNIT_RELEASED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+impl Drop for ResourceUnit {
+    fn drop(&mut self) {
+        // The lock goes with the descriptor: closed first, then the waiters told.
+        drop(self.file.take());
+        UNIT_RELEASED.notify_waiters();
+    }
 }
 
 /// Where the units' lock files live: `RUNNER_RESOURCES_DIR`, else `$XDG_RUNTIME_DIR/runner`,
@@ -649,7 +662,7 @@ pub(crate) fn try_resource(
             .write(true)
             .open(dir.join(format!("{name}.{k}.lock")))?;
         match file.try_lock() {
-            Ok(()) => return Ok(Some(ResourceUnit { _file: file })),
+            Ok(()) => return Ok(Some(ResourceUnit { file: Some(file) })),
             Err(std::fs::TryLockError::WouldBlock) => continue,
             Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }

@@ -24,8 +24,10 @@ use crate::vocab::{HoldReason, ItemOutcome, RunEnding};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-/// How often a lease another run holds is asked for again while waiting for it.
-pub(crate) const LEASE_RETRY: Duration = Duration::from_millis(100);
+/// How often a lease, or a host-wide slot, that another process holds is asked for again while
+/// waiting for it: no event announces another process's release, so it is polled, briefly (an
+/// ask is a lock file opened and tried). What this run frees is taken at once, without a poll.
+pub(crate) const LEASE_RETRY: Duration = Duration::from_millis(25);
 
 /// How long a lease whose holder is no live run of this ledger is asked for again before the
 /// repository is held `repo-busy` (unless `--wait-for-locks` waits longer): a lock is found

@@ -41,6 +41,8 @@ pub(super) async fn take_resources(
             .unwrap_or(1);
         let mut since: Option<std::time::Instant> = None;
         loop {
+            // Made before asking: a unit this process gives back meanwhile wakes it.
+            let released = crate::lease::UNIT_RELEASED.notified();
             if *stop.borrow() != process::Stop::Run {
                 return Err(Finished {
                     cancelled: true,
@@ -78,10 +80,12 @@ pub(super) async fn take_resources(
                     gate: gate.map(str::to_string),
                 });
             }
-            // Units are free when a lock is: asked again often enough that a freed unit does not
-            // idle, rarely enough to cost nothing.
+            // Units are free when a lock is: one this run gives back wakes the waiters at once;
+            // another process's is found by asking again, often enough that a freed unit does
+            // not idle, rarely enough to cost nothing.
             let pause = std::time::Duration::from_millis(50);
             tokio::select! {
+                () = released => {}
                 () = tokio::time::sleep(pause) => {}
                 changed = stop.changed() => {
                     if changed.is_err() {
