@@ -52,7 +52,7 @@ pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut super::cx::ItemRun) -> bool 
     };
     let changes = w
         .before
-        .changes(&SharedState::capture(common, &w.own, w.head));
+        .changes(&w.before.capture_after(common, &w.own, w.head));
     if changes.is_empty() {
         return true;
     }
