@@ -7,7 +7,7 @@
 # adds per item, the best ratio that CPU time allows on this machine's cores, and the most it
 # could add per item for 1.1x.
 #
-#   benches/drain_overhead.sh [ITEMS] [REPOS] [R]
+#   benches/drain_overhead.sh [ITEMS] [REPOS] [R]      (SANDBOX=off: items unconfined)
 set -euo pipefail
 items=${1:-2000}
 repos=${2:-100}
@@ -20,6 +20,8 @@ per=$(( items / repos ))
   echo "version: 1"
   echo "name: drain-overhead"
   echo "capacity: {workers: 2}"
+  # SANDBOX=off measures runner with items unconfined (default: as the manifest default).
+  if [ -n "${SANDBOX:-}" ]; then echo "sandbox: {mode: $SANDBOX}"; fi
   echo "repositories:"
   echo "  - glob: \"repos/*\""
   echo "worker:"
