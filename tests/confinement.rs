@@ -625,3 +625,40 @@ fn a_denied_path_with_terminal_escapes_is_shown_as_text() {
         "{summary:?}"
     );
 }
+
+/// Each denied write names the program that tried it, even one that ends the moment its call
+/// fails: its name is read while the call waits for the recorder's answer.
+#[test]
+fn a_denied_write_names_its_program_however_short_it_lived() {
+    if !kernel_confines() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    repo(&r.join("a"));
+    std::fs::write(
+        r.join("m.yaml"),
+        format!(
+            "version: 1\nname: short\nrepositories: [{{path: a}}]\nworker: {{run: 'for i in $(seq 40); do sh -c \"echo x > {}/out-$i\" 2>/dev/null; done; true'}}\nitems: [{{repo: a, id: s1}}]\nsandbox: {{mode: required}}\n",
+            r.display()
+        ),
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(r.join("runner-reports/latest/report.json")).unwrap(),
+    )
+    .unwrap();
+    let denied = report["items"][0]["denied"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(denied.len(), 40, "{denied:#?}");
+    let unnamed: Vec<&serde_json::Value> = denied.iter().filter(|d| d["program"] != "sh").collect();
+    assert!(unnamed.is_empty(), "{unnamed:#?}");
+}

@@ -380,8 +380,14 @@ pub(crate) fn watch(
         }
         let attempt = read_attempt(&notif);
         let valid = id_valid(&listener, notif.id);
+        // Its name is read while the call waits for the answer: a process that ends right
+        // after it (`sh -c 'echo > /x'`) would otherwise be gone, and named `?`.
+        let program = attempt
+            .as_ref()
+            .filter(|a| valid && !a.paths.is_empty())
+            .map(|_| program_name(notif.pid));
         answer(&listener, notif.id);
-        let Some(attempt) = attempt.filter(|_| valid) else {
+        let (Some(attempt), Some(program)) = (attempt.filter(|_| valid), program) else {
             continue;
         };
         for (access, kind, path) in attempt.paths {
@@ -399,7 +405,7 @@ pub(crate) fn watch(
                 denied.accesses.push(DeniedAccess {
                     access: access.to_string(),
                     path,
-                    program: program_name(notif.pid),
+                    program: program.clone(),
                 });
             } else {
                 denied.more += 1;
