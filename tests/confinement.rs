@@ -589,6 +589,25 @@ fn with_the_network_open_the_same_worker_reaches_every_host() {
     assert!(report["items"][0].get("denied").is_none(), "{report}");
 }
 
+/// One item in repository `a` under `root`, its worker the shell command `worker`, run confined
+/// (`sandbox: required`) by `apply`.
+fn one_confined_item(root: &Path, worker: &str) -> std::process::Output {
+    repo(&root.join("a"));
+    let manifest = serde_json::json!({
+        "version": 1, "name": "one", "repositories": [{"path": "a"}],
+        "worker": {"run": worker}, "items": [{"repo": "a", "id": "i1"}],
+        "sandbox": {"mode": "required"},
+    });
+    // JSON is YAML.
+    std::fs::write(root.join("m.yaml"), manifest.to_string()).unwrap();
+    runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .output()
+        .unwrap()
+}
+
 /// A path the worker names is its to choose: one with terminal escapes, denied, reaches
 /// runner's console line and `summary.md` shown as text, never as a sequence the terminal obeys.
 #[test]
@@ -598,21 +617,13 @@ fn a_denied_path_with_terminal_escapes_is_shown_as_text() {
     }
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
-    repo(&r.join("a"));
-    std::fs::write(
-        r.join("m.yaml"),
-        format!(
-            "version: 1\nname: esc\nrepositories: [{{path: a}}]\nworker: {{run: 'echo x > \"{}/$(printf \"\\033]0;pwned\\007\\033[2J\")evil\" ; true'}}\nitems: [{{repo: a, id: e1}}]\nsandbox: {{mode: required}}\n",
+    let out = one_confined_item(
+        r,
+        &format!(
+            "echo x > \"{}/$(printf \"\\033]0;pwned\\007\\033[2J\")evil\" ; true",
             r.display()
         ),
-    )
-    .unwrap();
-    let out = runner()
-        .current_dir(r)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .env_remove("RUNNER_SANDBOX_WRITABLE")
-        .output()
-        .unwrap();
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("the sandbox denied its worker"), "{err}");
@@ -635,21 +646,13 @@ fn a_denied_write_names_its_program_however_short_it_lived() {
     }
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
-    repo(&r.join("a"));
-    std::fs::write(
-        r.join("m.yaml"),
-        format!(
-            "version: 1\nname: short\nrepositories: [{{path: a}}]\nworker: {{run: 'for i in $(seq 40); do sh -c \"echo x > {}/out-$i\" 2>/dev/null; done; true'}}\nitems: [{{repo: a, id: s1}}]\nsandbox: {{mode: required}}\n",
+    let out = one_confined_item(
+        r,
+        &format!(
+            "for i in $(seq 40); do sh -c \"echo x > {}/out-$i\" 2>/dev/null; done; true",
             r.display()
         ),
-    )
-    .unwrap();
-    let out = runner()
-        .current_dir(r)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .env_remove("RUNNER_SANDBOX_WRITABLE")
-        .output()
-        .unwrap();
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(r.join("runner-reports/latest/report.json")).unwrap(),
