@@ -8,7 +8,7 @@ mod common;
 
 use common::{git, repo, runner, stderr};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What the hostile worker tries; each must be denied when confined.
 const ESCAPES: &[&str] = &[
@@ -134,26 +134,11 @@ fn attack(f: &Fixture) -> (BTreeMap<String, String>, String) {
 }
 
 fn find_log(dir: &Path, needle: &str) -> Option<String> {
-    walk(dir)
+    common::walk_files(dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .filter_map(|p| std::fs::read_to_string(p).ok())
         .find(|t| t.contains(needle))
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
 }
 
 fn answered(answers: &BTreeMap<String, String>, name: &str) -> String {
@@ -664,4 +649,110 @@ fn a_denied_write_names_its_program_however_short_it_lived() {
     assert_eq!(denied.len(), 40, "{denied:#?}");
     let unnamed: Vec<&serde_json::Value> = denied.iter().filter(|d| d["program"] != "sh").collect();
     assert!(unnamed.is_empty(), "{unnamed:#?}");
+}
+
+/// Twelve repositories in one folder, with a folder of tools, a file and a link beside them:
+/// each item's commands run with that folder covered whole and what they may see bound back.
+/// The item sees its own repository, the tools, the file and the link, and no other
+/// repository — by its path, or by `..` from the checkout it works in. Returns each item's
+/// answers (`NAME: ANSWER` lines of its worker log) by item id.
+fn many_repositories(mode: &str) -> BTreeMap<String, String> {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let repos = r.join("repos");
+    for k in 1..=12 {
+        repo(&repos.join(format!("r{k}")));
+    }
+    std::fs::create_dir_all(repos.join("tools")).unwrap();
+    std::fs::write(repos.join("tools/tool.sh"), "#!/bin/sh\necho tool-ran\n").unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", &repos.join("tools/tool.sh").display().to_string()])
+        .status()
+        .unwrap();
+    std::fs::write(repos.join("NOTES.txt"), "notes\n").unwrap();
+    std::os::unix::fs::symlink("tools", repos.join("link")).unwrap();
+    let worker = format!(
+        r#"#!/bin/sh
+R={repos}
+say() {{ echo "$RUNNER_ITEM $1: $2"; }}
+say listing "$(ls "$R" | tr '\n' ' ')"
+say by-path "$(cat "$R/r7/README.md" 2>/dev/null || echo hidden)"
+say by-dotdot "$(cd .. 2>/dev/null && cat r7/README.md 2>/dev/null || echo hidden)"
+say dotdot-listing "$(cd "$(git rev-parse --show-toplevel)/.." && ls | tr '\n' ' ')"
+say notes "$(cat "$R/NOTES.txt")"
+say tool "$("$R/tools/tool.sh")"
+say link "$("$R/link/tool.sh")"
+echo work > own-work.txt
+"#,
+        repos = repos.display()
+    );
+    std::fs::write(r.join("worker.sh"), worker).unwrap();
+    let repositories: Vec<serde_json::Value> = (1..=12)
+        .map(|k| serde_json::json!({"path": format!("repos/r{k}"), "name": format!("r{k}")}))
+        .collect();
+    let manifest = serde_json::json!({
+        "version": 1, "name": "many", "repositories": repositories,
+        "worker": {"run": ["sh", r.join("worker.sh").display().to_string()]},
+        "items": [
+            {"repo": "r1", "id": "in-place"},
+            {"repo": "r2", "id": "branch", "branch": "runner/branch"},
+        ],
+        "sandbox": {"mode": mode},
+    });
+    std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        git(&repos.join("r2"), &["show", "--stat", "runner/branch"]).contains("own-work.txt"),
+        "{err}"
+    );
+    let mut answers = BTreeMap::new();
+    for id in ["in-place", "branch"] {
+        let log = find_log(&r.join("runner-reports"), &format!("{id} listing"))
+            .unwrap_or_else(|| panic!("no worker log of {id}: {err}"));
+        for line in log.lines() {
+            if let Some((k, v)) = line.split_once(": ") {
+                answers.insert(k.to_string(), v.trim().to_string());
+            }
+        }
+    }
+    answers
+}
+
+#[test]
+fn a_folder_of_many_repositories_is_covered_whole_and_the_rest_of_it_stays_in_sight() {
+    if !kernel_confines() {
+        return;
+    }
+    let a = many_repositories("required");
+    let get = |k: &str| {
+        a.get(k)
+            .cloned()
+            .unwrap_or_else(|| panic!("no `{k}`: {a:#?}"))
+    };
+    assert_eq!(get("in-place listing"), "NOTES.txt link r1 tools", "{a:#?}");
+    assert_eq!(get("branch listing"), "NOTES.txt link r2 tools", "{a:#?}");
+    assert_eq!(get("in-place dotdot-listing"), "NOTES.txt link r1 tools");
+    for id in ["in-place", "branch"] {
+        assert_eq!(get(&format!("{id} by-path")), "hidden", "{a:#?}");
+        assert_eq!(get(&format!("{id} notes")), "notes");
+        assert_eq!(get(&format!("{id} tool")), "tool-ran");
+        assert_eq!(get(&format!("{id} link")), "tool-ran");
+    }
+    // From its own checkout, `..` leads to the covered folder, not to what it covers.
+    assert_eq!(get("in-place by-dotdot"), "hidden");
+}
+
+#[test]
+fn unconfined_every_repository_of_the_folder_is_in_sight() {
+    let a = many_repositories("off");
+    assert_eq!(a["in-place by-path"], "hello", "{a:#?}");
+    assert_eq!(a["in-place by-dotdot"], "hello", "{a:#?}");
+    assert!(a["branch listing"].contains("r12"), "{a:#?}");
 }

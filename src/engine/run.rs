@@ -130,6 +130,8 @@ pub struct RunCx {
     pub verdicts: super::verdicts::Verdicts,
     /// Baselines run so far, by repository, gate and base commit.
     pub baselines: std::sync::Mutex<HashMap<String, super::item::Baseline>>,
+    /// The worktree each repository keeps between its items.
+    pub(crate) spares: super::item::Spares,
 }
 
 /// How the drain ended.

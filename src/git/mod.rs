@@ -14,6 +14,7 @@ mod probe;
 mod refs;
 mod shared_state;
 mod snapshot;
+mod worktree;
 
 pub use command::GitError;
 pub use command::command;
@@ -24,6 +25,7 @@ pub use shared_state::SharedState;
 use snapshot::flagged;
 pub use snapshot::snapshot;
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
+pub(crate) use worktree::*;
 
 use crate::support::refname::full_object_name;
 use std::collections::BTreeSet;
@@ -387,114 +389,6 @@ pub(crate) fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>
     Ok((!patch.is_empty()).then_some(patch))
 }
 
-/// Clear the runner-owned worktree at `path` if the `git worktree add` that made it never
-/// finished (runner was killed while git checked the files out). git locks a worktree it is
-/// adding, with the reason "initializing", and unlocks it once the checkout is whole; one still
-/// so locked holds no work, only part of a checkout, which would read as files deleted. Its
-/// folder and its record in the repository are removed, so that it is added afresh (`git
-/// worktree remove` and `prune` leave a locked worktree alone). `true` when one was cleared.
-pub(crate) fn clear_half_added(repo: &Path, path: &Path) -> Result<bool, GitError> {
-    let Some(common) = local::common_dir(repo) else {
-        return Ok(false);
-    };
-    let Ok(records) = std::fs::read_dir(common.join("worktrees")) else {
-        return Ok(false);
-    };
-    // git records the worktree's real path; runner's may pass through a link, and the folders
-    // it names may be gone: the nearest that is not is resolved, the rest joined to it.
-    let real = |p: &Path| {
-        p.ancestors().find_map(|a| {
-            let rest = p.strip_prefix(a).ok()?;
-            Some(std::fs::canonicalize(a).ok()?.join(rest))
-        })
-    };
-    let Some(ours) = real(path) else {
-        return Ok(false);
-    };
-    for record in records.flatten().map(|r| r.path()) {
-        let read = |name: &str| std::fs::read_to_string(record.join(name)).unwrap_or_default();
-        let gitdir = read("gitdir");
-        let names_ours = Path::new(gitdir.trim_end_matches('\n'))
-            .parent()
-            .and_then(real)
-            .is_some_and(|p| p == ours);
-        if names_ours && read("locked").trim_end() == "initializing" {
-            match std::fs::remove_dir_all(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
-            std::fs::remove_dir_all(&record)?;
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// Make the runner-owned worktree at `path` hold `branch`: a worktree kept from an earlier run
-/// on that branch is used as it is (its leftovers saved and reset first by the caller, see
-/// [`kept_leftovers`]); one on another branch is removed; a missing one is added — on the
-/// existing branch, or on a new one forked from `base`. `true` when the worktree is new.
-pub(crate) fn ensure_worktree(
-    repo: &Path,
-    path: &Path,
-    branch: &str,
-    base: &str,
-    exists: bool,
-) -> Result<bool, GitError> {
-    if path.join(".git").exists() {
-        let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
-        if on == branch {
-            return Ok(false);
-        }
-        let p = path.to_string_lossy().to_string();
-        checked(repo, &["worktree", "remove", "--force", &p])?;
-    }
-    if stale_worktrees(repo) {
-        let _ = checked(repo, &["worktree", "prune"]);
-    }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let p = path.to_string_lossy().to_string();
-    if exists {
-        checked(repo, &["worktree", "add", "--quiet", &p, branch])?;
-    } else {
-        checked(
-            repo,
-            &["worktree", "add", "--quiet", "-b", branch, &p, base],
-        )?;
-    }
-    command::same_filters(repo, path);
-    Ok(true)
-}
-
-/// Whether the repository at `repo` records a worktree whose folder is gone (what `git worktree
-/// prune` clears, and what would keep `git worktree add` from reusing its path or branch).
-/// `true` whenever its records cannot be read: prune then, as always.
-fn stale_worktrees(repo: &Path) -> bool {
-    let common = match local::common_dir(repo) {
-        Some(c) => c,
-        None => return true,
-    };
-    let entries = match std::fs::read_dir(common.join("worktrees")) {
-        Ok(e) => e,
-        Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
-    };
-    for entry in entries {
-        let Ok(entry) = entry else { return true };
-        let Ok(gitdir) = std::fs::read_to_string(entry.path().join("gitdir")) else {
-            return true;
-        };
-        let points = Path::new(gitdir.trim_end_matches('\n'));
-        if !points.is_absolute() || !points.exists() {
-            return true;
-        }
-    }
-    false
-}
-
 /// Which of `paths` (relative to the top of `dir`) git ignores there: untracked and matched by
 /// an exclude rule. A path nothing ignores would show as new work in the checkout.
 pub(crate) fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String>, GitError> {
@@ -556,20 +450,6 @@ pub(crate) fn restart_branch(
     Ok(())
 }
 
-/// Remove the worktree at `path` of the repository at `repo`, whatever its files hold.
-pub(crate) fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
-    // What git would do — its files, then its git dir — without a process of git's, where the
-    // worktree is plainly one runner added.
-    if let Some(own) = local::removable_worktree(path) {
-        std::fs::remove_dir_all(path)?;
-        std::fs::remove_dir_all(own)?;
-        return Ok(());
-    }
-    let p = path.to_string_lossy().to_string();
-    checked(repo, &["worktree", "remove", "--force", &p])?;
-    Ok(())
-}
-
 /// The commit `rev` names in the repository at `dir`.
 pub(crate) fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
     Ok(checked(
@@ -578,29 +458,6 @@ pub(crate) fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
     )?
     .trim()
     .to_string())
-}
-
-/// Check `commit` out, detached, in a new worktree at `path` (one left there by an earlier
-/// run is replaced).
-pub(crate) fn add_detached_worktree(
-    repo: &Path,
-    path: &Path,
-    commit: &str,
-) -> Result<(), GitError> {
-    let p = path.to_string_lossy().to_string();
-    if path.exists() {
-        let _ = checked(repo, &["worktree", "remove", "--force", &p]);
-        let _ = std::fs::remove_dir_all(path);
-    }
-    let _ = checked(repo, &["worktree", "prune"]);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    checked(
-        repo,
-        &["worktree", "add", "--quiet", "--detach", &p, commit],
-    )?;
-    Ok(())
 }
 
 /// The tree the working tree of `dir` holds, untracked files included (ignored ones not):

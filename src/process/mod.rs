@@ -418,7 +418,7 @@ fn child_confine(spec: &SpawnSpec, record: Option<std::os::fd::RawFd>) -> launch
         return launch::Confine::none();
     };
     let confine = launch::Confine::new(c.ruleset_fd(), c.userns, c.netns)
-        .hiding(&c.hide, &c.hide_dirs)
+        .hiding(&c.hide, &c.hide_dirs, &c.covers)
         .recording(record.unwrap_or(-1), c.record.is_some())
         .proxying(c.allow.is_some())
         .in_pid_namespace(c.pidns);

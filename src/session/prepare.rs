@@ -556,6 +556,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let gate_timeouts = auto_gate_timeouts(ui, &loaded, &sink.ledger);
     let budget = budget_limit(&loaded, &*sink.ledger, jiff::Timestamp::now()).map_err(internal)?;
     let cx = Arc::new(RunCx {
+        spares: crate::engine::item::Spares::new(&plan),
         gate_timeouts,
         loaded,
         plan,

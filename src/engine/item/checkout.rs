@@ -68,6 +68,7 @@ pub(super) async fn prepare(
     let eff = crate::engine::config::effective(&cx.loaded, repo.entry);
     let share = eff.worktree.share.clone();
     let marker = setup_marker(&wt);
+    let spare = cx.spares.starting(&cx.workspace, &repo.name);
     tokio::task::spawn_blocking(move || {
         let failed = |e: git::GitError| Prepared::Failed(e.into());
         git::clear_half_added(&repo_path, &wt).map_err(failed)?;
@@ -114,7 +115,17 @@ pub(super) async fn prepare(
         } else {
             None
         };
-        let made = git::ensure_worktree(&repo_path, &wt, &branch, &base, exists).map_err(failed)?;
+        let took = !wt.join(".git").exists()
+            && spare.join(".git").exists()
+            && git::take_spare(&repo_path, &spare, &wt, &branch, &base, exists || restart)
+                .map_err(failed)?;
+        let made = took || {
+            // A spare that could not be taken may have left the branch made.
+            let exists = git::local_branches(&repo_path)
+                .map_err(failed)?
+                .contains(&branch);
+            git::ensure_worktree(&repo_path, &wt, &branch, &base, exists).map_err(failed)?
+        };
         if made {
             let _ = std::fs::remove_file(&marker);
         }
@@ -130,6 +141,59 @@ pub(super) async fn prepare(
     })
     .await
     .map_err(|e| Prepared::Failed(e.into()))?
+}
+
+/// The worktree each repository keeps between its items in a run: an item on a work branch
+/// that completes, its work committed, leaves its worktree cleaned ([`git::park_worktree`]) as
+/// its repository's spare when another item of that repository with a work branch is still to
+/// start in this run; that item takes it ([`git::take_spare`]) and pays for the files that
+/// differ between the two commits, not for a whole checkout and removal. Items of one
+/// repository run one at a time under its lease, so one spare a repository is enough, and it is
+/// only touched under that lease. The last item of a repository to finish removes it.
+pub(crate) struct Spares {
+    /// By repository: its items with a work branch not started yet.
+    left: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+impl Spares {
+    /// The spares of a run of `plan`: its pending items with a work branch, counted.
+    pub(crate) fn new(plan: &crate::plan::Plan) -> Spares {
+        let mut left = std::collections::HashMap::new();
+        for item in &plan.items {
+            if item.state == crate::vocab::ItemState::Pending && item.branch.is_some() {
+                *left.entry(item.repo.clone()).or_insert(0) += 1;
+            }
+        }
+        Spares {
+            left: std::sync::Mutex::new(left),
+        }
+    }
+
+    /// Where the spare of `repo` is kept: beside its items' worktrees, under a name no item
+    /// id can take (`+` is not allowed in one).
+    pub(crate) fn path(workspace: &Path, repo: &str) -> PathBuf {
+        workspace.join("worktrees").join(repo).join("+spare")
+    }
+
+    /// An item of `repo` with a work branch starts: its spare, to take if there is one.
+    fn starting(&self, workspace: &Path, repo: &str) -> PathBuf {
+        if let Ok(mut left) = self.left.lock()
+            && let Some(n) = left.get_mut(repo)
+        {
+            *n = n.saturating_sub(1);
+        }
+        Spares::path(workspace, repo)
+    }
+
+    /// Where an item of `repo` that completed keeps its worktree: its spare, when another item
+    /// of it is still to start; `None` otherwise.
+    fn wanted(&self, workspace: &Path, repo: &str) -> Option<PathBuf> {
+        let more = self
+            .left
+            .lock()
+            .is_ok_and(|left| left.get(repo).is_some_and(|n| *n > 0));
+        more.then(|| Spares::path(workspace, repo))
+    }
 }
 
 /// Give the worktree `wt` the checkout's ignored `paths`: a folder's entries linked, a file
@@ -305,6 +369,12 @@ pub(super) async fn finish_work(
     let in_worktree = icx.item.branch.is_some();
     let message = format!("runner: {}", icx.item.id);
     let idx = icx.idx;
+    // Where the worktree is kept for the repository's next item in this run, if any.
+    let spare = in_worktree
+        .then(|| icx.cx.spares.wanted(&icx.cx.workspace, &icx.repo.name))
+        .flatten();
+    let workspace = icx.cx.workspace.clone();
+    let repo_name = icx.repo.name.clone();
     let nothing_new = move |no_change: bool| Event::Work {
         item: idx,
         commit: None,
@@ -351,7 +421,17 @@ pub(super) async fn finish_work(
             }
         }
         if in_worktree && uncommitted.is_empty() {
-            git::remove_worktree(&repo, &dir)?;
+            let parked = spare
+                .as_ref()
+                .is_some_and(|s| git::park_worktree(&repo, &dir, s).is_ok());
+            if !parked {
+                git::remove_worktree(&repo, &dir)?;
+            }
+            // No other item of the repository is to run: its spare goes too.
+            let left = Spares::path(&workspace, &repo_name);
+            if spare.is_none() && left.join(".git").exists() {
+                git::remove_worktree(&repo, &left)?;
+            }
         }
         let (files, insertions, deletions) = if last == anchor.start {
             (0, 0, 0)

@@ -17,6 +17,7 @@ mod tamper;
 mod verdict;
 
 pub use baseline::Baseline;
+pub(crate) use checkout::Spares;
 pub(crate) use cx::{ItemError, ItemRun, Rest};
 
 use crate::engine::run::RunCx;

@@ -2,7 +2,7 @@
 //! their reasons): its own user and network namespaces, then the Landlock ruleset. Raw system
 //! calls only, as everything the child runs (see the module comment of `launch.rs`).
 
-use super::sys::sys;
+use super::sys::{sys, sys5};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
@@ -27,6 +27,8 @@ pub(crate) struct Confine {
     /// of its own (with a user namespace): there for it, but empty.
     hide: Vec<CString>,
     hide_dirs: Vec<CString>,
+    /// Folders covered whole, what it may see of them bound back (see `sandbox::Cover`).
+    covers: Vec<CoverC>,
     /// Made read-only in its mount namespace: everything but these (with a user namespace).
     /// Landlock keeps data from being written elsewhere, but not a file's metadata (its mode,
     /// owner, times, extended attributes): a read-only mount does.
@@ -62,6 +64,7 @@ impl Confine {
             gid_map: map(gid),
             hide: Vec::new(),
             hide_dirs: Vec::new(),
+            covers: Vec::new(),
             read_only: false,
             keep_writable: Vec::new(),
             cwd: None,
@@ -104,7 +107,7 @@ impl Confine {
 
     /// Whether it covers anything.
     fn hides(&self) -> bool {
-        !self.hide.is_empty() || !self.hide_dirs.is_empty()
+        !self.hide.is_empty() || !self.hide_dirs.is_empty() || !self.covers.is_empty()
     }
 
     /// Whether it needs a mount namespace of its own.
@@ -119,16 +122,19 @@ impl Confine {
     }
 
     /// Cover the files `paths` with `/dev/null` and the folders `dirs` with an empty tmpfs
-    /// (those that exist when the child starts).
+    /// (those that exist when the child starts), and the folders of `covers` whole, with what
+    /// it may see of them bound back.
     pub(crate) fn hiding(
         mut self,
         paths: &[std::path::PathBuf],
         dirs: &[std::path::PathBuf],
+        covers: &[crate::process::sandbox::Cover],
     ) -> Confine {
         use std::os::unix::ffi::OsStrExt;
         let c = |p: &std::path::PathBuf| CString::new(p.as_os_str().as_bytes()).ok();
         self.hide = paths.iter().filter_map(c).collect();
         self.hide_dirs = dirs.iter().filter_map(c).collect();
+        self.covers = covers.iter().filter_map(CoverC::new).collect();
         self
     }
 }
@@ -148,8 +154,8 @@ pub(super) fn confine_self(c: &Confine) -> isize {
 /// The part of [`confine_self`] that makes namespaces and mounts (done by a pid namespace's
 /// init, before it starts the program): the proxy's listener, or [`NONE`].
 pub(super) fn prepare(c: &Confine) -> isize {
-    let steps: [&dyn Fn(&Confine) -> isize; 5] =
-        [&namespaces, &read_only, &hide, &own_proc, &loopback];
+    let steps: [&dyn Fn(&Confine) -> isize; 6] =
+        [&namespaces, &read_only, &hide, &enter, &own_proc, &loopback];
     for step in steps {
         let r = step(c);
         if r < 0 {
@@ -319,14 +325,19 @@ fn read_only(c: &Confine) -> isize {
                 return r;
             }
         }
-        if let Some(cwd) = &c.cwd {
-            let r = sys(libc::SYS_chdir, [cwd.as_ptr() as usize, 0, 0, 0]);
-            if r < 0 {
-                return r;
-            }
-        }
     }
     0
+}
+
+/// Its folder entered again once every mount is made: the one it was in may lie beneath a
+/// mount made since (made read-only, or a covered folder's entry bound back), and a folder
+/// entered before a cover was made would lead (by `..`) to what the cover hides.
+fn enter(c: &Confine) -> isize {
+    match &c.cwd {
+        // SAFETY: a raw system call reading a string of `c`.
+        Some(cwd) => unsafe { sys(libc::SYS_chdir, [cwd.as_ptr() as usize, 0, 0, 0]) },
+        None => 0,
+    }
 }
 
 /// In its own mount namespace: what it may not read covered (a file by `/dev/null`, a folder
@@ -360,8 +371,159 @@ fn hide(c: &Confine) -> isize {
             }
         }
     }
+    for cover in &c.covers {
+        let r = cover.make();
+        if r < 0 && r != -(libc::ENOENT as isize) {
+            return r;
+        }
+    }
     0
 }
+
+/// A folder covered whole, laid out for the child (see `sandbox::Cover`).
+struct CoverC {
+    dir: CString,
+    /// Each entry kept: its name, its path, and what it is.
+    keep: Vec<(CString, CString, KeptC)>,
+}
+
+enum KeptC {
+    Dir,
+    File,
+    Link(CString),
+}
+
+impl CoverC {
+    fn new(cover: &crate::process::sandbox::Cover) -> Option<CoverC> {
+        use crate::process::sandbox::Kept;
+        use std::os::unix::ffi::OsStrExt;
+        let c = |b: &[u8]| CString::new(b).ok();
+        let mut keep = Vec::new();
+        for (name, kept) in &cover.keep {
+            let kind = match kept {
+                Kept::Dir => KeptC::Dir,
+                Kept::File => KeptC::File,
+                Kept::Link(target) => KeptC::Link(c(target.as_os_str().as_bytes())?),
+            };
+            let path = cover.dir.join(name);
+            keep.push((c(name.as_bytes())?, c(path.as_os_str().as_bytes())?, kind));
+        }
+        Some(CoverC {
+            dir: c(cover.dir.as_os_str().as_bytes())?,
+            keep,
+        })
+    }
+
+    /// Cover the folder with an empty tmpfs, bind each kept entry back from the folder beneath
+    /// it (reached through a descriptor taken before: the path leads to the tmpfs then), make
+    /// each kept link again, and make the tmpfs read-only. An entry gone, or no longer of its
+    /// kind, since the plan stays hidden. 0, or the first negative result.
+    fn make(&self) -> isize {
+        // SAFETY: raw system calls with pointers into `self` and static strings; the
+        // descriptors made here are closed here.
+        unsafe {
+            let below = sys(
+                libc::SYS_openat,
+                [
+                    libc::AT_FDCWD as usize,
+                    self.dir.as_ptr() as usize,
+                    (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as usize,
+                    0,
+                ],
+            );
+            if below < 0 {
+                return below;
+            }
+            let r = self.fill(below);
+            sys(libc::SYS_close, [below as usize, 0, 0, 0]);
+            r
+        }
+    }
+
+    /// # Safety
+    ///
+    /// `below` is a descriptor of the folder, taken before it was covered.
+    unsafe fn fill(&self, below: isize) -> isize {
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        let skip = |r: isize| {
+            [libc::ENOENT, libc::ENOTDIR, libc::EISDIR, libc::EEXIST].contains(&(-r as i32))
+        };
+        // SAFETY: raw system calls with pointers into `self` and static strings.
+        unsafe {
+            let r = sys5(
+                libc::SYS_mount,
+                [
+                    c"tmpfs".as_ptr() as usize,
+                    self.dir.as_ptr() as usize,
+                    c"tmpfs".as_ptr() as usize,
+                    flags as usize,
+                    c"mode=0755".as_ptr() as usize,
+                ],
+            );
+            if r < 0 {
+                return r;
+            }
+            for (name, path, kind) in &self.keep {
+                let at = libc::AT_FDCWD as usize;
+                let p = path.as_ptr() as usize;
+                let made = match kind {
+                    KeptC::Link(target) => {
+                        sys(libc::SYS_symlinkat, [target.as_ptr() as usize, at, p, 0])
+                    }
+                    KeptC::Dir => sys(libc::SYS_mkdirat, [at, p, 0o755, 0]),
+                    KeptC::File => sys(
+                        libc::SYS_mknodat,
+                        [at, p, (libc::S_IFREG | 0o644) as usize, 0],
+                    ),
+                };
+                if made < 0 {
+                    return made;
+                }
+                if matches!(kind, KeptC::Link(_)) {
+                    continue;
+                }
+                let tree = sys(
+                    libc::SYS_open_tree,
+                    [
+                        below as usize,
+                        name.as_ptr() as usize,
+                        OPEN_TREE_CLONE
+                            | libc::O_CLOEXEC as usize
+                            | AT_RECURSIVE
+                            | libc::AT_SYMLINK_NOFOLLOW as usize,
+                        0,
+                    ],
+                );
+                if tree < 0 {
+                    if skip(tree) {
+                        continue;
+                    }
+                    return tree;
+                }
+                let moved = sys5(
+                    libc::SYS_move_mount,
+                    [
+                        tree as usize,
+                        c"".as_ptr() as usize,
+                        at,
+                        p,
+                        MOVE_MOUNT_F_EMPTY_PATH,
+                    ],
+                );
+                sys(libc::SYS_close, [tree as usize, 0, 0, 0]);
+                if moved < 0 && !skip(moved) {
+                    return moved;
+                }
+            }
+        }
+        setattr6(&self.dir, &[MOUNT_ATTR_RDONLY, 0, 0, 0], 0)
+    }
+}
+
+/// `open_tree`'s flag for a copy of the tree (`linux/mount.h`), and `move_mount`'s for a
+/// source given by its descriptor alone.
+const OPEN_TREE_CLONE: usize = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
 
 /// Loopback up in a new network namespace (`struct ifreq`: the name, then the flags as a
 /// short).
