@@ -683,6 +683,7 @@ say notes "$(cat "$R/NOTES.txt")"
 say tool "$("$R/tools/tool.sh")"
 say link "$("$R/link/tool.sh")"
 echo work > own-work.txt
+say add "$(git add own-work.txt 2>&1 && echo added)"
 "#,
         repos = repos.display()
     );
@@ -744,6 +745,8 @@ fn a_folder_of_many_repositories_is_covered_whole_and_the_rest_of_it_stays_in_si
         assert_eq!(get(&format!("{id} notes")), "notes");
         assert_eq!(get(&format!("{id} tool")), "tool-ran");
         assert_eq!(get(&format!("{id} link")), "tool-ran");
+        // Its repository's object store, bound back with the rest of it, takes its writes.
+        assert_eq!(get(&format!("{id} add")), "added");
     }
     // From its own checkout, `..` leads to the covered folder, not to what it covers.
     assert_eq!(get("in-place by-dotdot"), "hidden");
