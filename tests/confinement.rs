@@ -18,6 +18,7 @@ const ESCAPES: &[&str] = &[
     "peer-cwd",
     "other-repo-read",
     "other-worktree-read",
+    "other-tmpdir",
     "ledger-read",
     "ledger-write",
     "manifest",
@@ -758,4 +759,84 @@ fn unconfined_every_repository_of_the_folder_is_in_sight() {
     assert_eq!(a["in-place by-path"], "hello", "{a:#?}");
     assert_eq!(a["in-place by-dotdot"], "hello", "{a:#?}");
     assert!(a["branch listing"].contains("r12"), "{a:#?}");
+}
+
+/// What an item sees of the items that start after it: item `x1` runs first; `z1` ends at once
+/// and `y1` takes its slot, writes a note in its temporary folder and works in its worktree,
+/// then tells `x1` (through a folder both may write) to look. Returns what `x1` found.
+fn a_later_item(mode: &str) -> (String, String) {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for name in ["x", "y", "z"] {
+        repo(&r.join(name));
+    }
+    std::fs::create_dir_all(r.join("shared")).unwrap();
+    let ws = r.join(".runner/workspace");
+    let worker = format!(
+        r#"#!/bin/sh
+ws={ws}
+case $RUNNER_ITEM in
+x1)
+  for i in $(seq 200); do [ -e {shared}/flag ] && break; sleep 0.1; done
+  echo "tmp: $(cat "$ws/tmp/y/note" 2>/dev/null || echo hidden)"
+  echo "worktree: $(cat "$ws/worktrees/y/y1/README.md" 2>/dev/null || echo hidden)" ;;
+y1)
+  mkdir -p "$ws/tmp/y" && echo "note of y1" > "$ws/tmp/y/note"
+  touch {shared}/flag
+  sleep 3 ;;
+esac
+"#,
+        ws = ws.display(),
+        shared = r.join("shared").display()
+    );
+    std::fs::write(r.join("worker.sh"), worker).unwrap();
+    let manifest = serde_json::json!({
+        "version": 1, "name": "later", "capacity": {"workers": 2},
+        "repositories": [{"path": "x"}, {"path": "y"}, {"path": "z"}],
+        "worker": {"run": ["sh", r.join("worker.sh").display().to_string()]},
+        "items": [
+            {"repo": "x", "id": "x1", "branch": "runner/x1"},
+            {"repo": "z", "id": "z1"},
+            {"repo": "y", "id": "y1", "branch": "runner/y1"},
+        ],
+        "sandbox": {"mode": mode, "writable": [r.join("shared").display().to_string()]},
+    });
+    std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let log = find_log(&r.join("runner-reports"), "worktree: ")
+        .unwrap_or_else(|| panic!("no log of x1: {err}"));
+    let said = |key: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no `{key}` in {log}"))
+            .trim()
+            .to_string()
+    };
+    (said("tmp: "), said("worktree: "))
+}
+
+#[test]
+fn an_item_that_starts_later_is_out_of_sight_too() {
+    if !kernel_confines() {
+        return;
+    }
+    assert_eq!(
+        a_later_item("required"),
+        ("hidden".to_string(), "hidden".to_string())
+    );
+}
+
+#[test]
+fn unconfined_an_item_that_starts_later_is_in_sight() {
+    assert_eq!(
+        a_later_item("off"),
+        ("note of y1".to_string(), "hello".to_string())
+    );
 }

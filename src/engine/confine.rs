@@ -23,6 +23,9 @@ pub struct SandboxPlan {
     pub repositories: Vec<PathBuf>,
     /// Where the items' worktrees are: an item reads only its own.
     pub worktrees: PathBuf,
+    /// Where each repository's private temporary folder is (its items' `TMPDIR`, one item at a
+    /// time): an item reads only its own repository's.
+    pub tmp: PathBuf,
     /// What the kernel lacks of what the manifest asks (best-effort runs without it).
     pub missing: Vec<String>,
     /// Whether Landlock confines items' files.
@@ -167,6 +170,7 @@ pub fn plan(
         hidden,
         repositories,
         worktrees: workspace.join("worktrees"),
+        tmp: workspace.join("tmp"),
         missing,
         landlock,
         summary,
@@ -193,8 +197,13 @@ pub struct ItemRules {
     pub tmp: PathBuf,
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
-    /// Folders it may not read: the other repositories, the other items' worktrees.
+    /// Folders it may not read: the other repositories, the other items' worktrees, the other
+    /// repositories' temporary folders.
     pub hidden_dirs: Vec<PathBuf>,
+    /// Folders covered whole, but for the entries that hold something it may write: the
+    /// workspace's worktrees and temporary folders, whose entries come and go while it runs
+    /// (another item's, made after it started, is out of sight too).
+    pub covered: Vec<PathBuf>,
 }
 
 impl ItemRules {
@@ -210,8 +219,8 @@ impl ItemRules {
 }
 
 impl SandboxPlan {
-    /// The rules of an item working in `checkout`; its `tmp` folder made afresh and empty,
-    /// `extra` (its usage folder, build cache) made.
+    /// The rules of an item working in `checkout`; its `tmp` folder (its repository's, kept
+    /// between its items) emptied or made, `extra` (its build cache) made.
     pub fn item(
         &self,
         repo: &Path,
@@ -219,10 +228,7 @@ impl SandboxPlan {
         tmp: PathBuf,
         extra: &[PathBuf],
     ) -> std::io::Result<ItemRules> {
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp)?;
-        }
-        std::fs::create_dir_all(&tmp)?;
+        crate::support::fs::empty_dir(&tmp)?;
         // A declared folder not made yet is made, so that the CLI finds it writable (the
         // kernel grants what exists); a file (a name with an extension) is left to exist.
         for w in &self.writable {
@@ -256,6 +262,13 @@ impl SandboxPlan {
             .filter(|r| !needed(r))
             .cloned()
             .collect();
+        // Other repositories' temporary folders: what their items left or are writing.
+        for other in std::fs::read_dir(&self.tmp).into_iter().flatten().flatten() {
+            let other = other.path();
+            if other.is_dir() && !needed(&other) {
+                hidden_dirs.push(other);
+            }
+        }
         for by_repo in std::fs::read_dir(&self.worktrees)
             .into_iter()
             .flatten()
@@ -272,10 +285,14 @@ impl SandboxPlan {
                 }
             }
         }
+        // Those are listed as they are now; the folders holding them are covered whole
+        // besides, so that one made after the item started is out of sight too.
+        let covered = vec![self.worktrees.clone(), self.tmp.clone()];
         Ok(ItemRules {
             tmp,
             writable,
             hidden_dirs,
+            covered,
         })
     }
 
@@ -287,6 +304,7 @@ impl SandboxPlan {
             writable,
             hidden: self.hidden.clone(),
             hidden_dirs: rules.hidden_dirs.clone(),
+            covered: rules.covered.clone(),
             no_network: self.network == NetworkPolicy::None,
             allow: self.allow.clone(),
         };

@@ -131,6 +131,9 @@ pub struct Rules {
     pub hidden: Vec<PathBuf>,
     /// Folders it may not read: covered by an empty tmpfs there.
     pub hidden_dirs: Vec<PathBuf>,
+    /// Folders covered whole, with only the entries that hold something it may write bound
+    /// back ([`plan_covers`]).
+    pub covered: Vec<PathBuf>,
     /// No network but its own loopback.
     pub no_network: bool,
     /// With no network: the hosts it reaches all the same, through runner's proxy.
@@ -209,7 +212,11 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
             Vec::new()
         }
     };
-    let (hide_dirs, covers) = plan_covers(&covered(&rules.hidden_dirs), &rules.writable);
+    let (hide_dirs, covers) = plan_covers(
+        &covered(&rules.hidden_dirs),
+        &rules.writable,
+        &covered(&rules.covered),
+    );
     let record = (write.is_some() && super::denials::supported()).then(|| {
         std::sync::Arc::new(
             rules
@@ -275,26 +282,52 @@ pub enum Kept {
 /// covered each alone.
 const MAX_KEPT: usize = 64;
 
-/// Which of the `hidden` folders are covered each alone, and which folders holding them are
-/// covered whole ([`Cover`]): a folder holding at least four of them, more than twice as many
-/// as its entries that are not, is covered whole — unless something the item may write is that
-/// folder or holds it (a tmpfs there would take writes away), it is `/`, or it cannot be read.
-/// A hidden entry that is a link stays covered alone (a mount follows the link to what it
-/// hides; removing the link would leave its target in sight). Deepest folders first, so that
-/// a folder covered within a kept entry of another goes along with it when that is bound back.
-pub(crate) fn plan_covers(hidden: &[PathBuf], writable: &[PathBuf]) -> (Vec<PathBuf>, Vec<Cover>) {
+/// Which of the `hidden` folders are covered each alone, and which folders are covered whole
+/// ([`Cover`]): each of `whole` (but for its entries that hold something the item may write),
+/// and a folder holding at least four hidden ones, more than twice as many as its entries that
+/// are not (but for those). Never a folder that something the item may write is or holds (a
+/// tmpfs there would take writes away), `/`, or one that cannot be read. A hidden entry that is
+/// a link stays covered alone (a mount follows the link to what it hides; removing the link
+/// would leave its target in sight); one inside a folder covered whole, not bound back, needs
+/// nothing more. Deepest folders first, so that a folder covered within a kept entry of another
+/// goes along with it when that is bound back.
+pub(crate) fn plan_covers(
+    hidden: &[PathBuf],
+    writable: &[PathBuf],
+    whole: &[PathBuf],
+) -> (Vec<PathBuf>, Vec<Cover>) {
     use std::collections::{BTreeMap, HashSet};
+    let may_cover =
+        |dir: &Path| dir.parent().is_some() && !writable.iter().any(|w| dir.starts_with(w));
+    let mut covers = Vec::new();
+    for dir in whole.iter().filter(|d| may_cover(d)) {
+        if let Some(cover) = whole_cover(dir, writable) {
+            covers.push(cover);
+        }
+    }
+    // Out of sight already: beneath an entry of a folder covered whole that is not bound back.
+    let unseen = |h: &Path| {
+        covers.iter().any(|c: &Cover| {
+            h.strip_prefix(&c.dir)
+                .ok()
+                .and_then(|rest| rest.components().next())
+                .is_some_and(|first| {
+                    !c.keep
+                        .iter()
+                        .any(|(name, _)| name.as_os_str() == first.as_os_str())
+                })
+        })
+    };
     let mut by_parent: BTreeMap<&Path, Vec<&PathBuf>> = BTreeMap::new();
     let mut alone: Vec<PathBuf> = Vec::new();
-    for h in hidden {
+    for h in hidden.iter().filter(|h| !unseen(h)) {
         match (h.parent(), h.file_name()) {
             (Some(p), Some(_)) if p.parent().is_some() => by_parent.entry(p).or_default().push(h),
             _ => alone.push(h.clone()),
         }
     }
-    let mut covers = Vec::new();
     for (dir, hs) in by_parent {
-        let cover = (hs.len() >= 4 && !writable.iter().any(|w| dir.starts_with(w)))
+        let cover = (hs.len() >= 4 && may_cover(dir) && !covers.iter().any(|c| c.dir == dir))
             .then(|| cover_of(dir, &hs))
             .flatten();
         match cover {
@@ -307,6 +340,32 @@ pub(crate) fn plan_covers(hidden: &[PathBuf], writable: &[PathBuf]) -> (Vec<Path
     }
     covers.sort_by_key(|c: &Cover| std::cmp::Reverse(c.dir.components().count()));
     return (alone, covers);
+
+    /// `dir` covered with only its entries that hold something writable kept; `None` when it
+    /// cannot be read.
+    fn whole_cover(dir: &Path, writable: &[PathBuf]) -> Option<Cover> {
+        let mut keep = Vec::new();
+        for entry in std::fs::read_dir(dir).ok()? {
+            let entry = entry.ok()?;
+            let path = entry.path();
+            if !writable.iter().any(|w| w.starts_with(&path)) {
+                continue;
+            }
+            let kind = entry.file_type().ok()?;
+            let kept = if kind.is_symlink() {
+                Kept::Link(std::fs::read_link(&path).ok()?)
+            } else if kind.is_dir() {
+                Kept::Dir
+            } else {
+                Kept::File
+            };
+            keep.push((entry.file_name(), kept));
+        }
+        Some(Cover {
+            dir: dir.to_path_buf(),
+            keep,
+        })
+    }
 
     /// `dir` covered with all but `hs` kept, and the hidden links to cover alone; `None` when
     /// that is not worth it or `dir` cannot be read.

@@ -124,6 +124,37 @@ pub(crate) fn normalize(p: &Path) -> std::path::PathBuf {
     out
 }
 
+/// Make `dir` an empty folder: made where it is missing, its entries removed where it is not
+/// (links removed, never followed). A folder kept and emptied costs no new inode, where removing
+/// it and making it again does.
+pub(crate) fn empty_dir(dir: &Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return std::fs::create_dir_all(dir),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Copy the regular file `from` to `to`; anything else at `from` (a link, a FIFO) is refused.
+pub(crate) fn copy_regular(from: &Path, to: &Path) -> std::io::Result<u64> {
+    if !std::fs::symlink_metadata(from)?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "`{}` is not a regular file",
+            from.display()
+        )));
+    }
+    std::fs::copy(from, to)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,14 +6,16 @@
 # Arguments: the test's root folder, the port of a listener on loopback.
 root=$1
 port=$2
+ws=$root/.runner/workspace
 if [ "$RUNNER_ITEM" != a1 ]; then
+  # Its private temporary folder (its TMPDIR when confined) holds a note of its own.
+  mkdir -p "$ws/tmp/$RUNNER_REPO" && echo "note of $RUNNER_ITEM" > "$ws/tmp/$RUNNER_REPO/note"
   exec -a "sleeper-$RUNNER_ITEM" sleep 4
 fi
 sleep 1.5
 say() { if [ "$2" = 0 ]; then echo "attempt $1: escaped"; else echo "attempt $1: denied"; fi; }
 try() { local name=$1; shift; ( "$@" ) >/dev/null 2>&1; say "$name" $?; }
 
-ws=$root/.runner/workspace
 # Other items' work: a worktree item and an in-place one, found by their processes' folders too.
 try other-worktree sh -c "echo planted > '$ws/worktrees/b/b1/planted-by-a1'"
 try other-checkout sh -c "echo planted > '$root/c/planted-by-a1'"
@@ -26,6 +28,7 @@ try peer-cmdline test -n "$peer"
 try peer-cwd sh -c "ls /proc/$peer/cwd/ | grep -q README"
 try other-repo-read sh -c "grep -q hello '$root/b/README.md'"
 try other-worktree-read sh -c "grep -q hello '$ws/worktrees/b/b1/README.md'"
+try other-tmpdir sh -c "grep -q 'note of b1' '$ws/tmp/b/note'"
 # runner's ledger, read and written.
 try ledger-read sh -c "head -c 16 '$root/.runner/state.db' | grep -q SQLite"
 # (the first byte written again as it is: the ledger is changed in no other way)

@@ -70,16 +70,40 @@ pub(super) fn provider_failed(
     chain.provider_failure()
 }
 
-/// Where attempt `n`'s worker may write what it used: in the run's `usage` folder, one for all
-/// items (an item's log folder is made only for output), named by the item's place in the plan.
+/// Where attempt `n`'s worker may write what it used: in its repository's private folder
+/// ([`private_tmp`]), which only the item running there may write, and which is emptied
+/// between items — so no new folder an item (a new inode costs more than a `true` worker on
+/// some file systems), and no item writes another's. What it wrote is kept in the run's
+/// `usage` folder once read ([`usage_record`]).
 pub(super) fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
-    usage_dir(icx.cx, icx.idx).join(format!("{n}.json"))
+    private_tmp(icx.cx, &icx.repo.name).join(format!(".runner-usage-{n}.json"))
 }
 
-/// The folder of an item's usage files: its own, the one place of the run's folder its
-/// worker may write.
-pub(super) fn usage_dir(cx: &crate::engine::run::RunCx, idx: usize) -> PathBuf {
-    cx.run_dir.join("usage").join(idx.to_string())
+/// Where the run keeps what attempt `n` of the item at `idx` (its place in the plan) reported.
+fn usage_record(cx: &crate::engine::run::RunCx, idx: usize, n: u32) -> PathBuf {
+    cx.run_dir
+        .join("usage")
+        .join(idx.to_string())
+        .join(format!("{n}.json"))
+}
+
+/// The private temporary folder of `repo`'s items (their `TMPDIR` when confined), in the
+/// workspace: one a repository, its items running one at a time; kept, emptied between them.
+pub(super) fn private_tmp(cx: &crate::engine::run::RunCx, repo: &str) -> PathBuf {
+    cx.workspace.join("tmp").join(repo)
+}
+
+/// Move what a worker wrote to `$RUNNER_USAGE` to the run's record of it (copied where the two
+/// are on different file systems); a file that cannot be kept is left where it is, and goes
+/// when the folder is emptied.
+fn keep_usage(from: &Path, to: &Path) {
+    if let Some(dir) = to.parent()
+        && std::fs::create_dir_all(dir).is_ok()
+        && std::fs::rename(from, to).is_err()
+        && crate::support::fs::copy_regular(from, to).is_ok()
+    {
+        let _ = std::fs::remove_file(from);
+    }
 }
 
 /// What reading a worker's `$RUNNER_USAGE` file gave.
@@ -672,7 +696,12 @@ pub(super) fn write_feedback(icx: &ItemCx<'_>, n: u32, stage: &str, tail: &str) 
 /// it gave tokens without a cost, as an event; or that its usage is unknown, where a budget
 /// needs it and the attempt may have been `billed`.
 fn report_usage(icx: &ItemCx<'_>, n: u32, model: Option<&str>, billed: bool) {
-    match read_usage(&usage_path(icx, n)) {
+    let path = usage_path(icx, n);
+    let read = read_usage(&path);
+    if !matches!(read, UsageRead::Missing) {
+        keep_usage(&path, &usage_record(icx.cx, icx.idx, n));
+    }
+    match read {
         UsageRead::Reported(mut usage, used_model) => {
             // Tokens without a cost are priced at `models.prices`, for the model the worker
             // says it used, else the attempt's.

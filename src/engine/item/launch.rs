@@ -244,11 +244,14 @@ pub(super) fn command(
     } else {
         Vec::new()
     };
-    // A worker may say what it used; the folder is there for it to write into (made by the
-    // run's first worker, found there by the others).
+    // A worker may say what it used; the folder is there for it to write into (kept between
+    // the repository's items), and nothing is in its place before it does.
     let usage = gate.is_none().then(|| usage_path(icx, n));
-    if let Some(dir) = usage.as_deref().and_then(Path::parent) {
-        let _ = std::fs::create_dir_all(dir);
+    if let Some(path) = usage.as_deref() {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = std::fs::remove_file(path);
     }
     let brief = if gate.is_none() { brief(icx) } else { None };
     let env = child_env(

@@ -105,8 +105,8 @@ pub(crate) async fn run_item(
         Err(e) => return environmental(e.to_string()),
     };
     let rules = if cx.sandbox.active() {
-        let tmp = cx.workspace.join("tmp").join(&repo.name).join(&item.id);
-        let mut extra = vec![attempt::usage_dir(&cx, idx)];
+        let tmp = attempt::private_tmp(&cx, &repo.name);
+        let mut extra = Vec::new();
         if item.branch.is_some() {
             extra.push(launch::build_cache_dir(&cx, &repo.name));
         }
@@ -147,7 +147,7 @@ pub(crate) async fn run_item(
     }
     let run = attempts(&icx).await;
     if let Some(rules) = &icx.rules {
-        let _ = std::fs::remove_dir_all(&rules.tmp);
+        let _ = crate::support::fs::empty_dir(&rules.tmp);
     }
     if run.outcome == ItemOutcome::Completed
         && let (Some(publish), Some(branch)) = (&cx.loaded.manifest.publish, &item.branch)
