@@ -407,8 +407,9 @@ fn feedback_that_cannot_be_written_is_said() {
         1,
         1,
         &format!(
-            "echo \"attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]\" >> {}; mkdir -p \"$(dirname \"$(dirname \"$(dirname \"$RUNNER_USAGE\")\")\")/logs/$RUNNER_REPO/$RUNNER_ITEM/$RUNNER_ATTEMPT-feedback.txt\"; exit 1",
-            seen.display()
+            "echo \"attempt $RUNNER_ATTEMPT feedback=[$RUNNER_FEEDBACK]\" >> {}; mkdir -p \"{}/runner-reports/$RUNNER_RUN_ID/logs/$RUNNER_REPO/$RUNNER_ITEM/$RUNNER_ATTEMPT-feedback.txt\"; exit 1",
+            seen.display(),
+            dir.path().display()
         ),
         "",
     );

@@ -88,9 +88,15 @@ fn usage_record(cx: &crate::engine::run::RunCx, idx: usize, n: u32) -> PathBuf {
 }
 
 /// The private temporary folder of `repo`'s items (their `TMPDIR` when confined), in the
-/// workspace: one a repository, its items running one at a time; kept, emptied between them.
+/// workspace: one a repository, its items running one at a time; kept, emptied between them. A
+/// run started inside an item re-enters its parent's lease on the repository, and may share its
+/// workspace: its items get a folder of their own inside the parent item's (emptied with it).
 pub(super) fn private_tmp(cx: &crate::engine::run::RunCx, repo: &str) -> PathBuf {
-    cx.workspace.join("tmp").join(repo)
+    let tmp = cx.workspace.join("tmp").join(repo);
+    match cx.parent_token {
+        Some(_) => tmp.join(format!("nested-{}", cx.run_id)),
+        None => tmp,
+    }
 }
 
 /// Move what a worker wrote to `$RUNNER_USAGE` to the run's record of it (copied where the two
