@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{repo, run_in, runner, stderr};
+use common::{git, repo, run_in, runner, stderr};
 use std::path::Path;
 
 fn fixture(root: &Path) {
@@ -785,4 +785,68 @@ fn what_keeps_a_dead_runs_lease_is_named_and_can_be_ended() {
     );
     assert!(common::processes_matching("sleep 5331").is_empty());
     assert!(common::processes_matching("sleep 5332").is_empty());
+}
+
+/// A pack index whose fan-out table claims every object of a bucket: 2^32 − 1 names where the
+/// file holds none. Two of them, one for the even buckets and one for the odd, so whatever an
+/// object is named, some index claims its bucket.
+fn lying_pack_index(odd: bool) -> Vec<u8> {
+    let mut out = vec![0xff, b't', b'O', b'c', 0, 0, 0, 2];
+    for bucket in 0..256u32 {
+        let claims = (bucket % 2 == 1) == odd;
+        out.extend_from_slice(&if claims { u32::MAX } else { 0 }.to_be_bytes());
+    }
+    out
+}
+
+/// A worker plants pack indexes that lie about their size where runner looks for objects; its
+/// item, the next item and the next run are recorded as ever. Runner once believed the fan-out
+/// table, allocated 85 GB for one bucket's names and died (exit 134) with no report, the item
+/// neither recorded nor released, and every later run of the repository died the same way.
+#[test]
+fn a_planted_pack_index_that_lies_about_its_size_is_not_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let planted = dir.path().join("planted");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::write(planted.join("pack-even.idx"), lying_pack_index(false)).unwrap();
+    std::fs::write(planted.join("pack-odd.idx"), lying_pack_index(true)).unwrap();
+    let worker = format!(
+        "cp {}/*.idx \"$(git rev-parse --git-common-dir)/objects/pack/\"; echo \"$RUNNER_ITEM\" > \"$RUNNER_ITEM.txt\"",
+        planted.display()
+    );
+    let manifest = serde_json::json!({
+        "version": 1, "name": "planted", "repositories": [{"path": "r"}],
+        "worker": {"run": ["sh", "-c", worker]},
+        "items": [
+            {"repo": "r", "id": "a", "branch": "work/a"},
+            {"repo": "r", "id": "b", "branch": "work/b"},
+        ],
+    });
+    std::fs::write(dir.path().join("m.yaml"), manifest.to_string()).unwrap();
+    let first = run_in(dir.path(), &["apply", "m.yaml"]);
+    assert!(
+        r.join(".git/objects/pack/pack-odd.idx").exists(),
+        "the worker did not plant its files: {}",
+        stderr(&first)
+    );
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    for id in ["a", "b"] {
+        let shown = git(&r, &["ls-tree", "--name-only", &format!("work/{id}")]);
+        assert!(
+            shown.lines().any(|l| l == format!("{id}.txt")),
+            "item {id}'s work was not committed: {shown}\n{}",
+            stderr(&first)
+        );
+    }
+    // The files stay; the next run reads them again, and is not stopped by them either.
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        manifest.to_string().replace("work/", "again/"),
+    )
+    .unwrap();
+    let again = run_in(dir.path(), &["apply", "m.yaml"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let status = run_in(dir.path(), &["status", "m.yaml"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
 }

@@ -23,14 +23,14 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::probe::Probe;
 use crate::support::refname::valid_branch_name;
+use pack::{in_pack, inflate_start, inflate_up_to, packed_commit_start, packed_object_start};
 
 /// A SHA-1 object name.
 type Oid = [u8; 20];
@@ -376,49 +376,6 @@ fn object_start(objects: &Path, oid: &Oid, limit: usize) -> Option<(String, Vec<
     }
 }
 
-/// The first `limit` bytes of a zlib stream's content.
-fn inflate_up_to(data: &[u8], limit: usize) -> Option<Vec<u8>> {
-    use miniz_oxide::inflate::stream::{InflateState, inflate};
-    let mut state = InflateState::new_boxed(miniz_oxide::DataFormat::Zlib);
-    let mut out = vec![0u8; limit];
-    let r = inflate(&mut state, data, &mut out, miniz_oxide::MZFlush::None);
-    r.status.ok()?;
-    out.truncate(r.bytes_written);
-    Some(out)
-}
-
-/// The type and start of an object stored whole (not as a delta) in one of the packs.
-fn packed_object_start(objects: &Path, oid: &Oid, limit: usize) -> Option<(String, Vec<u8>)> {
-    for entry in std::fs::read_dir(objects.join("pack")).ok()? {
-        let path = entry.ok()?.path();
-        if path.extension() != Some(OsStr::new("idx")) {
-            continue;
-        }
-        let Some(offset) = pack_offset(&path, oid)? else {
-            continue;
-        };
-        let pack = File::open(path.with_extension("pack")).ok()?;
-        let mut buf = vec![0u8; limit + 64];
-        let n = pack.read_at(&mut buf, offset).ok()?;
-        let buf = &buf[..n];
-        let first = *buf.first()?;
-        let kind = match (first >> 4) & 7 {
-            1 => "commit",
-            4 => "tag",
-            // A tree, a blob or a delta: not for this reader.
-            _ => return None,
-        };
-        let mut i = 0;
-        let mut c = first;
-        while c & 0x80 != 0 {
-            i += 1;
-            c = *buf.get(i)?;
-        }
-        return Some((kind.to_string(), inflate_up_to(&buf[i + 1..], limit)?));
-    }
-    None
-}
-
 /// Whether grafts or replace refs (loose or packed) may change what git sees as history; `None`
 /// when that cannot be read.
 fn rewrites_history(git_dir: &Path, reads: Reads) -> Option<bool> {
@@ -667,91 +624,6 @@ fn read_commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
     parse_oid(body.strip_prefix(b"tree ")?.get(..40)?)
 }
 
-/// The first bytes of a zlib stream's content.
-fn inflate_start(data: &[u8]) -> Option<Vec<u8>> {
-    use miniz_oxide::inflate::stream::{InflateState, inflate};
-    let mut state = InflateState::new_boxed(miniz_oxide::DataFormat::Zlib);
-    let mut out = vec![0u8; 128];
-    let r = inflate(&mut state, data, &mut out, miniz_oxide::MZFlush::None);
-    r.status.ok()?;
-    out.truncate(r.bytes_written);
-    Some(out)
-}
-
-/// The start of a commit stored whole in one of the packs.
-fn packed_commit_start(objects: &Path, commit: &Oid) -> Option<Vec<u8>> {
-    for entry in std::fs::read_dir(objects.join("pack")).ok()? {
-        let path = entry.ok()?.path();
-        if path.extension() != Some(OsStr::new("idx")) {
-            continue;
-        }
-        let Some(offset) = pack_offset(&path, commit)? else {
-            continue;
-        };
-        let pack = File::open(path.with_extension("pack")).ok()?;
-        let mut buf = vec![0u8; 4096];
-        let n = pack.read_at(&mut buf, offset).ok()?;
-        let buf = &buf[..n];
-        // The entry header: type in bits 4–6 of the first byte, then the size as a varint.
-        let mut i = 0;
-        let first = *buf.first()?;
-        if (first >> 4) & 7 != 1 {
-            return None;
-        }
-        let mut c = first;
-        while c & 0x80 != 0 {
-            i += 1;
-            c = *buf.get(i)?;
-        }
-        return inflate_start(&buf[i + 1..]);
-    }
-    None
-}
-
-/// Where a pack index (version 2) puts `oid` in its pack: `Some(None)` when it is not there.
-fn pack_offset(idx: &Path, oid: &Oid) -> Option<Option<u64>> {
-    let f = File::open(idx).ok()?;
-    let mut head = [0u8; 8 + 256 * 4];
-    f.read_exact_at(&mut head, 0).ok()?;
-    if head[..8] != [0xff, b't', b'O', b'c', 0, 0, 0, 2] {
-        return None;
-    }
-    let fanout = |i: usize| {
-        u64::from(u32::from_be_bytes([
-            head[8 + 4 * i],
-            head[9 + 4 * i],
-            head[10 + 4 * i],
-            head[11 + 4 * i],
-        ]))
-    };
-    let total = fanout(255);
-    let first = usize::from(oid[0]);
-    let lo = if first == 0 { 0 } else { fanout(first - 1) };
-    let hi = fanout(first);
-    if hi <= lo {
-        return Some(None);
-    }
-    let names_at = 8 + 256 * 4;
-    let mut names = vec![0u8; usize::try_from((hi - lo) * 20).ok()?];
-    f.read_exact_at(&mut names, names_at + lo * 20).ok()?;
-    let names: Vec<&[u8]> = names.chunks_exact(20).collect();
-    let Ok(pos) = names.binary_search(&&oid[..]) else {
-        return Some(None);
-    };
-    let k = lo + pos as u64;
-    let offsets_at = names_at + total * 24;
-    let mut small = [0u8; 4];
-    f.read_exact_at(&mut small, offsets_at + k * 4).ok()?;
-    let small = u32::from_be_bytes(small);
-    if small & 0x8000_0000 == 0 {
-        return Some(Some(u64::from(small)));
-    }
-    let mut large = [0u8; 8];
-    let at = offsets_at + total * 4 + u64::from(small & 0x7fff_ffff) * 8;
-    f.read_exact_at(&mut large, at).ok()?;
-    Some(Some(u64::from_be_bytes(large)))
-}
-
 /// One index entry's path and the stat data git recorded for it.
 struct Entry {
     path: Vec<u8>,
@@ -936,6 +808,7 @@ fn varint(data: &[u8], at: &mut usize) -> Option<usize> {
     Some(value)
 }
 
+mod pack;
 mod trees;
 mod untracked;
 
@@ -957,22 +830,6 @@ pub(crate) fn write_index_tree(dir: &Path, index: &Path) -> Option<String> {
 pub(crate) fn write_object(dir: &Path, kind: &str, body: &[u8]) -> Option<String> {
     let objects = objects_of(dir)?;
     trees::write_object(&objects, kind, body, &|oid| in_pack(&objects, oid))
-}
-
-/// Whether one of the packs in `objects` holds `oid` (`None`: that cannot be told).
-fn in_pack(objects: &Path, oid: &Oid) -> Option<bool> {
-    let packs = match std::fs::read_dir(objects.join("pack")) {
-        Ok(p) => p,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Some(false),
-        Err(_) => return None,
-    };
-    for entry in packs {
-        let path = entry.ok()?.path();
-        if path.extension().is_some_and(|x| x == "idx") && pack_offset(&path, oid)?.is_some() {
-            return Some(true);
-        }
-    }
-    Some(false)
 }
 
 /// The object folder of the checkout at `dir`, where this reader understands the repository.
