@@ -15,7 +15,8 @@
 #   plan      benches/plan_scale.sh 1000: plan over 1,000 repositories with critical-base markers
 #   memory    benches/memory.sh 10000 10000 1000: peak RSS of a 10,000-item drain
 #   makespan  benches/makespan.sh 7: a seeded heterogeneous workload, workers 4 (first run)
-# COMPARE_ONLY="drain codemod" measures only those.
+# COMPARE_ONLY="drain codemod" measures only those. BASE_BIN=path takes BASE's binary as built
+# already (BASE then only names it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -32,10 +33,15 @@ trap cleanup EXIT
 
 sha=$(git -C "$root" rev-parse --short "$base")
 echo "building base $base ($sha) and the working tree ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD || echo ', with changes'))" >&2
-git -C "$root" worktree add -q --detach "$scratch/base" "$sha"
-cargo build --release --quiet --manifest-path "$scratch/base/Cargo.toml" --target-dir "$scratch/target"
+if [ -n "${BASE_BIN:-}" ]; then
+  base_bin=$BASE_BIN
+else
+  git -C "$root" worktree add -q --detach "$scratch/base" "$sha"
+  cargo build --release --quiet --manifest-path "$scratch/base/Cargo.toml" --target-dir "$scratch/target"
+  base_bin="$scratch/target/release/runner"
+fi
 cargo build --release --quiet --manifest-path "$root/Cargo.toml"
-bins=("$scratch/target/release/runner" "$root/target/release/runner")
+bins=("$base_bin" "$root/target/release/runner")
 names=(base new)
 
 # One measurement of benchmark $1 with binary $2: its headline figure.
