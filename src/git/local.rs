@@ -715,7 +715,9 @@ fn parse(data: &[u8], written: (u32, u32)) -> Option<Index> {
     }
     let count = u32_at(8)? as usize;
     let end = data.len() - 20;
-    let mut entries: Vec<Entry> = Vec::with_capacity(count.min(1 << 20));
+    // The count is the file's word: no more entries are made room for than its bytes can hold
+    // (every entry takes at least 62).
+    let mut entries: Vec<Entry> = Vec::with_capacity(count.min(end.saturating_sub(12) / 62));
     let mut i = 12;
     for _ in 0..count {
         let start = i;
@@ -855,3 +857,9 @@ pub(crate) fn ref_target(git_dir: &Path, name: &str) -> Option<Option<String>> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+#[expect(
+    unsafe_code,
+    reason = "the tests' allocator, which measures what a parser asks for"
+)]
+mod untrusted_bytes;

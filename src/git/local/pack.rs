@@ -109,7 +109,7 @@ pub(super) fn packed_commit_start(objects: &Path, commit: &Oid) -> Option<Vec<u8
 /// A worker can write pack indexes, so nothing here believes the file: the fan-out table must
 /// rise, the tables it implies must fit in the file, and the names are searched in place, one
 /// 20-byte read a probe, so no size taken from the file is ever allocated.
-fn pack_offset(idx: &Path, oid: &Oid) -> Option<Option<u64>> {
+pub(super) fn pack_offset(idx: &Path, oid: &Oid) -> Option<Option<u64>> {
     /// The header (magic and version), the fan-out table, and where the names begin.
     const NAMES_AT: u64 = 8 + 256 * 4;
     /// Each object's name, checksum and 4-byte offset, in bytes.

@@ -1,0 +1,244 @@
+//! Property tests of the formats read by hand from files a worker can write — the index, pack
+//! indexes, the start of a commit, the configuration: for any bytes (random, or a real file of
+//! git's with bytes changed), each parser returns — it never panics, never loops, and never
+//! makes room for more than a small multiple of what it was given.
+//!
+//! The last is checked by the test binary's allocator, which remembers the largest single
+//! allocation each thread asks for: a parser that believed a count or a size from the file would
+//! ask for far more than the file holds (a pack index once made runner ask for 85 GB).
+
+use super::*;
+use proptest::prelude::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// The system allocator, remembering the largest allocation of each thread.
+struct Largest;
+
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is the system allocator's; the thread-local is a plain `Cell` with a
+// constant initialiser, which neither allocates nor has a destructor.
+unsafe impl GlobalAlloc for Largest {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = LARGEST.try_with(|l| l.set(l.get().max(layout.size())));
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = LARGEST.try_with(|l| l.set(l.get().max(new_size)));
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Largest = Largest;
+
+/// The largest single allocation `f` asked for on this thread.
+fn largest_allocation(f: impl FnOnce()) -> usize {
+    LARGEST.with(|l| l.set(0));
+    f();
+    LARGEST.with(Cell::get)
+}
+
+/// How much a parser may ask for at once, given `len` bytes: a few times the input (parsed
+/// entries are larger than their bytes) and the fixed buffers of the readers.
+fn allowed(len: usize) -> usize {
+    4 * len + 64 * 1024
+}
+
+/// A real repository's files: its index, a pack index of its objects, a commit as stored.
+struct Samples {
+    index: Vec<u8>,
+    pack_index: Vec<u8>,
+    commit: Vec<u8>,
+    config: String,
+}
+
+fn samples() -> &'static Samples {
+    static SAMPLES: OnceLock<Samples> = OnceLock::new();
+    SAMPLES.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let git = |args: &[&str]| {
+            let out = super::super::command(d)
+                .args(args)
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}");
+            out.stdout
+        };
+        git(&["init", "-q", "-b", "main"]);
+        for (i, path) in ["a.txt", "src/b.rs", "src/deep/c.md", "d"]
+            .iter()
+            .enumerate()
+        {
+            let p = d.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, format!("{i}\n")).unwrap();
+        }
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "one"]);
+        git(&["config", "core.sharedRepository", "group"]);
+        git(&["repack", "-adq"]);
+        let pack = std::fs::read_dir(d.join(".git/objects/pack"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "idx"))
+            .unwrap();
+        Samples {
+            index: std::fs::read(d.join(".git/index")).unwrap(),
+            pack_index: std::fs::read(pack).unwrap(),
+            commit: git(&["cat-file", "commit", "HEAD"]),
+            config: std::fs::read_to_string(d.join(".git/config")).unwrap(),
+        }
+    })
+}
+
+/// `base` with some bytes replaced, some cut off, or some repeated: a file nearly git's.
+fn mutated(base: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+        any::<prop::sample::Index>(),
+        any::<bool>(),
+    )
+        .prop_map(move |(changes, cut, truncate)| {
+            let mut out = base.to_vec();
+            for (at, byte) in changes {
+                let i = at.index(out.len());
+                out[i] = byte;
+            }
+            if truncate {
+                out.truncate(cut.index(out.len() + 1));
+            }
+            out
+        })
+}
+
+/// Bytes of a pack index's header with a fan-out table of any values, and what follows.
+fn any_pack_index() -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop::collection::vec(any::<u32>(), 256),
+        prop::collection::vec(any::<u8>(), 0..512),
+    )
+        .prop_map(|(fanout, rest)| {
+            let mut out = vec![0xff, b't', b'O', b'c', 0, 0, 0, 2];
+            for f in fanout {
+                out.extend_from_slice(&f.to_be_bytes());
+            }
+            out.extend_from_slice(&rest);
+            out
+        })
+}
+
+/// Look `oid` up in a pack index holding `bytes`.
+fn look_up(bytes: &[u8], oid: &Oid) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("pack-x.idx");
+    std::fs::write(&idx, bytes).unwrap();
+    largest_allocation(|| {
+        let _ = pack::pack_offset(&idx, oid);
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_index_is_parsed_or_refused(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        let mut data = b"DIRC\0\0\0\x02".to_vec();
+        data.extend_from_slice(&bytes);
+        let used = largest_allocation(|| { let _ = parse(&data, (0, 0)); });
+        prop_assert!(used <= allowed(data.len()), "{used} bytes for {} of input", data.len());
+    }
+
+    #[test]
+    fn a_changed_index_is_parsed_or_refused(data in mutated(&samples().index)) {
+        let used = largest_allocation(|| { let _ = parse(&data, (0, 0)); });
+        prop_assert!(used <= allowed(data.len()), "{used} bytes for {} of input", data.len());
+    }
+
+    #[test]
+    fn any_pack_index_is_searched_or_refused(bytes in any_pack_index(), oid in any::<[u8; 20]>()) {
+        let used = look_up(&bytes, &oid);
+        prop_assert!(used <= allowed(bytes.len()), "{used} bytes for {} of input", bytes.len());
+    }
+
+    #[test]
+    fn a_changed_pack_index_is_searched_or_refused(
+        bytes in mutated(&samples().pack_index),
+        oid in any::<[u8; 20]>(),
+    ) {
+        let used = look_up(&bytes, &oid);
+        prop_assert!(used <= allowed(bytes.len()), "{used} bytes for {} of input", bytes.len());
+    }
+
+    #[test]
+    fn a_changed_commit_gives_parents_or_nothing(body in mutated(&samples().commit)) {
+        let used = largest_allocation(|| {
+            let _ = parents(&body);
+            let _ = root_tree(&body);
+            let mut at = 0;
+            let _ = varint(&body, &mut at);
+            let _ = inflate_start(&body);
+            let _ = inflate_up_to(&body, 4096);
+        });
+        prop_assert!(used <= allowed(body.len()), "{used} bytes for {} of input", body.len());
+    }
+
+    #[test]
+    fn any_configuration_is_read_or_refused(
+        text in "(\\[[a-z \"\\\\.]{0,12}\\]|[a-zA-Z.]{0,8} *= *[^\\n]{0,16}|;[^\\n]{0,8}|\\\\)\\n?{0,3}",
+        changed in mutated(samples().config.as_bytes()),
+    ) {
+        for t in [text, String::from_utf8_lossy(&changed).into_owned()] {
+            let used = largest_allocation(|| { let _ = super::super::config::entries(&t); });
+            prop_assert!(used <= allowed(t.len()), "{used} bytes for {} of input", t.len());
+        }
+    }
+}
+
+/// The pack index a worker planted: 2^32 − 1 names claimed in one bucket of a 1 KB file.
+#[test]
+fn a_pack_index_that_claims_every_name_is_not_believed() {
+    let mut bytes = vec![0xff, b't', b'O', b'c', 0, 0, 0, 2];
+    for _ in 0..256 {
+        bytes.extend_from_slice(&u32::MAX.to_be_bytes());
+    }
+    let used = look_up(&bytes, &[0; 20]);
+    assert!(used <= allowed(bytes.len()), "{used} bytes");
+}
+
+/// The real pack index still answers: every object of the sample repository is found, and one
+/// that is not there is not.
+#[test]
+fn a_real_pack_index_finds_what_it_holds() {
+    let s = samples();
+    let total = u32::from_be_bytes(s.pack_index[8 + 255 * 4..8 + 256 * 4].try_into().unwrap());
+    assert!(total >= 6, "{total} objects");
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("pack-x.idx");
+    std::fs::write(&idx, &s.pack_index).unwrap();
+    for k in 0..total as usize {
+        let at = 8 + 256 * 4 + k * 20;
+        let oid: Oid = s.pack_index[at..at + 20].try_into().unwrap();
+        assert!(
+            matches!(pack::pack_offset(&idx, &oid), Some(Some(_))),
+            "object {k}"
+        );
+    }
+    assert_eq!(pack::pack_offset(&idx, &[0xab; 20]), Some(None));
+}
