@@ -1,7 +1,7 @@
 //! The one stream of what happens during a run.
 //!
-//! The engine emits [`Event`]s; the progress display, the report builder (and later the state
-//! ledger) consume them. None of the consumers touches a process, and the engine knows none of
+//! The engine emits [`Event`]s; the progress display, the report builder and the state ledger
+//! consume them. None of the consumers touches a process, and the engine knows none of
 //! them.
 
 use crate::vocab::{Containment, GateResult, ItemOutcome, RunEnding, WorkerClass};

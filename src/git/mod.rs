@@ -1,6 +1,15 @@
-//! Thin wrappers over the git command line.
+//! Git, two ways. What changes a checkout or needs git's judgement — worktrees added and
+//! removed, `add -A` and the tree of a worktree's state, merges, clones, anything the readers
+//! below do not fully understand — goes to git's command line ([`command`], [`worktree`],
+//! [`snapshot`]). What runner asks of every item, where a git process would cost more than the
+//! item, is read and written in process from git's own files: the checkout's HEAD, refs and
+//! index, the start of a commit loose or whole in a pack ([`local`]), the configuration
+//! ([`config`]), a branch moved with its reflog ([`refs`]), trees written from an index
+//! (`local::trees`). Each in-process piece is checked against git in differential tests and
+//! answers `None` — ask git — for anything it does not read exactly as git does; the readers
+//! trust no size or count a file gives, since a worker can write them.
 //!
-//! Every call goes through one command builder: `git -C <dir>` with a fixed locale, no prompts,
+//! Every git call goes through one command builder: `git -C <dir>` with a fixed locale, no prompts,
 //! stdin closed, and `GIT_OPTIONAL_LOCKS=0` so that read-only questions (status, rev-parse) never
 //! write to the repository: `runner plan` promises to write nothing. Every `GIT_*` variable that
 //! changes git's answers (`GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_CONFIG_PARAMETERS`,

@@ -2,9 +2,9 @@
 //!
 //! Behind one narrow interface ([`Ledger`]): runs, claims, item results and the event stream of
 //! each run. The engine asks it for decisions (may this run claim this item? is the manifest
-//! paused?) and hands it every event; nothing else of the engine knows it is SQLite, so a
-//! second backend for drains spread over several machines can be added without touching the
-//! engine. Every change that must survive a crash (a claim, an item's completion) is committed
+//! paused?) and hands it every event; nothing of the engine knows which backend answers. There
+//! are two: [`sqlite`] (a file, one machine) and [`pg`] (a PostgreSQL database shared by
+//! runners on several machines); [`store`] opens the one `--state` names. Every change that must survive a crash (a claim, an item's completion) is committed
 //! before the effect it records is acted upon; events are buffered and committed with the next
 //! such change, or at the end.
 
