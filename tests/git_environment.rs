@@ -446,3 +446,51 @@ fn commits_are_made_as_the_configuration_says_or_as_runner() {
         "runner <runner@localhost> / runner <runner@localhost>"
     );
 }
+
+/// Runner's own settings in the environment are read at the start, and a value that cannot be
+/// read is an error naming the variable (exit 2), never the default in its place:
+/// `RUNNER_HEARTBEAT_LAPSE=1m` once meant 30 seconds.
+#[test]
+fn a_setting_runner_cannot_read_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("manifest.yaml"),
+        "version: 1\nname: settings\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+    let plan = |var: &str, value: &str| {
+        runner()
+            .current_dir(dir.path())
+            .args(["plan", "manifest.yaml"])
+            .env(var, value)
+            .output()
+            .unwrap()
+    };
+    for (var, value) in [
+        ("RUNNER_HEARTBEAT_LAPSE", "soon"),
+        ("RUNNER_HEARTBEAT_LAPSE", "0s"),
+        ("RUNNER_HEARTBEAT_LAPSE", "-5"),
+        ("RUNNER_LEDGER_RETRY", "a while"),
+        ("RUNNER_GIT_TIMEOUT", "0"),
+        ("RUNNER_LOG_LIMIT", "lots"),
+    ] {
+        let out = plan(var, value);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(&format!("`{var}`")), "{var}={value}: {err}");
+    }
+    for (var, value) in [
+        ("RUNNER_HEARTBEAT_LAPSE", "1m"),
+        ("RUNNER_HEARTBEAT_LAPSE", "45"),
+        ("RUNNER_HEARTBEAT_LAPSE", "1500ms"),
+    ] {
+        let out = plan(var, value);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{var}={value}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -70,6 +70,23 @@ pub fn run(cli: Cli) -> i32 {
             }
         }
     }
+    // How long a run of a shared ledger may miss its heartbeat: a duration, or a number of
+    // seconds. Anything else is an error, never the default in its place.
+    if let Ok(v) = std::env::var("RUNNER_HEARTBEAT_LAPSE") {
+        let parsed = match v.trim().parse::<u64>() {
+            Ok(secs) => Ok(std::time::Duration::from_secs(secs)),
+            Err(_) => crate::manifest::parse_duration(&v),
+        };
+        match parsed {
+            Ok(d) if !d.is_zero() => crate::ledger::store::set_heartbeat_lapse(d),
+            _ => {
+                ui.error(format_args!(
+                    "`RUNNER_HEARTBEAT_LAPSE` is `{v}`, not a duration such as `30s` or `1m` (or a number of seconds above 0)"
+                ));
+                return EXIT_INVALID;
+            }
+        }
+    }
     // How much of one process's output its log keeps.
     if let Ok(v) = std::env::var("RUNNER_LOG_LIMIT") {
         match crate::support::limits::parse_size(&v) {

@@ -52,3 +52,9 @@ pub(crate) fn open_existing(state: &Path) -> Result<Option<Store>> {
 pub(crate) fn set_retry(d: std::time::Duration) {
     super::pg::set_ledger_retry(d);
 }
+
+/// How long a run of a shared ledger may miss its heartbeat before its claims are taken over
+/// (`RUNNER_HEARTBEAT_LAPSE`).
+pub(crate) fn set_heartbeat_lapse(d: std::time::Duration) {
+    super::pg::set_heartbeat_lapse(d);
+}

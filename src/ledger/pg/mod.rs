@@ -32,4 +32,4 @@ mod session;
 
 pub use client::PgLedger;
 pub use session::shown;
-pub(crate) use session::{is_url, set_ledger_retry};
+pub(crate) use session::{is_url, set_heartbeat_lapse, set_ledger_retry};

@@ -11,13 +11,20 @@ pub fn heartbeat() -> Duration {
 }
 
 /// How long a run may miss its heartbeat before its claims are taken over:
-/// `RUNNER_HEARTBEAT_LAPSE` (seconds, e.g. `30` or `30s`), else 30 seconds — six missed beats.
+/// `RUNNER_HEARTBEAT_LAPSE` (read once, at the start of a command), else 30 seconds — six
+/// missed beats.
 pub fn lapse() -> Duration {
-    std::env::var("RUNNER_HEARTBEAT_LAPSE")
-        .ok()
-        .and_then(|v| v.trim().trim_end_matches('s').parse::<u64>().ok())
-        .filter(|s| *s > 0)
-        .map_or(Duration::from_secs(30), Duration::from_secs)
+    Duration::from_millis(LAPSE_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+static LAPSE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(30_000);
+
+/// Set how long a run may miss its heartbeat (`RUNNER_HEARTBEAT_LAPSE`).
+pub(crate) fn set_heartbeat_lapse(d: Duration) {
+    LAPSE_MS.store(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        std::sync::atomic::Ordering::Relaxed,
+    );
 }
 
 /// Whether a `--state` names a PostgreSQL database rather than a file.
