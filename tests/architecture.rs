@@ -466,3 +466,80 @@ fn the_size_check_finds_a_long_function() {
     assert_eq!(long_functions(&text, 150), vec![("long".to_string(), 154)]);
     assert!(long_functions(&text, 154).is_empty());
 }
+
+/// The verbs: each module of `src/commands` but the ones they share.
+fn verbs(commands: &Path) -> BTreeSet<String> {
+    let mut out = children(commands);
+    for shared in ["shared", "outputs"] {
+        out.remove(shared);
+    }
+    out
+}
+
+/// No verb names another: what two verbs share (a loader, an output type `schema` describes)
+/// lives in a module they both name, so a verb can change without reaching into the others.
+#[test]
+fn no_verb_names_another() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let commands = src.join("commands");
+    let verbs = verbs(&commands);
+    assert!(verbs.contains("status") && verbs.contains("schema") && !verbs.contains("shared"));
+    let mut wrong = Vec::new();
+    for verb in &verbs {
+        let mut files = Vec::new();
+        let file = commands.join(format!("{verb}.rs"));
+        if file.is_file() {
+            files.push(file);
+        }
+        let folder = commands.join(verb);
+        if folder.is_dir() {
+            rust_files(&folder, &mut files);
+        }
+        for f in files {
+            let code = code_of(&std::fs::read_to_string(&f).unwrap());
+            let named = verbs_named(&code);
+            for other in verbs.iter().filter(|v| *v != verb && named.contains(*v)) {
+                wrong.push(format!("{} names the verb `{other}`", f.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// The modules of `src/commands` that `code` (a verb's file) names: `super::x`,
+/// `commands::x`, `super::super::x` from a verb's own folder, and each of a group
+/// (`super::{x, y}`). A bare `report::` is the crate's `report` module, not the verb.
+fn verbs_named(code: &str) -> BTreeSet<String> {
+    let code = code.replace("super::super::", "commands::");
+    let mut out = BTreeSet::new();
+    for lead in ["super::", "commands::"] {
+        let mut from = 0;
+        while let Some(i) = code[from..].find(lead) {
+            let at = from + i;
+            from = at + lead.len();
+            if code[..at].chars().next_back().is_some_and(is_ident) {
+                continue;
+            }
+            let after = &code[from..];
+            if after.starts_with('{') {
+                group_heads(after, &mut out);
+            } else {
+                out.insert(after.chars().take_while(|c| is_ident(*c)).collect());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_verb_check_sees_a_verb_named() {
+    let named = |code: &str| verbs_named(code).into_iter().collect::<Vec<_>>();
+    assert_eq!(named("x = super::status::Status;"), ["status"]);
+    assert_eq!(named("use crate::commands::plan::ShardMatrix;"), ["plan"]);
+    assert_eq!(
+        named("use super::{plan, shared::load};"),
+        ["plan", "shared"]
+    );
+    assert_eq!(named("super::super::watch::run(ui)"), ["watch"]);
+    assert!(named("use crate::plan::shard::ShardMatrix; report::counts(r)").is_empty());
+}

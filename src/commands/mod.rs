@@ -21,6 +21,7 @@ pub mod cancel;
 pub mod doctor;
 pub mod gc;
 pub mod init;
+pub(crate) mod outputs;
 pub mod pause;
 pub mod plan;
 pub mod publish;
@@ -30,7 +31,6 @@ pub mod shared;
 pub mod status;
 pub mod unlock;
 pub mod validate;
-pub mod watch;
 
 use crate::cli::{Cli, ColorChoice, Command};
 use crate::ui::term::Ui;

@@ -55,8 +55,8 @@ pub fn text(of: Of) -> Result<String, serde_json::Error> {
         Of::Report => crate::report::report_schema_json(),
         Of::Events => crate::events::events_schema_json(),
         Of::Plan => schema_json::<crate::plan::Plan>(),
-        Of::Status => schema_json::<super::status::Status>(),
-        Of::Matrix => schema_json::<super::plan::ShardMatrix>(),
+        Of::Status => schema_json::<super::outputs::Status>(),
+        Of::Matrix => schema_json::<crate::plan::shard::ShardMatrix>(),
         Of::Items => schema_json::<crate::plan::source::ItemsDoc>(),
         Of::Incident => schema_json::<crate::session::incidents::Incident>(),
     }

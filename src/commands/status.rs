@@ -3,146 +3,18 @@
 
 use super::shared::{open_store, state_path};
 use crate::cli::StatusArgs;
-use crate::ledger::RunRow;
 use crate::ledger::store::Store;
 use crate::manifest::LoadedManifest;
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
-use serde::Serialize;
-use std::path::PathBuf;
 
-/// The tag of `status --json`'s format.
-pub(crate) const STATUS_SCHEMA: &str = "runner.status/v1";
+use super::outputs::*;
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct Status {
-    /// Always [`STATUS_SCHEMA`].
-    schema: &'static str,
-    ledger: String,
-    paused: Option<String>,
-    /// The host's pause (`runner pause --host`): who, when and why; it stands over every
-    /// manifest's drains on this host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    host_pause: Option<crate::lease::HostPause>,
-    runs: Vec<RunView>,
-    running: Vec<Running>,
-    held: Vec<Held>,
-    quarantined: Vec<Quarantined>,
-    leases: Vec<LeaseStatus>,
-    /// With a manifest: its host-wide worker slots, held by every run of it on this host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    slots: Option<Slots>,
-    /// With a manifest: the pull requests of its items as its latest run found them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pull_requests: Vec<PullView>,
-    /// With a manifest whose `budget` caps a day or a month: spend against each cap, over every
-    /// run of the manifest.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    spend: Vec<SpendView>,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct SpendView {
-    /// `daily` or `monthly`.
-    window: String,
-    cap_usd: f64,
-    /// What workers reported since the window began (UTC).
-    spent_usd: f64,
-    /// When the next window begins.
-    resets_at: String,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct PullView {
-    repo: String,
-    item: String,
-    /// The run whose start read it.
-    run_id: String,
-    #[serde(flatten)]
-    pull_request: crate::plan::pull::PullRequest,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct Slots {
-    /// Items running on this host now, over every run of the manifest.
-    in_use: usize,
-    /// `capacity.workers`: the most that may.
-    bound: u32,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct Quarantined {
-    path: String,
-    run_id: String,
-    reason: String,
-    /// What the latest run to keep watch over it found of its item's processes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    watch: Option<crate::lease::Watch>,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct RunView {
-    #[serde(flatten)]
-    run: RunRow,
-    status: crate::ledger::RunStatus,
-    /// Its items per outcome (so far, for a live run): a run's ending is never named without
-    /// them.
-    counts: std::collections::BTreeMap<crate::vocab::ItemOutcome, usize>,
-    /// What its workers reported they used so far.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<crate::events::Usage>,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct Running {
-    run_id: String,
-    repo: String,
-    item: String,
-    pid: u32,
-    host: String,
-    /// After a provider failure, the item rests (its slot free) until then.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resting_until: Option<String>,
-    /// The shared resource one of its commands waits for, and since when.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    waiting_for: Option<Waiting>,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct Waiting {
-    resource: String,
-    since: String,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct Held {
-    repo: String,
-    item: String,
-    reason: String,
-    cause: Option<String>,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct LeaseStatus {
-    repo: String,
-    path: PathBuf,
-    held: bool,
-    /// The holder's record: the current holder while `held`, else the last one.
-    holder: Option<crate::lease::Record>,
-    /// While a dead holder's lease is still held: the processes of its run that keep it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    survivors: Vec<Survivor>,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct Survivor {
-    pid: i32,
-    command: String,
-}
+mod watch;
 
 pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
     if args.watch {
-        return super::watch::run(ui, args);
+        return watch::run(ui, args);
     }
     let path = state_path(&args.state, args.manifest.as_deref());
     let ledger = match open_store(ui, &path) {

@@ -4,8 +4,8 @@
 //! works from another terminal or over ssh while cron runs the drain. On a terminal the screen
 //! is redrawn in place; piped, each refresh is printed after the last, plain.
 
-use super::shared::state_path;
 use crate::cli::StatusArgs;
+use crate::commands::shared::state_path;
 use crate::ledger::RunStatus;
 use crate::ledger::store::Store;
 use crate::ui::term::Ui;
@@ -16,7 +16,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
     use std::io::{IsTerminal, Write};
     let path = state_path(&args.state, args.manifest.as_deref());
     let loaded = match &args.manifest {
-        Some(m) => match super::shared::load(ui, m) {
+        Some(m) => match crate::commands::shared::load(ui, m) {
             Ok(l) => Some(l),
             Err(c) => return c,
         },
