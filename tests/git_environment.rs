@@ -474,6 +474,9 @@ fn a_setting_runner_cannot_read_is_an_error_naming_it() {
         ("RUNNER_LEDGER_RETRY", "a while"),
         ("RUNNER_GIT_TIMEOUT", "0"),
         ("RUNNER_LOG_LIMIT", "lots"),
+        ("RUNNER_CONTAINMENT", "docker"),
+        ("RUNNER_MAX_WORKERS", "two"),
+        ("RUNNER_SANDBOX_WRITABLE", "/cache:relative/dir"),
     ] {
         let out = plan(var, value);
         let err = stderr(&out);

@@ -27,6 +27,7 @@ pub mod plan;
 pub mod publish;
 pub mod report;
 pub mod schema;
+mod settings;
 pub mod shared;
 pub mod status;
 pub mod unlock;
@@ -35,7 +36,6 @@ pub mod validate;
 use crate::cli::{Cli, ColorChoice, Command};
 use crate::ui::term::Ui;
 use crate::vocab::EXIT_INVALID;
-use crate::vocab::Role;
 
 pub fn run(cli: Cli) -> i32 {
     crate::process::alloc::one_arena();
@@ -46,59 +46,12 @@ pub fn run(cli: Cli) -> i32 {
         ColorChoice::Never => Some(false),
         ColorChoice::Auto => None,
     });
-    // How long runner's own git calls may take (a clone over a slow link may need more).
-    if let Ok(v) = std::env::var("RUNNER_GIT_TIMEOUT") {
-        match crate::manifest::parse_duration(&v) {
-            Ok(d) if !d.is_zero() => crate::process::set_helper_timeout(d),
-            _ => {
-                ui.error(format_args!(
-                    "`RUNNER_GIT_TIMEOUT` is `{v}`, not a duration such as `10m`"
-                ));
-                return EXIT_INVALID;
-            }
-        }
-    }
-    // How long a lost connection to a shared ledger is tried again.
-    if let Ok(v) = std::env::var("RUNNER_LEDGER_RETRY") {
-        match crate::manifest::parse_duration(&v) {
-            Ok(d) => crate::ledger::store::set_retry(d),
-            Err(_) => {
-                ui.error(format_args!(
-                    "`RUNNER_LEDGER_RETRY` is `{v}`, not a duration such as `3m`"
-                ));
-                return EXIT_INVALID;
-            }
-        }
-    }
-    // How long a run of a shared ledger may miss its heartbeat: a duration, or a number of
-    // seconds. Anything else is an error, never the default in its place.
-    if let Ok(v) = std::env::var("RUNNER_HEARTBEAT_LAPSE") {
-        let parsed = match v.trim().parse::<u64>() {
-            Ok(secs) => Ok(std::time::Duration::from_secs(secs)),
-            Err(_) => crate::manifest::parse_duration(&v),
-        };
-        match parsed {
-            Ok(d) if !d.is_zero() => crate::ledger::store::set_heartbeat_lapse(d),
-            _ => {
-                ui.error(format_args!(
-                    "`RUNNER_HEARTBEAT_LAPSE` is `{v}`, not a duration such as `30s` or `1m` (or a number of seconds above 0)"
-                ));
-                return EXIT_INVALID;
-            }
-        }
-    }
-    // How much of one process's output its log keeps.
-    if let Ok(v) = std::env::var("RUNNER_LOG_LIMIT") {
-        match crate::support::limits::parse_size(&v) {
-            Ok(n) if n > 0 => crate::process::output::set_log_limit(n),
-            Ok(_) => {
-                ui.error("`RUNNER_LOG_LIMIT` is 0: a log keeps at least a byte");
-                return EXIT_INVALID;
-            }
-            Err(e) => {
-                ui.error(format_args!("`RUNNER_LOG_LIMIT`: {e}"));
-                return EXIT_INVALID;
-            }
+    // Runner's own settings, read once: one that cannot be read stops here, named.
+    match settings::Settings::from_env() {
+        Ok(settings) => settings.apply(),
+        Err(e) => {
+            ui.error(e);
+            return EXIT_INVALID;
         }
     }
     let format = match cli.log_format {
@@ -107,15 +60,6 @@ pub fn run(cli: Cli) -> i32 {
     };
     if let Some(w) = crate::ui::log::init(cli.verbose, cli.quiet, format, ui.color) {
         ui.warn(w);
-    }
-    if let Ok(role) = std::env::var("RUNNER_ROLE")
-        && Role::parse(&role).is_none()
-    {
-        ui.error(format_args!(
-            "`RUNNER_ROLE` is `{role}`, which is not one of: {}; refusing to guess the ceiling a nested run inherits",
-            Role::ALL.map(Role::as_str).join(", ")
-        ));
-        return EXIT_INVALID;
     }
     // Steering runs is for operators: a worker or gate that could cancel, pause or unlock would
     // steer the very run it belongs to. Whether this is one is told from what it cannot change
