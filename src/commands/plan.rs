@@ -2,7 +2,7 @@
 
 use super::shared::load;
 use crate::cli::PlanArgs;
-use crate::plan::shard::{ShardMatrix, shard_matrix};
+use crate::plan::matrix::{ShardMatrix, shard_matrix};
 use crate::plan::{ItemState, Plan, PlanOptions, RepoStatus};
 use crate::session::prepare::{self, Standing};
 use crate::ui::term::Ui;

@@ -56,7 +56,7 @@ pub fn text(of: Of) -> Result<String, serde_json::Error> {
         Of::Events => crate::events::events_schema_json(),
         Of::Plan => schema_json::<crate::plan::Plan>(),
         Of::Status => schema_json::<super::outputs::Status>(),
-        Of::Matrix => schema_json::<crate::plan::shard::ShardMatrix>(),
+        Of::Matrix => schema_json::<crate::plan::matrix::ShardMatrix>(),
         Of::Items => schema_json::<crate::plan::source::ItemsDoc>(),
         Of::Incident => schema_json::<crate::session::incidents::Incident>(),
     }

@@ -901,7 +901,7 @@ fn on_signal(
         *from = process::signals::sender_of(sig).map(|s| s.describe(|t| cx.redactor.redact(t)));
     }
     info!(
-        signal = super::run::signal_name(sig),
+        signal = super::scheduler::signal_name(sig),
         ?level,
         from = from.as_deref(),
         "stop requested"

@@ -35,4 +35,4 @@ pub use run::LockError;
 pub use run::RepoLock;
 pub use run::RunCx;
 pub use run::RunSink;
-pub(crate) use run::signal_name;
+pub(crate) use scheduler::signal_name;

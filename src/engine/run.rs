@@ -142,12 +142,3 @@ pub struct DrainEnd {
     /// The signal that cancelled the run, if any.
     pub signal: Option<i32>,
 }
-
-pub(crate) fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        _ => "a signal",
-    }
-}

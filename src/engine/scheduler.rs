@@ -742,7 +742,7 @@ impl Scheduler {
         let leftover_cause = match (&self.stopping, &self.stalled, &self.failed) {
             (Some(sig), _, _) => format!(
                 "not started: the run was cancelled by {}",
-                super::run::signal_name(*sig)
+                signal_name(*sig)
             ),
             (None, Some(_), _) => "not started: the run stalled".to_string(),
             (None, None, Some(_)) => "not started: runner could not record its work".to_string(),
@@ -799,11 +799,8 @@ impl Scheduler {
             .collect();
         let (ending, cause) = if let Some(sig) = self.stopping {
             let who = match stop_by {
-                Some(by) => format!("cancelled by {by} ({})", super::run::signal_name(sig)),
-                None => format!(
-                    "cancelled by {} (unattributed)",
-                    super::run::signal_name(sig)
-                ),
+                Some(by) => format!("cancelled by {by} ({})", signal_name(sig)),
+                None => format!("cancelled by {} (unattributed)", signal_name(sig)),
             };
             (RunEnding::Cancelled, Some(who))
         } else if let Some(f) = self.failed {
@@ -842,6 +839,16 @@ fn settle(
         reason: reason.map(str::to_string),
         cause: cause.map(str::to_string),
     })
+}
+
+/// The name of a stopping signal, as the run's ending and its items' causes say it.
+pub(crate) fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::probe::Probe;
 use crate::support::refname::valid_branch_name;
 use pack::{in_pack, inflate_start, inflate_up_to, packed_commit_start, packed_object_start};
 
@@ -66,6 +65,20 @@ impl Reads {
     fn text(self, path: &Path) -> std::io::Result<String> {
         String::from_utf8(self.bytes(path)?).map_err(std::io::Error::other)
     }
+}
+
+/// What one `git rev-parse` tells about a checkout (or the checkout's own files, where they
+/// tell it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Root of the working tree.
+    pub toplevel: PathBuf,
+    /// The common git dir, shared by all worktrees of one clone (where leases live).
+    pub common_dir: PathBuf,
+    /// The commit HEAD points at; `None` in a repository without commits.
+    pub head: Option<String>,
+    /// The branch HEAD is on; `None` when detached.
+    pub branch: Option<String>,
 }
 
 /// HEAD of the checkout at `dir`, when the checkout is proven to have no uncommitted changes

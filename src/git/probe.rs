@@ -2,21 +2,9 @@
 //! checkout: its root, its git folders, its HEAD, and whether it is proven clean.
 
 use super::command::{GitError, checked, run};
+pub use super::local::Probe;
 use super::local::{self, Reads};
 use std::path::{Path, PathBuf};
-
-/// What one `git rev-parse` tells about a checkout.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Probe {
-    /// Root of the working tree.
-    pub toplevel: PathBuf,
-    /// The common git dir, shared by all worktrees of one clone (where leases live).
-    pub common_dir: PathBuf,
-    /// The commit HEAD points at; `None` in a repository without commits.
-    pub head: Option<String>,
-    /// The branch HEAD is on; `None` when detached.
-    pub branch: Option<String>,
-}
 
 /// Ask git about the checkout at `dir` in one call (two for a repository without commits).
 pub fn probe(dir: &Path) -> Result<Probe, GitError> {

@@ -11,6 +11,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub(crate) use super::sandbox::DEFAULT_ENV_PASS;
 pub use super::sandbox::{EnvPolicy, Network, NetworkPolicy, Sandbox, SandboxMode, SecretRole};
 
 pub(crate) const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -26,7 +27,6 @@ pub(crate) const DEFAULT_PROVIDER_EXIT_CODES: &[i32] = &[75];
 /// Default `models.provider_failure.refused_exit_codes`: EX_NOPERM, the provider refused the
 /// key (authentication, billing).
 pub(crate) const DEFAULT_REFUSED_EXIT_CODES: &[i32] = &[77];
-pub(crate) const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR"];
 
 /// A runner job manifest.
 #[derive(Clone, Debug, Serialize, JsonSchema)]

@@ -1,9 +1,12 @@
 //! The manifest's `sandbox` section: how the kernel confines an item's processes.
 
-use super::model::DEFAULT_ENV_PASS;
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;
+
+/// Default `env.pass`: what every command gets of runner's environment unless the manifest
+/// says otherwise.
+pub(crate) const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR"];
 
 /// The confinement of an item's processes (workers, gates, a worktree's setup).
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]

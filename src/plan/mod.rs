@@ -10,6 +10,7 @@ mod analyse;
 pub mod deps;
 mod discover;
 pub mod holds;
+pub mod matrix;
 mod model;
 pub mod order;
 pub mod past;
