@@ -64,7 +64,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     }
     // A spend cap already spent holds what a run would not start.
     if let Some(l) = &ledger {
-        match prepare::budget_limit(&loaded, &**l, jiff::Timestamp::now()) {
+        match crate::session::budget::budget_limit(&loaded, &**l, jiff::Timestamp::now()) {
             Ok(Some(limit)) if limit.cap.is_some() && limit.usd <= 0.0 => {
                 crate::plan::past::budget_spent(&mut plan, &limit.spent_cause(0.0));
             }

@@ -134,7 +134,7 @@ fn gather(
     };
     let spend = match loaded.and_then(|l| l.manifest.budget.map(|b| (l, b))) {
         Some((l, b)) => {
-            use crate::session::prepare::Window;
+            use crate::session::budget::Window;
             let mut v = Vec::new();
             for (cap, window) in [(b.daily_usd, Window::Day), (b.monthly_usd, Window::Month)] {
                 let Some(cap) = cap else { continue };

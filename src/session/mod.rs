@@ -6,11 +6,13 @@
 //! [`fanout`] is the one place that hands each event to the ledger, the progress display, the
 //! report and the event stream. [`finish`] ends the run in the ledger, writes the reports, runs
 //! retention and the history page, and says the last line. [`records`] reads a manifest's runs
-//! back from the ledger for those verbs that only read (`report`, `gc`).
+//! back from the ledger for those verbs that only read (`report`, `gc`); [`budget`] says what a
+//! run may spend.
 //!
 //! `apply` wires them: [`Session::prepare`], [`Session::drain`], [`Session::finish`]. `plan`
 //! uses the same preparation, so what it estimates is what `apply` will do.
 
+pub mod budget;
 pub mod fanout;
 pub mod finish;
 pub mod incidents;
