@@ -14,6 +14,7 @@
 
 pub mod budget;
 pub mod fanout;
+mod feedback;
 pub mod finish;
 pub mod incidents;
 pub(crate) mod keys;

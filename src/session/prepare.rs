@@ -145,21 +145,6 @@ fn auto_gate_timeouts(
     out
 }
 
-/// The last feedback file an earlier run wrote for an item (`logs/<repo>/<item>/<n>-feedback.txt`
-/// under its report folder).
-fn last_feedback(run_dir: &std::path::Path, repo: &str, item: &str) -> Option<PathBuf> {
-    let dir = run_dir.join("logs").join(repo).join(item);
-    std::fs::read_dir(&dir)
-        .ok()?
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            let n: u32 = name.strip_suffix("-feedback.txt")?.parse().ok()?;
-            Some((n, dir.join(name)))
-        })
-        .max_by_key(|(n, _)| *n)
-        .map(|(_, p)| p)
-}
-
 /// `YYYYMMDDTHHMMSSZ-xxxxxx`: sortable by time, unique across concurrent runs.
 fn new_run_id() -> String {
     let now = jiff::Timestamp::now();
@@ -548,8 +533,9 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         Arc::clone(&redactor),
     );
     record_plan_holds(ui, &plan, &mut sink)?;
-    let mut previous_feedback = previous_feedback(&plan, &standing, &sink);
-    review_feedback(&plan, &run_dir, &mut previous_feedback);
+    let mut previous_feedback =
+        super::feedback::previous(&plan, &standing.past, &sink.keys, &*sink.ledger);
+    super::feedback::review(&plan, &run_dir, &mut previous_feedback);
     say_held(&plan);
     let published = published(&plan, &sink.ledger).map_err(internal)?;
     let health = health_of(&loaded);
@@ -769,48 +755,6 @@ fn take_moved_heads(loaded: &LoadedManifest, plan: &mut Plan) {
         *counts.entry(it.state).or_insert(0) += 1;
     }
     plan.counts = counts;
-}
-
-/// A review round's first attempt is told what the review asks: the reviewers' comments and the
-/// failing checks, in a file of the item's logs, as `RUNNER_FEEDBACK`.
-fn review_feedback(plan: &Plan, run_dir: &Path, feedback: &mut HashMap<usize, PathBuf>) {
-    for (i, it) in plan.items.iter().enumerate() {
-        let Some(pr) = &it.pull_request else {
-            continue;
-        };
-        if it.state != ItemState::Pending || !pr.wants_a_round() {
-            continue;
-        }
-        let dir = run_dir.join("logs").join(&it.repo).join(&it.id);
-        let path = dir.join("0-review.md");
-        let written = std::fs::create_dir_all(&dir)
-            .and_then(|()| crate::support::fs::write_atomic(&path, pr.feedback().as_bytes()));
-        if written.is_ok() {
-            feedback.insert(i, path);
-        }
-    }
-}
-
-/// Items run again after a halt or failure: the previous run's last word on them, by item.
-fn previous_feedback(plan: &Plan, standing: &Standing, sink: &Fanout) -> HashMap<usize, PathBuf> {
-    let mut feedback = HashMap::new();
-    for (i, it) in plan.items.iter().enumerate() {
-        if it.state != ItemState::Pending {
-            continue;
-        }
-        let Some(p) = sink.keys.get(i).and_then(|k| standing.past.get(&k)) else {
-            continue;
-        };
-        if p.outcome == ItemOutcome::Completed {
-            continue;
-        }
-        if let Ok(Some(dir)) = sink.ledger.run_dir(&p.run_id)
-            && let Some(f) = last_feedback(&PathBuf::from(dir), &it.repo, &it.id)
-        {
-            feedback.insert(i, f);
-        }
-    }
-    feedback
 }
 
 /// Pull requests earlier runs opened for the plan's items, by item: publishing updates them.
