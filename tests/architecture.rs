@@ -301,6 +301,18 @@ fn without_tests(text: &str) -> &str {
     }
 }
 
+/// The `crate::` path of folder `dir` under `src`, ending in `::`.
+fn crate_prefix(dir: &Path, src: &Path) -> String {
+    let rel = dir.strip_prefix(src).unwrap();
+    format!(
+        "crate::{}::",
+        rel.components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("::")
+    )
+}
+
 fn folders(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
@@ -329,14 +341,7 @@ fn no_folder_and_its_files_use_each_other_both_ways() {
         let Ok(head_text) = std::fs::read_to_string(&head) else {
             continue;
         };
-        let rel = dir.strip_prefix(&src).unwrap();
-        let prefix = format!(
-            "crate::{}::",
-            rel.components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("::")
-        );
+        let prefix = crate_prefix(&dir, &src);
         let head_code = code_of(&head_text);
         let kids = children(&dir);
         for kid in &kids {
@@ -546,14 +551,7 @@ fn the_verb_check_sees_a_verb_named() {
 
 /// The arrows between the files of one folder: `a` → `b` when file `a` names its sibling `b`.
 fn sibling_arrows(dir: &Path, src: &Path) -> BTreeSet<(String, String)> {
-    let rel = dir.strip_prefix(src).unwrap();
-    let prefix = format!(
-        "crate::{}::",
-        rel.components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join("::")
-    );
+    let prefix = crate_prefix(dir, src);
     let kids = children(dir);
     let mut arrows = BTreeSet::new();
     for kid in &kids {

@@ -111,6 +111,20 @@ items:
     Fixture { root, listener }
 }
 
+/// Drain `r/m.yaml` with no folder of the operator's made writable, expecting every item to
+/// complete; what runner said on stderr.
+fn drained(r: &Path) -> String {
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env_remove("RUNNER_SANDBOX_WRITABLE")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    err
+}
+
 /// Run the drain; the hostile worker's answers by attempt.
 fn attack(f: &Fixture) -> (BTreeMap<String, String>, String) {
     let r = f.root.path();
@@ -702,14 +716,7 @@ say add "$(git add own-work.txt 2>&1 && echo added)"
         "sandbox": {"mode": mode},
     });
     std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
-    let out = runner()
-        .current_dir(r)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .env_remove("RUNNER_SANDBOX_WRITABLE")
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    let err = drained(r);
     assert!(
         git(&repos.join("r2"), &["show", "--stat", "runner/branch"]).contains("own-work.txt"),
         "{err}"
@@ -802,14 +809,7 @@ esac
         "sandbox": {"mode": mode, "writable": [r.join("shared").display().to_string()]},
     });
     std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
-    let out = runner()
-        .current_dir(r)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .env_remove("RUNNER_SANDBOX_WRITABLE")
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    let err = drained(r);
     let log = find_log(&r.join("runner-reports"), "worktree: ")
         .unwrap_or_else(|| panic!("no log of x1: {err}"));
     let said = |key: &str| {

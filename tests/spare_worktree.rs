@@ -68,6 +68,16 @@ fn said<'a>(lines: &'a [(String, String)], key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no `{key}` in {lines:?}"))
 }
 
+/// Drain `r/m.yaml`, expecting every item to complete.
+fn drained(r: &Path) {
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
 fn setup() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let r = repo(&root.path().join("r"));
@@ -84,12 +94,7 @@ fn items_of_one_repository_take_turns_in_one_worktree_each_starting_clean() {
     let items = ["i1", "i2", "i3", "i4"];
     manifest(r, WORKER, &items);
     let base = git(&r.join("r"), &["rev-parse", "HEAD"]).trim().to_string();
-    let out = runner()
-        .current_dir(r)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    drained(r);
     let seen = starts(r, &items);
     for (id, lines) in &seen {
         assert_eq!(
@@ -132,12 +137,7 @@ fn a_change_hidden_from_the_index_does_not_reach_the_next_item() {
     );
     let items = ["i1", "i2", "i3"];
     manifest(r, &hostile, &items);
-    let out = runner()
-        .current_dir(r)
-        .args(["apply", "m.yaml", "--no-progress"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    drained(r);
     let seen = starts(r, &items);
     for id in ["i2", "i3"] {
         assert_eq!(said(&seen[id], "readme"), "hello", "{id}: {:?}", seen[id]);

@@ -4,7 +4,7 @@ use super::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     let out = super::super::command(dir)
         .args(args)
         .env("GIT_AUTHOR_NAME", "t")

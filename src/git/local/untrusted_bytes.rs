@@ -68,18 +68,7 @@ fn samples() -> &'static Samples {
     SAMPLES.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let git = |args: &[&str]| {
-            let out = super::super::command(d)
-                .args(args)
-                .env("GIT_AUTHOR_NAME", "t")
-                .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-                .env("GIT_COMMITTER_NAME", "t")
-                .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}");
-            out.stdout
-        };
+        let git = |args: &[&str]| super::tests::git(d, args);
         git(&["init", "-q", "-b", "main"]);
         for (i, path) in ["a.txt", "src/b.rs", "src/deep/c.md", "d"]
             .iter()
@@ -102,7 +91,7 @@ fn samples() -> &'static Samples {
         Samples {
             index: std::fs::read(d.join(".git/index")).unwrap(),
             pack_index: std::fs::read(pack).unwrap(),
-            commit: git(&["cat-file", "commit", "HEAD"]),
+            commit: git(&["cat-file", "commit", "HEAD"]).into_bytes(),
             config: std::fs::read_to_string(d.join(".git/config")).unwrap(),
         }
     })
