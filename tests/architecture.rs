@@ -641,7 +641,6 @@ const CIRCLES_LEFT: &[(&str, &[&str])] = &[
         ],
     ),
     ("plan", &["model", "pull", "source"]),
-    ("process", &["denials", "egress", "sandbox"]),
     ("report", &["items", "model"]),
     (
         "session",

@@ -330,9 +330,9 @@ pub(crate) fn receive(socket: &OwnedFd) -> (Option<OwnedFd>, Option<OwnedFd>) {
 
 /// Watch one process tree's attempts through its filter's `listener`: answer every call it
 /// hands over until no process of the tree is left, recording those that name a path outside
-/// `writable` (canonical paths), or until `stop` is set (a process of the tree that cannot end,
-/// frozen or stuck in the kernel, keeps the listener busy for ever). Blocks: run it on a thread
-/// of its own.
+/// `writable` (canonical paths, and the device files and folders every program may write), or
+/// until `stop` is set (a process of the tree that cannot end, frozen or stuck in the kernel,
+/// keeps the listener busy for ever). Blocks: run it on a thread of its own.
 pub(crate) fn watch(
     listener: OwnedFd,
     writable: &[PathBuf],
@@ -668,13 +668,7 @@ fn outside(path: &Path, follows: bool, writable: &[PathBuf]) -> Option<PathBuf> 
     if canonical.starts_with("/proc") {
         return None;
     }
-    let device = super::sandbox::DEVICE_FILES
-        .iter()
-        .any(|d| canonical == Path::new(d))
-        || super::sandbox::DEVICE_DIRS
-            .iter()
-            .any(|d| canonical.starts_with(d));
-    (!device && !writable.iter().any(|w| canonical.starts_with(w))).then_some(canonical)
+    (!writable.iter().any(|w| canonical.starts_with(w))).then_some(canonical)
 }
 
 /// The name the kernel keeps for process `pid` (`comm`), or `?` once it is gone.

@@ -223,6 +223,8 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
                 .writable
                 .iter()
                 .filter_map(|p| std::fs::canonicalize(p).ok())
+                // The device files and folders every program may write are no denial either.
+                .chain(DEVICE_FILES.iter().chain(DEVICE_DIRS).map(PathBuf::from))
                 .collect(),
         )
     });
