@@ -101,7 +101,7 @@ impl Settings {
             ));
         }
         if let Some(v) = get("RUNNER_MAX_WORKERS")
-            && v.trim().parse::<u32>().is_err()
+            && v.parse::<u32>().is_err()
         {
             return Err(fail(
                 "RUNNER_MAX_WORKERS",
@@ -175,6 +175,8 @@ mod tests {
             ("RUNNER_LOG_LIMIT", "lots"),
             ("RUNNER_ROLE", "admin"),
             ("RUNNER_MAX_WORKERS", "two"),
+            // Read as the run reads it: a padded number is not one.
+            ("RUNNER_MAX_WORKERS", " 3"),
             ("RUNNER_CONTAINMENT", "docker"),
             ("RUNNER_SANDBOX_WRITABLE", "/cache:relative/dir"),
         ] {
