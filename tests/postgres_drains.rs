@@ -693,3 +693,152 @@ fn a_ledger_server_restart_mid_drain_loses_and_repeats_nothing() {
     assert!(err.contains("16 completed"), "{err}");
     exactly_once_and_exclusive(dir.path(), 16);
 }
+
+/// The event loop never waits on the ledger: with the shared ledger's server stopped, an item's
+/// 3 s timeout still ends it at 3 s, its output kept, and a SIGTERM to runner stops the other item
+/// at once; what became of both is recorded once the server is back.
+#[test]
+fn a_ledger_server_away_holds_back_no_timeout_and_no_signal() {
+    let Some((admin, data)) = own_server(54341) else {
+        return;
+    };
+    let db = format!("away_{}", std::process::id());
+    common::psql(&admin, &format!("CREATE DATABASE {db}"));
+    let url = format!("{}/{db}", admin.rsplit_once('/').unwrap().0);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let log = root.join("ran.log");
+    for r in ["fast", "slow"] {
+        common::origin(root, r);
+    }
+    let machine = root.join("machine");
+    std::fs::create_dir_all(&machine).unwrap();
+    // The worker says something, logs its start, and logs the SIGTERM that ends it.
+    let worker = machine.join("worker.sh");
+    std::fs::write(
+        &worker,
+        format!(
+            "trap 'echo \"term $RUNNER_REPO $(date +%s%N)\" >> {log}; exit 143' TERM\n\
+             echo output of $RUNNER_REPO\n\
+             echo \"start $RUNNER_REPO $(date +%s%N)\" >> {log}\n\
+             sleep 60 &\nwait\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        machine.join("m.yaml"),
+        format!(
+            "version: 1\nname: away\ncapacity: {{workers: 2}}\nrepositories:\n  \
+             - {{url: {o}/origin/fast.git, name: fast, worker: {{timeout: 3s}}}}\n  \
+             - {{url: {o}/origin/slow.git, name: slow}}\n\
+             worker:\n  run: [sh, {w}]\n  timeout: 2m\n  grace: 2s\n\
+             items:\n  - {{repo: fast, id: t0}}\n  - {{repo: slow, id: t0}}\n",
+            o = root.display(),
+            w = worker.display(),
+        ),
+    )
+    .unwrap();
+    let mut child = runner()
+        .current_dir(&machine)
+        .args(["apply", "m.yaml", "--no-progress", "--state", &url])
+        .env("RUNNER_LEDGER_RETRY", "2m")
+        .env("RUNNER_RESOURCES_DIR", machine.join(".units"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(machine.join("err.txt")).unwrap())
+        .spawn()
+        .unwrap();
+    // When each repository's worker started and was told to stop (ns), from the workers' log.
+    let stamps = |what: &str| -> BTreeMap<String, u128> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split(' ');
+                (f.next() == Some(what)).then_some(())?;
+                Some((f.next()?.to_string(), f.next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let now_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    };
+    let both_started = common::wait_for(30, || stamps("start").len() == 2);
+    let stopped_at = Instant::now();
+    pg_ctl(&data, &["stop", "-m", "fast", "-w"]);
+    let started = stamps("start");
+    // Six seconds after the fast item started (its timeout is long past), runner is told to stop.
+    let six = started.get("fast").map_or(0, |s| s + 6_000_000_000);
+    while now_ns() < six {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let signalled = now_ns();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    common::wait_for(10, || stamps("term").len() == 2);
+    let termed = stamps("term");
+    // The server stays away 20 s in all.
+    std::thread::sleep(Duration::from_secs(20).saturating_sub(stopped_at.elapsed()));
+    let pg_back = |data: &Path| {
+        pg_ctl(
+            data,
+            &[
+                "start",
+                "-w",
+                "-l",
+                &data.join("server.log").display().to_string(),
+                "-o",
+                &format!(
+                    "-c listen_addresses=127.0.0.1 -p 54341 -c unix_socket_directories={} -c fsync=off",
+                    data.display()
+                ),
+            ],
+        )
+    };
+    pg_back(&data);
+    let ended = common::wait_for(60, || child.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = child.kill();
+    }
+    let code = child.wait().unwrap().code();
+    let err = std::fs::read_to_string(machine.join("err.txt")).unwrap();
+    let recorded = common::psql(
+        &url,
+        "SELECT repo || ' ' || outcome FROM item_results ORDER BY repo",
+    );
+    pg_ctl(&data, &["stop", "-m", "immediate", "-w"]);
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_file(data.with_extension("lock"));
+    assert!(both_started, "both items started: {started:?}\n{err}");
+    let secs = |from: u128, to: Option<&u128>| to.map(|t| (*t as f64 - from as f64) / 1e9);
+    let fast_ended = secs(started["fast"], termed.get("fast"));
+    assert!(
+        fast_ended.is_some_and(|s| (2.0..=4.0).contains(&s)),
+        "the fast item's 3 s timeout ended it after {fast_ended:?} s\n{err}"
+    );
+    let slow_stopped = secs(signalled, termed.get("slow"));
+    assert!(
+        slow_stopped.is_some_and(|s| s < 1.0),
+        "runner's SIGTERM reached the running item after {slow_stopped:?} s\n{err}"
+    );
+    assert!(ended, "runner ended once the server was back\n{err}");
+    assert_eq!(code, Some(143), "{err}");
+    assert!(
+        recorded.contains("fast halted") && recorded.contains("slow cancelled"),
+        "the results written once the server was back: {recorded}\n{err}"
+    );
+    let kept = common::walk_files(&machine.join("runner-reports"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .any(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains("output of fast")));
+    assert!(
+        kept,
+        "the timed-out worker's output is kept in its log\n{err}"
+    );
+}

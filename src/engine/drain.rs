@@ -60,7 +60,6 @@ fn label(cx: &RunCx, idx: usize) -> String {
 }
 
 async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
-    let mut signals = Signals::listen();
     let mut d = Drain::start(cx, sink);
     // What quarantined repositories' items left is looked for, and ended, first (not by a run
     // nested in a worker, which stays inside its own repository).
@@ -70,7 +69,7 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
     // Each model asked its probe question before the first item starts: a refused key stops
     // the run here, with every item held; a stop meanwhile ends the probes.
     if d.cx.probe_models {
-        d.probe_models_first(&mut signals).await;
+        d.probe_models_first().await;
     }
     let mut stop_poll = tokio::time::interval(STOP_POLL);
     stop_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -83,12 +82,47 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
         // Finished items' results became durable with the claims just made, or now; only then
         // are their leases let go, and their repositories may take the next item at once.
         if !d.pool.settling.is_empty() {
-            release_settled(&d.cx, d.sink, &mut d.pool, &mut d.sched);
+            release_settled(&d.cx, d.sink, &mut d.pool, &mut d.sched).await;
             continue;
         }
-        d.wait(until, &mut signals, &mut stop_poll).await;
+        d.wait(until, &mut stop_poll).await;
     }
     d.end().await
+}
+
+/// A stop signal as the event loop hears of it: which, and who sent it (read when it came, while
+/// the sender may still run).
+struct Heard {
+    sig: i32,
+    from: Option<String>,
+}
+
+/// Stop signals heeded whatever the event loop is doing (awaiting a ledger whose server is
+/// away, say): the items are told at once (the first signal stops them gracefully, a later one
+/// at once), runner's own git calls end, and the loop hears of it to stop admitting.
+fn heed_signals(cx: &RunCx, stop: watch::Sender<Stop>) -> mpsc::UnboundedReceiver<Heard> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut signals = Signals::listen();
+    let redactor = cx.redactor.clone();
+    tokio::spawn(async move {
+        loop {
+            let sig = signals.next().await;
+            let from = process::signals::sender_of(sig).map(|s| s.describe(|t| redactor.redact(t)));
+            // runner's own git calls in flight end too (a clone of a large repository, a hung
+            // filter).
+            process::stop_helpers();
+            let level = if *stop.borrow() == Stop::Run {
+                Stop::Graceful
+            } else {
+                Stop::Immediate
+            };
+            let _ = stop.send(level);
+            if tx.send(Heard { sig, from }).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// The signals that stop a run. A closed terminal or SSH session (SIGHUP) is stopped like
@@ -141,6 +175,8 @@ struct Drain<'s> {
     slots: Option<crate::lease::HostSlots>,
     stop_tx: watch::Sender<Stop>,
     stop_rx: watch::Receiver<Stop>,
+    /// The stop signals received.
+    heard: mpsc::UnboundedReceiver<Heard>,
     ev_tx: mpsc::UnboundedSender<Event>,
     ev_rx: mpsc::UnboundedReceiver<Event>,
     rest_rx: mpsc::UnboundedReceiver<item::Rest>,
@@ -229,6 +265,7 @@ impl<'s> Drain<'s> {
             crate::lease::HostSlots::new(&m.name, crate::plan::effective_workers(&cx.loaded, None))
         });
         let polls_stop = sink.polls_stop();
+        let heard = heed_signals(&cx, stop_tx.clone());
         Drain {
             cx,
             sink,
@@ -237,6 +274,7 @@ impl<'s> Drain<'s> {
             slots,
             stop_tx,
             stop_rx,
+            heard,
             ev_tx,
             ev_rx,
             rest_rx,
@@ -245,25 +283,21 @@ impl<'s> Drain<'s> {
         }
     }
 
-    fn on_signal(&mut self, sig: i32) {
-        on_signal(
-            &self.cx,
-            &mut self.sched,
-            sig,
-            &self.stop_tx,
-            &mut self.signal_from,
-        );
+    /// A stop asked for through the ledger (`runner cancel` on another machine): as SIGTERM.
+    fn on_cancel(&mut self, by: String) {
+        self.signal_from.get_or_insert(by);
+        on_signal(&self.cx, &mut self.sched, libc::SIGTERM, &self.stop_tx);
     }
 
     /// The models' probes, a stop signal heeded meanwhile; a refused key everywhere ends the run
     /// before its first item.
-    async fn probe_models_first(&mut self, signals: &mut Signals) {
+    async fn probe_models_first(&mut self) {
         let probing = probe_models(&self.cx, self.sink, &self.stop_rx);
         tokio::pin!(probing);
         let refusal = loop {
             tokio::select! {
                 r = &mut probing => break r,
-                sig = signals.next() => on_signal(&self.cx, &mut self.sched, sig, &self.stop_tx, &mut self.signal_from),
+                Some(h) = self.heard.recv() => heard(&mut self.sched, h, &mut self.signal_from),
             }
         };
         if let Some(cause) = refusal {
@@ -279,7 +313,7 @@ impl<'s> Drain<'s> {
         match self.sched.next(Instant::now()) {
             Decision::Probe => {
                 // The probe may take a while: let finished items' repositories go first.
-                release_settled(&self.cx, self.sink, &mut self.pool, &mut self.sched);
+                release_settled(&self.cx, self.sink, &mut self.pool, &mut self.sched).await;
                 let bound = probe(&self.cx, &self.stop_rx).await;
                 debug!(bound, running = self.sched.running(), "capacity probe read");
                 self.sched.probed(bound);
@@ -396,12 +430,7 @@ impl<'s> Drain<'s> {
 
     /// Wait for what comes first: an item's event, a rest asked for, an item's end, a stop
     /// signal, a stop asked for from another machine, or `until`.
-    async fn wait(
-        &mut self,
-        until: Option<Instant>,
-        signals: &mut Signals,
-        stop_poll: &mut tokio::time::Interval,
-    ) {
+    async fn wait(&mut self, until: Option<Instant>, stop_poll: &mut tokio::time::Interval) {
         let sleep = async {
             match until {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -424,14 +453,13 @@ impl<'s> Drain<'s> {
                 self.pass_sent();
                 self.joined(joined);
             }
-            sig = signals.next() => self.on_signal(sig),
+            Some(h) = self.heard.recv() => heard(&mut self.sched, h, &mut self.signal_from),
             _ = stop_poll.tick() => {
                 self.sink.tick();
                 // `runner cancel` on another machine records its request in the shared ledger;
                 // it stops this run as SIGTERM would.
-                if polls_stop && let Some(by) = self.sink.stop_requested() {
-                    self.signal_from.get_or_insert(by);
-                    self.on_signal(libc::SIGTERM);
+                if polls_stop && let Some(by) = self.sink.stop_requested().await {
+                    self.on_cancel(by);
                 }
             }
             _ = sleep => {}
@@ -472,7 +500,10 @@ impl<'s> Drain<'s> {
         let signal = self.sched.stopped_by();
         // An operator's recorded request (`runner cancel`) names who and why; otherwise the
         // signal's sender, as the kernel gave it.
-        let stop_by = signal.and_then(|_| self.sink.stop_requested().or(self.signal_from.take()));
+        let stop_by = match signal {
+            Some(_) => self.sink.stop_requested().await.or(self.signal_from.take()),
+            None => None,
+        };
         let (left, ending, cause) = self.sched.finish(stop_by);
         for s in left {
             finish(self.sink, s);
@@ -543,7 +574,7 @@ async fn admit(
             .reaped
             .contains(&(prev.run_id.clone(), repo_name.clone()))
         && prev.holder.is_dead()
-        && !sink.ended(&prev.run_id)
+        && !sink.ended(&prev.run_id).await
     {
         // A dead run's token is the same in all its repositories, and once no process carries
         // it none ever will again (only its carriers and the dead runner could start one): the
@@ -586,7 +617,10 @@ async fn admit(
         }
         Ok(None) => {
             let holder = crate::lease::read_held_record(&common.join(crate::lease::RECORD_FILE));
-            let cooperating = holder.as_ref().is_some_and(|h| sink.live_run(&h.run_id));
+            let cooperating = match &holder {
+                Some(h) => sink.live_run(&h.run_id).await,
+                None => false,
+            };
             return Admission::LeaseBusy {
                 holder: holder.map(|h| h.to_string()),
                 cooperating,
@@ -595,7 +629,7 @@ async fn admit(
         Err(e) => return Admission::Failed(e.to_string()),
     };
     // Runners on other machines share the ledger, not this checkout's lease.
-    let shared = match sink.lock_repo(repo_name) {
+    let shared = match sink.lock_repo(repo_name).await {
         Ok(RepoLock::Held) => true,
         Ok(RepoLock::NoSharedLock) => false,
         Ok(RepoLock::Busy) => {
@@ -610,7 +644,7 @@ async fn admit(
             return Admission::Failed(e.to_string());
         }
     };
-    let not_ours = match sink.claim(idx) {
+    let not_ours = match sink.claim(idx).await {
         ClaimAnswer::Claimed => None,
         // Holding the repository's shared lock, which whoever works there holds until its
         // result is recorded: the claim is a stopped runner's (a machine gone). Waited for until
@@ -767,11 +801,16 @@ async fn probe(cx: &RunCx, stop: &watch::Receiver<Stop>) -> u32 {
 
 /// Make the finished items' results durable, then release their leases and free their
 /// repositories.
-fn release_settled(cx: &RunCx, sink: &mut dyn RunSink, pool: &mut Pool, sched: &mut Scheduler) {
+async fn release_settled(
+    cx: &RunCx,
+    sink: &mut dyn RunSink,
+    pool: &mut Pool,
+    sched: &mut Scheduler,
+) {
     if pool.settling.is_empty() {
         return;
     }
-    sink.commit_results();
+    sink.commit_results().await;
     for (repo, lease) in pool.settling.drain(..) {
         debug!(%repo, "results durable: lease released");
         sink.unlock_repo(&repo);
@@ -888,23 +927,29 @@ async fn probe_models(
     (!causes.is_empty()).then(|| causes.join("; "))
 }
 
-fn on_signal(
-    cx: &RunCx,
-    sched: &mut Scheduler,
-    sig: i32,
-    stop: &watch::Sender<Stop>,
-    from: &mut Option<String>,
-) {
-    let level = sched.signal(sig);
-    // The first stop's sender is the one that ended the run; read now, while it may still run.
+/// A stop signal heard: the scheduler admits nothing more (the items were told already). The
+/// first stop's sender is the one that ended the run.
+fn heard(sched: &mut Scheduler, h: Heard, from: &mut Option<String>) {
+    let level = sched.signal(h.sig);
     if from.is_none() {
-        *from = process::signals::sender_of(sig).map(|s| s.describe(|t| cx.redactor.redact(t)));
+        *from = h.from;
     }
     info!(
-        signal = super::scheduler::signal_name(sig),
+        signal = super::scheduler::signal_name(h.sig),
         ?level,
         from = from.as_deref(),
         "stop requested"
+    );
+}
+
+/// A stop the loop itself decided on (`runner cancel` through the ledger): as signal `sig`.
+fn on_signal(cx: &RunCx, sched: &mut Scheduler, sig: i32, stop: &watch::Sender<Stop>) {
+    let level = sched.signal(sig);
+    info!(
+        run = %cx.run_id,
+        signal = super::scheduler::signal_name(sig),
+        ?level,
+        "stop requested through the ledger"
     );
     // runner's own git calls in flight end too (a clone of a large repository, a hung filter).
     process::stop_helpers();

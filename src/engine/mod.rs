@@ -29,6 +29,7 @@ mod watch;
 
 pub use drain::drain;
 pub(crate) use drain::end_left;
+pub use run::Answer;
 pub use run::ClaimAnswer;
 pub use run::DrainEnd;
 pub use run::LockError;

@@ -12,29 +12,34 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// An answer the engine awaits while the rest of the run goes on (timers, kill ladders, output,
+/// signals): what is behind the sink may take minutes to answer.
+pub type Answer<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
+
 /// What the engine reports to and asks of the world outside it: every event, and the decisions
 /// that need durable state (claims, pauses). The engine knows this trait, never what is behind
-/// it (the ledger, the report, the progress display).
+/// it (the ledger, the report, the progress display). Nothing here blocks: what needs no answer
+/// is handed over, and what does is an [`Answer`] to await.
 pub trait RunSink {
     /// Record an event. An `ItemFinished` is the item's result, which may wait for the next
     /// claim or [`RunSink::commit_results`] to become durable.
     fn event(&mut self, ev: &Event);
     /// Claim an item for this run before it starts, its repository's lease already held (which
     /// also makes the results recorded so far durable).
-    fn claim(&mut self, item: usize) -> ClaimAnswer;
+    fn claim(&mut self, item: usize) -> Answer<'_, ClaimAnswer>;
     /// Whether `run_id` is a live run of this ledger: a lease it holds will be let go, and its
     /// items are worth waiting for rather than holding as `repo-busy`.
-    fn live_run(&mut self, run_id: &str) -> bool;
+    fn live_run(&mut self, run_id: &str) -> Answer<'_, bool>;
     /// Whether `run_id` recorded its ending (its processes were then proven gone or its
     /// repositories quarantined): nothing of it is left to end.
-    fn ended(&mut self, run_id: &str) -> bool;
+    fn ended(&mut self, run_id: &str) -> Answer<'_, bool>;
     /// Make every result recorded so far durable; a repository's lease is released only after.
-    fn commit_results(&mut self);
+    fn commit_results(&mut self) -> Answer<'_, ()>;
     /// Every few seconds: what is buffered is written, so that `status --watch` sees an item
     /// start and change phase while it runs, not only at the next claim or result.
     fn tick(&mut self) {}
     /// Who asked this run to stop, and why, if anyone did.
-    fn stop_requested(&mut self) -> Option<String>;
+    fn stop_requested(&mut self) -> Answer<'_, Option<String>>;
     /// Set once runner cannot record what it does (the ledger failed); the run then stops.
     fn failure(&self) -> Option<String>;
     /// A repository's processes could not be proven gone: keep it out of later runs until an
@@ -43,8 +48,8 @@ pub trait RunSink {
     /// Take repository `repo`'s lock shared by every runner of the ledger, on whatever machine
     /// (its lease lives in one checkout; other machines have checkouts of their own). A ledger
     /// on one machine has no such lock: the lease is the lock.
-    fn lock_repo(&mut self, _repo: &str) -> Result<RepoLock, LockError> {
-        Ok(RepoLock::NoSharedLock)
+    fn lock_repo(&mut self, _repo: &str) -> Answer<'_, Result<RepoLock, LockError>> {
+        Box::pin(std::future::ready(Ok(RepoLock::NoSharedLock)))
     }
     /// Let the lock of [`RunSink::lock_repo`] go.
     fn unlock_repo(&mut self, _repo: &str) {}

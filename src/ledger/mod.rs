@@ -4,11 +4,13 @@
 //! each run. The engine asks it for decisions (may this run claim this item? is the manifest
 //! paused?) and hands it every event; nothing of the engine knows which backend answers. There
 //! are two: [`sqlite`] (a file, one machine) and [`pg`] (a PostgreSQL database shared by
-//! runners on several machines); [`store`] opens the one `--state` names. Every change that must survive a crash (a claim, an item's completion) is committed
+//! runners on several machines); [`store`] opens the one `--state` names; while a run drains, [`recorder`] keeps the
+//! ledger on a thread of its own, so that the event loop never waits on it. Every change that must survive a crash (a claim, an item's completion) is committed
 //! before the effect it records is acted upon; events are buffered and committed with the next
 //! such change, or at the end.
 
 pub mod pg;
+pub(crate) mod recorder;
 pub mod sqlite;
 pub mod store;
 

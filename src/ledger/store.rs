@@ -7,7 +7,7 @@ use super::{Ledger, Result};
 use std::path::Path;
 
 /// An open ledger, of either backend.
-pub(crate) type Store = Box<dyn Ledger>;
+pub(crate) type Store = Box<dyn Ledger + Send>;
 
 /// The ledger `state` names: a `postgres://` URL, else a SQLite file.
 pub fn open(state: &Path) -> Result<Store> {

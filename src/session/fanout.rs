@@ -2,13 +2,16 @@
 //! builder, the event stream (`--events`) and the ledger, and answers the engine's questions
 //! that need durable state (claims, leases, pauses). The engine knows it only as a [`RunSink`].
 
-use crate::engine::{ClaimAnswer, LockError, RepoLock, RunSink};
+use crate::engine::{Answer, ClaimAnswer, LockError, RepoLock, RunSink};
 use crate::events::Event;
+use crate::ledger::recorder::Recorder;
 use crate::ledger::store::Store;
-use crate::ledger::{Claim, Holder};
+use crate::ledger::{Claim, Holder, ItemKey};
 use crate::report::ReportBuilder;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where `--events` lines go.
 pub(crate) enum EventsOut {
@@ -55,7 +58,16 @@ pub(crate) struct Fanout {
     pub(super) log_failed: Option<String>,
     pub(super) progress: crate::ui::Progress,
     pub(super) builder: ReportBuilder,
-    pub(super) ledger: Store,
+    /// The ledger: on a thread of its own while the run drains, so that the event loop never
+    /// waits on it.
+    pub(super) ledger: Recorder,
+    /// Events for the ledger not yet handed to it: they go with its next call, or every few
+    /// seconds.
+    pending: Vec<(Option<ItemKey>, Event, String)>,
+    /// A write of what is buffered is under way on the ledger's thread (a tick waits for none).
+    flushing: Arc<AtomicBool>,
+    /// The ledger is shared by runners on several machines.
+    shared: bool,
     /// Each repository's identity across machines (its url, else its name), by name.
     pub(super) identities: HashMap<String, String>,
     pub(super) run_id: String,
@@ -90,7 +102,10 @@ impl Fanout {
             log_failed: None,
             progress,
             builder,
-            ledger,
+            shared: ledger.is_shared(),
+            ledger: Recorder::new(ledger),
+            pending: Vec::new(),
+            flushing: Arc::new(AtomicBool::new(false)),
             // Each repository's identity across machines: its url, else its name.
             identities: plan
                 .repositories
@@ -114,6 +129,69 @@ impl Fanout {
     fn fail(&mut self, e: impl std::fmt::Display) {
         if self.failure.is_none() {
             self.failure = Some(format!("runner cannot record its work: {e}"));
+        }
+    }
+
+    /// The first failure to record the run's work, if any.
+    pub(super) fn failed(&self) -> Option<String> {
+        self.failure.clone().or_else(|| {
+            self.ledger
+                .failure()
+                .map(|e| format!("runner cannot record its work: {e}"))
+        })
+    }
+
+    /// While the run drains, the ledger works on a thread of its own.
+    pub(super) fn drain_begins(&mut self) {
+        self.ledger.start();
+    }
+
+    /// The drain is over: every event handed to the ledger and written, the ledger back on this
+    /// thread, its failures the run's.
+    pub(super) fn drain_ended(&mut self) {
+        self.hand_over();
+        self.ledger.stop();
+        if let Some(e) = self.ledger.failure() {
+            self.fail(e);
+        }
+    }
+
+    /// The events not yet handed to the ledger, handed over (written with its next call).
+    fn hand_over(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        let run_id = self.run_id.clone();
+        self.ledger.send(move |l| {
+            for (key, ev, at) in &batch {
+                l.event(&run_id, key.as_ref(), ev, at)?;
+            }
+            Ok(())
+        });
+    }
+
+    /// A call of the ledger's whose answer nobody waits for, after the events recorded so far.
+    fn tell_ledger(
+        &mut self,
+        call: impl FnOnce(&mut Store) -> crate::ledger::Result<()> + Send + 'static,
+    ) {
+        self.hand_over();
+        self.ledger.send(call);
+    }
+
+    /// A call of the ledger's to await, after the events recorded so far; `Err` says why it
+    /// has no answer.
+    fn ask_ledger<T: Send + 'static>(
+        &mut self,
+        call: impl FnOnce(&mut Store) -> crate::ledger::Result<T> + Send + 'static,
+    ) -> impl std::future::Future<Output = Result<T, String>> + 'static {
+        self.hand_over();
+        let answer = self.ledger.ask(move |l| call(l).map_err(|e| e.to_string()));
+        async move {
+            answer
+                .await
+                .unwrap_or_else(|| Err("the ledger's thread is gone".into()))
         }
     }
 }
@@ -162,9 +240,9 @@ impl Fanout {
         if let Event::Usage { usage, item, .. } = ev
             && let Some(cost) = usage.cost_usd.filter(|c| *c > 0.0)
             && self.keys.get(*item).is_some()
-            && let Err(e) = self.ledger.add_spend(self.keys.manifest(), &at[..10], cost)
         {
-            self.fail(e);
+            let (manifest, day) = (self.keys.manifest().to_string(), at[..10].to_string());
+            self.tell_ledger(move |l| l.add_spend(&manifest, &day, cost));
         }
         let key = item_of(ev).and_then(|i| self.keys.get(i));
         let key = key.as_ref();
@@ -216,15 +294,14 @@ impl Fanout {
                 self.events = None;
             }
         }
-        if let Err(e) = self.ledger.event(&self.run_id, key, ev, &at) {
-            self.fail(e);
-        }
+        self.pending.push((key.cloned(), ev.clone(), at));
         // A rest or a wait for a shared resource can last minutes: recorded at once, so that
-        // `status` shows it.
-        if matches!(ev, Event::Resting { .. } | Event::ResourceWaiting { .. })
-            && let Err(e) = self.ledger.flush_all()
-        {
-            self.fail(e);
+        // `status` shows it. A burst (a cancelled run settling every item at once) is handed
+        // over as it comes, not held.
+        if matches!(ev, Event::Resting { .. } | Event::ResourceWaiting { .. }) {
+            self.tell_ledger(|l| l.flush_all());
+        } else if !self.ledger.is_away() || self.pending.len() >= crate::ledger::EVENTS_BUFFERED {
+            self.hand_over();
         }
     }
 }
@@ -235,111 +312,144 @@ impl RunSink for Fanout {
         self.record(ev);
     }
 
-    fn claim(&mut self, item: usize) -> ClaimAnswer {
+    fn claim(&mut self, item: usize) -> Answer<'_, ClaimAnswer> {
         let Some(key) = self.keys.get(item) else {
-            return ClaimAnswer::Failed(format!("item {item} is not in the plan"));
+            let why = format!("item {item} is not in the plan");
+            return Box::pin(std::future::ready(ClaimAnswer::Failed(why)));
         };
         // A pause of the whole host, given while the run drains: nothing more is admitted.
         if let Some(h) = crate::lease::host_pause() {
-            return ClaimAnswer::Paused(h.text());
+            return Box::pin(std::future::ready(ClaimAnswer::Paused(h.text())));
         }
-        let asked = std::time::Instant::now();
-        let answer = self.ledger.claim(&key, &self.run_id, &self.holder);
-        // How long claims take: what a shared ledger costs each item (`RUNNER_LOG=debug`).
-        tracing::debug!(
-            claim_us = asked.elapsed().as_micros() as u64,
-            repo = %key.repo,
-            item = %key.item,
-            "claim answered"
-        );
-        match answer {
-            Ok(Claim::Claimed) => ClaimAnswer::Claimed,
-            Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Taken(run_id),
-            Ok(Claim::AlreadyDone { run_id, outcome }) => ClaimAnswer::Done {
-                run: run_id,
-                outcome,
-            },
-            Ok(Claim::Paused(by)) => ClaimAnswer::Paused(by),
-            Err(e) => {
-                let why = e.to_string();
-                self.fail(e);
-                ClaimAnswer::Failed(why)
+        let (run_id, holder) = (self.run_id.clone(), self.holder.clone());
+        let answer = self.ask_ledger(move |l| {
+            let asked = std::time::Instant::now();
+            let answer = l.claim(&key, &run_id, &holder);
+            // How long claims take: what a shared ledger costs each item (`RUNNER_LOG=debug`).
+            tracing::debug!(
+                claim_us = asked.elapsed().as_micros() as u64,
+                repo = %key.repo,
+                item = %key.item,
+                "claim answered"
+            );
+            answer
+        });
+        Box::pin(async move {
+            match answer.await {
+                Ok(Claim::Claimed) => ClaimAnswer::Claimed,
+                Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Taken(run_id),
+                Ok(Claim::AlreadyDone { run_id, outcome }) => ClaimAnswer::Done {
+                    run: run_id,
+                    outcome,
+                },
+                Ok(Claim::Paused(by)) => ClaimAnswer::Paused(by),
+                Err(why) => {
+                    self.fail(&why);
+                    ClaimAnswer::Failed(why)
+                }
             }
+        })
+    }
+
+    fn ended(&mut self, run_id: &str) -> Answer<'_, bool> {
+        let id = run_id.to_string();
+        let answer = self.ask_ledger(move |l| l.run(&id));
+        Box::pin(async move {
+            answer
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.status() == crate::ledger::RunStatus::Ended)
+        })
+    }
+
+    fn live_run(&mut self, run_id: &str) -> Answer<'_, bool> {
+        if run_id == self.run_id {
+            return Box::pin(std::future::ready(false));
         }
+        let id = run_id.to_string();
+        let answer = self.ask_ledger(move |l| l.run_is_live(&id));
+        Box::pin(async move { answer.await.unwrap_or(false) })
     }
 
-    fn ended(&mut self, run_id: &str) -> bool {
-        self.ledger
-            .run(run_id)
-            .ok()
-            .flatten()
-            .is_some_and(|r| r.status() == crate::ledger::RunStatus::Ended)
-    }
-
-    fn live_run(&mut self, run_id: &str) -> bool {
-        run_id != self.run_id && self.ledger.run_is_live(run_id).unwrap_or(false)
-    }
-
-    fn commit_results(&mut self) {
-        if let Err(e) = self.ledger.commit_results() {
-            self.fail(e);
-        }
+    fn commit_results(&mut self) -> Answer<'_, ()> {
+        let answer = self.ask_ledger(|l| l.commit_results());
+        Box::pin(async move {
+            if let Err(e) = answer.await {
+                self.fail(e);
+            }
+        })
     }
 
     fn tick(&mut self) {
-        if let Err(e) = self.ledger.flush_all() {
-            self.fail(e);
+        // A write still under way (a server away) is not asked for again.
+        if self.flushing.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let flushing = self.flushing.clone();
+        self.tell_ledger(move |l| {
+            let r = l.flush_all();
+            flushing.store(false, Ordering::Release);
+            r
+        });
     }
 
-    fn stop_requested(&mut self) -> Option<String> {
-        let run = self.ledger.run(&self.run_id).ok().flatten()?;
-        let by = run.stop_requested_by?;
-        Some(match run.stop_reason {
-            Some(r) => format!("{by}: {r}"),
-            None => by,
+    fn stop_requested(&mut self) -> Answer<'_, Option<String>> {
+        let id = self.run_id.clone();
+        let answer = self.ask_ledger(move |l| l.run(&id));
+        Box::pin(async move {
+            let run = answer.await.ok().flatten()?;
+            let by = run.stop_requested_by?;
+            Some(match run.stop_reason {
+                Some(r) => format!("{by}: {r}"),
+                None => by,
+            })
         })
     }
 
     fn failure(&self) -> Option<String> {
-        self.failure.clone()
+        self.failed()
     }
 
     fn polls_stop(&self) -> bool {
-        self.ledger.is_shared()
+        self.shared
     }
 
-    fn lock_repo(&mut self, repo: &str) -> Result<RepoLock, LockError> {
-        if !self.ledger.is_shared() {
-            return Ok(RepoLock::NoSharedLock);
+    fn lock_repo(&mut self, repo: &str) -> Answer<'_, Result<RepoLock, LockError>> {
+        if !self.shared {
+            return Box::pin(std::future::ready(Ok(RepoLock::NoSharedLock)));
         }
-        let identity = self.identities.get(repo).map_or(repo, String::as_str);
-        match self.ledger.try_lock_repo(identity) {
-            Ok(true) => Ok(RepoLock::Held),
-            Ok(false) => Ok(RepoLock::Busy),
-            Err(e) => {
-                self.fail(&e);
-                Err(LockError(Box::new(e)))
+        let identity = self
+            .identities
+            .get(repo)
+            .map_or(repo, String::as_str)
+            .to_string();
+        let answer = self.ask_ledger(move |l| l.try_lock_repo(&identity));
+        Box::pin(async move {
+            match answer.await {
+                Ok(true) => Ok(RepoLock::Held),
+                Ok(false) => Ok(RepoLock::Busy),
+                Err(e) => {
+                    self.fail(&e);
+                    Err(LockError(e.into()))
+                }
             }
-        }
+        })
     }
 
     fn unlock_repo(&mut self, repo: &str) {
-        let identity = self.identities.get(repo).map_or(repo, String::as_str);
-        if let Err(e) = self.ledger.unlock_repo(identity) {
-            self.fail(e);
-        }
+        let identity = self
+            .identities
+            .get(repo)
+            .map_or(repo, String::as_str)
+            .to_string();
+        self.tell_ledger(move |l| l.unlock_repo(&identity));
     }
 
     fn quarantine(&mut self, repo: &str, path: &std::path::Path, reason: &str) {
-        let r = self.ledger.quarantine(
-            &path.display().to_string(),
-            &self.run_id,
-            &format!("repository `{repo}`: {reason}"),
-            &crate::support::clock::now(),
-        );
-        if let Err(e) = r {
-            self.fail(e);
-        }
+        let (path, run_id) = (path.display().to_string(), self.run_id.clone());
+        let reason = format!("repository `{repo}`: {reason}");
+        let at = crate::support::clock::now();
+        self.tell_ledger(move |l| l.quarantine(&path, &run_id, &reason, &at));
     }
 }

@@ -243,16 +243,18 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
     let Session { cx, mut sink, opts } = session;
     let run_id = &cx.run_id;
     let run_dir = &cx.run_dir;
-    if let Err(e) = sink
-        .ledger
-        .end_run(
-            run_id,
-            end.ending,
-            end.cause.as_deref(),
-            &crate::support::clock::now(),
-        )
-        .and_then(|()| sink.ledger.checkpoint())
-    {
+    let ended = {
+        let mut ledger = sink.ledger.lock();
+        ledger
+            .end_run(
+                run_id,
+                end.ending,
+                end.cause.as_deref(),
+                &crate::support::clock::now(),
+            )
+            .and_then(|()| ledger.checkpoint())
+    };
+    if let Err(e) = ended {
         ui.error(e);
         sink.failure
             .get_or_insert_with(|| "the ledger failed".into());
@@ -327,13 +329,14 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
     // Everything the report is needed for is done: its items are let go before the history
     // page reads the ledger, so the two are never in memory together.
     sink.builder.release();
-    if let Err(e) = sink.ledger.record_totals(run_id, &totals) {
+    let recorded = sink.ledger.lock().record_totals(run_id, &totals);
+    if let Err(e) = recorded {
         ui.warn(format_args!("the run history was not updated: {e}"));
     } else if let Some(reports) = run_dir.parent() {
         // Retention (`reports.keep`), then the history page of what is kept.
         let keep = super::records::keep_of(&cx.loaded);
         match super::records::retain(
-            &mut sink.ledger,
+            &mut sink.ledger.lock(),
             &cx.loaded.manifest.name,
             &keep,
             reports,
@@ -352,8 +355,11 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
         }
         super::records::prune_verdicts(&cx.loaded, &keep);
         if formats.html
-            && let Err(e) =
-                super::records::write_history(&*sink.ledger, &cx.loaded.manifest.name, reports)
+            && let Err(e) = super::records::write_history(
+                &**sink.ledger.lock(),
+                &cx.loaded.manifest.name,
+                reports,
+            )
         {
             ui.warn(format_args!("the run history page was not written: {e}"));
         }
@@ -395,9 +401,10 @@ fn incidents(
     formats: report::Formats,
 ) -> Vec<String> {
     let name = &cx.loaded.manifest.name;
-    let quarantines = sink.ledger.quarantines().unwrap_or_default();
+    let quarantines = sink.ledger.lock().quarantines().unwrap_or_default();
     let previous_died = sink
         .ledger
+        .lock()
         .run_history(name, 2)
         .ok()
         .and_then(|h| {
@@ -426,7 +433,7 @@ fn incidents(
         cx.run_dir.join("report.json")
     };
     super::incidents::settle(
-        &mut *sink.ledger,
+        &mut **sink.ledger.lock(),
         &cx.loaded,
         &cx.run_id,
         Some(shown.display().to_string()),

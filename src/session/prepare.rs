@@ -533,15 +533,15 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         Arc::clone(&redactor),
     );
     record_plan_holds(ui, &plan, &mut sink)?;
+    let ledger = sink.ledger.lock();
     let mut previous_feedback =
-        super::feedback::previous(&plan, &standing.past, &sink.keys, &*sink.ledger);
+        super::feedback::previous(&plan, &standing.past, &sink.keys, &**ledger);
     super::feedback::review(&plan, &run_dir, &mut previous_feedback);
     say_held(&plan);
-    let published = published(&plan, &sink.ledger).map_err(internal)?;
-    let health = health_of(&loaded);
-    let gate_timeouts = auto_gate_timeouts(ui, &loaded, &sink.ledger);
-    let budget = super::budget::budget_limit(&loaded, &*sink.ledger, jiff::Timestamp::now())
-        .map_err(internal)?;
+    let published = published(&plan, &ledger).map_err(internal)?;
+    let (health, gate_timeouts) = (health_of(&loaded), auto_gate_timeouts(ui, &loaded, &ledger));
+    let budget = super::budget::budget_limit(&loaded, &**ledger, jiff::Timestamp::now());
+    drop(ledger);
     let cx = Arc::new(RunCx {
         spares: crate::engine::item::Spares::new(&plan),
         gate_timeouts,
@@ -559,7 +559,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         redactor,
         clone_errors,
         paused: standing.paused.clone(),
-        budget,
+        budget: budget.map_err(internal)?,
         previous_feedback,
         contained,
         health: std::sync::Mutex::new(health),
@@ -698,7 +698,7 @@ fn record_plan_holds(ui: &Ui, plan: &Plan, sink: &mut Fanout) -> Result<(), i32>
             reason: it.reason.map(|r| r.as_str().to_string()),
             cause: it.detail.clone(),
         });
-        if let Some(e) = &sink.failure {
+        if let Some(e) = sink.failed() {
             ui.error(e);
             return Err(EXIT_INTERNAL);
         }

@@ -76,9 +76,12 @@ impl Session {
         };
         let cx = self.cx.clone();
         let sink = &mut self.sink;
-        Ok(crate::support::blocking::as_event_loop(|| {
-            runtime.block_on(crate::engine::drain(cx, sink))
-        }))
+        sink.drain_begins();
+        let end = crate::support::blocking::as_event_loop(|| {
+            runtime.block_on(crate::engine::drain(cx, &mut *sink))
+        });
+        sink.drain_ended();
+        Ok(end)
     }
 
     /// End the run: ledger, reports, retention, history page, last line. Returns the exit code.
