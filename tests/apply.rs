@@ -930,3 +930,29 @@ fn a_report_that_cannot_be_written_is_exit_4_not_a_silent_success() {
         stdout(&status)
     );
 }
+
+/// Before the first run there is no ledger yet: `status` of the manifest says so and shows what
+/// its repositories say (exit 0, no ledger made); without a manifest, the missing ledger is an
+/// error naming what to give.
+#[test]
+fn status_before_the_first_run_is_an_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    manifest(dir.path(), 1, 1, 1, "true", "");
+    let out = run_in(dir.path(), &["status", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("not made yet: no run so far"), "{text}");
+    assert!(text.contains("runs (newest first):\n  none"), "{text}");
+    let json = run_in(dir.path(), &["status", "m.yaml", "--json"]);
+    assert_eq!(json.status.code(), Some(0), "{}", stderr(&json));
+    let v: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["runs"], serde_json::json!([]));
+    assert_eq!(v["leases"].as_array().map(Vec::len), Some(1), "{v}");
+    assert!(
+        !dir.path().join(".runner/state.db").exists(),
+        "status made no ledger"
+    );
+    let bare = run_in(dir.path(), &["status"]);
+    assert_eq!(bare.status.code(), Some(2), "{}", stderr(&bare));
+    assert!(stderr(&bare).contains("give the manifest or `--state`"));
+}

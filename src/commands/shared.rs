@@ -102,18 +102,25 @@ pub(crate) fn found<T>(
 /// Open the ledger for a reading command: a shared PostgreSQL ledger (`--state postgres://…`),
 /// or the SQLite file, which must exist (reading commands never create one).
 pub(crate) fn open_store(ui: &Ui, path: &Path) -> Result<crate::ledger::store::Store, i32> {
-    match crate::ledger::store::open_existing(path) {
-        Ok(Some(l)) => Ok(l),
-        Ok(None) => {
+    match open_store_if_made(ui, path)? {
+        Some(l) => Ok(l),
+        None => {
             ui.error(format_args!(
                 "no state ledger at `{}`; give the manifest or `--state`",
                 path.display()
             ));
             Err(EXIT_INVALID)
         }
-        Err(e) => {
-            ui.error(e);
-            Err(EXIT_INTERNAL)
-        }
     }
+}
+
+/// [`open_store`], with `None` for a SQLite ledger not made yet (no run so far).
+pub(crate) fn open_store_if_made(
+    ui: &Ui,
+    path: &Path,
+) -> Result<Option<crate::ledger::store::Store>, i32> {
+    crate::ledger::store::open_existing(path).map_err(|e| {
+        ui.error(e);
+        EXIT_INTERNAL
+    })
 }

@@ -17,7 +17,14 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         return watch::run(ui, args);
     }
     let path = state_path(&args.state, args.manifest.as_deref());
-    let ledger = match open_store(ui, &path) {
+    // With a manifest, a ledger not made yet (no run so far) is an answer: nothing ran, and its
+    // repositories' leases and quarantines are as they are.
+    let ledger = if args.manifest.is_some() {
+        super::shared::open_store_if_made(ui, &path)
+    } else {
+        open_store(ui, &path).map(Some)
+    };
+    let ledger = match ledger {
         Ok(l) => l,
         Err(c) => return c,
     };
@@ -28,7 +35,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         },
         None => None,
     };
-    let st = match gather(&ledger, loaded.as_ref(), &path) {
+    let st = match gather(ledger.as_ref(), loaded.as_ref(), &path) {
         Ok(s) => s,
         Err(e) => {
             ui.error(e);
@@ -47,18 +54,79 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
             }
         };
     }
-    print(&st, loaded.is_some());
+    print(&st, loaded.is_some(), ledger.is_some());
     EXIT_OK
 }
 
-/// What the ledger (and, with a manifest, its repositories) say now.
+/// What the ledger (and, with a manifest, its repositories) say now; with no ledger yet, what
+/// the repositories say.
 fn gather(
-    ledger: &Store,
+    ledger: Option<&Store>,
     loaded: Option<&LoadedManifest>,
     path: &std::path::Path,
 ) -> crate::ledger::Result<Status> {
+    let (leases, kept_with_repos) = loaded.map(leases).unwrap_or_default();
+    let slots = loaded.map(|l| {
+        let bound = crate::plan::effective_workers(l, None);
+        Slots {
+            in_use: crate::lease::HostSlots::in_use(&l.manifest.name, bound),
+            bound,
+        }
+    });
+    let mut st = Status {
+        spend: Vec::new(),
+        pull_requests: Vec::new(),
+        slots,
+        schema: STATUS_SCHEMA,
+        ledger: path.display().to_string(),
+        paused: None,
+        host_pause: crate::lease::host_pause(),
+        runs: Vec::new(),
+        running: Vec::new(),
+        held: Vec::new(),
+        quarantined: Vec::new(),
+        leases,
+    };
+    if let Some(ledger) = ledger {
+        from_ledger(&mut st, ledger, loaded)?;
+    }
+    // The quarantines kept beside the repositories, with their watches, over the ledger's.
+    for q in kept_with_repos {
+        match st.quarantined.iter_mut().find(|k| k.path == q.path) {
+            Some(k) => k.watch = q.watch,
+            None => st.quarantined.push(q),
+        }
+    }
+    // Spend against the manifest's caps (`budget`), over every run of it.
+    if let Some((l, b)) = loaded.and_then(|l| l.manifest.budget.map(|b| (l, b))) {
+        use crate::session::budget::Window;
+        for (cap, window) in [(b.daily_usd, Window::Day), (b.monthly_usd, Window::Month)] {
+            let Some(cap) = cap else { continue };
+            let (since, resets_at) = window.bounds(jiff::Timestamp::now());
+            let spent_usd = match ledger {
+                Some(ledger) => ledger.spend_since(&l.manifest.name, &since)?,
+                None => 0.0,
+            };
+            st.spend.push(SpendView {
+                window: window.name().into(),
+                cap_usd: cap,
+                spent_usd,
+                resets_at,
+            });
+        }
+    }
+    Ok(st)
+}
+
+/// What the ledger says: runs, running and held items, the pause, quarantines, the latest run's
+/// pull requests.
+fn from_ledger(
+    st: &mut Status,
+    ledger: &Store,
+    loaded: Option<&LoadedManifest>,
+) -> crate::ledger::Result<()> {
     let name = loaded.map(|l| l.manifest.name.as_str());
-    let runs = ledger
+    st.runs = ledger
         .recent_runs(name, 10)?
         .into_iter()
         .map(|r| {
@@ -70,7 +138,7 @@ fn gather(
             })
         })
         .collect::<crate::ledger::Result<Vec<_>>>()?;
-    let running = ledger
+    st.running = ledger
         .live_claims()?
         .into_iter()
         .map(|(run_id, repo, item, h)| Running {
@@ -87,8 +155,8 @@ fn gather(
             host: h.host,
         })
         .collect();
-    let held = match name {
-        Some(n) => ledger
+    if let Some(n) = name {
+        st.held = ledger
             .held_items(n)?
             .into_iter()
             .map(|(repo, item, reason, cause)| Held {
@@ -97,15 +165,13 @@ fn gather(
                 reason,
                 cause,
             })
-            .collect(),
-        None => Vec::new(),
-    };
-    let paused = match name {
-        Some(n) => ledger.paused(n)?,
-        None => None,
-    };
-    let (leases, kept_with_repos) = loaded.map(leases).unwrap_or_default();
-    let mut quarantined: Vec<Quarantined> = ledger
+            .collect();
+        st.paused = ledger.paused(n)?;
+        if let Some(latest) = st.runs.first() {
+            st.pull_requests = pulls_of(ledger, &latest.run.id);
+        }
+    }
+    st.quarantined = ledger
         .quarantines()?
         .into_iter()
         .map(|(path, run_id, reason)| Quarantined {
@@ -115,55 +181,7 @@ fn gather(
             watch: None,
         })
         .collect();
-    for q in kept_with_repos {
-        match quarantined.iter_mut().find(|k| k.path == q.path) {
-            Some(k) => k.watch = q.watch,
-            None => quarantined.push(q),
-        }
-    }
-    let slots = loaded.map(|l| {
-        let bound = crate::plan::effective_workers(l, None);
-        Slots {
-            in_use: crate::lease::HostSlots::in_use(&l.manifest.name, bound),
-            bound,
-        }
-    });
-    let pull_requests = match (name, runs.first()) {
-        (Some(_), Some(latest)) => pulls_of(ledger, &latest.run.id),
-        _ => Vec::new(),
-    };
-    let spend = match loaded.and_then(|l| l.manifest.budget.map(|b| (l, b))) {
-        Some((l, b)) => {
-            use crate::session::budget::Window;
-            let mut v = Vec::new();
-            for (cap, window) in [(b.daily_usd, Window::Day), (b.monthly_usd, Window::Month)] {
-                let Some(cap) = cap else { continue };
-                let (since, resets_at) = window.bounds(jiff::Timestamp::now());
-                v.push(SpendView {
-                    window: window.name().into(),
-                    cap_usd: cap,
-                    spent_usd: ledger.spend_since(&l.manifest.name, &since)?,
-                    resets_at,
-                });
-            }
-            v
-        }
-        None => Vec::new(),
-    };
-    Ok(Status {
-        spend,
-        pull_requests,
-        slots,
-        schema: STATUS_SCHEMA,
-        ledger: path.display().to_string(),
-        paused,
-        host_pause: crate::lease::host_pause(),
-        runs,
-        running,
-        held,
-        quarantined,
-        leases,
-    })
+    Ok(())
 }
 
 /// The pull requests of run `run_id`'s items, as its report recorded them when it began (none
@@ -234,8 +252,12 @@ fn safe(s: &str) -> String {
 }
 
 /// The status for people: every section but the headings is recorded text, escaped.
-fn print(st: &Status, with_manifest: bool) {
-    outln!("ledger {}", safe(&st.ledger));
+fn print(st: &Status, with_manifest: bool, made: bool) {
+    if made {
+        outln!("ledger {}", safe(&st.ledger));
+    } else {
+        outln!("ledger {} (not made yet: no run so far)", safe(&st.ledger));
+    }
     if let Some(h) = &st.host_pause {
         outln!("HOST PAUSED: {}", safe(&h.text()));
     }
