@@ -63,7 +63,7 @@ pub(crate) struct Fanout {
     pub(super) ledger: Recorder,
     /// Events for the ledger not yet handed to it: they go with its next call, or every few
     /// seconds.
-    pending: Vec<(Option<ItemKey>, Event, String)>,
+    pending: Pending,
     /// A write of what is buffered is under way on the ledger's thread (a tick waits for none).
     flushing: Arc<AtomicBool>,
     /// The ledger is shared by runners on several machines.
@@ -158,26 +158,23 @@ impl Fanout {
 
     /// The events not yet handed to the ledger, handed over (written with its next call).
     fn hand_over(&mut self) {
-        if self.pending.is_empty() {
-            return;
+        if !self.pending.is_empty() {
+            self.tell_ledger(|_| Ok(()));
         }
-        let batch = std::mem::take(&mut self.pending);
-        let run_id = self.run_id.clone();
-        self.ledger.send(move |l| {
-            for (key, ev, at) in &batch {
-                l.event(&run_id, key.as_ref(), ev, at)?;
-            }
-            Ok(())
-        });
     }
 
-    /// A call of the ledger's whose answer nobody waits for, after the events recorded so far.
+    /// A call of the ledger's whose answer nobody waits for, after the events recorded so far
+    /// (one job for the ledger's thread: each job handed over wakes it).
     fn tell_ledger(
         &mut self,
         call: impl FnOnce(&mut Store) -> crate::ledger::Result<()> + Send + 'static,
     ) {
-        self.hand_over();
-        self.ledger.send(call);
+        let (batch, run_id) = (std::mem::take(&mut self.pending), self.run_id.clone());
+        self.ledger.send(move |l| {
+            let written = write_events(l, &run_id, &batch);
+            let called = call(l);
+            written.and(called)
+        });
     }
 
     /// A call of the ledger's to await, after the events recorded so far; `Err` says why it
@@ -186,14 +183,29 @@ impl Fanout {
         &mut self,
         call: impl FnOnce(&mut Store) -> crate::ledger::Result<T> + Send + 'static,
     ) -> impl std::future::Future<Output = Result<T, String>> + 'static {
-        self.hand_over();
-        let answer = self.ledger.ask(move |l| call(l).map_err(|e| e.to_string()));
+        let (batch, run_id) = (std::mem::take(&mut self.pending), self.run_id.clone());
+        let answer = self.ledger.ask(move |l| {
+            write_events(l, &run_id, &batch)
+                .and_then(|()| call(l))
+                .map_err(|e| e.to_string())
+        });
         async move {
             answer
                 .await
                 .unwrap_or_else(|| Err("the ledger's thread is gone".into()))
         }
     }
+}
+
+/// Events recorded on the loop, for the ledger: the item's key, the event, when.
+type Pending = Vec<(Option<ItemKey>, Event, String)>;
+
+/// `batch` into the ledger (which buffers it until its next write).
+fn write_events(l: &mut Store, run_id: &str, batch: &Pending) -> crate::ledger::Result<()> {
+    for (key, ev, at) in batch {
+        l.event(run_id, key.as_ref(), ev, at)?;
+    }
+    Ok(())
 }
 
 fn item_of(ev: &Event) -> Option<usize> {
@@ -438,6 +450,9 @@ impl RunSink for Fanout {
     }
 
     fn unlock_repo(&mut self, repo: &str) {
+        if !self.shared {
+            return;
+        }
         let identity = self
             .identities
             .get(repo)
