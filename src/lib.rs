@@ -1,7 +1,7 @@
 //! runner: a declarative batch runner driven by YAML job manifests.
 //!
 //! The module list below is the architecture, top floor first; an import only ever points down
-//! (`tests/architecture.rs` fails on one that points up). `cli` holds the argument types and
+//! (`tests/integration/architecture.rs` fails on one that points up). `cli` holds the argument types and
 //! `commands` one module per verb, wiring a run `session` (prepare, fan-out, finish) where a run is
 //! made. `ui` (progress) and `report` consume the event stream; `ledger` is the durable state
 //! behind the engine's `RunSink` (a SQLite file, or a PostgreSQL database shared by runners on

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A hostile worker: item `a1` tries to reach out of its item in every way the list in
-# tests/confinement.rs names, and prints one line per attempt: `attempt NAME: escaped` when
+# tests/integration/confinement.rs names, and prints one line per attempt: `attempt NAME: escaped` when
 # the attempt did what it meant to, `attempt NAME: denied` when it did not. Other items sleep
 # so that they are running while `a1` attacks them.
 # Arguments: the test's root folder, the port of a listener on loopback.

@@ -1,0 +1,852 @@
+//! Hostile and unlucky surroundings: a reader that went away, a device given as a manifest,
+//! control characters in recorded text, a closed terminal, runner's control verbs run from inside
+//! a worker. The built binary, real pipes, real signals.
+
+use crate::common;
+
+use common::{git, repo, run_in, runner, stderr};
+use std::path::Path;
+
+fn fixture(root: &Path) {
+    repo(&root.join("r"));
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: hostile\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a}]\n",
+    )
+    .unwrap();
+}
+
+/// Run runner with its standard output a pipe whose reader is already gone.
+fn with_closed_stdout(root: &Path, args: &[&str]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    runner()
+        .current_dir(root)
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_reader_that_went_away_ends_output_quietly_with_the_commands_own_code() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    for (args, code) in [
+        (&["plan", "m.yaml"][..], 0),
+        (&["plan", "m.yaml", "--json"][..], 0),
+        (&["plan", "m.yaml", "--detailed-exitcode"][..], 2),
+        (&["validate", "m.yaml"][..], 0),
+        (&["schema"][..], 0),
+        (&["completions", "bash"][..], 0),
+        (&["apply", "m.yaml", "--no-progress", "--json"][..], 0),
+        (&["status", "m.yaml"][..], 0),
+    ] {
+        let out = with_closed_stdout(dir.path(), args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(
+            !err.contains("internal error") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_terminal_stops_the_run_like_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let started = dir.path().join("started");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: hup\nrepositories: [{{path: r}}]\nworker:\n  run: 'touch {}; sleep 4127'\n  grace: 2s\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}]\n",
+            started.display()
+        ),
+    )
+    .unwrap();
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(common::wait_for(20, || started.exists()));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(129), "{err}");
+    assert!(
+        common::processes_matching("sleep 4127").is_empty(),
+        "a worker outlived the hangup"
+    );
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    assert_eq!(report["ending"], "cancelled");
+    // The sender, from the signal itself: this test's own process.
+    let by = format!("cancelled by pid {} (uid ", std::process::id());
+    let cause = report["cause"].as_str().unwrap();
+    assert!(
+        cause.contains(&by) && cause.ends_with("(SIGHUP)"),
+        "{report:#}"
+    );
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .contains(&format!("exit 129: {by}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_device_or_fifo_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(dir.path(), &["validate", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    let fifo = dir.path().join("m.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // Nobody writes the FIFO: reading it would block for ever.
+    let out = run_in(dir.path(), &["validate", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn steering_verbs_are_refused_inside_a_worker_and_the_ceiling_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    for args in [
+        &["pause", "m.yaml"][..],
+        &["resume", "m.yaml"][..],
+        &["cancel", "some-run", "--manifest", "m.yaml"][..],
+        &["unlock", "r"][..],
+    ] {
+        let out = runner()
+            .current_dir(dir.path())
+            .args(args)
+            .env("RUNNER_ROLE", "worker")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&out).contains("is refused inside a worker"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let r = dir.path().join("r");
+    for (max, path) in [
+        (Some("lots"), Some(&r)),
+        (None, Some(&r)),
+        (Some("2"), None),
+    ] {
+        let mut c = runner();
+        c.current_dir(dir.path())
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env("RUNNER_ROLE", "worker")
+            .env_remove("RUNNER_MAX_WORKERS")
+            .env_remove("RUNNER_REPO_PATH");
+        if let Some(m) = max {
+            c.env("RUNNER_MAX_WORKERS", m);
+        }
+        if let Some(p) = path {
+            c.env("RUNNER_REPO_PATH", p);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{max:?} {path:?}: {}",
+            stderr(&out)
+        );
+        assert!(!dir.path().join("runner-reports").exists(), "it ran");
+    }
+}
+
+#[test]
+fn recorded_text_reaches_the_terminal_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let reason = "maintenance\u{1b}[2J\u{1b}]0;owned\u{7}\nrunner: all clear";
+    let out = run_in(dir.path(), &["pause", "m.yaml", "--reason", reason]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_in(dir.path(), &["status", "m.yaml"]);
+    let text = common::stdout(&out);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains("maintenance\\u{1b}[2J"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("runner: all clear")),
+        "{text}"
+    );
+}
+
+/// Every file under `dir`, read whole.
+fn every_file(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(b) = std::fs::read(&p) {
+                out.push((p, b));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn secrets_printed_in_pieces_never_reach_a_file_runner_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let token = "tok-3f9a1c7e5b";
+    let pem =
+        "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w\nA0BAQEFAASCBKcwggSjAgE\n-----END KEY-----";
+    let in_env = "envkey-77d41e0a9";
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: secrets
+repositories: [{{path: r}}]
+env: {{pass: [PATH], secrets: [AGENT_TOKEN, DEPLOY_PEM]}}
+worker:
+  env: {{SERVICE_API_KEY: {in_env}}}
+  run: 'printf "token=tok-3f9"; sleep 0.2; printf "a1c7e5b done\n"; printf "%s\n" "$DEPLOY_PEM"; echo "$SERVICE_API_KEY"; exit 1'
+items: [{{repo: r, id: a}}]
+"#
+        ),
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(dir.path())
+        .args(["apply", "m.yaml", "--no-progress", "--json"])
+        .env("AGENT_TOKEN", token)
+        .env("DEPLOY_PEM", pem)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let mut needles: Vec<&str> = vec![token, in_env];
+    needles.extend(pem.lines().filter(|l| l.len() >= 4));
+    let mut files = every_file(&dir.path().join("runner-reports"));
+    files.extend(every_file(&dir.path().join(".runner")));
+    files.push(("stdout".into(), out.stdout.clone()));
+    files.push(("stderr".into(), out.stderr.clone()));
+    let mut seen_log = false;
+    for (path, bytes) in &files {
+        let text = String::from_utf8_lossy(bytes);
+        seen_log |= text.contains("token=*** done");
+        for n in &needles {
+            assert!(!text.contains(n), "`{n}` in {}", path.display());
+        }
+    }
+    assert!(seen_log, "the worker's output was logged, redacted");
+}
+
+#[test]
+fn a_hostile_folder_name_or_value_is_never_shell_syntax() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("checkouts/svc-ok"));
+    repo(&dir.path().join("checkouts/svc $(touch PWNED)"));
+    let seen = dir.path().join("seen.txt");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            r#"version: 1
+name: hostile
+repositories: [{{glob: "checkouts/svc*"}}]
+worker:
+  run: 'echo {{repo}} {{item.task}} >> {seen}'
+items:
+  - {{repo: svc-ok, id: a, vars: {{task: "fix; touch PWNED2 && echo $(touch PWNED3) 'quoted'"}}}}
+"#,
+            seen = seen.display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("whose folder name is not a valid repository name"),
+        "{err}"
+    );
+    for f in ["PWNED", "PWNED2", "PWNED3"] {
+        let hits: Vec<_> = every_file(dir.path())
+            .into_iter()
+            .filter(|(p, _)| p.file_name().is_some_and(|n| n == f))
+            .collect();
+        assert!(
+            hits.is_empty(),
+            "{f} was created: a value ran as shell syntax"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "svc-ok fix; touch PWNED2 && echo $(touch PWNED3) 'quoted'\n"
+    );
+}
+
+#[test]
+fn branch_names_git_refuses_or_that_name_no_branch_of_its_own_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    for bad in ["a b", "../../x", "x.lock", "-b", "HEAD", "refs/heads/x"] {
+        std::fs::write(
+            dir.path().join("m.yaml"),
+            format!(
+                "version: 1\nname: b\nrepositories: [{{path: r}}]\nworker: {{run: [\"true\"]}}\nitems: [{{repo: r, id: a, branch: {}}}]\n",
+                serde_json::to_string(bad).unwrap()
+            ),
+        )
+        .unwrap();
+        let out = run_in(dir.path(), &["validate", "m.yaml"]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("invalid-branch"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
+    // The branch the checkout is on depends on the disk: validation, which plans the manifest,
+    // and plan refuse it, with the reason.
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: b\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a, branch: main}]\n",
+    )
+    .unwrap();
+    for verb in ["validate", "plan"] {
+        let out = run_in(dir.path(), &[verb, "m.yaml"]);
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        assert!(
+            stderr(&out).contains("which the checkout"),
+            "{verb}: {}",
+            stderr(&out)
+        );
+    }
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Commit what is in repository `r` and write `root/m.yaml`, whose items are discovered from
+/// `tasks/*/task.md` in it, each named after its folder.
+fn discover_tasks(root: &Path, r: &Path) {
+    common::git(r, &["add", "."]);
+    common::git(r, &["commit", "-q", "-m", "tasks"]);
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: d\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\ndiscover: [{glob: \"tasks/*/task.md\", id: \"{match.parent}\"}]\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn discovery_never_follows_a_link_out_of_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    std::fs::write(dir.path().join("outside.md"), "not yours\n").unwrap();
+    std::fs::create_dir_all(r.join("tasks/inside")).unwrap();
+    std::fs::create_dir_all(r.join("tasks/escape")).unwrap();
+    std::fs::write(r.join("tasks/inside/task.md"), "yours\n").unwrap();
+    std::os::unix::fs::symlink("../../../outside.md", r.join("tasks/escape/task.md")).unwrap();
+    discover_tasks(dir.path(), &r);
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["inside"]);
+    assert!(
+        stderr(&out).contains("`tasks/escape/task.md` is a link that leads outside the repository"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_discovered_path_with_control_characters_is_named_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let hostile = "new\nrunner: ok\u{1b}[2J";
+    std::fs::create_dir_all(r.join("tasks").join(hostile)).unwrap();
+    std::fs::write(r.join("tasks").join(hostile).join("task.md"), "x\n").unwrap();
+    discover_tasks(dir.path(), &r);
+    let out = run_in(dir.path(), &["plan", "m.yaml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`tasks/new\\nrunner: ok\\u{1b}[2J/task.md` in repository `r`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`new\\nrunner: ok\\u{1b}[2J`, which is not a valid"),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+    assert!(!err.lines().any(|l| l.starts_with("runner: ok")), "{err}");
+}
+
+/// Start `apply m.yaml` in `root`, wait until processes matching every one of `running` live,
+/// then `kill -9` runner and reap it. (The tests of what a killed runner leaves run their items
+/// unconfined: a confined item leaves nothing, see
+/// `a_confined_item_leaves_nothing_behind_a_killed_runner`.)
+fn kill_runner_while(root: &Path, running: &[&str]) {
+    // Killed while in process-group mode: what it left is found by its token alone.
+    common::kill_runner_while(root, &[("RUNNER_CONTAINMENT", "process-group")], running);
+}
+
+#[test]
+fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let again = dir.path().join("again");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: crash\nrepositories: [{{path: r}}]\nworker:\n  run: 'test -e {again} && exit 0; setsid sleep 4711 & sleep 4712'\nitems: [{{repo: r, id: a}}]\nsandbox: {{mode: off}}\n",
+            again = again.display()
+        ),
+    )
+    .unwrap();
+    kill_runner_while(dir.path(), &["sleep 4711", "sleep 4712"]);
+    // The worker itself (the shell), runner's direct child, dies with runner: a parent-death
+    // signal...
+    assert!(
+        common::wait_for(10, || common::processes_matching("& sleep 4712").is_empty()),
+        "the worker outlived runner"
+    );
+    // ...while what it started lives on until the next run ends it.
+    assert!(
+        !common::processes_matching("sleep 4711").is_empty(),
+        "the escapee lives on"
+    );
+    // `status` and `unlock` name what keeps the lease.
+    let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(status.contains("live on and keep the lease"), "{status}");
+    assert!(status.contains("sleep 4711"), "{status}");
+    let out = run_in(dir.path(), &["unlock", "r", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("`sleep 4711`"), "{}", stderr(&out));
+    std::fs::write(&again, "").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        common::processes_matching("sleep 4711").is_empty(),
+        "left alive: {err}"
+    );
+    assert!(
+        common::processes_matching("sleep 4712").is_empty(),
+        "left alive: {err}"
+    );
+    let report = common::latest_report(&dir.path().join("runner-reports"));
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("that dead run")),
+        "{report:#}"
+    );
+    assert_eq!(
+        common::report_item(&report, "id", "a")["outcome"],
+        "completed"
+    );
+}
+
+/// A confined item runs in a pid namespace of its own, whose first process dies with runner
+/// (a parent-death signal): the kernel then ends everything in the namespace, what left the
+/// worker's session and cleared its environment included. Nothing keeps the lease; the next run
+/// works at once.
+#[test]
+fn a_confined_item_leaves_nothing_behind_a_killed_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    let again = dir.path().join("again");
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        format!(
+            "version: 1\nname: crash\nrepositories: [{{path: r}}]\nworker:\n  run: 'test -e {again} && exit 0; setsid env -i sleep 4721 & sleep 4722'\nitems: [{{repo: r, id: a}}]\nsandbox: {{mode: required}}\n",
+            again = again.display()
+        ),
+    )
+    .unwrap();
+    kill_runner_while(dir.path(), &["sleep 4721", "sleep 4722"]);
+    assert!(
+        common::wait_for(10, || common::processes_matching("sleep 472").is_empty()),
+        "left alive: {:?}",
+        common::processes_matching("sleep 472")
+    );
+    std::fs::write(&again, "").unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn unlock_with_kill_ends_what_a_dead_holder_left() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid sleep 5311 & sleep 5312'\nitems: [{repo: r, id: a}]\nsandbox: {mode: off}\n",
+    )
+    .unwrap();
+    kill_runner_while(dir.path(), &["sleep 5311"]);
+    let out = run_in(dir.path(), &["unlock", "r", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(1), "refused without --kill");
+    let out = run_in(
+        dir.path(),
+        &["unlock", "r", "--manifest", "m.yaml", "--kill"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ended"), "{}", stderr(&out));
+    assert!(common::processes_matching("sleep 5311").is_empty());
+    assert!(common::processes_matching("sleep 5312").is_empty());
+}
+
+#[test]
+fn a_fifo_in_place_of_runners_files_in_git_dir_is_refused_not_waited_on() {
+    // No writer or reader ever comes to these FIFOs: opened plainly, runner would wait on them
+    // for ever, on its event loop, deaf to signals.
+    for name in ["runner.lock", "runner.lease.json", "HEAD"] {
+        let dir = tempfile::tempdir().unwrap();
+        fixture(dir.path());
+        let path = dir.path().join("r/.git").join(name);
+        let _ = std::fs::remove_file(&path);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut child = runner()
+            .current_dir(dir.path())
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env("RUNNER_GIT_TIMEOUT", "5s")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ended = common::wait_for(60, || child.try_wait().unwrap().is_some());
+        if !ended {
+            child.kill().unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(ended, "runner waited on a FIFO at .git/{name}");
+        let err = stderr(&out);
+        match name {
+            // The lock cannot be taken: the item fails, naming the file.
+            "runner.lock" => {
+                assert_eq!(out.status.code(), Some(1), "{err}");
+                assert!(
+                    err.contains("runner.lock") && err.contains("not a regular file"),
+                    "{err}"
+                );
+            }
+            // The record is informational: it is replaced by a file.
+            "runner.lease.json" => {
+                assert_eq!(out.status.code(), Some(0), "{err}");
+                assert!(std::fs::metadata(&path).unwrap().is_file());
+            }
+            // git cannot read the repository either (its call has a deadline): not worked on.
+            _ => assert!(
+                err.contains("1 skipped (repo-not-found 1)"),
+                "{name}: {err}"
+            ),
+        }
+    }
+}
+
+/// A worker that removes its `RUNNER_*` variables is still inside its item: it cannot cancel its
+/// own run, nor start a drain of another manifest. Told from its ancestry (process-group mode)
+/// and its cgroup (cgroup mode).
+#[test]
+fn a_worker_without_its_runner_environment_still_cannot_steer_or_drain() {
+    for containment in ["process-group", "cgroup"] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        repo(&root.join("r"));
+        repo(&root.join("other"));
+        std::fs::write(
+            root.join("other.yaml"),
+            "version: 1\nname: other\nrepositories: [{path: other}]\nworker: {run: 'touch drained-by-a-worker'}\nitems: [{repo: other, id: x}]\n",
+        )
+        .unwrap();
+        let exe = env!("CARGO_BIN_EXE_runner");
+        std::fs::write(
+            root.join("m.yaml"),
+            format!(
+                "version: 1\nname: steer\nrepositories: [{{path: r}}]\nworker:\n  run: 'env -u RUNNER_ROLE -u RUNNER_MAX_WORKERS -u RUNNER_REPO_PATH {exe} cancel \"$RUNNER_RUN_ID\" --manifest {m} > {out}/cancel.txt 2>&1; echo \"exit $?\" >> {out}/cancel.txt; env -i PATH=\"$PATH\" {exe} apply {o} --no-progress > {out}/apply.txt 2>&1; echo \"exit $?\" >> {out}/apply.txt'\nitems: [{{repo: r, id: a}}]\n",
+                m = root.join("m.yaml").display(),
+                o = root.join("other.yaml").display(),
+                out = root.display()
+            ),
+        )
+        .unwrap();
+        let out = runner()
+            .current_dir(root)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env("RUNNER_CONTAINMENT", containment)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        if containment == "cgroup" && err.contains("cgroup") && out.status.code() == Some(2) {
+            common::not_run(&format!("cgroup containment is not usable here: {err}"));
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{containment}: {err}");
+        let cancel = std::fs::read_to_string(root.join("cancel.txt")).unwrap();
+        assert!(
+            cancel.contains("`runner cancel` is refused inside an item of a run")
+                && cancel.ends_with("exit 2\n"),
+            "{containment}: {cancel}"
+        );
+        let apply = std::fs::read_to_string(root.join("apply.txt")).unwrap();
+        assert!(
+            apply.contains("runs inside an item of a run") && apply.ends_with("exit 2\n"),
+            "{containment}: {apply}"
+        );
+        assert!(
+            !root.join("other/drained-by-a-worker").exists(),
+            "{containment}"
+        );
+    }
+}
+
+/// A tracked link to a folder outside the repository is not walked by discovery: no file
+/// outside becomes a work item.
+#[test]
+fn discovery_never_follows_a_folder_link_out_of_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("elsewhere");
+    std::fs::create_dir_all(outside.join("deep")).unwrap();
+    std::fs::write(outside.join("secret.md"), "not yours\n").unwrap();
+    std::fs::write(outside.join("deep/more.md"), "not yours\n").unwrap();
+    let r = repo(&dir.path().join("r"));
+    std::os::unix::fs::symlink(&outside, r.join("tasks")).unwrap();
+    std::os::unix::fs::symlink(&outside, r.join("link")).unwrap();
+    common::git(&r, &["add", "tasks", "link"]);
+    common::git(&r, &["commit", "-q", "-m", "links"]);
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: links\nrepositories: [{path: r}]\nworker: {run: 'true'}\ndiscover:\n  - {glob: 'tasks/*.md', id: '{match.stem}'}\n  - {glob: 'link/**/*', id: 'l-{match.stem}'}\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["plan", "m.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["items"], serde_json::json!([]), "{plan:#}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("`tasks` leads outside the repository")
+            && err.contains("`link` leads outside"),
+        "{err}"
+    );
+}
+
+/// A FIFO where git expects a regular file is named at once by `plan` and `apply`, which do not
+/// wait for git's deadline (10 minutes a call).
+#[test]
+fn a_fifo_git_would_wait_on_is_named_up_front() {
+    for name in ["index", "packed-refs", "refs/heads/feature", "config"] {
+        let dir = tempfile::tempdir().unwrap();
+        fixture(dir.path());
+        let path = dir.path().join("r/.git").join(name);
+        let _ = std::fs::remove_file(&path);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for verb in ["plan", "apply"] {
+            let started = std::time::Instant::now();
+            let mut child = runner()
+                .current_dir(dir.path())
+                .args([verb, "m.yaml"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let ended = common::wait_for(30, || child.try_wait().unwrap().is_some());
+            if !ended {
+                child.kill().unwrap();
+            }
+            let out = child.wait_with_output().unwrap();
+            assert!(ended, "{verb} waited on a FIFO at .git/{name}");
+            let err = stderr(&out);
+            assert!(
+                err.contains(&format!(".git/{name}` is a FIFO, not a regular file")),
+                "{verb} {name}: {err}"
+            );
+            let _ = started;
+        }
+    }
+}
+
+/// A git call of runner's that blocks for ever (a FIFO in place of a loose object, which is
+/// left to git) dies with runner: SIGTERM to `plan` leaves no git behind.
+#[test]
+fn runners_own_git_calls_die_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let r = dir.path().join("r");
+    let head = common::git(&r, &["rev-parse", "HEAD"]);
+    let object = r.join(".git/objects").join(&head[..2]).join(&head[2..]);
+    std::fs::remove_file(&object).unwrap();
+    nix::unistd::mkfifo(&object, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // Dirty, so that git is asked (it opens the commit, and waits).
+    std::fs::write(r.join("new.txt"), "x\n").unwrap();
+    let child = runner()
+        .current_dir(dir.path())
+        .args(["plan", "m.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let blocked = || {
+        common::processes_matching("git")
+            .into_iter()
+            .filter(|p| {
+                std::fs::read_link(format!("/proc/{p}/cwd")).is_ok_and(|c| c.starts_with(&r))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        common::wait_for(20, || !blocked().is_empty()),
+        "git was not asked"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.wait_with_output();
+    assert!(
+        common::wait_for(5, || blocked().is_empty()),
+        "git outlived runner: {:?}",
+        blocked()
+    );
+}
+
+/// In process-group mode, an escapee that cleared its environment and outlived runner's
+/// SIGKILL keeps the lease: `status` and `unlock` name it (found by the lock file it holds open),
+/// and `unlock --kill` ends it.
+#[test]
+fn what_keeps_a_dead_runs_lease_is_named_and_can_be_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid env -i /bin/sleep 5331 & sleep 5332'\nitems: [{repo: r, id: a}]\nsandbox: {mode: off}\n",
+    )
+    .unwrap();
+    common::kill_runner_while(
+        dir.path(),
+        &[("RUNNER_CONTAINMENT", "process-group")],
+        &["sleep 5331", "sleep 5332"],
+    );
+    // `setsid` and `env` may still be on their way to exec the sleep when runner is killed:
+    // wait for them to become the one escapee.
+    common::wait_for(5, || common::processes_matching("sleep 5331").len() == 1);
+    let escapee = common::processes_matching("sleep 5331");
+    assert_eq!(escapee.len(), 1, "the escapee lives on: {escapee:?}");
+    let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    assert!(
+        status.contains(&format!("{}  /bin/sleep 5331", escapee[0])),
+        "{status}"
+    );
+    let out = run_in(dir.path(), &["unlock", "r", "--manifest", "m.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!("{} `/bin/sleep 5331`", escapee[0])),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_in(
+        dir.path(),
+        &["unlock", "r", "--manifest", "m.yaml", "--kill"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("that kept its lease"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(common::processes_matching("sleep 5331").is_empty());
+    assert!(common::processes_matching("sleep 5332").is_empty());
+}
+
+/// A pack index whose fan-out table claims every object of a bucket: 2^32 − 1 names where the
+/// file holds none. Two of them, one for the even buckets and one for the odd, so whatever an
+/// object is named, some index claims its bucket.
+fn lying_pack_index(odd: bool) -> Vec<u8> {
+    let mut out = vec![0xff, b't', b'O', b'c', 0, 0, 0, 2];
+    for bucket in 0..256u32 {
+        let claims = (bucket % 2 == 1) == odd;
+        out.extend_from_slice(&if claims { u32::MAX } else { 0 }.to_be_bytes());
+    }
+    out
+}
+
+/// A worker plants pack indexes that lie about their size where runner looks for objects; its
+/// item, the next item and the next run are recorded as ever. Runner once believed the fan-out
+/// table, allocated 85 GB for one bucket's names and died (exit 134) with no report, the item
+/// neither recorded nor released, and every later run of the repository died the same way.
+#[test]
+fn a_planted_pack_index_that_lies_about_its_size_is_not_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let planted = dir.path().join("planted");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::write(planted.join("pack-even.idx"), lying_pack_index(false)).unwrap();
+    std::fs::write(planted.join("pack-odd.idx"), lying_pack_index(true)).unwrap();
+    let worker = format!(
+        "cp {}/*.idx \"$(git rev-parse --git-common-dir)/objects/pack/\"; echo \"$RUNNER_ITEM\" > \"$RUNNER_ITEM.txt\"",
+        planted.display()
+    );
+    let manifest = serde_json::json!({
+        "version": 1, "name": "planted", "repositories": [{"path": "r"}],
+        "worker": {"run": ["sh", "-c", worker]},
+        "items": [
+            {"repo": "r", "id": "a", "branch": "work/a"},
+            {"repo": "r", "id": "b", "branch": "work/b"},
+        ],
+    });
+    std::fs::write(dir.path().join("m.yaml"), manifest.to_string()).unwrap();
+    let first = run_in(dir.path(), &["apply", "m.yaml"]);
+    assert!(
+        r.join(".git/objects/pack/pack-odd.idx").exists(),
+        "the worker did not plant its files: {}",
+        stderr(&first)
+    );
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    for id in ["a", "b"] {
+        let shown = git(&r, &["ls-tree", "--name-only", &format!("work/{id}")]);
+        assert!(
+            shown.lines().any(|l| l == format!("{id}.txt")),
+            "item {id}'s work was not committed: {shown}\n{}",
+            stderr(&first)
+        );
+    }
+    // The files stay; the next run reads them again, and is not stopped by them either.
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        manifest.to_string().replace("work/", "again/"),
+    )
+    .unwrap();
+    let again = run_in(dir.path(), &["apply", "m.yaml"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let status = run_in(dir.path(), &["status", "m.yaml"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+}
