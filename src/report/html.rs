@@ -424,6 +424,9 @@ fn timeline_svg(r: &Report, t: &Timeline, out: &mut Page<'_>) {
                 w.class.as_str(),
                 human_ms(w.duration_ms)
             );
+            if let Some(e) = &w.ended {
+                let _ = write!(title, " (ended: {e})");
+            }
         }
         for (name, result, s, e) in &b.gates {
             let _ = write!(
@@ -574,9 +577,14 @@ fn attempts_html(it: &ItemReport, out: &mut Page<'_>) {
             let exit = w
                 .exit
                 .map_or("no exit code".into(), |c| format!("exit {c}"));
+            // Why runner ended it, when it did (silence, its timeout).
+            let ended = w
+                .ended
+                .as_deref()
+                .map_or(String::new(), |e| format!("; ended: {}", esc(e)));
             let _ = write!(
                 out,
-                "<tr><td>worker</td><td>{} ({exit})</td><td>{}</td><td>",
+                "<tr><td>worker</td><td>{} ({exit}{ended})</td><td>{}</td><td>",
                 w.class.as_str(),
                 human_ms(w.duration_ms)
             );

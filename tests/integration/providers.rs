@@ -543,6 +543,16 @@ fn a_worker_ended_for_silence_says_so_wherever_its_attempt_is_shown() {
         "{stream}"
     );
     validates(dir.path(), &events);
+    // The page shows every attempt; the summary, the passes of items that did not complete. Where
+    // the attempt is shown, so is why runner ended its worker.
+    let latest = dir.path().join("runner-reports/latest");
+    let page = std::fs::read_to_string(latest.join("index.html")).unwrap();
+    assert!(page.contains("ended: no output for 300ms"), "{page}");
+    let summary = std::fs::read_to_string(latest.join("summary.md")).unwrap();
+    assert!(
+        !summary.contains("worker provider") || summary.contains("ended: no output for 300ms"),
+        "{summary}"
+    );
 }
 
 #[test]
