@@ -7,11 +7,14 @@ use crate::ui::term::Ui;
 use crate::vocab::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK};
 use std::path::Path;
 
-/// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`). `Err`
+/// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`), with those
+/// of runner's user started since `since` whose environment cannot be read (they may be). `Err`
 /// when `/proc` cannot be read: then nothing can be proven.
-fn processes_in(repo: &Path) -> std::io::Result<Vec<i32>> {
+fn processes_in(repo: &Path, since: Option<u64>) -> std::io::Result<Vec<i32>> {
     let prefix = format!("RUNNER_REPO_PATH={}", repo.display());
-    crate::process::census::pids_where(|var| var.starts_with(prefix.as_bytes()))
+    let census =
+        crate::process::census::pids_where(|var| var.starts_with(prefix.as_bytes()), since)?;
+    Ok(census.found.into_iter().chain(census.unreadable).collect())
 }
 
 /// The folder `REPO` names: a path, or with `--manifest` also a repository's name in it.
@@ -124,7 +127,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
         let mut survivors = holder
             .as_ref()
-            .map(|h| crate::process::census::survivors(&h.token, &h.cgroups))
+            .map(|h| crate::process::census::survivors(&h.token, &h.cgroups, h.holder.start_time))
             .unwrap_or_default();
         for k in crate::lease::lock_holders(&probe.common_dir) {
             if !survivors.iter().any(|(p, _)| *p == k.0) {
@@ -150,11 +153,14 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         ));
         return crate::vocab::EXIT_FAILURES;
     }
-    match processes_in(&repo) {
+    // Since the lease's last holder started, when it is known.
+    let since = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE))
+        .and_then(|r| r.holder.start_time);
+    match processes_in(&repo, since) {
         Ok(pids) if pids.is_empty() => {}
         Ok(pids) => {
             ui.error(format_args!(
-                "processes of runner still work in `{}` (pids {pids:?}); refusing",
+                "processes of runner still work in `{}`, or may (pids {pids:?}, with any of runner's user whose environment cannot be read); refusing",
                 repo.display()
             ));
             return crate::vocab::EXIT_FAILURES;

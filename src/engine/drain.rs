@@ -537,7 +537,8 @@ async fn end_left_in(prev: &Record, by_token: bool) -> Result<Vec<i32>, Vec<i32>
     let grace = Duration::from_secs(5);
     let mut found = crate::process::cgroup::end_left(&prev.cgroups, grace).await?;
     if by_token && !prev.token.is_empty() {
-        found.extend(crate::process::census::end_token(&prev.token, grace).await?);
+        let since = prev.holder.start_time;
+        found.extend(crate::process::census::end_token(&prev.token, grace, since).await?);
     }
     found.sort_unstable();
     found.dedup();
@@ -593,9 +594,15 @@ async fn admit(
                     });
                 }
             }
+            Err(left) if left.is_empty() => {
+                return Admission::Failed(format!(
+                    "what dead run `{}` left in repository `{repo_name}` cannot be read (its processes or its cgroup): it is not taken for gone",
+                    prev.run_id
+                ));
+            }
             Err(left) => {
                 return Admission::Failed(format!(
-                    "processes {left:?} that dead run `{}` left in repository `{repo_name}` could not be ended",
+                    "processes {left:?} that dead run `{}` left in repository `{repo_name}` could not be ended or read",
                     prev.run_id
                 ));
             }

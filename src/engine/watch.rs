@@ -25,31 +25,39 @@ const KILL_DEADLINE: Duration = Duration::from_secs(5);
 const SCAN_GAP: Duration = Duration::from_millis(50);
 
 /// The processes proven to belong to the item that left the repository at `common` (git common
-/// dir) quarantined, its lease's record being `rec`.
-fn leftovers(common: &Path, rec: Option<&Record>) -> Vec<i32> {
+/// dir) quarantined, its lease's record being `rec`; and those that may belong to it but cannot
+/// be read (never signalled, never taken for gone).
+fn leftovers(common: &Path, rec: Option<&Record>) -> (Vec<i32>, Vec<i32>) {
     let mut pids: Vec<i32> = lease::lock_holders(common)
         .into_iter()
         .map(|(pid, _)| pid)
         .collect();
+    let mut unknown = Vec::new();
     if let Some(r) = rec {
         if let Some(unified) = r.cgroups.first() {
-            pids.extend(crate::process::cgroup::members(unified));
+            match crate::process::cgroup::members(unified) {
+                Ok(m) => pids.extend(m),
+                Err(e) => tracing::warn!("{e}"),
+            }
         }
         if !r.token.is_empty() {
             let token = format!("RUNNER_TOKEN={}", r.token);
             let repo = format!("RUNNER_REPO={}", r.repo);
-            pids.extend(
-                crate::process::census::pids_carrying(&[&token, &repo]).unwrap_or_default(),
-            );
+            let census =
+                crate::process::census::pids_carrying(&[&token, &repo], r.holder.start_time)
+                    .unwrap_or_default();
+            pids.extend(census.found);
+            unknown = census.unreadable;
         }
     }
     pids.sort_unstable();
     pids.dedup();
-    pids
+    unknown.retain(|p| !pids.contains(p));
+    (pids, unknown)
 }
 
 /// [`leftovers`], off the event loop (it reads every process's descriptors and environment).
-async fn scan(common: &Path, rec: Option<&Record>) -> Vec<i32> {
+async fn scan(common: &Path, rec: Option<&Record>) -> (Vec<i32>, Vec<i32>) {
     let (common, rec) = (common.to_path_buf(), rec.cloned());
     tokio::task::spawn_blocking(move || leftovers(&common, rec.as_ref()))
         .await
@@ -73,7 +81,7 @@ async fn end(common: &Path, rec: Option<&Record>, found: Vec<i32>) -> (Vec<i32>,
     let kill_until = grace_until + KILL_DEADLINE;
     while !left.is_empty() && Instant::now() < kill_until {
         tokio::time::sleep(SCAN_GAP).await;
-        left = scan(common, rec).await;
+        left = scan(common, rec).await.0;
         seen.extend(&left);
         if Instant::now() >= grace_until {
             signal_all(&left, Signal::SIGKILL);
@@ -110,12 +118,15 @@ fn watched(cx: &RunCx) -> Vec<(String, PathBuf, lease::Quarantine, Option<Record
 /// Keep watch over the plan's quarantined repositories, before the run's first item.
 pub(crate) async fn keep_watch(cx: &RunCx, sink: &mut dyn RunSink) {
     for (repo, common, q, rec) in watched(cx) {
-        let found = scan(&common, rec.as_ref()).await;
-        let (ended, left) = if found.is_empty() {
+        let (found, unknown) = scan(&common, rec.as_ref()).await;
+        let (ended, mut left) = if found.is_empty() {
             (Vec::new(), Vec::new())
         } else {
             end(&common, rec.as_ref(), found).await
         };
+        // What may be the item's but cannot be read is left as it is, and said.
+        let unread: Vec<i32> = unknown.into_iter().filter(|p| !left.contains(p)).collect();
+        left.extend(&unread);
         let latest = Watch::latest(&common, &q);
         // A quiet watch is recorded once: the first time, or when the last one found some.
         let quiet = ended.is_empty() && left.is_empty();
@@ -128,7 +139,17 @@ pub(crate) async fn keep_watch(cx: &RunCx, sink: &mut dyn RunSink) {
             ended: ended.clone(),
             left: left
                 .iter()
-                .map(|&pid| (pid, command_line(pid)))
+                .map(|&pid| {
+                    let cmd = command_line(pid);
+                    if unread.contains(&pid) {
+                        (
+                            pid,
+                            format!("{cmd} (its environment cannot be read: it may be the item's)"),
+                        )
+                    } else {
+                        (pid, cmd)
+                    }
+                })
                 .map(|(pid, cmd)| (pid, cx.redactor.redact(&cmd)))
                 .collect(),
         };

@@ -467,71 +467,115 @@ fn own_children() -> Option<Vec<i32>> {
 
 /// What a dead run left behind, with command lines, for `status` and `unlock` to name: the
 /// processes whose environment carries its token `token`, and those in its item cgroups
-/// `cgroups` (as its lease record names them).
-pub(crate) fn survivors(token: &str, cgroups: &[std::path::PathBuf]) -> Vec<(i32, String)> {
+/// `cgroups` (as its lease record names them). A process that may be one of them but cannot be
+/// read (its environment, the cgroup's members) is named too, as such: it is never taken for
+/// gone. `since` is when the dead run started (clock ticks since boot), when known.
+pub(crate) fn survivors(
+    token: &str,
+    cgroups: &[std::path::PathBuf],
+    since: Option<u64>,
+) -> Vec<(i32, String)> {
     let needle = format!("RUNNER_TOKEN={token}").into_bytes();
-    let mut pids = if token.is_empty() {
-        Vec::new()
-    } else {
-        pids_where(|v| v == needle.as_slice()).unwrap_or_default()
-    };
+    let mut unknown = Vec::new();
+    let mut pids = Vec::new();
+    if !token.is_empty() {
+        match pids_where(|v| v == needle.as_slice(), since) {
+            Ok(c) => {
+                pids = c.found;
+                unknown = c.unreadable;
+            }
+            Err(e) => tracing::warn!("the processes cannot be listed: {e}"),
+        }
+    }
     if let Some(unified) = cgroups.first() {
-        pids.extend(super::cgroup::members(unified));
+        match super::cgroup::members(unified) {
+            Ok(m) => pids.extend(m),
+            Err(e) => tracing::warn!("{e}"),
+        }
     }
     pids.sort_unstable();
     pids.dedup();
+    unknown.retain(|p| !pids.contains(p));
+    let command = |pid: i32| {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmd)
+            .replace('\0', " ")
+            .trim_end()
+            .to_string()
+    };
     pids.into_iter()
-        .map(|pid| {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            (pid, cmd.trim_end().to_string())
-        })
+        .map(|pid| (pid, command(pid)))
+        .chain(unknown.into_iter().map(|pid| {
+            let cmd = command(pid);
+            (
+                pid,
+                format!("{cmd} (its environment cannot be read: it may be the run's)"),
+            )
+        }))
         .collect()
 }
 
 /// End every process whose environment carries run token `token`, wherever it is (what a dead
 /// run left behind): SIGTERM, up to `grace` to go, then SIGKILL, until scans find none.
-/// Returns the pids that were found, or `Err` with those still there at the deadline.
-pub(crate) async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, Vec<i32>> {
+/// Returns the pids that were found, or `Err` with those still there at the deadline — and with
+/// those that may carry it but cannot be read, which are never signalled nor taken for gone.
+/// `since` is when the dead run started (clock ticks since boot), when known.
+pub(crate) async fn end_token(
+    token: &str,
+    grace: Duration,
+    since: Option<u64>,
+) -> Result<Vec<i32>, Vec<i32>> {
     let needle = format!("RUNNER_TOKEN={token}").into_bytes();
     let scan = move || {
         let n = needle.clone();
         async move {
-            tokio::task::spawn_blocking(move || pids_where(|v| v == n.as_slice()))
+            tokio::task::spawn_blocking(move || pids_where(|v| v == n.as_slice(), since))
                 .await
                 .ok()
                 .and_then(Result::ok)
         }
     };
+    // A clean scan ends the search: proven gone, unless some could not be read.
+    let proven = |c: EnvCensus, found: Vec<i32>| {
+        if c.unreadable.is_empty() {
+            Ok(found)
+        } else {
+            tracing::warn!(pids = ?c.unreadable, "processes that may carry a dead run's token cannot be read: they are not taken for gone");
+            Err(c.unreadable)
+        }
+    };
     let Some(first) = scan().await else {
         return Err(Vec::new());
     };
-    if first.is_empty() {
-        return Ok(first);
+    if first.found.is_empty() {
+        return proven(first, Vec::new());
     }
-    for &pid in &first {
+    let found = first.found.clone();
+    for &pid in &found {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
     let until = Instant::now() + grace;
     while Instant::now() < until {
         tokio::time::sleep(SCAN_GAP * 4).await;
-        if scan().await.is_some_and(|p| p.is_empty()) {
-            return Ok(first);
+        if let Some(c) = scan().await
+            && c.found.is_empty()
+        {
+            return proven(c, found);
         }
     }
     let deadline = Instant::now() + SWEEP_DEADLINE;
     let mut quiet = 0;
     while Instant::now() < deadline {
         match scan().await {
-            Some(left) if left.is_empty() => {
+            Some(c) if c.found.is_empty() => {
                 quiet += 1;
                 if quiet >= QUIET_SCANS {
-                    return Ok(first);
+                    return proven(c, found);
                 }
             }
-            Some(left) => {
+            Some(c) => {
                 quiet = 0;
-                for pid in left {
+                for pid in c.found {
                     let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
                 }
             }
@@ -539,40 +583,95 @@ pub(crate) async fn end_token(token: &str, grace: Duration) -> Result<Vec<i32>, 
         }
         tokio::time::sleep(SCAN_GAP).await;
     }
-    Err(scan().await.unwrap_or_default())
+    Err(scan()
+        .await
+        .map(|c| c.found.into_iter().chain(c.unreadable).collect())
+        .unwrap_or_default())
 }
 
 /// Every process (but runner itself) whose environment carries each of `vars` (`NAME=value`).
-pub(crate) fn pids_carrying(vars: &[&str]) -> std::io::Result<Vec<i32>> {
-    pids_whose_env(|env| {
-        vars.iter()
-            .all(|v| env.split(|b| *b == 0).any(|e| e == v.as_bytes()))
-    })
+pub(crate) fn pids_carrying(vars: &[&str], since: Option<u64>) -> std::io::Result<EnvCensus> {
+    pids_whose_env(
+        |env| {
+            vars.iter()
+                .all(|v| env.split(|b| *b == 0).any(|e| e == v.as_bytes()))
+        },
+        since,
+    )
 }
 
 /// Every process (but runner itself) with an environment variable for which `matches` holds,
 /// looked up in `/proc/<pid>/environ`.
-pub(crate) fn pids_where(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
-    pids_whose_env(|env| env.split(|b| *b == 0).any(&matches))
+pub(crate) fn pids_where(
+    matches: impl Fn(&[u8]) -> bool,
+    since: Option<u64>,
+) -> std::io::Result<EnvCensus> {
+    pids_whose_env(|env| env.split(|b| *b == 0).any(&matches), since)
+}
+
+/// A census by environment: the processes found, and those that may match but whose
+/// environment cannot be read.
+#[derive(Debug, Default)]
+pub(crate) struct EnvCensus {
+    pub found: Vec<i32>,
+    /// Processes of runner's own user (any, when runner is root) started at or after the time
+    /// asked about, whose environment cannot be read (a program that made itself
+    /// non-dumpable, or one runner may not trace): whether they match is unknown. Another
+    /// user's process is not counted: it cannot carry runner's variables but through a setuid
+    /// program, which does not leave its environment readable to runner anyway.
+    pub unreadable: Vec<i32>,
 }
 
 /// Every process (but runner itself) whose whole environment (`/proc/<pid>/environ`, its
-/// variables NUL-separated) satisfies `matches`.
-fn pids_whose_env(matches: impl Fn(&[u8]) -> bool) -> std::io::Result<Vec<i32>> {
+/// variables NUL-separated) satisfies `matches`; and those that started at or after `since`
+/// (clock ticks since boot; any time when `None`) whose environment cannot be read.
+fn pids_whose_env(
+    matches: impl Fn(&[u8]) -> bool,
+    since: Option<u64>,
+) -> std::io::Result<EnvCensus> {
     let me = std::process::id() as i32;
-    let mut found = Vec::new();
+    let my_uid = nix::unistd::getuid();
+    let mut census = EnvCensus::default();
     for pid in proc_pids()? {
         if pid == me {
             continue;
         }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if matches(&env) {
-            found.push(pid);
+        match std::fs::read(format!("/proc/{pid}/environ")) {
+            Ok(env) => {
+                if matches(&env) {
+                    census.found.push(pid);
+                }
+            }
+            // Gone meanwhile.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(_) => {
+                let ours = my_uid.is_root() || uid_of(pid).is_none_or(|u| u == my_uid.as_raw());
+                let recent = match crate::support::host::seen(pid as u32) {
+                    crate::support::host::Seen::Gone => false,
+                    crate::support::host::Seen::Started(t) => since.is_none_or(|s| t >= s),
+                    crate::support::host::Seen::Unknown(_) => true,
+                };
+                if ours && recent {
+                    census.unreadable.push(pid);
+                }
+            }
         }
     }
-    Ok(found)
+    Ok(census)
+}
+
+/// The real user id of `pid`, from `/proc/<pid>/status`.
+fn uid_of(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Kill every process carrying `key` until enough scans in a row find none. Returns whether

@@ -471,7 +471,7 @@ impl ItemCgroup {
 
     /// The live processes in it.
     pub(crate) fn members(&self) -> Vec<i32> {
-        members(self.path())
+        members(self.path()).unwrap_or_default()
     }
 
     /// Whether a live process is left in it (`None`: it cannot be read).
@@ -522,7 +522,11 @@ pub(crate) async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i3
     let Some(unified) = dirs.first().filter(|d| d.join("cgroup.procs").exists()) else {
         return Ok(Vec::new());
     };
-    let found = members(unified);
+    // Members that cannot be read are not none: the cgroup is not proven empty.
+    let found = members(unified).map_err(|e| {
+        tracing::warn!("{e}");
+        Vec::new()
+    })?;
     if !found.is_empty() {
         for &pid in &found {
             let _ = nix::sys::signal::kill(
@@ -535,7 +539,7 @@ pub(crate) async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i3
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if !kill_and_wait(unified, Duration::from_secs(10)).await {
-            return Err(members(unified));
+            return Err(members(unified).unwrap_or_default());
         }
     }
     remove_leaves(unified);
@@ -549,21 +553,41 @@ pub(crate) async fn end_left(dirs: &[PathBuf], grace: Duration) -> Result<Vec<i3
     Ok(found)
 }
 
-/// The live processes in cgroup `dir` and every cgroup below it.
-pub(crate) fn members(dir: &Path) -> Vec<i32> {
-    let mut out: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .split_ascii_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                out.extend(members(&e.path()));
+/// The live processes in cgroup `dir` and every cgroup below it; `Err` names what could not be
+/// read (a membership that cannot be read is unknown, never empty).
+pub(crate) fn members(dir: &Path) -> Result<Vec<i32>, String> {
+    let procs = dir.join("cgroup.procs");
+    let mut out: Vec<i32> = match std::fs::read_to_string(&procs) {
+        Ok(list) => list
+            .split_ascii_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+        // Removed meanwhile: nothing is in it.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !dir.exists() => Vec::new(),
+        Err(e) => {
+            return Err(format!(
+                "the members of cgroup `{}` cannot be read: {e}",
+                dir.display()
+            ));
+        }
+    };
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.extend(members(&e.path())?);
+                }
             }
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(format!(
+                "the cgroups below `{}` cannot be read: {e}",
+                dir.display()
+            ));
+        }
     }
-    out
+    Ok(out)
 }
 
 /// Remove the (empty) cgroups below `dir`.
@@ -599,7 +623,7 @@ async fn kill_and_wait(dir: &Path, within: Duration) -> bool {
         while Instant::now() < until && !frozen(dir) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        for pid in members(dir) {
+        for pid in members(dir).unwrap_or_default() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
@@ -826,6 +850,23 @@ fn v1_run_dir(m: &Mounts, c: Controller, run_id: &str) -> Result<PathBuf, NoCgro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_that_cannot_be_read_are_unknown_never_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let cg = dir.path().join("item");
+        // A cgroup removed meanwhile has no members.
+        assert_eq!(members(&cg), Ok(Vec::new()));
+        std::fs::create_dir_all(cg.join("g0")).unwrap();
+        std::fs::write(cg.join("cgroup.procs"), "12\n34\n").unwrap();
+        // A cgroup below whose list cannot be read (here, not a file).
+        std::fs::create_dir(cg.join("g0/cgroup.procs")).unwrap();
+        let e = members(&cg).unwrap_err();
+        assert!(e.contains("g0") && e.contains("cannot be read"), "{e}");
+        std::fs::remove_dir(cg.join("g0/cgroup.procs")).unwrap();
+        std::fs::write(cg.join("g0/cgroup.procs"), "56\n").unwrap();
+        assert_eq!(members(&cg), Ok(vec![12, 34, 56]));
+    }
 
     #[test]
     fn containment_is_asked_for_by_name() {

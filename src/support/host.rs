@@ -81,11 +81,66 @@ impl Holder {
         {
             return false;
         }
-        match process_start_time(self.pid) {
-            None => true,
-            Some(_) if is_zombie(self.pid) => true,
-            Some(t) => self.start_time.is_some_and(|s| s != t),
+        match seen(self.pid) {
+            Seen::Gone => true,
+            Seen::Started(_) if is_zombie(self.pid) => true,
+            Seen::Started(t) => self.start_time.is_some_and(|s| s != t),
+            // What cannot be seen is never proven dead: what it holds is kept, and the operator
+            // is told (once per process).
+            Seen::Unknown(why) => {
+                static TOLD: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+                let mut told = TOLD.lock().unwrap_or_else(|p| p.into_inner());
+                if !told.contains(&self.pid) {
+                    told.push(self.pid);
+                    tracing::warn!(
+                        pid = self.pid,
+                        "whether process {} lives cannot be read ({why}): it is not presumed dead, and what it holds is kept",
+                        self.pid
+                    );
+                }
+                false
+            }
         }
+    }
+}
+
+/// What `/proc` says of a process.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// It runs, started at this time (clock ticks since boot).
+    Started(u64),
+    /// No process has this pid.
+    Gone,
+    /// It cannot be told: the pid names a process `/proc` does not show (another user's, under
+    /// `hidepid`), or its record cannot be read.
+    Unknown(String),
+}
+
+/// What `/proc` says of `pid`. Under `hidepid=invisible` another user's process is missing from
+/// `/proc` as if it had exited: the kernel is asked whether the pid names a process before it
+/// counts as gone.
+pub(crate) fn seen(pid: u32) -> Seen {
+    // No process has pid 0 or one past the kernel's limit (`kill` would read those as groups).
+    let Some(as_pid) = i32::try_from(pid).ok().filter(|p| *p > 0) else {
+        return Seen::Gone;
+    };
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => match stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
+        {
+            Some(t) => Seen::Started(t),
+            None => Seen::Unknown(format!("/proc/{pid}/stat does not read as a process's")),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match nix::sys::signal::kill(nix::unistd::Pid::from_raw(as_pid), None) {
+                Err(nix::errno::Errno::ESRCH) => Seen::Gone,
+                Ok(()) | Err(_) => Seen::Unknown(
+                    "the pid names a process that /proc does not show (hidepid?)".into(),
+                ),
+            }
+        }
+        Err(e) => Seen::Unknown(format!("/proc/{pid}/stat: {e}")),
     }
 }
 
@@ -219,6 +274,16 @@ mod tests {
         let mut stale = parent.clone();
         stale.start_time = stale.start_time.map(|t| t + 1);
         assert!(!is_ancestor(&stale), "a reused pid is not the ancestor");
+    }
+
+    #[test]
+    fn a_pid_no_process_has_is_gone_and_a_live_one_started() {
+        let me = std::process::id();
+        assert_eq!(seen(me), Seen::Started(process_start_time(me).unwrap()));
+        assert_eq!(seen(0), Seen::Gone);
+        assert_eq!(seen(u32::MAX), Seen::Gone);
+        // The kernel's pid limit is at most 2^22: beyond it, no process.
+        assert_eq!(seen(1 << 23), Seen::Gone);
     }
 
     #[test]

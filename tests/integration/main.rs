@@ -16,6 +16,7 @@ mod dependencies;
 mod deploy;
 mod doctor;
 mod events;
+mod fail_closed;
 mod failure_lines;
 mod gate_baselines;
 mod gates_move_head;
