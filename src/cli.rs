@@ -70,6 +70,14 @@ pub enum Command {
     /// Publish the work branches of items earlier runs completed and did not publish (or that
     /// moved since): push them and open or update their pull requests.
     Publish(PublishArgs),
+    /// A run's guardian (started by `apply`, never by hand): ends what the run started if
+    /// runner dies without finishing it.
+    #[command(name = "guard-run", hide = true)]
+    GuardRun {
+        /// The runner whose run it guards.
+        #[arg(long = "for")]
+        for_pid: u32,
+    },
     /// Print the manifest JSON Schema, or that of a file runner writes.
     Schema {
         /// Print the schema of `report.json` instead.

@@ -300,6 +300,15 @@ impl Contained {
     }
 
     /// Where item `repo`'s cgroups are (or will be): the unified one first.
+    /// The run's cgroups, the unified one first (none without cgroups).
+    pub(crate) fn run_dirs(&self) -> Vec<PathBuf> {
+        self.run
+            .iter()
+            .chain(self.v1.iter().map(|(_, d)| d))
+            .cloned()
+            .collect()
+    }
+
     pub(crate) fn item_dirs(&self, repo: &str) -> Vec<PathBuf> {
         let name = format!("repo-{repo}");
         self.run

@@ -74,6 +74,26 @@ impl Session {
                 return Err(crate::vocab::EXIT_INTERNAL);
             }
         };
+        // What the run starts is ended by its guardian if runner dies without finishing it (a
+        // run started by a worker is its parent's to guard).
+        let guard = if self.cx.parent_token.is_none() {
+            let log = self.cx.run_dir.join("logs").join("guardian.log");
+            match crate::process::guard::Guard::start(
+                &self.cx.token,
+                &self.cx.contained.run_dirs(),
+                &log,
+            ) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    ui.warn(format_args!(
+                        "the run has no guardian ({e}): if runner is killed, what its items started lives on until a later run in their repositories"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let cx = self.cx.clone();
         let sink = &mut self.sink;
         sink.drain_begins();
@@ -81,6 +101,9 @@ impl Session {
             runtime.block_on(crate::engine::drain(cx, &mut *sink))
         });
         sink.drain_ended();
+        if let Some(g) = guard {
+            g.stand_down();
+        }
         Ok(end)
     }
 

@@ -474,6 +474,47 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
     );
 }
 
+/// A killed runner's guardian ends what its unconfined item left — a descendant that left the
+/// worker's session, forked twice and ignores SIGTERM — within seconds, with no later run. (With
+/// the guardian killed too, it lives on until the next run:
+/// `after_runner_is_killed_the_next_run_ends_what_it_left_before_working`.)
+#[test]
+fn a_killed_runners_guardian_ends_what_its_items_left_without_a_later_run() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("r"));
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: crash\nrepositories: [{path: r}]\nworker:\n  run: 'setsid sh -c \"trap \\\"\\\" TERM; (sleep 4731 &); sleep 4732\" & sleep 4733'\nitems: [{repo: r, id: a}]\nsandbox: {mode: off}\n",
+    )
+    .unwrap();
+    common::kill_only_runner_while(
+        dir.path(),
+        &[("RUNNER_CONTAINMENT", "process-group")],
+        &["sleep 4731", "sleep 4732", "sleep 4733"],
+    );
+    let killed = std::time::Instant::now();
+    assert!(
+        common::wait_for(20, || common::processes_matching("sleep 473").is_empty()),
+        "left alive: {:?}",
+        common::processes_matching("sleep 473")
+    );
+    eprintln!("gone {:?} after runner was killed", killed.elapsed());
+    // What it did, in the run's logs.
+    let log = || {
+        common::walk_files(&dir.path().join("runner-reports"))
+            .iter()
+            .find(|p| p.ends_with("logs/guardian.log"))
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .unwrap_or_default()
+    };
+    common::wait_for(20, || log().contains("ended the run's processes"));
+    assert!(
+        log().contains("ended the run's processes: pids"),
+        "{}",
+        log()
+    );
+}
+
 /// A confined item runs in a pid namespace of its own, whose first process dies with runner
 /// (a parent-death signal): the kernel then ends everything in the namespace, what left the
 /// worker's session and cleared its environment included. Nothing keeps the lease; the next run

@@ -43,8 +43,18 @@ fn test_units_dir() -> PathBuf {
 }
 
 /// Start `runner apply m.yaml` in `root` with `env`, wait until a process matching each of
-/// `running` is alive, then SIGKILL runner.
+/// `running` is alive, then SIGKILL runner and the run's guardian with it (as when the machine's
+/// OOM killer takes both): what the run left is then the next run's to end.
 pub fn kill_runner_while(root: &Path, env: &[(&str, &str)], running: &[&str]) {
+    kill_while(root, env, running, true);
+}
+
+/// [`kill_runner_while`], the run's guardian left alone.
+pub fn kill_only_runner_while(root: &Path, env: &[(&str, &str)], running: &[&str]) {
+    kill_while(root, env, running, false);
+}
+
+fn kill_while(root: &Path, env: &[(&str, &str)], running: &[&str], guardian_too: bool) {
     let child = runner()
         .current_dir(root)
         .args(["apply", "m.yaml", "--no-progress"])
@@ -56,6 +66,15 @@ pub fn kill_runner_while(root: &Path, env: &[(&str, &str)], running: &[&str]) {
     assert!(wait_for(20, || running
         .iter()
         .all(|m| !processes_matching(m).is_empty())));
+    if guardian_too {
+        let guardian = format!("guard-run --for {}", child.id());
+        for g in processes_matching(&guardian) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(g),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     let _ = child.wait_with_output();
