@@ -126,6 +126,6 @@ pub fn run(cli: Cli) -> i32 {
             report, events, plan, status, matrix, items, incident,
         )),
         Command::Completions { shell } => schema::run_completions(shell),
-        Command::GuardRun { for_pid } => crate::process::guard::run(for_pid),
+        Command::GuardRun { for_pid } => crate::engine::guard::run(for_pid),
     }
 }

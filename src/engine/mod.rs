@@ -17,6 +17,7 @@ pub mod classify;
 pub mod config;
 pub mod confine;
 mod drain;
+pub(crate) mod guard;
 pub mod health;
 pub mod item;
 pub mod preflight;

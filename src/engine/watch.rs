@@ -168,6 +168,85 @@ pub(crate) async fn keep_watch(cx: &RunCx, sink: &mut dyn RunSink) {
     }
 }
 
+/// Keep watch, from a run's guardian once the run is over, over the quarantines it left
+/// (repositories' git common dirs `commons`): what each item left is ended as a later run's
+/// watch would, and recorded beside the quarantine, again and again — a second apart at first,
+/// up to a minute — until nothing of the item is left or an operator lifted the quarantine.
+/// Command lines are recorded by program name only: the guardian has no secrets to redact.
+pub(crate) async fn watch_until_gone(
+    mut commons: Vec<PathBuf>,
+    run_id: &str,
+    say: impl Fn(String),
+) {
+    let mut pause = Duration::from_secs(1);
+    loop {
+        let mut still = Vec::new();
+        for common in commons {
+            let Some(q) = lease::quarantined(&common) else {
+                say(format!("`{}`: the quarantine was lifted", common.display()));
+                continue;
+            };
+            let rec = lease::read_record(&common.join(lease::RECORD_FILE));
+            let (found, unknown) = scan(&common, rec.as_ref()).await;
+            let (ended, mut left) = if found.is_empty() {
+                (Vec::new(), Vec::new())
+            } else {
+                end(&common, rec.as_ref(), found).await
+            };
+            left.extend(
+                unknown
+                    .iter()
+                    .filter(|p| !left.contains(p))
+                    .copied()
+                    .collect::<Vec<_>>(),
+            );
+            if ended.is_empty()
+                && !left.is_empty()
+                && Watch::latest(&common, &q).is_some_and(|w| {
+                    w.ended.is_empty() && w.left.iter().map(|l| l.0).eq(left.iter().copied())
+                })
+            {
+                // Nothing changed since the last look: not recorded again.
+                still.push(common);
+                continue;
+            }
+            let watch = Watch {
+                run_id: run_id.to_string(),
+                at: crate::support::clock::now(),
+                ended: ended.clone(),
+                left: left.iter().map(|&pid| (pid, program_of(pid))).collect(),
+            };
+            if let Err(e) = watch.record(&common) {
+                say(format!(
+                    "`{}`: the watch cannot be recorded: {e}",
+                    common.display()
+                ));
+            }
+            say(format!(
+                "`{}`: ended {ended:?}, left {left:?}",
+                common.display()
+            ));
+            if !left.is_empty() {
+                still.push(common);
+            }
+        }
+        commons = still;
+        if commons.is_empty() {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(super::guard::MAX_PAUSE);
+    }
+}
+
+/// A process's program name (its command line's first word, the folders left out).
+fn program_of(pid: i32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let first = cmd.split(|b| *b == 0).next().unwrap_or_default();
+    let first = String::from_utf8_lossy(first);
+    first.rsplit('/').next().unwrap_or_default().to_string()
+}
+
 /// A process's command line, its arguments spaced.
 fn command_line(pid: i32) -> String {
     let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();

@@ -9,7 +9,7 @@
 //!
 //! runner makes itself a child subreaper ([`become_subreaper`]), so descendants whose parent dies
 //! are re-parented to runner instead of init; that is what lets it reap and account for them.
-//! Should runner itself die, the run's guardian ([`guard`]) ends what its items left.
+//! Should runner itself die, the run's guardian (`engine::guard`) ends what its items left.
 
 #[expect(unsafe_code, reason = "one call tuning the allocator, see its comment")]
 pub mod alloc;
@@ -21,7 +21,6 @@ pub mod cgroup;
 )]
 pub mod denials;
 pub mod egress;
-pub(crate) mod guard;
 mod handover;
 mod helper;
 #[expect(

@@ -78,7 +78,8 @@ impl Session {
         // run started by a worker is its parent's to guard).
         let guard = if self.cx.parent_token.is_none() {
             let log = self.cx.run_dir.join("logs").join("guardian.log");
-            match crate::process::guard::Guard::start(
+            match crate::engine::guard::Guard::start(
+                &self.cx.run_id,
                 &self.cx.token,
                 &self.cx.contained.run_dirs(),
                 &log,
@@ -102,7 +103,19 @@ impl Session {
         });
         sink.drain_ended();
         if let Some(g) = guard {
-            g.stand_down();
+            // The repositories this run quarantined: watched until nothing of their items is
+            // left.
+            let quarantined: Vec<std::path::PathBuf> = self
+                .cx
+                .plan
+                .repositories
+                .iter()
+                .filter_map(|r| r.common_dir.clone())
+                .filter(|c| {
+                    crate::lease::quarantined(c).is_some_and(|q| q.run_id == self.cx.run_id)
+                })
+                .collect();
+            g.stand_down(&quarantined);
         }
         Ok(end)
     }

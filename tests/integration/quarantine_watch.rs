@@ -21,8 +21,9 @@ const FREEZER: &str = "/sys/fs/cgroup/freezer";
 struct Freezer(PathBuf);
 
 impl Freezer {
-    fn new() -> Option<Freezer> {
-        let dir = Path::new(FREEZER).join(format!("runner-watch-{}", std::process::id()));
+    /// A freezer cgroup named for the calling test (the tests share one process).
+    fn new(test: &str) -> Option<Freezer> {
+        let dir = Path::new(FREEZER).join(format!("runner-watch-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).ok()?;
         let f = Freezer(dir);
         std::fs::write(f.0.join("freezer.state"), "THAWED").ok()?;
@@ -65,6 +66,29 @@ fn apply(root: &Path) -> Output {
         .args(["apply", "m.yaml", "--no-progress"])
         .output()
         .unwrap()
+}
+
+/// `apply`, its guardian (which keeps watch over the quarantines the run leaves) then ended, as
+/// if lost with the machine's restart: the later runs' watch is what is left.
+fn apply_unguarded(root: &Path) -> Output {
+    let child = runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    end_guardian_of(pid);
+    out
+}
+
+/// End the guardian of the runner whose pid was `pid`.
+fn end_guardian_of(pid: u32) {
+    for g in processes_matching(&format!("guard-run --for {pid}")) {
+        let _ = Command::new("kill").args(["-9", &g.to_string()]).status();
+    }
 }
 
 /// The `report.json` of the run whose stderr is `said` (its "report in …" line).
@@ -112,7 +136,7 @@ fn spawn_with(env: &[(&str, &str)], script: &str) -> Child {
 
 #[test]
 fn a_quarantine_keeps_watch_over_what_its_item_left() {
-    let Some(freezer) = Freezer::new() else {
+    let Some(freezer) = Freezer::new("later-runs") else {
         common::not_run("the cgroup v1 freezer (/sys/fs/cgroup/freezer) cannot be used here");
         return;
     };
@@ -139,7 +163,7 @@ fn a_quarantine_keeps_watch_over_what_its_item_left() {
     .unwrap();
 
     // The first run: r/a's process cannot be ended, so `r` is quarantined and r/b held.
-    let first = apply(root);
+    let first = apply_unguarded(root);
     assert_eq!(first.status.code(), Some(1), "{}", stderr(&first));
     assert!(
         stderr(&first).contains("so repository `r` is quarantined"),
@@ -263,4 +287,91 @@ fn a_quarantine_keeps_watch_over_what_its_item_left() {
     // The processes that could not be proven the item's ran on, untouched, to the end.
     assert!(!processes_matching("sleep 7394").is_empty());
     assert!(!processes_matching("sleep 7395").is_empty());
+}
+
+/// The run that quarantined a repository hands it to its guardian, which keeps watch once the
+/// run is over, with no later run: what the item left and can be ended is, within seconds.
+#[test]
+fn a_quarantine_is_watched_by_the_runs_guardian_between_runs() {
+    let Some(freezer) = Freezer::new("guardian") else {
+        common::not_run("the cgroup v1 freezer (/sys/fs/cgroup/freezer) cannot be used here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("r"));
+    let procs = freezer.0.join("cgroup.procs");
+    let state = freezer.0.join("freezer.state");
+    let worker = format!(
+        "sleep 7381 & echo $! > {}; echo FROZEN > {}; true",
+        procs.display(),
+        state.display()
+    );
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: watch\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}]\nworker:\n  run: {}\n  grace: 1s\nitems: [{{repo: r, id: a}}]\nsandbox: {{writable: [{}]}}\n",
+            serde_json::to_string(&worker).unwrap(),
+            freezer.0.display()
+        ),
+    )
+    .unwrap();
+    let child = runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let first = child.wait_with_output().unwrap();
+    assert!(
+        stderr(&first).contains("so repository `r` is quarantined"),
+        "{}",
+        stderr(&first)
+    );
+    let common = root.join("r/.git");
+    let lease: Value =
+        serde_json::from_slice(&std::fs::read(common.join("runner.lease.json")).unwrap()).unwrap();
+    let token = lease["token"].as_str().unwrap().to_string();
+    let run = lease["run_id"].as_str().unwrap().to_string();
+    // Something else of the item's turns up after the run ended.
+    let mut late = Started(vec![spawn_with(
+        &[("RUNNER_TOKEN", &token), ("RUNNER_REPO", "r")],
+        "exec sleep 7382",
+    )]);
+    let late_pid = late.0[0].id() as i32;
+    let ended = wait_for(20, || processes_matching("sleep 7382").is_empty());
+    let _ = late.0[0].wait();
+    late.0.clear();
+    // What the guardian did: beside the quarantine, and in the run's logs.
+    let read_watch = || -> Value {
+        std::fs::read(common.join("runner.quarantine-watch.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    };
+    wait_for(10, || {
+        read_watch()["ended"]
+            .as_array()
+            .is_some_and(|e| e.contains(&Value::from(late_pid)))
+    });
+    let watch = read_watch();
+    let log = common::walk_files(&root.join("runner-reports"))
+        .iter()
+        .find(|p| p.ends_with("logs/guardian.log"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .unwrap_or_default();
+    freezer.thaw();
+    let thawed = wait_for(10, || processes_matching("sleep 7381").is_empty());
+    end_guardian_of(pid);
+    assert!(ended, "the guardian ended what turned up: {log}");
+    assert_eq!(watch["run_id"], run.as_str(), "{watch}\n{log}");
+    assert!(
+        watch["ended"]
+            .as_array()
+            .is_some_and(|e| e.contains(&Value::from(late_pid))),
+        "{watch}"
+    );
+    assert!(thawed);
 }

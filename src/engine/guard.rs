@@ -14,8 +14,15 @@
 //! for runner do not end it), carries none of the run's variables, and holds nothing open but the
 //! pipe and its log.
 //!
+//! A run that ends with repositories quarantined (processes of an item that could not be proven
+//! gone: stuck in the kernel, frozen) hands them to its guardian, which keeps watch until nothing
+//! of those items is left: what can be ended is, as soon as it can be, and recorded beside the
+//! quarantine as a later run's watch would ([`super::watch`]). Lifting the quarantine stays
+//! `runner unlock`'s; once lifted, the guardian lets the repository go.
+//!
 //! The token goes through the pipe, never the command line, which every user can read.
 
+use crate::process::{census, cgroup};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,6 +40,7 @@ impl Guard {
     /// Start the guardian of the run whose processes carry `token`, and whose cgroups (unified
     /// first) are `cgroups`; it says what it did in `log`.
     pub(crate) fn start(
+        run_id: &str,
         token: &str,
         cgroups: &[PathBuf],
         log: &std::path::Path,
@@ -62,34 +70,42 @@ impl Guard {
         // Registered as runner's own child before anything could reap it, so that the end of the
         // run's census of adopted orphans leaves it alone.
         let mut child = {
-            let mut direct = super::census::lock_direct();
+            let mut direct = census::lock_direct();
             let child = cmd.spawn()?;
             direct.push(child.id() as i32);
             child
         };
         let mut pipe = child.stdin.take();
         if let Some(p) = pipe.as_mut() {
-            let mut said = format!("{token}\n");
+            let mut said = format!("{token}\nrun {run_id}\n");
             for c in cgroups {
                 said.push_str(&format!("cgroup {}\n", c.display()));
             }
             if let Err(e) = p.write_all(said.as_bytes()).and_then(|()| p.flush()) {
                 let _ = child.kill();
                 let _ = child.wait();
-                super::census::forget_direct(child.id() as i32);
+                census::forget_direct(child.id() as i32);
                 return Err(e);
             }
         }
         Ok(Guard { child, pipe })
     }
 
-    /// Every item ended as it should: the guardian goes, touching nothing.
-    pub(crate) fn stand_down(mut self) {
+    /// Every item ended: the guardian goes, touching nothing — or, when the run quarantined
+    /// repositories (git common dirs `watch`), stays to keep watch over them.
+    pub(crate) fn stand_down(mut self, watch: &[PathBuf]) {
         if let Some(mut p) = self.pipe.take() {
-            let _ = p.write_all(b"done\n").and_then(|()| p.flush());
+            let mut said = String::new();
+            for c in watch {
+                said.push_str(&format!("watch {}\n", c.display()));
+            }
+            said.push_str("done\n");
+            let _ = p.write_all(said.as_bytes()).and_then(|()| p.flush());
         }
-        let _ = self.child.wait();
-        super::census::forget_direct(self.child.id() as i32);
+        if watch.is_empty() {
+            let _ = self.child.wait();
+        }
+        census::forget_direct(self.child.id() as i32);
     }
 }
 
@@ -97,7 +113,10 @@ impl Guard {
 #[derive(Debug, Default, PartialEq)]
 struct Told {
     token: String,
+    run_id: String,
     cgroups: Vec<PathBuf>,
+    /// Quarantined repositories (git common dirs) to keep watch over once the run is over.
+    watch: Vec<PathBuf>,
     done: bool,
 }
 
@@ -108,8 +127,12 @@ fn listen(input: impl BufRead) -> Told {
         let Ok(line) = line else { break };
         if n == 0 {
             told.token = line;
+        } else if let Some(id) = line.strip_prefix("run ") {
+            told.run_id = id.to_string();
         } else if let Some(c) = line.strip_prefix("cgroup ") {
             told.cgroups.push(PathBuf::from(c));
+        } else if let Some(c) = line.strip_prefix("watch ") {
+            told.watch.push(PathBuf::from(c));
         } else if line == "done" {
             told.done = true;
             break;
@@ -118,8 +141,8 @@ fn listen(input: impl BufRead) -> Told {
     told
 }
 
-/// `runner guard-run --for PID`: the guardian itself. Exit 0 when runner said it was done or
-/// nothing of the run was left; 1 when something could not be ended.
+/// `runner guard-run --for PID`: the guardian itself. Exit 0 once nothing of the run is left
+/// to end or watch.
 pub fn run(for_pid: u32) -> i32 {
     // A session of its own: the terminal's SIGINT and SIGHUP are runner's to heed, not its.
     let _ = nix::unistd::setsid();
@@ -129,46 +152,77 @@ pub fn run(for_pid: u32) -> i32 {
         _ => None,
     };
     let told = listen(std::io::stdin().lock());
-    if told.done || told.token.is_empty() {
+    if told.token.is_empty() || (told.done && told.watch.is_empty()) {
         return crate::vocab::EXIT_OK;
     }
-    let now = crate::support::clock::now();
-    eprintln!(
-        "{now} runner guard-run: runner (pid {for_pid}) ended without finishing its run: ending what the run started"
-    );
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     else {
-        eprintln!("runner guard-run: no runtime: nothing was ended");
+        say("no runtime: nothing is ended or watched".into());
         return crate::vocab::EXIT_FAILURES;
     };
-    let mut failed = false;
-    rt.block_on(async {
-        if !told.cgroups.is_empty() {
-            match super::cgroup::end_left(&told.cgroups, GRACE).await {
-                Ok(pids) if pids.is_empty() => {}
-                Ok(pids) => eprintln!("runner guard-run: ended the run's cgroup: pids {pids:?}"),
-                Err(left) => {
-                    failed = true;
-                    eprintln!("runner guard-run: the run's cgroup could not be emptied: pids {left:?}");
-                }
-            }
-        }
-        match super::census::end_token(&told.token, GRACE, since).await {
-            Ok(pids) if pids.is_empty() => {}
-            Ok(pids) => eprintln!("runner guard-run: ended the run's processes: pids {pids:?}"),
-            Err(left) => {
-                failed = true;
-                eprintln!("runner guard-run: processes of the run could not be ended or read: pids {left:?}");
-            }
-        }
-    });
-    if failed {
-        crate::vocab::EXIT_FAILURES
-    } else {
-        crate::vocab::EXIT_OK
+    if told.done {
+        say(format!(
+            "run `{}` is over with {} repository(ies) quarantined: keeping watch",
+            told.run_id,
+            told.watch.len()
+        ));
+        rt.block_on(super::watch::watch_until_gone(
+            told.watch,
+            &told.run_id,
+            say,
+        ));
+        return crate::vocab::EXIT_OK;
     }
+    say(format!(
+        "runner (pid {for_pid}) ended without finishing run `{}`: ending what the run started",
+        told.run_id
+    ));
+    // What cannot be ended yet (stuck in the kernel, frozen) is tried again, further apart,
+    // until nothing is left.
+    let mut pause = Duration::from_secs(1);
+    while !rt.block_on(end_all(&told, since)) {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+    crate::vocab::EXIT_OK
+}
+
+/// The longest pause between two tries at what is left.
+pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(60);
+
+/// A line in the guardian's log (its stderr), timed.
+fn say(what: String) {
+    eprintln!("{} runner guard-run: {what}", crate::support::clock::now());
+}
+
+/// End everything of the run: its cgroups, and what carries its token. Whether nothing is left.
+async fn end_all(told: &Told, since: Option<u64>) -> bool {
+    let mut gone = true;
+    if !told.cgroups.is_empty() {
+        match cgroup::end_left(&told.cgroups, GRACE).await {
+            Ok(pids) if pids.is_empty() => {}
+            Ok(pids) => say(format!("ended the run's cgroup: pids {pids:?}")),
+            Err(left) => {
+                gone = false;
+                say(format!(
+                    "the run's cgroup could not be emptied (pids {left:?}): trying again"
+                ));
+            }
+        }
+    }
+    match census::end_token(&told.token, GRACE, since).await {
+        Ok(pids) if pids.is_empty() => {}
+        Ok(pids) => say(format!("ended the run's processes: pids {pids:?}")),
+        Err(left) => {
+            gone = false;
+            say(format!(
+                "processes of the run could not be ended or read (pids {left:?}): trying again"
+            ));
+        }
+    }
+    gone
 }
 
 #[cfg(test)]
@@ -177,12 +231,15 @@ mod tests {
 
     #[test]
     fn what_runner_says_is_read_until_done_or_the_pipe_closes() {
-        let told = listen(&b"tok\ncgroup /sys/fs/cgroup/r\ndone\nignored\n"[..]);
+        let told =
+            listen(&b"tok\nrun r1\ncgroup /sys/fs/cgroup/r\nwatch /w/.git\ndone\nignored\n"[..]);
         assert_eq!(
             told,
             Told {
                 token: "tok".into(),
+                run_id: "r1".into(),
                 cgroups: vec![PathBuf::from("/sys/fs/cgroup/r")],
+                watch: vec![PathBuf::from("/w/.git")],
                 done: true
             }
         );
