@@ -184,13 +184,10 @@ pub fn run(for_pid: u32) -> i32 {
     let mut pause = Duration::from_secs(1);
     while !rt.block_on(end_all(&told, since)) {
         std::thread::sleep(pause);
-        pause = (pause * 2).min(MAX_PAUSE);
+        pause = (pause * 2).min(super::watch::MAX_PAUSE);
     }
     crate::vocab::EXIT_OK
 }
-
-/// The longest pause between two tries at what is left.
-pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// A line in the guardian's log (its stderr), timed.
 fn say(what: String) {

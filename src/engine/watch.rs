@@ -23,6 +23,8 @@ const GRACE: Duration = Duration::from_secs(2);
 /// How long SIGKILL is given to empty the repository of them, scan after scan.
 const KILL_DEADLINE: Duration = Duration::from_secs(5);
 const SCAN_GAP: Duration = Duration::from_millis(50);
+/// The longest pause between two looks at what is left (the guardian's).
+pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// The processes proven to belong to the item that left the repository at `common` (git common
 /// dir) quarantined, its lease's record being `rec`; and those that may belong to it but cannot
@@ -235,7 +237,7 @@ pub(crate) async fn watch_until_gone(
             return;
         }
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(super::guard::MAX_PAUSE);
+        pause = (pause * 2).min(MAX_PAUSE);
     }
 }
 
