@@ -310,6 +310,11 @@ impl<'s> Drain<'s> {
         if let Some(f) = self.sink.failure() {
             self.sched.ledger_failed(f);
         }
+        // A stop signal heard while the loop awaited something else (a ledger away): the items
+        // were told at once; the scheduler learns of it before it decides anything.
+        while let Ok(h) = self.heard.try_recv() {
+            heard(&mut self.sched, h, &mut self.signal_from);
+        }
         match self.sched.next(Instant::now()) {
             Decision::Probe => {
                 // The probe may take a while: let finished items' repositories go first.

@@ -631,6 +631,8 @@ fn pids_whose_env(
 ) -> std::io::Result<EnvCensus> {
     let me = std::process::id() as i32;
     let my_uid = nix::unistd::getuid();
+    // runner's ancestors (init among them) started before it: none is what a run left.
+    let ancestors = ancestors();
     let mut census = EnvCensus::default();
     for pid in proc_pids()? {
         if pid == me {
@@ -653,13 +655,39 @@ fn pids_whose_env(
                     crate::support::host::Seen::Started(t) => since.is_none_or(|s| t >= s),
                     crate::support::host::Seen::Unknown(_) => true,
                 };
-                if ours && recent {
+                if ours && recent && !ancestors.contains(&pid) {
                     census.unreadable.push(pid);
                 }
             }
         }
     }
     Ok(census)
+}
+
+/// The pids of runner's ancestors, its parent's up to init (1).
+fn ancestors() -> Vec<i32> {
+    let parent_of = |pid: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let mut out = vec![1];
+    let mut pid = std::process::id() as i32;
+    // Bounded: a chain is never longer than the pids there are.
+    for _ in 0..4096 {
+        match parent_of(pid) {
+            Some(p) if p > 1 && !out.contains(&p) => {
+                out.push(p);
+                pid = p;
+            }
+            _ => break,
+        }
+    }
+    out
 }
 
 /// The real user id of `pid`, from `/proc/<pid>/status`.
