@@ -245,6 +245,10 @@ pub struct StatusArgs {
     /// Print the status as JSON on stdout.
     #[arg(long, conflicts_with = "watch")]
     pub json: bool,
+    /// Print the manifest's metrics in Prometheus's text format (what `reports.metrics`
+    /// receives after every run).
+    #[arg(long, requires = "manifest", conflicts_with_all = ["json", "watch"])]
+    pub metrics: bool,
     /// A live view of the running drains, redrawn until interrupted: each run's items with
     /// attempt, model, phase, elapsed time and what they wait for, its counts and ETA (plain
     /// lines, one picture after the other, when stdout is not a terminal).

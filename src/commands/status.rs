@@ -35,6 +35,11 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         },
         None => None,
     };
+    if args.metrics
+        && let Some(loaded) = &loaded
+    {
+        return print_metrics(ui, ledger.as_ref(), loaded);
+    }
     let st = match gather(ledger.as_ref(), loaded.as_ref(), &path) {
         Ok(s) => s,
         Err(e) => {
@@ -56,6 +61,24 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
     }
     print(&st, loaded.is_some(), ledger.is_some());
     EXIT_OK
+}
+
+/// `status M --metrics`: the manifest's metrics, as `reports.metrics` receives them (before the
+/// first run, from an empty ledger).
+fn print_metrics(ui: &Ui, ledger: Option<&Store>, loaded: &LoadedManifest) -> i32 {
+    match crate::session::metrics::render(
+        ledger.map(|l| &**l as &dyn crate::ledger::Ledger),
+        loaded,
+    ) {
+        Ok(t) => {
+            out!("{t}");
+            EXIT_OK
+        }
+        Err(e) => {
+            ui.error(e);
+            EXIT_INTERNAL
+        }
+    }
 }
 
 /// What the ledger (and, with a manifest, its repositories) say now; with no ledger yet, what

@@ -730,6 +730,10 @@ pub struct Reports {
     /// How much history is kept: report folders and the ledger's record of older runs are pruned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep: Option<Keep>,
+    /// Where the manifest's metrics are written after every run, in Prometheus's text format
+    /// (relative to the manifest's folder): e.g. node-exporter's textfile collector folder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// Retention: a run is pruned once it is not among the latest `runs` runs of its manifest, or

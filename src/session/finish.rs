@@ -313,6 +313,21 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
             w.write_all(b"\n")
         });
     }
+    // The manifest's metrics for monitoring (`reports.metrics`), now that the run is recorded:
+    // like a report, one that cannot be written is never a silent success.
+    if let Some(path) = super::metrics::path_of(&cx.loaded) {
+        let written = super::metrics::render(Some(&**sink.ledger.lock()), &cx.loaded)
+            .map_err(|e| e.to_string())
+            .and_then(|text| super::metrics::write(&path, &text).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            ui.error(format_args!(
+                "the metrics were not written to `{}`: {e}",
+                path.display()
+            ));
+            sink.failure
+                .get_or_insert_with(|| "the metrics could not be written".into());
+        }
+    }
     // The run history: what the run came to, then the reports folder's page of runs.
     let totals = super::records::totals_of(report);
     let (code, why) = verdict(

@@ -7,7 +7,7 @@
 //! report and the event stream. [`finish`] ends the run in the ledger, writes the reports, runs
 //! retention and the history page, and says the last line. [`records`] reads a manifest's runs
 //! back from the ledger for those verbs that only read (`report`, `gc`); [`budget`] says what a
-//! run may spend.
+//! run may spend; [`metrics`] renders a manifest's metrics for monitoring.
 //!
 //! `apply` wires them: [`Session::prepare`], [`Session::drain`], [`Session::finish`]. `plan`
 //! uses the same preparation, so what it estimates is what `apply` will do.
@@ -18,6 +18,7 @@ mod feedback;
 pub mod finish;
 pub mod incidents;
 pub(crate) mod keys;
+pub mod metrics;
 pub mod prepare;
 pub mod pulls;
 pub mod records;

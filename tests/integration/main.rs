@@ -32,6 +32,7 @@ mod ledger_backends;
 mod loader_never_panics;
 mod logging;
 mod manifest_diagnostics;
+mod metrics;
 mod outcomes;
 mod plan;
 mod postgres_drains;

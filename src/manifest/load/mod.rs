@@ -333,7 +333,7 @@ const SOURCE_KEYS: &[&str] = &[
 const ENV_KEYS: &[&str] = &["pass", "secrets", "roles"];
 const STALL_KEYS: &[&str] = &["after"];
 const NOTIFY_KEYS: &[&str] = &["run", "timeout"];
-const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep"];
+const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep", "metrics"];
 const KEEP_KEYS: &[&str] = &["runs", "days"];
 
 /// The keys each mapping accepts, by schema definition name; a test checks these against the

@@ -979,6 +979,14 @@ impl Cx {
                 .and_then(|n| self.u32(n, "reports.keep.days", 1, 100_000));
             Some(Keep { runs, days })
         });
-        Some(Reports { dir, formats, keep })
+        let metrics = m
+            .get("metrics")
+            .and_then(|n| self.nonempty(n, "reports.metrics"));
+        Some(Reports {
+            dir,
+            formats,
+            keep,
+            metrics,
+        })
     }
 }
