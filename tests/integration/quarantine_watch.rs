@@ -134,6 +134,27 @@ fn spawn_with(env: &[(&str, &str)], script: &str) -> Child {
     c.spawn().unwrap()
 }
 
+/// Repositories `r` and `s` under `root`, and a manifest over `items` whose item `a` leaves
+/// `sleep MARKER` behind, frozen in `freezer` (which its confinement lets it write).
+fn freezing(root: &Path, freezer: &Freezer, marker: u32, items: &str) {
+    repo(&root.join("r"));
+    repo(&root.join("s"));
+    let worker = format!(
+        "if [ {{item}} = a ]; then sleep {marker} & echo $! > {}; echo FROZEN > {}; fi; true",
+        freezer.0.join("cgroup.procs").display(),
+        freezer.0.join("freezer.state").display()
+    );
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: watch\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}, {{path: s}}]\nworker:\n  run: {}\n  grace: 1s\nitems: {items}\nsandbox: {{writable: [{}]}}\n",
+            serde_json::to_string(&worker).unwrap(),
+            freezer.0.display()
+        ),
+    )
+    .unwrap();
+}
+
 #[test]
 fn a_quarantine_keeps_watch_over_what_its_item_left() {
     let Some(freezer) = Freezer::new("later-runs") else {
@@ -142,25 +163,13 @@ fn a_quarantine_keeps_watch_over_what_its_item_left() {
     };
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    repo(&root.join("r"));
-    repo(&root.join("s"));
-    let procs = freezer.0.join("cgroup.procs");
-    let state = freezer.0.join("freezer.state");
     // Item r/a leaves `sleep 7391` behind, frozen: it keeps the lease's lock and the run's token.
-    let worker = format!(
-        "if [ {{item}} = a ]; then sleep 7391 & echo $! > {}; echo FROZEN > {}; fi; true",
-        procs.display(),
-        state.display()
+    freezing(
+        root,
+        &freezer,
+        7391,
+        "[{repo: r, id: a}, {repo: r, id: b}, {repo: s, id: c}]",
     );
-    std::fs::write(
-        root.join("m.yaml"),
-        format!(
-            "version: 1\nname: watch\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}, {{path: s}}]\nworker:\n  run: {}\n  grace: 1s\nitems: [{{repo: r, id: a}}, {{repo: r, id: b}}, {{repo: s, id: c}}]\n# The item freezes what it leaves in the test's freezer cgroup.\nsandbox: {{writable: [{}]}}\n",
-            serde_json::to_string(&worker).unwrap(),
-            freezer.0.display()
-        ),
-    )
-    .unwrap();
 
     // The first run: r/a's process cannot be ended, so `r` is quarantined and r/b held.
     let first = apply_unguarded(root);
@@ -299,23 +308,7 @@ fn a_quarantine_is_watched_by_the_runs_guardian_between_runs() {
     };
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    repo(&root.join("r"));
-    let procs = freezer.0.join("cgroup.procs");
-    let state = freezer.0.join("freezer.state");
-    let worker = format!(
-        "sleep 7381 & echo $! > {}; echo FROZEN > {}; true",
-        procs.display(),
-        state.display()
-    );
-    std::fs::write(
-        root.join("m.yaml"),
-        format!(
-            "version: 1\nname: watch\ncapacity: {{workers: 1}}\nrepositories: [{{path: r}}]\nworker:\n  run: {}\n  grace: 1s\nitems: [{{repo: r, id: a}}]\nsandbox: {{writable: [{}]}}\n",
-            serde_json::to_string(&worker).unwrap(),
-            freezer.0.display()
-        ),
-    )
-    .unwrap();
+    freezing(root, &freezer, 7381, "[{repo: r, id: a}]");
     let child = runner()
         .current_dir(root)
         .args(["apply", "m.yaml", "--no-progress"])
