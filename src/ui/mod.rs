@@ -281,7 +281,7 @@ impl Progress {
                 model,
                 message,
             } => self.line(&format!(
-                "{}: the provider refused {} ({message}): no item uses it again in this run",
+                "{}: the provider refused {} ({message}): no attempt starts on it again in this run (one already running on it finishes)",
                 self.name(*item),
                 model
                     .as_deref()

@@ -905,3 +905,48 @@ fn one_probe_ending_leaves_another_still_running_alone() {
         "{said}"
     );
 }
+
+/// A model refused by one item's attempt is not started on again by another item already
+/// running: its next attempt moves on to the next model of its chain.
+#[test]
+fn a_running_items_next_attempt_moves_past_a_model_refused_meanwhile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    repo(&root.join("a"));
+    repo(&root.join("b"));
+    let r = root.display();
+    std::fs::write(
+        root.join("work.sh"),
+        format!(
+            "echo \"$RUNNER_ITEM $RUNNER_ATTEMPT $RUNNER_MODEL\" >> {r}/ran.txt\n\
+             if [ \"$RUNNER_ITEM\" = a ] && [ \"$RUNNER_MODEL\" = m1 ]; then\n\
+               while [ ! -e {r}/b-started ]; do sleep 0.05; done\n\
+               touch {r}/a-refused; echo 'Error: 401 invalid x-api-key' >&2; exit 77\n\
+             fi\n\
+             if [ \"$RUNNER_ITEM\" = b ] && [ \"$RUNNER_ATTEMPT\" = 1 ]; then\n\
+               touch {r}/b-started\n\
+               while [ ! -e {r}/a-refused ]; do sleep 0.05; done; sleep 1; exit 1\n\
+             fi\n\
+             exit 0\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: refused\ncapacity: {{workers: 2}}\nrepositories: [{{path: a}}, {{path: b}}]\nmodels: {{primary: m1, fallbacks: [m2]}}\nworker:\n  run: [sh, {}]\n  attempts: 2\nitems: [{{repo: a, id: a}}, {{repo: b, id: b}}]\n",
+            root.join("work.sh").display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    let ran = std::fs::read_to_string(root.join("ran.txt")).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{err}\n{ran}");
+    assert!(ran.lines().any(|l| l == "b 1 m1"), "{ran}");
+    assert!(
+        ran.lines().any(|l| l == "b 2 m2") && !ran.lines().any(|l| l == "b 2 m1"),
+        "b's second attempt started on the refused model: {ran}\n{err}"
+    );
+    assert!(err.contains("no attempt starts on it again"), "{err}");
+}
