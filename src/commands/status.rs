@@ -244,8 +244,12 @@ fn leases(l: &LoadedManifest) -> (Vec<LeaseStatus>, Vec<Quarantined>) {
         let holder = crate::lease::read_record(&p.common_dir.join(crate::lease::RECORD_FILE));
         let survivors = match &holder {
             Some(h) if held && h.holder.is_dead() => {
-                let mut found =
-                    crate::process::census::survivors(&h.token, &h.cgroups, h.holder.start_time);
+                let mut found = crate::process::census::survivors(
+                    &h.token,
+                    &h.repo,
+                    &h.cgroups,
+                    h.holder.start_time,
+                );
                 // Also what keeps the lock file open, whatever its environment.
                 for k in crate::lease::lock_holders(&p.common_dir) {
                     if !found.iter().any(|(pid, _)| *pid == k.0) {

@@ -127,7 +127,14 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
         let mut survivors = holder
             .as_ref()
-            .map(|h| crate::process::census::survivors(&h.token, &h.cgroups, h.holder.start_time))
+            .map(|h| {
+                crate::process::census::survivors(
+                    &h.token,
+                    &h.repo,
+                    &h.cgroups,
+                    h.holder.start_time,
+                )
+            })
             .unwrap_or_default();
         for k in crate::lease::lock_holders(&probe.common_dir) {
             if !survivors.iter().any(|(p, _)| *p == k.0) {

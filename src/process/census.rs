@@ -465,21 +465,26 @@ fn own_children() -> Option<Vec<i32>> {
     Some(pids)
 }
 
-/// What a dead run left behind, with command lines, for `status` and `unlock` to name: the
-/// processes whose environment carries its token `token`, and those in its item cgroups
-/// `cgroups` (as its lease record names them). A process that may be one of them but cannot be
+/// What a dead run left behind in repository `repo`, with command lines, for `status` and
+/// `unlock` to name: the processes whose environment carries its token `token` and the
+/// repository's name (each under its own repository's lease, once), and those in its item
+/// cgroups `cgroups` (as its lease record names them). A process that may be one of them but cannot be
 /// read (its environment, the cgroup's members) is named too, as such: it is never taken for
 /// gone. `since` is when the dead run started (clock ticks since boot), when known.
 pub(crate) fn survivors(
     token: &str,
+    repo: &str,
     cgroups: &[std::path::PathBuf],
     since: Option<u64>,
 ) -> Vec<(i32, String)> {
-    let needle = format!("RUNNER_TOKEN={token}").into_bytes();
+    let (token_var, repo_var) = (
+        format!("RUNNER_TOKEN={token}"),
+        format!("RUNNER_REPO={repo}"),
+    );
     let mut unknown = Vec::new();
     let mut pids = Vec::new();
     if !token.is_empty() {
-        match pids_where(|v| v == needle.as_slice(), since) {
+        match pids_carrying(&[&token_var, &repo_var], since) {
             Ok(c) => {
                 pids = c.found;
                 unknown = c.unreadable;

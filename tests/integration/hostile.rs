@@ -474,6 +474,49 @@ fn after_runner_is_killed_the_next_run_ends_what_it_left_before_working() {
     );
 }
 
+/// After a killed run (its guardian lost too) left a process in each of three repositories,
+/// `status` lists each process once, under the lease of its own repository.
+#[test]
+fn a_dead_runs_processes_are_each_listed_once_under_their_own_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    for r in ["r0", "r1", "r2"] {
+        repo(&dir.path().join(r));
+    }
+    std::fs::write(
+        dir.path().join("m.yaml"),
+        "version: 1\nname: crash\ncapacity: {workers: 3}\nrepositories: [{path: r0}, {path: r1}, {path: r2}]\nworker:\n  run: 'setsid sleep 4751{item.n} & sleep 4752{item.n}'\nitems: [{repo: r0, id: a, vars: {n: '0'}}, {repo: r1, id: a, vars: {n: '1'}}, {repo: r2, id: a, vars: {n: '2'}}]\nsandbox: {mode: off}\n",
+    )
+    .unwrap();
+    kill_runner_while(dir.path(), &["sleep 47510", "sleep 47511", "sleep 47512"]);
+    let status = common::stdout(&run_in(dir.path(), &["status", "m.yaml"]));
+    for pid in common::processes_matching("sleep 475") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    for (n, r) in ["r0", "r1", "r2"].iter().enumerate() {
+        let marker = format!("sleep 4751{n}");
+        assert_eq!(
+            status.matches(&marker).count(),
+            1,
+            "`{marker}` listed once: {status}"
+        );
+        // Under its own repository's lease: the nearest lease line above it.
+        let lines: Vec<&str> = status.lines().collect();
+        let at = lines.iter().position(|l| l.contains(&marker)).unwrap();
+        let under = lines[..at]
+            .iter()
+            .rev()
+            .find(|l| l.starts_with("  ") && !l.starts_with("   "))
+            .unwrap_or(&"");
+        assert!(
+            under.trim_start().starts_with(r),
+            "`{marker}` under {under}: {status}"
+        );
+    }
+}
+
 /// A killed runner's guardian ends what its unconfined item left — a descendant that left the
 /// worker's session, forked twice and ignores SIGTERM — within seconds, with no later run. (With
 /// the guardian killed too, it lives on until the next run:
