@@ -248,16 +248,16 @@ fn hides_edits(dir: &Path) -> Result<bool, GitError> {
 /// A file git opens in the checkout at `dir` that is there but not a regular file (a FIFO, a
 /// device, a socket): git would wait on it for ever (opening a FIFO nobody writes blocks), so
 /// the repository is refused up front, naming it. HEAD, the index, the configuration,
-/// `packed-refs`, `commondir` and every ref are looked at; a loose object is left to git, whose
-/// calls have a deadline.
+/// `packed-refs`, `commondir`, every ref and every file of the object store (loose objects,
+/// packs, `info/alternates`) are looked at, by the type the folder listing gives (no file is
+/// opened); past 100,000 entries the rest is left to git, whose calls have a deadline.
 pub(crate) fn special_file(dir: &Path) -> Option<String> {
     use std::os::unix::fs::FileTypeExt;
     let git_dir = dir.join(".git");
     if !std::fs::symlink_metadata(&git_dir).is_ok_and(|m| m.is_dir()) {
         return None;
     }
-    let odd = |p: &Path| -> Option<String> {
-        let t = std::fs::symlink_metadata(p).ok()?.file_type();
+    let named = |t: std::fs::FileType, p: &Path| -> Option<String> {
         let what = if t.is_fifo() {
             "a FIFO"
         } else if t.is_char_device() || t.is_block_device() {
@@ -272,6 +272,7 @@ pub(crate) fn special_file(dir: &Path) -> Option<String> {
             p.display()
         ))
     };
+    let odd = |p: &Path| named(std::fs::symlink_metadata(p).ok()?.file_type(), p);
     for name in [
         "HEAD",
         "index",
@@ -285,7 +286,7 @@ pub(crate) fn special_file(dir: &Path) -> Option<String> {
             return Some(why);
         }
     }
-    let mut dirs = vec![git_dir.join("refs")];
+    let mut dirs = vec![git_dir.join("refs"), git_dir.join("objects")];
     let mut seen = 0usize;
     while let Some(d) = dirs.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else {
@@ -293,14 +294,16 @@ pub(crate) fn special_file(dir: &Path) -> Option<String> {
         };
         for e in entries.flatten() {
             seen += 1;
-            // A repository with more refs than this is left to git's deadline past them.
+            // A repository with more refs and objects than this is left to git's deadline past
+            // them.
             if seen > 100_000 {
                 return None;
             }
+            // The type the listing gives: no file is opened or stat'ed.
             let Ok(t) = e.file_type() else { continue };
             if t.is_dir() {
                 dirs.push(e.path());
-            } else if let Some(why) = odd(&e.path()) {
+            } else if let Some(why) = named(t, &e.path()) {
                 return Some(why);
             }
         }

@@ -656,6 +656,37 @@ fn a_fifo_in_place_of_runners_files_in_git_dir_is_refused_not_waited_on() {
     }
 }
 
+/// A FIFO in place of a loose object (one git reads for HEAD's commit) is found up front, named,
+/// by `plan` and `apply` alike: the repository is not worked on, and nothing waits on git's
+/// deadlines.
+#[test]
+fn a_fifo_in_place_of_a_loose_object_is_named_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let git_dir = dir.path().join("r/.git");
+    let head = common::git(&dir.path().join("r"), &["rev-parse", "HEAD"]);
+    let head = head.trim();
+    let object = git_dir.join("objects").join(&head[..2]).join(&head[2..]);
+    assert!(object.exists(), "HEAD's commit is a loose object");
+    std::fs::remove_file(&object).unwrap();
+    nix::unistd::mkfifo(&object, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for verb in ["plan", "apply"] {
+        let out = runner()
+            .current_dir(dir.path())
+            .args([verb, "m.yaml"])
+            .env("RUNNER_GIT_TIMEOUT", "5s")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        let said = format!("{}{err}", common::stdout(&out));
+        assert!(
+            said.contains(&format!("{}` is a FIFO, not a regular file", &head[2..])),
+            "{verb}: {said}"
+        );
+        assert!(!said.contains("timed out"), "{verb}: {said}");
+    }
+}
+
 /// A worker that removes its `RUNNER_*` variables is still inside its item: it cannot cancel its
 /// own run, nor start a drain of another manifest. Told from its ancestry (process-group mode)
 /// and its cgroup (cgroup mode).
