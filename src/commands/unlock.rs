@@ -17,6 +17,22 @@ fn processes_in(repo: &Path, since: Option<u64>) -> std::io::Result<Vec<i32>> {
     Ok(census.found.into_iter().chain(census.unreadable).collect())
 }
 
+/// What keeps the lease of the repository whose git common dir is `common`: the processes its
+/// holder's run left there (`holder`, its record), and whatever holds the lock file open.
+fn keepers_of(common: &Path, holder: Option<&crate::lease::Record>) -> Vec<(i32, String)> {
+    let mut found = holder
+        .map(|h| {
+            crate::process::census::survivors(&h.token, &h.repo, &h.cgroups, h.holder.start_time)
+        })
+        .unwrap_or_default();
+    for k in crate::lease::lock_holders(common) {
+        if !found.iter().any(|(p, _)| *p == k.0) {
+            found.push(k);
+        }
+    }
+    found
+}
+
 /// The folder `REPO` names: a path, or with `--manifest` also a repository's name in it.
 fn repo_folder(ui: &Ui, args: &UnlockArgs) -> Result<std::path::PathBuf, i32> {
     let given = std::path::absolute(&args.repo).unwrap_or_else(|_| args.repo.clone());
@@ -125,22 +141,7 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
     }
     if crate::lease::is_held(&probe.common_dir) {
         let holder = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE));
-        let mut survivors = holder
-            .as_ref()
-            .map(|h| {
-                crate::process::census::survivors(
-                    &h.token,
-                    &h.repo,
-                    &h.cgroups,
-                    h.holder.start_time,
-                )
-            })
-            .unwrap_or_default();
-        for k in crate::lease::lock_holders(&probe.common_dir) {
-            if !survivors.iter().any(|(p, _)| *p == k.0) {
-                survivors.push(k);
-            }
-        }
+        let survivors = keepers_of(&probe.common_dir, holder.as_ref());
         let named = if survivors.is_empty() {
             String::new()
         } else {

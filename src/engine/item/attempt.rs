@@ -282,8 +282,6 @@ pub(super) async fn attempts(icx: &ItemCx<'_>) -> ItemRun {
             run.reason = Some("attempts-exhausted".into());
             return run;
         }
-        // A model refused since the last attempt (by another item's) is not started on again:
-        // the attempt moves on to the next usable one, or the item is held.
         if moved_past_refused(icx, &mut chain, &mut run) {
             return run;
         }
@@ -470,8 +468,9 @@ fn refused(
     }
 }
 
-/// When the chain's model was refused meanwhile, move to the next usable one; `true` when none
-/// is left (the item is then held, `run` says why).
+/// When the chain's model was refused since the last attempt (by another item's), the next
+/// attempt is not started on it: move to the next usable one; `true` when none is left (the item
+/// is then held, `run` says why).
 fn moved_past_refused(icx: &ItemCx<'_>, chain: &mut ModelChain, run: &mut ItemRun) -> bool {
     let health = icx.cx.health.lock().unwrap_or_else(|p| p.into_inner());
     if !chain.current().is_some_and(|m| health.is_refused(m)) {
