@@ -816,11 +816,13 @@ fn runners_own_git_calls_die_with_it() {
     let dir = tempfile::tempdir().unwrap();
     fixture(dir.path());
     let r = dir.path().join("r");
-    let head = common::git(&r, &["rev-parse", "HEAD"]);
-    let object = r.join(".git/objects").join(&head[..2]).join(&head[2..]);
-    std::fs::remove_file(&object).unwrap();
-    nix::unistd::mkfifo(&object, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    // Dirty, so that git is asked (it opens the commit, and waits).
+    // A FIFO where git reads its excludes (the object store is looked at up front): git, asked
+    // for the checkout's status, opens it and waits.
+    let exclude = r.join(".git/info/exclude");
+    std::fs::create_dir_all(exclude.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_file(&exclude);
+    nix::unistd::mkfifo(&exclude, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // Dirty, so that git is asked.
     std::fs::write(r.join("new.txt"), "x\n").unwrap();
     let child = runner()
         .current_dir(dir.path())
