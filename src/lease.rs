@@ -419,14 +419,7 @@ pub(crate) fn lock_holders(common_dir: &Path) -> Vec<(i32, String)> {
             .flatten()
             .any(|fd| std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino));
         if holds {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            out.push((
-                pid,
-                String::from_utf8_lossy(&cmd)
-                    .replace('\0', " ")
-                    .trim_end()
-                    .to_string(),
-            ));
+            out.push((pid, crate::support::host::command_line(pid)));
         }
     }
     out.sort_unstable();

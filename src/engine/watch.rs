@@ -13,6 +13,7 @@
 use super::run::{RunCx, RunSink};
 use crate::events::Event;
 use crate::lease::{self, Record, Watch};
+use crate::support::host::command_line;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
@@ -243,17 +244,7 @@ pub(crate) async fn watch_until_gone(
 
 /// A process's program name (its command line's first word, the folders left out).
 fn program_of(pid: i32) -> String {
-    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let first = cmd.split(|b| *b == 0).next().unwrap_or_default();
-    let first = String::from_utf8_lossy(first);
+    let cmd = command_line(pid);
+    let first = cmd.split(' ').next().unwrap_or_default();
     first.rsplit('/').next().unwrap_or_default().to_string()
-}
-
-/// A process's command line, its arguments spaced.
-fn command_line(pid: i32) -> String {
-    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    String::from_utf8_lossy(&cmd)
-        .replace('\0', " ")
-        .trim_end()
-        .to_string()
 }

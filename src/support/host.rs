@@ -10,12 +10,33 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22).
+/// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22), when `/proc`
+/// shows it ([`seen`]).
 pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
+    match seen(pid) {
+        Seen::Started(t) => Some(t),
+        _ => None,
+    }
+}
+
+/// The parent of `pid` (`/proc/<pid>/stat` field 4).
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    // Fields after the command name start at field 3 (state); start time is field 22.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A process's command line, its arguments spaced (empty when it cannot be read).
+pub(crate) fn command_line(pid: i32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&cmd)
+        .replace('\0', " ")
+        .trim_end()
+        .to_string()
 }
 
 /// Whether `pid` has exited and waits to be reaped: dead, though `/proc` still lists it.
@@ -150,11 +171,6 @@ pub(crate) fn is_ancestor(holder: &Holder) -> bool {
     if holder.host != hostname() || holder.is_dead() {
         return false;
     }
-    let parent_of = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (_, rest) = stat.rsplit_once(')')?;
-        rest.split_whitespace().nth(1)?.parse().ok()
-    };
     let mut pid = std::process::id();
     // A chain of processes is never longer than the pids there are; this bounds a loop on a
     // `/proc` that changes under the walk.
