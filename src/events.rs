@@ -189,6 +189,14 @@ pub enum Event {
         /// `merged` or `closed`.
         state: String,
     },
+    /// The item waits for its repository's lease, held by another process: `holder` says whose
+    /// (a run, its pid and host), when its record could be read. Said again when the holder
+    /// changes.
+    LeaseWaiting {
+        item: ItemIndex,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<String>,
+    },
     /// The item waited this long for its repository's lease, held by another process, before it
     /// started.
     LeaseWaited {
@@ -366,8 +374,9 @@ pub enum Event {
         log: Option<PathBuf>,
         output_tail: String,
     },
-    /// What an earlier run left uncommitted in the item's worktree, saved as a patch before
-    /// this run started from the branch's committed state.
+    /// What an earlier run left uncommitted in the item's worktree — or, cut short, in the
+    /// repository's own checkout — saved as a patch before this run started from the committed
+    /// state.
     Leftovers {
         item: ItemIndex,
         patch: PathBuf,

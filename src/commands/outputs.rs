@@ -33,6 +33,41 @@ pub(crate) struct Status {
     /// run of the manifest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) spend: Vec<SpendView>,
+    /// With a manifest that has `notify`: the notices of its incidents not delivered yet, with
+    /// the deliveries no notifier took.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) notices_owed: Vec<OwedNotice>,
+    /// Items of live runs waiting for their repository's lease, which another process holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) waiting_for_lease: Vec<LeaseWaitView>,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct LeaseWaitView {
+    pub(super) repo: String,
+    pub(super) item: String,
+    /// The run whose item waits.
+    pub(super) run_id: String,
+    /// Since when (RFC 3339).
+    pub(super) since: String,
+    /// Whose lease it is (a run, its pid and host), when its record could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) holder: Option<String>,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct OwedNotice {
+    /// The incident's cause (`quarantined:api`).
+    pub(super) cause: String,
+    /// `raised` or `resolved`.
+    pub(super) notice: String,
+    /// The incident's line for a person.
+    pub(super) summary: String,
+    /// Deliveries no notifier (nor fallback) took; 0: not tried yet.
+    pub(super) failed_attempts: u32,
+    /// When the first of them was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) failing_since: Option<String>,
 }
 
 #[derive(Serialize, schemars::JsonSchema)]

@@ -109,6 +109,8 @@ fn gather(
         held: Vec::new(),
         quarantined: Vec::new(),
         leases,
+        notices_owed: Vec::new(),
+        waiting_for_lease: Vec::new(),
     };
     if let Some(ledger) = ledger {
         from_ledger(&mut st, ledger, loaded)?;
@@ -161,6 +163,21 @@ fn from_ledger(
             })
         })
         .collect::<crate::ledger::Result<Vec<_>>>()?;
+    for r in st
+        .runs
+        .iter()
+        .filter(|r| r.status == crate::ledger::RunStatus::Live)
+    {
+        for (repo, item, since, holder) in ledger.lease_waits(&r.run.id)? {
+            st.waiting_for_lease.push(LeaseWaitView {
+                repo,
+                item,
+                run_id: r.run.id.clone(),
+                since,
+                holder,
+            });
+        }
+    }
     st.running = ledger
         .live_claims()?
         .into_iter()
@@ -190,6 +207,9 @@ fn from_ledger(
             })
             .collect();
         st.paused = ledger.paused(n)?;
+        if loaded.is_some_and(|l| l.manifest.notify.is_some()) {
+            st.notices_owed = owed_notices(ledger, n)?;
+        }
         if let Some(latest) = st.runs.first() {
             st.pull_requests = pulls_of(ledger, &latest.run.id);
         }
@@ -205,6 +225,26 @@ fn from_ledger(
         })
         .collect();
     Ok(())
+}
+
+/// The notices of `manifest`'s incidents not delivered yet.
+fn owed_notices(ledger: &Store, manifest: &str) -> crate::ledger::Result<Vec<OwedNotice>> {
+    Ok(ledger
+        .incidents(manifest)?
+        .into_iter()
+        .filter_map(|row| {
+            let notice = row.owed?;
+            let summary = serde_json::from_str::<crate::session::incidents::Incident>(&row.body)
+                .map_or_else(|_| row.cause.clone(), |i| i.summary);
+            Some(OwedNotice {
+                cause: row.cause,
+                notice,
+                summary,
+                failed_attempts: row.failures,
+                failing_since: row.failed_since,
+            })
+        })
+        .collect())
 }
 
 /// The pull requests of run `run_id`'s items, as its report recorded them when it began (none
@@ -340,6 +380,22 @@ fn print(st: &Status, with_manifest: bool, made: bool) {
             ))
         );
     }
+    if !st.waiting_for_lease.is_empty() {
+        outln!("\nwaiting for a repository's lease:");
+        for w in &st.waiting_for_lease {
+            outln!(
+                "  {}",
+                safe(&format!(
+                    "{}/{}  run {}  since {}, held by {}",
+                    w.repo,
+                    w.item,
+                    w.run_id,
+                    w.since,
+                    w.holder.as_deref().unwrap_or("another process")
+                ))
+            );
+        }
+    }
     outln!("\nquarantined repositories:");
     if st.quarantined.is_empty() {
         outln!("  none");
@@ -351,6 +407,23 @@ fn print(st: &Status, with_manifest: bool, made: bool) {
         );
         if let Some(w) = &q.watch {
             outln!("    kept watch: {}", safe(&w.describe()));
+        }
+    }
+    if !st.notices_owed.is_empty() {
+        outln!("\nnotices owed (the next run sends them):");
+        for n in &st.notices_owed {
+            let tried = match (&n.failed_attempts, &n.failing_since) {
+                (0, _) => "not tried yet".to_string(),
+                (k, Some(since)) => format!("no notifier took it: {k} tries since {since}"),
+                (k, None) => format!("no notifier took it: {k} tries"),
+            };
+            outln!(
+                "  {}",
+                safe(&format!(
+                    "{} ({})  {tried} — {}",
+                    n.cause, n.notice, n.summary
+                ))
+            );
         }
     }
     if with_manifest {

@@ -44,7 +44,7 @@ struct Pool {
     resting: HashMap<usize, tokio::sync::oneshot::Sender<()>>,
     /// Items whose repository's lease another process held when they were first admitted, and
     /// since when.
-    lease_wait: HashMap<usize, Instant>,
+    lease_wait: HashMap<usize, (Instant, Option<String>)>,
 }
 
 /// Drain the plan. `sink` receives every event, in order, on this task.
@@ -408,11 +408,20 @@ impl<'s> Drain<'s> {
         debug!(item = %label(&self.cx, idx), ?answer, running = self.sched.running(), "admission");
         // How long an item waited for its repository's lease, once it has it.
         match &answer {
-            Admission::LeaseBusy { .. } => {
-                self.pool.lease_wait.entry(idx).or_insert_with(Instant::now);
+            Admission::LeaseBusy { holder, .. } => {
+                // Said when the wait begins, and again when the holder changes.
+                let told = self.pool.lease_wait.remove(&idx);
+                if told.as_ref().map(|(_, h)| h) != Some(holder) {
+                    self.sink.event(&Event::LeaseWaiting {
+                        item: idx,
+                        holder: holder.clone(),
+                    });
+                }
+                let since = told.map_or_else(Instant::now, |(s, _)| s);
+                self.pool.lease_wait.insert(idx, (since, holder.clone()));
             }
             Admission::Started => {
-                if let Some(since) = self.pool.lease_wait.remove(&idx) {
+                if let Some((since, _)) = self.pool.lease_wait.remove(&idx) {
                     self.sink.event(&Event::LeaseWaited {
                         item: idx,
                         waited: since.elapsed(),

@@ -144,13 +144,18 @@ pub struct IncidentRow {
     /// The notice still to deliver: `raised` or `resolved`.
     pub owed: Option<String>,
     pub resolved_at: Option<String>,
+    /// Deliveries of the notice owed that no notifier took, since one last went out.
+    pub failures: u32,
+    /// When the first of them was.
+    pub failed_since: Option<String>,
 }
 
 /// The statements of incidents and spend caps, in PostgreSQL's `$n` placeholders (SQLite's numbered
 /// `?n` once `$` is replaced).
 pub(crate) mod incident_sql {
     pub const LIST: &str =
-        "SELECT cause, kind, body, first_seen, last_seen, count, owed, resolved_at
+        "SELECT cause, kind, body, first_seen, last_seen, count, owed, resolved_at, failures,
+            failed_since
           FROM incidents WHERE manifest = $1 ORDER BY first_seen, cause";
     pub const SEE: &str = "INSERT INTO incidents
             (manifest, cause, kind, body, first_seen, last_seen, count, owed, resolved_at)
@@ -159,17 +164,26 @@ pub(crate) mod incident_sql {
             count = incidents.count + 1, last_seen = excluded.last_seen, body = excluded.body,
             kind = excluded.kind,
             owed = CASE WHEN incidents.owed = 'resolved' THEN NULL ELSE incidents.owed END,
+            failures = CASE WHEN incidents.owed = 'resolved' THEN 0 ELSE incidents.failures END,
+            failed_since = CASE WHEN incidents.owed = 'resolved' THEN NULL
+              ELSE incidents.failed_since END,
             resolved_at = NULL
-          RETURNING cause, kind, body, first_seen, last_seen, count, owed, resolved_at";
-    /// Never told: forgotten without a word.
+          RETURNING cause, kind, body, first_seen, last_seen, count, owed, resolved_at, failures,
+            failed_since";
+    /// Never told, and never tried in vain: forgotten without a word (one whose notice no
+    /// notifier took is resolved, so that the next notice that gets through names it).
     pub const FORGET_UNTOLD: &str = "DELETE FROM incidents
-          WHERE manifest = $1 AND cause = $2 AND resolved_at IS NULL AND owed = 'raised'";
+          WHERE manifest = $1 AND cause = $2 AND resolved_at IS NULL AND owed = 'raised'
+            AND failures = 0";
     pub const RESOLVE: &str = "UPDATE incidents SET resolved_at = $3, owed = 'resolved'
           WHERE manifest = $1 AND cause = $2 AND resolved_at IS NULL";
     pub const TAKE: &str = "UPDATE incidents SET owed = NULL
           WHERE manifest = $1 AND cause = $2 AND owed = $3";
-    pub const OWE: &str = "UPDATE incidents SET owed = $3
+    pub const OWE: &str = "UPDATE incidents SET owed = $3, failures = failures + 1,
+            failed_since = coalesce(failed_since, $4)
           WHERE manifest = $1 AND cause = $2 AND owed IS NULL";
+    pub const SENT: &str = "UPDATE incidents SET failures = 0, failed_since = NULL
+          WHERE manifest = $1 AND cause = $2";
     pub const FORGET: &str = "DELETE FROM incidents
           WHERE manifest = $1 AND cause = $2 AND resolved_at IS NOT NULL AND owed IS NULL";
     pub const ADD_SPEND: &str = "INSERT INTO spend (manifest, day, cost_usd) VALUES ($1, $2, $3)
@@ -279,6 +293,29 @@ pub(crate) fn waiting_of(at: &str, body: &str) -> Option<(String, String)> {
         _ => None,
     }
 }
+
+/// An item waiting for its repository's lease: repo, item, since when (RFC 3339), whose lease
+/// it is (when its record could be read).
+pub type LeaseWait = (String, String, String, Option<String>);
+
+/// The lease waits among `rows` (repo, item, at, body): each item's whose body is its
+/// `lease-waiting` event, as [`Ledger::lease_waits`] gives them.
+pub(crate) fn lease_waits_of(rows: Vec<(String, String, String, String)>) -> Vec<LeaseWait> {
+    rows.into_iter()
+        .filter_map(|(repo, item, at, body)| match serde_json::from_str(&body) {
+            Ok(Event::LeaseWaiting { holder, .. }) => Some((repo, item, at, holder)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The items of a run whose latest event is a `lease-waiting` one, in either backend's SQL (`$1`:
+/// the run; SQLite bounds the scan by the run's first event).
+pub(crate) const LEASE_WAITS_SQL: &str = "SELECT e.repo, e.item, e.at, e.body FROM events e
+     WHERE e.run_id = $1 AND e.body LIKE '{\"event\":\"lease-waiting\"%' FIRST_EVENT
+       AND NOT EXISTS (SELECT 1 FROM events l
+         WHERE l.run_id = e.run_id AND l.repo = e.repo AND l.item = e.item AND l.seq > e.seq)
+     ORDER BY e.seq";
 
 /// What each item's worker and gates took together in each run, from the bodies of
 /// `worker-finished` and `gate-finished` events (run, repo, item, body): milliseconds by
@@ -619,8 +656,11 @@ pub trait Ledger: History {
     /// Take the notice `owed` on incident `cause` to deliver it: a compare and swap, so two
     /// runners never both send it.
     fn take_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<bool>;
-    /// A notice taken could not be delivered: owed again, for the next run.
-    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<()>;
+    /// A notice taken could not be delivered at `at`: owed again, for the next run, its failed
+    /// deliveries counted.
+    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str, at: &str) -> Result<()>;
+    /// A notice taken went out: its failed deliveries are forgotten.
+    fn notice_sent(&mut self, manifest: &str, cause: &str) -> Result<()>;
     /// A resolved incident whose notice went out is forgotten.
     fn forget_incident(&mut self, manifest: &str, cause: &str) -> Result<()>;
     /// A write-back to a tracker (`key`, unique within `manifest`): its state (`pending`, `done`,
@@ -738,6 +778,10 @@ pub trait Ledger: History {
         repo: &str,
         item: &str,
     ) -> Result<Option<(String, String)>>;
+
+    /// Items of run `id` whose latest event is a wait for their repository's lease: (repo,
+    /// item, since when, whose lease), from the `lease-waiting` events.
+    fn lease_waits(&self, id: &str) -> Result<Vec<LeaseWait>>;
 
     fn held_items(&self, manifest: &str) -> Result<Vec<HeldItem>>;
 

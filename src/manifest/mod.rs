@@ -1,6 +1,7 @@
 //! The manifest: YAML text in, a validated [`Manifest`] out, or every problem with its place.
 
 pub mod diag;
+pub mod duration;
 pub(crate) mod effective;
 pub mod load;
 pub mod model;

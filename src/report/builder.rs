@@ -9,7 +9,7 @@ use super::items::Items;
 use super::model::{
     AttemptReport, BaselineReport, CapacityInfo, Demotion, DeniedReport, Diffstat, GateReport,
     ManifestInfo, ProbeReport, PublishReport, REPORT_SCHEMA, Refusal, Report, SetupReport,
-    SuspectGate, WorkerReport, plural_items, program_of,
+    SuspectGate, WorkerReport, plural_items,
 };
 use crate::events::Event;
 use crate::plan::Plan;
@@ -21,10 +21,16 @@ use std::sync::Arc;
 /// What the builder knows of one gate across the run.
 #[derive(Clone, Debug, Default)]
 struct GateTally {
-    /// The program it runs (`cargo`, `npm`, `python3 -m pytest`'s `python3`).
-    program: String,
-    /// Passes anywhere: on an item, or on a base commit (which proves the command can pass).
+    /// The repository it runs in.
+    repo: String,
+    /// The command line it runs (redacted), as its item started it.
+    line: String,
+    /// Passes in this run: on an item, or on a base commit (which proves the command can pass).
     passed: usize,
+    /// An item of its repository completed in an earlier run: its required gates passed there.
+    passed_before: bool,
+    /// Its runs that failed or timed out.
+    failed: usize,
     command: Option<String>,
     dir: Option<String>,
     exit: Option<i32>,
@@ -36,6 +42,7 @@ impl GateTally {
     /// 126 or 127): one item halted by a real failure is the gate doing its work.
     fn suspect(&self) -> bool {
         self.passed == 0
+            && !self.passed_before
             && (self.halted.len() > 1
                 || (!self.halted.is_empty() && matches!(self.exit, Some(126 | 127))))
     }
@@ -45,15 +52,19 @@ impl GateTally {
 pub(crate) struct ReportBuilder {
     report: Report,
     run_dir: PathBuf,
-    /// Per gate name, in order of first sight.
+    /// Per gate name, repository and command line, in order of first sight.
     gates: Vec<(String, GateTally)>,
+    /// The repository of each item, by its index in the plan.
+    repos: Vec<String>,
+    /// Repositories with an item an earlier run completed.
+    done_before: std::collections::HashSet<String>,
     /// What `gate-started` said, until the gate's `gate-finished`: (item, attempt, gate) →
     /// required.
     started: std::collections::HashMap<(usize, u32, String), bool>,
     /// A baseline run, until its gate's `gate-finished`.
     baselines: std::collections::HashMap<(usize, u32, String), BaselineReport>,
-    /// The program each item's gate last ran, by (item, gate).
-    programs: std::collections::HashMap<(usize, String), String>,
+    /// The command line each item's gate last ran, by (item, gate).
+    lines: std::collections::HashMap<(usize, String), String>,
     /// The rest each resting item asked for, until its next attempt starts.
     rests: std::collections::HashMap<usize, std::time::Duration>,
 }
@@ -69,7 +80,16 @@ impl ReportBuilder {
         workers: u32,
         started_at: &str,
     ) -> Self {
+        let repos = plan.items.iter().map(|i| i.repo.clone()).collect();
+        let done_before = plan
+            .items
+            .iter()
+            .filter(|i| i.state == crate::vocab::ItemState::Done)
+            .map(|i| i.repo.clone())
+            .collect();
         let mut b = ReportBuilder {
+            repos,
+            done_before,
             report: Report {
                 demoted: Vec::new(),
                 refused: Vec::new(),
@@ -100,7 +120,7 @@ impl ReportBuilder {
             gates: Vec::new(),
             started: std::collections::HashMap::new(),
             baselines: std::collections::HashMap::new(),
-            programs: std::collections::HashMap::new(),
+            lines: std::collections::HashMap::new(),
             rests: std::collections::HashMap::new(),
         };
         b.recount();
@@ -277,7 +297,7 @@ impl ReportBuilder {
             Event::Resting { item, wait, .. } => {
                 self.rests.insert(*item, *wait);
             }
-            Event::ResourceWaiting { .. } => {}
+            Event::ResourceWaiting { .. } | Event::LeaseWaiting { .. } => {}
             Event::ResourceAcquired { item, waited, .. } => {
                 if let Some(it) = self.report.items.get_mut(*item) {
                     it.waited.get_or_insert_with(Default::default).resources_ms +=
@@ -486,8 +506,7 @@ impl ReportBuilder {
             } => {
                 self.started.insert((*item, *n, gate.clone()), *required);
                 if let Some(c) = command {
-                    self.programs
-                        .insert((*item, gate.clone()), program_of(c).to_string());
+                    self.lines.insert((*item, gate.clone()), c.clone());
                 }
                 let t = self.tally(*item, gate);
                 if command.is_some() {
@@ -550,6 +569,9 @@ impl ReportBuilder {
                 if exit.is_some() {
                     t.exit = *exit;
                 }
+                if matches!(result, GateResult::Failed | GateResult::TimedOut) {
+                    t.failed += 1;
+                }
                 if *result == GateResult::Passed {
                     t.passed += 1;
                     if t.passed == 1 && !t.halted.is_empty() {
@@ -608,26 +630,30 @@ impl ReportBuilder {
         self.report.items.settle();
     }
 
-    /// The tally of gate `gate` as item `item` last started it: a gate is judged by the program
-    /// it runs, so one name over repositories with different commands (npm, pytest, cargo) is
-    /// one gate each, and one command over many repositories is one gate.
+    /// The tally of gate `gate` as item `item` last started it: a gate is judged as one
+    /// command in one repository, so one name over repositories (each its own `test`), or one
+    /// name with another command line, is a gate of its own.
     fn tally(&mut self, item: usize, gate: &str) -> &mut GateTally {
-        let program = self
-            .programs
+        let line = self
+            .lines
             .get(&(item, gate.to_string()))
             .cloned()
             .unwrap_or_default();
+        let repo = self.repos.get(item).cloned().unwrap_or_default();
         let i = match self
             .gates
             .iter()
-            .position(|(g, t)| g == gate && t.program == program)
+            .position(|(g, t)| g == gate && t.repo == repo && t.line == line)
         {
             Some(i) => i,
             None => {
+                let passed_before = self.done_before.contains(&repo);
                 self.gates.push((
                     gate.to_string(),
                     GateTally {
-                        program,
+                        repo,
+                        line,
+                        passed_before,
                         ..GateTally::default()
                     },
                 ));
@@ -666,6 +692,8 @@ impl ReportBuilder {
             .filter(|(_, t)| t.suspect())
             .map(|(g, t)| SuspectGate {
                 gate: g.clone(),
+                repo: t.repo.clone(),
+                failed: t.failed,
                 command: t.command.clone(),
                 dir: t.dir.clone(),
                 exit: t.exit,
@@ -715,6 +743,6 @@ impl ReportBuilder {
         self.gates = Vec::new();
         self.started = Default::default();
         self.baselines = Default::default();
-        self.programs = Default::default();
+        self.lines = Default::default();
     }
 }

@@ -148,20 +148,3 @@ pub(crate) fn report_schema_json() -> Result<String, serde_json::Error> {
     let schema = schemars::schema_for!(Report);
     Ok(serde_json::to_string_pretty(&schema)? + "\n")
 }
-
-#[cfg(test)]
-mod tests {
-    use super::program_of;
-
-    #[test]
-    fn a_gate_is_known_by_the_program_it_runs() {
-        assert_eq!(program_of("sh -c 'cargo test --offline -q'"), "cargo");
-        assert_eq!(program_of("npm test"), "npm");
-        assert_eq!(
-            program_of("sh -c 'PYTHONPATH=src python3 -m pytest'"),
-            "python3"
-        );
-        assert_eq!(program_of("test -f done/a.txt"), "test");
-        assert_eq!(program_of(""), "");
-    }
-}

@@ -379,6 +379,13 @@ pub struct BaselineReport {
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct SuspectGate {
     pub gate: String,
+    /// The repository it ran in: a gate is suspected as one command in one repository.
+    #[serde(default)]
+    pub repo: String,
+    /// Its runs in this run that failed or timed out (none passed, here or, for an item of
+    /// this repository that completed, in an earlier run).
+    #[serde(default)]
+    pub failed: usize,
     /// Its command line (redacted), as last run.
     pub command: Option<String>,
     /// The folder it last ran in.
@@ -408,30 +415,9 @@ pub fn died(r: &Report) -> bool {
             .any(|(_, i)| i.reason.as_deref() == Some("run-died"))
 }
 
-/// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
-/// The program a command line runs: its first word, or under `sh -c`/`bash -c` the script's
-/// first word (`cargo` of `sh -c 'cargo test -q'`), leading `VAR=value` words passed over.
-pub(super) fn program_of(command: &str) -> &str {
-    let words: Vec<&str> = command
-        .split_whitespace()
-        .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
-        .filter(|w| !w.is_empty())
-        .collect();
-    let mut rest: &[&str] = &words;
-    if let [shell, "-c", tail @ ..] = rest
-        && matches!(*shell, "sh" | "bash" | "/bin/sh" | "/bin/bash")
-    {
-        rest = tail;
-    }
-    rest.iter()
-        .copied()
-        .find(|w| !w.contains('=') || w.starts_with('='))
-        .unwrap_or("")
-}
-
 /// One line saying why a gate is suspected of being misconfigured.
 pub(crate) fn suspect_line(s: &SuspectGate) -> String {
-    let mut line = format!("`{}`", s.gate);
+    let mut line = format!("`{}` of `{}`", s.gate, s.repo);
     if let Some(c) = &s.command {
         line.push_str(&format!(" (`{c}`"));
         if let Some(d) = &s.dir {
@@ -439,11 +425,16 @@ pub(crate) fn suspect_line(s: &SuspectGate) -> String {
         }
         line.push(')');
     }
-    line.push_str(" never passed");
+    line.push_str(&format!(
+        " never passed: it failed {} time{} in this run, passed on no item or base commit, and no item of `{}` completed in an earlier run",
+        s.failed,
+        if s.failed == 1 { "" } else { "s" },
+        s.repo
+    ));
     match s.exit {
-        Some(127) => line.push_str(", exit 127: command not found"),
-        Some(126) => line.push_str(", exit 126: not executable"),
-        Some(c) => line.push_str(&format!(", last exit {c}")),
+        Some(127) => line.push_str("; exit 127: command not found"),
+        Some(126) => line.push_str("; exit 126: not executable"),
+        Some(c) => line.push_str(&format!("; last exit {c}")),
         None => {}
     }
     let n = s.halted.len();
@@ -474,6 +465,7 @@ pub(crate) fn gate_notes(a: &AttemptReport) -> Vec<String> {
     notes
 }
 
+/// `3 completed`, `1 halted`, …: every outcome that occurred, in the vocabulary's order.
 pub(crate) fn nonzero_counts(counts: &BTreeMap<ItemOutcome, usize>) -> Vec<String> {
     counts
         .iter()

@@ -230,6 +230,7 @@ fn item_of(ev: &Event) -> Option<usize> {
         | Event::Published { item, .. }
         | Event::PullRequestSettled { item, .. }
         | Event::LeaseWaited { item, .. }
+        | Event::LeaseWaiting { item, .. }
         | Event::ResourceWaiting { item, .. }
         | Event::ResourceAcquired { item, .. }
         | Event::ItemFinished { item, .. } => Some(*item),
@@ -307,10 +308,13 @@ impl Fanout {
             }
         }
         self.pending.push((key.cloned(), ev.clone(), at));
-        // A rest or a wait for a shared resource can last minutes: recorded at once, so that
+        // A rest or a wait for a shared resource or a lease can last minutes: recorded at once, so that
         // `status` shows it. A burst (a cancelled run settling every item at once) is handed
         // over as it comes, not held.
-        if matches!(ev, Event::Resting { .. } | Event::ResourceWaiting { .. }) {
+        if matches!(
+            ev,
+            Event::Resting { .. } | Event::ResourceWaiting { .. } | Event::LeaseWaiting { .. }
+        ) {
             self.tell_ledger(|l| l.flush_all());
         } else if !self.ledger.is_away() || self.pending.len() >= crate::ledger::EVENTS_BUFFERED {
             self.hand_over();

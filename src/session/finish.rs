@@ -315,18 +315,10 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
     }
     // The manifest's metrics for monitoring (`reports.metrics`), now that the run is recorded:
     // like a report, one that cannot be written is never a silent success.
-    if let Some(path) = super::metrics::path_of(&cx.loaded) {
-        let written = super::metrics::render(Some(&**sink.ledger.lock()), &cx.loaded)
-            .map_err(|e| e.to_string())
-            .and_then(|text| super::metrics::write(&path, &text).map_err(|e| e.to_string()));
-        if let Err(e) = written {
-            ui.error(format_args!(
-                "the metrics were not written to `{}`: {e}",
-                path.display()
-            ));
-            sink.failure
-                .get_or_insert_with(|| "the metrics could not be written".into());
-        }
+    if let Err(e) = write_metrics(&sink, &cx) {
+        ui.error(e);
+        sink.failure
+            .get_or_insert_with(|| "the metrics could not be written".into());
     }
     // The run history: what the run came to, then the reports folder's page of runs.
     let totals = super::records::totals_of(report);
@@ -340,6 +332,10 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
     let last = format!("{} — exit {code}: {why}", report::counts_line(report));
     for w in incidents(&mut sink, &cx, end.ending, code, formats) {
         ui.warn(&w);
+    }
+    // Again, with the incidents as this run left them (a refused model, notices owed).
+    if let Err(e) = write_metrics(&sink, &cx) {
+        ui.warn(&e);
     }
     // Everything the report is needed for is done: its items are let go before the history
     // page reads the ledger, so the two are never in memory together.
@@ -455,4 +451,15 @@ fn incidents(
         seen,
         &observed,
     )
+}
+
+/// Write the manifest's metrics to `reports.metrics`, when it names a file.
+fn write_metrics(sink: &super::fanout::Fanout, cx: &crate::engine::RunCx) -> Result<(), String> {
+    let Some(path) = super::metrics::path_of(&cx.loaded) else {
+        return Ok(());
+    };
+    super::metrics::render(Some(&**sink.ledger.lock()), &cx.loaded)
+        .map_err(|e| e.to_string())
+        .and_then(|text| super::metrics::write(&path, &text).map_err(|e| e.to_string()))
+        .map_err(|e| format!("the metrics were not written to `{}`: {e}", path.display()))
 }

@@ -5,9 +5,11 @@
 //! At its end each run works out the causes it sees; the ledger keeps one incident per cause
 //! over every run (every machine's, on a shared ledger), so the `notify` command hears of a cause
 //! once when it is first seen, never again while later runs only count it, and once more
-//! (`resolved`) when a run no longer sees it. A notice that cannot be delivered stays owed and
-//! the next run sends it; the notifier is bounded by its timeout and never changes the run's
-//! verdict or exit code.
+//! (`resolved`) when a run no longer sees it. A notice the notifier cannot take goes to its
+//! fallbacks in turn (other notifiers, a file); one none of them took stays owed, its failed
+//! tries counted in the ledger: the next run sends it, and the next notice that gets through
+//! names it. Notifiers are bounded by their timeouts and never change the run's verdict or exit
+//! code.
 
 use crate::ledger::{IncidentRow, Ledger};
 use crate::manifest::LoadedManifest;
@@ -54,6 +56,51 @@ pub struct Incident {
     /// The report of the run that last saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<String>,
+    /// Deliveries of this notice that no notifier (nor fallback) took before this one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_attempts: u32,
+    /// The notices no notifier took since one last got through (this one's included when it
+    /// is one of them): named once, in the first notice that gets through after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undelivered: Option<Undelivered>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Notices no notifier took, as the next notice that gets through names them.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Undelivered {
+    /// How many.
+    pub count: u32,
+    /// When the first of them failed (RFC 3339).
+    pub since: String,
+    pub notices: Vec<UndeliveredNotice>,
+}
+
+/// One notice no notifier took.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct UndeliveredNotice {
+    /// The incident's cause (`quarantined:api`).
+    pub cause: String,
+    /// `raised` or `resolved`.
+    pub notice: String,
+    /// Deliveries that failed.
+    pub attempts: u32,
+    /// When the first of them was (RFC 3339).
+    pub since: String,
+}
+
+impl Undelivered {
+    fn of(notices: &[UndeliveredNotice]) -> Option<Undelivered> {
+        let since = notices.iter().map(|n| n.since.as_str()).min()?.to_string();
+        Some(Undelivered {
+            count: notices.len() as u32,
+            since,
+            notices: notices.to_vec(),
+        })
+    }
 }
 
 /// A cause a run sees, before the ledger counts it.
@@ -253,6 +300,8 @@ pub(crate) fn settle(
             count: 1,
             resolved_at: None,
             report: report_path.clone(),
+            failed_attempts: 0,
+            undelivered: None,
         };
         let body = serde_json::to_string(&body).unwrap_or_default();
         if let Err(e) = ledger.see_incident(name, &cause, s.kind, &body, &now) {
@@ -287,6 +336,19 @@ pub(crate) fn settle(
         }
     };
     let redactor = super::prepare::redactor(loaded);
+    // Notices no notifier took in earlier tries, named in the next one that gets through.
+    let mut unnamed: Vec<UndeliveredNotice> = owed
+        .iter()
+        .filter(|r| r.failures > 0)
+        .filter_map(|r| {
+            Some(UndeliveredNotice {
+                cause: r.cause.clone(),
+                notice: r.owed.clone()?,
+                attempts: r.failures,
+                since: r.failed_since.clone().unwrap_or_else(|| now.clone()),
+            })
+        })
+        .collect();
     for row in owed {
         let Some(what) = row.owed.clone() else {
             continue;
@@ -299,22 +361,42 @@ pub(crate) fn settle(
                 continue;
             }
         }
-        let notice = redactor.redact(&notice_text(&row, &what, run_id));
-        match deliver(loaded, notify, &notice) {
-            Ok(()) => {
-                if what == "resolved"
-                    && let Err(e) = ledger.forget_incident(name, &row.cause)
-                {
+        let mut notice = notice_of(&row, &what, run_id);
+        notice.failed_attempts = row.failures;
+        notice.undelivered = Undelivered::of(&unnamed);
+        let text = redactor.redact(&(serde_json::to_string(&notice).unwrap_or_default() + "\n"));
+        let told = format!("the `{what}` notice of incident `{}`", row.cause);
+        match deliver_anywhere(loaded, notify, &text) {
+            Ok((via, failed)) => {
+                if let Some(via) = via {
+                    warnings.push(format!("{told} went to {via}: {}", failed.join("; ")));
+                }
+                unnamed.clear();
+                let done = if what == "resolved" {
+                    ledger.forget_incident(name, &row.cause)
+                } else {
+                    ledger.notice_sent(name, &row.cause)
+                };
+                if let Err(e) = done {
                     warnings.push(format!("incident `{}`: {e}", row.cause));
                 }
             }
-            Err(why) => {
+            Err(failed) => {
                 warnings.push(format!(
-                    "the `{what}` notice of incident `{}` was not delivered ({why}); the next run sends it",
-                    row.cause
+                    "{told} was not delivered ({}); the next run sends it, and the next notice that gets through names it",
+                    failed.join("; ")
                 ));
-                if let Err(e) = ledger.owe_notice(name, &row.cause, &what) {
+                if let Err(e) = ledger.owe_notice(name, &row.cause, &what, &now) {
                     warnings.push(format!("incident `{}`: {e}", row.cause));
+                }
+                match unnamed.iter_mut().find(|u| u.cause == row.cause) {
+                    Some(u) => u.attempts += 1,
+                    None => unnamed.push(UndeliveredNotice {
+                        cause: row.cause.clone(),
+                        notice: what.clone(),
+                        attempts: 1,
+                        since: now.clone(),
+                    }),
                 }
             }
         }
@@ -323,7 +405,7 @@ pub(crate) fn settle(
 }
 
 /// The notice of `row` as sent: its body as last seen, with the counts the ledger kept.
-fn notice_text(row: &IncidentRow, what: &str, run_id: &str) -> String {
+fn notice_of(row: &IncidentRow, what: &str, run_id: &str) -> Incident {
     let mut n: Incident = match serde_json::from_str(&row.body) {
         Ok(n) => n,
         Err(_) => Incident {
@@ -344,6 +426,8 @@ fn notice_text(row: &IncidentRow, what: &str, run_id: &str) -> String {
             count: 0,
             resolved_at: None,
             report: None,
+            failed_attempts: 0,
+            undelivered: None,
         },
     };
     n.notice = what.into();
@@ -355,13 +439,74 @@ fn notice_text(row: &IncidentRow, what: &str, run_id: &str) -> String {
     if what == "resolved" {
         n.summary = format!("resolved: {}", n.summary);
     }
-    serde_json::to_string(&n).unwrap_or_default() + "\n"
+    n
 }
 
-/// Run the `notify` command with `notice` on its stdin, at most its timeout.
-fn deliver(
+/// Hand `notice` to the notifier, else to each fallback in turn. `Ok` with the fallback that
+/// took it (`None`: the notifier did) and why those before it did not; `Err` with why each did
+/// not.
+fn deliver_anywhere(
     loaded: &LoadedManifest,
     notify: &crate::manifest::Notify,
+    notice: &str,
+) -> Result<(Option<String>, Vec<String>), Vec<String>> {
+    let mut failed = Vec::new();
+    match run_notifier(loaded, &notify.run, notify.timeout(), notice) {
+        Ok(()) => return Ok((None, failed)),
+        Err(why) => failed.push(format!("the notifier: {why}")),
+    }
+    for (i, f) in notify.fallback.iter().enumerate() {
+        let (name, got) = match (&f.run, &f.file) {
+            (Some(run), _) => (
+                format!("fallback {} (a notifier)", i + 1),
+                run_notifier(loaded, run, f.timeout(), notice),
+            ),
+            (None, Some(file)) => (
+                format!("fallback {} (file `{file}`)", i + 1),
+                append_notice(loaded, file, notice),
+            ),
+            (None, None) => continue,
+        };
+        match got {
+            Ok(()) => return Ok((Some(name), failed)),
+            Err(why) => failed.push(format!("{name}: {why}")),
+        }
+    }
+    Err(failed)
+}
+
+/// Append `notice` (one line) to `file`, relative to the manifest's folder, through to the disk;
+/// the file (only its owner may read it) and its folder made when missing.
+fn append_notice(loaded: &LoadedManifest, file: &str, notice: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
+    let path = dir.join(file);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot make `{}`: {e}", parent.display()))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| format!("cannot open `{}`: {e}", path.display()))?;
+    let is_file = f.metadata().map(|m| m.is_file()).unwrap_or(false);
+    if !is_file {
+        return Err(format!("`{}` is not a regular file", path.display()));
+    }
+    f.write_all(notice.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+}
+
+/// Run notifier `run` with `notice` on its stdin, at most `timeout`.
+fn run_notifier(
+    loaded: &LoadedManifest,
+    run: &crate::manifest::CommandSpec,
+    timeout: std::time::Duration,
     notice: &str,
 ) -> Result<(), String> {
     let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
@@ -372,25 +517,19 @@ fn deliver(
             .and_then(|()| file.seek(std::io::SeekFrom::Start(0)).map(|_| ()))
             .map_err(|e| format!("cannot stage the notice: {e}"))?;
     }
-    let mut cmd = super::sources::command(
-        loaded,
-        &notify.run,
-        dir,
-        crate::manifest::SecretRole::Notify,
-    );
+    let mut cmd = super::sources::command(loaded, run, dir, crate::manifest::SecretRole::Notify);
     cmd.stdin(file);
-    let timeout = notify.timeout();
     let out =
         crate::process::spawn_helper_within(&mut cmd, timeout).map_err(|e| match e.kind() {
             std::io::ErrorKind::TimedOut => format!(
-                "the notifier took longer than {}; it was ended",
+                "it took longer than {}; it was ended",
                 crate::manifest::format_duration(timeout)
             ),
-            _ => format!("the notifier cannot be run: {e}"),
+            _ => format!("it cannot be run: {e}"),
         })?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(super::sources::failed("the notifier", &out))
+        Err(super::sources::failed("it", &out))
     }
 }

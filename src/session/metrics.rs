@@ -1,7 +1,7 @@
 //! A manifest's metrics in Prometheus's text format, for node-exporter's textfile collector or
 //! any scraper: runs by ending, the latest run's items by outcome, the items it left undone, held
-//! items by reason, spend against the manifest's caps, when the latest drained run ended, and
-//! quarantined repositories. Written after every run to `reports.metrics` (atomically: a
+//! items by reason, spend against the manifest's caps, when the latest drained run ended,
+//! quarantined repositories, models their provider refused, and incident notices owed. Written after every run to `reports.metrics` (atomically: a
 //! collector never reads half a file) and printed by `status --metrics`, from the ledger — the
 //! same text either way.
 //!
@@ -162,6 +162,7 @@ pub(crate) fn render(
         None => 0,
     };
     quarantined.add(m(), q as f64);
+    let (refused, owed) = incident_families(ledger, loaded)?;
     let mut out = String::new();
     for f in [
         by_ending,
@@ -173,10 +174,62 @@ pub(crate) fn render(
         drained,
         ended,
         quarantined,
+        refused,
+        owed,
     ] {
         write_family(&mut out, &f);
     }
     Ok(out)
+}
+
+/// The models whose provider refused them (an open `model-refused` incident: 1 each, the runs
+/// that saw it in its own family's help), and the notices owed (with `notify`).
+fn incident_families(
+    ledger: Option<&dyn Ledger>,
+    loaded: &LoadedManifest,
+) -> crate::ledger::Result<(Family, Family)> {
+    let name = loaded.manifest.name.as_str();
+    let rows = match ledger {
+        Some(l) => l.incidents(name)?,
+        None => Vec::new(),
+    };
+    let mut refused = Family::new(
+        "runner_model_refused",
+        "Models of the manifest whose provider refused them (a refused key, an exhausted quota), 1 each, until a run that starts work no longer sees it.",
+    );
+    for row in rows
+        .iter()
+        .filter(|r| r.kind == "model-refused" && r.resolved_at.is_none())
+    {
+        let model = row
+            .cause
+            .strip_prefix("model-refused:")
+            .unwrap_or(&row.cause);
+        refused.add(
+            vec![("manifest", name.to_string()), ("model", model.to_string())],
+            1.0,
+        );
+    }
+    let mut owed = Family::new(
+        "runner_notices_owed",
+        "Incident notices not delivered yet (notify), by whether a delivery of them has failed.",
+    );
+    if loaded.manifest.notify.is_some() {
+        for failed in [false, true] {
+            let n = rows
+                .iter()
+                .filter(|r| r.owed.is_some() && (r.failures > 0) == failed)
+                .count();
+            owed.add(
+                vec![
+                    ("manifest", name.to_string()),
+                    ("failed", failed.to_string()),
+                ],
+                n as f64,
+            );
+        }
+    }
+    Ok((refused, owed))
 }
 
 /// A family in the text format: its help, its type, a line per sample.

@@ -248,6 +248,16 @@ impl Progress {
                 ));
             }
             Event::ResourceAcquired { .. } => {}
+            Event::LeaseWaiting { item, holder } => {
+                self.line(&format!(
+                    "{} waits for its repository's lease, {}",
+                    self.name(*item),
+                    holder.as_deref().map_or_else(
+                        || "held by another process".to_string(),
+                        |h| format!("held by {h}")
+                    )
+                ));
+            }
             Event::PullRequestSettled { item, url, state } => {
                 self.line(&format!("{} pull request {state}: {url}", self.name(*item)));
             }
@@ -339,7 +349,7 @@ impl Progress {
                 ));
             }
             Event::Leftovers { item, patch } => self.line(&format!(
-                "{}: what an earlier run left in its worktree is saved in {} and removed",
+                "{}: what an earlier run left uncommitted is saved in {} and removed",
                 self.name(*item),
                 patch.display()
             )),

@@ -342,16 +342,23 @@ fn a_misspelt_gate_is_named_as_suspected_misconfigured() {
     assert_eq!(code, Some(1), "{err}");
     let report = latest_report(&root.join("runner-reports"));
     let suspects = report["suspect_gates"].as_array().expect("suspects named");
-    assert_eq!(suspects.len(), 1, "{suspects:?}");
-    let s = &suspects[0];
-    assert_eq!(s["gate"], "test");
-    assert_eq!(s["exit"], 127);
-    assert!(
-        s["command"].as_str().unwrap().contains("cargoo test --all"),
-        "{s}"
-    );
-    assert!(s["dir"].as_str().unwrap().ends_with("/b"), "{s}");
-    assert_eq!(strings(&s["halted"]), ["a/x", "b/x"]);
+    // One command in one repository each: the command cannot be found in either.
+    assert_eq!(suspects.len(), 2, "{suspects:?}");
+    for (s, r) in suspects.iter().zip(["a", "b"]) {
+        assert_eq!(s["gate"], "test");
+        assert_eq!(s["repo"], r);
+        assert_eq!(s["exit"], 127);
+        assert_eq!(s["failed"], 1);
+        assert!(
+            s["command"].as_str().unwrap().contains("cargoo test --all"),
+            "{s}"
+        );
+        assert!(
+            s["dir"].as_str().unwrap().ends_with(&format!("/{r}")),
+            "{s}"
+        );
+        assert_eq!(strings(&s["halted"]), [format!("{r}/x")]);
+    }
     let md = std::fs::read_to_string(root.join("runner-reports/latest/summary.md")).unwrap();
     assert!(
         md.contains("misconfigured") && md.contains("cargoo test --all"),
@@ -540,5 +547,78 @@ fn a_verdict_is_not_reused_where_the_change_hides_from_the_tree() {
         common::stdout(&out).contains("dirty-tree"),
         "{}",
         common::stdout(&out)
+    );
+}
+
+/// A suspected gate is one command in one repository, with its evidence: a gate that failed
+/// every item of its repository is named with that repository's items only, never lumped with
+/// another repository's gate of the same name; and a gate that passed for an item of its
+/// repository in an earlier run is not suspected on a rerun of the items it halted.
+#[test]
+fn a_suspect_gate_is_one_command_in_one_repository_and_earlier_passes_clear_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for r in ["attrs", "idna", "solo"] {
+        repo(&root.join(r));
+    }
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: evidence\ncapacity: {workers: 1}\nstall: {after: 20}\nrepositories:\n  - path: attrs\n    gates: [{name: test, run: 'grep -q good notes.txt'}]\n  - path: idna\n    gates: [{name: test, run: 'grep -qx good notes.txt'}]\n  - path: solo\n    gates: [{name: test, run: 'grep -q good notes.txt'}]\n\
+         worker: {run: 'echo {item} > notes.txt', attempts: 1}\n\
+         items:\n  - {repo: attrs, id: good}\n  - {repo: attrs, id: bad1}\n  - {repo: attrs, id: bad2}\n  - {repo: idna, id: good}\n  - {repo: idna, id: bad1}\n  - {repo: solo, id: bad1}\n  - {repo: solo, id: bad2}\n",
+    )
+    .unwrap();
+    let suspects = |report: &serde_json::Value| -> Vec<(String, u64, Vec<String>)> {
+        report["suspect_gates"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| {
+                        (
+                            s["repo"].as_str().unwrap_or_default().to_string(),
+                            s["failed"].as_u64().unwrap_or_default(),
+                            strings(&s["halted"]),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (code, err) = apply(root, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let report = latest_report(&root.join("runner-reports"));
+    // `solo`'s gate failed both its items and passed nowhere; `attrs`'s passed for `good`.
+    assert_eq!(
+        suspects(&report),
+        [(
+            "solo".to_string(),
+            2,
+            vec!["solo/bad1".to_string(), "solo/bad2".to_string()]
+        )],
+        "{report:#}"
+    );
+    assert!(
+        err.contains("`test` of `solo`") && err.contains("failed 2 times in this run"),
+        "{err}"
+    );
+    let warned: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("misconfigured"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(!warned[0].contains("attrs"), "{err}");
+    // The rerun runs only the halted items: `attrs`'s and `idna`'s gates passed for an item of
+    // theirs in the run before, which clears them; `solo`'s never passed.
+    let (code, err) = apply(root, &["--rerun", "failed"]);
+    assert_eq!(code, Some(1), "{err}");
+    let report = latest_report(&root.join("runner-reports"));
+    assert_eq!(
+        suspects(&report),
+        [(
+            "solo".to_string(),
+            2,
+            vec!["solo/bad1".to_string(), "solo/bad2".to_string()]
+        )],
+        "{report:#}"
     );
 }

@@ -518,3 +518,190 @@ fn a_refused_model_is_not_resolved_by_a_run_that_started_nothing() {
     let third = notices();
     assert!(third.contains(&resolved("model-refused:opus")), "{third:?}");
 }
+
+/// A URL where nothing listens: a notifier posting there fails at once.
+fn closed_url() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    drop(l);
+    url
+}
+
+fn status_json(root: &Path) -> serde_json::Value {
+    let out = runner()
+        .current_dir(root)
+        .args(["status", "m.yaml", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The webhook down for two cron runs, then back: the notice is owed (and `status` says so,
+/// with the failed tries), then arrives once, counted, naming what could not be sent.
+#[test]
+fn a_notice_no_notifier_took_is_shown_owed_and_arrives_named_when_the_webhook_is_back() {
+    if !tools_here() {
+        return not_run("curl and jq are not installed");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    manifest(
+        root,
+        &format!(
+            "{{run: [{}], timeout: 20s}}",
+            notifier("webhook.sh").display()
+        ),
+    );
+    let down = closed_url();
+    for round in 1..=2u64 {
+        let out = cron_run(root, &down);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "round {round}: {err}");
+        assert!(
+            err.contains("notice of incident `source-unreadable:tracker` was not delivered")
+                && err.contains("the next notice that gets through names it"),
+            "round {round}: {err}"
+        );
+        let st = status_json(root);
+        let owed = st["notices_owed"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{st}"));
+        assert_eq!(owed.len(), 1, "{st}");
+        assert_eq!(owed[0]["cause"], "source-unreadable:tracker");
+        assert_eq!(owed[0]["notice"], "raised");
+        assert_eq!(owed[0]["failed_attempts"], round, "{st}");
+        assert!(owed[0]["failing_since"].is_string(), "{st}");
+        assert!(!st.to_string().contains(TOKEN), "{st}");
+    }
+    let out = runner()
+        .current_dir(root)
+        .args(["status", "m.yaml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("notices owed") && text.contains("no notifier took it: 2 tries since"),
+        "{text}"
+    );
+    // Back: the notice arrives, once, with the runs that saw it and the tries that failed.
+    let hook = Receiver::start(200);
+    let out = cron_run(root, &hook.url);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let got = hook.requests();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let n = got[0].json();
+    assert_eq!(n["notice"], "raised");
+    assert_eq!(n["count"], 3, "{n}");
+    assert_eq!(n["failed_attempts"], 2, "{n}");
+    assert_eq!(n["undelivered"]["count"], 1, "{n}");
+    assert_eq!(
+        n["undelivered"]["notices"][0]["cause"],
+        "source-unreadable:tracker"
+    );
+    assert_eq!(n["undelivered"]["notices"][0]["attempts"], 2, "{n}");
+    assert!(!got[0].body.contains(TOKEN));
+    let f = root.join("notice.json");
+    std::fs::write(&f, &got[0].body).unwrap();
+    validates("incident", &[f]);
+    assert!(
+        status_json(root).get("notices_owed").is_none(),
+        "nothing is owed once it went out"
+    );
+    // The cause clears: its `resolved` notice names nothing more.
+    std::fs::write(root.join("fixed"), "").unwrap();
+    let out = cron_run(root, &hook.url);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let got = hook.requests();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let r = got[1].json();
+    assert_eq!(r["notice"], "resolved");
+    assert!(
+        r.get("undelivered").is_none() && r.get("failed_attempts").is_none(),
+        "{r}"
+    );
+}
+
+/// A notice the notifier cannot take goes to the fallbacks, in order: a failing one is passed,
+/// a file takes it. When none can, it is owed as before.
+#[test]
+fn a_notice_the_notifier_cannot_take_goes_to_its_fallbacks_in_order() {
+    if !tools_here() {
+        return not_run("curl and jq are not installed");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    manifest(
+        root,
+        &format!(
+            "{{run: [{}], fallback: [{{run: 'echo mail relay refused >&2; exit 3', timeout: 5s}}, {{file: notices/owed.jsonl}}]}}",
+            notifier("webhook.sh").display()
+        ),
+    );
+    let out = cron_run(root, &closed_url());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("went to fallback 2 (file `notices/owed.jsonl`)")
+            && err.contains("fallback 1 (a notifier): it failed (exit 3): mail relay refused"),
+        "{err}"
+    );
+    let file = root.join("notices/owed.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let n: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(
+        (n["notice"].as_str(), n["cause"].as_str()),
+        (Some("raised"), Some("source-unreadable:tracker"))
+    );
+    assert!(!text.contains(TOKEN), "{text}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().mode() & 0o777, 0o600);
+    assert!(status_json(root).get("notices_owed").is_none());
+    // Where the file cannot be written either, the notice is owed, and the next that gets
+    // through names it.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(root.join("fixed"), "").unwrap();
+    let out = cron_run(root, &closed_url());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("was not delivered"), "{err}");
+    let st = status_json(root);
+    assert_eq!(st["notices_owed"][0]["notice"], "resolved", "{st}");
+    std::fs::remove_dir(&file).unwrap();
+    let out = cron_run(root, &closed_url());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let n: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(n["notice"], "resolved");
+    assert_eq!(n["failed_attempts"], 1, "{n}");
+    assert_eq!(n["undelivered"]["notices"][0]["notice"], "resolved", "{n}");
+}
+
+/// A fallback is one notifier or one file, checked before anything runs.
+#[test]
+fn a_fallback_that_is_neither_or_both_is_named_by_validate() {
+    for (fallback, says) in [
+        ("[{file: a.jsonl, run: [true]}]", "not both"),
+        ("[{timeout: 5s}]", "a fallback needs `run`"),
+        ("[{file: a.jsonl, timeout: 5s}]", "a file has none"),
+        ("[{mail: ops}]", "unknown key `mail`"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        manifest(root, &format!("{{run: [true], fallback: {fallback}}}"));
+        let out = runner()
+            .current_dir(root)
+            .args(["validate", "m.yaml"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{fallback}: {err}");
+        assert!(
+            err.contains(says) && err.contains("notify.fallback[0]"),
+            "{fallback}: {err}"
+        );
+    }
+}

@@ -356,7 +356,7 @@ fn postgres_runners_starting_together_migrate_once() {
             &url,
             "SELECT string_agg(version::text, ',' ORDER BY version) FROM runner_migrations"
         ),
-        "1,2,3,4,5,6,7",
+        "1,2,3,4,5,6,7,8",
         "each migration applied once"
     );
 }

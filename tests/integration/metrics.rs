@@ -148,3 +148,51 @@ fn metrics_that_cannot_be_written_fail_the_run_loudly() {
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("the metrics were not written to"), "{err}");
 }
+
+/// A model its provider refused and a notice no notifier took are in the metrics, as they are in
+/// the incidents the ledger keeps.
+#[test]
+fn a_refused_model_and_an_undelivered_notice_are_in_the_metrics() {
+    if !have(
+        "python3 with prometheus_client (pip install prometheus_client)",
+        Command::new("python3").args(["-c", "import prometheus_client"]),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    repo(&root.join("api"));
+    let worker = r#"if [ "$RUNNER_MODEL" = opus ]; then echo 'Error: 401 invalid x-api-key' >&2; exit 77; fi"#;
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: monitored\nrepositories: [{{path: api}}]\nmodels: {{primary: opus, fallbacks: [sonnet]}}\nworker:\n  run: {}\nnotify: {{run: 'echo relay down >&2; exit 1'}}\nreports: {{metrics: runner.prom}}\nitems: [{{repo: api, id: a}}]\n",
+            serde_json::to_string(worker).unwrap()
+        ),
+    )
+    .unwrap();
+    let (before, _) = metrics_of(root);
+    assert_eq!(
+        before["runner_model_refused"]["samples"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        sample(&before, "runner_notices_owed", &[("failed", "true")]),
+        Some(0.0),
+        "{before:#}"
+    );
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert!(err.contains("was not delivered"), "{err}");
+    let m = parsed(&std::fs::read_to_string(root.join("runner.prom")).unwrap());
+    assert_eq!(
+        sample(&m, "runner_model_refused", &[("model", "opus")]),
+        Some(1.0),
+        "{m:#}"
+    );
+    assert_eq!(
+        sample(&m, "runner_notices_owed", &[("failed", "true")]),
+        Some(1.0),
+        "{m:#}"
+    );
+}

@@ -150,3 +150,81 @@ fn a_run_alone_never_waits_for_its_own_host_slots() {
         full.len()
     );
 }
+
+/// Two overlapping drains of one manifest: while the second's item waits for the repository's
+/// lease the first holds, its progress says whose, and `status` lists the wait with the holder.
+#[test]
+fn an_item_waiting_for_a_lease_says_whose_in_progress_and_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    common::repo(&root.join("api"));
+    let release = root.join("release");
+    std::fs::write(
+        root.join("m.yaml"),
+        format!(
+            "version: 1\nname: overlap\ncapacity: {{workers: 2}}\nrepositories: [{{path: api}}]\nworker:\n  run: 'touch {}/started-{{item}}; while [ ! -e {} ]; do sleep 0.1; done'\nitems: [{{repo: api, id: x}}, {{repo: api, id: y}}]\n",
+            root.display(),
+            release.display()
+        ),
+    )
+    .unwrap();
+    let spawn = |log: &str| {
+        common::runner()
+            .current_dir(root)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(root.join(log)).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn("first.log");
+    assert!(common::wait_for(20, || root.join("started-x").exists()));
+    let mut second = spawn("second.log");
+    let status = || {
+        let out = common::runner()
+            .current_dir(root)
+            .args(["status", "m.yaml", "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let mut seen = serde_json::Value::Null;
+    let waited = common::wait_for(20, || {
+        seen = status();
+        seen["waiting_for_lease"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty())
+    });
+    std::fs::write(&release, "").unwrap();
+    let (a, b) = (first.wait().unwrap(), second.wait().unwrap());
+    let first_log = std::fs::read_to_string(root.join("first.log")).unwrap();
+    let second_log = std::fs::read_to_string(root.join("second.log")).unwrap();
+    assert!(
+        waited,
+        "status never listed the wait: {seen:#}\n{second_log}"
+    );
+    let first_run = first_log
+        .lines()
+        .find_map(|l| l.strip_prefix("runner: run "))
+        .and_then(|l| l.split(':').next())
+        .unwrap()
+        .to_string();
+    let w = &seen["waiting_for_lease"][0];
+    assert_eq!(w["repo"], "api", "{seen:#}");
+    assert_eq!(w["item"], "y", "{seen:#}");
+    assert!(
+        w["holder"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&first_run),
+        "{seen:#}"
+    );
+    assert!(
+        second_log.lines().any(
+            |l| l.contains("api/y waits for its repository's lease, held by")
+                && l.contains(&first_run)
+        ),
+        "{second_log}"
+    );
+    assert!(a.success() && b.success(), "{first_log}\n{second_log}");
+}

@@ -79,5 +79,7 @@ fn incident_row(r: &::postgres::Row) -> IncidentRow {
         count: r.get::<_, i32>(5).max(0) as u32,
         owed: r.get(6),
         resolved_at: r.get(7),
+        failures: r.get::<_, i32>(8).max(0) as u32,
+        failed_since: r.get(9),
     }
 }

@@ -339,8 +339,12 @@ impl Ledger for PgLedger {
             .map(|n| n == 1)
     }
 
-    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<()> {
-        super::incidents::execute(self, incident_sql::OWE, &[manifest, cause, owed]).map(drop)
+    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str, at: &str) -> Result<()> {
+        super::incidents::execute(self, incident_sql::OWE, &[manifest, cause, owed, at]).map(drop)
+    }
+
+    fn notice_sent(&mut self, manifest: &str, cause: &str) -> Result<()> {
+        super::incidents::execute(self, incident_sql::SENT, &[manifest, cause]).map(drop)
     }
 
     fn forget_incident(&mut self, manifest: &str, cause: &str) -> Result<()> {
@@ -605,6 +609,19 @@ impl Ledger for PgLedger {
         Ok(self
             .latest_event(run_id, repo, item)?
             .and_then(|(at, body)| waiting_of(&at, &body)))
+    }
+
+    fn lease_waits(&self, id: &str) -> Result<Vec<crate::ledger::LeaseWait>> {
+        let id = id.to_string();
+        let rows = self.call(move |s| {
+            let sql = crate::ledger::LEASE_WAITS_SQL.replace("FIRST_EVENT", "");
+            Ok(s.client
+                .query(&sql, &[&id])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect())
+        })?;
+        Ok(crate::ledger::lease_waits_of(rows))
     }
 
     /// Items the latest run of `manifest` held at plan time.

@@ -135,6 +135,11 @@ CREATE TABLE spend (
     PRIMARY KEY (manifest, day)
 );
 "#,
+    // A notice no notifier took: how many deliveries failed, since when (`notify.fallback`).
+    r#"
+ALTER TABLE incidents ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE incidents ADD COLUMN failed_since TEXT;
+"#,
 ];
 /// The key of the advisory lock that serialises migrations.
 pub(super) const MIGRATION_LOCK: i64 = 0x7275_6e6e_6572_0001;

@@ -307,8 +307,13 @@ impl Ledger for SqliteLedger {
         Ok(self.write(&lite(incident_sql::TAKE), params![manifest, cause, owed])? == 1)
     }
 
-    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str) -> Result<()> {
-        self.write(&lite(incident_sql::OWE), params![manifest, cause, owed])?;
+    fn owe_notice(&mut self, manifest: &str, cause: &str, owed: &str, at: &str) -> Result<()> {
+        self.write(&lite(incident_sql::OWE), params![manifest, cause, owed, at])?;
+        Ok(())
+    }
+
+    fn notice_sent(&mut self, manifest: &str, cause: &str) -> Result<()> {
+        self.write(&lite(incident_sql::SENT), params![manifest, cause])?;
         Ok(())
     }
 
@@ -540,6 +545,17 @@ impl Ledger for SqliteLedger {
             .optional()
             .map_err(|e| self.err(e))?;
         Ok(latest.and_then(|(at, body)| crate::ledger::waiting_of(&at, &body)))
+    }
+
+    fn lease_waits(&self, id: &str) -> Result<Vec<crate::ledger::LeaseWait>> {
+        let sql = lite(crate::ledger::LEASE_WAITS_SQL).replace(
+            "FIRST_EVENT",
+            "AND e.rowid > coalesce((SELECT first_event FROM runs WHERE id = ?1), 0)",
+        );
+        let rows = self.rows(&sql, [id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
+        Ok(crate::ledger::lease_waits_of(rows))
     }
 
     /// Items whose last result in their latest run is `held`, with reason and cause.
@@ -833,6 +849,8 @@ fn incident_row(r: &rusqlite::Row) -> rusqlite::Result<IncidentRow> {
         count: r.get(5)?,
         owed: r.get(6)?,
         resolved_at: r.get(7)?,
+        failures: r.get(8)?,
+        failed_since: r.get(9)?,
     })
 }
 

@@ -176,4 +176,9 @@ CREATE TABLE spend (
     PRIMARY KEY (manifest, day)
 );
 "#,
+    // A notice no notifier took: how many deliveries failed, since when (`notify.fallback`).
+    r#"
+ALTER TABLE incidents ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE incidents ADD COLUMN failed_since TEXT;
+"#,
 ];

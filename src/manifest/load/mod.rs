@@ -10,6 +10,7 @@
 mod after;
 mod checks;
 mod items;
+mod notify;
 mod read;
 mod repositories;
 mod sandbox;
@@ -332,7 +333,8 @@ const SOURCE_KEYS: &[&str] = &[
 ];
 const ENV_KEYS: &[&str] = &["pass", "secrets", "roles"];
 const STALL_KEYS: &[&str] = &["after"];
-const NOTIFY_KEYS: &[&str] = &["run", "timeout"];
+const NOTIFY_KEYS: &[&str] = &["run", "timeout", "fallback"];
+const NOTIFY_FALLBACK_KEYS: &[&str] = &["run", "timeout", "file"];
 const REPORTS_KEYS: &[&str] = &["dir", "formats", "keep", "metrics"];
 const KEEP_KEYS: &[&str] = &["runs", "days"];
 
@@ -355,6 +357,7 @@ pub const KEYS_BY_DEFINITION: &[(&str, &[&str])] = &[
     ("EnvPolicy", ENV_KEYS),
     ("Stall", STALL_KEYS),
     ("Notify", NOTIFY_KEYS),
+    ("NotifyFallback", NOTIFY_FALLBACK_KEYS),
     ("Reports", REPORTS_KEYS),
     ("WorktreePrep", WORKTREE_KEYS),
     ("Sandbox", SANDBOX_KEYS),

@@ -178,18 +178,6 @@ impl Cx {
             .then_some(budget)
     }
 
-    /// `notify`: the command told of incidents, and its time limit.
-    fn notify(&mut self, n: &Node) -> Option<Notify> {
-        let s = self.map(n, "notify", NOTIFY_KEYS)?;
-        let run = self
-            .required(&s, "notify", "run")
-            .and_then(|c| self.command(c, "notify.run"));
-        let timeout = s
-            .get("timeout")
-            .and_then(|t| self.duration(t, "notify.timeout", false));
-        Some(Notify { run: run?, timeout })
-    }
-
     /// `worktree` (top level, or a repository's): setup, its timeout, paths to share.
     pub(super) fn worktree(&mut self, node: &Node, path: &str) -> Option<WorktreePrep> {
         let m = self.map(node, path, WORKTREE_KEYS)?;
