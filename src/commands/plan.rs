@@ -55,6 +55,19 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         // No ledger yet: quarantines kept with the repositories still hold.
         None => Ok(Standing::none()),
     };
+    // What a run killed mid-item left in a repository's own checkout, proven its own: `apply`
+    // saves it and resets the checkout, so its items are pending (nothing is touched here).
+    if let Some(l) = &ledger {
+        for (repo, p) in crate::engine::inplace::adopt(
+            &mut plan,
+            |run| !matches!(l.run(run), Ok(Some(r)) if r.status() != crate::ledger::RunStatus::Ended),
+        ) {
+            ui.warn(format_args!(
+                "`{repo}`: run `{}` died while its item `{}` worked in the repository's own checkout; `apply` saves what it left uncommitted as a patch and resets the checkout",
+                p.run_id, p.item
+            ));
+        }
+    }
     match standing {
         Ok(s) => s.lay_over(&mut plan, args.rerun, true),
         Err(e) => {

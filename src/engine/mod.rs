@@ -19,6 +19,7 @@ pub mod confine;
 mod drain;
 pub(crate) mod guard;
 pub mod health;
+pub(crate) mod inplace;
 pub mod item;
 pub mod preflight;
 pub mod publish;

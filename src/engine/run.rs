@@ -137,6 +137,10 @@ pub struct RunCx {
     pub baselines: std::sync::Mutex<HashMap<String, super::item::Baseline>>,
     /// The worktree each repository keeps between its items.
     pub(crate) spares: super::item::Spares,
+    /// Repositories whose own checkout holds what a dead run's in-place item left, proven its
+    /// own when the run was planned: by repository, that run. The first in-place item of the
+    /// repository proves it again under the lease, saves it as a patch and resets the checkout.
+    pub(crate) dead_leftovers: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// How the drain ended.

@@ -226,6 +226,37 @@ pub(crate) fn uncommitted_under(
         .collect())
 }
 
+/// The paths (relative to the top of `dir`) whose content differs from HEAD: changed, staged,
+/// deleted or untracked, not ignored.
+pub(crate) fn changed_paths(dir: &Path) -> Result<Vec<String>, GitError> {
+    let out = run(
+        dir,
+        &[
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+        ],
+    )?;
+    if !out.status.success() {
+        return Err(failed("status", dir, &out));
+    }
+    let mut paths = Vec::new();
+    for entry in out.stdout.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+        // A name that is not UTF-8 is not passed over: it fails the caller's proof.
+        let Some(path) = std::str::from_utf8(entry).ok().and_then(|e| e.get(3..)) else {
+            return Err(GitError::Failed {
+                args: "status".into(),
+                dir: dir.display().to_string(),
+                stderr: "it named a path that is not UTF-8".into(),
+            });
+        };
+        paths.push(path.to_string());
+    }
+    Ok(paths)
+}
+
 /// Whether the working tree has uncommitted changes (tracked or untracked).
 pub(crate) fn is_dirty(dir: &Path) -> Result<bool, GitError> {
     let text = checked(dir, &["status", "--porcelain", "--untracked-files=normal"])?;

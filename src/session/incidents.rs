@@ -233,7 +233,11 @@ pub(crate) fn seen(end: &RunEnd) -> (Vec<Seen>, Vec<&'static str>) {
                 summary: format!(
                     "repository `{}` is quarantined (run `{run}`): {}; `runner unlock` lifts it",
                     repo.name,
-                    crate::support::text::printable(reason)
+                    crate::support::text::printable(
+                        reason
+                            .strip_prefix(&format!("repository `{}`: ", repo.name))
+                            .unwrap_or(reason)
+                    )
                 ),
                 repositories: vec![repo.name.clone()],
                 items: Vec::new(),

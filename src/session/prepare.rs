@@ -449,13 +449,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let standing = Standing::read(&ledger, &loaded.manifest.name)
         .map_err(internal)?
         .with_pulls(&loaded, &plan, Some(&ledger));
-    // Against a shared ledger, an item another runner claimed is left to admission, which waits
-    // for that runner's repository lock and takes the claim over if its runner stops.
-    standing.lay_over(&mut plan, opts.rerun, !ledger.is_shared());
-    take_moved_heads(&loaded, &mut plan);
-    if let Err(e) = estimate(&mut plan, workers, Some(&ledger)) {
-        ui.warn(format_args!("items start in plan order: {e}"));
-    }
+    let dead_leftovers = settle_plan(ui, &mut plan, &ledger, &standing, &loaded, &opts, workers);
 
     let run_id = new_run_id();
     // How each item's processes are kept together: a cgroup each where the machine allows it.
@@ -544,6 +538,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     drop(ledger);
     let cx = Arc::new(RunCx {
         spares: crate::engine::item::Spares::new(&plan),
+        dead_leftovers: std::sync::Mutex::new(dead_leftovers),
         gate_timeouts,
         loaded,
         plan,
@@ -569,6 +564,52 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
             .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
     });
     Ok(Session { cx, sink, opts })
+}
+
+/// The plan as this run will drain it: what a run killed mid-item left in a repository's own
+/// checkout, proven its own, taken over (saved and reset by this run, rather than its items held
+/// `dirty-tree`: by repository, that run); the ledger's standing laid over it — against a
+/// shared ledger, an item another runner claimed is left to admission, which waits for that
+/// runner's repository lock and takes the claim over if its runner stops —; work branches
+/// moved on their remote taken; and the order estimated.
+fn settle_plan(
+    ui: &Ui,
+    plan: &mut Plan,
+    ledger: &Store,
+    standing: &Standing,
+    loaded: &LoadedManifest,
+    opts: &Options,
+    workers: u32,
+) -> HashMap<String, String> {
+    let dead = dead_leftovers(ui, plan, ledger);
+    standing.lay_over(plan, opts.rerun, !ledger.is_shared());
+    take_moved_heads(loaded, plan);
+    if let Err(e) = estimate(plan, workers, Some(ledger)) {
+        ui.warn(format_args!("items start in plan order: {e}"));
+    }
+    dead
+}
+
+/// The repositories whose own checkout holds only what a run killed mid-item left there
+/// (`engine::inplace`), said, with that run: their items held `dirty-tree` are pending.
+fn dead_leftovers(ui: &Ui, plan: &mut Plan, ledger: &Store) -> HashMap<String, String> {
+    let proven = crate::engine::inplace::adopt(
+        plan,
+        |run| !matches!(ledger.run(run), Ok(Some(r)) if r.status() != crate::ledger::RunStatus::Ended),
+    );
+    proven
+        .into_iter()
+        .map(|(repo, p)| {
+            ui.warn(format_args!(
+                "`{repo}`: run `{}` died while its item `{}` worked in the repository's own checkout; what it left uncommitted ({} path{}) is saved as a patch and the checkout reset before this run's first item there",
+                p.run_id,
+                p.item,
+                p.paths.len(),
+                if p.paths.len() == 1 { "" } else { "s" }
+            ));
+            (repo, p.run_id)
+        })
+        .collect()
 }
 
 /// How items are confined: refused (exit 2) where `required` cannot be had, what is missing

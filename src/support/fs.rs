@@ -31,6 +31,17 @@ pub(crate) fn write_atomic_with(
     Ok(())
 }
 
+/// [`write_atomic`], then synced to the disk with its folder: for what is saved before the
+/// only other copy is removed (an uncommitted edit before its checkout is reset).
+pub(crate) fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new().tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    File::open(dir)?.sync_all()
+}
+
 /// Open `path` without waiting, and only when it is a regular file: a FIFO or a device put in a
 /// file's place (a hostile checkout's `.git`) is refused at once, never waited on — an open for
 /// reading or writing of a FIFO nobody else has open would wait for ever, on the event loop.

@@ -584,19 +584,19 @@ fn a_suspect_gate_is_one_command_in_one_repository_and_earlier_passes_clear_it()
             })
             .unwrap_or_default()
     };
+    // `solo`'s gate, the only suspect: failed twice, halting both its items.
+    let solo = || {
+        vec![(
+            "solo".to_string(),
+            2,
+            vec!["solo/bad1".to_string(), "solo/bad2".to_string()],
+        )]
+    };
     let (code, err) = apply(root, &[]);
     assert_eq!(code, Some(1), "{err}");
     let report = latest_report(&root.join("runner-reports"));
     // `solo`'s gate failed both its items and passed nowhere; `attrs`'s passed for `good`.
-    assert_eq!(
-        suspects(&report),
-        [(
-            "solo".to_string(),
-            2,
-            vec!["solo/bad1".to_string(), "solo/bad2".to_string()]
-        )],
-        "{report:#}"
-    );
+    assert_eq!(suspects(&report), solo(), "{report:#}");
     assert!(
         err.contains("`test` of `solo`") && err.contains("failed 2 times in this run"),
         "{err}"
@@ -612,13 +612,5 @@ fn a_suspect_gate_is_one_command_in_one_repository_and_earlier_passes_clear_it()
     let (code, err) = apply(root, &["--rerun", "failed"]);
     assert_eq!(code, Some(1), "{err}");
     let report = latest_report(&root.join("runner-reports"));
-    assert_eq!(
-        suspects(&report),
-        [(
-            "solo".to_string(),
-            2,
-            vec!["solo/bad1".to_string(), "solo/bad2".to_string()]
-        )],
-        "{report:#}"
-    );
+    assert_eq!(suspects(&report), solo(), "{report:#}");
 }

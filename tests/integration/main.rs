@@ -27,6 +27,7 @@ mod hostile;
 mod incidents;
 mod init;
 mod junit;
+mod killed_in_place;
 mod ledger;
 mod ledger_backends;
 mod loader_never_panics;

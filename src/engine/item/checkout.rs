@@ -46,7 +46,7 @@ pub(super) async fn prepare(
             shared: Vec::new(),
             unshared: Vec::new(),
             dir: repo.path.clone(),
-            leftovers: None,
+            leftovers: take_dead_leftovers(cx, repo).await?,
             backup: None,
         });
     };
@@ -138,6 +138,53 @@ pub(super) async fn prepare(
             leftovers,
             backup,
         })
+    })
+    .await
+    .map_err(|e| Prepared::Failed(e.into()))?
+}
+
+/// What a dead run's in-place item left in the repository's own checkout, when planning proved
+/// it that run's (`plan::inplace`): proven again now, under this run's lease and with the dead
+/// run's processes ended, saved durably as a patch in this run's report folder, the checkout
+/// reset to HEAD and the marker removed. A change no longer proven the dead run's holds the item
+/// `dirty-tree`, the checkout untouched.
+async fn take_dead_leftovers(cx: &RunCx, repo: &RepoPlan) -> Result<Option<PathBuf>, Prepared> {
+    let dead = cx
+        .dead_leftovers
+        .lock()
+        .ok()
+        .and_then(|mut d| d.remove(&repo.name));
+    let (Some(dead), Some(common)) = (dead, repo.common_dir.clone()) else {
+        return Ok(None);
+    };
+    let dir = repo.path.clone();
+    let folder = cx.run_dir.join("leftovers").join(&repo.name);
+    tokio::task::spawn_blocking(move || {
+        let proven = crate::engine::inplace::still_proven(&dir, &common, &dead).map_err(|why| {
+            Prepared::Held(
+                "dirty-tree",
+                format!("the checkout holds uncommitted changes not proven run `{dead}`'s: {why}"),
+            )
+        })?;
+        let failed = |e: git::GitError| Prepared::Failed(e.into());
+        let patch = git::leftovers_patch(&dir).map_err(failed)?;
+        let path = folder.join(format!("{}.patch", proven.item));
+        std::fs::create_dir_all(&folder)
+            .and_then(|()| crate::support::fs::write_durable(&path, patch.as_bytes()))
+            .map_err(|e| {
+                Prepared::Held(
+                    "environment",
+                    format!(
+                        "cannot save what run `{dead}` left in `{}` to `{}`: {e}; the checkout is left as it was",
+                        dir.display(),
+                        path.display()
+                    ),
+                )
+            })?;
+        git::reset_worktree(&dir).map_err(failed)?;
+        crate::engine::inplace::unmark(&common);
+        tracing::info!(run = %dead, item = %proven.item, paths = proven.paths.len(), patch = %path.display(), "a dead run's in-place leftovers are saved and the checkout reset");
+        Ok(Some(path))
     })
     .await
     .map_err(|e| Prepared::Failed(e.into()))?

@@ -145,7 +145,27 @@ pub(crate) async fn run_item(
         held.tree_gone = tree_gone;
         return held;
     }
+    // In the repository's own checkout, a marker says the item works here from now: should
+    // this run die, the next knows what it finds uncommitted is this item's (plan::inplace).
+    let marked = match (&item.branch, &icx.anchor, &repo.common_dir) {
+        (None, Some(a), Some(common)) => {
+            let marker = crate::engine::inplace::Marker {
+                run_id: cx.run_id.clone(),
+                repo: repo.name.clone(),
+                item: item.id.clone(),
+                head: a.start.clone(),
+            };
+            crate::engine::inplace::mark(common, &marker)
+                .map_err(|e| tracing::debug!(error = %e, "the in-place marker was not written"))
+                .ok()
+                .map(|()| common.clone())
+        }
+        _ => None,
+    };
     let run = attempts(&icx).await;
+    if let Some(common) = marked {
+        crate::engine::inplace::unmark(&common);
+    }
     if let Some(rules) = &icx.rules {
         let _ = crate::support::fs::empty_dir(&rules.tmp);
     }
