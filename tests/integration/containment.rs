@@ -155,13 +155,19 @@ fn each_item_runs_in_a_cgroup_of_its_own_and_status_says_so() {
         status.contains("processes contained by cgroup ("),
         "{status}"
     );
-    for pid in processes_matching("sleep 7304") {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-    }
+    // The worker's shell and its `sleep` both name `sleep 7304`, and the shell ends when the
+    // sleep does: a pid listed may be gone by its turn.
+    let signalled = processes_matching("sleep 7304")
+        .into_iter()
+        .filter(|&pid| {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .is_ok()
+        })
+        .count();
+    assert!(signalled > 0, "no worker was signalled");
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let log = worker_log(dir.path());
