@@ -360,7 +360,9 @@ items: [{{repo: c, id: t1}}, {{repo: c, id: t2}}]
 
 /// An item reads what it wrote in its private `TMPDIR` (and in its worktree), though the
 /// workspace holding them did not exist before the run: the layer hiding the ledger beside it
-/// grants what exists when it is made, so the run makes the workspace first.
+/// grants what exists when it is made, so the run makes the workspace first. (The reader of the
+/// FIFO is the worker's own background job, waited for: started in a subshell, it could still
+/// be writing `seen.txt` when the worker ended and its work was committed.)
 #[test]
 fn an_item_reads_back_what_it_wrote_in_a_workspace_made_by_its_run() {
     if !kernel_confines() {
@@ -371,7 +373,7 @@ fn an_item_reads_back_what_it_wrote_in_a_workspace_made_by_its_run() {
     repo(&r.join("a"));
     std::fs::write(
         r.join("m.yaml"),
-        "version: 1\nname: fresh\nrepositories: [{path: a}]\nworker:\n  run: 'echo tmp > \"$TMPDIR/x\" && cat \"$TMPDIR/x\" && mkfifo \"$TMPDIR/p\" && (cat \"$TMPDIR/p\" > seen.txt &) && echo piped > \"$TMPDIR/p\" && wait'\nitems: [{repo: a, id: in-place}, {repo: a, id: in-worktree, branch: runner/w}]\nsandbox: {mode: required}\n",
+        "version: 1\nname: fresh\nrepositories: [{path: a}]\nworker:\n  run: 'echo tmp > \"$TMPDIR/x\" && cat \"$TMPDIR/x\" && mkfifo \"$TMPDIR/p\"; cat \"$TMPDIR/p\" > seen.txt & echo piped > \"$TMPDIR/p\" && wait'\nitems: [{repo: a, id: in-place}, {repo: a, id: in-worktree, branch: runner/w}]\nsandbox: {mode: required}\n",
     )
     .unwrap();
     assert!(!r.join(".runner").exists());
