@@ -14,7 +14,7 @@
 //! - HEAD is still the marker's commit;
 //! - every changed path (tracked or untracked, not ignored) changed after the marker was
 //!   written: its change time, which nobody can set back, is no earlier than the marker's (a
-//!   deleted path: its folder's).
+//!   deleted path: the nearest folder above it still there).
 //!
 //! Anything else — a change older than the marker, a moved HEAD, a holder that may live — is not
 //! proven the run's, and the checkout stays `dirty-tree` for a person to look at.
@@ -151,8 +151,8 @@ fn changed_since(dir: &Path, marker: Marker, since: (i64, i64)) -> Result<Proven
         let path = dir.join(p);
         let stamp = match std::fs::symlink_metadata(&path) {
             Ok(m) => (m.ctime(), m.ctime_nsec()),
-            // Deleted: its folder changed when it went.
-            Err(_) => match std::fs::symlink_metadata(parent_in(dir, &path)) {
+            // Deleted: the nearest folder still there changed when it (or its folder) went.
+            Err(_) => match std::fs::symlink_metadata(standing_folder(dir, &path)) {
                 Ok(m) => (m.ctime(), m.ctime_nsec()),
                 Err(e) => return Err(format!("`{p}` cannot be looked at: {e}")),
             },
@@ -171,10 +171,13 @@ fn changed_since(dir: &Path, marker: Marker, since: (i64, i64)) -> Result<Proven
     })
 }
 
-/// The folder of `path`, or the checkout's top when it has none within it.
-fn parent_in(top: &Path, path: &Path) -> PathBuf {
-    path.parent()
-        .filter(|p| p.starts_with(top))
+/// The nearest folder above `path` that is still there, within the checkout `top` (`top`
+/// itself at the most).
+fn standing_folder(top: &Path, path: &Path) -> PathBuf {
+    path.ancestors()
+        .skip(1)
+        .take_while(|a| a.starts_with(top))
+        .find(|a| a.is_dir())
         .map_or_else(|| top.to_path_buf(), Path::to_path_buf)
 }
 

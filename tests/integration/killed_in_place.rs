@@ -8,18 +8,20 @@ use crate::common;
 use common::{commit_file, git, repo, run_in, stderr, wait_for};
 use std::path::Path;
 
-/// A repository `api` with `gone.txt` committed, and a manifest whose in-place item `fix`
-/// appends to the README, adds a file and removes one — then, on its first run, hangs.
+/// A repository `api` with `gone.txt` and `old/deep/x.txt` committed, and a manifest whose
+/// in-place item `fix` appends to the README, adds a file, removes one and a whole folder —
+/// then, on its first run, hangs.
 fn cut_short(root: &Path, sleep: &str) {
     let api = repo(&root.join("api"));
     commit_file(&api, "gone.txt", "soon gone\n");
+    commit_file(&api, "old/deep/x.txt", "a whole folder, soon gone\n");
     let again = root.join("again");
     // `sleep N` shows only once the edits are made (the script's own command line does not name
     // it); each test sleeps its own N.
     std::fs::write(
         root.join("work.sh"),
         format!(
-            "echo edit >> README.md; echo new > added.txt; rm -f gone.txt; test -e {} && exit 0; exec {sleep}\n",
+            "echo edit >> README.md; echo new > added.txt; rm -f gone.txt; rm -rf old; test -e {} && exit 0; exec {sleep}\n",
             again.display()
         ),
     )
@@ -71,7 +73,7 @@ fn a_killed_in_place_items_edit_is_saved_the_checkout_reset_and_the_item_run() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
         err.contains("died while its item `fix` worked in the repository's own checkout")
-            && err.contains("3 paths"),
+            && err.contains("4 paths"),
         "{err}"
     );
     assert!(
@@ -82,7 +84,10 @@ fn a_killed_in_place_items_edit_is_saved_the_checkout_reset_and_the_item_run() {
     let patch = walk_for(&root.join("runner-reports"), "fix.patch").expect("a patch saved");
     let text = std::fs::read_to_string(&patch).unwrap();
     assert!(
-        text.contains("+edit") && text.contains("added.txt") && text.contains("gone.txt"),
+        text.contains("+edit")
+            && text.contains("added.txt")
+            && text.contains("gone.txt")
+            && text.contains("old/deep/x.txt"),
         "{text}"
     );
     // The checkout was reset before the item ran again: one edit, not two, and committed.
