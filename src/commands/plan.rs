@@ -58,10 +58,7 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     // What a run killed mid-item left in a repository's own checkout, proven its own: `apply`
     // saves it and resets the checkout, so its items are pending (nothing is touched here).
     if let Some(l) = &ledger {
-        for (repo, p) in crate::engine::inplace::adopt(
-            &mut plan,
-            |run| !matches!(l.run(run), Ok(Some(r)) if r.status() != crate::ledger::RunStatus::Ended),
-        ) {
+        for (repo, p) in crate::engine::inplace::adopt(&mut plan, |run| l.ended_or_unknown(run)) {
             ui.warn(format_args!(
                 "`{repo}`: run `{}` died while its item `{}` worked in the repository's own checkout; `apply` saves what it left uncommitted as a patch and resets the checkout",
                 p.run_id, p.item

@@ -214,47 +214,49 @@ pub(crate) fn uncommitted_under(
         "--",
     ];
     args.extend(roots.iter().filter(|r| !r.is_empty()).map(String::as_str));
-    let out = run(dir, &args)?;
+    Ok(status_z(dir, &args)?
+        .into_iter()
+        .filter_map(|p| String::from_utf8(p).ok())
+        .collect())
+}
+
+/// The paths `git status --porcelain=v1 -z` (with `args`) names, as bytes: each entry without
+/// its two status letters and space.
+fn status_z(dir: &Path, args: &[&str]) -> Result<Vec<Vec<u8>>, GitError> {
+    let out = run(dir, args)?;
     if !out.status.success() {
         return Err(failed("status", dir, &out));
     }
     Ok(out
         .stdout
         .split(|b| *b == 0)
-        .filter_map(|entry| Some(std::str::from_utf8(entry).ok()?.get(3..)?.to_string()))
+        .filter_map(|entry| entry.get(3..))
         .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
         .collect())
 }
 
 /// The paths (relative to the top of `dir`) whose content differs from HEAD: changed, staged,
 /// deleted or untracked, not ignored.
 pub(crate) fn changed_paths(dir: &Path) -> Result<Vec<String>, GitError> {
-    let out = run(
-        dir,
-        &[
-            "status",
-            "--porcelain=v1",
-            "-z",
-            "--untracked-files=all",
-            "--no-renames",
-        ],
-    )?;
-    if !out.status.success() {
-        return Err(failed("status", dir, &out));
-    }
-    let mut paths = Vec::new();
-    for entry in out.stdout.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+    let args = [
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--no-renames",
+    ];
+    status_z(dir, &args)?
+        .into_iter()
         // A name that is not UTF-8 is not passed over: it fails the caller's proof.
-        let Some(path) = std::str::from_utf8(entry).ok().and_then(|e| e.get(3..)) else {
-            return Err(GitError::Failed {
+        .map(|p| {
+            String::from_utf8(p).map_err(|_| GitError::Failed {
                 args: "status".into(),
                 dir: dir.display().to_string(),
                 stderr: "it named a path that is not UTF-8".into(),
-            });
-        };
-        paths.push(path.to_string());
-    }
-    Ok(paths)
+            })
+        })
+        .collect()
 }
 
 /// Whether the working tree has uncommitted changes (tracked or untracked).

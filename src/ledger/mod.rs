@@ -623,6 +623,11 @@ pub trait Ledger: History {
     fn live_claims_of(&self, manifest: &str) -> Result<Vec<(ItemKey, String)>>;
     /// Whether `run_id` is a run of this ledger whose process still lives.
     fn run_is_live(&self, run_id: &str) -> Result<bool>;
+    /// Whether run `run_id` recorded its end — or cannot be shown not to have: a run this
+    /// ledger does not know, or a ledger that cannot be read, counts as ended.
+    fn ended_or_unknown(&self, run_id: &str) -> bool {
+        !matches!(self.run(run_id), Ok(Some(r)) if r.status() != RunStatus::Ended)
+    }
     /// Pause `manifest` (recording by whom, why and when): no run of it claims anything more.
     fn set_paused(
         &mut self,

@@ -490,17 +490,14 @@ fn append_notice(loaded: &LoadedManifest, file: &str, notice: &str) -> Result<()
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot make `{}`: {e}", parent.display()))?;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-        .map_err(|e| format!("cannot open `{}`: {e}", path.display()))?;
-    let is_file = f.metadata().map(|m| m.is_file()).unwrap_or(false);
-    if !is_file {
-        return Err(format!("`{}` is not a regular file", path.display()));
-    }
+    let mut f = crate::support::fs::open_regular(
+        &path,
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600),
+    )
+    .map_err(|e| format!("cannot open `{}`: {e}", path.display()))?;
     f.write_all(notice.as_bytes())
         .and_then(|()| f.sync_data())
         .map_err(|e| format!("cannot write `{}`: {e}", path.display()))

@@ -565,7 +565,7 @@ fn a_suspect_gate_is_one_command_in_one_repository_and_earlier_passes_clear_it()
         root.join("m.yaml"),
         "version: 1\nname: evidence\ncapacity: {workers: 1}\nstall: {after: 20}\nrepositories:\n  - path: attrs\n    gates: [{name: test, run: 'grep -q good notes.txt'}]\n  - path: idna\n    gates: [{name: test, run: 'grep -qx good notes.txt'}]\n  - path: solo\n    gates: [{name: test, run: 'grep -q good notes.txt'}]\n\
          worker: {run: 'echo {item} > notes.txt', attempts: 1}\n\
-         items:\n  - {repo: attrs, id: good}\n  - {repo: attrs, id: bad1}\n  - {repo: attrs, id: bad2}\n  - {repo: idna, id: good}\n  - {repo: idna, id: bad1}\n  - {repo: solo, id: bad1}\n  - {repo: solo, id: bad2}\n",
+         items:\n  - {repo: attrs, id: good, branch: w/good}\n  - {repo: attrs, id: bad1, branch: w/bad1}\n  - {repo: attrs, id: bad2, branch: w/bad2}\n  - {repo: idna, id: good, branch: w/good}\n  - {repo: idna, id: bad1, branch: w/bad1}\n  - {repo: solo, id: bad1, branch: w/bad1}\n  - {repo: solo, id: bad2, branch: w/bad2}\n",
     )
     .unwrap();
     let suspects = |report: &serde_json::Value| -> Vec<(String, u64, Vec<String>)> {
@@ -607,10 +607,15 @@ fn a_suspect_gate_is_one_command_in_one_repository_and_earlier_passes_clear_it()
         .collect();
     assert_eq!(warned.len(), 1, "{err}");
     assert!(!warned[0].contains("attrs"), "{err}");
-    // The rerun runs only the halted items: `attrs`'s and `idna`'s gates passed for an item of
-    // theirs in the run before, which clears them; `solo`'s never passed.
+    // The rerun runs only the halted items (each on its work branch: a halted in-place item
+    // would leave the checkout dirty and nothing would run again): `attrs`'s and `idna`'s gates
+    // passed for an item of theirs in the run before, which clears them; `solo`'s never passed.
     let (code, err) = apply(root, &["--rerun", "failed"]);
     assert_eq!(code, Some(1), "{err}");
     let report = latest_report(&root.join("runner-reports"));
+    assert_eq!(
+        report["counts"]["halted"], 5,
+        "the halted items ran again: {report:#}"
+    );
     assert_eq!(suspects(&report), solo(), "{report:#}");
 }

@@ -122,6 +122,29 @@ fn a_checkout_whose_head_moved_since_the_killed_item_began_stays_dirty_tree() {
     assert!(walk_for(&root.join("runner-reports"), "fix.patch").is_none());
 }
 
+/// A change older than the marker is not the dead item's: here the marker is written again
+/// (same bytes, a newer change time) after the item's edits, so every one of them predates it.
+#[test]
+fn a_change_older_than_the_marker_stays_dirty_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    cut_short(root, "sleep 4715");
+    let api = root.join("api");
+    let marker = api.join(".git/runner.inplace.json");
+    let bytes = std::fs::read(&marker).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&marker, &bytes).unwrap();
+    let before = git(&api, &["status", "--porcelain"]);
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "held: {err}");
+    assert!(
+        err.contains("api/fix (dirty-tree)") && err.contains("began: not that run's"),
+        "{err}"
+    );
+    assert_eq!(git(&api, &["status", "--porcelain"]), before, "untouched");
+}
+
 /// The first file named `name` under `dir`.
 fn walk_for(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
     for e in std::fs::read_dir(dir).ok()?.flatten() {
