@@ -681,7 +681,12 @@ impl ReportBuilder {
             return;
         };
         let name = format!("{}/{}", it.repo, it.id);
-        self.tally(item, &gate).halted.push(name);
+        // Named in order, not in the order the pool happened to finish them: a report says the
+        // same of the same run.
+        let halted = &mut self.tally(item, &gate).halted;
+        if let Err(at) = halted.binary_search(&name) {
+            halted.insert(at, name);
+        }
         self.name_suspects();
     }
 

@@ -392,7 +392,7 @@ pub struct SuspectGate {
     pub dir: Option<String>,
     /// Its last exit code (127: the command was not found).
     pub exit: Option<i32>,
-    /// The items its failures halted, as `repo/id`.
+    /// The items its failures halted, as `repo/id`, in order.
     pub halted: Vec<String>,
 }
 
