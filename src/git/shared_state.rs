@@ -10,9 +10,12 @@
 //! kernel's and cannot be set back by the file's owner: any write, mode change or replacement
 //! after the first capture gives a file a change time no earlier than that capture. Only a
 //! rewrite of the same size within one tick of the clock keeps it, so a file is hashed only
-//! when its change time is that recent ([`RECENT`]); the sample hooks and the config of a
-//! repository nobody touched this second are looked at, not read (a capture of a fresh
-//! repository read and hashed some twenty files, twice an item).
+//! when its change time is that recent ([`RECENT`]); the config of a repository nobody touched
+//! this second is looked at, not read. A folder's change time moves with every name added,
+//! removed or renamed in it, so the capture after an item lists again only the folders whose
+//! stamp moved (or was recent before), and the sample hooks, which git never runs, are not
+//! looked at (a capture of a fresh repository read and hashed some twenty files and listed
+//! five folders, twice an item).
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -23,13 +26,32 @@ use std::path::Path;
 /// recently, a hash of its bytes.
 type Stamp = (u64, u64, u32, u64, i64, i64, Option<[u8; 32]>);
 
-/// How close to a capture a file's change time must be for its bytes to be hashed: well past
-/// the coarsest clock tick a file system stamps times with.
+/// What `lstat` says of a folder: device and inode, type and mode, change time. A name added to
+/// it, removed or renamed gives it a new change time.
+type FolderStamp = (u64, u64, u32, i64, i64);
+
+/// How close to a capture a file's change time must be for its bytes to be hashed (and a
+/// folder's for its names to be listed again): well past the coarsest clock tick a file system
+/// stamps times with.
 const RECENT: i64 = 2;
 
-/// Each file of the shared state, by its path under the common git folder, and its stamp.
+/// Each file of the shared state, by its path under the common git folder, and its stamp; and
+/// each folder walked, with what it held.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SharedState(BTreeMap<String, Stamp>);
+pub struct SharedState {
+    files: BTreeMap<String, Stamp>,
+    folders: BTreeMap<String, Folder>,
+}
+
+/// A folder as a capture found it: its stamp, whether its change time was recent then (a name
+/// added within the same clock tick would not change it), and its names, each with whether it
+/// is a folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Folder {
+    stamp: FolderStamp,
+    recent: bool,
+    names: Vec<(String, bool)>,
+}
 
 /// Files the state is made of (folders taken whole).
 const FILES: &[&str] = &["config", "config.worktree", "packed-refs", "commondir"];
@@ -40,14 +62,16 @@ impl SharedState {
     /// an item may move (`own`: its work branch, or in its repository's own checkout the branch
     /// checked out there) and, with `head`, including the main checkout's `HEAD`.
     pub fn capture(common: &Path, own: &[String], head: bool) -> SharedState {
-        Self::capture_since(common, own, head, None)
+        Self::capture_since(common, own, head, None, now())
     }
 
     /// The state again after `before` was captured: a file is hashed when `before` hashed it
     /// and its stamp is otherwise the same (a file whose stamp changed has changed, and one
-    /// whose old change time was not recent cannot have been rewritten without a new one).
+    /// whose old change time was not recent cannot have been rewritten without a new one); a
+    /// folder whose stamp is the same and was not recent then holds the same names, which are
+    /// not listed again.
     pub fn capture_after(&self, common: &Path, own: &[String], head: bool) -> SharedState {
-        Self::capture_since(common, own, head, Some(self))
+        Self::capture_since(common, own, head, Some(self), now())
     }
 
     fn capture_since(
@@ -55,73 +79,31 @@ impl SharedState {
         own: &[String],
         head: bool,
         before: Option<&SharedState>,
+        now: i64,
     ) -> SharedState {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(i64::MAX, |d| d.as_secs() as i64);
-        let mut out = BTreeMap::new();
-        let mut add = |rel: String, path: &Path| {
-            use std::os::unix::fs::MetadataExt;
-            let Ok(m) = std::fs::symlink_metadata(path) else {
-                return;
-            };
-            let meta = (
-                m.dev(),
-                m.ino(),
-                m.mode(),
-                m.size(),
-                m.ctime(),
-                m.ctime_nsec(),
-            );
-            let hashed = match before.and_then(|b| b.0.get(&rel)) {
-                // Hashed before: hashed again when nothing else tells it changed.
-                Some(&(d, i, mo, sz, c, cn, h)) => h.is_some() && (d, i, mo, sz, c, cn) == meta,
-                None => m.ctime() >= now.saturating_sub(RECENT),
-            };
-            let mut hash = None;
-            if hashed && m.is_file() {
-                let read =
-                    crate::support::fs::open_regular(path, std::fs::OpenOptions::new().read(true))
-                        .and_then(|mut f| {
-                            let mut h = Sha256::new();
-                            std::io::copy(&mut f, &mut h)?;
-                            Ok(h.finalize())
-                        });
-                // Unreadable now and readable later (or the other way) is a change too.
-                hash = Some(read.map_or([0u8; 32], Into::into));
-            }
-            let (d, i, mo, sz, c, cn) = meta;
-            out.insert(rel, (d, i, mo, sz, c, cn, hash));
+        let mut walk = Walk {
+            common,
+            own,
+            before,
+            recent_since: now.saturating_sub(RECENT),
+            out: SharedState::default(),
         };
         let mut files: Vec<&str> = FILES.to_vec();
         if head {
             files.push("HEAD");
         }
         for f in files {
-            add(f.to_string(), &common.join(f));
+            walk.file(f.to_string());
         }
         for folder in FOLDERS {
-            let root = common.join(folder);
-            for entry in walkdir::WalkDir::new(&root)
-                .follow_links(false)
-                .into_iter()
-                .flatten()
+            // The folder itself may be a link (hooks kept elsewhere): followed, as git does.
+            if let Ok(m) = std::fs::metadata(common.join(folder))
+                && m.is_dir()
             {
-                if entry.file_type().is_dir() {
-                    continue;
-                }
-                let rel = entry
-                    .path()
-                    .strip_prefix(common)
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                if own.iter().any(|r| r == &rel) {
-                    continue;
-                }
-                add(rel, entry.path());
+                walk.folder(folder.to_string(), &m);
             }
         }
-        SharedState(out)
+        walk.out
     }
 
     /// What differs in `after`: each path added, changed or removed, in path order. A new
@@ -129,21 +111,134 @@ impl SharedState {
     /// attempt that leaves HEAD there fails as any move of HEAD does.
     pub fn changes(&self, after: &SharedState) -> Vec<String> {
         let mut out = Vec::new();
-        for (path, hash) in &after.0 {
-            match self.0.get(path) {
+        for (path, hash) in &after.files {
+            match self.files.get(path) {
                 None if path.starts_with("refs/heads/") => {}
                 None => out.push(format!("`{path}` added")),
                 Some(h) if h != hash => out.push(format!("`{path}` changed")),
                 Some(_) => {}
             }
         }
-        for path in self.0.keys() {
-            if !after.0.contains_key(path) {
+        for path in self.files.keys() {
+            if !after.files.contains_key(path) {
                 out.push(format!("`{path}` removed"));
             }
         }
         out.sort();
         out
+    }
+}
+
+/// Seconds since the epoch.
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(i64::MAX, |d| d.as_secs() as i64)
+}
+
+/// One capture in progress.
+struct Walk<'a> {
+    common: &'a Path,
+    own: &'a [String],
+    before: Option<&'a SharedState>,
+    /// A change time at or after this is recent.
+    recent_since: i64,
+    out: SharedState,
+}
+
+impl Walk<'_> {
+    /// Folder `rel` (whose `lstat` is `m`) and everything under it, but the item's own refs and
+    /// the sample hooks (git never runs a hook by a name ending in `.sample`; renaming one to
+    /// its real name changes the folder, which is listed again).
+    fn folder(&mut self, rel: String, m: &std::fs::Metadata) {
+        use std::os::unix::fs::MetadataExt;
+        let stamp = (m.dev(), m.ino(), m.mode(), m.ctime(), m.ctime_nsec());
+        let known = self
+            .before
+            .and_then(|b| b.folders.get(&rel))
+            .filter(|f| f.stamp == stamp && !f.recent);
+        let names = match known {
+            Some(f) => f.names.clone(),
+            None => {
+                let Ok(list) = std::fs::read_dir(self.common.join(&rel)) else {
+                    return;
+                };
+                let mut names: Vec<(String, bool)> = list
+                    .flatten()
+                    .map(|e| {
+                        let dir = e.file_type().is_ok_and(|t| t.is_dir());
+                        (e.file_name().to_string_lossy().into_owned(), dir)
+                    })
+                    .collect();
+                names.sort();
+                names
+            }
+        };
+        let hooks = rel == "hooks";
+        for (name, dir) in &names {
+            let child = format!("{rel}/{name}");
+            if *dir {
+                if let Ok(cm) = std::fs::symlink_metadata(self.common.join(&child))
+                    && cm.is_dir()
+                {
+                    self.folder(child, &cm);
+                    continue;
+                }
+                // No longer a folder: looked at as a file (its change names it).
+            } else if hooks && name.ends_with(".sample") {
+                continue;
+            }
+            if self.own.iter().any(|r| r == &child) {
+                continue;
+            }
+            self.file(child);
+        }
+        let recent = m.ctime() >= self.recent_since;
+        self.out.folders.insert(
+            rel,
+            Folder {
+                stamp,
+                recent,
+                names,
+            },
+        );
+    }
+
+    /// File `rel`: its stamp and, when it changed recently (or was hashed before and looks the
+    /// same), a hash of its bytes.
+    fn file(&mut self, rel: String) {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.common.join(&rel);
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            return;
+        };
+        let meta = (
+            m.dev(),
+            m.ino(),
+            m.mode(),
+            m.size(),
+            m.ctime(),
+            m.ctime_nsec(),
+        );
+        let hashed = match self.before.and_then(|b| b.files.get(&rel)) {
+            // Hashed before: hashed again when nothing else tells it changed.
+            Some(&(d, i, mo, sz, c, cn, h)) => h.is_some() && (d, i, mo, sz, c, cn) == meta,
+            None => m.ctime() >= self.recent_since,
+        };
+        let mut hash = None;
+        if hashed && m.is_file() {
+            let read =
+                crate::support::fs::open_regular(&path, std::fs::OpenOptions::new().read(true))
+                    .and_then(|mut f| {
+                        let mut h = Sha256::new();
+                        std::io::copy(&mut f, &mut h)?;
+                        Ok(h.finalize())
+                    });
+            // Unreadable now and readable later (or the other way) is a change too.
+            hash = Some(read.map_or([0u8; 32], Into::into));
+        }
+        let (d, i, mo, sz, c, cn) = meta;
+        self.out.files.insert(rel, (d, i, mo, sz, c, cn, hash));
     }
 }
 
@@ -195,6 +290,51 @@ mod tests {
                 "`hooks/post-checkout` added",
                 "`refs/heads/main` removed",
                 "`refs/tags/planted` added",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_folder_not_changed_is_not_listed_again_and_its_files_are_still_looked_at() {
+        let d = tempfile::tempdir().unwrap();
+        let g = d.path();
+        for dir in ["hooks", "info", "refs/heads", "refs/tags"] {
+            std::fs::create_dir_all(g.join(dir)).unwrap();
+        }
+        std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        std::fs::write(g.join("hooks/pre-push.sample"), "#!/bin/sh\n").unwrap();
+        std::fs::write(g.join("refs/heads/main"), "a\n").unwrap();
+        // Everything is taken as old (a capture a minute later), and the changes below come
+        // well after the clock tick of the set-up.
+        let later = now() + 60;
+        let before = SharedState::capture_since(g, &[], false, None, later);
+        assert!(before.folders.values().all(|f| !f.recent));
+        assert!(!before.files.contains_key("hooks/pre-push.sample"));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let after = |b: &SharedState| SharedState::capture_since(g, &[], false, Some(b), later);
+        // Nothing changed: the same state, the names of each folder taken from before.
+        assert_eq!(before.changes(&after(&before)), Vec::<String>::new());
+        // A hook rewritten in place leaves its folder as it was: still seen.
+        std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+        assert_eq!(
+            before.changes(&after(&before)),
+            ["`hooks/pre-commit` changed"]
+        );
+        // A name added to a folder changes the folder: it is listed again. A sample hook is
+        // never run by git: rewriting one is not a change; renaming it to its real name is.
+        std::fs::write(g.join("hooks/pre-push.sample"), "evil\n").unwrap();
+        std::fs::write(g.join("refs/tags/planted"), "d\n").unwrap();
+        assert_eq!(
+            before.changes(&after(&before)),
+            ["`hooks/pre-commit` changed", "`refs/tags/planted` added"]
+        );
+        std::fs::rename(g.join("hooks/pre-push.sample"), g.join("hooks/pre-push")).unwrap();
+        assert_eq!(
+            before.changes(&after(&before)),
+            [
+                "`hooks/pre-commit` changed",
+                "`hooks/pre-push` added",
+                "`refs/tags/planted` added"
             ]
         );
     }
