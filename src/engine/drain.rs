@@ -696,9 +696,9 @@ async fn admit(
         pool.rest_tx.clone(),
     );
     let span = tracing::info_span!("item", repo = %repo_name, item = %cx.plan.items[idx].id);
-    let handle = pool.tasks.spawn(
+    let handle = pool.tasks.spawn(crate::support::blocking::on_loop(
         async move { (idx, item::run_item(cx2, idx, fd, tx, rest, st).await) }.instrument(span),
-    );
+    ));
     pool.task_items.insert(handle.id(), idx);
     Admission::Started
 }

@@ -120,11 +120,11 @@ pub(crate) async fn probe_models(
     let mut results: Vec<Option<Probe>> = Vec::new();
     for (i, p) in planned(loaded, entries).into_iter().enumerate() {
         results.push(None);
-        let scratch = match here
-            .as_deref()
-            .map_err(|e| e.to_string())
-            .and_then(|d| scratch_repo(&d.join(i.to_string())).map_err(|e| e.to_string()))
-        {
+        let scratch = match &here {
+            Ok(d) => scratch_repo(d.join(i.to_string())).await,
+            Err(e) => Err(e.to_string()),
+        };
+        let scratch = match scratch {
             Ok(d) => d,
             Err(e) => {
                 results[i] = Some(unrunnable(
@@ -318,21 +318,25 @@ fn scratch_folder(root: &std::path::Path, run_id: &str) -> std::io::Result<std::
     Ok(dir)
 }
 
-/// An empty git repository at `dir` to probe in (agent CLIs want one).
-fn scratch_repo(dir: &std::path::Path) -> std::io::Result<ScratchRepo> {
-    std::fs::create_dir_all(dir)?;
-    let ok = std::process::Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Ok(ScratchRepo(dir.to_path_buf()))
-    } else {
-        Err(std::io::Error::other("git init failed"))
-    }
+/// An empty git repository at `dir` to probe in (agent CLIs want one), made on the blocking
+/// pool by a helper runner registers as its own child (a child it did not register may be
+/// reaped by the census as an orphan before its exit status is read).
+async fn scratch_repo(dir: std::path::PathBuf) -> Result<ScratchRepo, String> {
+    let made = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let mut git = std::process::Command::new("git");
+        git.args(["init", "-q"]).current_dir(&dir);
+        match crate::process::spawn_helper(&mut git) {
+            Ok(out) if out.status.success() => Ok(ScratchRepo(dir)),
+            Ok(out) => Err(format!(
+                "git init failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+            Err(e) => Err(format!("git init failed: {e}")),
+        }
+    })
+    .await;
+    made.unwrap_or_else(|e| Err(e.to_string()))
 }
 
 /// A scratch repository, removed when dropped.

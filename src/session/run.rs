@@ -60,11 +60,15 @@ impl Session {
     /// Drain the queue on one event loop; `Err` is an exit code, the reason already said.
     pub fn drain(&mut self, ui: &Ui) -> Result<DrainEnd, i32> {
         crate::process::become_subreaper();
-        // One event loop on this thread; git questions on a blocking pool whose threads are
-        // named for what they are and end soon after their work.
-        let runtime = match tokio::runtime::Builder::new_current_thread()
+        // The drain's loop on this thread; the items' tasks on two more, so that one item's
+        // bookkeeping (its checks before and after, its launch) never waits for another's; git
+        // questions on a blocking pool whose threads end soon after their work. An item's
+        // processes are started by a task thread, which lives as long as the run (a parent-death
+        // signal follows the thread that started the child).
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
             .enable_all()
-            .thread_name("runner-blocking")
+            .thread_name("runner-tasks")
             .thread_keep_alive(Duration::from_secs(1))
             .build()
         {

@@ -1,9 +1,17 @@
-//! Which thread is runner's event loop, so that a call that blocks (git, a helper process, a
-//! sleep) can check it is not made there. The check is a debug assertion: the test suite drives
-//! the debug binary through every path of a drain, and a blocking call that slipped onto the
-//! loop fails it there.
+//! Which thread is running runner's event loop, so that a call that blocks (git, a helper
+//! process, a sleep) can check it is not made there. The check is a debug assertion: the test
+//! suite drives the debug binary through every path of a drain, and a blocking call that
+//! slipped onto the loop fails it there.
+//!
+//! The loop is the drain's future and the item tasks it spawns, polled by the runtime's worker
+//! threads; a thread is marked while it polls one of them ([`OnLoop`]), not while it runs a
+//! closure of the blocking pool (the runtime gives both kinds of thread the same start hook,
+//! so the mark is the future's, not the thread's).
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 thread_local! {
     static ON_EVENT_LOOP: Cell<bool> = const { Cell::new(false) };
@@ -20,6 +28,31 @@ pub(crate) fn as_event_loop<T>(f: impl FnOnce() -> T) -> T {
     ON_EVENT_LOOP.with(|c| c.set(true));
     let _unmark = Unmark;
     f()
+}
+
+/// A future of the event loop (an item's task): whatever thread polls it is the loop while it
+/// does.
+pub(crate) struct OnLoop<F>(Pin<Box<F>>);
+
+/// `f`, marked as the event loop's.
+pub(crate) fn on_loop<F: Future>(f: F) -> OnLoop<F> {
+    OnLoop(Box::pin(f))
+}
+
+impl<F: Future> Future for OnLoop<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                ON_EVENT_LOOP.with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(on_event_loop());
+        ON_EVENT_LOOP.with(|c| c.set(true));
+        self.0.as_mut().poll(cx)
+    }
 }
 
 /// Whether this thread is the event loop.
