@@ -262,18 +262,28 @@ impl SandboxPlan {
             .filter(|r| !needed(r))
             .cloned()
             .collect();
-        // Other repositories' temporary folders: what their items left or are writing.
-        for other in std::fs::read_dir(&self.tmp).into_iter().flatten().flatten() {
+        // Other repositories' temporary folders: what their items left or are writing. Where
+        // the folders holding them are covered whole (below) they are out of sight already, and
+        // not listed: a drain over many repositories listed them all for every item.
+        let whole =
+            |d: &Path| sandbox::support().userns && !writable.iter().any(|w| d.starts_with(w));
+        let tmp_listed = if whole(&self.tmp) {
+            None
+        } else {
+            std::fs::read_dir(&self.tmp).ok()
+        };
+        for other in tmp_listed.into_iter().flatten().flatten() {
             let other = other.path();
             if other.is_dir() && !needed(&other) {
                 hidden_dirs.push(other);
             }
         }
-        for by_repo in std::fs::read_dir(&self.worktrees)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
+        let worktrees_listed = if whole(&self.worktrees) {
+            None
+        } else {
+            std::fs::read_dir(&self.worktrees).ok()
+        };
+        for by_repo in worktrees_listed.into_iter().flatten().flatten() {
             for wt in std::fs::read_dir(by_repo.path())
                 .into_iter()
                 .flatten()
