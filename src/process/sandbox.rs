@@ -264,7 +264,7 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
 /// mounts with it) and its links made again. One mount and one bind per entry kept, where
 /// covering each hidden entry alone costs a tmpfs each: 199 of 200 repositories in one folder
 /// are one mount, not 199, for every command an item starts.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cover {
     pub dir: PathBuf,
     pub keep: Vec<(std::ffi::OsString, Kept)>,
@@ -344,24 +344,38 @@ pub(crate) fn plan_covers(
     return (alone, covers);
 
     /// `dir` covered with only its entries that hold something writable kept; `None` when it
-    /// cannot be read.
+    /// is no folder that can be looked at. The kept entries are found from the writable paths,
+    /// not by listing `dir`: a folder of every repository's temporary folder or worktrees holds
+    /// hundreds, and this runs for every command of every item.
     fn whole_cover(dir: &Path, writable: &[PathBuf]) -> Option<Cover> {
+        if !std::fs::metadata(dir).ok()?.is_dir() {
+            return None;
+        }
+        let mut names: Vec<&std::ffi::OsStr> = writable
+            .iter()
+            .filter_map(|w| w.strip_prefix(dir).ok()?.components().next())
+            .filter_map(|c| match c {
+                std::path::Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        names.sort();
+        names.dedup();
         let mut keep = Vec::new();
-        for entry in std::fs::read_dir(dir).ok()? {
-            let entry = entry.ok()?;
-            let path = entry.path();
-            if !writable.iter().any(|w| w.starts_with(&path)) {
+        for name in names {
+            let path = dir.join(name);
+            // Not there: nothing to bind back (the kernel grants what exists).
+            let Ok(m) = std::fs::symlink_metadata(&path) else {
                 continue;
-            }
-            let kind = entry.file_type().ok()?;
-            let kept = if kind.is_symlink() {
+            };
+            let kept = if m.file_type().is_symlink() {
                 Kept::Link(std::fs::read_link(&path).ok()?)
-            } else if kind.is_dir() {
+            } else if m.is_dir() {
                 Kept::Dir
             } else {
                 Kept::File
             };
-            keep.push((entry.file_name(), kept));
+            keep.push((name.to_os_string(), kept));
         }
         Some(Cover {
             dir: dir.to_path_buf(),
@@ -456,4 +470,45 @@ fn write_layer(rules: &Rules) -> Result<OwnedFd, Box<dyn std::error::Error>> {
     }
     let fd: Option<OwnedFd> = ruleset.into();
     fd.ok_or_else(|| "the kernel gave no ruleset".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_covered_whole_keeps_only_the_entries_holding_something_writable() {
+        let d = tempfile::tempdir().unwrap();
+        let tmp = d.path().join("tmp");
+        for r in ["alpha", "beta", "gamma"] {
+            std::fs::create_dir_all(tmp.join(r)).unwrap();
+        }
+        std::fs::write(tmp.join("note"), "").unwrap();
+        std::os::unix::fs::symlink("/nowhere", tmp.join("link")).unwrap();
+        let writable = vec![
+            tmp.join("beta"),
+            tmp.join("link/deeper"),
+            tmp.join("note"),
+            tmp.join("not-made-yet/x"),
+            d.path().join("elsewhere"),
+        ];
+        let (alone, covers) = plan_covers(&[], &writable, std::slice::from_ref(&tmp));
+        assert!(alone.is_empty());
+        assert_eq!(
+            covers,
+            vec![Cover {
+                dir: tmp.clone(),
+                keep: vec![
+                    ("beta".into(), Kept::Dir),
+                    ("link".into(), Kept::Link("/nowhere".into())),
+                    ("note".into(), Kept::File),
+                ],
+            }]
+        );
+        // A folder that is writable itself, or not there, is not covered.
+        let (_, covers) = plan_covers(&[], std::slice::from_ref(&tmp), std::slice::from_ref(&tmp));
+        assert!(covers.is_empty());
+        let (_, covers) = plan_covers(&[], &writable, &[d.path().join("absent")]);
+        assert!(covers.is_empty());
+    }
 }
