@@ -493,8 +493,8 @@ pub fn host_dir() -> PathBuf {
             .filter(|d| !d.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(d) = var("RUNNER_HOST_DIR") {
-        return d;
+    if let Some(d) = &crate::support::settings::current().host_dir {
+        return d.clone();
     }
     if let Some(d) = var("XDG_STATE_HOME") {
         return d.join("runner").join("host");
@@ -618,8 +618,8 @@ impl Drop for ResourceUnit {
 /// Where the units' lock files live: `RUNNER_RESOURCES_DIR`, else `$XDG_RUNTIME_DIR/runner`,
 /// else `/tmp/runner-<uid>` (made private to the user).
 pub(crate) fn resources_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("RUNNER_RESOURCES_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
+    if let Some(d) = &crate::support::settings::current().resources_dir {
+        return d.clone();
     }
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("runner").join("resources");

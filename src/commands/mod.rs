@@ -48,7 +48,7 @@ pub fn run(cli: Cli) -> i32 {
     });
     // Runner's own settings, read once: one that cannot be read stops here, named.
     match settings::Settings::from_env() {
-        Ok(settings) => settings.apply(),
+        Ok(settings) => settings.install(),
         Err(e) => {
             ui.error(e);
             return EXIT_INVALID;
@@ -73,7 +73,7 @@ pub fn run(cli: Cli) -> i32 {
         _ => None,
     };
     if let Some(verb) = verb {
-        let role = std::env::var("RUNNER_ROLE").ok();
+        let role = crate::support::settings::current().role.as_deref();
         if verb == "apply" {
             // A nested apply keeps its `RUNNER_*` environment: its parent's ceiling and
             // repository come from it (and it fails closed without them).

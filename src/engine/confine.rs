@@ -65,17 +65,12 @@ pub fn plan(
     // The operator's own additions, for every manifest run here (`RUNNER_SANDBOX_WRITABLE`,
     // folders separated by `:`): a machine's shared caches, say. An item cannot set runner's
     // environment, and a runner it starts runs inside its confinement whatever it is told.
-    let from_env = std::env::var("RUNNER_SANDBOX_WRITABLE").unwrap_or_default();
+    let from_env = &crate::support::settings::current().sandbox_writable;
     let writable = spec
         .writable
         .iter()
         .map(|w| resolve(&loaded.dir, w))
-        .chain(
-            from_env
-                .split(':')
-                .filter(|p| Path::new(p).is_absolute())
-                .map(PathBuf::from),
-        )
+        .chain(from_env.iter().filter(|p| p.is_absolute()).cloned())
         .collect();
     let mut hidden = Vec::new();
     if !state.to_string_lossy().contains("://") {

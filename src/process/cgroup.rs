@@ -40,9 +40,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a run asks for (`RUNNER_CONTAINMENT`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Want {
     /// A cgroup per item where possible, else process groups.
+    #[default]
     Auto,
     /// A cgroup per item, or the run does not start.
     Cgroup,
@@ -784,9 +785,9 @@ fn remove_stale(parent: &Path) {
 
 /// Create the run's cgroup in the unified hierarchy, or say why it cannot be.
 fn unified_run_dir(m: &Mounts, run_id: &str) -> Result<PathBuf, NoCgroup> {
-    let parent = match std::env::var_os("RUNNER_CGROUP") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => {
+    let parent = match &crate::support::settings::current().cgroup {
+        Some(p) => p.clone(),
+        None => {
             let Some((mount, root, _, _)) = m.mounts.iter().find(|(_, _, t, _)| t == "cgroup2")
             else {
                 return Err(NoCgroup::NoUnifiedMount);

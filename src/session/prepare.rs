@@ -52,8 +52,9 @@ pub fn who(control: &str) -> String {
         .flatten()
         .map(|u| format!("{} (uid {uid})", u.name))
         .unwrap_or_else(|| format!("uid {uid}"));
-    let role = std::env::var("RUNNER_ROLE")
-        .ok()
+    let role = crate::support::settings::current()
+        .role
+        .clone()
         .filter(|r| {
             !r.is_empty()
                 && r.len() <= 32
@@ -169,7 +170,7 @@ pub fn containment(
         .limits
         .map(|l| l.0)
         .unwrap_or_default();
-    Want::parse(std::env::var("RUNNER_CONTAINMENT").ok().as_deref())
+    Want::parse(crate::support::settings::current().containment.as_deref())
         .and_then(|want| Contained::set_up(run_id, want, limits))
 }
 
@@ -279,24 +280,17 @@ pub(crate) fn settle_workers(ui: &Ui, loaded: &LoadedManifest, j: Option<u32>) -
             "`-j {j}` is above the manifest's bound; running at most {workers} at once (`-j` only lowers `capacity.workers`)"
         ));
     }
-    let nested = std::env::var_os("RUNNER_ROLE").is_some();
-    match std::env::var("RUNNER_MAX_WORKERS") {
-        Ok(v) => match v.parse::<u32>() {
-            Ok(max) => workers = workers.min(max.max(1)),
-            Err(_) => {
-                ui.error(format_args!(
-                    "`RUNNER_MAX_WORKERS` is `{v}`, not a number: the ceiling a nested run inherits cannot be read"
-                ));
-                return Err(EXIT_INVALID);
-            }
-        },
-        Err(_) if nested => {
+    let settings = crate::support::settings::current();
+    let nested = settings.role.is_some();
+    match settings.max_workers {
+        Some(max) => workers = workers.min(max.max(1)),
+        None if nested => {
             ui.error("`RUNNER_ROLE` is set but `RUNNER_MAX_WORKERS` is not: the ceiling a nested run inherits cannot be read");
             return Err(EXIT_INVALID);
         }
-        Err(_) => {}
+        None => {}
     }
-    if nested && std::env::var_os("RUNNER_REPO_PATH").is_none() {
+    if nested && settings.repo_path.is_none() {
         ui.error("`RUNNER_ROLE` is set but `RUNNER_REPO_PATH` is not: the repository a nested run is confined to is unknown");
         return Err(EXIT_INVALID);
     }
@@ -560,8 +554,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         health: std::sync::Mutex::new(health),
         probe_models: !opts.no_probe,
         published,
-        parent_token: std::env::var_os("RUNNER_ROLE")
-            .and_then(|_| std::env::var("RUNNER_TOKEN").ok()),
+        parent_token: crate::support::settings::current().parent_token.clone(),
     });
     Ok(Session { cx, sink, opts })
 }
@@ -829,23 +822,21 @@ fn health_of(loaded: &LoadedManifest) -> crate::engine::health::Health {
 /// A runner started by a worker works only inside that worker's repository
 /// (`RUNNER_REPO_PATH`): a plan reaching outside it is refused. `Err` is the exit code.
 fn confined(ui: &Ui, plan: &Plan) -> Result<(), i32> {
-    if std::env::var_os("RUNNER_ROLE").is_some()
-        && let Ok(parent) = std::env::var("RUNNER_REPO_PATH")
-    {
-        let parent = PathBuf::from(parent);
-        if let Some(r) = plan
+    let settings = crate::support::settings::current();
+    if settings.role.is_some()
+        && let Some(parent) = &settings.repo_path
+        && let Some(r) = plan
             .repositories
             .iter()
-            .find(|r| !r.path.starts_with(&parent))
-        {
-            ui.error(format_args!(
-                "this runner was started by a worker in `{}` and may not work outside it, but repository `{}` is at `{}`",
-                parent.display(),
-                r.name,
-                r.path.display()
-            ));
-            return Err(EXIT_INVALID);
-        }
+            .find(|r| !r.path.starts_with(parent))
+    {
+        ui.error(format_args!(
+            "this runner was started by a worker in `{}` and may not work outside it, but repository `{}` is at `{}`",
+            parent.display(),
+            r.name,
+            r.path.display()
+        ));
+        return Err(EXIT_INVALID);
     }
     Ok(())
 }

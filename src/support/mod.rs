@@ -9,6 +9,7 @@ pub mod host;
 pub mod hosts;
 pub mod limits;
 pub mod refname;
+pub mod settings;
 pub mod text;
 
 /// Lowercase hex of `bytes`.

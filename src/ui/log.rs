@@ -70,7 +70,7 @@ fn filter(verbose: u8, quiet: u8, runner_log: Option<&str>) -> (EnvFilter, Optio
 
 /// Install the process's logger. Returns a warning to show when `RUNNER_LOG` was not understood.
 pub fn init(verbose: u8, quiet: u8, format: LogFormat, color: bool) -> Option<String> {
-    let env = std::env::var("RUNNER_LOG").ok();
+    let env = crate::support::settings::current().log.clone();
     let (filter, warning) = filter(verbose, quiet, env.as_deref());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
