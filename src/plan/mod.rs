@@ -14,10 +14,12 @@ pub mod matrix;
 mod model;
 pub mod order;
 pub mod past;
+mod pr;
 pub mod pull;
 pub mod repos;
 pub mod shard;
 pub mod source;
+mod tracked;
 
 pub use analyse::backup_branch;
 use analyse::{Analysed, analyse};

@@ -188,11 +188,11 @@ pub struct ItemPlan {
     pub matched: Option<String>,
     /// For items of a tracker, the source and the tracker's item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<Box<super::source::SourceRef>>,
+    pub source: Option<Box<super::tracked::SourceRef>>,
     /// The pull request an earlier run opened for it, as its forge tells it now
     /// (`publish.state`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pull_request: Option<Box<super::pull::PullRequest>>,
+    pub pull_request: Option<Box<super::pr::PullRequest>>,
     /// The items it waits for (`after`), as `repo/id`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
@@ -249,7 +249,7 @@ pub struct PlanOptions {
     /// branch under a backup name.
     pub fresh: bool,
     /// What each of the manifest's `sources` gave (read by the caller: planning runs nothing).
-    pub sources: Vec<super::source::SourceRead>,
+    pub sources: Vec<super::tracked::SourceRead>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -640,7 +640,6 @@ const CIRCLES_LEFT: &[(&str, &[&str])] = &[
             "attempt", "baseline", "checkout", "cx", "gates", "launch", "tamper",
         ],
     ),
-    ("plan", &["model", "pull", "source"]),
     ("report", &["items", "model"]),
     (
         "session",
