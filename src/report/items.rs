@@ -4,7 +4,7 @@
 //! format renders it. A run of 100,000 items so holds the items in flight and 16 bytes for each
 //! of the others, never every record at once.
 
-use super::model::ItemReport;
+use super::item::ItemReport;
 use crate::plan::{HoldReason, ItemPlan, ItemState, Plan};
 use crate::vocab::ItemOutcome;
 use std::borrow::Cow;

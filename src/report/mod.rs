@@ -8,6 +8,7 @@
 mod builder;
 pub mod history_page;
 pub mod html;
+mod item;
 mod items;
 pub mod junit;
 pub mod markdown;

@@ -640,7 +640,6 @@ const CIRCLES_LEFT: &[(&str, &[&str])] = &[
             "attempt", "baseline", "checkout", "cx", "gates", "launch", "tamper",
         ],
     ),
-    ("report", &["items", "model"]),
     (
         "session",
         &[
