@@ -3,10 +3,13 @@
 //! attempt is handed.
 
 use super::{
-    checkout::{Snapshot, after_worker, blocking, finish_work, unchanged_small},
-    cx::{ItemCx, ItemError, ItemRun, REPORT_TAIL_BYTES, REPORT_TAIL_LINES, Rest, environmental},
+    checkout::{Snapshot, after_worker, finish_work, unchanged_small},
+    cx::{
+        ItemCx, ItemError, ItemRun, REPORT_TAIL_BYTES, REPORT_TAIL_LINES, Rest, blocking,
+        environmental,
+    },
     gates::{GatesOutcome, gates},
-    launch::{Launch, spawn},
+    launch::{Launch, spawn, usage_path},
     verdict::{AfterWorker, gate_failed, worker_verdict},
 };
 use crate::engine::chain::{ChainStep, ModelChain};
@@ -70,33 +73,12 @@ pub(super) fn provider_failed(
     chain.provider_failure()
 }
 
-/// Where attempt `n`'s worker may write what it used: in its repository's private folder
-/// ([`private_tmp`]), which only the item running there may write, and which is emptied
-/// between items — so no new folder an item (a new inode costs more than a `true` worker on
-/// some file systems), and no item writes another's. What it wrote is kept in the run's
-/// `usage` folder once read ([`usage_record`]).
-pub(super) fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
-    private_tmp(icx.cx, &icx.repo.name).join(format!(".runner-usage-{n}.json"))
-}
-
 /// Where the run keeps what attempt `n` of the item at `idx` (its place in the plan) reported.
 fn usage_record(cx: &crate::engine::run::RunCx, idx: usize, n: u32) -> PathBuf {
     cx.run_dir
         .join("usage")
         .join(idx.to_string())
         .join(format!("{n}.json"))
-}
-
-/// The private temporary folder of `repo`'s items (their `TMPDIR` when confined), in the
-/// workspace: one a repository, its items running one at a time; kept, emptied between them. A
-/// run started inside an item re-enters its parent's lease on the repository, and may share its
-/// workspace: its items get a folder of their own inside the parent item's (emptied with it).
-pub(super) fn private_tmp(cx: &crate::engine::run::RunCx, repo: &str) -> PathBuf {
-    let tmp = cx.workspace.join("tmp").join(repo);
-    match cx.parent_token {
-        Some(_) => tmp.join(format!("nested-{}", cx.run_id)),
-        None => tmp,
-    }
 }
 
 /// Move what a worker wrote to `$RUNNER_USAGE` to the run's record of it (copied where the two

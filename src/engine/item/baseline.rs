@@ -2,9 +2,9 @@
 //! so that a failure the work did not cause is told apart from one it did.
 
 use super::{
-    checkout::{blocking, short},
-    cx::{ItemCx, ItemError},
-    gates::judged,
+    checkout::short,
+    cx::{ItemCx, ItemError, blocking},
+    judge::judged,
     launch::{Launch, command},
     verdict::exit_text,
 };

@@ -3,7 +3,7 @@
 //! snapshot that keeps the gates' byproducts out of the commit, and the commit itself.
 
 use super::{
-    cx::{ItemCx, ItemError, Prepared, REPORT_TAIL_BYTES, REPORT_TAIL_LINES},
+    cx::{Anchor, ItemCx, ItemError, Prepared, REPORT_TAIL_BYTES, REPORT_TAIL_LINES, blocking},
     launch::{Launch, spawn},
     verdict::exit_text,
 };
@@ -499,13 +499,6 @@ pub(super) async fn finish_work(
     .await?
 }
 
-/// Where an item's work must stay: the branch it runs on and the commit it started from.
-#[derive(Clone, Debug)]
-pub(super) struct Anchor {
-    pub(super) branch: Option<String>,
-    pub(super) start: String,
-}
-
 /// What a passing attempt left: the tree of its working tree before the gates ran.
 #[derive(Clone, Debug)]
 pub(super) struct Snapshot {
@@ -518,13 +511,6 @@ pub(super) struct Snapshot {
     pub(super) changed: bool,
     /// Where HEAD was after the worker, checked.
     pub(super) head: String,
-}
-
-/// Run `f` on the blocking pool.
-pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ItemError> {
-    Ok(tokio::task::spawn_blocking(f).await?)
 }
 
 /// Why the work of an attempt cannot be kept where it is: HEAD moved off the item's branch or

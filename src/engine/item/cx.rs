@@ -1,7 +1,8 @@
 //! What every part of an item's lifecycle shares: the item's context, how it asks to rest, the
-//! errors that keep it from running, and an item the environment failed.
+//! errors that keep it from running, an item the environment failed, where its work must stay
+//! ([`Anchor`]), what its shared git state was ([`Watched`]) and the trip to the blocking pool.
+//! It names no other part, and each part names only what it uses: no circle among them.
 
-use super::checkout::Anchor;
 use crate::engine::config::Effective;
 use crate::engine::run::RunCx;
 use crate::engine::stall::HaltSignature;
@@ -51,7 +52,7 @@ pub(super) struct ItemCx<'a> {
     /// What its commands may touch, when items are confined.
     pub(super) rules: Option<crate::engine::confine::ItemRules>,
     /// Its repository's shared git state before it ran.
-    pub(super) watched: Option<super::tamper::Watched>,
+    pub(super) watched: Option<Watched>,
 }
 
 /// An item the environment failed (git, the cgroup file system, the disk): held, not failed —
@@ -77,4 +78,25 @@ pub(crate) enum ItemError {
     /// A task on the blocking pool ended without an answer (it panicked or was cancelled).
     #[error("a git task of the item ended early: {0}")]
     Task(#[from] tokio::task::JoinError),
+}
+
+/// Where an item's work must stay: the branch it runs on and the commit it started from.
+#[derive(Clone, Debug)]
+pub(super) struct Anchor {
+    pub(super) branch: Option<String>,
+    pub(super) start: String,
+}
+
+/// What an item's check compares against.
+pub(crate) struct Watched {
+    pub(super) before: crate::git::SharedState,
+    pub(super) own: Vec<String>,
+    pub(super) head: bool,
+}
+
+/// Run `f` on the blocking pool.
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ItemError> {
+    Ok(tokio::task::spawn_blocking(f).await?)
 }

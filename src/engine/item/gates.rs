@@ -3,14 +3,13 @@
 
 use super::{
     baseline::{Baselined, against_baseline},
-    checkout::blocking,
     cx::{ItemCx, REPORT_TAIL_BYTES, REPORT_TAIL_LINES},
-    launch::{Launch, Ready, command, launch, shell_words, unstarted},
+    judge::judged,
+    launch::{Launch, command, shell_words},
     verdict::{gate_result, too_few_tests},
 };
-use crate::engine::config::Unrendered;
-use crate::engine::verdicts::{self, Verdict};
-use crate::events::{CachedFrom, Event};
+use crate::engine::verdicts;
+use crate::events::Event;
 use crate::git;
 use crate::manifest::compile_glob;
 use crate::process::{Finished, output::last_lines};
@@ -251,65 +250,6 @@ fn not_run(icx: &ItemCx<'_>, n: u32, gate: &str, result: GateResult, reason: &st
         log_error: None,
         unlogged_bytes: None,
     });
-}
-
-/// Run gate `run.gate` as `ready` says (or say why it could not start), or reuse its recorded
-/// verdict on the tree it would run on (`tree`, when known; else read from `run.dir` before it
-/// runs). Returns how it finished and, for a reused verdict, where that was given.
-pub(super) async fn judged(
-    icx: &ItemCx<'_>,
-    gate: &crate::manifest::Gate,
-    ready: Result<Ready, Unrendered>,
-    run: Launch<'_>,
-    tree: Option<String>,
-    kind: verdicts::Kind,
-) -> (Finished, Option<CachedFrom>) {
-    let ready = match ready {
-        Ok(r) => r,
-        Err(e) => return (unstarted(e.to_string()), None),
-    };
-    let key = if gate.cache() {
-        // The tree, and what the gate can read that the tree does not show (ignored files, a
-        // link's target outside the folder); nothing to key by when a submodule has changes.
-        let d = run.dir.to_path_buf();
-        let tree = blocking(move || {
-            let tree = match tree {
-                Some(t) => t,
-                None => git::working_tree(&d).ok()?,
-            };
-            let hidden = git::hidden_inputs(&d).ok()??;
-            Some(format!("{tree}\0{hidden}"))
-        })
-        .await
-        .ok()
-        .flatten();
-        let counting = gate.min_tests.as_ref().map(|m| m.pattern.as_str());
-        tree.map(|t| verdicts::key(kind, &t, &ready.argv, &ready.env, run.dir, counting))
-    } else {
-        None
-    };
-    if let Some(k) = &key {
-        let (store, k2) = (icx.cx.verdicts.clone(), k.clone());
-        if let Ok(Some(v)) = blocking(move || store.get(&k2)).await {
-            tracing::debug!(gate = %gate.name, from = %v.run_id, "gate verdict reused");
-            let from = CachedFrom {
-                run_id: v.run_id.clone(),
-                repo: v.repo.clone(),
-                item: v.item.clone(),
-                at: v.at.clone(),
-            };
-            return (v.finished(), Some(from));
-        }
-    }
-    let fin = launch(icx, ready, run).await;
-    if let Some(k) = key
-        && (kind == verdicts::Kind::Baseline || fin.success())
-        && let Some(v) = Verdict::of(&fin, &icx.cx.run_id, &icx.item.repo, &icx.item.id)
-    {
-        let store = icx.cx.verdicts.clone();
-        let _ = blocking(move || store.put(&k, &v)).await;
-    }
-    (fin, None)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Starting a worker or a gate: the shared resources it needs taken, its command rendered, its
 //! environment built, and the process launched in the item's containment.
 
-use super::{attempt::usage_path, cx::ItemCx};
+use super::cx::ItemCx;
 use crate::engine::child_env::{RunnerVars, child_env};
 use crate::engine::config::Unrendered;
 use crate::events::Event;
@@ -382,4 +382,25 @@ pub(super) async fn launch(icx: &ItemCx<'_>, prepared: Ready, run: Launch<'_>) -
         icx.stop.clone(),
     )
     .await
+}
+
+/// Where attempt `n`'s worker may write what it used: in its repository's private folder
+/// ([`private_tmp`]), which only the item running there may write, and which is emptied
+/// between items — so no new folder an item (a new inode costs more than a `true` worker on
+/// some file systems), and no item writes another's. What it wrote is kept in the run's
+/// `usage` folder once read ([`usage_record`]).
+pub(super) fn usage_path(icx: &ItemCx<'_>, n: u32) -> PathBuf {
+    private_tmp(icx.cx, &icx.repo.name).join(format!(".runner-usage-{n}.json"))
+}
+
+/// The private temporary folder of `repo`'s items (their `TMPDIR` when confined), in the
+/// workspace: one a repository, its items running one at a time; kept, emptied between them. A
+/// run started inside an item re-enters its parent's lease on the repository, and may share its
+/// workspace: its items get a folder of their own inside the parent item's (emptied with it).
+pub(super) fn private_tmp(cx: &crate::engine::run::RunCx, repo: &str) -> PathBuf {
+    let tmp = cx.workspace.join("tmp").join(repo);
+    match cx.parent_token {
+        Some(_) => tmp.join(format!("nested-{}", cx.run_id)),
+        None => tmp,
+    }
 }

@@ -2,8 +2,10 @@
 //! the model chain moving on provider-class failures.
 //!
 //! The lifecycle is split by what each part owns: [`checkout`] (where the item runs and what git
-//! says of it), [`attempt`] (worker passes, the model chain, rests), [`gates`] (gates and the
-//! verdict cache), [`baseline`] (gate baselines), [`launch`] (starting a worker or gate),
+//! says of it), [`attempt`] (worker passes, the model chain, rests), [`gates`] (an attempt's
+//! gates), [`judge`] (one gate run, or its recorded verdict reused), [`baseline`] (gate
+//! baselines), [`launch`] (starting a worker or gate, and the folders it may write),
+//! [`tamper`] (the repository's shared git state, before and after),
 //! [`verdict`] (what an attempt's worker class and gate results mean for the item, pure and
 //! unit-tested), and [`cx`] (what they share).
 
@@ -12,6 +14,7 @@ mod baseline;
 mod checkout;
 mod cx;
 mod gates;
+mod judge;
 mod launch;
 mod tamper;
 mod verdict;
@@ -26,8 +29,8 @@ use crate::git;
 use crate::process::Stop;
 use crate::vocab::ItemOutcome;
 use attempt::attempts;
-use checkout::{Anchor, blocking, prepare, set_up};
-use cx::{ItemCx, Prepared, environmental};
+use checkout::{prepare, set_up};
+use cx::{Anchor, ItemCx, Prepared, blocking, environmental};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
@@ -105,7 +108,7 @@ pub(crate) async fn run_item(
         Err(e) => return environmental(e.to_string()),
     };
     let rules = if cx.sandbox.active() {
-        let tmp = attempt::private_tmp(&cx, &repo.name);
+        let tmp = launch::private_tmp(&cx, &repo.name);
         let mut extra = Vec::new();
         if item.branch.is_some() {
             extra.push(launch::build_cache_dir(&cx, &repo.name));

@@ -3,18 +3,11 @@
 //! quarantines the repository, named, before runner's own git reads the repository again. It
 //! is never repaired or committed: a person looks at it (`runner unlock` lifts the quarantine).
 
-use super::cx::ItemCx;
+use super::cx::{ItemCx, Watched};
 use crate::engine::run::RunCx;
 use crate::git::SharedState;
 use crate::plan::{ItemPlan, RepoPlan};
 use crate::vocab::{HoldReason, ItemOutcome};
-
-/// What an item's check compares against.
-pub(crate) struct Watched {
-    before: SharedState,
-    own: Vec<String>,
-    head: bool,
-}
 
 /// The shared state of `repo` before `item` runs, the item's own refs left out: its work branch,
 /// or in the repository's own checkout the branch checked out there (and `HEAD`), which the
