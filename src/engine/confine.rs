@@ -260,8 +260,7 @@ impl SandboxPlan {
         // Other repositories' temporary folders: what their items left or are writing. Where
         // the folders holding them are covered whole (below) they are out of sight already, and
         // not listed: a drain over many repositories listed them all for every item.
-        let whole =
-            |d: &Path| sandbox::support().userns && !writable.iter().any(|w| d.starts_with(w));
+        let whole = |d: &Path| sandbox::covered_whole(d, &writable);
         let tmp_listed = if whole(&self.tmp) {
             None
         } else {

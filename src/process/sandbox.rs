@@ -280,6 +280,19 @@ pub enum Kept {
     Link(PathBuf),
 }
 
+/// Whether folder `dir` may be covered by a tmpfs for a command that writes `writable`: not
+/// `/`, and not a folder something it may write is or holds (a tmpfs there would take the writes
+/// away).
+fn may_cover(dir: &Path, writable: &[PathBuf]) -> bool {
+    dir.parent().is_some() && !writable.iter().any(|w| dir.starts_with(w))
+}
+
+/// Whether [`build`] covers folder `dir` whole (as one of `Rules::covered`) for a command that
+/// writes `writable`: what is in it is out of sight but for what `writable` needs.
+pub fn covered_whole(dir: &Path, writable: &[PathBuf]) -> bool {
+    support().userns && may_cover(dir, writable)
+}
+
 /// Entries bound back into one covered folder at most: past that, its hidden entries are
 /// covered each alone.
 const MAX_KEPT: usize = 64;
@@ -299,8 +312,7 @@ pub(crate) fn plan_covers(
     whole: &[PathBuf],
 ) -> (Vec<PathBuf>, Vec<Cover>) {
     use std::collections::{BTreeMap, HashSet};
-    let may_cover =
-        |dir: &Path| dir.parent().is_some() && !writable.iter().any(|w| dir.starts_with(w));
+    let may_cover = |dir: &Path| may_cover(dir, writable);
     let mut covers = Vec::new();
     for dir in whole.iter().filter(|d| may_cover(d)) {
         if let Some(cover) = whole_cover(dir, writable) {
