@@ -86,6 +86,32 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_is_the_loop_while_it_polls_a_task_of_the_loop_and_only_then() {
+        let inside = std::cell::Cell::new(false);
+        let mut task = on_loop(std::future::poll_fn(|_| {
+            inside.set(on_event_loop());
+            Poll::Ready(())
+        }));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(Pin::new(&mut task).poll(&mut cx).is_ready());
+        assert!(inside.get(), "marked while polled");
+        assert!(!on_event_loop(), "unmarked after");
+        // A blocking call inside such a task is caught like one on the loop's own thread.
+        #[cfg(debug_assertions)]
+        {
+            let mut blocks = on_loop(std::future::poll_fn(|_| {
+                blocking("`git status`");
+                Poll::Ready(())
+            }));
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = Pin::new(&mut blocks).poll(&mut cx);
+            }));
+            assert!(caught.is_err());
+            assert!(!on_event_loop(), "unmarked after a panic too");
+        }
+    }
+
+    #[test]
     #[cfg(debug_assertions)]
     #[should_panic(expected = "would block the event loop")]
     fn a_blocking_call_on_the_loop_fails() {
