@@ -340,7 +340,7 @@ impl Role {
     }
 }
 
-/// The exit codes every verb shares (the README's table): 0 success, 1 the command ran but found
+/// The exit codes every verb shares (`docs/commands.md`'s table): 0 success, 1 the command ran but found
 /// failures, 2 a bad invocation or an invalid manifest, 3 stalled, 4 runner itself failed, 5 a
 /// budget stopped the run, 6 the provider refused the models; 129/130/143 cancelled by
 /// SIGHUP/SIGINT/SIGTERM.

@@ -1,5 +1,5 @@
 //! `runner apply M`: a run session prepared, drained and finished (`crate::session`), once or
-//! in rounds (`--loop`), with the exit code the README documents.
+//! in rounds (`--loop`), with the exit code `docs/commands.md` documents.
 
 use super::shared::load;
 use crate::cli::{ApplyArgs, StandingHolds};

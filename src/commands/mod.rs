@@ -1,6 +1,6 @@
 //! One module per verb. Each returns the process exit code; `main` only maps it.
 //!
-//! Exit codes (the README's table; every verb uses the same meanings): 0 success, 1 the command
+//! Exit codes (`docs/commands.md`'s table; every verb uses the same meanings): 0 success, 1 the command
 //! ran but found failures, 2 bad invocation or invalid manifest, 3 stalled, 4 runner itself
 //! failed, 129/130/143 cancelled by SIGHUP/SIGINT/SIGTERM.
 

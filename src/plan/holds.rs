@@ -156,7 +156,7 @@ mod tests {
     }
 
     proptest! {
-        /// Against the order the README documents, written as plainly as it can be.
+        /// Against the order `docs/commands.md` documents (`plan`), written as plainly as it can be.
         #[test]
         fn one_reason_in_the_documented_order(
             st in status(),

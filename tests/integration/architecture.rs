@@ -1,4 +1,4 @@
-//! The floors of the code (README, "Design"): every `crate::` path in a module must point to a
+//! The floors of the code (`docs/design.md`): every `crate::` path in a module must point to a
 //! module below it. Reads the sources, so an arrow pointing back up fails here, not in review.
 
 use std::collections::BTreeSet;

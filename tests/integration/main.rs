@@ -14,6 +14,7 @@ mod confinement;
 mod containment;
 mod dependencies;
 mod deploy;
+mod docs;
 mod doctor;
 mod events;
 mod fail_closed;

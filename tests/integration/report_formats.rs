@@ -292,7 +292,7 @@ for suite in JUnitXml.fromfile(sys.argv[1]):
 }
 
 /// Two slots, an item retried after a provider's rate limit, one that halts at its tests while
-/// `fail-login` exists: the timeline the README shows.
+/// `fail-login` exists: the timeline `docs/reports.md` shows.
 fn busy_drain(root: &Path) {
     for r in ["api", "web", "docs"] {
         repo(&root.join(r));
