@@ -5,10 +5,11 @@ use super::shared::load;
 use crate::cli::{ApplyArgs, StandingHolds};
 use crate::plan::PlanOptions;
 use crate::report;
+use crate::session::failure::{Ended, Failure};
 use crate::session::prepare::{self, Standing};
 use crate::session::{Options, Session};
 use crate::ui::term::Ui;
-use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, ItemOutcome};
+use crate::vocab::{EXIT_FAILURES, EXIT_OK, ItemOutcome};
 
 /// The session's options from `apply`'s flags.
 fn options(args: &ApplyArgs) -> Options {
@@ -34,46 +35,27 @@ fn options(args: &ApplyArgs) -> Options {
     }
 }
 
-pub fn run(ui: &Ui, args: &ApplyArgs) -> i32 {
-    let loaded = match load(ui, &args.manifest) {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
-    let mut session = match Session::prepare(ui, loaded, options(args)) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    match session.drain(ui) {
-        Ok(end) => session.finish(ui, end),
-        Err(code) => code,
-    }
+pub fn run(ui: &Ui, args: &ApplyArgs) -> Ended {
+    let loaded = load(&args.manifest)?;
+    let mut session = Session::prepare(ui, loaded, options(args))?;
+    let end = session.drain(ui)?;
+    Ok(session.finish(ui, end))
 }
 
 /// How many items `apply` with `args` would run now, as `plan` shows it.
-fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
-    let loaded = load(ui, &args.manifest)?;
+fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, Failure> {
+    let loaded = load(&args.manifest)?;
     let mut opts = options(args);
-    let ledger = crate::ledger::store::open_snapshot(&opts.state).map_err(|e| {
-        ui.error(e);
-        EXIT_INTERNAL
-    })?;
+    let ledger = crate::ledger::store::open_snapshot(&opts.state)?;
     // The trackers are asked too: their new issues are work a next round takes.
     opts.plan.sources = crate::session::sources::read_all(&loaded, ledger.as_ref());
-    let Some(mut plan) = prepare::planned(ui, &loaded, &opts.plan) else {
-        return Err(EXIT_INVALID);
-    };
+    let mut plan = prepare::planned(ui, &loaded, &opts.plan)?;
     let standing = match &ledger {
         Some(ledger) => Standing::read(ledger, &loaded.manifest.name)
             .map(|s| s.with_pulls(&loaded, &plan, Some(ledger))),
         None => Ok(Standing::none()),
     };
-    match standing {
-        Ok(s) => s.lay_over(&mut plan, args.rerun, true),
-        Err(e) => {
-            ui.error(e);
-            return Err(EXIT_INTERNAL);
-        }
-    }
+    standing?.lay_over(&mut plan, args.rerun, true);
     Ok(plan
         .items
         .iter()
@@ -84,22 +66,21 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, i32> {
 /// `apply --loop`: rounds of plan-and-drain until a plan finds nothing pending. A round that
 /// ends other than drained (a stall, a cancel, a paused manifest, a spent budget, runner's own
 /// failure) ends the loop with its exit code; otherwise the loop's exit code is the last
-/// round's (0, or 1 when an item halted, failed or was held).
-pub(crate) fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
+/// round's (0, or 1 when an item halted, failed or was held). A round that could not begin
+/// ends it with that round's failure, said after the loop's summary is written.
+pub(crate) fn run_loop(ui: &Ui, args: &ApplyArgs) -> Ended {
     let max = args.max_rounds.unwrap_or(100).max(1);
     let mut round_args = args.clone();
     let mut summary = LoopSummary::start();
     let (mut last, mut rounds_run) = (EXIT_OK, 0u32);
+    let mut failure = None;
     let ending = loop {
         let round = rounds_run + 1;
         if round > max {
             eprintln!("runner: loop: stopped after {max} rounds (`--max-rounds`) — exit {last}");
             break "max-rounds".to_string();
         }
-        let pending = match pending_now(ui, &round_args) {
-            Ok(n) => n,
-            Err(c) => return c,
-        };
+        let pending = pending_now(ui, &round_args)?;
         if pending == 0 {
             eprintln!(
                 "runner: loop: round {round} found nothing pending; {rounds_run} round{} drained — exit {last}",
@@ -112,10 +93,12 @@ pub(crate) fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
             };
         }
         eprintln!("runner: loop: round {round}, {pending} pending");
-        last = run(ui, &round_args);
+        let ended = run(ui, &round_args);
+        last = ended.as_ref().map_or_else(Failure::code, |c| *c);
+        failure = ended.err();
         rounds_run += 1;
         summary.add_round(args, last);
-        if !matches!(last, EXIT_OK | EXIT_FAILURES) {
+        if failure.is_some() || !matches!(last, EXIT_OK | EXIT_FAILURES) {
             eprintln!("runner: loop: round {round} ended the loop — exit {last}");
             break summary
                 .rounds
@@ -131,7 +114,10 @@ pub(crate) fn run_loop(ui: &Ui, args: &ApplyArgs) -> i32 {
         }
     };
     summary.finish(ui, args, ending, last);
-    last
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(last),
+    }
 }
 
 /// What a `--loop` came to, over its rounds: `<reports>/loop.json` and `loop.md`, rewritten by

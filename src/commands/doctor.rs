@@ -9,9 +9,10 @@ use crate::cli::DoctorArgs;
 use crate::engine::config::{command_argv, effective};
 use crate::manifest::{CommandSpec, LoadedManifest};
 use crate::plan::{PlanOptions, RepoStatus, repos};
+use crate::session::failure::Ended;
 use crate::ui::term::Ui;
 use crate::vocab::ProbeVerdict;
-use crate::vocab::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK, EXIT_REFUSED};
+use crate::vocab::{EXIT_FAILURES, EXIT_OK, EXIT_REFUSED};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -41,14 +42,9 @@ impl Verdicts {
     }
 }
 
-pub fn run(ui: &Ui, args: &DoctorArgs) -> i32 {
-    let loaded = match load(ui, &args.manifest) {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
-    let Some(plan) = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default()) else {
-        return EXIT_INVALID;
-    };
+pub fn run(ui: &Ui, args: &DoctorArgs) -> Ended {
+    let loaded = load(&args.manifest)?;
+    let plan = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default())?;
     outln!(
         "runner doctor: manifest `{}` ({})",
         loaded.manifest.name,
@@ -90,7 +86,7 @@ pub fn run(ui: &Ui, args: &DoctorArgs) -> i32 {
             (f, _) => format!("{f} check{} failed — exit {code}", plural(f)),
         }
     );
-    code
+    Ok(code)
 }
 
 fn plural(n: usize) -> &'static str {

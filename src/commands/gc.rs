@@ -2,36 +2,26 @@
 
 use super::shared::{open_store, state_path};
 use crate::cli::GcArgs;
+use crate::session::failure::{Ended, Failure};
 use crate::session::records::{keep_of, plural, prune_verdicts, retain};
 use crate::ui::term::Ui;
-use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
+use crate::vocab::EXIT_OK;
 
-pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
-    let loaded = match super::shared::load(ui, &args.manifest) {
-        Ok(l) => l,
-        Err(c) => return c,
-    };
+pub fn run(ui: &Ui, args: &GcArgs) -> Ended {
+    let loaded = super::shared::load(&args.manifest)?;
     let path = state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match open_store(ui, &path) {
-        Ok(l) => l,
-        Err(c) => return c,
-    };
+    let mut ledger = open_store(&path)?;
     let reports = crate::session::prepare::reports_dir(&loaded, args.report_dir.as_deref());
     let keep = keep_of(&loaded);
-    let retained = match retain(
+    let retained = retain(
         &mut ledger,
         &loaded.manifest.name,
         &keep,
         &reports,
         None,
         &Vec::new(),
-    ) {
-        Ok(r) => r,
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
-    };
+    )
+    .map_err(Failure::Internal)?;
     // The runs by name, up to a screenful; the count says the rest.
     const NAMED: usize = 20;
     for r in retained.runs.iter().take(NAMED) {
@@ -62,9 +52,11 @@ pub fn run(ui: &Ui, args: &GcArgs) -> i32 {
         ui.warn(format_args!("the run history page was not rewritten: {e}"));
     }
     eprintln!("runner: gc: {}", retained.line(&keep));
-    if retained.left.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_INTERNAL
+    match retained.left.len() {
+        0 => Ok(EXIT_OK),
+        n => Err(Failure::Internal(format!(
+            "{n} report folder{} could not be removed",
+            plural(n)
+        ))),
     }
 }

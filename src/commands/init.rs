@@ -3,8 +3,9 @@
 //! gate guessed from each project's files. What it writes validates as written.
 
 use crate::cli::InitArgs;
+use crate::session::failure::{Ended, Failure};
 use crate::ui::term::Ui;
-use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK};
+use crate::vocab::EXIT_OK;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -158,25 +159,28 @@ fn worktree_prep(repo: &Path) -> Prep {
     prep
 }
 
-pub fn run(ui: &Ui, args: &InitArgs) -> i32 {
+pub fn run(ui: &Ui, args: &InitArgs) -> Ended {
     let dir = match std::fs::canonicalize(&args.dir) {
         Ok(d) if d.is_dir() => d,
         Ok(d) => {
-            ui.error(format_args!("`{}` is not a folder", d.display()));
-            return EXIT_INVALID;
+            return Err(Failure::Invalid(format!(
+                "`{}` is not a folder",
+                d.display()
+            )));
         }
         Err(e) => {
-            ui.error(format_args!("cannot open `{}`: {e}", args.dir.display()));
-            return EXIT_INVALID;
+            return Err(Failure::Invalid(format!(
+                "cannot open `{}`: {e}",
+                args.dir.display()
+            )));
         }
     };
     let out = dir.join(&args.output);
     if out.exists() && !args.force {
-        ui.error(format_args!(
+        return Err(Failure::Failed(format!(
             "`{}` exists; nothing was written (`--force` replaces it)",
             out.display()
-        ));
-        return EXIT_FAILURES;
+        )));
     }
     let (found, skipped) = checkouts(&dir);
     for s in &skipped {
@@ -191,26 +195,22 @@ pub fn run(ui: &Ui, args: &InitArgs) -> i32 {
         let written = std::fs::create_dir_all(&folder)
             .and_then(|()| write_script(&folder.join(format!("{}.sh", a.cli)), a.adapter, true))
             .and_then(|()| write_script(&folder.join("common.sh"), COMMON, false));
-        if let Err(e) = written {
-            ui.error(format_args!(
+        written.map_err(|e| {
+            Failure::Internal(format!(
                 "cannot write the adapter into `{}`: {e}",
                 folder.display()
-            ));
-            return EXIT_INTERNAL;
-        }
+            ))
+        })?;
     }
-    if let Err(e) = crate::support::fs::write_atomic(&out, text.as_bytes()) {
-        ui.error(format_args!("cannot write `{}`: {e}", out.display()));
-        return EXIT_INTERNAL;
-    }
+    crate::support::fs::write_atomic(&out, text.as_bytes())
+        .map_err(|e| Failure::Internal(format!("cannot write `{}`: {e}", out.display())))?;
     // What was written must validate: say so plainly if it does not.
-    if let Err(e) = crate::manifest::load_file(&out) {
-        ui.error(format_args!(
+    crate::manifest::load_file(&out).map_err(|e| {
+        Failure::Internal(format!(
             "the manifest written to `{}` does not validate (please report this): {e}",
             out.display()
-        ));
-        return EXIT_INTERNAL;
-    }
+        ))
+    })?;
     eprintln!(
         "runner: wrote {}: {} repositor{}{}",
         out.display(),
@@ -249,7 +249,7 @@ pub fn run(ui: &Ui, args: &InitArgs) -> i32 {
             args.output.display()
         );
     }
-    EXIT_OK
+    Ok(EXIT_OK)
 }
 
 fn write_script(path: &Path, text: &str, executable: bool) -> std::io::Result<()> {

@@ -1,4 +1,5 @@
-//! One module per verb. Each returns the process exit code; `main` only maps it.
+//! One module per verb. Each returns its exit code, or the [`Failure`] that stopped it, which
+//! [`run`] alone says and turns into its exit code; `main` only exits with it.
 //!
 //! Exit codes (`docs/commands.md`'s table; every verb uses the same meanings): 0 success, 1 the command
 //! ran but found failures, 2 bad invocation or invalid manifest, 3 stalled, 4 runner itself
@@ -34,9 +35,10 @@ pub mod unlock;
 pub mod validate;
 
 use crate::cli::{Cli, ColorChoice, Command};
+use crate::session::failure::{Ended, Failure};
 use crate::ui::term::Ui;
-use crate::vocab::EXIT_INVALID;
 
+/// Run the parsed command line; the exit code, every failure said once, here.
 pub fn run(cli: Cli) -> i32 {
     crate::process::alloc::one_arena();
     crate::process::ignore_file_size_signal();
@@ -46,14 +48,14 @@ pub fn run(cli: Cli) -> i32 {
         ColorChoice::Never => Some(false),
         ColorChoice::Auto => None,
     });
+    dispatch(&ui, cli).unwrap_or_else(|f| f.report(&ui))
+}
+
+fn dispatch(ui: &Ui, cli: Cli) -> Ended {
     // Runner's own settings, read once: one that cannot be read stops here, named.
-    match settings::Settings::from_env() {
-        Ok(settings) => settings.install(),
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INVALID;
-        }
-    }
+    settings::Settings::from_env()
+        .map_err(Failure::invalid)?
+        .install();
     let format = match cli.log_format {
         crate::cli::LogFormatArg::Text => crate::ui::log::LogFormat::Text,
         crate::cli::LogFormatArg::Json => crate::ui::log::LogFormat::Json,
@@ -80,10 +82,9 @@ pub fn run(cli: Cli) -> i32 {
             if role.is_none()
                 && let Some(why) = crate::support::host::inside_item()
             {
-                ui.error(format_args!(
+                return Err(Failure::Invalid(format!(
                     "this runner runs inside an item of a run ({why}) but without the `RUNNER_*` environment it was given: a nested `runner apply` keeps it, so that its parent's ceiling and repository hold"
-                ));
-                return EXIT_INVALID;
+                )));
             }
         } else {
             let what = match role {
@@ -92,28 +93,27 @@ pub fn run(cli: Cli) -> i32 {
                     .map(|why| format!("an item of a run ({why})")),
             };
             if let Some(what) = what {
-                ui.error(format_args!(
+                return Err(Failure::Invalid(format!(
                     "`runner {verb}` is refused inside {what}: runs are steered by their operators"
-                ));
-                return EXIT_INVALID;
+                )));
             }
         }
     }
     match cli.command {
-        Command::Validate { manifest } => validate::run(&ui, &manifest),
-        Command::Init(args) => init::run(&ui, &args),
-        Command::Doctor(args) => doctor::run(&ui, &args),
-        Command::Publish(args) => publish::run(&ui, &args),
-        Command::Plan(args) => plan::run(&ui, &args),
-        Command::Apply(args) if args.looping => apply::run_loop(&ui, &args),
-        Command::Apply(args) => apply::run(&ui, &args),
-        Command::Status(args) => status::run(&ui, &args),
-        Command::Report(args) => report::run(&ui, &args),
-        Command::Cancel(args) => cancel::run(&ui, &args),
-        Command::Pause(args) => pause::run(&ui, &args, true),
-        Command::Resume(args) => pause::run(&ui, &args, false),
-        Command::Unlock(args) => unlock::run(&ui, &args),
-        Command::Gc(args) => gc::run(&ui, &args),
+        Command::Validate { manifest } => validate::run(ui, &manifest),
+        Command::Init(args) => init::run(ui, &args),
+        Command::Doctor(args) => doctor::run(ui, &args),
+        Command::Publish(args) => publish::run(ui, &args),
+        Command::Plan(args) => plan::run(ui, &args),
+        Command::Apply(args) if args.looping => apply::run_loop(ui, &args),
+        Command::Apply(args) => apply::run(ui, &args),
+        Command::Status(args) => status::run(&args),
+        Command::Report(args) => report::run(&args),
+        Command::Cancel(args) => cancel::run(&args),
+        Command::Pause(args) => pause::run(&args, true),
+        Command::Resume(args) => pause::run(&args, false),
+        Command::Unlock(args) => unlock::run(&args),
+        Command::Gc(args) => gc::run(ui, &args),
         Command::Schema {
             report,
             events,
@@ -126,6 +126,6 @@ pub fn run(cli: Cli) -> i32 {
             report, events, plan, status, matrix, items, incident,
         )),
         Command::Completions { shell } => schema::run_completions(shell),
-        Command::GuardRun { for_pid } => crate::engine::guard::run(for_pid),
+        Command::GuardRun { for_pid } => Ok(crate::engine::guard::run(for_pid)),
     }
 }

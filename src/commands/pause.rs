@@ -2,32 +2,24 @@
 
 use super::shared::state_path;
 use crate::cli::PauseArgs;
+use crate::session::failure::{Ended, Failure};
 use crate::session::prepare::who;
-use crate::ui::term::Ui;
-use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
+use crate::vocab::EXIT_OK;
 
-pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
+pub fn run(args: &PauseArgs, on: bool) -> Ended {
     if args.wait && !on {
-        ui.error("`--wait` is for `pause`: a resume has nothing to wait for");
-        return crate::vocab::EXIT_INVALID;
+        return Err(Failure::invalid(
+            "`--wait` is for `pause`: a resume has nothing to wait for",
+        ));
     }
     let Some(manifest) = &args.manifest else {
-        return host(ui, args, on);
+        return host(args, on);
     };
-    let loaded = match super::shared::load(ui, manifest) {
-        Ok(l) => l,
-        Err(c) => return c,
-    };
+    let loaded = super::shared::load(manifest)?;
     let path = state_path(&args.state, Some(manifest));
     // A pause given here is seen by every runner of the ledger: on a shared PostgreSQL ledger,
     // by every machine's.
-    let mut ledger = match crate::ledger::store::open(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
-    };
+    let mut ledger = crate::ledger::store::open(&path)?;
     let name = &loaded.manifest.name;
     let r = if on {
         ledger
@@ -53,20 +45,11 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
             }
         })
     };
-    if let Err(e) = r {
-        ui.error(e);
-        return EXIT_INTERNAL;
-    }
+    r?;
     if args.wait {
         // The pause just written, as the ledger says it: a different one later is not ours.
-        let own = match ledger.paused(name) {
-            Ok(p) => p,
-            Err(e) => {
-                ui.error(e);
-                return EXIT_INTERNAL;
-            }
-        };
-        return wait_for(ui, args.timeout, &format!("`{name}`"), || {
+        let own = ledger.paused(name)?;
+        return wait_for(args.timeout, &format!("`{name}`"), || {
             let running = ledger
                 .live_claims_of(name)
                 .map_err(|e| e.to_string())?
@@ -77,7 +60,7 @@ pub fn run(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
             Ok((running, ours(own.as_deref(), now.map(|p| (p.clone(), p)))))
         });
     }
-    EXIT_OK
+    Ok(EXIT_OK)
 }
 
 /// Whether the pause standing now (`now`: what tells it apart, and its text) is the one this
@@ -94,7 +77,7 @@ fn ours(own: Option<&str>, now: Option<(String, String)>) -> Result<(), String> 
 }
 
 /// `runner pause --host` / `resume --host`: the host's pause, in the host folder.
-fn host(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
+fn host(args: &PauseArgs, on: bool) -> Ended {
     use crate::lease::{clear_host_pause, host_pause, host_slots_in_use, set_host_pause};
     if !on {
         return match clear_host_pause() {
@@ -103,39 +86,35 @@ fn host(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
                     "runner: the host is resumed (it was {})",
                     crate::support::text::printable(&p.text())
                 );
-                EXIT_OK
+                Ok(EXIT_OK)
             }
             Ok(None) => {
                 eprintln!("runner: the host was not paused");
-                EXIT_OK
+                Ok(EXIT_OK)
             }
-            Err(e) => {
-                ui.error(format_args!("cannot lift the host's pause: {e}"));
-                EXIT_INTERNAL
-            }
+            Err(e) => Err(Failure::internal(format_args!(
+                "cannot lift the host's pause: {e}"
+            ))),
         };
     }
-    let own = match set_host_pause(
+    let own = set_host_pause(
         who("pause --host"),
         args.reason.clone(),
         crate::support::clock::now(),
-    ) {
-        Ok(p) => p,
-        Err(e) => {
-            ui.error(format_args!(
-                "cannot pause the host in `{}`: {e}",
-                crate::lease::host_dir().display()
-            ));
-            return EXIT_INTERNAL;
-        }
-    };
+    )
+    .map_err(|e| {
+        Failure::internal(format_args!(
+            "cannot pause the host in `{}`: {e}",
+            crate::lease::host_dir().display()
+        ))
+    })?;
     eprintln!(
         "runner: the host is paused; every drain on it lets its running items finish and starts no new one"
     );
     if !args.wait {
-        return EXIT_OK;
+        return Ok(EXIT_OK);
     }
-    wait_for(ui, args.timeout, "the host", || {
+    wait_for(args.timeout, "the host", || {
         let n = host_slots_in_use().map_err(|e| e.to_string())?;
         let running = (0..n).map(|_| "an item".to_string()).collect();
         let now = host_pause().map(|p| (p.token.clone(), p.text()));
@@ -148,37 +127,28 @@ fn host(ui: &Ui, args: &PauseArgs, on: bool) -> i32 {
 /// with exit 1 — the pause stays on a timeout. `look` gives what still runs and whether the
 /// pause standing is this command's.
 fn wait_for(
-    ui: &Ui,
     timeout: Option<std::time::Duration>,
     what: &str,
     mut look: impl FnMut() -> Result<(Vec<String>, Result<(), String>), String>,
-) -> i32 {
+) -> Ended {
     let until = timeout.map(|t| std::time::Instant::now() + t);
     loop {
-        let (running, own) = match look() {
-            Ok(l) => l,
-            Err(e) => {
-                ui.error(e);
-                return EXIT_INTERNAL;
-            }
-        };
+        let (running, own) = look().map_err(Failure::Internal)?;
         if let Err(why) = own {
-            ui.error(format_args!(
+            return Err(Failure::Failed(format!(
                 "{what} {why} while waiting for its drains to end; {} item(s) still run",
                 running.len()
-            ));
-            return crate::vocab::EXIT_FAILURES;
+            )));
         }
         if running.is_empty() {
             eprintln!("runner: {what}: nothing runs any more");
-            return EXIT_OK;
+            return Ok(EXIT_OK);
         }
         if until.is_some_and(|u| std::time::Instant::now() >= u) {
-            ui.error(format_args!(
+            return Err(Failure::Failed(format!(
                 "{what} stays paused, but items still run: {}",
                 crate::support::text::printable(&running.join(", "))
-            ));
-            return crate::vocab::EXIT_FAILURES;
+            )));
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }

@@ -4,35 +4,27 @@ use super::shared::load;
 use crate::cli::PlanArgs;
 use crate::plan::matrix::{ShardMatrix, shard_matrix};
 use crate::plan::{ItemState, Plan, PlanOptions, RepoStatus};
+use crate::session::failure::{Ended, Failure};
 use crate::session::prepare::{self, Standing};
 use crate::ui::term::Ui;
-use crate::vocab::{EXIT_FAILURES, EXIT_INVALID, EXIT_OK};
+use crate::vocab::{EXIT_FAILURES, EXIT_OK};
 
-pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
+pub fn run(ui: &Ui, args: &PlanArgs) -> Ended {
     // With --detailed-exitcode, 2 means "work pending", so errors must be 1 (as Terraform).
-    let error_code = if args.detailed_exitcode {
-        EXIT_FAILURES
-    } else {
-        EXIT_INVALID
-    };
-    let loaded = match load(ui, &args.manifest) {
-        Ok(l) => l,
-        Err(_) => return error_code,
-    };
-    let internal = if args.detailed_exitcode {
-        EXIT_FAILURES
-    } else {
-        crate::vocab::EXIT_INTERNAL
-    };
+    planned(ui, args).map_err(|f| {
+        if args.detailed_exitcode {
+            Failure::Detailed(Box::new(f))
+        } else {
+            f
+        }
+    })
+}
+
+fn planned(ui: &Ui, args: &PlanArgs) -> Ended {
+    let loaded = load(&args.manifest)?;
     // The ledger is read as it stands: `plan` creates and changes no file.
     let state_path = super::shared::state_path(&args.state, Some(&args.manifest));
-    let ledger = match crate::ledger::store::open_snapshot(&state_path) {
-        Ok(l) => l,
-        Err(e) => {
-            ui.error(e);
-            return internal;
-        }
-    };
+    let ledger = crate::ledger::store::open_snapshot(&state_path)?;
     let opts = PlanOptions {
         only: args.filter.only.clone(),
         items: args.filter.items.clone(),
@@ -41,13 +33,9 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
         // The trackers are read (their commands only read); what they gave is not remembered.
         sources: crate::session::sources::read_all(&loaded, ledger.as_ref()),
     };
-    let Some(mut plan) = prepare::planned(ui, &loaded, &opts) else {
-        return error_code;
-    };
+    let mut plan = prepare::planned(ui, &loaded, &opts)?;
     // The worker bound `apply` would settle on: the order and the ETA are simulated with it.
-    let Ok(workers) = prepare::settle_workers(ui, &loaded, args.workers) else {
-        return error_code;
-    };
+    let workers = prepare::settle_workers(ui, &loaded, args.workers)?;
     let standing = match &ledger {
         Some(l) => {
             Standing::read(l, &loaded.manifest.name).map(|s| s.with_pulls(&loaded, &plan, Some(l)))
@@ -65,25 +53,15 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
             ));
         }
     }
-    match standing {
-        Ok(s) => s.lay_over(&mut plan, args.rerun, true),
-        Err(e) => {
-            ui.error(e);
-            return internal;
-        }
-    }
+    standing?.lay_over(&mut plan, args.rerun, true);
     // A spend cap already spent holds what a run would not start.
-    if let Some(l) = &ledger {
-        match crate::session::budget::budget_limit(&loaded, &**l, jiff::Timestamp::now()) {
-            Ok(Some(limit)) if limit.cap.is_some() && limit.usd <= 0.0 => {
-                crate::plan::past::budget_spent(&mut plan, &limit.spent_cause(0.0));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                ui.error(e);
-                return internal;
-            }
-        }
+    if let Some(l) = &ledger
+        && let Some(limit) =
+            crate::session::budget::budget_limit(&loaded, &**l, jiff::Timestamp::now())?
+        && limit.cap.is_some()
+        && limit.usd <= 0.0
+    {
+        crate::plan::past::budget_spent(&mut plan, &limit.spent_cause(0.0));
     }
     if let Err(e) = prepare::estimate(&mut plan, workers, ledger.as_ref()) {
         ui.warn(format_args!("no estimates: {e}"));
@@ -91,30 +69,22 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     if let Some(n) = args.shards {
         let m = shard_matrix(&plan, n);
         if args.json {
-            match serde_json::to_string_pretty(&m) {
-                Ok(s) => outln!("{s}"),
-                Err(e) => {
-                    ui.error(format_args!("cannot encode the shards: {e}"));
-                    return error_code;
-                }
-            }
+            let s = serde_json::to_string_pretty(&m)
+                .map_err(|e| Failure::internal(format_args!("cannot encode the shards: {e}")))?;
+            outln!("{s}");
         } else {
             out!("{}", render_shards(&m));
         }
-        return if args.detailed_exitcode && m.pending > 0 {
-            2
+        return Ok(if args.detailed_exitcode && m.pending > 0 {
+            PENDING
         } else {
             EXIT_OK
-        };
+        });
     }
     if args.json {
-        match serde_json::to_string_pretty(&plan) {
-            Ok(s) => outln!("{s}"),
-            Err(e) => {
-                ui.error(format_args!("cannot encode the plan: {e}"));
-                return error_code;
-            }
-        }
+        let s = serde_json::to_string_pretty(&plan)
+            .map_err(|e| Failure::internal(format_args!("cannot encode the plan: {e}")))?;
+        outln!("{s}");
     } else {
         out!("{}", render_table(&plan, &loaded.display_path));
         match crate::engine::confine::plan(
@@ -134,14 +104,17 @@ pub fn run(ui: &Ui, args: &PlanArgs) -> i32 {
     }
     // A tracker that could not be read is never "nothing to do".
     if !plan.unreadable_sources.is_empty() {
-        return EXIT_FAILURES;
+        return Ok(EXIT_FAILURES);
     }
     let pending = plan.counts.get(&ItemState::Pending).copied().unwrap_or(0);
     if args.detailed_exitcode && pending > 0 {
-        return 2;
+        return Ok(PENDING);
     }
-    EXIT_OK
+    Ok(EXIT_OK)
 }
+
+/// `plan --detailed-exitcode`: work is pending.
+const PENDING: i32 = 2;
 
 /// The shards as a table.
 fn render_shards(m: &ShardMatrix) -> String {

@@ -5,28 +5,22 @@ use super::shared::load;
 use crate::cli::PublishArgs;
 use crate::events::Event;
 use crate::plan::PlanOptions;
+use crate::session::failure::{Ended, Failure};
 use crate::ui::term::Ui;
 use crate::vocab::ItemOutcome;
-use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK};
+use crate::vocab::{EXIT_FAILURES, EXIT_OK};
 use std::sync::Arc;
 
-pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
-    let loaded = match load(ui, &args.manifest) {
-        Ok(l) => l,
-        Err(c) => return c,
-    };
+pub fn run(ui: &Ui, args: &PublishArgs) -> Ended {
+    let loaded = load(&args.manifest)?;
     let Some(publish) = loaded.manifest.publish.clone() else {
-        ui.error(format_args!(
+        return Err(Failure::Invalid(format!(
             "`{}` has no `publish` section: nothing says where to publish",
             args.manifest.display()
-        ));
-        return EXIT_INVALID;
+        )));
     };
     let path = super::shared::state_path(&args.state, Some(&args.manifest));
-    let mut ledger = match super::shared::open_store(ui, &path) {
-        Ok(l) => l,
-        Err(c) => return c,
-    };
+    let mut ledger = super::shared::open_store(&path)?;
     let opts = PlanOptions {
         fresh: false,
         only: args.filter.only.clone(),
@@ -35,28 +29,19 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         // A tracker's items are among what earlier runs completed.
         sources: crate::session::sources::read_all(&loaded, Some(&ledger)),
     };
-    let Some(plan) = crate::session::prepare::planned(ui, &loaded, &opts) else {
-        return EXIT_INVALID;
-    };
+    let plan = crate::session::prepare::planned(ui, &loaded, &opts)?;
     let name = loaded.manifest.name.clone();
-    let (past, published) = match (ledger.past_outcomes(&name), ledger.publications_of(&name)) {
-        (Ok(p), Ok(q)) => (
-            p.into_iter().collect::<std::collections::HashMap<_, _>>(),
-            q,
-        ),
-        (Err(e), _) | (_, Err(e)) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
-    };
+    let past: std::collections::HashMap<_, _> = ledger.past_outcomes(&name)?.into_iter().collect();
+    let published = ledger.publications_of(&name)?;
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(r) => r,
         Err(e) => {
-            ui.error(format_args!("cannot start the runtime: {e}"));
-            return EXIT_INTERNAL;
+            return Err(Failure::internal(format_args!(
+                "cannot start the runtime: {e}"
+            )));
         }
     };
     crate::process::become_subreaper();
@@ -126,13 +111,9 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
             source: crate::engine::publish::source_of(it),
         };
         // Recorded with the run that completed the item: the next publish and apply see it.
-        if let Err(e) = ledger
+        ledger
             .event(&past.run_id, Some(&key), &ev, &crate::support::clock::now())
-            .and_then(|()| ledger.flush_all())
-        {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
+            .and_then(|()| ledger.flush_all())?;
         match (&outcome.error, &outcome.url) {
             (Some(e), _) => {
                 failed += 1;
@@ -154,7 +135,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> i32 {
         "runner: {done} published, {current} already up to date, {failed} failed — exit {}",
         if failed > 0 { EXIT_FAILURES } else { EXIT_OK }
     );
-    if failed > 0 { EXIT_FAILURES } else { EXIT_OK }
+    Ok(if failed > 0 { EXIT_FAILURES } else { EXIT_OK })
 }
 
 /// What every publication of the command shares.

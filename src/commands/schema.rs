@@ -1,5 +1,6 @@
 //! `runner schema` and `runner completions SHELL`.
 
+use crate::session::failure::{Ended, Failure};
 use crate::vocab::EXIT_OK;
 use clap::CommandFactory;
 
@@ -62,21 +63,17 @@ pub fn text(of: Of) -> Result<String, serde_json::Error> {
     }
 }
 
-pub(crate) fn run_schema(of: Of) -> i32 {
-    match text(of) {
-        Ok(s) => out!("{s}"),
-        Err(e) => {
-            eprintln!("error: cannot encode the {of:?} schema: {e}");
-            return crate::vocab::EXIT_INTERNAL;
-        }
-    }
-    EXIT_OK
+pub(crate) fn run_schema(of: Of) -> Ended {
+    let s =
+        text(of).map_err(|e| Failure::Internal(format!("cannot encode the {of:?} schema: {e}")))?;
+    out!("{s}");
+    Ok(EXIT_OK)
 }
 
-pub(crate) fn run_completions(shell: clap_complete::Shell) -> i32 {
+pub(crate) fn run_completions(shell: clap_complete::Shell) -> Ended {
     let mut cmd = crate::cli::Cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "runner", &mut buf);
     out!("{}", String::from_utf8_lossy(&buf));
-    EXIT_OK
+    Ok(EXIT_OK)
 }

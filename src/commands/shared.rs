@@ -1,25 +1,13 @@
 //! What the verbs share: loading and planning a manifest with its problems printed, where the
 //! ledger lives, and the ledger opened for a verb that steers or reads runs.
 
-use crate::manifest::{LoadError, LoadedManifest};
-use crate::ui::term::Ui;
-use crate::vocab::{EXIT_INTERNAL, EXIT_INVALID};
+use crate::manifest::LoadedManifest;
+use crate::session::failure::Failure;
 use std::path::Path;
 
-/// Run the parsed command line; returns the exit code.
-/// Load a manifest, printing its problems on failure. `Err` carries the exit code.
-pub fn load(ui: &Ui, path: &Path) -> Result<LoadedManifest, i32> {
-    match crate::manifest::load_file(path) {
-        Ok(m) => Ok(m),
-        Err(LoadError::Invalid(e)) => {
-            eprint!("{}", e.render(ui.color));
-            Err(EXIT_INVALID)
-        }
-        Err(e @ LoadError::Read { .. }) => {
-            ui.error(e);
-            Err(EXIT_INVALID)
-        }
-    }
+/// Load a manifest; `Err` carries every problem it has.
+pub fn load(path: &Path) -> Result<LoadedManifest, Failure> {
+    Ok(crate::manifest::load_file(path)?)
 }
 
 pub(crate) fn state_path(
@@ -67,16 +55,15 @@ pub(crate) fn affected(
     }
 }
 
-/// A looked-up run, or the exit code after saying why there is none.
+/// A looked-up run, or why there is none.
 pub(crate) fn found<T>(
-    ui: &Ui,
     r: crate::ledger::Result<Option<T>>,
     run: &str,
     path: &Path,
-) -> Result<T, i32> {
-    match r {
-        Ok(Some(v)) => Ok(v),
-        Ok(None) => {
+) -> Result<T, Failure> {
+    match r? {
+        Some(v) => Ok(v),
+        None => {
             let shown = crate::support::text::printable(run);
             // A manifest given where a run id goes is the likely slip.
             let hint = if Path::new(run).is_file() {
@@ -86,41 +73,28 @@ pub(crate) fn found<T>(
             } else {
                 String::new()
             };
-            ui.error(format_args!(
+            Err(Failure::Invalid(format!(
                 "no run `{shown}` in `{}`{hint}",
                 path.display()
-            ));
-            Err(EXIT_INVALID)
-        }
-        Err(e) => {
-            ui.error(e);
-            Err(EXIT_INTERNAL)
+            )))
         }
     }
 }
 
 /// Open the ledger for a reading command: a shared PostgreSQL ledger (`--state postgres://…`),
 /// or the SQLite file, which must exist (reading commands never create one).
-pub(crate) fn open_store(ui: &Ui, path: &Path) -> Result<crate::ledger::store::Store, i32> {
-    match open_store_if_made(ui, path)? {
-        Some(l) => Ok(l),
-        None => {
-            ui.error(format_args!(
-                "no state ledger at `{}`; give the manifest or `--state`",
-                path.display()
-            ));
-            Err(EXIT_INVALID)
-        }
-    }
+pub(crate) fn open_store(path: &Path) -> Result<crate::ledger::store::Store, Failure> {
+    open_store_if_made(path)?.ok_or_else(|| {
+        Failure::Invalid(format!(
+            "no state ledger at `{}`; give the manifest or `--state`",
+            path.display()
+        ))
+    })
 }
 
 /// [`open_store`], with `None` for a SQLite ledger not made yet (no run so far).
 pub(crate) fn open_store_if_made(
-    ui: &Ui,
     path: &Path,
-) -> Result<Option<crate::ledger::store::Store>, i32> {
-    crate::ledger::store::open_existing(path).map_err(|e| {
-        ui.error(e);
-        EXIT_INTERNAL
-    })
+) -> Result<Option<crate::ledger::store::Store>, Failure> {
+    Ok(crate::ledger::store::open_existing(path)?)
 }

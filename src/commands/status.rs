@@ -5,80 +5,54 @@ use super::shared::{open_store, state_path};
 use crate::cli::StatusArgs;
 use crate::ledger::store::Store;
 use crate::manifest::LoadedManifest;
-use crate::ui::term::Ui;
-use crate::vocab::{EXIT_INTERNAL, EXIT_OK};
+use crate::session::failure::{Ended, Failure};
+use crate::vocab::EXIT_OK;
 
 use super::outputs::*;
 
 mod watch;
 
-pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
+pub fn run(args: &StatusArgs) -> Ended {
     if args.watch {
-        return watch::run(ui, args);
+        return watch::run(args);
     }
     let path = state_path(&args.state, args.manifest.as_deref());
     // With a manifest, a ledger not made yet (no run so far) is an answer: nothing ran, and its
     // repositories' leases and quarantines are as they are.
     let ledger = if args.manifest.is_some() {
-        super::shared::open_store_if_made(ui, &path)
+        super::shared::open_store_if_made(&path)?
     } else {
-        open_store(ui, &path).map(Some)
-    };
-    let ledger = match ledger {
-        Ok(l) => l,
-        Err(c) => return c,
+        Some(open_store(&path)?)
     };
     let loaded = match &args.manifest {
-        Some(m) => match super::shared::load(ui, m) {
-            Ok(l) => Some(l),
-            Err(c) => return c,
-        },
+        Some(m) => Some(super::shared::load(m)?),
         None => None,
     };
     if args.metrics
         && let Some(loaded) = &loaded
     {
-        return print_metrics(ui, ledger.as_ref(), loaded);
+        return print_metrics(ledger.as_ref(), loaded);
     }
-    let st = match gather(ledger.as_ref(), loaded.as_ref(), &path) {
-        Ok(s) => s,
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
-    };
+    let st = gather(ledger.as_ref(), loaded.as_ref(), &path)?;
     if args.json {
-        return match serde_json::to_string_pretty(&st) {
-            Ok(json) => {
-                outln!("{json}");
-                EXIT_OK
-            }
-            Err(e) => {
-                ui.error(format_args!("cannot encode the status: {e}"));
-                EXIT_INTERNAL
-            }
-        };
+        let json = serde_json::to_string_pretty(&st)
+            .map_err(|e| Failure::internal(format_args!("cannot encode the status: {e}")))?;
+        outln!("{json}");
+        return Ok(EXIT_OK);
     }
     print(&st, loaded.is_some(), ledger.is_some());
-    EXIT_OK
+    Ok(EXIT_OK)
 }
 
 /// `status M --metrics`: the manifest's metrics, as `reports.metrics` receives them (before the
 /// first run, from an empty ledger).
-fn print_metrics(ui: &Ui, ledger: Option<&Store>, loaded: &LoadedManifest) -> i32 {
-    match crate::session::metrics::render(
+fn print_metrics(ledger: Option<&Store>, loaded: &LoadedManifest) -> Ended {
+    let t = crate::session::metrics::render(
         ledger.map(|l| &**l as &dyn crate::ledger::Ledger),
         loaded,
-    ) {
-        Ok(t) => {
-            out!("{t}");
-            EXIT_OK
-        }
-        Err(e) => {
-            ui.error(e);
-            EXIT_INTERNAL
-        }
-    }
+    )?;
+    out!("{t}");
+    Ok(EXIT_OK)
 }
 
 /// What the ledger (and, with a manifest, its repositories) say now; with no ledger yet, what

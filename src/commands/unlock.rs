@@ -3,8 +3,8 @@
 
 use super::shared::state_path;
 use crate::cli::UnlockArgs;
-use crate::ui::term::Ui;
-use crate::vocab::{EXIT_INTERNAL, EXIT_INVALID, EXIT_OK};
+use crate::session::failure::{Ended, Failure};
+use crate::vocab::EXIT_OK;
 use std::path::Path;
 
 /// Processes started by runner for the repository at `repo` (by `RUNNER_REPO_PATH`), with those
@@ -34,13 +34,13 @@ fn keepers_of(common: &Path, holder: Option<&crate::lease::Record>) -> Vec<(i32,
 }
 
 /// The folder `REPO` names: a path, or with `--manifest` also a repository's name in it.
-fn repo_folder(ui: &Ui, args: &UnlockArgs) -> Result<std::path::PathBuf, i32> {
+fn repo_folder(args: &UnlockArgs) -> Result<std::path::PathBuf, Failure> {
     let given = std::path::absolute(&args.repo).unwrap_or_else(|_| args.repo.clone());
     let given = crate::support::fs::normalize(&given);
     let Some(m) = &args.manifest else {
         return Ok(given);
     };
-    let loaded = super::shared::load(ui, m)?;
+    let loaded = super::shared::load(m)?;
     let name = args.repo.to_string_lossy();
     let located = crate::plan::repos::locate(&loaded);
     if let Some(l) = located.iter().find(|l| l.name == name) {
@@ -51,12 +51,11 @@ fn repo_folder(ui: &Ui, args: &UnlockArgs) -> Result<std::path::PathBuf, i32> {
     }
     let mut names: Vec<&str> = located.iter().map(|l| l.name.as_str()).collect();
     names.sort();
-    ui.error(format_args!(
+    Err(Failure::Invalid(format!(
         "`{name}` is neither a repository of `{}` nor a folder; its repositories: {}",
         m.display(),
         names.join(", ")
-    ));
-    Err(EXIT_INVALID)
+    )))
 }
 
 /// SIGTERM to `pids`, up to 5 seconds for them to go, then SIGKILL.
@@ -80,18 +79,9 @@ fn end_pids(pids: &[i32]) {
     }
 }
 
-pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
-    let repo = match repo_folder(ui, args) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    let probe = match crate::git::probe(&repo) {
-        Ok(p) => p,
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INVALID;
-        }
-    };
+pub fn run(args: &UnlockArgs) -> Ended {
+    let repo = repo_folder(args)?;
+    let probe = crate::git::probe(&repo).map_err(Failure::invalid)?;
     // The lease's descriptor lives on in every process spawned for the repository: a held lock
     // means one of them still runs.
     // `--kill`: a dead holder's leftovers are ended first (a live holder's never).
@@ -110,17 +100,14 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
                 rt.block_on(crate::engine::end_left(&h))
                     .map_err(|left| format!("processes {left:?} could not be ended"))
             });
-        match ended {
-            Ok(pids) => eprintln!(
-                "runner: ended {} process(es) that dead run `{}` left: {pids:?}",
-                pids.len(),
-                h.run_id
-            ),
-            Err(e) => {
-                ui.error(format_args!("cannot end what run `{}` left: {e}", h.run_id));
-                return crate::vocab::EXIT_FAILURES;
-            }
-        }
+        let pids = ended.map_err(|e| {
+            Failure::Failed(format!("cannot end what run `{}` left: {e}", h.run_id))
+        })?;
+        eprintln!(
+            "runner: ended {} process(es) that dead run `{}` left: {pids:?}",
+            pids.len(),
+            h.run_id
+        );
         // What still keeps the lock — a process that left its group and cleared its
         // environment, invisible to the census — is found by the open lock file itself.
         let keepers = crate::lease::lock_holders(&probe.common_dir);
@@ -154,46 +141,30 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
                     .join(", ")
             )
         };
-        ui.error(format_args!(
+        return Err(Failure::Failed(format!(
             "the lease of `{}` is held{}{named}; refusing while its processes live",
             repo.display(),
             holder.map(|h| format!(" by {h}")).unwrap_or_default()
-        ));
-        return crate::vocab::EXIT_FAILURES;
+        )));
     }
     // Since the lease's last holder started, when it is known.
     let since = crate::lease::read_record(&probe.common_dir.join(crate::lease::RECORD_FILE))
         .and_then(|r| r.holder.start_time);
-    match processes_in(&repo, since) {
-        Ok(pids) if pids.is_empty() => {}
-        Ok(pids) => {
-            ui.error(format_args!(
-                "processes of runner still work in `{}`, or may (pids {pids:?}, with any of runner's user whose environment cannot be read); refusing",
-                repo.display()
-            ));
-            return crate::vocab::EXIT_FAILURES;
-        }
-        Err(e) => {
-            ui.error(format_args!(
-                "cannot take a census of processes: {e}; refusing"
-            ));
-            return EXIT_INTERNAL;
-        }
+    let pids = processes_in(&repo, since).map_err(|e| {
+        Failure::internal(format_args!(
+            "cannot take a census of processes: {e}; refusing"
+        ))
+    })?;
+    if !pids.is_empty() {
+        return Err(Failure::Failed(format!(
+            "processes of runner still work in `{}`, or may (pids {pids:?}, with any of runner's user whose environment cannot be read); refusing",
+            repo.display()
+        )));
     }
     let path = state_path(&args.state, args.manifest.as_deref());
-    match crate::ledger::store::open_existing(&path) {
-        Ok(Some(mut ledger)) => {
-            if let Err(e) = ledger.release_quarantine(&repo.display().to_string()) {
-                ui.error(e);
-                return EXIT_INTERNAL;
-            }
-        }
-        // No ledger yet: the quarantine is only the one kept with the repository.
-        Ok(None) => {}
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
+    // No ledger yet: the quarantine is only the one kept with the repository.
+    if let Some(mut ledger) = crate::ledger::store::open_existing(&path)? {
+        ledger.release_quarantine(&repo.display().to_string())?;
     }
     let lifted = crate::lease::lift(
         &probe.common_dir,
@@ -210,14 +181,13 @@ pub fn run(ui: &Ui, args: &UnlockArgs) -> i32 {
         ),
         Ok(false) => {}
         Err(e) => {
-            ui.error(format_args!(
+            return Err(Failure::Internal(format!(
                 "cannot lift the quarantine of `{}`: {e}",
                 repo.display()
-            ));
-            return EXIT_INTERNAL;
+            )));
         }
     }
     let _ = std::fs::remove_file(probe.common_dir.join(crate::lease::RECORD_FILE));
     eprintln!("runner: `{}` is released", repo.display());
-    EXIT_OK
+    Ok(EXIT_OK)
 }

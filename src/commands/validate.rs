@@ -7,22 +7,19 @@
 use super::shared::load;
 use crate::manifest::{CommandSpec, Problem};
 use crate::plan::{Origin, PlanOptions, RepoStatus};
+use crate::session::failure::{Ended, Failure};
 use crate::ui::term::Ui;
-use crate::vocab::{EXIT_INVALID, EXIT_OK};
+use crate::vocab::EXIT_OK;
 use std::path::Path;
 
-pub fn run(ui: &Ui, path: &Path) -> i32 {
-    let loaded = match load(ui, path) {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
-    let Some(plan) = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default()) else {
-        return EXIT_INVALID;
-    };
+pub fn run(ui: &Ui, path: &Path) -> Ended {
+    let loaded = load(path)?;
+    let plan = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default())?;
     let missing = programs_not_on_path(&loaded);
     if !missing.is_empty() {
-        eprint!("{}", loaded.error(missing).render(ui.color));
-        return EXIT_INVALID;
+        return Err(Failure::Manifest(crate::manifest::LoadError::Invalid(
+            loaded.error(missing),
+        )));
     }
     let m = &loaded.manifest;
     let plural =
@@ -57,7 +54,7 @@ pub fn run(ui: &Ui, path: &Path) -> i32 {
         loaded.display_path,
         m.name,
     );
-    EXIT_OK
+    Ok(EXIT_OK)
 }
 
 /// A list `run` whose program is a bare name (no `/`) that is not on `PATH` — as its command

@@ -12,6 +12,7 @@ pub mod yaml;
 
 pub use diag::ManifestError;
 pub use diag::Problem;
+pub use load::LoadError;
 pub use load::LoadedManifest;
-pub(crate) use load::{LoadError, compile_glob, load_file, valid_name};
+pub(crate) use load::{compile_glob, load_file, valid_name};
 pub use model::*;

@@ -13,6 +13,7 @@
 //! uses the same preparation, so what it estimates is what `apply` will do.
 
 pub mod budget;
+pub mod failure;
 pub mod fanout;
 mod feedback;
 pub mod finish;

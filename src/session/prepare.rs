@@ -2,6 +2,7 @@
 //! ceiling) into the plan before anything is estimated from it, the ledger's standing (past
 //! outcomes, pauses, quarantines, claims) laid over the plan, and what the engine is handed.
 
+use super::failure::Failure;
 use super::fanout::{EventsOut, Fanout};
 use super::run::{Options, Session};
 use crate::engine::RunCx;
@@ -16,7 +17,7 @@ use crate::plan::{ItemState, Plan};
 use crate::process::redact::Redactor;
 use crate::report::ReportBuilder;
 use crate::ui::term::Ui;
-use crate::vocab::{EXIT_INTERNAL, EXIT_INVALID, ItemOutcome};
+use crate::vocab::ItemOutcome;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -271,7 +272,11 @@ fn redact_credentials(msg: &str) -> String {
 /// when it gives none), lowered by `-j`, and by a nested run's inherited ceiling
 /// (`RUNNER_MAX_WORKERS`), which fails closed: a ceiling that cannot be read is no licence to
 /// run unbounded, or anywhere. `Err` is the exit code, the reason said.
-pub(crate) fn settle_workers(ui: &Ui, loaded: &LoadedManifest, j: Option<u32>) -> Result<u32, i32> {
+pub(crate) fn settle_workers(
+    ui: &Ui,
+    loaded: &LoadedManifest,
+    j: Option<u32>,
+) -> Result<u32, Failure> {
     let mut workers = plan::effective_workers(loaded, j);
     if let Some(j) = j
         && j > workers
@@ -285,14 +290,16 @@ pub(crate) fn settle_workers(ui: &Ui, loaded: &LoadedManifest, j: Option<u32>) -
     match settings.max_workers {
         Some(max) => workers = workers.min(max.max(1)),
         None if nested => {
-            ui.error("`RUNNER_ROLE` is set but `RUNNER_MAX_WORKERS` is not: the ceiling a nested run inherits cannot be read");
-            return Err(EXIT_INVALID);
+            return Err(Failure::invalid(
+                "`RUNNER_ROLE` is set but `RUNNER_MAX_WORKERS` is not: the ceiling a nested run inherits cannot be read",
+            ));
         }
         None => {}
     }
     if nested && settings.repo_path.is_none() {
-        ui.error("`RUNNER_ROLE` is set but `RUNNER_REPO_PATH` is not: the repository a nested run is confined to is unknown");
-        return Err(EXIT_INVALID);
+        return Err(Failure::invalid(
+            "`RUNNER_ROLE` is set but `RUNNER_REPO_PATH` is not: the repository a nested run is confined to is unknown",
+        ));
     }
     Ok(workers)
 }
@@ -414,56 +421,42 @@ pub fn estimate(
 }
 
 /// Prepare a run of `loaded`: see [`Session::prepare`].
-pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<Session, i32> {
+pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<Session, Failure> {
     let workers = settle_workers(ui, &loaded, opts.workers)?;
     let clone_errors = clone_missing(&loaded, opts.plan.shard);
-    let mut ledger = crate::ledger::store::open(&opts.state).map_err(|e| {
-        ui.error(e);
-        EXIT_INTERNAL
-    })?;
-    let internal = |e: crate::ledger::LedgerError| {
-        ui.error(e);
-        EXIT_INTERNAL
-    };
+    let mut ledger = crate::ledger::store::open(&opts.state)?;
     // The trackers are read now, and what they gave remembered: a later run that cannot read
     // one holds these items instead of dropping them.
     let mut plan_opts = opts.plan.clone();
     plan_opts.sources = super::sources::read_all(&loaded, Some(&ledger));
-    let Some(mut plan) = planned(ui, &loaded, &plan_opts) else {
-        return Err(EXIT_INVALID);
-    };
-    super::sources::remember(&mut ledger, &loaded, &plan_opts.sources).map_err(internal)?;
+    let mut plan = planned(ui, &loaded, &plan_opts)?;
+    super::sources::remember(&mut ledger, &loaded, &plan_opts.sources)?;
     // The key that seals cached verdicts: the ledger's, never in a child's reach.
-    let verdict_key = ledger.verdict_key().map_err(internal)?;
-    confined(ui, &plan)?;
+    let verdict_key = ledger.verdict_key()?;
+    confined(&plan)?;
 
     // The run's view of the ledger is taken now: a result another run records after this
     // moment (while this one plans) is one this run will not repeat.
     let started_at = crate::support::clock::now();
-    let standing = Standing::read(&ledger, &loaded.manifest.name)
-        .map_err(internal)?
-        .with_pulls(&loaded, &plan, Some(&ledger));
+    let standing =
+        Standing::read(&ledger, &loaded.manifest.name)?.with_pulls(&loaded, &plan, Some(&ledger));
     let dead_leftovers = settle_plan(ui, &mut plan, &ledger, &standing, &loaded, &opts, workers);
 
     let run_id = new_run_id();
     // How each item's processes are kept together: a cgroup each where the machine allows it.
-    let contained = match containment(&loaded, &run_id) {
-        Ok(c) => Arc::new(c),
-        Err(e) => {
-            ui.error(format_args!("{e}; nothing ran"));
-            return Err(EXIT_INVALID);
-        }
-    };
+    let contained = Arc::new(
+        containment(&loaded, &run_id)
+            .map_err(|e| Failure::invalid(format_args!("{e}; nothing ran")))?,
+    );
     tracing::info!(containment = %contained.describe(), "processes are contained");
     let reports_dir = reports_dir(&loaded, opts.report_dir.as_deref());
     let run_dir = reports_dir.join(&run_id);
-    if let Err(e) = std::fs::create_dir_all(&run_dir) {
-        ui.error(format_args!(
+    std::fs::create_dir_all(&run_dir).map_err(|e| {
+        Failure::internal(format_args!(
             "cannot create the report folder `{}`: {e}",
             run_dir.display()
-        ));
-        return Err(EXIT_INTERNAL);
-    }
+        ))
+    })?;
     let redactor = Arc::new(redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
     let sandbox = sandbox(ui, &loaded, &opts.state, &workspace, &plan)?;
@@ -491,17 +484,11 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let plan = Arc::new(plan);
     let keys = super::keys::PlanKeys::new(&loaded.manifest.name, Arc::clone(&plan));
     let plan_json = serde_json::to_string(&*plan).map_err(|e| {
-        ui.error(format_args!("cannot encode the plan for the ledger: {e}"));
-        EXIT_INTERNAL
+        Failure::internal(format_args!("cannot encode the plan for the ledger: {e}"))
     })?;
-    ledger
-        .begin_run(&row, &plan_json, workers, &run_dir.display().to_string())
-        .map_err(internal)?;
+    ledger.begin_run(&row, &plan_json, workers, &run_dir.display().to_string())?;
     // The event stream: stdout (`-`), or a file created now (an error before anything runs).
-    let events = EventsOut::open(opts.events.as_deref(), opts.json).map_err(|e| {
-        ui.error(e);
-        EXIT_INVALID
-    })?;
+    let events = EventsOut::open(opts.events.as_deref(), opts.json).map_err(Failure::invalid)?;
     let mut sink = Fanout::new(
         events,
         crate::ui::Progress::new(&plan, fancy, ui.color),
@@ -520,13 +507,13 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         run_dir.join("logs"),
         Arc::clone(&redactor),
     );
-    record_plan_holds(ui, &plan, &mut sink)?;
+    record_plan_holds(&plan, &mut sink)?;
     let ledger = sink.ledger.lock();
     let mut previous_feedback =
         super::feedback::previous(&plan, &standing.past, &sink.keys, &**ledger);
     super::feedback::review(&plan, &run_dir, &mut previous_feedback);
     say_held(&plan);
-    let published = published(&plan, &ledger).map_err(internal)?;
+    let published = published(&plan, &ledger)?;
     let (health, gate_timeouts) = (health_of(&loaded), auto_gate_timeouts(ui, &loaded, &ledger));
     let budget = super::budget::budget_limit(&loaded, &**ledger, jiff::Timestamp::now());
     drop(ledger);
@@ -548,7 +535,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
         redactor,
         clone_errors,
         paused: standing.paused.clone(),
-        budget: budget.map_err(internal)?,
+        budget: budget?,
         previous_feedback,
         contained,
         health: std::sync::Mutex::new(health),
@@ -613,25 +600,21 @@ fn sandbox(
     state: &Path,
     workspace: &Path,
     plan: &Plan,
-) -> Result<crate::engine::confine::SandboxPlan, i32> {
+) -> Result<crate::engine::confine::SandboxPlan, Failure> {
     // Where items' private folders go.
-    if let Err(e) = std::fs::create_dir_all(workspace.join("tmp")) {
-        ui.error(format_args!(
+    std::fs::create_dir_all(workspace.join("tmp")).map_err(|e| {
+        Failure::internal(format_args!(
             "cannot make the workspace `{}`: {e}; nothing ran",
             workspace.display()
-        ));
-        return Err(EXIT_INTERNAL);
-    }
+        ))
+    })?;
     let sandbox = crate::engine::confine::plan(
         loaded,
         state,
         workspace,
         plan.repositories.iter().map(|r| r.path.clone()).collect(),
     )
-    .map_err(|e| {
-        ui.error(format_args!("{e}; nothing ran"));
-        EXIT_INVALID
-    })?;
+    .map_err(|e| Failure::invalid(format_args!("{e}; nothing ran")))?;
     for m in &sandbox.missing {
         ui.warn(format_args!(
             "items are not confined as the manifest asks: {m}"
@@ -670,34 +653,30 @@ fn say_held(plan: &Plan) {
     }
 }
 
-/// Plan a loaded manifest, or print why it cannot be planned (a manifest diagnostic rendered
-/// like a load error) and give `None`, for the caller to pick its exit code.
+/// Plan a loaded manifest, its warnings said; `Err` says why it cannot be planned (a manifest
+/// diagnostic, as a load error is).
 pub fn planned(
     ui: &Ui,
     loaded: &LoadedManifest,
     opts: &crate::plan::PlanOptions,
-) -> Option<crate::plan::Plan> {
+) -> Result<crate::plan::Plan, Failure> {
     match crate::plan::plan(loaded, opts) {
         Ok(p) => {
             for w in &p.warnings {
                 ui.warn(w);
             }
-            Some(p)
+            Ok(p)
         }
         Err(crate::plan::PlanError::Invalid(e)) => {
-            eprint!("{}", e.render(ui.color));
-            None
+            Err(Failure::Manifest(crate::manifest::LoadError::Invalid(e)))
         }
-        Err(e) => {
-            ui.error(e);
-            None
-        }
+        Err(e) => Err(Failure::invalid(e)),
     }
 }
 
 /// Holds decided at plan time are the run's results too: recorded (so `status` shows them), in
 /// the report and in the event stream, as the engine's events are.
-fn record_plan_holds(ui: &Ui, plan: &Plan, sink: &mut Fanout) -> Result<(), i32> {
+fn record_plan_holds(plan: &Plan, sink: &mut Fanout) -> Result<(), Failure> {
     for (i, it) in plan.items.iter().enumerate() {
         // A pull request of an item its source no longer lists, seen merged or closed: settled,
         // not asked again.
@@ -733,8 +712,7 @@ fn record_plan_holds(ui: &Ui, plan: &Plan, sink: &mut Fanout) -> Result<(), i32>
             cause: it.detail.clone(),
         });
         if let Some(e) = sink.failed() {
-            ui.error(e);
-            return Err(EXIT_INTERNAL);
+            return Err(Failure::internal(e));
         }
     }
     Ok(())
@@ -820,8 +798,8 @@ fn health_of(loaded: &LoadedManifest) -> crate::engine::health::Health {
 }
 
 /// A runner started by a worker works only inside that worker's repository
-/// (`RUNNER_REPO_PATH`): a plan reaching outside it is refused. `Err` is the exit code.
-fn confined(ui: &Ui, plan: &Plan) -> Result<(), i32> {
+/// (`RUNNER_REPO_PATH`): a plan reaching outside it is refused.
+fn confined(plan: &Plan) -> Result<(), Failure> {
     let settings = crate::support::settings::current();
     if settings.role.is_some()
         && let Some(parent) = &settings.repo_path
@@ -830,13 +808,12 @@ fn confined(ui: &Ui, plan: &Plan) -> Result<(), i32> {
             .iter()
             .find(|r| !r.path.starts_with(parent))
     {
-        ui.error(format_args!(
+        return Err(Failure::Invalid(format!(
             "this runner was started by a worker in `{}` and may not work outside it, but repository `{}` is at `{}`",
             parent.display(),
             r.name,
             r.path.display()
-        ));
-        return Err(EXIT_INVALID);
+        )));
     }
     Ok(())
 }

@@ -48,36 +48,32 @@ pub(crate) struct Session {
 
 impl Session {
     /// Load the ledger's standing over the plan, begin the run in the ledger and build the
-    /// engine's context. `Err` carries the exit code, the reason already said.
+    /// engine's context. `Err` says why no run began.
     pub fn prepare(
         ui: &Ui,
         loaded: crate::manifest::LoadedManifest,
         opts: Options,
-    ) -> Result<Session, i32> {
+    ) -> Result<Session, super::failure::Failure> {
         prepare::prepare(ui, loaded, opts)
     }
 
-    /// Drain the queue on one event loop; `Err` is an exit code, the reason already said.
-    pub fn drain(&mut self, ui: &Ui) -> Result<DrainEnd, i32> {
+    /// Drain the queue on one event loop; `Err` says why it could not begin.
+    pub fn drain(&mut self, ui: &Ui) -> Result<DrainEnd, super::failure::Failure> {
         crate::process::become_subreaper();
         // The drain's loop on this thread; the items' tasks on two more, so that one item's
         // bookkeeping (its checks before and after, its launch) never waits for another's; git
         // questions on a blocking pool whose threads end soon after their work. An item's
         // processes are started by a task thread, which lives as long as the run (a parent-death
         // signal follows the thread that started the child).
-        let runtime = match tokio::runtime::Builder::new_multi_thread()
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .thread_name("runner-tasks")
             .thread_keep_alive(Duration::from_secs(1))
             .build()
-        {
-            Ok(r) => r,
-            Err(e) => {
-                ui.error(format_args!("cannot start the runtime: {e}"));
-                return Err(crate::vocab::EXIT_INTERNAL);
-            }
-        };
+            .map_err(|e| {
+                super::failure::Failure::internal(format_args!("cannot start the runtime: {e}"))
+            })?;
         // What the run starts is ended by its guardian if runner dies without finishing it (a
         // run started by a worker is its parent's to guard).
         let guard = if self.cx.parent_token.is_none() {

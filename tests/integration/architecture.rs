@@ -701,3 +701,73 @@ fn the_circle_check_finds_a_circle_through_three() {
         "pro"
     ));
 }
+
+/// What a verb's or a run's failure looks like in `text`: a bare exit code returned for a
+/// reason said elsewhere (`-> i32`, `Result<_, i32>`), or exit 2 or 4 named outside the one
+/// type that stands for them.
+fn bare_failures(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        if code.contains("-> i32")
+            || code.contains(", i32>")
+            || code.contains("EXIT_INVALID")
+            || code.contains("EXIT_INTERNAL")
+        {
+            found.push(format!("{}: {}", n + 1, line.trim()));
+        }
+    }
+    found
+}
+
+/// Verbs and the run they drive fail through one type (`session::failure::Failure`), which
+/// `commands::run` alone says and turns into its exit code; a verb's `Ok` is its own exit code.
+/// Allowed: that one place, the type itself, and a finished drain's exit code (its reason is the
+/// run's last line).
+#[test]
+fn verbs_fail_through_one_type() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed: &[(&str, &[&str])] = &[
+        ("commands/mod.rs", &["pub fn run(cli: Cli) -> i32 {"]),
+        ("session/failure.rs", &[""]),
+        (
+            "session/finish.rs",
+            &[
+                "-> i32 {",
+                "EXIT_INTERNAL",
+                "use crate::vocab::{EXIT_FAILURES, EXIT_INTERNAL, EXIT_OK, EXIT_STALLED};",
+            ],
+        ),
+        (
+            "session/run.rs",
+            &["pub fn finish(self, ui: &Ui, end: DrainEnd) -> i32 {"],
+        ),
+    ];
+    let mut files = Vec::new();
+    rust_files(&src.join("commands"), &mut files);
+    rust_files(&src.join("session"), &mut files);
+    let mut against = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().display().to_string();
+        let ok = allowed.iter().find(|(p, _)| *p == rel).map(|(_, l)| *l);
+        for hit in bare_failures(&std::fs::read_to_string(&f).unwrap()) {
+            let line = hit.split_once(": ").unwrap().1;
+            if !ok.is_some_and(|l| l.iter().any(|a| line.contains(a))) {
+                against.push(format!("{rel}:{hit}"));
+            }
+        }
+    }
+    assert!(
+        against.is_empty(),
+        "a failure that bypasses `Failure`:\n{}",
+        against.join("\n")
+    );
+}
+
+#[test]
+fn the_failure_check_sees_a_bare_code() {
+    let hits = bare_failures(
+        "fn a() -> i32 {\n// -> i32\nfn b() -> Result<u32, i32> {\nreturn EXIT_INVALID;\nlet x = 1; // EXIT_INTERNAL\n",
+    );
+    assert_eq!(hits.len(), 3, "{hits:?}");
+}

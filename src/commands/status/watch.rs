@@ -8,38 +8,22 @@ use crate::cli::StatusArgs;
 use crate::commands::shared::state_path;
 use crate::ledger::RunStatus;
 use crate::ledger::store::Store;
-use crate::ui::term::Ui;
-use crate::vocab::EXIT_INTERNAL;
+use crate::session::failure::Ended;
 use std::fmt::Write as _;
 
-pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
+pub fn run(args: &StatusArgs) -> Ended {
     use std::io::{IsTerminal, Write};
     let path = state_path(&args.state, args.manifest.as_deref());
     let loaded = match &args.manifest {
-        Some(m) => match crate::commands::shared::load(ui, m) {
-            Ok(l) => Some(l),
-            Err(c) => return c,
-        },
+        Some(m) => Some(crate::commands::shared::load(m)?),
         None => None,
     };
-    let ledger = match crate::ledger::store::open(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            ui.error(e);
-            return EXIT_INTERNAL;
-        }
-    };
+    let ledger = crate::ledger::store::open(&path)?;
     let name = loaded.as_ref().map(|l| l.manifest.name.clone());
     let interval = args.interval;
     let tty = std::io::stdout().is_terminal();
     loop {
-        let frame = match frame(&ledger, name.as_deref(), &path, interval) {
-            Ok(f) => f,
-            Err(e) => {
-                ui.error(e);
-                return EXIT_INTERNAL;
-            }
-        };
+        let frame = frame(&ledger, name.as_deref(), &path, interval)?;
         let mut out = std::io::stdout().lock();
         let written = if tty {
             // Home, clear below: redrawn in place without the flicker of a full clear.
@@ -49,7 +33,7 @@ pub fn run(ui: &Ui, args: &StatusArgs) -> i32 {
         };
         // A reader that went away (`| head`) ends the view.
         if written.and_then(|()| out.flush()).is_err() {
-            return crate::vocab::EXIT_OK;
+            return Ok(crate::vocab::EXIT_OK);
         }
         drop(out);
         std::thread::sleep(interval);

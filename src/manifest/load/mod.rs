@@ -61,7 +61,7 @@ impl LoadedManifest {
 
 /// Why a manifest could not be loaded.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LoadError {
+pub enum LoadError {
     #[error("cannot read manifest `{path}`: {source}")]
     Read {
         path: String,
