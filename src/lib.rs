@@ -3,7 +3,8 @@
 //! The module list below is the architecture, top floor first; an import only ever points down
 //! (`tests/integration/architecture.rs` fails on one that points up). `cli` holds the argument types and
 //! `commands` one module per verb, wiring a run `session` (prepare, fan-out, finish) where a run is
-//! made. `ui` (progress) and `report` consume the event stream; `ledger` is the durable state
+//! made; a verb returns its exit code or the `session::failure::Failure` that stopped it, which
+//! `commands::run` alone says. `ui` (progress) and `report` consume the event stream; `ledger` is the durable state
 //! behind the engine's `RunSink` (a SQLite file, or a PostgreSQL database shared by runners on
 //! several machines). `engine` runs the drain: a pure `scheduler` decides, a thin loop performs.
 //! `plan` turns the manifest and the repositories into items with states, shared by `plan` and
