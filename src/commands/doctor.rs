@@ -398,7 +398,7 @@ fn probe(v: &mut Verdicts, loaded: &LoadedManifest, plan: &crate::plan::Plan) {
         outln!("  -     probe: none (the manifest has no `worker.probe`, or no model chain)");
         return;
     }
-    let redactor = Arc::new(crate::session::prepare::redactor(loaded));
+    let redactor = Arc::new(crate::session::adapter::redactor(loaded));
     let token = uuid::Uuid::new_v4().simple().to_string();
     let logs = tempfile::Builder::new().prefix("runner-doctor.").tempdir();
     let Ok(logs) = logs else {

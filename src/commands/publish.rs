@@ -45,7 +45,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> Ended {
         }
     };
     crate::process::become_subreaper();
-    let redactor = Arc::new(crate::session::prepare::redactor(&loaded));
+    let redactor = Arc::new(crate::session::adapter::redactor(&loaded));
     let token = uuid::Uuid::new_v4().simple().to_string();
     let (_stop_tx, stop_rx) = tokio::sync::watch::channel(crate::process::Stop::Run);
     let (mut done, mut failed, mut current) = (0usize, 0usize, 0usize);

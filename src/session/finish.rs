@@ -1,7 +1,7 @@
 //! The finish of a run: the ledger told how it ended, the reports written in the formats the
 //! manifest lists, retention and the history page, and the last line with the exit code and why.
 
-use super::run::Session;
+use super::parts::Session;
 use crate::engine::DrainEnd;
 use crate::report;
 use crate::ui::term::Ui;

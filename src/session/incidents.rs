@@ -339,7 +339,7 @@ pub(crate) fn settle(
             return warnings;
         }
     };
-    let redactor = super::prepare::redactor(loaded);
+    let redactor = super::adapter::redactor(loaded);
     // Notices no notifier took in earlier tries, named in the next one that gets through.
     let mut unnamed: Vec<UndeliveredNotice> = owed
         .iter()
@@ -518,7 +518,7 @@ fn run_notifier(
             .and_then(|()| file.seek(std::io::SeekFrom::Start(0)).map(|_| ()))
             .map_err(|e| format!("cannot stage the notice: {e}"))?;
     }
-    let mut cmd = super::sources::command(loaded, run, dir, crate::manifest::SecretRole::Notify);
+    let mut cmd = super::adapter::command(loaded, run, dir, crate::manifest::SecretRole::Notify);
     cmd.stdin(file);
     let out =
         crate::process::spawn_helper_within(&mut cmd, timeout).map_err(|e| match e.kind() {
@@ -531,6 +531,6 @@ fn run_notifier(
     if out.status.success() {
         Ok(())
     } else {
-        Err(super::sources::failed("it", &out))
+        Err(super::adapter::failed("it", &out))
     }
 }

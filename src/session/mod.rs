@@ -7,11 +7,16 @@
 //! report and the event stream. [`finish`] ends the run in the ledger, writes the reports, runs
 //! retention and the history page, and says the last line. [`records`] reads a manifest's runs
 //! back from the ledger for those verbs that only read (`report`, `gc`); [`budget`] says what a
-//! run may spend; [`metrics`] renders a manifest's metrics for monitoring.
+//! run may spend; [`metrics`] renders a manifest's metrics for monitoring. [`sources`], `pulls`
+//! and `writeback` ask the trackers and the forges, and [`incidents`] tells a person, each
+//! through an adapter command (`adapter`: the command with its role's secrets, the redactor).
+//! [`failure`] is how any of it fails, up to the verb. The files use each other one way (a
+//! session's parts are data in `parts`, which names none of the steps).
 //!
 //! `apply` wires them: [`Session::prepare`], [`Session::drain`], [`Session::finish`]. `plan`
 //! uses the same preparation, so what it estimates is what `apply` will do.
 
+pub(crate) mod adapter;
 pub mod budget;
 pub mod failure;
 pub mod fanout;
@@ -20,6 +25,7 @@ pub mod finish;
 pub mod incidents;
 pub(crate) mod keys;
 pub mod metrics;
+mod parts;
 pub mod prepare;
 pub mod pulls;
 pub mod records;
@@ -27,4 +33,4 @@ mod run;
 pub mod sources;
 pub(crate) mod writeback;
 
-pub(crate) use run::{Options, Session};
+pub(crate) use parts::{Options, Session};

@@ -4,9 +4,8 @@
 
 use super::failure::Failure;
 use super::fanout::{EventsOut, Fanout};
-use super::run::{Options, Session};
+use super::parts::{Options, Session};
 use crate::engine::RunCx;
-use crate::engine::config;
 use crate::events::Event;
 use crate::ledger::store::Store;
 use crate::ledger::{Holder, ItemKey, PastOutcome, RunRow};
@@ -14,7 +13,6 @@ use crate::manifest::{LoadedManifest, SourceKind};
 use crate::plan::past::{self, Rerun};
 use crate::plan::{self, repos};
 use crate::plan::{ItemState, Plan};
-use crate::process::redact::Redactor;
 use crate::report::ReportBuilder;
 use crate::ui::term::Ui;
 use crate::vocab::ItemOutcome;
@@ -22,9 +20,6 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// How many of a manifest's latest runs its history (estimates, the history page) reads.
-pub(crate) const HISTORY_RUNS: usize = 50;
 
 /// The state ledger's path: `--state` / `RUNNER_STATE`, else `.runner/state.db` beside the
 /// manifest, else in the current folder.
@@ -173,38 +168,6 @@ pub fn containment(
         .unwrap_or_default();
     Want::parse(crate::support::settings::current().containment.as_deref())
         .and_then(|want| Contained::set_up(run_id, want, limits))
-}
-
-pub(crate) fn redactor(loaded: &LoadedManifest) -> Redactor {
-    let mut names: Vec<String> = Vec::new();
-    let mut values: Vec<String> = Vec::new();
-    let mut worker_envs = vec![&loaded.manifest.worker.env];
-    for spec in &loaded.manifest.repositories {
-        if let Some(w) = &spec.worker {
-            worker_envs.push(&w.env);
-        }
-    }
-    for env in worker_envs {
-        values.extend(
-            env.iter()
-                .filter(|(k, _)| config::looks_secret(k))
-                .map(|(_, v)| v.clone()),
-        );
-    }
-    for entry in 0..loaded.manifest.repositories.len() {
-        let eff = config::effective(loaded, entry);
-        names.extend(eff.secrets.iter().cloned());
-        names.extend(
-            eff.env_pass
-                .iter()
-                .filter(|n| config::looks_secret(n))
-                .cloned(),
-        );
-    }
-    names.sort();
-    names.dedup();
-    values.extend(names.iter().filter_map(|n| std::env::var(n).ok()));
-    Redactor::new(values)
 }
 
 /// Clone every `url` repository not yet in the workspace, and fetch the ones that are. Failures
@@ -413,7 +376,7 @@ pub fn estimate(
 ) -> crate::ledger::Result<()> {
     plan.capacity.workers = workers;
     let durations = match ledger {
-        Some(l) => l.item_durations(&plan.manifest.name, HISTORY_RUNS)?,
+        Some(l) => l.item_durations(&plan.manifest.name, super::records::HISTORY_RUNS)?,
         None => Default::default(),
     };
     crate::plan::order::estimate(plan, &durations);
@@ -457,7 +420,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
             run_dir.display()
         ))
     })?;
-    let redactor = Arc::new(redactor(&loaded));
+    let redactor = Arc::new(super::adapter::redactor(&loaded));
     let workspace = repos::workspace_dir(&loaded);
     let sandbox = sandbox(ui, &loaded, &opts.state, &workspace, &plan)?;
     // Bars on an interactive terminal only (NO_COLOR takes the colour out, not the bars).

@@ -34,7 +34,7 @@ pub fn read(loaded: &LoadedManifest, plan: &Plan, ledger: Option<&Store>) -> Pul
         };
         asks.push((key, url.clone(), repo.path.clone(), p));
     }
-    let redactor = super::prepare::redactor(loaded);
+    let redactor = super::adapter::redactor(loaded);
     // Each answer is a forge round trip (a second or more through `gh`): asked a few at a time,
     // bounded so that a drain of hundreds of pull requests neither waits for each in turn nor
     // opens hundreds of connections at once.
@@ -129,7 +129,7 @@ fn state_of(
     let argv = crate::engine::config::command_argv(loaded, cmd, lookup)
         .map_err(|e| format!("`publish.state`: {e}"))?;
     let dir = loaded.path.parent().unwrap_or(std::path::Path::new("."));
-    let mut c = super::sources::command(
+    let mut c = super::adapter::command(
         loaded,
         &CommandSpec::Argv(argv),
         dir,
@@ -145,7 +145,7 @@ fn state_of(
     let out = crate::process::spawn_helper_within(&mut c, timeout)
         .map_err(|e| format!("`publish.state` cannot be run: {e}"))?;
     if !out.status.success() {
-        return Err(super::sources::failed("`publish.state`", &out));
+        return Err(super::adapter::failed("`publish.state`", &out));
     }
     pull::parse(&String::from_utf8_lossy(&out.stdout)).map_err(|e| format!("`publish.state`: {e}"))
 }

@@ -1,13 +1,15 @@
 //! A manifest's runs as the ledger keeps them: a past run's report rendered again from its
 //! events, a run's totals for the history, the history page, and retention (`reports.keep`).
 
-use super::prepare::HISTORY_RUNS;
 use crate::ledger::store::Store;
 use crate::manifest::{Keep, LoadedManifest};
 use crate::plan::Plan;
 use crate::plan::pull::PullRequest;
 use crate::report::{self, ReportBuilder};
 use std::path::{Path, PathBuf};
+
+/// How many of a manifest's latest runs its history (estimates, the history page) reads.
+pub(crate) const HISTORY_RUNS: usize = 50;
 
 /// Re-render a run's report by replaying its recorded events over its recorded plan.
 pub fn render(ledger: &Store, run: &str) -> crate::ledger::Result<Option<report::Report>> {

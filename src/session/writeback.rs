@@ -460,7 +460,7 @@ fn run(loaded: &LoadedManifest, job: &Job, logs: &Path) -> Result<(), String> {
         return Err("its source has no `writeback` any more".into());
     };
     let mut cmd =
-        super::sources::command(loaded, command, dir, crate::manifest::SecretRole::Source);
+        super::adapter::command(loaded, command, dir, crate::manifest::SecretRole::Source);
     let unlabel: Vec<&str> = LABELS.iter().copied().filter(|l| *l != job.label).collect();
     cmd.env("RUNNER_SOURCE", &job.target.source)
         .env("RUNNER_SOURCE_ID", &job.target.source_id)
@@ -489,5 +489,5 @@ fn run(loaded: &LoadedManifest, job: &Job, logs: &Path) -> Result<(), String> {
     if out.status.success() {
         return Ok(());
     }
-    Err(super::sources::failed("its command", &out))
+    Err(super::adapter::failed("its command", &out))
 }
