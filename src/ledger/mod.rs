@@ -7,8 +7,10 @@
 //! runners on several machines); [`store`] opens the one `--state` names; while a run drains, [`recorder`] keeps the
 //! ledger on a thread of its own, so that the event loop never waits on it. Every change that must survive a crash (a claim, an item's completion) is committed
 //! before the effect it records is acted upon; events are buffered and committed with the next
-//! such change, or at the end.
+//! such change, or at the end. What is buffered and when it is written ([`buffer`]), and which
+//! runs retention prunes ([`PruneRule`]), are decided once, here; a backend only stores.
 
+pub(crate) mod buffer;
 pub mod pg;
 pub(crate) mod recorder;
 pub mod sqlite;
@@ -114,6 +116,37 @@ pub struct Retention<'a> {
     pub current: &'a dyn crate::vocab::KeySet,
 }
 
+impl Retention<'_> {
+    /// Which runs go, owned (to take to a ledger's own thread).
+    pub(crate) fn rule(&self) -> PruneRule {
+        PruneRule {
+            keep_runs: self.keep_runs,
+            cutoff: self.cutoff.to_string(),
+            spare: self.spare.map(str::to_string),
+        }
+    }
+}
+
+/// The one rule every backend prunes runs by.
+#[derive(Clone, Debug)]
+pub(crate) struct PruneRule {
+    keep_runs: u32,
+    cutoff: String,
+    spare: Option<String>,
+}
+
+impl PruneRule {
+    /// Whether a run ranked `rank` among its manifest's (newest first, from 0) goes: it is
+    /// outside the latest `keep_runs` or started before `cutoff`, it is `over` (as its backend
+    /// can tell), and it is not the `spare` (the run pruning as it ends keeps what it just
+    /// wrote, even when a run that started after it ended first).
+    pub(crate) fn prunes(&self, rank: usize, run: &RunRow, over: bool) -> bool {
+        (rank >= self.keep_runs as usize || run.started_at < self.cutoff)
+            && over
+            && self.spare.as_deref() != Some(run.id.as_str())
+    }
+}
+
 /// What retention removed from the ledger.
 #[derive(Clone, Debug, Default)]
 pub struct Pruned {
@@ -208,44 +241,6 @@ pub struct RunReplay {
     pub started_at: String,
     /// `(at, event)` in order.
     pub events: Vec<(String, Event)>,
-}
-
-/// An item's result, recorded with its `item-finished` event and written with the next commit.
-pub(crate) struct PendingResult {
-    pub key: ItemKey,
-    pub run_id: String,
-    pub outcome: ItemOutcome,
-    pub reason: Option<String>,
-    pub cause: Option<String>,
-    pub at: String,
-}
-
-/// The result an event records, when it is an item's `item-finished`.
-pub(crate) fn result_of(
-    run_id: &str,
-    item: Option<&ItemKey>,
-    ev: &Event,
-    at: &str,
-) -> Option<PendingResult> {
-    match (ev, item) {
-        (
-            Event::ItemFinished {
-                outcome,
-                reason,
-                cause,
-                ..
-            },
-            Some(key),
-        ) => Some(PendingResult {
-            key: key.clone(),
-            run_id: run_id.to_string(),
-            outcome: *outcome,
-            reason: reason.clone(),
-            cause: cause.clone(),
-            at: at.to_string(),
-        }),
-        _ => None,
-    }
 }
 
 /// An outcome as the ledger stores it, read back.
@@ -520,11 +515,9 @@ pub enum LedgerError {
     },
 }
 
-pub(crate) type Result<T> = std::result::Result<T, LedgerError>;
+pub(crate) use buffer::EVENTS_BUFFERED;
 
-/// The most events a ledger holds before it writes them, whatever else is pending: a burst (a
-/// cancelled run settling 100,000 items at once) is written as it comes, not held.
-pub(crate) const EVENTS_BUFFERED: usize = 1024;
+pub(crate) type Result<T> = std::result::Result<T, LedgerError>;
 
 /// What the run-history page reads of a ledger.
 pub trait History {

@@ -1,8 +1,8 @@
-//! Events and results buffered by the PostgreSQL ledger and written with the next claim or
-//! result, as SQLite does.
+//! How the PostgreSQL ledger writes what it buffered ([`crate::ledger::buffer`]) with the next
+//! claim or result, and the statements of its hot path.
 
 use super::session::Session;
-use crate::ledger::*;
+use crate::ledger::buffer::{Buffer, PendingEvent};
 
 /// The SQL of the hot path: one statement for all of a commit's events, one per result.
 pub(super) const INSERT_EVENTS: &str = "INSERT INTO events (run_id, seq, at, repo, item, body)
@@ -46,21 +46,6 @@ impl BufferStatements {
             release: s.statement(RELEASE_CLAIM)?,
         })
     }
-}
-
-#[derive(Default)]
-pub(super) struct Buffer {
-    pub(super) events: Vec<PendingEvent>,
-    pub(super) results: Vec<PendingResult>,
-}
-
-pub(super) struct PendingEvent {
-    pub(super) run_id: String,
-    pub(super) seq: i64,
-    pub(super) at: String,
-    pub(super) repo: Option<String>,
-    pub(super) item: Option<String>,
-    pub(super) body: String,
 }
 
 pub(super) fn write_buffer(

@@ -2,10 +2,11 @@
 //! and the pieces of SQL its queries share.
 
 use super::{
-    buffer::{Buffer, BufferStatements, write_buffer},
+    buffer::{BufferStatements, write_buffer},
     schema::migrate,
     session::{Job, Session, connection_lost, lapse, ledger_retry, message, serve, shown},
 };
+use crate::ledger::buffer::Buffer;
 use crate::ledger::*;
 use ::postgres::{Client, NoTls};
 use std::sync::mpsc;
@@ -16,7 +17,6 @@ pub struct PgLedger {
     pub(super) url: String,
     pub(super) jobs: mpsc::Sender<Job>,
     pub(super) buffered: Buffer,
-    pub(super) seq: u64,
     /// The server's time when this runner last read the past outcomes (its plan): a result
     /// recorded after it is news, whatever the clocks of the machines say.
     pub(super) as_of: std::sync::Mutex<Option<std::time::SystemTime>>,
@@ -62,7 +62,6 @@ impl PgLedger {
                 url: shown_url,
                 jobs,
                 buffered: Buffer::default(),
-                seq: 0,
                 as_of: std::sync::Mutex::new(None),
             }),
             Ok(Err(message)) => Err(LedgerError::Server {
@@ -126,13 +125,13 @@ impl PgLedger {
 
     /// The buffered events and results, to write in the next transaction.
     pub(super) fn take_buffer(&mut self) -> Buffer {
-        std::mem::take(&mut self.buffered)
+        self.buffered.take()
     }
 
     /// Make everything buffered durable.
     pub(crate) fn flush(&mut self) -> Result<()> {
         let buf = self.take_buffer();
-        if buf.events.is_empty() && buf.results.is_empty() {
+        if buf.is_empty() {
             return Ok(());
         }
         self.call(move |s| {
@@ -179,16 +178,14 @@ impl PgLedger {
     pub(crate) fn prune_as(&mut self, ask: &Retention<'_>, host: &str) -> Result<Pruned> {
         let Retention {
             manifest,
-            keep_runs,
-            cutoff,
             at,
-            spare,
             current,
+            ..
         } = *ask;
+        let rule = ask.rule();
         let buf = self.take_buffer();
         let m = manifest.to_string();
-        let (cutoff, at, host) = (cutoff.to_string(), at.to_string(), host.to_string());
-        let spare = spare.map(str::to_string);
+        let (at, host) = (at.to_string(), host.to_string());
         let (mut cur_repo, mut cur_item, mut cur_def) = (Vec::new(), Vec::new(), Vec::new());
         current.each(&mut |k| {
             if k.manifest == manifest {
@@ -230,10 +227,7 @@ impl PgLedger {
                 // stopped (a network partition): a run that recorded no end is pruned only when
                 // its holder is provably dead here, or after a day without a heartbeat.
                 let over = run.ended_at.is_some() || run.holder.is_dead() || r.get::<_, bool>(17);
-                if (rank >= keep_runs as usize || run.started_at.as_str() < cutoff.as_str())
-                    && over
-                    && spare.as_deref() != Some(run.id.as_str())
-                {
+                if rule.prunes(rank, &run, over) {
                     let dir: String = r.get(16);
                     let ours = run.holder.host == host;
                     pruned

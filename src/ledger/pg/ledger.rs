@@ -1,7 +1,7 @@
 //! The PostgreSQL ledger's answers to the [`Ledger`] and [`History`] traits.
 
 use super::{
-    buffer::{BufferStatements, CLAIM_BLOCKED, CLAIM_INSERT, PendingEvent, write_buffer},
+    buffer::{BufferStatements, CLAIM_BLOCKED, CLAIM_INSERT, write_buffer},
     client::{PgLedger, RECENT_RUNS, RUN_COLUMNS, holder_of, pause_of, repo_key, run_of},
     session::lapse,
 };
@@ -196,31 +196,15 @@ impl Ledger for PgLedger {
     }
 
     fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
-        self.seq += 1;
-        let body = serde_json::to_string(ev).map_err(|source| LedgerError::Record {
-            path: self.url.clone(),
-            what: "event to record".into(),
-            source,
-        })?;
-        self.buffered.events.push(PendingEvent {
-            run_id: run_id.to_string(),
-            seq: self.seq as i64,
-            at: at.to_string(),
-            repo: item.map(|k| k.repo.clone()),
-            item: item.map(|k| k.item.clone()),
-            body,
-        });
-        if let Some(r) = crate::ledger::result_of(run_id, item, ev, at) {
-            self.buffered.results.push(r);
-        }
-        if self.buffered.events.len() >= crate::ledger::EVENTS_BUFFERED {
+        let url = self.url.clone();
+        if self.buffered.record(run_id, item, ev, at, &url)? {
             self.flush()?;
         }
         Ok(())
     }
 
     fn commit_results(&mut self) -> Result<()> {
-        if !self.buffered.results.is_empty() {
+        if self.buffered.has_results() {
             self.flush()?;
         }
         Ok(())

@@ -3,6 +3,7 @@
 //! readers the queries share.
 
 use super::schema::MIGRATIONS;
+use crate::ledger::buffer::Buffer;
 use crate::ledger::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
@@ -13,51 +14,35 @@ pub(super) const RECENT_RUNS: &str =
     "(SELECT id FROM runs WHERE manifest = ?1 AND pruned_at IS NULL
      ORDER BY started_at DESC, id DESC LIMIT ?2)";
 
-/// An event row waiting to be committed: (run, seq, at, repo, item, json).
-pub(super) type PendingEvent = (String, i64, String, Option<String>, Option<String>, String);
-
-/// What is recorded but not yet committed: it goes out with the next write transaction.
-#[derive(Default)]
-pub(super) struct Buffered {
-    pub(super) events: Vec<PendingEvent>,
-    pub(super) results: Vec<PendingResult>,
-}
-
-impl Buffered {
-    pub(super) fn has_results(&self) -> bool {
-        !self.results.is_empty()
+/// Write a ledger's buffer in transaction `tx`: events first, then results (each releasing its
+/// item's claim).
+pub(super) fn write_buffer(buf: &mut Buffer, tx: &Connection) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for e in buf.events.drain(..) {
+        stmt.execute(params![e.run_id, e.seq, e.at, e.repo, e.item, e.body])?;
     }
-
-    /// Write it all, events first, then results (each releasing its item's claim).
-    pub(super) fn write(&mut self, tx: &Connection) -> rusqlite::Result<()> {
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO events (run_id, seq, at, repo, item, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    for r in buf.results.drain(..) {
+        let k = &r.key;
+        exec(tx,
+            "INSERT OR REPLACE INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![k.manifest, k.repo, k.item, k.def_hash, r.run_id, r.outcome.as_str(), r.reason, r.cause, r.at],
         )?;
-        for (run, seq, at, repo, item, body) in self.events.drain(..) {
-            stmt.execute(params![run, seq, at, repo, item, body])?;
-        }
-        for r in self.results.drain(..) {
-            let k = &r.key;
-            exec(tx,
-                "INSERT OR REPLACE INTO item_results (manifest, repo, item, def_hash, run_id, outcome, reason, cause, ended_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![k.manifest, k.repo, k.item, k.def_hash, r.run_id, r.outcome.as_str(), r.reason, r.cause, r.at],
-            )?;
-            exec(
-                tx,
-                "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
-                params![k.manifest, k.repo, k.item, k.def_hash, r.run_id],
-            )?;
-        }
-        Ok(())
+        exec(
+            tx,
+            "DELETE FROM claims WHERE manifest = ?1 AND repo = ?2 AND item = ?3 AND def_hash = ?4 AND run_id = ?5",
+            params![k.manifest, k.repo, k.item, k.def_hash, r.run_id],
+        )?;
     }
+    Ok(())
 }
 
 pub struct SqliteLedger {
     pub(super) conn: Connection,
     pub(super) path: PathBuf,
-    pub(super) buffered: Buffered,
-    pub(super) seq: i64,
+    pub(super) buffered: Buffer,
     /// Device and inode of the file opened: a ledger deleted or replaced under a run is noticed.
     pub(super) identity: Option<(u64, u64)>,
 }
@@ -113,8 +98,7 @@ impl SqliteLedger {
         let mut ledger = SqliteLedger {
             conn,
             path: path.to_path_buf(),
-            buffered: Buffered::default(),
-            seq: 0,
+            buffered: Buffer::default(),
             identity: None,
         };
         if existed {
@@ -147,8 +131,7 @@ impl SqliteLedger {
             let mut fresh = SqliteLedger {
                 conn,
                 path: tmp.path().to_path_buf(),
-                buffered: Buffered::default(),
-                seq: 0,
+                buffered: Buffer::default(),
                 identity: None,
             };
             fresh.setup()?;
@@ -196,12 +179,11 @@ impl SqliteLedger {
     ) -> Result<crate::ledger::Pruned> {
         let crate::ledger::Retention {
             manifest,
-            keep_runs,
-            cutoff,
             at,
-            spare,
             current,
+            ..
         } = *ask;
+        let rule = ask.rule();
         let candidates = self.rows(
             "SELECT id, manifest, manifest_path, manifest_sha256, host, pid, start_time, started_by, started_at, ended_at, ending, cause, stop_requested_by, stop_reason, containment, run_dir
              FROM runs WHERE manifest = ?1 AND pruned_at IS NULL ORDER BY started_at DESC, id DESC",
@@ -212,11 +194,7 @@ impl SqliteLedger {
             .into_iter()
             .enumerate()
             .filter(|(rank, (run, _))| {
-                (*rank >= keep_runs as usize || run.started_at.as_str() < cutoff)
-                    && run.status() != crate::ledger::RunStatus::Live
-                    // The run pruning as it ends keeps what it just wrote, even when a run that
-                    // started after it ended first.
-                    && spare != Some(run.id.as_str())
+                rule.prunes(*rank, run, run.status() != crate::ledger::RunStatus::Live)
             })
             .map(|(_, (run, dir))| (run.id, dir))
             .collect();
@@ -226,7 +204,7 @@ impl SqliteLedger {
         }
         let path = &self.path;
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
-        self.buffered.write(&tx).map_err(|e| db(path, e))?;
+        write_buffer(&mut self.buffered, &tx).map_err(|e| db(path, e))?;
         // One pass over each table for all the runs pruned, whatever their number.
         tx.execute_batch(
             "CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY) WITHOUT ROWID;
@@ -420,13 +398,13 @@ impl SqliteLedger {
 
     /// Commit everything buffered.
     pub(crate) fn flush(&mut self) -> Result<()> {
-        if self.buffered.events.is_empty() && !self.buffered.has_results() {
+        if self.buffered.is_empty() {
             return Ok(());
         }
         self.still_there()?;
         let path = &self.path;
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
-        self.buffered.write(&tx).map_err(|e| db(path, e))?;
+        write_buffer(&mut self.buffered, &tx).map_err(|e| db(path, e))?;
         tx.commit().map_err(|e| db(path, e))
     }
 
@@ -465,8 +443,7 @@ impl SqliteLedger {
         let ledger = SqliteLedger {
             conn,
             path: path.to_path_buf(),
-            buffered: Buffered::default(),
-            seq: 0,
+            buffered: Buffer::default(),
             identity: None,
         };
         let version: i64 = ledger

@@ -3,6 +3,7 @@
 
 use super::conn::{
     RECENT_RUNS, SqliteLedger, WriteTx, db, exec, holder_at, pause_of, query, row_to_run,
+    write_buffer,
 };
 use crate::ledger::*;
 use rusqlite::{OptionalExtension, params};
@@ -45,7 +46,7 @@ impl Ledger for SqliteLedger {
     ) -> Result<()> {
         let path = &self.path;
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(path, e))?;
-        self.buffered.write(&tx).map_err(|e| db(path, e))?;
+        write_buffer(&mut self.buffered, &tx).map_err(|e| db(path, e))?;
         tx.execute(
             "UPDATE runs SET ended_at = ?2, ending = ?3, cause = ?4,
                  last_event = (SELECT max(rowid) FROM events) WHERE id = ?1",
@@ -128,7 +129,7 @@ impl Ledger for SqliteLedger {
         self.still_there()?;
         let path = self.path.clone();
         let tx = WriteTx::begin(&self.conn).map_err(|e| db(&path, e))?;
-        self.buffered.write(&tx).map_err(|e| db(&path, e))?;
+        write_buffer(&mut self.buffered, &tx).map_err(|e| db(&path, e))?;
         if let Some(p) = pause_of(&tx, &key.manifest).map_err(|e| db(&path, e))? {
             tx.commit().map_err(|e| db(&path, e))?;
             return Ok(Claim::Paused(p));
@@ -194,24 +195,8 @@ impl Ledger for SqliteLedger {
     }
 
     fn event(&mut self, run_id: &str, item: Option<&ItemKey>, ev: &Event, at: &str) -> Result<()> {
-        self.seq += 1;
-        let body = serde_json::to_string(ev).map_err(|source| LedgerError::Record {
-            path: self.path.display().to_string(),
-            what: "event to record".into(),
-            source,
-        })?;
-        self.buffered.events.push((
-            run_id.to_string(),
-            self.seq,
-            at.to_string(),
-            item.map(|k| k.repo.clone()),
-            item.map(|k| k.item.clone()),
-            body,
-        ));
-        if let Some(r) = crate::ledger::result_of(run_id, item, ev, at) {
-            self.buffered.results.push(r);
-        }
-        if self.buffered.events.len() >= crate::ledger::EVENTS_BUFFERED {
+        let path = self.path.display().to_string();
+        if self.buffered.record(run_id, item, ev, at, &path)? {
             self.flush()?;
         }
         Ok(())
