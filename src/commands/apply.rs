@@ -6,7 +6,8 @@ use crate::cli::{ApplyArgs, StandingHolds};
 use crate::plan::PlanOptions;
 use crate::report;
 use crate::session::failure::{Ended, Failure};
-use crate::session::prepare::{self, Standing};
+use crate::session::prepare;
+use crate::session::standing::Standing;
 use crate::session::{Options, Session};
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_FAILURES, EXIT_OK, ItemOutcome};
@@ -196,7 +197,7 @@ impl LoopSummary {
         let Ok(loaded) = crate::manifest::load_file(&args.manifest) else {
             return;
         };
-        let reports = crate::session::prepare::reports_dir(&loaded, args.report_dir.as_deref());
+        let reports = crate::session::workspace::reports_dir(&loaded, args.report_dir.as_deref());
         let mut md = format!(
             "# runner: `{}` — loop {}\n\n{} round{} · started {} · ended {} · exit {exit}\n\n",
             loaded.manifest.name,

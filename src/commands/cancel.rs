@@ -3,7 +3,7 @@
 use super::shared::{found, state_path};
 use crate::cli::CancelArgs;
 use crate::session::failure::{Ended, Failure};
-use crate::session::prepare::who;
+use crate::session::operator::who;
 use crate::vocab::EXIT_OK;
 
 pub fn run(args: &CancelArgs) -> Ended {

@@ -63,7 +63,7 @@ pub fn run(ui: &Ui, args: &DoctorArgs) -> Ended {
     disk(&mut v, &repos::workspace_dir(&loaded), "the workspace");
     disk(
         &mut v,
-        &crate::session::prepare::reports_dir(&loaded, None),
+        &crate::session::workspace::reports_dir(&loaded, None),
         "the reports",
     );
     if args.no_probe {
@@ -270,7 +270,7 @@ fn found(program: &str, path: &str) -> bool {
 /// How each item's processes will be kept together.
 fn containment(v: &mut Verdicts, loaded: &LoadedManifest) {
     let id = format!("doctor-{}", std::process::id());
-    match crate::session::prepare::containment(loaded, &id) {
+    match crate::session::bounds::containment(loaded, &id) {
         Ok(c) => {
             let said = c.describe();
             c.remove();

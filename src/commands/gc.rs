@@ -11,7 +11,7 @@ pub fn run(ui: &Ui, args: &GcArgs) -> Ended {
     let loaded = super::shared::load(&args.manifest)?;
     let path = state_path(&args.state, Some(&args.manifest));
     let mut ledger = open_store(&path)?;
-    let reports = crate::session::prepare::reports_dir(&loaded, args.report_dir.as_deref());
+    let reports = crate::session::workspace::reports_dir(&loaded, args.report_dir.as_deref());
     let keep = keep_of(&loaded);
     let retained = retain(
         &mut ledger,

@@ -5,7 +5,8 @@ use crate::cli::PlanArgs;
 use crate::plan::matrix::{ShardMatrix, shard_matrix};
 use crate::plan::{ItemState, Plan, PlanOptions, RepoStatus};
 use crate::session::failure::{Ended, Failure};
-use crate::session::prepare::{self, Standing};
+use crate::session::prepare;
+use crate::session::standing::Standing;
 use crate::ui::term::Ui;
 use crate::vocab::{EXIT_FAILURES, EXIT_OK};
 
@@ -35,7 +36,7 @@ fn planned(ui: &Ui, args: &PlanArgs) -> Ended {
     };
     let mut plan = prepare::planned(ui, &loaded, &opts)?;
     // The worker bound `apply` would settle on: the order and the ETA are simulated with it.
-    let workers = prepare::settle_workers(ui, &loaded, args.workers)?;
+    let workers = crate::session::bounds::settle_workers(ui, &loaded, args.workers)?;
     let standing = match &ledger {
         Some(l) => {
             Standing::read(l, &loaded.manifest.name).map(|s| s.with_pulls(&loaded, &plan, Some(l)))
@@ -63,7 +64,7 @@ fn planned(ui: &Ui, args: &PlanArgs) -> Ended {
     {
         crate::plan::past::budget_spent(&mut plan, &limit.spent_cause(0.0));
     }
-    if let Err(e) = prepare::estimate(&mut plan, workers, ledger.as_ref()) {
+    if let Err(e) = crate::session::standing::estimate(&mut plan, workers, ledger.as_ref()) {
         ui.warn(format_args!("no estimates: {e}"));
     }
     if let Some(n) = args.shards {

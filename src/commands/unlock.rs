@@ -169,7 +169,7 @@ pub fn run(args: &UnlockArgs) -> Ended {
     let lifted = crate::lease::lift(
         &probe.common_dir,
         crate::lease::Lifted {
-            by: crate::session::prepare::who("unlock"),
+            by: crate::session::operator::who("unlock"),
             at: crate::support::clock::now(),
             why: args.reason.clone(),
         },

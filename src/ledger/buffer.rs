@@ -7,8 +7,9 @@
 //! cancelled run settling 100,000 items is written as it comes) or an item's result that is to
 //! be committed ([`crate::ledger::Ledger::commit_results`]).
 
-use super::{ItemKey, LedgerError, Result};
+use super::{LedgerError, Result};
 use crate::events::Event;
+use crate::vocab::ItemKey;
 use crate::vocab::ItemOutcome;
 
 /// The most events a ledger holds before it writes them, whatever else is pending: a burst (a

@@ -515,8 +515,6 @@ pub enum LedgerError {
     },
 }
 
-pub(crate) use buffer::EVENTS_BUFFERED;
-
 pub(crate) type Result<T> = std::result::Result<T, LedgerError>;
 
 /// What the run-history page reads of a ledger.

@@ -316,7 +316,9 @@ impl Fanout {
             Event::Resting { .. } | Event::ResourceWaiting { .. } | Event::LeaseWaiting { .. }
         ) {
             self.tell_ledger(|l| l.flush_all());
-        } else if !self.ledger.is_away() || self.pending.len() >= crate::ledger::EVENTS_BUFFERED {
+        } else if !self.ledger.is_away()
+            || self.pending.len() >= crate::ledger::buffer::EVENTS_BUFFERED
+        {
             self.hand_over();
         }
     }
