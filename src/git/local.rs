@@ -16,10 +16,15 @@
 //! Everything it does not fully understand ends the attempt with `None`, and the caller asks
 //! git: a linked worktree, a repository owned by another user, a config extension or include,
 //! replace refs or grafts, a split or sparse index, a conflict, a submodule, an intent-to-add
-//! or skip-worktree entry, a commit stored as a delta in a pack, any difference in stat data, and
-//! any file the index does not name (even one that `.gitignore` would ignore). So a wrong
+//! or skip-worktree entry, any difference in stat data, and any file the index does not name (even one that `.gitignore` would ignore). So a wrong
 //! "clean" needs git's own index to be wrong; every other mistake only costs the git call that
 //! would have been made anyway.
+//!
+//! Objects — commits and tags, loose or in a pack, whole or as deltas — are read through
+//! gitoxide's object database (`objects`); the index, refs and the start of the configuration
+//! are read here, by hand: they are small, runner reads them on every item where a library's
+//! repository handle would cost more than the answer, and each is property-tested against any
+//! bytes (`untrusted_bytes`) and differential-tested against git (`tests`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -29,7 +34,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::support::refname::valid_branch_name;
-use pack::{in_pack, inflate_start, inflate_up_to, packed_commit_start, packed_object_start};
+use objects::{Kind, Objects};
 
 /// A SHA-1 object name.
 type Oid = [u8; 20];
@@ -223,7 +228,7 @@ pub fn branches(dir: &Path) -> Option<BTreeSet<String>> {
 /// (`refs/<m>`, `refs/tags/<m>`, `refs/heads/<m>`, `refs/remotes/<m>`, `refs/remotes/<m>/HEAD`),
 /// annotated tags peeled. `None` says nothing, and git is asked: a marker with revision syntax or
 /// that resolves nowhere here, a shallow clone, alternates, grafts or replace refs, an object
-/// stored as a delta, or more than [`WALK_LIMIT`] commits to look at.
+/// that cannot be read, or more than [`WALK_LIMIT`] commits to look at.
 pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
     let (_, git_dir) = plain_checkout(dir, Reads::All)?;
     if rewrites_history(&git_dir, Reads::All)?
@@ -238,7 +243,7 @@ pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
         rev.strip_prefix("refs/heads/").map(|_| rev)?,
         Reads::All,
     )??;
-    let objects = git_dir.join("objects");
+    let objects = Objects::open(&git_dir.join("objects"), Reads::All)?;
     let mut seen: HashSet<Oid> = HashSet::new();
     let mut todo = vec![tip];
     while let Some(c) = todo.pop() {
@@ -251,8 +256,8 @@ pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
         if seen.len() > WALK_LIMIT {
             return None;
         }
-        let (kind, body) = object_start(&objects, &c, 4096)?;
-        if kind != "commit" {
+        let (kind, body) = objects.commit_or_tag(&c)?;
+        if kind != Kind::Commit {
             return None;
         }
         todo.extend(parents(&body)?);
@@ -276,7 +281,7 @@ pub fn behind(dir: &Path, branch: &str, base: &str) -> Option<u64> {
     if base == tip {
         return Some(0);
     }
-    let objects = git_dir.join("objects");
+    let objects = Objects::open(&git_dir.join("objects"), Reads::All)?;
     let walk = |from: Oid, stop: &HashSet<Oid>, seen: &mut HashSet<Oid>| -> Option<()> {
         let mut todo = vec![from];
         while let Some(c) = todo.pop() {
@@ -286,8 +291,8 @@ pub fn behind(dir: &Path, branch: &str, base: &str) -> Option<u64> {
             if seen.len() > WALK_LIMIT {
                 return None;
             }
-            let (kind, body) = object_start(&objects, &c, 4096)?;
-            if kind != "commit" {
+            let (kind, body) = objects.commit_or_tag(&c)?;
+            if kind != Kind::Commit {
                 return None;
             }
             todo.extend(parents(&body)?);
@@ -342,13 +347,12 @@ fn resolve_marker(git_dir: &Path, marker: &str) -> Option<Oid> {
             found?
         }
     };
-    let objects = git_dir.join("objects");
+    let objects = Objects::open(&git_dir.join("objects"), Reads::All)?;
     for _ in 0..8 {
-        let (kind, body) = object_start(&objects, &oid, 4096)?;
-        match kind.as_str() {
-            "commit" => return Some(oid),
-            "tag" => oid = parse_oid(body.strip_prefix(b"object ")?.get(..40)?)?,
-            _ => return None,
+        let (kind, body) = objects.commit_or_tag(&oid)?;
+        match kind {
+            Kind::Commit => return Some(oid),
+            Kind::Tag => oid = parse_oid(body.strip_prefix(b"object ")?.get(..40)?)?,
         }
     }
     None
@@ -371,22 +375,6 @@ fn parents(body: &[u8]) -> Option<Vec<Oid>> {
         }
     }
     None
-}
-
-/// An object's type and the first `limit` bytes of its content, loose or whole in a pack.
-fn object_start(objects: &Path, oid: &Oid, limit: usize) -> Option<(String, Vec<u8>)> {
-    let name = hex(oid);
-    match Reads::All.bytes(&objects.join(&name[..2]).join(&name[2..])) {
-        Ok(data) => {
-            let raw = inflate_up_to(&data, limit)?;
-            let nul = raw.iter().position(|&b| b == 0)?;
-            let header = std::str::from_utf8(&raw[..nul]).ok()?;
-            let (kind, _) = header.split_once(' ')?;
-            Some((kind.to_string(), raw[nul + 1..].to_vec()))
-        }
-        Err(e) if e.kind() == ErrorKind::NotFound => packed_object_start(objects, oid, limit),
-        Err(_) => None,
-    }
 }
 
 /// Whether grafts or replace refs (loose or packed) may change what git sees as history; `None`
@@ -592,7 +580,8 @@ fn hex(oid: &Oid) -> String {
     oid.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The tree a commit names, read from a loose object or a pack (not from a delta).
+/// The tree a commit names, read from a loose object, or (where reads are not kept small) a
+/// pack.
 fn commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
     // A commit is named by its content, so its tree never changes: asked after every worker
     // pass of every item, it is read once per commit.
@@ -617,23 +606,11 @@ fn commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
 }
 
 fn read_commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
-    let name = hex(commit);
-    let objects = git_dir.join("objects");
-    let body = match reads.bytes(&objects.join(&name[..2]).join(&name[2..])) {
-        Ok(data) => {
-            let raw = inflate_start(&data)?;
-            let nul = raw.iter().position(|&b| b == 0)?;
-            if !raw.starts_with(b"commit ") {
-                return None;
-            }
-            raw[nul + 1..].to_vec()
-        }
-        // A pack's index can be large: looked up only where reads are not kept small.
-        Err(e) if e.kind() == ErrorKind::NotFound && reads == Reads::All => {
-            packed_commit_start(&objects, commit)?
-        }
-        Err(_) => return None,
-    };
+    // A pack's index can be large: read only where reads are not kept small.
+    let (kind, body) = Objects::open(&git_dir.join("objects"), reads)?.commit_or_tag(commit)?;
+    if kind != Kind::Commit {
+        return None;
+    }
     parse_oid(body.strip_prefix(b"tree ")?.get(..40)?)
 }
 
@@ -823,7 +800,7 @@ fn varint(data: &[u8], at: &mut usize) -> Option<usize> {
     Some(value)
 }
 
-mod pack;
+mod objects;
 mod trees;
 mod untracked;
 
@@ -837,14 +814,16 @@ pub(crate) fn write_index_tree(dir: &Path, index: &Path) -> Option<String> {
         .iter()
         .map(|e| (e.path.as_slice(), e.mode, e.oid))
         .collect();
-    trees::write_tree(&entries, &objects, &|oid| in_pack(&objects, oid))
+    let store = Objects::open(&objects, Reads::All)?;
+    trees::write_tree(&entries, &objects, &|oid| Some(store.contains(oid)))
 }
 
 /// An object of `kind` (`commit`) with `body`, written to the objects of the checkout at `dir`
 /// unless there already; its name. `None`: ask git.
 pub(crate) fn write_object(dir: &Path, kind: &str, body: &[u8]) -> Option<String> {
     let objects = objects_of(dir)?;
-    trees::write_object(&objects, kind, body, &|oid| in_pack(&objects, oid))
+    let store = Objects::open(&objects, Reads::All)?;
+    trees::write_object(&objects, kind, body, &|oid| Some(store.contains(oid)))
 }
 
 /// The object folder of the checkout at `dir`, where this reader understands the repository.

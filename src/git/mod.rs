@@ -3,7 +3,8 @@
 //! below do not fully understand — goes to git's command line ([`command`], [`worktree`],
 //! [`snapshot`]). What runner asks of every item, where a git process would cost more than the
 //! item, is read and written in process from git's own files: the checkout's HEAD, refs and
-//! index, the start of a commit loose or whole in a pack ([`local`]), the configuration
+//! index ([`local`]), commits and tags through gitoxide's object database (loose or packed,
+//! whole or as deltas), the configuration
 //! ([`config`]), a branch moved with its reflog ([`refs`]), trees written from an index
 //! (`local::trees`). Each in-process piece is checked against git in differential tests and
 //! answers `None` — ask git — for anything it does not read exactly as git does; the readers

@@ -709,3 +709,50 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     super::super::command::forget(d);
     assert!(super::super::update_in_process(d, "refs/heads/p", &head, &next, msg).is_none());
 }
+
+/// Commits stored as deltas in a pack (an aggressive repack makes some) are read in process, as
+/// git reads them: the walk no longer hands them to git.
+#[test]
+fn commits_stored_as_deltas_are_walked() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    for i in 0..60 {
+        write(d.join("f"), &format!("{i}\n"));
+        git(d, &["add", "f"]);
+        git(
+            d,
+            &[
+                "commit",
+                "-q",
+                "-m",
+                "a long message, the same for every commit, so that a delta finds its base",
+            ],
+        );
+    }
+    git(d, &["repack", "-adfq", "--depth=50", "--window=250"]);
+    let idx = std::fs::read_dir(d.join(".git/objects/pack"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "idx"))
+        .unwrap();
+    let listing = git(d, &["verify-pack", "-v", idx.to_str().unwrap()]);
+    // `<oid> commit <size> <packed size> <offset> <depth> <base>`: a delta.
+    let deltas: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("commit"))
+        .filter(|l| l.split_whitespace().count() == 7)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert!(
+        !deltas.is_empty(),
+        "no commit stored as a delta:\n{listing}"
+    );
+    for c in &deltas {
+        assert_eq!(is_ancestor(d, c, "refs/heads/main"), Some(true), "{c}");
+    }
+    let first = git(d, &["rev-list", "--max-parents=0", "HEAD"]);
+    git(d, &["branch", "old", first.trim()]);
+    assert_eq!(behind(d, "old", "main"), Some(59));
+}

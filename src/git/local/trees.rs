@@ -4,6 +4,11 @@
 //!
 //! Only an index the checkout reader fully understands, in a repository of SHA-1 objects, is
 //! written here; anything else is git's.
+//!
+//! Objects are read through gitoxide (`super::objects`); writing stays here: a new fan-out
+//! folder takes the object folder's own mode, as git makes it in a shared repository, without
+//! reading `core.sharedRepository`, and the trees are differential-tested against
+//! `git write-tree`.
 
 use sha1::{Digest, Sha1};
 use std::io::Write;
@@ -15,7 +20,8 @@ type Oid = [u8; 20];
 /// An index entry: its path, mode and object.
 pub(super) type Entry<'a> = (&'a [u8], u32, Oid);
 
-/// Whether one of the repository's packs holds an object (`None`: that cannot be told).
+/// Whether the repository's object store holds an object, loose or packed (`None`: that cannot
+/// be told).
 pub(super) type Packed<'a> = &'a dyn Fn(&Oid) -> Option<bool>;
 
 /// The tree index `entries` (in the index's order) hold, written to `objects` (the repository's

@@ -1,7 +1,8 @@
-//! Property tests of the formats read by hand from files a worker can write — the index, pack
-//! indexes, the start of a commit, the configuration: for any bytes (random, or a real file of
-//! git's with bytes changed), each parser returns — it never panics, never loops, and never
-//! makes room for more than a small multiple of what it was given.
+//! Property tests of the formats read from files a worker can write — by hand: the index, the
+//! start of a commit, the configuration; through gitoxide: pack indexes, packs and loose objects
+//! — for any bytes (random, or a real file of git's with bytes changed), each reader returns: it
+//! never panics, never loops, and never makes room for more than a small multiple of what it was
+//! given.
 //!
 //! The last is checked by the test binary's allocator, which remembers the largest single
 //! allocation each thread asks for: a parser that believed a count or a size from the file would
@@ -59,6 +60,9 @@ fn allowed(len: usize) -> usize {
 struct Samples {
     index: Vec<u8>,
     pack_index: Vec<u8>,
+    pack: Vec<u8>,
+    /// A loose commit object as stored (zlib).
+    loose: Vec<u8>,
     commit: Vec<u8>,
     config: String,
 }
@@ -81,6 +85,9 @@ fn samples() -> &'static Samples {
         git(&["add", "."]);
         git(&["commit", "-q", "-m", "one"]);
         git(&["config", "core.sharedRepository", "group"]);
+        let head = git(&["rev-parse", "HEAD"]).trim().to_string();
+        let loose =
+            std::fs::read(d.join(".git/objects").join(&head[..2]).join(&head[2..])).unwrap();
         git(&["repack", "-adq"]);
         let pack = std::fs::read_dir(d.join(".git/objects/pack"))
             .unwrap()
@@ -90,7 +97,9 @@ fn samples() -> &'static Samples {
             .unwrap();
         Samples {
             index: std::fs::read(d.join(".git/index")).unwrap(),
-            pack_index: std::fs::read(pack).unwrap(),
+            pack_index: std::fs::read(&pack).unwrap(),
+            pack: std::fs::read(pack.with_extension("pack")).unwrap(),
+            loose,
             commit: git(&["cat-file", "commit", "HEAD"]).into_bytes(),
             config: std::fs::read_to_string(d.join(".git/config")).unwrap(),
         }
@@ -133,13 +142,40 @@ fn any_pack_index() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-/// Look `oid` up in a pack index holding `bytes`.
-fn look_up(bytes: &[u8], oid: &Oid) -> usize {
+/// An object store whose one pack has index `idx` (and the sample's pack), as a worker could
+/// leave one.
+fn store_with_index(idx: &[u8]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let idx = dir.path().join("pack-x.idx");
-    std::fs::write(&idx, bytes).unwrap();
+    let pack = dir.path().join("pack");
+    std::fs::create_dir(&pack).unwrap();
+    std::fs::write(pack.join("pack-x.idx"), idx).unwrap();
+    std::fs::write(pack.join("pack-x.pack"), &samples().pack).unwrap();
+    dir
+}
+
+/// Look `oid` up in a store whose pack index holds `bytes`: the largest allocation it took.
+fn look_up(bytes: &[u8], oid: &Oid) -> usize {
+    let dir = store_with_index(bytes);
     largest_allocation(|| {
-        let _ = pack::pack_offset(&idx, oid);
+        if let Some(objects) = Objects::open(dir.path(), Reads::All) {
+            let _ = objects.commit_or_tag(oid);
+            let _ = objects.contains(oid);
+        }
+    })
+}
+
+/// Read loose object `oid` stored as `bytes`, as every read allows: the largest allocation.
+fn read_loose(bytes: &[u8], oid: &Oid) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let name = hex(oid);
+    std::fs::create_dir(dir.path().join(&name[..2])).unwrap();
+    std::fs::write(dir.path().join(&name[..2]).join(&name[2..]), bytes).unwrap();
+    largest_allocation(|| {
+        for reads in [Reads::All, Reads::Small] {
+            if let Some(objects) = Objects::open(dir.path(), reads) {
+                let _ = objects.commit_or_tag(oid);
+            }
+        }
     })
 }
 
@@ -182,10 +218,20 @@ proptest! {
             let _ = root_tree(&body);
             let mut at = 0;
             let _ = varint(&body, &mut at);
-            let _ = inflate_start(&body);
-            let _ = inflate_up_to(&body, 4096);
         });
         prop_assert!(used <= allowed(body.len()), "{used} bytes for {} of input", body.len());
+    }
+
+    #[test]
+    fn a_changed_loose_object_is_read_or_refused(bytes in mutated(&samples().loose)) {
+        let used = read_loose(&bytes, &[0x11; 20]);
+        prop_assert!(used <= allowed(bytes.len()), "{used} bytes for {} of input", bytes.len());
+    }
+
+    #[test]
+    fn any_loose_object_is_read_or_refused(bytes in prop::collection::vec(any::<u8>(), 1..1024)) {
+        let used = read_loose(&bytes, &[0x22; 20]);
+        prop_assert!(used <= allowed(bytes.len()), "{used} bytes for {} of input", bytes.len());
     }
 
     #[test]
@@ -218,16 +264,20 @@ fn a_real_pack_index_finds_what_it_holds() {
     let s = samples();
     let total = u32::from_be_bytes(s.pack_index[8 + 255 * 4..8 + 256 * 4].try_into().unwrap());
     assert!(total >= 6, "{total} objects");
-    let dir = tempfile::tempdir().unwrap();
-    let idx = dir.path().join("pack-x.idx");
-    std::fs::write(&idx, &s.pack_index).unwrap();
+    let dir = store_with_index(&s.pack_index);
+    let objects = Objects::open(dir.path(), Reads::All).unwrap();
+    let mut commits = 0;
     for k in 0..total as usize {
         let at = 8 + 256 * 4 + k * 20;
         let oid: Oid = s.pack_index[at..at + 20].try_into().unwrap();
-        assert!(
-            matches!(pack::pack_offset(&idx, &oid), Some(Some(_))),
-            "object {k}"
-        );
+        assert!(objects.contains(&oid), "object {k}");
+        if let Some((kind, body)) = objects.commit_or_tag(&oid) {
+            assert_eq!(kind, Kind::Commit);
+            assert!(body.starts_with(b"tree "));
+            commits += 1;
+        }
     }
-    assert_eq!(pack::pack_offset(&idx, &[0xab; 20]), Some(None));
+    assert_eq!(commits, 1);
+    assert!(!objects.contains(&[0xab; 20]));
+    assert!(objects.commit_or_tag(&[0xab; 20]).is_none());
 }
