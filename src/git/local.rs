@@ -34,7 +34,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::support::refname::valid_branch_name;
-use objects::{Kind, Objects};
+use objects::{Kind, Objects, Reach};
 
 /// A SHA-1 object name.
 type Oid = [u8; 20];
@@ -65,6 +65,14 @@ impl Reads {
     fn bytes(self, path: &Path) -> std::io::Result<Vec<u8>> {
         let limit = (self == Reads::Small).then_some(SMALL_FILE);
         crate::support::fs::read_regular(path, limit)
+    }
+
+    /// The objects a question may read.
+    fn reach(self) -> Reach {
+        match self {
+            Reads::All => Reach::All,
+            Reads::Small => Reach::Loose(SMALL_FILE),
+        }
     }
 
     fn text(self, path: &Path) -> std::io::Result<String> {
@@ -243,7 +251,7 @@ pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
         rev.strip_prefix("refs/heads/").map(|_| rev)?,
         Reads::All,
     )??;
-    let objects = Objects::open(&git_dir.join("objects"), Reads::All)?;
+    let objects = Objects::open(&git_dir.join("objects"), Reach::All)?;
     let mut seen: HashSet<Oid> = HashSet::new();
     let mut todo = vec![tip];
     while let Some(c) = todo.pop() {
@@ -281,7 +289,7 @@ pub fn behind(dir: &Path, branch: &str, base: &str) -> Option<u64> {
     if base == tip {
         return Some(0);
     }
-    let objects = Objects::open(&git_dir.join("objects"), Reads::All)?;
+    let objects = Objects::open(&git_dir.join("objects"), Reach::All)?;
     let walk = |from: Oid, stop: &HashSet<Oid>, seen: &mut HashSet<Oid>| -> Option<()> {
         let mut todo = vec![from];
         while let Some(c) = todo.pop() {
@@ -347,7 +355,7 @@ fn resolve_marker(git_dir: &Path, marker: &str) -> Option<Oid> {
             found?
         }
     };
-    let objects = Objects::open(&git_dir.join("objects"), Reads::All)?;
+    let objects = Objects::open(&git_dir.join("objects"), Reach::All)?;
     for _ in 0..8 {
         let (kind, body) = objects.commit_or_tag(&oid)?;
         match kind {
@@ -607,7 +615,8 @@ fn commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
 
 fn read_commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
     // A pack's index can be large: read only where reads are not kept small.
-    let (kind, body) = Objects::open(&git_dir.join("objects"), reads)?.commit_or_tag(commit)?;
+    let (kind, body) =
+        Objects::open(&git_dir.join("objects"), reads.reach())?.commit_or_tag(commit)?;
     if kind != Kind::Commit {
         return None;
     }
@@ -814,7 +823,7 @@ pub(crate) fn write_index_tree(dir: &Path, index: &Path) -> Option<String> {
         .iter()
         .map(|e| (e.path.as_slice(), e.mode, e.oid))
         .collect();
-    let store = Objects::open(&objects, Reads::All)?;
+    let store = Objects::open(&objects, Reach::All)?;
     trees::write_tree(&entries, &objects, &|oid| Some(store.contains(oid)))
 }
 
@@ -822,7 +831,7 @@ pub(crate) fn write_index_tree(dir: &Path, index: &Path) -> Option<String> {
 /// unless there already; its name. `None`: ask git.
 pub(crate) fn write_object(dir: &Path, kind: &str, body: &[u8]) -> Option<String> {
     let objects = objects_of(dir)?;
-    let store = Objects::open(&objects, Reads::All)?;
+    let store = Objects::open(&objects, Reach::All)?;
     trees::write_object(&objects, kind, body, &|oid| Some(store.contains(oid)))
 }
 

@@ -9,14 +9,25 @@
 //! (before its worker starts, after its processes are gone) and one run works in a repository at
 //! a time, so nothing truncates them then.
 
-use super::{Oid, Reads, SMALL_FILE};
 use gix_object::{Exists, Find};
 use gix_odb::Header;
 use std::path::Path;
 
+type Oid = [u8; 20];
+
 /// The most one object read may allocate: commits and tags are small, and so are the bases of
 /// their deltas.
 const ALLOC_LIMIT: usize = 16 << 20;
+
+/// How much a question may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reach {
+    /// Whatever it takes: loose objects and packs.
+    All,
+    /// Loose objects whose files are at most this many bytes, and no pack: an answer whose cost
+    /// does not grow with the repository.
+    Loose(u64),
+}
 
 /// The kinds of object a walk reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,17 +45,17 @@ pub(super) enum Kind {
 pub(super) struct Objects {
     loose: gix_odb::loose::Store,
     dir: std::path::PathBuf,
-    reads: Reads,
+    reach: Reach,
     whole: std::cell::OnceCell<Option<Box<gix_odb::Handle>>>,
 }
 
 impl Objects {
-    /// The store in `objects` (a repository's `.git/objects`), read as `reads` allows.
-    pub(super) fn open(objects: &Path, reads: Reads) -> Option<Objects> {
+    /// The store in `objects` (a repository's `.git/objects`), read as far as `reach`.
+    pub(super) fn open(objects: &Path, reach: Reach) -> Option<Objects> {
         Some(Objects {
             loose: gix_odb::loose::Store::at(objects, gix_hash::Kind::Sha1),
             dir: objects.to_path_buf(),
-            reads,
+            reach,
             whole: std::cell::OnceCell::new(),
         })
     }
@@ -54,7 +65,7 @@ impl Objects {
     fn whole(&self) -> Option<&gix_odb::Handle> {
         self.whole
             .get_or_init(|| {
-                (self.reads == Reads::All)
+                (self.reach == Reach::All)
                     .then(|| {
                         gix_odb::at_opts(
                             &self.dir,
@@ -77,13 +88,13 @@ impl Objects {
     /// another kind, an object that is not there (or not allowed by the reads), or one that
     /// cannot be read.
     pub(super) fn commit_or_tag(&self, oid: &Oid) -> Option<(Kind, Vec<u8>)> {
-        let name = super::hex(oid);
+        let name: String = oid.iter().map(|b| format!("{b:02x}")).collect();
         let path = self.dir.join(&name[..2]).join(&name[2..]);
         // A file no longer than its content may be (zlib adds a few bytes to what it cannot
         // compress), and no longer than the reads allow.
-        let most = match self.reads {
-            Reads::All => ALLOC_LIMIT as u64 + 1024,
-            Reads::Small => SMALL_FILE,
+        let most = match self.reach {
+            Reach::All => ALLOC_LIMIT as u64 + 1024,
+            Reach::Loose(file) => file,
         };
         let (kind, body) = match crate::support::fs::read_regular(&path, Some(most)) {
             Ok(bytes) => loose(&bytes, self.limit())?,
@@ -109,9 +120,11 @@ impl Objects {
 
     /// The most one read may allocate.
     fn limit(&self) -> usize {
-        match self.reads {
-            Reads::All => ALLOC_LIMIT,
-            Reads::Small => SMALL_FILE as usize * 64,
+        match self.reach {
+            Reach::All => ALLOC_LIMIT,
+            Reach::Loose(file) => usize::try_from(file)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(64),
         }
     }
 

@@ -157,7 +157,7 @@ fn store_with_index(idx: &[u8]) -> tempfile::TempDir {
 fn look_up(bytes: &[u8], oid: &Oid) -> usize {
     let dir = store_with_index(bytes);
     largest_allocation(|| {
-        if let Some(objects) = Objects::open(dir.path(), Reads::All) {
+        if let Some(objects) = Objects::open(dir.path(), Reach::All) {
             let _ = objects.commit_or_tag(oid);
             let _ = objects.contains(oid);
         }
@@ -171,8 +171,8 @@ fn read_loose(bytes: &[u8], oid: &Oid) -> usize {
     std::fs::create_dir(dir.path().join(&name[..2])).unwrap();
     std::fs::write(dir.path().join(&name[..2]).join(&name[2..]), bytes).unwrap();
     largest_allocation(|| {
-        for reads in [Reads::All, Reads::Small] {
-            if let Some(objects) = Objects::open(dir.path(), reads) {
+        for reach in [Reach::All, Reach::Loose(SMALL_FILE)] {
+            if let Some(objects) = Objects::open(dir.path(), reach) {
                 let _ = objects.commit_or_tag(oid);
             }
         }
@@ -265,7 +265,7 @@ fn a_real_pack_index_finds_what_it_holds() {
     let total = u32::from_be_bytes(s.pack_index[8 + 255 * 4..8 + 256 * 4].try_into().unwrap());
     assert!(total >= 6, "{total} objects");
     let dir = store_with_index(&s.pack_index);
-    let objects = Objects::open(dir.path(), Reads::All).unwrap();
+    let objects = Objects::open(dir.path(), Reach::All).unwrap();
     let mut commits = 0;
     for k in 0..total as usize {
         let at = 8 + 256 * 4 + k * 20;
