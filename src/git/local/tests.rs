@@ -1,6 +1,8 @@
 //! The checkout reads against git's own answers, on real repositories made for each case.
 
+use super::reads::SMALL_FILE;
 use super::*;
+use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 

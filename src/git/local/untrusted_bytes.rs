@@ -8,6 +8,9 @@
 //! allocation each thread asks for: a parser that believed a count or a size from the file would
 //! ask for far more than the file holds (a pack index once made runner ask for 85 GB).
 
+use super::history::parents;
+use super::index::{parse, root_tree, varint};
+use super::reads::SMALL_FILE;
 use super::*;
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};

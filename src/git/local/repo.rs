@@ -1,0 +1,153 @@
+//! Which repositories the checkout reader reads: its own `.git` folder or a linked worktree as
+//! `git worktree add` makes one, this user's, with a configuration it reads exactly as git does.
+
+use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::index::plain_index_file;
+use super::reads::*;
+
+/// The top level and git dir of `dir`, when it is a checkout this module can read: its `.git` a
+/// folder of its own (not a linked worktree), owned like the checkout by this user, with a plain
+/// config.
+pub(super) fn plain_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf)> {
+    let top = std::path::absolute(dir).ok()?;
+    let git_dir = top.join(".git");
+    let meta = std::fs::symlink_metadata(&git_dir).ok()?;
+    // git refuses a repository that belongs to another user unless told it is safe; that
+    // judgement stays with git.
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let uid = *EUID.get_or_init(|| nix::unistd::geteuid().as_raw());
+    if !meta.is_dir() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
+        return None;
+    }
+    plain_config(&git_dir, reads)?;
+    if git_dir.join("commondir").exists() {
+        return None;
+    }
+    Some((top, git_dir))
+}
+
+/// The text of the configuration file of the checkout at `dir`, when it is one this module reads
+/// ([`plain_checkout`]: its own `.git` folder, this user's, no extension or include).
+pub(crate) fn plain_config_text(dir: &Path) -> Option<String> {
+    let (_, git_dir) = plain_checkout(dir, Reads::Small)?;
+    Reads::Small.text(&git_dir.join("config")).ok()
+}
+
+/// A linked worktree at `dir` as `git worktree add` makes one: `.git` a file naming its own
+/// git dir (`gitdir: …`), which names the main repository's (`commondir`). Returns the top
+/// level, its own git dir and the common dir. Anything else — a checkout of another user, a
+/// configuration git reads differently (extensions such as per-worktree config, includes) — is
+/// `None`: ask git.
+pub(super) fn linked_checkout(dir: &Path, reads: Reads) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let top = std::path::absolute(dir).ok()?;
+    let dot = top.join(".git");
+    let meta = std::fs::symlink_metadata(&dot).ok()?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if !meta.is_file() || meta.uid() != uid || std::fs::metadata(&top).ok()?.uid() != uid {
+        return None;
+    }
+    let text = Reads::Small.text(&dot).ok()?;
+    let own = text.strip_prefix("gitdir: ")?.strip_suffix('\n')?;
+    let own = top.join(own);
+    let common = Reads::Small.text(&own.join("commondir")).ok()?;
+    let common = std::fs::canonicalize(own.join(common.strip_suffix('\n')?)).ok()?;
+    if std::fs::metadata(&common).ok()?.uid() != uid || own.join("config.worktree").exists() {
+        return None;
+    }
+    plain_config(&common, reads)?;
+    Some((top, own, common))
+}
+
+/// The own git dir of the linked worktree at `dir`, where runner may remove the worktree itself
+/// as `git worktree remove --force` would: made as `git worktree add` makes one (see
+/// [`linked_checkout`]), its git dir naming it back, not locked, and no submodule in its index.
+/// `None`: ask git.
+pub(crate) fn removable_worktree(dir: &Path) -> Option<PathBuf> {
+    let (top, own, _) = linked_checkout(dir, Reads::Small)?;
+    let back = Reads::Small.text(&own.join("gitdir")).ok()?;
+    let same = |a: &Path, b: &Path| {
+        std::fs::canonicalize(a)
+            .ok()
+            .is_some_and(|a| std::fs::canonicalize(b).ok() == Some(a))
+    };
+    if !same(Path::new(back.strip_suffix('\n')?), &top.join(".git")) || own.join("locked").exists()
+    {
+        return None;
+    }
+    plain_index_file(&own.join("index"))?;
+    Some(own)
+}
+
+/// `Some` when the repository's own config holds nothing that changes where the working tree
+/// is or how refs and objects are stored.
+pub(super) fn plain_config(git_dir: &Path, reads: Reads) -> Option<()> {
+    let text = reads.text(&git_dir.join("config")).ok()?;
+    let mut section = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix('[') {
+            let (header, after) = rest.split_once(']')?;
+            // A key may follow the header on its line; such a file is left to git.
+            if !after.trim().is_empty() {
+                return None;
+            }
+            section = header
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '.')
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if section == "extensions" || section.starts_with("include") {
+                return None;
+            }
+            continue;
+        }
+        if section != "core" {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .map_or((line, "true"), |(k, v)| (k.trim(), v.trim()));
+        let value = value.trim_matches('"').to_ascii_lowercase();
+        match key.to_ascii_lowercase().as_str() {
+            "worktree" => return None,
+            "bare" if !matches!(value.as_str(), "false" | "no" | "off" | "0") => return None,
+            "repositoryformatversion" if value != "0" && value != "1" => return None,
+            _ => {}
+        }
+    }
+    Some(())
+}
+
+/// Whether grafts or replace refs (loose or packed) may change what git sees as history; `None`
+/// when that cannot be read.
+pub(super) fn rewrites_history(git_dir: &Path, reads: Reads) -> Option<bool> {
+    if git_dir.join("info/grafts").exists() || git_dir.join("refs/replace").exists() {
+        return Some(true);
+    }
+    match reads.text(&git_dir.join("packed-refs")) {
+        Ok(packed) => Some(packed.lines().any(|l| l.contains(" refs/replace/"))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// The object folder of the checkout at `dir`, where this reader understands the repository.
+pub(super) fn objects_of(dir: &Path) -> Option<PathBuf> {
+    Some(git_dirs(dir)?.1.join("objects"))
+}
+
+/// The own git dir and the common one of the checkout at `dir` (the same folder but for a
+/// linked worktree), where this reader understands the repository ([`plain_checkout`],
+/// [`linked_checkout`]).
+pub(crate) fn git_dirs(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    match plain_checkout(dir, Reads::Small) {
+        Some((_, git_dir)) => Some((git_dir.clone(), git_dir)),
+        None => linked_checkout(dir, Reads::Small).map(|(_, own, common)| (own, common)),
+    }
+}
