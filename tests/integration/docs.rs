@@ -362,3 +362,85 @@ fn every_example_in_the_docs_runs() {
         "{counts:?}"
     );
 }
+
+/// runner's verbs, as the command table names them.
+const VERBS: &[&str] = &[
+    "init",
+    "validate",
+    "publish",
+    "plan",
+    "apply",
+    "status",
+    "report",
+    "doctor",
+    "gc",
+    "cancel",
+    "pause",
+    "resume",
+    "unlock",
+    "schema",
+    "completions",
+];
+
+/// Every flag the command table of `docs/commands.md` names in a verb's row is a flag of that
+/// verb (or of every verb), as `runner VERB --help` lists it: a flag renamed or removed cannot
+/// stay documented.
+#[test]
+fn every_flag_the_command_table_names_exists() {
+    let table = std::fs::read_to_string(root().join("docs/commands.md")).unwrap();
+    let global = stdout(&run_in(root(), &["--help"]));
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for row in table.lines().filter(|l| l.starts_with("| `runner ")) {
+        let verb = row["| `runner ".len()..]
+            .split(|c: char| c == ' ' || c == '`')
+            .next()
+            .unwrap();
+        if verb.starts_with('-') {
+            continue;
+        }
+        // Flags as the row writes them: inside backticks, `--name`; a span that names another
+        // verb first (`status --json`) is that verb's.
+        for span in row.split('`').skip(1).step_by(2) {
+            let first = span
+                .strip_prefix("runner ")
+                .unwrap_or(span)
+                .split(' ')
+                .next()
+                .unwrap();
+            let of = if span.contains(" --") && VERBS.contains(&first) {
+                first
+            } else {
+                verb
+            };
+            let help = stdout(&run_in(root(), &[of, "--help"]));
+            assert!(help.contains("Usage:"), "`runner {of}`: {help}");
+            for word in span.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+                let Some(name) = word.strip_prefix("--") else {
+                    continue;
+                };
+                if name.is_empty() {
+                    continue;
+                }
+                checked += 1;
+                let flag = format!("--{name}");
+                let known = |h: &str| {
+                    h.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                        .any(|w| w == flag)
+                };
+                if !known(&help) && !known(&global) {
+                    missing.push(format!("`runner {of}`: `{flag}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "flags docs/commands.md names that runner does not have:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        checked > 30,
+        "only {checked} flags found: is the reader broken?"
+    );
+}
