@@ -392,10 +392,7 @@ fn every_flag_the_command_table_names_exists() {
     let mut checked = 0;
     let mut missing = Vec::new();
     for row in table.lines().filter(|l| l.starts_with("| `runner ")) {
-        let verb = row["| `runner ".len()..]
-            .split(|c: char| c == ' ' || c == '`')
-            .next()
-            .unwrap();
+        let verb = row["| `runner ".len()..].split([' ', '`']).next().unwrap();
         if verb.starts_with('-') {
             continue;
         }
