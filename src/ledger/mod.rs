@@ -7,8 +7,8 @@
 //! runners on several machines); [`store`] opens the one `--state` names; while a run drains, [`recorder`] keeps the
 //! ledger on a thread of its own, so that the event loop never waits on it. Every change that must survive a crash (a claim, an item's completion) is committed
 //! before the effect it records is acted upon; events are buffered and committed with the next
-//! such change, or at the end. What is buffered and when it is written ([`buffer`]), and which
-//! runs retention prunes ([`PruneRule`]), are decided once, here; a backend only stores.
+//! such change, or at the end. What is buffered and when it is written (`buffer`), and which
+//! runs retention prunes (`PruneRule`), are decided once, here; a backend only stores.
 
 pub(crate) mod buffer;
 pub mod pg;

@@ -18,7 +18,7 @@ pub(super) const EMPTY_TREE: Oid = [
 pub enum Reads {
     /// Whatever it takes.
     All,
-    /// Only files of at most [`SMALL_FILE`] bytes, and no pack: an answer whose cost does not
+    /// Only files of at most `SMALL_FILE` bytes, and no pack: an answer whose cost does not
     /// grow with the repository (an index that small names a few hundred files at most), cheap
     /// enough to be had on the event loop. A larger file ends the attempt with `None`.
     Small,
