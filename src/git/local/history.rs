@@ -17,13 +17,7 @@ use super::repo::*;
 /// that resolves nowhere here, a shallow clone, alternates, grafts or replace refs, an object
 /// that cannot be read, or more than [`WALK_LIMIT`] commits to look at.
 pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
-    let (_, git_dir) = plain_checkout(dir, Reads::All)?;
-    if rewrites_history(&git_dir, Reads::All)?
-        || git_dir.join("shallow").exists()
-        || git_dir.join("objects/info/alternates").exists()
-    {
-        return None;
-    }
+    let git_dir = walkable(dir)?;
     let target = resolve_marker(&git_dir, marker)?;
     let tip = resolve_ref(
         &git_dir,
@@ -31,13 +25,63 @@ pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
         Reads::All,
     )??;
     let objects = Objects::open(&git_dir.join("objects"), Reach::All)?;
-    let mut seen: HashSet<Oid> = HashSet::new();
-    let mut todo = vec![tip];
+    walk(
+        &objects,
+        tip,
+        &HashSet::new(),
+        &mut HashSet::new(),
+        Some(target),
+    )
+}
+
+/// How many commits `base` has that local branch `branch` lacks (`git rev-list --count
+/// refs/heads/<branch>..<base>`), read from the repository's files as [`is_ancestor`] reads
+/// them; `None` says nothing, and git is asked.
+pub fn behind(dir: &Path, branch: &str, base: &str) -> Option<u64> {
+    let git_dir = walkable(dir)?;
+    let base = resolve_marker(&git_dir, base)?;
+    let tip = resolve_ref(&git_dir, &format!("refs/heads/{branch}"), Reads::All)??;
+    if base == tip {
+        return Some(0);
+    }
+    let objects = Objects::open(&git_dir.join("objects"), Reach::All)?;
+    let mut on_branch = HashSet::new();
+    walk(&objects, tip, &HashSet::new(), &mut on_branch, None)?;
+    let mut only_base = HashSet::new();
+    walk(&objects, base, &on_branch, &mut only_base, None)?;
+    Some(only_base.len() as u64)
+}
+
+/// The git dir of the checkout at `dir`, when its history is read here as git reads it: no
+/// grafts or replace refs, not a shallow clone, no alternates.
+fn walkable(dir: &Path) -> Option<std::path::PathBuf> {
+    let (_, git_dir) = plain_checkout(dir, Reads::All)?;
+    if rewrites_history(&git_dir, Reads::All)?
+        || git_dir.join("shallow").exists()
+        || git_dir.join("objects/info/alternates").exists()
+    {
+        return None;
+    }
+    Some(git_dir)
+}
+
+/// Walk the commits reachable from `from`, not through those in `stop`, adding each to `seen`:
+/// `Some(true)` once `target` is reached, `Some(false)` when the walk ends without it. `None`
+/// says nothing: an object that cannot be read or is not a commit, or more than
+/// [`WALK_LIMIT`] commits.
+fn walk(
+    objects: &Objects,
+    from: Oid,
+    stop: &HashSet<Oid>,
+    seen: &mut HashSet<Oid>,
+    target: Option<Oid>,
+) -> Option<bool> {
+    let mut todo = vec![from];
     while let Some(c) = todo.pop() {
-        if c == target {
+        if target == Some(c) {
             return Some(true);
         }
-        if !seen.insert(c) {
+        if stop.contains(&c) || !seen.insert(c) {
             continue;
         }
         if seen.len() > WALK_LIMIT {
@@ -50,47 +94,6 @@ pub(crate) fn is_ancestor(dir: &Path, marker: &str, rev: &str) -> Option<bool> {
         todo.extend(parents(&body)?);
     }
     Some(false)
-}
-
-/// How many commits `base` has that local branch `branch` lacks (`git rev-list --count
-/// refs/heads/<branch>..<base>`), read from the repository's files as [`is_ancestor`] reads
-/// them; `None` says nothing, and git is asked.
-pub fn behind(dir: &Path, branch: &str, base: &str) -> Option<u64> {
-    let (_, git_dir) = plain_checkout(dir, Reads::All)?;
-    if rewrites_history(&git_dir, Reads::All)?
-        || git_dir.join("shallow").exists()
-        || git_dir.join("objects/info/alternates").exists()
-    {
-        return None;
-    }
-    let base = resolve_marker(&git_dir, base)?;
-    let tip = resolve_ref(&git_dir, &format!("refs/heads/{branch}"), Reads::All)??;
-    if base == tip {
-        return Some(0);
-    }
-    let objects = Objects::open(&git_dir.join("objects"), Reach::All)?;
-    let walk = |from: Oid, stop: &HashSet<Oid>, seen: &mut HashSet<Oid>| -> Option<()> {
-        let mut todo = vec![from];
-        while let Some(c) = todo.pop() {
-            if stop.contains(&c) || !seen.insert(c) {
-                continue;
-            }
-            if seen.len() > WALK_LIMIT {
-                return None;
-            }
-            let (kind, body) = objects.commit_or_tag(&c)?;
-            if kind != Kind::Commit {
-                return None;
-            }
-            todo.extend(parents(&body)?);
-        }
-        Some(())
-    };
-    let mut on_branch = HashSet::new();
-    walk(tip, &HashSet::new(), &mut on_branch)?;
-    let mut only_base = HashSet::new();
-    walk(base, &on_branch, &mut only_base)?;
-    Some(only_base.len() as u64)
 }
 
 /// The most commits [`is_ancestor`] reads before it leaves the question to git.
