@@ -757,4 +757,19 @@ fn commits_stored_as_deltas_are_walked() {
     let first = git(d, &["rev-list", "--max-parents=0", "HEAD"]);
     git(d, &["branch", "old", first.trim()]);
     assert_eq!(behind(d, "old", "main"), Some(59));
+    // As git counts it, from branches anywhere along the history, and the other way round.
+    for k in [0, 1, 17, 58] {
+        let name = format!("b{k}");
+        git(d, &["branch", &name, &format!("main~{k}")]);
+        let count = |range: &str| {
+            git(d, &["rev-list", "--count", range])
+                .trim()
+                .parse::<u64>()
+        };
+        assert_eq!(
+            behind(d, &name, "main"),
+            count(&format!("{name}..main")).ok()
+        );
+        assert_eq!(behind(d, "old", &name), count(&format!("old..{name}")).ok());
+    }
 }
