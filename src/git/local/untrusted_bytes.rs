@@ -284,3 +284,13 @@ fn a_real_pack_index_finds_what_it_holds() {
     assert!(!objects.contains(&[0xab; 20]));
     assert!(objects.commit_or_tag(&[0xab; 20]).is_none());
 }
+
+/// A loose object a worker planted whose header claims 64 MiB: refused before anything of that
+/// size is made room for (the content read through gitoxide is bounded).
+#[test]
+fn a_loose_object_that_claims_a_huge_size_is_not_believed() {
+    let raw = b"commit 67108864\0tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n".to_vec();
+    let bytes = miniz_oxide::deflate::compress_to_vec_zlib(&raw, 1);
+    let used = read_loose(&bytes, &[0x33; 20]);
+    assert!(used <= allowed(bytes.len()), "{used} bytes");
+}
