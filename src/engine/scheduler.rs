@@ -218,7 +218,8 @@ pub(crate) struct Scheduler {
     /// Repositories with a running item, or a finished one whose lease is not yet released.
     busy: HashSet<String>,
     blocked: HashMap<String, Blocked>,
-    quarantined: HashSet<String>,
+    /// Repositories quarantined in this run, each with why (said of its later items).
+    quarantined: HashMap<String, &'static str>,
     /// The item handed out with [`Decision::Admit`], until its answer comes.
     admitting: Option<usize>,
     outbox: VecDeque<Settled>,
@@ -258,7 +259,7 @@ impl Scheduler {
             resting: HashMap::new(),
             busy: HashSet::new(),
             blocked: HashMap::new(),
-            quarantined: HashSet::new(),
+            quarantined: HashMap::new(),
             admitting: None,
             outbox: VecDeque::new(),
             guard: StallGuard::new(s.stall_after),
@@ -427,14 +428,14 @@ impl Scheduler {
             !self.busy.contains(repo) && self.blocked.get(repo).is_none_or(|b| now >= b.retry_at)
         })?;
         let repo = self.repo_of[idx].clone();
-        if self.quarantined.contains(&repo) {
+        if let Some(&why) = self.quarantined.get(&repo) {
             self.dequeue(idx);
             self.block_dependents(idx, "is held (quarantined)");
             return Some(settle(
                 idx,
                 ItemOutcome::Held,
                 Some("quarantined"),
-                Some("an earlier item's processes in this repository could not be proven gone"),
+                Some(why),
             ));
         }
         if let Some(err) = self.clone_errors.get(&repo).cloned() {
@@ -653,13 +654,19 @@ impl Scheduler {
             .or_else(|| self.resting.remove(&item).map(|(r, _)| r))
             .unwrap_or_else(|| self.repo_of[item].clone());
         let cause = if f.quarantine.is_some() {
-            self.quarantined.insert(repo.clone());
+            self.quarantined.insert(
+                repo.clone(),
+                "an earlier item in this repository changed or left in its git folders what runner's git would trust or wait on",
+            );
             f.cause
         } else if f.tree_gone {
             f.cause
         } else {
             self.busy.remove(&repo);
-            self.quarantined.insert(repo.clone());
+            self.quarantined.insert(
+                repo.clone(),
+                "an earlier item's processes in this repository could not be proven gone",
+            );
             let said = format!(
                 "its processes could not be proven gone, so repository `{repo}` is quarantined"
             );

@@ -24,6 +24,7 @@ mod probe;
 mod refs;
 mod shared_state;
 mod snapshot;
+mod special;
 mod worktree;
 
 pub use command::GitError;
@@ -35,6 +36,7 @@ pub use shared_state::SharedState;
 use snapshot::flagged;
 pub use snapshot::snapshot;
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
+pub(crate) use special::{planted, special_file};
 pub(crate) use worktree::*;
 
 use crate::support::refname::full_object_name;
@@ -277,72 +279,6 @@ fn hides_edits(dir: &Path) -> Result<bool, GitError> {
     }
     let (tree, _index) = snapshot(dir)?;
     Ok(tree_of(dir, "HEAD").ok() != Some(tree))
-}
-
-/// A file git opens in the checkout at `dir` that is there but not a regular file (a FIFO, a
-/// device, a socket): git would wait on it for ever (opening a FIFO nobody writes blocks), so
-/// the repository is refused up front, naming it. HEAD, the index, the configuration,
-/// `packed-refs`, `commondir`, every ref and every file of the object store (loose objects,
-/// packs, `info/alternates`) are looked at, by the type the folder listing gives (no file is
-/// opened); past 100,000 entries the rest is left to git, whose calls have a deadline.
-pub(crate) fn special_file(dir: &Path) -> Option<String> {
-    use std::os::unix::fs::FileTypeExt;
-    let git_dir = dir.join(".git");
-    if !std::fs::symlink_metadata(&git_dir).is_ok_and(|m| m.is_dir()) {
-        return None;
-    }
-    let named = |t: std::fs::FileType, p: &Path| -> Option<String> {
-        let what = if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_char_device() || t.is_block_device() {
-            "a device"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            return None;
-        };
-        Some(format!(
-            "`{}` is {what}, not a regular file: git would wait on it for ever",
-            p.display()
-        ))
-    };
-    let odd = |p: &Path| named(std::fs::symlink_metadata(p).ok()?.file_type(), p);
-    for name in [
-        "HEAD",
-        "index",
-        "config",
-        "packed-refs",
-        "commondir",
-        "ORIG_HEAD",
-        "FETCH_HEAD",
-    ] {
-        if let Some(why) = odd(&git_dir.join(name)) {
-            return Some(why);
-        }
-    }
-    let mut dirs = vec![git_dir.join("refs"), git_dir.join("objects")];
-    let mut seen = 0usize;
-    while let Some(d) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            seen += 1;
-            // A repository with more refs and objects than this is left to git's deadline past
-            // them.
-            if seen > 100_000 {
-                return None;
-            }
-            // The type the listing gives: no file is opened or stat'ed.
-            let Ok(t) = e.file_type() else { continue };
-            if t.is_dir() {
-                dirs.push(e.path());
-            } else if let Some(why) = named(t, &e.path()) {
-                return Some(why);
-            }
-        }
-    }
-    None
 }
 
 /// Whether `path` holds a `.git` entry (a checkout or a linked worktree), without spawning git.

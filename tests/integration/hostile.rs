@@ -967,3 +967,113 @@ fn a_planted_pack_index_that_lies_about_its_size_is_not_believed() {
     let status = run_in(dir.path(), &["status", "m.yaml"]);
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
 }
+
+/// What a worker can plant in the git folders it may write (the object store, its worktree's
+/// own git folder, its worktree's `.git` file) so that runner's next git call waits on it or
+/// follows it elsewhere, each as a shell line run in the worker's folder. `$c` is the common git
+/// folder, `$own` the worker's own.
+const PLANTS: &[(&str, &str, &str)] = &[
+    (
+        "a FIFO where a pack index goes",
+        r#"p="$c/objects/pack/pack-0000000000000000000000000000000000000000"; mkfifo "$p.idx"; : > "$p.pack""#,
+        "pack-0000000000000000000000000000000000000000.idx` is a FIFO",
+    ),
+    (
+        "a link to a FIFO where a pack index goes",
+        r#"mkfifo "$TMPDIR/f"; p="$c/objects/pack/pack-1111111111111111111111111111111111111111"; ln -s "$TMPDIR/f" "$p.idx"; : > "$p.pack""#,
+        "pack-1111111111111111111111111111111111111111.idx` is a link made while the item ran",
+    ),
+    (
+        "a FIFO in place of a loose object",
+        r#"o=$(git rev-parse HEAD); f="$c/objects/$(echo $o | cut -c1-2)/$(echo $o | cut -c3-)"; rm -f "$f"; mkfifo "$f""#,
+        "` is a FIFO, not a regular file",
+    ),
+    (
+        "a FIFO in place of its worktree's HEAD",
+        r#"rm "$own/HEAD"; mkfifo "$own/HEAD""#,
+        "/HEAD` is a FIFO",
+    ),
+    (
+        "its `.git` file led to a git folder of its own",
+        r#"cp -r "$own" evil-git && echo "gitdir: $PWD/evil-git" > .git"#,
+        "/.git` file was changed (it led git to `",
+    ),
+];
+
+/// A worker plants, in the git folders it may write, what runner's next git call would wait on
+/// (a FIFO where git looks for a pack index or an object, a link to one) or follow (its `.git`
+/// file turned to a git folder it made): its item is held and the repository quarantined,
+/// naming the file, at once — not after git's deadline, nor never (a read in process has none).
+/// The attack itself is real: git, asked about the repository after the run, waits on the file.
+#[test]
+fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
+    for (what, plant, named) in PLANTS {
+        for in_place in [false, true] {
+            if in_place && (plant.contains("$own") || plant.contains(".git\"")) {
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let r = repo(&dir.path().join("r"));
+            let worker = format!(
+                "c=$(cd \"$(git rev-parse --git-common-dir)\" && pwd); own=$(cd \"$(git rev-parse --git-dir)\" && pwd); echo work > work.txt; {plant}"
+            );
+            let mut first = serde_json::json!({"repo": "r", "id": "a"});
+            if !in_place {
+                first["branch"] = "work/a".into();
+            }
+            let manifest = serde_json::json!({
+                "version": 1, "name": "planted", "repositories": [{"path": "r"}],
+                "worker": {"run": ["sh", "-c", worker]},
+                "items": [first, {"repo": "r", "id": "b"}],
+            })
+            .to_string();
+            std::fs::write(dir.path().join("m.yaml"), &manifest).unwrap();
+            let base = git(&r, &["rev-parse", "main"]);
+            let mut child = runner()
+                .current_dir(dir.path())
+                .args(["apply", "m.yaml", "--no-progress"])
+                .env("RUNNER_GIT_TIMEOUT", "10m")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let ended = common::wait_for(60, || child.try_wait().unwrap().is_some());
+            if !ended {
+                child.kill().unwrap();
+            }
+            let out = child.wait_with_output().unwrap();
+            let err = stderr(&out);
+            assert!(
+                ended,
+                "{what} (in place: {in_place}): runner waited on it\n{err}"
+            );
+            assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+            assert!(err.contains(named), "{what} (in place: {in_place}): {err}");
+            assert!(err.contains("quarantined"), "{what}: {err}");
+            assert!(!err.contains("timed out"), "{what}: {err}");
+            // Nothing of the item was committed (its branch, if made, is where it began), and
+            // the second item did not run. Read without git: git would wait on the plant.
+            if let Ok(tip) = std::fs::read_to_string(r.join(".git/refs/heads/work/a")) {
+                assert_eq!(
+                    tip.trim(),
+                    base.trim(),
+                    "{what}: the item's work was committed"
+                );
+            }
+            let report = common::latest_report(&dir.path().join("runner-reports"));
+            assert_eq!(report["counts"]["held"], 2, "{what}: {report}");
+            // The attack is real: git waits on what was planted (a FIFO git reads for any
+            // object, or the worktree's HEAD).
+            if plant.contains("mkfifo") && !plant.contains("ln -s") && !plant.contains("$own/HEAD")
+            {
+                let waited = std::process::Command::new("timeout")
+                    .args(["3", "git", "-C"])
+                    .arg(&r)
+                    .args(["cat-file", "-t", "HEAD"])
+                    .output()
+                    .unwrap();
+                assert_eq!(waited.status.code(), Some(124), "{what}: git did not wait");
+            }
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! What every part of an item's lifecycle shares: the item's context, how it asks to rest, the
 //! errors that keep it from running, an item the environment failed, where its work must stay
-//! ([`Anchor`]), what its shared git state was ([`Watched`]) and the trip to the blocking pool.
+//! ([`Anchor`]), what its shared git state was ([`Watched`]) and what of git's it could plant in ([`Planted`]) and the trip to the blocking pool.
 //! It names no other part, and each part names only what it uses: no circle among them.
 
 use crate::engine::config::Effective;
@@ -53,6 +53,8 @@ pub(super) struct ItemCx<'a> {
     pub(super) rules: Option<crate::engine::confine::ItemRules>,
     /// Its repository's shared git state before it ran.
     pub(super) watched: Option<Watched>,
+    /// What its processes could plant in git's folders, looked at after them.
+    pub(super) planted: Option<Planted>,
 }
 
 /// An item the environment failed (git, the cgroup file system, the disk): held, not failed —
@@ -85,6 +87,19 @@ pub(crate) enum ItemError {
 pub(super) struct Anchor {
     pub(super) branch: Option<String>,
     pub(super) start: String,
+}
+
+/// The git folders an item's processes may write — the object store, its worktree's own git
+/// folder, or in the repository's own checkout the whole git folder — looked at after them for
+/// what runner's own git would wait on (`git::planted`); and its worktree's `.git` file, which
+/// must still lead where it led.
+pub(crate) struct Planted {
+    pub(super) common: PathBuf,
+    pub(super) own: Option<PathBuf>,
+    /// The worktree's `.git` file and what it held.
+    pub(super) dot_git: Option<(PathBuf, Vec<u8>)>,
+    /// When the item began, in seconds of the epoch.
+    pub(super) since: i64,
 }
 
 /// What an item's check compares against.

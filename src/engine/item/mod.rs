@@ -120,6 +120,7 @@ pub(crate) async fn run_item(
     } else {
         None
     };
+    let planted = tamper::planted_watch(repo, item, &workdir);
     let icx = ItemCx {
         cx: &cx,
         idx,
@@ -140,6 +141,7 @@ pub(crate) async fn run_item(
             rules.as_ref(),
             anchor.as_ref().and_then(|a| a.branch.as_deref()),
         ),
+        planted,
         anchor,
         rules,
     };

@@ -2,12 +2,61 @@
 //! them: a change the item made there (where the kernel did not keep it out) holds the item and
 //! quarantines the repository, named, before runner's own git reads the repository again. It
 //! is never repaired or committed: a person looks at it (`runner unlock` lifts the quarantine).
+//! So does a file the item left in git's folders that git would wait on (a FIFO where a pack
+//! index goes) or a changed `.git` file that would lead runner's git elsewhere ([`Planted`]).
 
+use super::cx::Planted;
 use super::cx::{ItemCx, Watched};
 use crate::engine::run::RunCx;
 use crate::git::SharedState;
 use crate::plan::{ItemPlan, RepoPlan};
 use crate::vocab::{HoldReason, ItemOutcome};
+use std::path::Path;
+
+/// What to look at after the processes of an item working in `workdir` (`None`: no git folder
+/// of the repository is known).
+pub(super) fn planted_watch(repo: &RepoPlan, item: &ItemPlan, workdir: &Path) -> Option<Planted> {
+    let common = repo.common_dir.clone()?;
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (own, dot_git) = if item.branch.is_some() {
+        let dot = workdir.join(".git");
+        let text = std::fs::read(&dot).ok()?;
+        let own = std::str::from_utf8(&text)
+            .ok()
+            .and_then(|t| t.strip_prefix("gitdir:"))
+            .map(|p| workdir.join(p.trim()))?;
+        (Some(own), Some((dot, text)))
+    } else {
+        (None, None)
+    };
+    Some(Planted {
+        common,
+        own,
+        dot_git,
+        since,
+    })
+}
+
+/// After the item's processes: what they planted, if anything, named.
+fn planted(p: &Planted) -> Option<String> {
+    if let Some((dot, was)) = &p.dot_git {
+        let same = std::fs::symlink_metadata(dot).is_ok_and(|m| m.is_file())
+            && std::fs::read(dot).is_ok_and(|now| &now == was);
+        if !same {
+            return Some(format!(
+                "the worktree's `{}` file was changed (it led git to `{}`)",
+                dot.display(),
+                String::from_utf8_lossy(was)
+                    .trim()
+                    .trim_start_matches("gitdir:")
+                    .trim_start()
+            ));
+        }
+    }
+    crate::git::planted(&p.common, p.own.as_deref(), p.since)
+}
 
 /// The shared state of `repo` before `item` runs, the item's own refs left out: its work branch,
 /// or in the repository's own checkout the branch checked out there (and `HEAD`), which the
@@ -40,19 +89,23 @@ pub(super) fn watch(
 /// After the item's processes: `true` when its repository's shared state is as before; else
 /// the item is held and the repository is to be quarantined, with what changed.
 pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut super::cx::ItemRun) -> bool {
-    let (Some(w), Some(common)) = (&icx.watched, &icx.repo.common_dir) else {
-        return true;
+    let what = if let Some(why) = icx.planted.as_ref().and_then(planted) {
+        format!("the item left what runner's git would wait on or follow: {why}")
+    } else {
+        let (Some(w), Some(common)) = (&icx.watched, &icx.repo.common_dir) else {
+            return true;
+        };
+        let changes = w
+            .before
+            .changes(&w.before.capture_after(common, &w.own, w.head));
+        if changes.is_empty() {
+            return true;
+        }
+        format!(
+            "the repository's shared git state changed while the item ran: {}",
+            changes.join(", ")
+        )
     };
-    let changes = w
-        .before
-        .changes(&w.before.capture_after(common, &w.own, w.head));
-    if changes.is_empty() {
-        return true;
-    }
-    let what = format!(
-        "the repository's shared git state changed while the item ran: {}",
-        changes.join(", ")
-    );
     run.outcome = ItemOutcome::Held;
     run.reason = Some(HoldReason::Quarantined.as_str().into());
     run.cause = Some(format!(
