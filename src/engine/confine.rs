@@ -192,6 +192,10 @@ pub struct ItemRules {
     pub tmp: PathBuf,
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
+    /// Git's folders among them (a worktree's own git folder, the object store), where it may
+    /// make only files and folders: no FIFO, device, socket or link, which git never makes there
+    /// and which runner's own git would wait on or follow.
+    pub git: Vec<PathBuf>,
     /// Folders it may not read: the other repositories, the other items' worktrees, the other
     /// repositories' temporary folders.
     pub hidden_dirs: Vec<PathBuf>,
@@ -205,12 +209,31 @@ impl ItemRules {
     /// Whether `path` is beneath something the item may write (its own folders and
     /// `sandbox.writable`; not counting the folder a command runs in).
     pub fn may_write(&self, path: &Path) -> bool {
-        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        self.writable.iter().any(|w| {
-            let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
-            path.starts_with(&w)
-        })
+        writable_by(path, &self.writable)
     }
+
+    /// Whether the kernel keeps the item from making anything but files and folders in `path`
+    /// (given Landlock): it is beneath one of git's folders and beneath nothing else it may
+    /// write, the folder its commands run in (`dir`) included.
+    pub fn only_files_in(&self, path: &Path, dir: &Path) -> bool {
+        let others: Vec<PathBuf> = self
+            .writable
+            .iter()
+            .filter(|w| !self.git.contains(w))
+            .cloned()
+            .chain([dir.to_path_buf()])
+            .collect();
+        writable_by(path, &self.git) && !writable_by(path, &others)
+    }
+}
+
+/// Whether `path` is beneath one of `writable`.
+fn writable_by(path: &Path, writable: &[PathBuf]) -> bool {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    writable.iter().any(|w| {
+        let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
+        path.starts_with(&w)
+    })
 }
 
 impl SandboxPlan {
@@ -239,10 +262,10 @@ impl SandboxPlan {
         writable.extend(self.writable.iter().cloned());
         // A worktree's own git folder (its index and HEAD), and the object store its `git add`
         // writes to.
-        if let Some((own, common)) = worktree_git_dirs(checkout) {
-            writable.push(own);
-            writable.push(common.join("objects"));
-        }
+        let git = worktree_git_dirs(checkout)
+            .map(|(own, common)| vec![own, common.join("objects")])
+            .unwrap_or_default();
+        writable.extend(git.iter().cloned());
         // Another repository, or another item's worktree, is covered for it; never a folder
         // above what it works in or writes.
         let needed = |d: &Path| {
@@ -295,6 +318,7 @@ impl SandboxPlan {
         Ok(ItemRules {
             tmp,
             writable,
+            git,
             hidden_dirs,
             covered,
         })
@@ -306,6 +330,7 @@ impl SandboxPlan {
         writable.push(dir.to_path_buf());
         let r = Rules {
             writable,
+            plain: rules.git.clone(),
             hidden: self.hidden.clone(),
             hidden_dirs: rules.hidden_dirs.clone(),
             covered: rules.covered.clone(),

@@ -127,6 +127,9 @@ pub fn support() -> Support {
 pub struct Rules {
     /// Folders (and files) it may write beneath.
     pub writable: Vec<PathBuf>,
+    /// Those of them where it may make only files and folders (git's: no FIFO, device, socket
+    /// or link).
+    pub plain: Vec<PathBuf>,
     /// Files it may not read: covered by `/dev/null` in its own mount namespace.
     pub hidden: Vec<PathBuf>,
     /// Folders it may not read: covered by an empty tmpfs there.
@@ -467,8 +470,19 @@ fn write_layer(rules: &Rules) -> Result<OwnedFd, Box<dyn std::error::Error>> {
         .handle_access(write)?
         .scope(Scope::from_all(ABI_WANTED))?
         .create()?;
+    let plain = write
+        & !(AccessFs::MakeFifo
+            | AccessFs::MakeSock
+            | AccessFs::MakeChar
+            | AccessFs::MakeBlock
+            | AccessFs::MakeSym);
     for path in &rules.writable {
-        grant(&mut ruleset, path, write)?;
+        let access = if rules.plain.contains(path) {
+            plain
+        } else {
+            write
+        };
+        grant(&mut ruleset, path, access)?;
     }
     for path in DEVICE_FILES {
         grant(

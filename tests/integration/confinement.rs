@@ -836,3 +836,53 @@ fn unconfined_an_item_that_starts_later_is_in_sight() {
         ("note of y1".to_string(), "hello".to_string())
     );
 }
+
+/// Under Landlock a worktree item may make only files and folders in git's folders it writes
+/// (the object store, its worktree's own git folder): a FIFO or a link planted where git looks
+/// for a pack index is refused by the kernel, and its run goes on with nothing left for
+/// runner's git to wait on. (Unconfined, the same plants are made, found and named:
+/// `hostile::what_a_worker_plants_in_gits_folders_is_named_not_waited_on`.)
+#[test]
+fn the_kernel_keeps_fifos_and_links_out_of_a_worktrees_git_folders() {
+    if !kernel_confines() {
+        return;
+    }
+    for (what, plant, _) in crate::hostile::PLANTS
+        .iter()
+        .filter(|(_, p, _)| p.contains("objects/pack"))
+    {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let a = repo(&r.join("a"));
+        let worker = format!(
+            "c=$(cd \"$(git rev-parse --git-common-dir)\" && pwd); echo work > work.txt; {plant}; echo \"planting: $?\""
+        );
+        let manifest = serde_json::json!({
+            "version": 1, "name": "kept-out", "repositories": [{"path": "a"}],
+            "worker": {"run": ["sh", "-c", worker]},
+            "items": [{"repo": "a", "id": "w", "branch": "work/w"}],
+            "sandbox": {"mode": "required"},
+        });
+        std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
+        let out = runner()
+            .current_dir(r)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env_remove("RUNNER_SANDBOX_WRITABLE")
+            .env("RUNNER_GIT_TIMEOUT", "30s")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+        let pack = a.join(".git/objects/pack");
+        let odd: Vec<_> = std::fs::read_dir(&pack)
+            .unwrap()
+            .flatten()
+            .filter(|e| !e.file_type().unwrap().is_file())
+            .map(|e| e.path())
+            .collect();
+        assert!(odd.is_empty(), "{what}: planted {odd:?}");
+        let log = std::fs::read_to_string(r.join("runner-reports/latest/logs/a/w/1-worker.log"))
+            .unwrap_or_default();
+        assert!(log.contains("ermission denied"), "{what}: {log}");
+        assert_eq!(git(&a, &["cat-file", "-t", "work/w"]), "commit");
+    }
+}

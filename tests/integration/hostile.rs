@@ -972,7 +972,7 @@ fn a_planted_pack_index_that_lies_about_its_size_is_not_believed() {
 /// own git folder, its worktree's `.git` file) so that runner's next git call waits on it or
 /// follows it elsewhere, each as a shell line run in the worker's folder. `$c` is the common git
 /// folder, `$own` the worker's own.
-const PLANTS: &[(&str, &str, &str)] = &[
+pub(crate) const PLANTS: &[(&str, &str, &str)] = &[
     (
         "a FIFO where a pack index goes",
         r#"p="$c/objects/pack/pack-0000000000000000000000000000000000000000"; mkfifo "$p.idx"; : > "$p.pack""#,
@@ -1005,6 +1005,8 @@ const PLANTS: &[(&str, &str, &str)] = &[
 /// file turned to a git folder it made): its item is held and the repository quarantined,
 /// naming the file, at once — not after git's deadline, nor never (a read in process has none).
 /// The attack itself is real: git, asked about the repository after the run, waits on the file.
+/// Unconfined here, as on a machine without Landlock (`confinement::` has the kernel keep the
+/// plants out of a worktree's git folders).
 #[test]
 fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
     for (what, plant, named) in PLANTS {
@@ -1025,6 +1027,7 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
                 "version": 1, "name": "planted", "repositories": [{"path": "r"}],
                 "worker": {"run": ["sh", "-c", worker]},
                 "items": [first, {"repo": "r", "id": "b"}],
+                "sandbox": {"mode": "off"},
             })
             .to_string();
             std::fs::write(dir.path().join("m.yaml"), &manifest).unwrap();

@@ -100,6 +100,9 @@ pub(crate) struct Planted {
     pub(super) dot_git: Option<(PathBuf, Vec<u8>)>,
     /// When the item began, in seconds of the epoch.
     pub(super) since: i64,
+    /// Whether git's folders are walked: `false` where the kernel keeps out all the walk looks
+    /// for.
+    pub(super) walk: bool,
 }
 
 /// What an item's check compares against.

@@ -120,7 +120,7 @@ pub(crate) async fn run_item(
     } else {
         None
     };
-    let planted = tamper::planted_watch(repo, item, &workdir);
+    let planted = tamper::planted_watch(&cx, repo, item, &workdir, rules.as_ref());
     let icx = ItemCx {
         cx: &cx,
         idx,

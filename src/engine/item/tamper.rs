@@ -14,9 +14,22 @@ use crate::vocab::{HoldReason, ItemOutcome};
 use std::path::Path;
 
 /// What to look at after the processes of an item working in `workdir` (`None`: no git folder
-/// of the repository is known).
-pub(super) fn planted_watch(repo: &RepoPlan, item: &ItemPlan, workdir: &Path) -> Option<Planted> {
+/// of the repository is known). Git's folders are not walked where the kernel keeps the item
+/// from making anything but files and folders in them (Landlock, its worktree's own git folder
+/// and the object store granted that way and beneath nothing else it may write); its `.git`
+/// file, in its checkout, always is.
+pub(super) fn planted_watch(
+    cx: &RunCx,
+    repo: &RepoPlan,
+    item: &ItemPlan,
+    workdir: &Path,
+    rules: Option<&crate::engine::confine::ItemRules>,
+) -> Option<Planted> {
     let common = repo.common_dir.clone()?;
+    let kept_out = cx.sandbox.landlock
+        && item.branch.is_some()
+        && rules
+            .is_some_and(|r| r.git.len() == 2 && r.git.iter().all(|g| r.only_files_in(g, workdir)));
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
@@ -36,6 +49,7 @@ pub(super) fn planted_watch(repo: &RepoPlan, item: &ItemPlan, workdir: &Path) ->
         own,
         dot_git,
         since,
+        walk: !kept_out,
     })
 }
 
@@ -54,6 +68,9 @@ fn planted(p: &Planted) -> Option<String> {
                     .trim_start()
             ));
         }
+    }
+    if !p.walk {
+        return None;
     }
     crate::git::planted(&p.common, p.own.as_deref(), p.since)
 }
