@@ -1,5 +1,13 @@
 //! The index file: its entries with their stat data and the cached tree, parsed without
-//! believing any count or size it gives.
+//! believing any count or size it gives, nor letting version 4's shared path prefixes expand
+//! past a small multiple of the file.
+//!
+//! Read by hand rather than through `gix-index`: its version 4 decoder appends every expanded
+//! path to one buffer with no bound, so a planted index of some 70 bytes an entry whose paths
+//! each keep the whole of the one before grows quadratically (tested here:
+//! `untrusted_bytes::a_v4_index_whose_paths_grow_past_its_size_is_refused`); this reader
+//! answers `None` for anything but the plain entries it needs (no merge stage, no
+//! skip-worktree, no split or sparse index), and git answers those.
 
 use std::ffi::OsStr;
 use std::io::ErrorKind;
@@ -86,6 +94,9 @@ impl Index {
     }
 }
 
+/// How many bytes of paths an index may expand to for each byte of it (version 4).
+const PATHS_PER_BYTE: usize = 8;
+
 /// Parse an index file (versions 2 to 4).
 pub(super) fn parse(data: &[u8], written: (u32, u32)) -> Option<Index> {
     let u32_at = |i: usize| -> Option<u32> {
@@ -103,6 +114,14 @@ pub(super) fn parse(data: &[u8], written: (u32, u32)) -> Option<Index> {
     // The count is the file's word: no more entries are made room for than its bytes can hold
     // (every entry takes at least 62).
     let mut entries: Vec<Entry> = Vec::with_capacity(count.min(end.saturating_sub(12) / 62));
+    // Version 4 keeps of each path what the one before shares with it: a planted file whose
+    // every path keeps the whole of the one before and adds a byte would expand quadratically
+    // (a 50 MB index to 300 GB). Paths are read up to [`PATHS_PER_BYTE`] times the file's
+    // size, which no index git writes comes near; past that, ask git.
+    let mut budget = data
+        .len()
+        .saturating_mul(PATHS_PER_BYTE)
+        .saturating_add(64 * 1024);
     let mut i = 12;
     for _ in 0..count {
         let start = i;
@@ -122,7 +141,9 @@ pub(super) fn parse(data: &[u8], written: (u32, u32)) -> Option<Index> {
             let strip = varint(data, &mut name_at)?;
             let keep = prev.len().checked_sub(strip)?;
             let len = data.get(name_at..end)?.iter().position(|&b| b == 0)?;
-            let mut path = prev[..keep].to_vec();
+            budget = budget.checked_sub(keep + len)?;
+            let mut path = Vec::with_capacity(keep + len);
+            path.extend_from_slice(&prev[..keep]);
             path.extend_from_slice(&data[name_at..name_at + len]);
             i = name_at + len + 1;
             path

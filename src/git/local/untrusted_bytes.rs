@@ -22,6 +22,7 @@ struct Largest;
 
 thread_local! {
     static LARGEST: Cell<usize> = const { Cell::new(0) };
+    static TOTAL: Cell<usize> = const { Cell::new(0) };
 }
 
 // SAFETY: every call is the system allocator's; the thread-local is a plain `Cell` with a
@@ -29,6 +30,7 @@ thread_local! {
 unsafe impl GlobalAlloc for Largest {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let _ = LARGEST.try_with(|l| l.set(l.get().max(layout.size())));
+        let _ = TOTAL.try_with(|t| t.set(t.get().saturating_add(layout.size())));
         // SAFETY: the caller's contract is the system allocator's.
         unsafe { System.alloc(layout) }
     }
@@ -38,6 +40,7 @@ unsafe impl GlobalAlloc for Largest {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let _ = LARGEST.try_with(|l| l.set(l.get().max(new_size)));
+        let _ = TOTAL.try_with(|t| t.set(t.get().saturating_add(new_size)));
         // SAFETY: as above.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -51,6 +54,49 @@ fn largest_allocation(f: impl FnOnce()) -> usize {
     LARGEST.with(|l| l.set(0));
     f();
     LARGEST.with(Cell::get)
+}
+
+/// How many bytes `f` asked for on this thread in all (freed or not).
+fn total_allocation(f: impl FnOnce()) -> usize {
+    TOTAL.with(|t| t.set(0));
+    f();
+    TOTAL.with(Cell::get)
+}
+
+/// An index of version 4 whose `n` paths each keep the whole of the one before and add a
+/// byte: some 70 bytes a entry on disk, and paths of `n * (n + 1) / 2` bytes in all once
+/// expanded.
+fn growing_v4_index(n: u32) -> Vec<u8> {
+    let mut data = b"DIRC\0\0\0\x04".to_vec();
+    data.extend_from_slice(&n.to_be_bytes());
+    for _ in 0..n {
+        let mut entry = [0u8; 62];
+        entry[24..28].copy_from_slice(&0o100644u32.to_be_bytes());
+        data.extend_from_slice(&entry);
+        // Strip nothing of the previous path; add one byte.
+        data.extend_from_slice(b"\0a\0");
+    }
+    data.extend_from_slice(&[0; 20]);
+    data
+}
+
+/// A planted index that expands to far more than its size is refused, not expanded: 4,000
+/// entries (264 KB) would be 8 MB of paths, a 50 MB index 300 GB.
+#[test]
+fn a_v4_index_whose_paths_grow_past_its_size_is_refused() {
+    let data = growing_v4_index(4_000);
+    let mut parsed = None;
+    let used = total_allocation(|| parsed = parse(&data, (0, 0)).map(|i| i.entries.len()));
+    assert_eq!(parsed, None, "{used} bytes for {} of input", data.len());
+    // Entries (larger than their bytes) and paths up to the reader's bound.
+    assert!(
+        used <= 12 * data.len() + 128 * 1024,
+        "{used} bytes for {} of input",
+        data.len()
+    );
+    // Paths of ordinary length are read.
+    let small = growing_v4_index(20);
+    assert_eq!(parse(&small, (0, 0)).map(|i| i.entries.len()), Some(20));
 }
 
 /// How much a parser may ask for at once, given `len` bytes: a few times the input (parsed
