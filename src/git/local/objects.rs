@@ -2,7 +2,8 @@
 //! or as a delta, found through a multi-pack index where there is one. Its parsers are fuzzed and
 //! take no size from a file on trust: what one read may allocate is bounded ([`ALLOC_LIMIT`]),
 //! and a pack index that lies about its size is refused. The history walks and the checkout
-//! proof read commits and annotated tags only; every other kind is `None`.
+//! proof read commits and annotated tags only; every other kind is `None`, and so is an object
+//! whose content does not hash to its name.
 //!
 //! gitoxide maps the store's files into memory. A file truncated under the map would end runner
 //! with SIGBUS; runner reads a repository's objects only where nothing of an item runs in it
@@ -111,6 +112,13 @@ impl Objects {
             }
             Err(_) => return None,
         };
+        // An object is its name: one whose content hashes to another name was written by
+        // something other than git (a worker can write the store) and is not believed, as git
+        // does not believe it.
+        let named = gix_object::compute_hash(gix_hash::Kind::Sha1, kind, &body).ok()?;
+        if named.as_slice() != oid.as_slice() {
+            return None;
+        }
         match kind {
             gix_object::Kind::Commit => Some((Kind::Commit, body)),
             gix_object::Kind::Tag => Some((Kind::Tag, body)),

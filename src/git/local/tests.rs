@@ -773,3 +773,43 @@ fn commits_stored_as_deltas_are_walked() {
         assert_eq!(behind(d, "old", &name), count(&format!("old..{name}")).ok());
     }
 }
+
+/// A loose object whose content is not what its name says — a commit planted under the name of
+/// one on the branch, claiming a marker as its parent — is not believed: the walk asks git,
+/// which finds the forgery (git checks a commit's name against its content when it reads it).
+/// Believed, it made the branch seem to hold a marker it does not.
+#[test]
+fn a_forged_loose_commit_is_not_believed() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    write(d.join("f"), "0\n");
+    git(d, &["add", "f"]);
+    git(d, &["commit", "-q", "-m", "root"]);
+    git(d, &["checkout", "-q", "-b", "marker"]);
+    write(d.join("f"), "marker\n");
+    git(d, &["commit", "-qam", "the marker"]);
+    let marker = git(d, &["rev-parse", "HEAD"]).trim().to_string();
+    git(d, &["checkout", "-q", "main"]);
+    write(d.join("f"), "1\n");
+    git(d, &["commit", "-qam", "work"]);
+    let tip = git(d, &["rev-parse", "HEAD"]).trim().to_string();
+    assert_eq!(is_ancestor(d, &marker, "refs/heads/main"), Some(false));
+    // The tip's file, rewritten: the same tree, the marker as its parent.
+    let tree = git(d, &["rev-parse", "HEAD^{tree}"]).trim().to_string();
+    let body = format!(
+        "tree {tree}\nparent {marker}\nauthor a <a@b> 1 +0000\ncommitter a <a@b> 1 +0000\n\nforged\n"
+    );
+    let mut raw = format!("commit {}\0", body.len()).into_bytes();
+    raw.extend_from_slice(body.as_bytes());
+    let z = miniz_oxide::deflate::compress_to_vec_zlib(&raw, 6);
+    let path = d.join(".git/objects").join(&tip[..2]).join(&tip[2..]);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, &z).unwrap();
+    assert_ne!(is_ancestor(d, &marker, "refs/heads/main"), Some(true));
+    let by_git = super::super::command(d)
+        .args(["merge-base", "--is-ancestor", &marker, "main"])
+        .output()
+        .unwrap();
+    assert_ne!(by_git.status.code(), Some(0), "git believed the forgery");
+}
