@@ -192,9 +192,9 @@ pub struct ItemRules {
     pub tmp: PathBuf,
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
-    /// Git's folders among them (a worktree's own git folder, the object store), where it may
-    /// make only files and folders: no FIFO, device, socket or link, which git never makes there
-    /// and which runner's own git would wait on or follow.
+    /// Git's folders among them (a worktree's own git folder), where it may make only files
+    /// and folders: no FIFO, device, socket or link, which git never makes there and which
+    /// runner's own git would wait on or follow.
     pub git: Vec<PathBuf>,
     /// Folders it may not read: the other repositories, the other items' worktrees, the other
     /// repositories' temporary folders.
@@ -262,8 +262,13 @@ impl SandboxPlan {
         writable.extend(self.writable.iter().cloned());
         // A worktree's own git folder (its index and HEAD), and the object store its `git add`
         // writes to.
-        let git = worktree_git_dirs(checkout)
-            .map(|(own, common)| vec![own, common.join("objects")])
+        // A worktree's own git folder (its index and HEAD). Not the object store: it holds the
+        // history of every branch, which an item could remove or rewrite there (Landlock grants
+        // a folder's files whole, the old with the new); items do not commit (runner commits
+        // their tree), and a manifest that wants `git add` to work gives the store in
+        // `sandbox.writable`.
+        let git: Vec<PathBuf> = worktree_git_dirs(checkout)
+            .map(|(own, _)| vec![own])
             .unwrap_or_default();
         writable.extend(git.iter().cloned());
         // Another repository, or another item's worktree, is covered for it; never a folder
