@@ -196,6 +196,10 @@ pub struct ItemRules {
     /// and folders: no FIFO, device, socket or link, which git never makes there and which
     /// runner's own git would wait on or follow.
     pub git: Vec<PathBuf>,
+    /// Folders beneath its checkout it may not write (where there is a mount namespace): in its
+    /// repository's own checkout, the `.git` folder, which holds every branch's history and
+    /// what runner's git trusts.
+    pub read_only: Vec<PathBuf>,
     /// Folders it may not read: the other repositories, the other items' worktrees, the other
     /// repositories' temporary folders.
     pub hidden_dirs: Vec<PathBuf>,
@@ -320,10 +324,20 @@ impl SandboxPlan {
         // Those are listed as they are now; the folders holding them are covered whole
         // besides, so that one made after the item started is out of sight too.
         let covered = vec![self.worktrees.clone(), self.tmp.clone()];
+        // In the repository's own checkout, its `.git` folder: unless the manifest gave it.
+        let dot_git = checkout.join(".git");
+        let read_only = if std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_dir())
+            && !writable_by(&dot_git, &self.writable)
+        {
+            vec![dot_git]
+        } else {
+            Vec::new()
+        };
         Ok(ItemRules {
             tmp,
             writable,
             git,
+            read_only,
             hidden_dirs,
             covered,
         })
@@ -336,6 +350,7 @@ impl SandboxPlan {
         let r = Rules {
             writable,
             plain: rules.git.clone(),
+            read_only: rules.read_only.clone(),
             hidden: self.hidden.clone(),
             hidden_dirs: rules.hidden_dirs.clone(),
             covered: rules.covered.clone(),

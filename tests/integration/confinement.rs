@@ -750,13 +750,15 @@ fn a_folder_of_many_repositories_is_covered_whole_and_the_rest_of_it_stays_in_si
         assert_eq!(get(&format!("{id} tool")), "tool-ran");
         assert_eq!(get(&format!("{id} link")), "tool-ran");
     }
-    // In its repository's own checkout the object store is the item's with the rest of it; in
-    // a worktree it is in sight but not written (it holds every branch's history).
-    assert_eq!(get("in-place add"), "added");
-    assert!(
-        get("branch add").contains("Read-only file system"),
-        "{a:#?}"
-    );
+    // Its repository's object store is in sight but not written (it holds every branch's
+    // history): in a worktree it is not among what the item may write, in the repository's own
+    // checkout the `.git` folder is read-only again.
+    for id in ["in-place", "branch"] {
+        assert!(
+            get(&format!("{id} add")).contains("Read-only file system"),
+            "{a:#?}"
+        );
+    }
     // From its own checkout, `..` leads to the covered folder, not to what it covers.
     assert_eq!(get("in-place by-dotdot"), "hidden");
 }
@@ -990,5 +992,66 @@ fn a_worktree_item_cannot_remove_or_rewrite_the_repositorys_history() {
                 "git add failed with the store writable: {log}"
             ),
         }
+    }
+}
+
+/// An item in its repository's own checkout may write the checkout but not the `.git` folder
+/// inside it, which holds every branch's history and what runner's git trusts: in its mount
+/// namespace that folder is read-only again. Its work is committed by runner. Unconfined, the
+/// same worker destroys the history.
+#[test]
+fn an_in_place_item_cannot_touch_its_repositorys_git_folder() {
+    if !kernel_confines() {
+        return;
+    }
+    let worker = "echo work > work.txt; git config core.fsmonitor 'touch evil' && echo configured; \
+        chmod -R u+w .git/objects; rm -rf .git/objects/pack/* .git/objects/[0-9a-f][0-9a-f]; true";
+    for sandbox in ["required", "off"] {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let a = repo(&r.join("a"));
+        std::fs::write(a.join("second.txt"), "2\n").unwrap();
+        git(&a, &["add", "second.txt"]);
+        git(&a, &["commit", "-qm", "second"]);
+        git(&a, &["gc", "-q"]);
+        let manifest = serde_json::json!({
+            "version": 1, "name": "in-place", "repositories": [{"path": "a"}],
+            "worker": {"run": ["sh", "-c", worker]},
+            "items": [{"repo": "a", "id": "w"}],
+            "sandbox": {"mode": sandbox},
+        });
+        std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
+        let out = runner()
+            .current_dir(r)
+            .args(["apply", "m.yaml", "--no-progress"])
+            .env_remove("RUNNER_SANDBOX_WRITABLE")
+            .env("RUNNER_GIT_TIMEOUT", "30s")
+            .output()
+            .unwrap();
+        let log = std::fs::read_to_string(r.join("runner-reports/latest/logs/a/w/1-worker.log"))
+            .unwrap_or_default();
+        let history = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&a)
+            .args(["log", "--format=%s", "main"])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&history.stdout).to_string();
+        if sandbox == "off" {
+            assert!(
+                !said.contains("second"),
+                "the unconfined worker could not remove it"
+            );
+            continue;
+        }
+        assert!(said.contains("second"), "the history was lost: {log}");
+        assert_eq!(out.status.code(), Some(0), "{}\n{log}", stderr(&out));
+        assert!(!log.contains("configured"), "{log}");
+        assert!(log.contains("Read-only file system"), "{log}");
+        assert!(
+            said.starts_with("runner: w"),
+            "runner committed the work: {said}"
+        );
+        assert_eq!(git(&a, &["show", "HEAD:work.txt"]).trim(), "work");
     }
 }
