@@ -192,14 +192,10 @@ pub struct ItemRules {
     pub tmp: PathBuf,
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
-    /// Git's folders among them (a worktree's own git folder), where it may make only files
-    /// and folders: no FIFO, device, socket or link, which git never makes there and which
-    /// runner's own git would wait on or follow.
+    /// Git's folders among them (a worktree's own git folder, the object store), where it may
+    /// make only files and folders: no FIFO, device, socket or link, which git never makes there
+    /// and which runner's own git would wait on or follow.
     pub git: Vec<PathBuf>,
-    /// Folders beneath its checkout it may not write (where there is a mount namespace): in its
-    /// repository's own checkout, the `.git` folder, which holds every branch's history and
-    /// what runner's git trusts.
-    pub read_only: Vec<PathBuf>,
     /// Folders it may not read: the other repositories, the other items' worktrees, the other
     /// repositories' temporary folders.
     pub hidden_dirs: Vec<PathBuf>,
@@ -266,13 +262,8 @@ impl SandboxPlan {
         writable.extend(self.writable.iter().cloned());
         // A worktree's own git folder (its index and HEAD), and the object store its `git add`
         // writes to.
-        // A worktree's own git folder (its index and HEAD). Not the object store: it holds the
-        // history of every branch, which an item could remove or rewrite there (Landlock grants
-        // a folder's files whole, the old with the new); items do not commit (runner commits
-        // their tree), and a manifest that wants `git add` to work gives the store in
-        // `sandbox.writable`.
-        let git: Vec<PathBuf> = worktree_git_dirs(checkout)
-            .map(|(own, _)| vec![own])
+        let git = worktree_git_dirs(checkout)
+            .map(|(own, common)| vec![own, common.join("objects")])
             .unwrap_or_default();
         writable.extend(git.iter().cloned());
         // Another repository, or another item's worktree, is covered for it; never a folder
@@ -324,20 +315,10 @@ impl SandboxPlan {
         // Those are listed as they are now; the folders holding them are covered whole
         // besides, so that one made after the item started is out of sight too.
         let covered = vec![self.worktrees.clone(), self.tmp.clone()];
-        // In the repository's own checkout, its `.git` folder: unless the manifest gave it.
-        let dot_git = checkout.join(".git");
-        let read_only = if std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_dir())
-            && !writable_by(&dot_git, &self.writable)
-        {
-            vec![dot_git]
-        } else {
-            Vec::new()
-        };
         Ok(ItemRules {
             tmp,
             writable,
             git,
-            read_only,
             hidden_dirs,
             covered,
         })
@@ -350,7 +331,6 @@ impl SandboxPlan {
         let r = Rules {
             writable,
             plain: rules.git.clone(),
-            read_only: rules.read_only.clone(),
             hidden: self.hidden.clone(),
             hidden_dirs: rules.hidden_dirs.clone(),
             covered: rules.covered.clone(),

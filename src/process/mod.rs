@@ -424,7 +424,7 @@ fn child_confine(spec: &SpawnSpec, record: Option<std::os::fd::RawFd>) -> launch
         .proxying(c.allow.is_some())
         .in_pid_namespace(c.pidns);
     if c.userns {
-        confine.read_only_but(&c.keep_writable, &c.keep_read_only, &spec.cwd)
+        confine.read_only_but(&c.keep_writable, &spec.cwd)
     } else {
         confine
     }

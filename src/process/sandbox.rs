@@ -130,9 +130,6 @@ pub struct Rules {
     /// Those of them where it may make only files and folders (git's: no FIFO, device, socket
     /// or link).
     pub plain: Vec<PathBuf>,
-    /// Folders beneath them it may not write all the same (a repository's git folder inside
-    /// the checkout it works in): read-only in its mount namespace (with a user namespace).
-    pub read_only: Vec<PathBuf>,
     /// Files it may not read: covered by `/dev/null` in its own mount namespace.
     pub hidden: Vec<PathBuf>,
     /// Folders it may not read: covered by an empty tmpfs there.
@@ -166,8 +163,6 @@ pub struct Confinement {
     /// user namespace only): the folders it may write, a file it may write outside them, and
     /// POSIX shared memory.
     pub(super) keep_writable: Vec<PathBuf>,
-    /// Beneath those, what stays read-only (with a user namespace only).
-    pub(super) keep_read_only: Vec<PathBuf>,
     /// Where the command may write, canonical, when runner records what it tries to write
     /// elsewhere (`denials.rs`; with Landlock in force only).
     pub(super) record: Option<std::sync::Arc<Vec<PathBuf>>>,
@@ -256,11 +251,6 @@ pub fn build(rules: &Rules) -> Result<Confinement, String> {
     Ok(Confinement {
         write,
         record,
-        keep_read_only: if support.userns {
-            rules.read_only.clone()
-        } else {
-            Vec::new()
-        },
         allow: rules.allow.clone(),
         keep_writable,
         userns: support.userns,

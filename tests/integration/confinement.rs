@@ -749,15 +749,8 @@ fn a_folder_of_many_repositories_is_covered_whole_and_the_rest_of_it_stays_in_si
         assert_eq!(get(&format!("{id} notes")), "notes");
         assert_eq!(get(&format!("{id} tool")), "tool-ran");
         assert_eq!(get(&format!("{id} link")), "tool-ran");
-    }
-    // Its repository's object store is in sight but not written (it holds every branch's
-    // history): in a worktree it is not among what the item may write, in the repository's own
-    // checkout the `.git` folder is read-only again.
-    for id in ["in-place", "branch"] {
-        assert!(
-            get(&format!("{id} add")).contains("Read-only file system"),
-            "{a:#?}"
-        );
+        // Its repository's object store, bound back with the rest of it, takes its writes.
+        assert_eq!(get(&format!("{id} add")), "added");
     }
     // From its own checkout, `..` leads to the covered folder, not to what it covers.
     assert_eq!(get("in-place by-dotdot"), "hidden");
@@ -844,10 +837,10 @@ fn unconfined_an_item_that_starts_later_is_in_sight() {
     );
 }
 
-/// Under Landlock a worktree item may make only files and folders in its worktree's own git
-/// folder, and nothing in the object store: a FIFO in place of its HEAD, or a FIFO or a link
-/// where git looks for a pack index, is refused by the kernel, and its run goes on with nothing
-/// left for runner's git to wait on. (Unconfined, the same plants are made, found and named:
+/// Under Landlock a worktree item may make only files and folders in git's folders it writes
+/// (the object store, its worktree's own git folder): a FIFO or a link planted where git looks
+/// for a pack index is refused by the kernel, and its run goes on with nothing left for
+/// runner's git to wait on. (Unconfined, the same plants are made, found and named:
 /// `hostile::what_a_worker_plants_in_gits_folders_is_named_not_waited_on`.)
 #[test]
 fn the_kernel_keeps_fifos_and_links_out_of_a_worktrees_git_folders() {
@@ -856,13 +849,13 @@ fn the_kernel_keeps_fifos_and_links_out_of_a_worktrees_git_folders() {
     }
     for (what, plant, _) in crate::hostile::PLANTS
         .iter()
-        .filter(|(_, p, _)| p.contains("objects/pack") || p.contains("$own/HEAD"))
+        .filter(|(_, p, _)| p.contains("objects/pack"))
     {
         let root = tempfile::tempdir().unwrap();
         let r = root.path();
         let a = repo(&r.join("a"));
         let worker = format!(
-            "c=$(cd \"$(git rev-parse --git-common-dir)\" && pwd); own=$(cd \"$(git rev-parse --git-dir)\" && pwd); echo work > work.txt; ({plant}); echo \"planting: $?\""
+            "c=$(cd \"$(git rev-parse --git-common-dir)\" && pwd); echo work > work.txt; {plant}; echo \"planting: $?\""
         );
         let manifest = serde_json::json!({
             "version": 1, "name": "kept-out", "repositories": [{"path": "a"}],
@@ -878,180 +871,18 @@ fn the_kernel_keeps_fifos_and_links_out_of_a_worktrees_git_folders() {
             .env("RUNNER_GIT_TIMEOUT", "30s")
             .output()
             .unwrap();
-        // The worker took its own HEAD away (it may remove files there) but could not put a
-        // FIFO in its place: the item halts, saying so, rather than waiting.
-        let head = plant.contains("$own/HEAD");
-        let code = if head { 1 } else { 0 };
-        assert_eq!(out.status.code(), Some(code), "{what}: {}", stderr(&out));
-        if head {
-            assert!(
-                stderr(&out).contains("HEAD cannot be read"),
-                "{}",
-                stderr(&out)
-            );
-        }
-        let own = r.join(".runner/workspace/worktrees/a/w/.git");
-        let own = std::fs::read_to_string(&own).ok().and_then(|t| {
-            t.strip_prefix("gitdir: ")
-                .map(|p| std::path::PathBuf::from(p.trim()))
-        });
-        let odd: Vec<_> = std::fs::read_dir(a.join(".git/objects/pack"))
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+        let pack = a.join(".git/objects/pack");
+        let odd: Vec<_> = std::fs::read_dir(&pack)
             .unwrap()
-            .chain(
-                own.into_iter()
-                    .filter_map(|o| std::fs::read_dir(o).ok())
-                    .flatten(),
-            )
             .flatten()
-            .filter(|e| {
-                let t = e.file_type().unwrap();
-                !t.is_file() && !t.is_dir()
-            })
+            .filter(|e| !e.file_type().unwrap().is_file())
             .map(|e| e.path())
             .collect();
         assert!(odd.is_empty(), "{what}: planted {odd:?}");
         let log = std::fs::read_to_string(r.join("runner-reports/latest/logs/a/w/1-worker.log"))
             .unwrap_or_default();
-        // Refused by Landlock, or by the read-only mount of what the item may not write.
-        assert!(
-            log.contains("ermission denied") || log.contains("Read-only file system"),
-            "{what}: {log}"
-        );
-        if !head {
-            assert_eq!(git(&a, &["cat-file", "-t", "work/w"]), "commit");
-        }
-    }
-}
-
-/// A worktree item cannot remove or rewrite its repository's history: the object store, which
-/// holds every branch's commits, is not among what it may write (Landlock would grant its
-/// files whole, the old with the new). Its work is still committed, by runner. Unconfined, the
-/// same worker destroys the repository's history; with the store in `sandbox.writable` (a
-/// manifest that wants `git add` to work) it may write there again.
-#[test]
-fn a_worktree_item_cannot_remove_or_rewrite_the_repositorys_history() {
-    if !kernel_confines() {
-        return;
-    }
-    let worker = "c=$(cd \"$(git rev-parse --git-common-dir)\" && pwd); echo work > work.txt; \
-        git add work.txt && echo added; chmod -R u+w \"$c/objects\"; \
-        for f in \"$c\"/objects/pack/*.pack; do echo junk > \"$f\"; done; \
-        rm -rf \"$c\"/objects/pack/* \"$c\"/objects/[0-9a-f][0-9a-f]; true";
-    for (sandbox, writable) in [("required", false), ("off", false), ("required", true)] {
-        let root = tempfile::tempdir().unwrap();
-        let r = root.path();
-        let a = repo(&r.join("a"));
-        std::fs::write(a.join("second.txt"), "2\n").unwrap();
-        git(&a, &["add", "second.txt"]);
-        git(&a, &["commit", "-qm", "second"]);
-        git(&a, &["gc", "-q"]);
-        let mut manifest = serde_json::json!({
-            "version": 1, "name": "history", "repositories": [{"path": "a"}],
-            "worker": {"run": ["sh", "-c", worker]},
-            "items": [{"repo": "a", "id": "w", "branch": "work/w"}],
-            "sandbox": {"mode": sandbox},
-        });
-        if writable {
-            manifest["sandbox"]["writable"] = serde_json::json!(["a/.git/objects"]);
-        }
-        std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
-        let out = runner()
-            .current_dir(r)
-            .args(["apply", "m.yaml", "--no-progress"])
-            .env_remove("RUNNER_SANDBOX_WRITABLE")
-            .env("RUNNER_GIT_TIMEOUT", "30s")
-            .output()
-            .unwrap();
-        let log = std::fs::read_to_string(r.join("runner-reports/latest/logs/a/w/1-worker.log"))
-            .unwrap_or_default();
-        let history = std::process::Command::new("git")
-            .args(["-C"])
-            .arg(&a)
-            .args(["log", "--format=%s", "main"])
-            .output()
-            .unwrap();
-        let kept =
-            history.status.success() && String::from_utf8_lossy(&history.stdout).contains("second");
-        match (sandbox, writable) {
-            ("required", false) => {
-                assert!(kept, "the history was lost: {log}");
-                assert_eq!(out.status.code(), Some(0), "{}\n{log}", stderr(&out));
-                assert!(!log.contains("added"), "git add wrote to the store: {log}");
-                let fsck = git(&a, &["fsck", "--no-dangling"]);
-                assert!(!fsck.contains("missing"), "{fsck}");
-                assert_eq!(
-                    git(&a, &["show", "work/w:work.txt"]).trim(),
-                    "work",
-                    "runner committed the item's work"
-                );
-            }
-            // The attack is real where nothing keeps it out.
-            ("off", _) => assert!(!kept, "the unconfined worker could not remove the history"),
-            _ => assert!(
-                log.contains("added"),
-                "git add failed with the store writable: {log}"
-            ),
-        }
-    }
-}
-
-/// An item in its repository's own checkout may write the checkout but not the `.git` folder
-/// inside it, which holds every branch's history and what runner's git trusts: in its mount
-/// namespace that folder is read-only again. Its work is committed by runner. Unconfined, the
-/// same worker destroys the history.
-#[test]
-fn an_in_place_item_cannot_touch_its_repositorys_git_folder() {
-    if !kernel_confines() {
-        return;
-    }
-    let worker = "echo work > work.txt; git config core.fsmonitor 'touch evil' && echo configured; \
-        chmod -R u+w .git/objects; rm -rf .git/objects/pack/* .git/objects/[0-9a-f][0-9a-f]; true";
-    for sandbox in ["required", "off"] {
-        let root = tempfile::tempdir().unwrap();
-        let r = root.path();
-        let a = repo(&r.join("a"));
-        std::fs::write(a.join("second.txt"), "2\n").unwrap();
-        git(&a, &["add", "second.txt"]);
-        git(&a, &["commit", "-qm", "second"]);
-        git(&a, &["gc", "-q"]);
-        let manifest = serde_json::json!({
-            "version": 1, "name": "in-place", "repositories": [{"path": "a"}],
-            "worker": {"run": ["sh", "-c", worker]},
-            "items": [{"repo": "a", "id": "w"}],
-            "sandbox": {"mode": sandbox},
-        });
-        std::fs::write(r.join("m.yaml"), manifest.to_string()).unwrap();
-        let out = runner()
-            .current_dir(r)
-            .args(["apply", "m.yaml", "--no-progress"])
-            .env_remove("RUNNER_SANDBOX_WRITABLE")
-            .env("RUNNER_GIT_TIMEOUT", "30s")
-            .output()
-            .unwrap();
-        let log = std::fs::read_to_string(r.join("runner-reports/latest/logs/a/w/1-worker.log"))
-            .unwrap_or_default();
-        let history = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&a)
-            .args(["log", "--format=%s", "main"])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&history.stdout).to_string();
-        if sandbox == "off" {
-            assert!(
-                !said.contains("second"),
-                "the unconfined worker could not remove it"
-            );
-            continue;
-        }
-        assert!(said.contains("second"), "the history was lost: {log}");
-        assert_eq!(out.status.code(), Some(0), "{}\n{log}", stderr(&out));
-        assert!(!log.contains("configured"), "{log}");
-        assert!(log.contains("Read-only file system"), "{log}");
-        assert!(
-            said.starts_with("runner: w"),
-            "runner committed the work: {said}"
-        );
-        assert_eq!(git(&a, &["show", "HEAD:work.txt"]).trim(), "work");
+        assert!(log.contains("ermission denied"), "{what}: {log}");
+        assert_eq!(git(&a, &["cat-file", "-t", "work/w"]), "commit");
     }
 }

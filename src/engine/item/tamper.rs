@@ -15,9 +15,9 @@ use std::path::Path;
 
 /// What to look at after the processes of an item working in `workdir` (`None`: no git folder
 /// of the repository is known). Git's folders are not walked where the kernel keeps the item
-/// from making anything but files and folders in them (Landlock: its worktree's own git folder
-/// granted that way and beneath nothing else it may write, the object store not writable);
-/// its `.git` file, in its checkout, always is.
+/// from making anything but files and folders in them (Landlock, its worktree's own git folder
+/// and the object store granted that way and beneath nothing else it may write); its `.git`
+/// file, in its checkout, always is.
 pub(super) fn planted_watch(
     cx: &RunCx,
     repo: &RepoPlan,
@@ -26,14 +26,10 @@ pub(super) fn planted_watch(
     rules: Option<&crate::engine::confine::ItemRules>,
 ) -> Option<Planted> {
     let common = repo.common_dir.clone()?;
-    let objects = common.join("objects");
     let kept_out = cx.sandbox.landlock
         && item.branch.is_some()
-        && rules.is_some_and(|r| {
-            !r.git.is_empty()
-                && r.git.iter().all(|g| r.only_files_in(g, workdir))
-                && (!r.may_write(&objects) || r.only_files_in(&objects, workdir))
-        });
+        && rules
+            .is_some_and(|r| r.git.len() == 2 && r.git.iter().all(|g| r.only_files_in(g, workdir)));
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);

@@ -34,9 +34,6 @@ pub(crate) struct Confine {
     /// owner, times, extended attributes): a read-only mount does.
     read_only: bool,
     keep_writable: Vec<CString>,
-    /// Read-only all the same, though beneath what it may write: an item's repository's git
-    /// folder inside the checkout it works in (the history of every branch).
-    keep_read_only: Vec<CString>,
     /// Its folder, entered again once the mounts are made (the one it was in is on the mount
     /// now read-only).
     cwd: Option<CString>,
@@ -70,7 +67,6 @@ impl Confine {
             covers: Vec::new(),
             read_only: false,
             keep_writable: Vec::new(),
-            keep_read_only: Vec::new(),
             cwd: None,
             proxy: false,
             watch: false,
@@ -85,19 +81,17 @@ impl Confine {
         self
     }
 
-    /// Make every mount read-only but `writable` (beneath which the item may write), `except`
-    /// beneath those read-only again, then enter `cwd` again.
+    /// Make every mount read-only but `writable` (beneath which the item may write), then enter
+    /// `cwd` again.
     pub(crate) fn read_only_but(
         mut self,
         writable: &[std::path::PathBuf],
-        except: &[std::path::PathBuf],
         cwd: &std::path::Path,
     ) -> Confine {
         use std::os::unix::ffi::OsStrExt;
         let c = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).ok();
         self.read_only = true;
         self.keep_writable = writable.iter().filter_map(|p| c(p)).collect();
-        self.keep_read_only = except.iter().filter_map(|p| c(p)).collect();
         self.cwd = c(cwd);
         self
     }
@@ -284,8 +278,7 @@ fn namespaces(c: &Confine) -> isize {
 
 /// In its own mount namespace, nothing it does reaching the user's: every mount read-only but
 /// binds of what it may write (made first, so that they stay writable; a file it may write
-/// beneath no folder it may write is bound alone), and those of their folders that must not be
-/// written read-only again (an in-place item's `.git`). Landlock decides what is written where; a
+/// beneath no folder it may write is bound alone). Landlock decides what is written where; a
 /// read-only mount also stops what Landlock does not cover, changes to a file's mode, owner,
 /// times and extended attributes. Sockets, pipes and devices work on a read-only mount as
 /// before.
@@ -329,28 +322,6 @@ fn read_only(c: &Confine) -> isize {
                 && r != -(libc::EINVAL as isize)
                 && r != -(libc::EPERM as isize)
             {
-                return r;
-            }
-        }
-        // A folder beneath those that stays read-only: bound onto itself, then made so.
-        for path in &c.keep_read_only {
-            let r = sys(
-                libc::SYS_mount,
-                [
-                    path.as_ptr() as usize,
-                    path.as_ptr() as usize,
-                    0,
-                    (libc::MS_BIND | libc::MS_REC) as usize,
-                ],
-            );
-            if r == -(libc::ENOENT as isize) {
-                continue;
-            }
-            if r < 0 {
-                return r;
-            }
-            let r = setattr6(path, &set, AT_RECURSIVE);
-            if r < 0 {
                 return r;
             }
         }
