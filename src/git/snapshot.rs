@@ -119,16 +119,97 @@ pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
     snapshot(dir).map(|(tree, _)| tree)
 }
 
+/// The index of a checkout as it was before an item's processes ran, kept where they cannot
+/// write: its snapshots start from this copy, not from the checkout's own index, which they
+/// may rewrite. A snapshot trusts an index entry's stat data (a file whose stat data matches is
+/// not hashed again); an entry a worker rewrote to name other content, its stat data left as
+/// the file's, would have had runner commit content no gate saw.
+pub struct BaseIndex {
+    /// The copy (its modification time the original's); `None`: the checkout had no index.
+    copy: Option<tempfile::TempPath>,
+    /// The checkout's own index file, and what `lstat` said of it when it was copied.
+    path: std::path::PathBuf,
+    stamp: Option<IndexStamp>,
+}
+
+/// Device, inode, size, modification and change times (seconds, nanoseconds): a file written,
+/// replaced or touched since has another (the change time cannot be set back).
+type IndexStamp = (u64, u64, u64, i64, i64, i64, i64);
+
+fn index_stamp(path: &Path) -> Option<IndexStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_file().then(|| {
+        (
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    })
+}
+
+impl BaseIndex {
+    /// Whether the checkout's own index is still the file that was copied, untouched: then
+    /// what it says is runner's, and a proof read from it holds.
+    pub fn untouched(&self) -> bool {
+        index_stamp(&self.path) == self.stamp
+    }
+}
+
+/// Copy the index of the checkout at `dir` ([`BaseIndex`]).
+pub fn base_index(dir: &Path) -> Result<BaseIndex, GitError> {
+    let path = index_path(dir)?;
+    let stamp = index_stamp(&path);
+    let copy = match stamp {
+        Some(_) => {
+            let written = std::fs::metadata(&path)?.modified()?;
+            let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
+            crate::support::fs::copy_regular(&path, &tmp)?;
+            std::fs::File::options()
+                .write(true)
+                .open(&tmp)?
+                .set_modified(written)?;
+            Some(tmp)
+        }
+        None => None,
+    };
+    Ok(BaseIndex { copy, path, stamp })
+}
+
+/// Where the index of the checkout at `dir` is.
+fn index_path(dir: &Path) -> Result<std::path::PathBuf, GitError> {
+    Ok(match local::index_file(dir) {
+        Some(i) => i,
+        None => checked(
+            dir,
+            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
+        )?
+        .trim()
+        .into(),
+    })
+}
+
 /// [`snapshot_tree`], with the temporary index it was written through: the snapshot's files
 /// with the stat data they had, so that [`restore_snapshot`] can tell later what changed
 /// without hashing anything unchanged. The index is removed when the path is dropped.
 pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
-    let index = match local::index_file(dir) {
-        Some(i) => i.to_string_lossy().into_owned(),
-        None => checked(
-            dir,
-            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
-        )?,
+    snapshot_from(dir, None)
+}
+
+/// [`snapshot`], starting from `base` (the index before an item's processes ran) rather than
+/// the checkout's own index.
+pub fn snapshot_from(
+    dir: &Path,
+    base: Option<&BaseIndex>,
+) -> Result<(String, tempfile::TempPath), GitError> {
+    // No index then: every file is hashed.
+    let index: Option<std::path::PathBuf> = match base {
+        Some(b) => b.copy.as_ref().map(|c| c.to_path_buf()),
+        None => Some(index_path(dir)?),
     };
     let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
     // Starting from the checkout's index keeps its stat data: only changed files are hashed.
@@ -138,13 +219,13 @@ pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
     // read. A copy stamped now would make such an entry look settled, and a file rewritten with
     // as many bytes in that second would read as unchanged. The time is read first: an index
     // rewritten meanwhile only makes more entries racy.
-    let written = match std::fs::metadata(index.trim()) {
-        Ok(m) => Some(m.modified()?),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e.into()),
+    let written = match index.as_deref().map(std::fs::metadata) {
+        Some(Ok(m)) => Some(m.modified()?),
+        Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => None,
     };
-    if let Some(written) = written {
-        std::fs::copy(index.trim(), &tmp)?;
+    if let (Some(written), Some(index)) = (written, &index) {
+        std::fs::copy(index, &tmp)?;
         std::fs::File::options()
             .write(true)
             .open(&tmp)?

@@ -1080,3 +1080,55 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
         }
     }
 }
+
+/// A worker that rewrites its worktree's index so that a file's entry names other content (its
+/// stat data left as the file's, the index's checksum made again) does not get that content
+/// committed: the gates judged the file on disk, and the item's commit holds that file. Runner
+/// once started its snapshot from the worker's index, trusted the entry's stat data, and
+/// committed content no gate saw.
+#[test]
+fn content_no_gate_saw_is_never_committed_through_a_forged_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let forge = dir.path().join("forge.py");
+    std::fs::write(
+        &forge,
+        r#"import hashlib, subprocess, sys
+evil = subprocess.run(["git", "hash-object", "-w", "--stdin"], input=b"evil\n",
+                      capture_output=True, check=True).stdout.strip().decode()
+good = subprocess.run(["git", "rev-parse", ":f.txt"], capture_output=True,
+                      check=True).stdout.strip().decode()
+index = subprocess.run(["git", "rev-parse", "--git-path", "index"], capture_output=True,
+                       check=True).stdout.strip().decode()
+data = open(index, "rb").read()[:-20]
+data = data.replace(bytes.fromhex(good), bytes.fromhex(evil))
+open(index, "wb").write(data + hashlib.sha1(data).digest())
+print("forged", good, "->", evil)
+"#,
+    )
+    .unwrap();
+    let worker = format!(
+        "printf 'good\\n' > f.txt && sleep 1.1 && git add f.txt && python3 {} && git diff --quiet -- f.txt && echo 'git sees no change'",
+        forge.display()
+    );
+    let manifest = serde_json::json!({
+        "version": 1, "name": "forged", "repositories": [{"path": "r"}],
+        "worker": {"run": ["sh", "-c", worker]},
+        "gates": [{"name": "good", "run": ["grep", "-qx", "good", "f.txt"]}],
+        "items": [{"repo": "r", "id": "a", "branch": "work/a"}],
+    });
+    std::fs::write(dir.path().join("m.yaml"), manifest.to_string()).unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml"]);
+    let log = std::fs::read_to_string(
+        dir.path()
+            .join("runner-reports/latest/logs/r/a/1-worker.log"),
+    )
+    .unwrap_or_default();
+    // The forgery itself worked: git, reading that index, saw the file as unchanged.
+    assert!(
+        log.contains("forged") && log.contains("git sees no change"),
+        "{log}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(git(&r, &["show", "work/a:f.txt"]).trim(), "good");
+}

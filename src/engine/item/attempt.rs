@@ -508,10 +508,16 @@ async fn judge_work(
     }
     // Where the worker left HEAD, and what it changed, before any gate runs.
     let snap = match &icx.anchor {
-        Some(anchor) if let Some(s) = unchanged_small(&icx.workdir, anchor, at.markers) => Some(s),
+        Some(anchor)
+            if let Some(s) =
+                unchanged_small(&icx.workdir, anchor, at.markers, icx.base_index.as_deref()) =>
+        {
+            Some(s)
+        }
         Some(anchor) => {
             let (dir, a, m) = (icx.workdir.clone(), anchor.clone(), at.markers.to_vec());
-            match blocking(move || after_worker(&dir, &a, &m)).await {
+            let base = icx.base_index.clone();
+            match blocking(move || after_worker(&dir, &a, &m, base.as_deref())).await {
                 Ok(Ok(s)) => Some(s),
                 Ok(Err(why)) => {
                     attempt_failed(icx, run, feedback, n, "worker", why.to_string());

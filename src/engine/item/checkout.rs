@@ -591,7 +591,16 @@ pub(super) fn short(id: &str) -> &str {
 /// trip to the blocking pool: a small checkout ([`git::Reads::Small`]) whose own files prove it
 /// clean, HEAD at the very commit the item started from and no marker to look for, so that
 /// nothing can ask git. `None`: ask [`after_worker`].
-pub(super) fn unchanged_small(dir: &Path, anchor: &Anchor, markers: &[String]) -> Option<Snapshot> {
+pub(super) fn unchanged_small(
+    dir: &Path,
+    anchor: &Anchor,
+    markers: &[String],
+    base: Option<&git::BaseIndex>,
+) -> Option<Snapshot> {
+    // A proof read from an index the item's processes wrote is theirs, not runner's.
+    if base.is_some_and(|b| !b.untouched()) {
+        return None;
+    }
     let probe = git::proven_clean_small(dir)?;
     if !markers.is_empty() || probe.head.as_deref() != Some(anchor.start.as_str()) {
         return None;
@@ -621,14 +630,19 @@ pub(super) fn after_worker(
     dir: &Path,
     anchor: &Anchor,
     markers: &[String],
+    base: Option<&git::BaseIndex>,
 ) -> Result<Snapshot, HeadMoved> {
     // The common case needs no git: a checkout its files prove clean has nothing to commit, and
-    // the proof read HEAD already.
-    if let Some(clean) = git::proven_clean(dir) {
+    // the proof read HEAD already. Only from an index runner wrote: one the worker rewrote
+    // proves what the worker says.
+    if base.is_none_or(git::BaseIndex::untouched)
+        && let Some(clean) = git::proven_clean(dir)
+    {
         return clean_snapshot(dir, anchor, markers, clean);
     }
     let head = check_head(dir, anchor, markers)?;
-    let (tree, index) = git::snapshot(dir)?;
+    // From the index as it was before the worker: its entries' stat data are runner's.
+    let (tree, index) = git::snapshot_from(dir, base)?;
     let start_tree = git::tree_of(dir, &anchor.start)?;
     Ok(Snapshot {
         changed: tree != start_tree || head != anchor.start,

@@ -55,6 +55,9 @@ pub(super) struct ItemCx<'a> {
     pub(super) watched: Option<Watched>,
     /// What its processes could plant in git's folders, looked at after them.
     pub(super) planted: Option<Planted>,
+    /// Its checkout's index before its processes ran, where they cannot write: what its
+    /// snapshots start from ([`git::BaseIndex`]).
+    pub(super) base_index: Option<Arc<git::BaseIndex>>,
 }
 
 /// An item the environment failed (git, the cgroup file system, the disk): held, not failed —

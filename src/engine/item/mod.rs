@@ -107,20 +107,18 @@ pub(crate) async fn run_item(
         Ok(c) => c,
         Err(e) => return environmental(e.to_string()),
     };
-    let rules = if cx.sandbox.active() {
-        let tmp = launch::private_tmp(&cx, &repo.name);
-        let mut extra = Vec::new();
-        if item.branch.is_some() {
-            extra.push(launch::build_cache_dir(&cx, &repo.name));
-        }
-        match cx.sandbox.item(&repo.path, &workdir, tmp, &extra) {
-            Ok(r) => Some(r),
-            Err(e) => return environmental(format!("cannot make the item's private folders: {e}")),
-        }
-    } else {
-        None
+    let rules = match item_rules(&cx, repo, item, &workdir) {
+        Ok(r) => r,
+        Err(why) => return environmental(why),
     };
     let planted = tamper::planted_watch(&cx, repo, item, &workdir, rules.as_ref());
+    let base_index = match anchor.as_ref().map(|_| base_index(&workdir)) {
+        Some(copied) => match copied.await {
+            Ok(b) => Some(b),
+            Err(why) => return environmental(why),
+        },
+        None => None,
+    };
     let icx = ItemCx {
         cx: &cx,
         idx,
@@ -142,6 +140,7 @@ pub(crate) async fn run_item(
             anchor.as_ref().and_then(|a| a.branch.as_deref()),
         ),
         planted,
+        base_index,
         anchor,
         rules,
     };
@@ -262,4 +261,36 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
         }),
         source: crate::engine::publish::source_of(icx.item),
     });
+}
+
+/// The index of the checkout at `dir` before the item's processes run, copied where they
+/// cannot write ([`git::BaseIndex`]).
+async fn base_index(dir: &std::path::Path) -> Result<Arc<git::BaseIndex>, String> {
+    let dir = dir.to_path_buf();
+    match blocking(move || git::base_index(&dir)).await {
+        Ok(Ok(b)) => Ok(Arc::new(b)),
+        Ok(Err(e)) => Err(format!("cannot copy the checkout's index: {e}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What the item's commands may touch (`None`: unconfined), its private folders made.
+fn item_rules(
+    cx: &RunCx,
+    repo: &crate::plan::RepoPlan,
+    item: &crate::plan::ItemPlan,
+    workdir: &std::path::Path,
+) -> Result<Option<crate::engine::confine::ItemRules>, String> {
+    if !cx.sandbox.active() {
+        return Ok(None);
+    }
+    let tmp = launch::private_tmp(cx, &repo.name);
+    let mut extra = Vec::new();
+    if item.branch.is_some() {
+        extra.push(launch::build_cache_dir(cx, &repo.name));
+    }
+    cx.sandbox
+        .item(&repo.path, workdir, tmp, &extra)
+        .map(Some)
+        .map_err(|e| format!("cannot make the item's private folders: {e}"))
 }
