@@ -34,7 +34,7 @@ pub use local::Reads;
 pub use probe::*;
 pub use shared_state::SharedState;
 use snapshot::flagged;
-pub use snapshot::{BaseIndex, base_index, snapshot, snapshot_from};
+pub use snapshot::{BaseIndex, base_index, base_index_small, snapshot, snapshot_from};
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
 pub(crate) use special::{planted, special_file};
 pub(crate) use worktree::*;

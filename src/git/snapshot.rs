@@ -119,15 +119,15 @@ pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
     snapshot(dir).map(|(tree, _)| tree)
 }
 
-/// The index of a checkout as it was before an item's processes ran, kept where they cannot
-/// write: its snapshots start from this copy, not from the checkout's own index, which they
-/// may rewrite. A snapshot trusts an index entry's stat data (a file whose stat data matches is
-/// not hashed again); an entry a worker rewrote to name other content, its stat data left as
-/// the file's, would have had runner commit content no gate saw.
+/// The index of a checkout as it was before an item's processes ran, copied where they cannot
+/// write: its snapshots start from the copy, not from the checkout's index, which they may
+/// rewrite. A snapshot trusts an index entry's stat data (a file whose stat data matches is not
+/// hashed again): an entry a worker rewrote to name other content, its stat data left as the
+/// file's, once had runner commit content no gate saw.
 pub struct BaseIndex {
     /// The copy (its modification time the original's); `None`: the checkout had no index.
     copy: Option<tempfile::TempPath>,
-    /// The checkout's own index file, and what `lstat` said of it when it was copied.
+    /// The checkout's index file, and what `lstat` said of it when it was copied.
     path: std::path::PathBuf,
     stamp: Option<IndexStamp>,
 }
@@ -153,31 +153,50 @@ fn index_stamp(path: &Path) -> Option<IndexStamp> {
 }
 
 impl BaseIndex {
-    /// Whether the checkout's own index is still the file that was copied, untouched: then
-    /// what it says is runner's, and a proof read from it holds.
+    /// Whether the checkout's index is still the file that was copied, untouched: then what it
+    /// says is runner's, and a proof read from it holds.
     pub fn untouched(&self) -> bool {
         index_stamp(&self.path) == self.stamp
+    }
+
+    /// Copy the index at `path`.
+    fn of(path: std::path::PathBuf) -> std::io::Result<BaseIndex> {
+        let stamp = index_stamp(&path);
+        let copy = match stamp {
+            Some(_) => {
+                let written = std::fs::metadata(&path)?.modified()?;
+                let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
+                crate::support::fs::copy_regular(&path, &tmp)?;
+                std::fs::File::options()
+                    .write(true)
+                    .open(&tmp)?
+                    .set_modified(written)?;
+                Some(tmp)
+            }
+            None => None,
+        };
+        Ok(BaseIndex { copy, path, stamp })
+    }
+}
+
+/// How large an index [`base_index_small`] copies: a copy that costs less than a trip to the
+/// blocking pool.
+const SMALL_INDEX: u64 = 64 * 1024;
+
+/// [`base_index`] of a checkout whose index is found from small files and is small itself;
+/// `None`: ask [`base_index`] on the blocking pool.
+pub fn base_index_small(dir: &Path) -> Option<BaseIndex> {
+    let path = local::index_file(dir)?;
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() && m.len() <= SMALL_INDEX => BaseIndex::of(path).ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BaseIndex::of(path).ok(),
+        _ => None,
     }
 }
 
 /// Copy the index of the checkout at `dir` ([`BaseIndex`]).
 pub fn base_index(dir: &Path) -> Result<BaseIndex, GitError> {
-    let path = index_path(dir)?;
-    let stamp = index_stamp(&path);
-    let copy = match stamp {
-        Some(_) => {
-            let written = std::fs::metadata(&path)?.modified()?;
-            let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
-            crate::support::fs::copy_regular(&path, &tmp)?;
-            std::fs::File::options()
-                .write(true)
-                .open(&tmp)?
-                .set_modified(written)?;
-            Some(tmp)
-        }
-        None => None,
-    };
-    Ok(BaseIndex { copy, path, stamp })
+    Ok(BaseIndex::of(index_path(dir)?)?)
 }
 
 /// Where the index of the checkout at `dir` is.
@@ -206,12 +225,16 @@ pub fn snapshot_from(
     dir: &Path,
     base: Option<&BaseIndex>,
 ) -> Result<(String, tempfile::TempPath), GitError> {
-    // No index then: every file is hashed.
+    // None: there was no index; every file is hashed.
     let index: Option<std::path::PathBuf> = match base {
         Some(b) => b.copy.as_ref().map(|c| c.to_path_buf()),
         None => Some(index_path(dir)?),
     };
     let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
+    if index.is_none() {
+        // git reads an empty file as a broken index, and a missing one as an empty index.
+        std::fs::remove_file(&tmp)?;
+    }
     // Starting from the checkout's index keeps its stat data: only changed files are hashed.
     // The copy keeps the index's own time too. git (built, as by default, without nanosecond
     // timestamps) trusts the stat data of an entry only when its second is older than the index

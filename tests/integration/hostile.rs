@@ -608,6 +608,24 @@ fn unlock_with_kill_ends_what_a_dead_holder_left() {
     assert!(common::processes_matching("sleep 5312").is_empty());
 }
 
+/// `runner apply m.yaml` in `root` with git's calls given `git_timeout`, killed if it has not
+/// ended within `secs`: whether it ended, and what it printed on stderr.
+fn apply_within(root: &Path, git_timeout: &str, secs: u64) -> (bool, std::process::Output) {
+    let mut child = runner()
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .env("RUNNER_GIT_TIMEOUT", git_timeout)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = common::wait_for(secs, || child.try_wait().unwrap().is_some());
+    if !ended {
+        child.kill().unwrap();
+    }
+    (ended, child.wait_with_output().unwrap())
+}
+
 #[test]
 fn a_fifo_in_place_of_runners_files_in_git_dir_is_refused_not_waited_on() {
     // No writer or reader ever comes to these FIFOs: opened plainly, runner would wait on them
@@ -618,19 +636,7 @@ fn a_fifo_in_place_of_runners_files_in_git_dir_is_refused_not_waited_on() {
         let path = dir.path().join("r/.git").join(name);
         let _ = std::fs::remove_file(&path);
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let mut child = runner()
-            .current_dir(dir.path())
-            .args(["apply", "m.yaml", "--no-progress"])
-            .env("RUNNER_GIT_TIMEOUT", "5s")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let ended = common::wait_for(60, || child.try_wait().unwrap().is_some());
-        if !ended {
-            child.kill().unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
+        let (ended, out) = apply_within(dir.path(), "5s", 60);
         assert!(ended, "runner waited on a FIFO at .git/{name}");
         let err = stderr(&out);
         match name {
@@ -807,6 +813,24 @@ fn a_fifo_git_would_wait_on_is_named_up_front() {
             let _ = started;
         }
     }
+    // A link where git looks for a pack index, to a FIFO elsewhere, is followed and named.
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let fifo = dir.path().join("elsewhere");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let pack = dir
+        .path()
+        .join("r/.git/objects/pack/pack-2222222222222222222222222222222222222222");
+    std::fs::create_dir_all(pack.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&fifo, pack.with_extension("idx")).unwrap();
+    std::fs::write(pack.with_extension("pack"), "").unwrap();
+    let (ended, out) = apply_within(dir.path(), "10m", 30);
+    assert!(ended, "apply waited on a linked FIFO");
+    assert!(
+        stderr(&out).contains("2222.idx` leads to a FIFO"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A git call of runner's that blocks for ever (a FIFO in place of a loose object, which is
@@ -1032,19 +1056,7 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
             .to_string();
             std::fs::write(dir.path().join("m.yaml"), &manifest).unwrap();
             let base = git(&r, &["rev-parse", "main"]);
-            let mut child = runner()
-                .current_dir(dir.path())
-                .args(["apply", "m.yaml", "--no-progress"])
-                .env("RUNNER_GIT_TIMEOUT", "10m")
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let ended = common::wait_for(60, || child.try_wait().unwrap().is_some());
-            if !ended {
-                child.kill().unwrap();
-            }
-            let out = child.wait_with_output().unwrap();
+            let (ended, out) = apply_within(dir.path(), "10m", 60);
             let err = stderr(&out);
             assert!(
                 ended,

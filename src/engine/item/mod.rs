@@ -266,6 +266,10 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
 /// The index of the checkout at `dir` before the item's processes run, copied where they
 /// cannot write ([`git::BaseIndex`]).
 async fn base_index(dir: &std::path::Path) -> Result<Arc<git::BaseIndex>, String> {
+    // A small index is copied on the loop, for less than a trip to the blocking pool costs.
+    if let Some(b) = git::base_index_small(dir) {
+        return Ok(Arc::new(b));
+    }
     let dir = dir.to_path_buf();
     match blocking(move || git::base_index(&dir)).await {
         Ok(Ok(b)) => Ok(Arc::new(b)),
