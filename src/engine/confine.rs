@@ -262,7 +262,7 @@ impl SandboxPlan {
         writable.extend(self.writable.iter().cloned());
         // A worktree's own git folder (its index and HEAD), and the object store its `git add`
         // writes to.
-        let git = worktree_git_dirs(checkout)
+        let git = crate::git::worktree_git_dirs(checkout)
             .map(|(own, common)| vec![own, common.join("objects")])
             .unwrap_or_default();
         writable.extend(git.iter().cloned());
@@ -339,23 +339,4 @@ impl SandboxPlan {
         };
         sandbox::build(&r).map(Arc::new)
     }
-}
-
-/// A worktree's own git folder and the repository's common one, from its `.git` file
-/// (`gitdir: …`) and that folder's `commondir`; `None` for a repository's own checkout.
-fn worktree_git_dirs(checkout: &Path) -> Option<(PathBuf, PathBuf)> {
-    let text = std::fs::read_to_string(checkout.join(".git")).ok()?;
-    let own = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
-    let own = if own.is_absolute() {
-        own
-    } else {
-        checkout.join(own)
-    };
-    let common = std::fs::read_to_string(own.join("commondir"))
-        .ok()
-        .map(|c| {
-            let c = PathBuf::from(c.trim());
-            if c.is_absolute() { c } else { own.join(c) }
-        })?;
-    Some((own, common))
 }

@@ -36,7 +36,7 @@ pub use shared_state::SharedState;
 use snapshot::flagged;
 pub use snapshot::{BaseIndex, base_index, base_index_small, snapshot, snapshot_from};
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
-pub(crate) use special::{planted, special_file};
+pub(crate) use special::{planted, special_file, worktree_git_dirs};
 pub(crate) use worktree::*;
 
 use crate::support::refname::full_object_name;

@@ -11,6 +11,11 @@ use std::path::{Path, PathBuf};
 
 /// What is wrong with a file of type `t` at `p` that git would open, if anything.
 fn odd_type(t: std::fs::FileType, p: &Path) -> Option<String> {
+    odd(t, p, "is")
+}
+
+/// [`odd_type`], said of `p` with `verb` ("is", or "leads to" for a link's target).
+fn odd(t: std::fs::FileType, p: &Path, verb: &str) -> Option<String> {
     let what = if t.is_fifo() {
         "a FIFO"
     } else if t.is_char_device() || t.is_block_device() {
@@ -21,7 +26,7 @@ fn odd_type(t: std::fs::FileType, p: &Path) -> Option<String> {
         return None;
     };
     Some(format!(
-        "`{}` is {what}, not a regular file: git would wait on it for ever",
+        "`{}` {verb} {what}, not a regular file: git would wait on it for ever",
         p.display()
     ))
 }
@@ -30,7 +35,7 @@ fn odd_type(t: std::fs::FileType, p: &Path) -> Option<String> {
 /// read, which git reports itself).
 fn odd_target(p: &Path) -> Option<String> {
     let target = std::fs::metadata(p).ok()?;
-    odd_type(target.file_type(), p).map(|why| why.replacen("` is ", "` leads to ", 1))
+    odd(target.file_type(), p, "leads to")
 }
 
 /// A file git opens in the checkout at `dir` that is there but not a regular file (a FIFO, a
@@ -215,4 +220,15 @@ impl PlantedWalk {
         }
         odd_type(t, path)
     }
+}
+
+/// A worktree's own git folder and the repository's common one, from its `.git` file
+/// (`gitdir: …`) and that folder's `commondir`; `None` for a repository's own checkout (or
+/// anything else). Read plainly: the caller reads it before an item's processes run.
+pub(crate) fn worktree_git_dirs(checkout: &Path) -> Option<(PathBuf, PathBuf)> {
+    let text = std::fs::read_to_string(checkout.join(".git")).ok()?;
+    let own = checkout.join(text.strip_prefix("gitdir:")?.trim());
+    let common = std::fs::read_to_string(own.join("commondir")).ok()?;
+    let common = own.join(common.trim());
+    Some((own, common))
 }

@@ -1066,6 +1066,13 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
             assert!(err.contains(named), "{what} (in place: {in_place}): {err}");
             assert!(err.contains("quarantined"), "{what}: {err}");
             assert!(!err.contains("timed out"), "{what}: {err}");
+            // The later item is told why the repository is quarantined: not processes.
+            assert!(
+                err.contains(
+                    "an earlier item in this repository changed or left in its git folders"
+                ),
+                "{what}: {err}"
+            );
             // Nothing of the item was committed (its branch, if made, is where it began), and
             // the second item did not run. Read without git: git would wait on the plant.
             if let Ok(tip) = std::fs::read_to_string(r.join(".git/refs/heads/work/a")) {
@@ -1143,4 +1150,57 @@ print("forged", good, "->", evil)
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(git(&r, &["show", "work/a:f.txt"]).trim(), "good");
+}
+
+/// A worker that changes a tracked file and rewrites that file's index entry to the file's new
+/// stat data, keeping the old content's name and the index's cached tree, makes the index
+/// "prove" the checkout clean. Runner once believed it: the item said it changed nothing while
+/// its gates had judged the changed file. A proof is read only from an index the item left
+/// untouched; this one was touched, so the tree is snapshotted and the change is the item's.
+/// (In the repository's own checkout: a linked worktree's proof is git's.)
+#[test]
+fn an_index_rewritten_to_prove_a_changed_checkout_clean_is_not_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let forge = dir.path().join("forge.py");
+    std::fs::write(
+        &forge,
+        r#"import hashlib, os, struct, subprocess
+index = subprocess.run(["git", "rev-parse", "--git-path", "index"], capture_output=True,
+                       check=True).stdout.strip().decode()
+data = bytearray(open(index, "rb").read()[:-20])
+at = data.index(b"README.md\0") - 62
+st = os.stat("README.md")
+struct.pack_into(">IIIIIIIIII", data, at, int(st.st_ctime), st.st_ctime_ns % 10**9,
+                 int(st.st_mtime), st.st_mtime_ns % 10**9, st.st_dev & 0xffffffff,
+                 st.st_ino & 0xffffffff, 0o100644, st.st_uid, st.st_gid, st.st_size)
+open(index, "wb").write(bytes(data) + hashlib.sha1(bytes(data)).digest())
+print("forged")
+"#,
+    )
+    .unwrap();
+    let worker = format!(
+        "git update-index --refresh -q; printf 'changed\\n' > README.md && sleep 1.1 && python3 {} && git diff --quiet && echo 'git sees no change'",
+        forge.display()
+    );
+    let manifest = serde_json::json!({
+        "version": 1, "name": "proof", "repositories": [{"path": "r"}],
+        "worker": {"run": ["sh", "-c", worker]},
+        "gates": [{"name": "changed", "run": ["grep", "-qx", "changed", "README.md"]}],
+        "items": [{"repo": "r", "id": "a"}],
+    });
+    std::fs::write(dir.path().join("m.yaml"), manifest.to_string()).unwrap();
+    let out = run_in(dir.path(), &["apply", "m.yaml"]);
+    let log = std::fs::read_to_string(
+        dir.path()
+            .join("runner-reports/latest/logs/r/a/1-worker.log"),
+    )
+    .unwrap_or_default();
+    // The forgery worked: git, reading that index, saw nothing changed.
+    assert!(
+        log.contains("forged") && log.contains("git sees no change"),
+        "{log}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(git(&r, &["show", "main:README.md"]).trim(), "changed");
 }

@@ -1,6 +1,7 @@
 //! What every part of an item's lifecycle shares: the item's context, how it asks to rest, the
 //! errors that keep it from running, an item the environment failed, where its work must stay
-//! ([`Anchor`]), what its shared git state was ([`Watched`]) and what of git's it could plant in ([`Planted`]) and the trip to the blocking pool.
+//! ([`Anchor`]), what its shared git state was ([`Watched`]), what it could plant in git's
+//! folders ([`Planted`]) and the trip to the blocking pool.
 //! It names no other part, and each part names only what it uses: no circle among them.
 
 use crate::engine::config::Effective;

@@ -28,18 +28,16 @@ pub(super) fn planted_watch(
     let common = repo.common_dir.clone()?;
     let kept_out = cx.sandbox.landlock
         && item.branch.is_some()
-        && rules
-            .is_some_and(|r| r.git.len() == 2 && r.git.iter().all(|g| r.only_files_in(g, workdir)));
+        && rules.is_some_and(|r| {
+            !r.git.is_empty() && r.git.iter().all(|g| r.only_files_in(g, workdir))
+        });
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let (own, dot_git) = if item.branch.is_some() {
         let dot = workdir.join(".git");
         let text = std::fs::read(&dot).ok()?;
-        let own = std::str::from_utf8(&text)
-            .ok()
-            .and_then(|t| t.strip_prefix("gitdir:"))
-            .map(|p| workdir.join(p.trim()))?;
+        let (own, _) = crate::git::worktree_git_dirs(workdir)?;
         (Some(own), Some((dot, text)))
     } else {
         (None, None)
