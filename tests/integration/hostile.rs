@@ -1100,6 +1100,47 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
     }
 }
 
+/// Run one item in a fresh repository `r` whose worker runs `before`, then the Python program
+/// `forge` (which rewrites the index and prints "forged"), then checks that git sees no change;
+/// a gate greps `file` for `line`. Asserts that the forgery worked (git believed it) and that
+/// the run completed; returns the repository.
+fn forged_index_run(
+    dir: &Path,
+    forge: &str,
+    before: &str,
+    file: &str,
+    line: &str,
+    branch: Option<&str>,
+) -> std::path::PathBuf {
+    let r = repo(&dir.join("r"));
+    std::fs::write(dir.join("forge.py"), forge).unwrap();
+    let worker = format!(
+        "{before} && sleep 1.1 && python3 {} && git diff --quiet && echo 'git sees no change'",
+        dir.join("forge.py").display()
+    );
+    let mut item = serde_json::json!({"repo": "r", "id": "a"});
+    if let Some(b) = branch {
+        item["branch"] = b.into();
+    }
+    let manifest = serde_json::json!({
+        "version": 1, "name": "forged", "repositories": [{"path": "r"}],
+        "worker": {"run": ["sh", "-c", worker]},
+        "gates": [{"name": "seen", "run": ["grep", "-qx", line, file]}],
+        "items": [item],
+    });
+    std::fs::write(dir.join("m.yaml"), manifest.to_string()).unwrap();
+    let out = run_in(dir, &["apply", "m.yaml"]);
+    let log = std::fs::read_to_string(dir.join("runner-reports/latest/logs/r/a/1-worker.log"))
+        .unwrap_or_default();
+    // The forgery itself worked: git, reading that index, saw nothing changed.
+    assert!(
+        log.contains("forged") && log.contains("git sees no change"),
+        "{log}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    r
+}
+
 /// A worker that rewrites its worktree's index so that a file's entry names other content (its
 /// stat data left as the file's, the index's checksum made again) does not get that content
 /// committed: the gates judged the file on disk, and the item's commit holds that file. Runner
@@ -1108,11 +1149,7 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
 #[test]
 fn content_no_gate_saw_is_never_committed_through_a_forged_index() {
     let dir = tempfile::tempdir().unwrap();
-    let r = repo(&dir.path().join("r"));
-    let forge = dir.path().join("forge.py");
-    std::fs::write(
-        &forge,
-        r#"import hashlib, subprocess, sys
+    let forge = r#"import hashlib, subprocess
 evil = subprocess.run(["git", "hash-object", "-w", "--stdin"], input=b"evil\n",
                       capture_output=True, check=True).stdout.strip().decode()
 good = subprocess.run(["git", "rev-parse", ":f.txt"], capture_output=True,
@@ -1123,32 +1160,15 @@ data = open(index, "rb").read()[:-20]
 data = data.replace(bytes.fromhex(good), bytes.fromhex(evil))
 open(index, "wb").write(data + hashlib.sha1(data).digest())
 print("forged", good, "->", evil)
-"#,
-    )
-    .unwrap();
-    let worker = format!(
-        "printf 'good\\n' > f.txt && sleep 1.1 && git add f.txt && python3 {} && git diff --quiet -- f.txt && echo 'git sees no change'",
-        forge.display()
+"#;
+    let r = forged_index_run(
+        dir.path(),
+        forge,
+        "printf 'good\\n' > f.txt && sleep 1.1 && git add f.txt",
+        "f.txt",
+        "good",
+        Some("work/a"),
     );
-    let manifest = serde_json::json!({
-        "version": 1, "name": "forged", "repositories": [{"path": "r"}],
-        "worker": {"run": ["sh", "-c", worker]},
-        "gates": [{"name": "good", "run": ["grep", "-qx", "good", "f.txt"]}],
-        "items": [{"repo": "r", "id": "a", "branch": "work/a"}],
-    });
-    std::fs::write(dir.path().join("m.yaml"), manifest.to_string()).unwrap();
-    let out = run_in(dir.path(), &["apply", "m.yaml"]);
-    let log = std::fs::read_to_string(
-        dir.path()
-            .join("runner-reports/latest/logs/r/a/1-worker.log"),
-    )
-    .unwrap_or_default();
-    // The forgery itself worked: git, reading that index, saw the file as unchanged.
-    assert!(
-        log.contains("forged") && log.contains("git sees no change"),
-        "{log}"
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(git(&r, &["show", "work/a:f.txt"]).trim(), "good");
 }
 
@@ -1161,11 +1181,7 @@ print("forged", good, "->", evil)
 #[test]
 fn an_index_rewritten_to_prove_a_changed_checkout_clean_is_not_believed() {
     let dir = tempfile::tempdir().unwrap();
-    let r = repo(&dir.path().join("r"));
-    let forge = dir.path().join("forge.py");
-    std::fs::write(
-        &forge,
-        r#"import hashlib, os, struct, subprocess
+    let forge = r#"import hashlib, os, struct, subprocess
 index = subprocess.run(["git", "rev-parse", "--git-path", "index"], capture_output=True,
                        check=True).stdout.strip().decode()
 data = bytearray(open(index, "rb").read()[:-20])
@@ -1176,31 +1192,14 @@ struct.pack_into(">IIIIIIIIII", data, at, int(st.st_ctime), st.st_ctime_ns % 10*
                  st.st_ino & 0xffffffff, 0o100644, st.st_uid, st.st_gid, st.st_size)
 open(index, "wb").write(bytes(data) + hashlib.sha1(bytes(data)).digest())
 print("forged")
-"#,
-    )
-    .unwrap();
-    let worker = format!(
-        "git update-index --refresh -q; printf 'changed\\n' > README.md && sleep 1.1 && python3 {} && git diff --quiet && echo 'git sees no change'",
-        forge.display()
+"#;
+    let r = forged_index_run(
+        dir.path(),
+        forge,
+        "git update-index --refresh -q; printf 'changed\\n' > README.md",
+        "README.md",
+        "changed",
+        None,
     );
-    let manifest = serde_json::json!({
-        "version": 1, "name": "proof", "repositories": [{"path": "r"}],
-        "worker": {"run": ["sh", "-c", worker]},
-        "gates": [{"name": "changed", "run": ["grep", "-qx", "changed", "README.md"]}],
-        "items": [{"repo": "r", "id": "a"}],
-    });
-    std::fs::write(dir.path().join("m.yaml"), manifest.to_string()).unwrap();
-    let out = run_in(dir.path(), &["apply", "m.yaml"]);
-    let log = std::fs::read_to_string(
-        dir.path()
-            .join("runner-reports/latest/logs/r/a/1-worker.log"),
-    )
-    .unwrap_or_default();
-    // The forgery worked: git, reading that index, saw nothing changed.
-    assert!(
-        log.contains("forged") && log.contains("git sees no change"),
-        "{log}"
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(git(&r, &["show", "main:README.md"]).trim(), "changed");
 }
