@@ -10,15 +10,15 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-/// Two repositories, two items each; a worker that marks its start and sleeps 2 s, then a gate.
-fn manifest(root: &Path) {
+/// Two repositories, two items each; a worker that marks its start and runs `then`, then a gate.
+fn manifest(root: &Path, then: &str) {
     for r in ["api", "web"] {
         repo(&root.join(r));
     }
     std::fs::write(
         root.join("m.yaml"),
         format!(
-            "version: 1\nname: watched\ncapacity: {{workers: 2}}\nrepositories: [{{path: api}}, {{path: web}}]\nworker: {{run: 'touch {}/started-$RUNNER_ITEM; sleep 2'}}\ngates: [{{name: tests, run: 'sleep 0.2'}}]\nitems: [{{repo: api, id: one}}, {{repo: api, id: two}}, {{repo: web, id: three}}, {{repo: web, id: four}}]\n",
+            "version: 1\nname: watched\ncapacity: {{workers: 2}}\nrepositories: [{{path: api}}, {{path: web}}]\nworker: {{run: 'touch {}/started-$RUNNER_ITEM; {then}'}}\ngates: [{{name: tests, run: 'sleep 0.2'}}]\nitems: [{{repo: api, id: one}}, {{repo: api, id: two}}, {{repo: web, id: three}}, {{repo: web, id: four}}]\n",
             root.display()
         ),
     )
@@ -39,7 +39,7 @@ fn drain(root: &Path) -> Child {
 fn piped_the_watch_prints_plain_pictures_of_what_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    manifest(root);
+    manifest(root, "sleep 2");
     let mut d = drain(root);
     assert!(wait_for(20, || root.join("started-one").exists()));
     let mut watch = runner()
@@ -92,7 +92,16 @@ fn in_a_terminal_the_watch_redraws_in_place() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    manifest(root);
+    // The first worker holds its slot until the test has seen the screen twice (at most 60 s):
+    // on a loaded machine tmux and the watch may take longer to start than a fixed sleep.
+    let release = root.join("release");
+    manifest(
+        root,
+        &format!(
+            "i=0; while [ ! -e {} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+            release.display()
+        ),
+    );
     let mut d = drain(root);
     assert!(wait_for(20, || root.join("started-one").exists()));
     let session = format!("runner-watch-{}", std::process::id());
@@ -141,6 +150,7 @@ fn in_a_terminal_the_watch_redraws_in_place() {
     let later =
         String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned();
     tmux(&["kill-server"]);
+    std::fs::write(&release, "").unwrap();
     let _ = d.wait();
     assert!(shown, "{screen}");
     assert_eq!(
