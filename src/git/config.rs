@@ -2,169 +2,87 @@
 //! once per repository (its filter drivers, who commits). A git process for that costs a few
 //! milliseconds of a short item; reading the file costs microseconds.
 //!
-//! [`entries`] parses git's configuration syntax — sections with quoted and old-style
-//! subsections, variables with and without a value, quoting, escapes, comments, continued
-//! lines — into each variable's canonical name and value, in order. Anything it does not read
-//! exactly as git does is `None`, and the caller asks git.
+//! The syntax — sections with quoted and old-style subsections, variables with and without a
+//! value, quoting, escapes, comments, continued lines — is parsed by gitoxide's `gix-config`
+//! (fuzzed upstream); [`entries`] turns its events into each variable's canonical name and
+//! value, in order, as `git config --list` names them. What git would not read, or a variable
+//! before any section, is `None`, and the caller asks git; so is any include, by the caller
+//! (the cascade of scopes and includes is git's answer, asked once per run: `command.rs`).
+//! The tests hold it to git itself, on files drawn at random from git's syntax.
 
 /// Each variable of the configuration `text` as `section[.subsection].name` (section and name
 /// lower-cased, the subsection as written) and its value (`None` for a variable written without
 /// `=`, which git reads as true), in the file's order. `None` when the text is not one git
-/// would read the same way (a syntax error git would report, a NUL).
+/// would read the same way (a syntax error, a NUL, a variable before any section).
 pub(super) fn entries(text: &str) -> Option<Vec<(String, Option<String>)>> {
+    use gix_config::parse::{EventRef, Events};
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.contains('\0') {
         return None;
     }
-    let mut p = Parser {
-        chars: text.chars().peekable(),
-    };
+    let events = Events::from_bytes(text.as_bytes(), None).ok()?;
+    if events
+        .frontmatter()
+        .any(|e| matches!(e, EventRef::SectionValueName(_)))
+    {
+        return None;
+    }
     let mut out = Vec::new();
-    let mut section: Option<String> = None;
-    loop {
-        let Some(c) = p.next() else {
-            return Some(out);
-        };
-        match c {
-            c if c.is_whitespace() => {}
-            '#' | ';' => p.skip_line(),
-            '[' => section = Some(p.header()?),
-            c if c.is_ascii_alphabetic() => {
-                let prefix = section.as_deref()?;
-                let mut name = String::from(c.to_ascii_lowercase());
-                while let Some(&c) = p.chars.peek() {
-                    if !(c.is_ascii_alphanumeric() || c == '-') {
-                        break;
-                    }
-                    name.push(c.to_ascii_lowercase());
-                    p.chars.next();
-                }
-                while matches!(p.chars.peek(), Some(' ' | '\t')) {
-                    p.chars.next();
-                }
-                let value = match p.next() {
-                    None | Some('\n') => None,
-                    Some('=') => Some(p.value()?),
-                    Some(_) => return None,
-                };
-                out.push((format!("{prefix}.{name}"), value));
-            }
-            _ => return None,
-        }
-    }
-}
-
-struct Parser<'a> {
-    chars: std::iter::Peekable<std::str::Chars<'a>>,
-}
-
-impl Parser<'_> {
-    /// The next character, a CR before a newline read as the newline.
-    fn next(&mut self) -> Option<char> {
-        let c = self.chars.next()?;
-        if c == '\r' && self.chars.peek() == Some(&'\n') {
-            return self.chars.next();
-        }
-        Some(c)
-    }
-
-    fn skip_line(&mut self) {
-        while let Some(c) = self.next() {
-            if c == '\n' {
-                return;
-            }
-        }
-    }
-
-    /// A section header after its `[`: `section`, `section "subsection"` or the old
-    /// `section.subsection` (lower-cased).
-    fn header(&mut self) -> Option<String> {
-        let mut name = String::new();
-        loop {
-            match self.next()? {
-                ']' => return (!name.is_empty()).then_some(name),
-                c if c.is_ascii_alphanumeric() || c == '-' || c == '.' => {
-                    name.push(c.to_ascii_lowercase());
-                }
-                ' ' | '\t' => break,
-                _ => return None,
-            }
-        }
-        // `[section "subsection"]`: only blanks before the quote, nothing but `]` after it.
-        if name.is_empty() || name.contains('.') {
+    for section in events.sections() {
+        let EventRef::SectionHeader {
+            name,
+            separator,
+            subsection_name,
+        } = section.header()
+        else {
             return None;
-        }
-        let c = loop {
-            match self.next()? {
-                ' ' | '\t' => {}
-                c => break c,
-            }
         };
-        if c != '"' {
-            return None;
-        }
-        name.push('.');
-        loop {
-            match self.next()? {
-                '"' => break,
-                '\n' => return None,
-                '\\' => match self.next()? {
-                    '\n' => return None,
-                    c => name.push(c),
-                },
-                c => name.push(c),
+        let mut prefix = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
+        if let Some(sub) = subsection_name {
+            let sub = std::str::from_utf8(sub).ok()?;
+            prefix.push('.');
+            // `[section.subsection]`, the old spelling, is lower-cased whole; a quoted one is
+            // kept as written.
+            match separator.map(|s| -> &[u8] { s.as_ref() }) {
+                Some(b".") => prefix.push_str(&sub.to_ascii_lowercase()),
+                _ => prefix.push_str(sub),
             }
         }
-        (self.next()? == ']').then_some(name)
-    }
-
-    /// A value after its `=`, to the end of its line: blanks around it dropped, quotes and
-    /// escapes resolved, a comment outside quotes ended at, a line ending in `\` continued.
-    fn value(&mut self) -> Option<String> {
-        let mut value = String::new();
-        // Blanks held until something follows them: trailing ones are not part of the value,
-        // nor are those before it.
-        let mut blanks = String::new();
-        let mut quoted = false;
-        loop {
-            let Some(c) = self.next() else {
-                return (!quoted).then_some(value);
-            };
-            match c {
-                '\n' if quoted => return None,
-                '\n' => return Some(value),
-                ' ' | '\t' if !quoted => {
-                    if !value.is_empty() {
-                        blanks.push(c);
+        let mut key: Option<String> = None;
+        let mut has_value = false;
+        let mut partial = Vec::new();
+        for event in section.body() {
+            match event {
+                EventRef::SectionValueName(k) => {
+                    if let Some(k) = key.take() {
+                        out.push((k, None));
                     }
+                    let k = std::str::from_utf8(k).ok()?.to_ascii_lowercase();
+                    key = Some(format!("{prefix}.{k}"));
+                    has_value = false;
                 }
-                '#' | ';' if !quoted => {
-                    self.skip_line();
-                    return Some(value);
-                }
-                '\\' => {
-                    let escaped = match self.next()? {
-                        '\n' => continue,
-                        'n' => '\n',
-                        't' => '\t',
-                        'b' => '\u{8}',
-                        c @ ('\\' | '"') => c,
-                        _ => return None,
+                EventRef::KeyValueSeparator => has_value = true,
+                EventRef::ValueNotDone(v) => partial.extend_from_slice(v),
+                EventRef::Value(v) | EventRef::ValueDone(v) => {
+                    partial.extend_from_slice(v);
+                    let raw = std::mem::take(&mut partial);
+                    let k = key.take()?;
+                    let value = if has_value {
+                        let v = gix_config::value::normalize(raw.as_slice());
+                        Some(String::from_utf8(v.to_vec()).ok()?)
+                    } else {
+                        None
                     };
-                    value.push_str(&std::mem::take(&mut blanks));
-                    value.push(escaped);
+                    out.push((k, value));
                 }
-                '"' => {
-                    value.push_str(&std::mem::take(&mut blanks));
-                    quoted = !quoted;
-                }
-                c => {
-                    value.push_str(&std::mem::take(&mut blanks));
-                    value.push(c);
-                }
+                _ => {}
             }
         }
+        if let Some(k) = key {
+            out.push((k, None));
+        }
     }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -245,8 +163,36 @@ mod tests {
         assert_eq!(entries("name = before any section\n"), None);
     }
 
+    /// A file of sections and variables, each piece drawn from what git's syntax allows and a
+    /// little it does not: headers plain, quoted and old-style, names in mixed case, values
+    /// with quotes, escapes, comments, blanks and continued lines.
+    fn config_file() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let header = prop_oneof![
+            "\\[[a-zA-Z][a-zA-Z0-9-]{0,3}\\]",
+            "\\[[a-zA-Z][a-zA-Z-]{0,3}[ \t]{1,2}\"([a-zA-Z .#;=\\]\\-]|\\\\[\"\\\\a-z]){0,6}\"\\]",
+            "\\[[a-zA-Z]{1,3}\\.[a-zA-Z.]{0,4}\\]",
+        ];
+        let variable = "[ \t]{0,2}[a-zA-Z][a-zA-Z0-9-]{0,4}([ \t]{0,2}=[ \t]{0,2}([a-zA-Z0-9 \t#;=.\"]|\\\\[ntb\"\\\\\n]){0,10})?([ \t]*[#;][a-z ]{0,4})?";
+        let line = prop_oneof![
+            2 => header,
+            5 => variable,
+            1 => "[ \t]{0,2}[#;][a-z \"]{0,5}",
+            1 => Just(String::new()),
+        ];
+        (
+            proptest::collection::vec(line, 1..8),
+            prop_oneof![Just("\n"), Just("\r\n")],
+        )
+            .prop_map(|(lines, end)| {
+                let mut text = lines.join(end);
+                text.push_str(end);
+                text
+            })
+    }
+
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
         /// Whatever it reads, it reads as git does; what it cannot, it leaves to git.
         #[test]
         fn never_reads_a_file_otherwise_than_git(
@@ -254,6 +200,15 @@ mod tests {
         ) {
             let dir = tempfile::tempdir().unwrap();
             let text = format!("[s \"t\"]\n{body}");
+            if let Some(ours) = entries(&text) {
+                proptest::prop_assert_eq!(Some(ours), git_reads(dir.path(), &text), "{:?}", text);
+            }
+        }
+
+        /// The same for files made of git's syntax, where most are read.
+        #[test]
+        fn reads_files_of_sections_and_variables_as_git_does(text in config_file()) {
+            let dir = tempfile::tempdir().unwrap();
             if let Some(ours) = entries(&text) {
                 proptest::prop_assert_eq!(Some(ours), git_reads(dir.path(), &text), "{:?}", text);
             }
