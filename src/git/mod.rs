@@ -627,15 +627,30 @@ fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<St
 /// committer at this second in the local time zone, written to the repository's objects.
 /// `None` where git is to make it (see [`command::commit_idents`] and [`local::write_object`]).
 fn commit_in_process(dir: &Path, tree: &str, parent: &str, message: &str) -> Option<String> {
+    use gix_object::WriteTo;
     if !full_object_name(tree) || !full_object_name(parent) || message.contains('\0') {
         return None;
     }
     let [(an, ae), (cn, ce)] = command::commit_idents(dir)?;
-    let when = git_now();
-    let body = format!(
-        "tree {tree}\nparent {parent}\nauthor {an} <{ae}> {when}\ncommitter {cn} <{ce}> {when}\n\n{message}\n"
-    );
-    local::write_object(dir, "commit", body.as_bytes())
+    let now = jiff::Zoned::now();
+    let time = gix_date::Time::new(now.timestamp().as_second(), now.offset().seconds());
+    let sign = |name: String, email: String| gix_actor::Signature {
+        name: name.into(),
+        email: email.into(),
+        time,
+    };
+    let commit = gix_object::Commit {
+        tree: gix_hash::ObjectId::from_hex(tree.as_bytes()).ok()?,
+        parents: [gix_hash::ObjectId::from_hex(parent.as_bytes()).ok()?].into(),
+        author: sign(an, ae),
+        committer: sign(cn, ce),
+        encoding: None,
+        message: format!("{message}\n").into(),
+        extra_headers: Vec::new(),
+    };
+    let mut body = Vec::new();
+    commit.write_to(&mut body).ok()?;
+    local::write_object(dir, "commit", &body)
 }
 
 /// Make the index of `dir` match HEAD again, leaving the files as they are.

@@ -5,12 +5,15 @@
 //! Only an index the checkout reader fully understands, in a repository of SHA-1 objects, is
 //! written here; anything else is git's.
 //!
-//! Objects are read through gitoxide (`super::objects`); writing stays here: a new fan-out
-//! folder takes the object folder's own mode, as git makes it in a shared repository, without
-//! reading `core.sharedRepository`, and the trees are differential-tested against
-//! `git write-tree`.
+//! Trees (and the commits `super::super::commit_in_process` makes) are encoded and hashed by
+//! gitoxide's `gix-object`, which orders a tree's entries as git does and refuses a name with a
+//! NUL (an empty one is refused here). Objects are read through gitoxide too
+//! (`super::objects`). Only the writing of a loose object stays here: a new fan-out folder takes
+//! the object folder's own mode, as git makes it in a shared repository, without reading
+//! `core.sharedRepository` (gitoxide's loose store makes it with the process's umask). The
+//! trees are differential-tested against `git write-tree`.
 
-use sha1::{Digest, Sha1};
+use gix_object::WriteTo;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -75,9 +78,12 @@ impl Store<'_> {
 
     /// Store object `body` of kind `kind` (unless there already); its name.
     fn put(&self, kind: &str, body: &[u8]) -> Option<Oid> {
-        let mut raw = format!("{kind} {}\0", body.len()).into_bytes();
-        raw.extend_from_slice(body);
-        let oid: Oid = Sha1::digest(&raw).into();
+        let kind = gix_object::Kind::from_bytes(kind.as_bytes()).ok()?;
+        let oid: Oid = gix_object::compute_hash(gix_hash::Kind::Sha1, kind, body)
+            .ok()?
+            .as_slice()
+            .try_into()
+            .ok()?;
         if self.has(&oid)? {
             return Some(oid);
         }
@@ -98,6 +104,8 @@ impl Store<'_> {
             .prefix("tmp_obj_")
             .tempfile_in(&dir)
             .ok()?;
+        let mut raw = gix_object::encode::loose_header(kind, body.len() as u64).to_vec();
+        raw.extend_from_slice(body);
         let packed = miniz_oxide::deflate::compress_to_vec_zlib(&raw, 1);
         tmp.write_all(&packed).ok()?;
         tmp.as_file()
@@ -111,36 +119,39 @@ impl Store<'_> {
 /// The tree of the entries under the folder whose path (with its `/`) is the first `depth`
 /// bytes of `entries[0].path`, written; and how many entries it took.
 fn tree_of(entries: &[Entry<'_>], depth: usize, store: &Store<'_>) -> Option<(Oid, usize)> {
+    use gix_object::tree;
     let prefix = &entries.first()?.0[..depth];
-    // (name, mode, oid), a folder's name ending in `/` for the order git sorts trees in.
-    let mut items: Vec<(Vec<u8>, u32, Oid)> = Vec::new();
+    let mut items: Vec<tree::Entry> = Vec::new();
     let mut i = 0;
     while i < entries.len() && entries[i].0.starts_with(prefix) {
         let rest = &entries[i].0[depth..];
-        match rest.iter().position(|&b| b == b'/') {
+        let (name, mode, oid) = match rest.iter().position(|&b| b == b'/') {
             None => {
-                items.push((rest.to_vec(), entries[i].1, entries[i].2));
+                let (_, mode, oid) = entries[i];
                 i += 1;
+                (rest, tree::EntryMode::try_from(mode).ok()?, oid)
             }
             Some(slash) => {
-                let mut name = rest[..=slash].to_vec();
                 let (oid, used) = tree_of(&entries[i..], depth + slash + 1, store)?;
-                items.push((std::mem::take(&mut name), 0o40000, oid));
                 i += used;
+                (&rest[..slash], tree::EntryKind::Tree.into(), oid)
             }
-        }
-    }
-    items.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut body = Vec::with_capacity(items.len() * 40);
-    for (name, mode, oid) in &items {
-        let name = name.strip_suffix(b"/").unwrap_or(name);
-        if name.is_empty() || name.contains(&0) {
+        };
+        // git writes no nameless entry (a path with `//`, or ending in `/`); gitoxide would.
+        if name.is_empty() {
             return None;
         }
-        body.extend_from_slice(format!("{mode:o} ").as_bytes());
-        body.extend_from_slice(name);
-        body.push(0);
-        body.extend_from_slice(oid);
+        items.push(tree::Entry {
+            mode,
+            filename: name.into(),
+            oid: gix_hash::ObjectId::from_bytes_or_panic(&oid),
+        });
     }
+    // git's order: by name, a folder's name read as if it ended in `/`.
+    items.sort();
+    let mut body = Vec::with_capacity(items.len() * 40);
+    gix_object::Tree { entries: items }
+        .write_to(&mut body)
+        .ok()?;
     Some((store.put("tree", &body)?, i))
 }
