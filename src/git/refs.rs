@@ -8,6 +8,11 @@
 //! checkout the in-process reader does not read ([`super::local::git_dirs`]: another ref store,
 //! another user's repository), a lock already held (git waits for it a
 //! little), a ref that is not where expected (git says so in its own words), a symbolic ref.
+//!
+//! Not through `gix-ref`'s transactions: they read the ref under its lock with a plain `open`,
+//! which a FIFO left at the ref's path holds for ever (see `local/heads.rs`); the value is read
+//! here as every ref is ([`local::ref_target`]). The moves and their reflog lines are
+//! differential-tested against `git update-ref`.
 
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};

@@ -1,4 +1,12 @@
 //! HEAD and refs, loose or packed, read from the repository's files.
+//!
+//! Read here rather than through gitoxide's `gix-ref`, which opens a loose ref or `packed-refs`
+//! with a plain `open` and reads it to its end: a worker that leaves a FIFO where a ref goes
+//! makes that wait for ever (tried: `try_find("refs/heads/planted")` on such a repository was
+//! still waiting when killed). Every file here is read through
+//! [`crate::support::fs::read_regular`], which opens without waiting and refuses anything but a
+//! regular file; a ref this does not read plainly (symbolic, broken, a name git would refuse)
+//! is left to git, which runs with a deadline.
 
 use std::collections::BTreeSet;
 use std::io::ErrorKind;

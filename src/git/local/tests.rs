@@ -385,6 +385,50 @@ fn branches_are_read_as_git_lists_them() {
     assert_eq!(branches(d), None, "a broken ref is left to git");
 }
 
+/// A FIFO where a ref or `packed-refs` goes is not waited on: each read refuses it at once and
+/// leaves the question to git (which runs with a deadline). A plain `open` of it, as
+/// `gix-ref` makes, would wait until something wrote to it.
+#[test]
+fn a_fifo_at_a_ref_is_refused_not_waited_on() {
+    let t = repo();
+    let d = t.path();
+    let head = git(d, &["rev-parse", "HEAD"]).trim().to_string();
+    let git_dir = d.join(".git");
+    let branch = git(d, &["branch", "--show-current"]).trim().to_string();
+    for fifo in ["refs/heads/planted", "packed-refs"] {
+        let path = git_dir.join(fifo);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(branches(d), None, "{fifo}");
+        assert_eq!(ref_target(&git_dir, "refs/heads/planted"), None, "{fifo}");
+        if fifo == "packed-refs" {
+            // A loose ref is read before the packed ones are looked at.
+            let own = format!("refs/heads/{branch}");
+            assert_eq!(ref_target(&git_dir, &own), Some(Some(head.clone())));
+            assert_eq!(ref_target(&git_dir, "refs/heads/absent"), None, "{fifo}");
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{fifo}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+    // Without its guard: a plain open waits (here, until the deadline of a thread's join).
+    let path = git_dir.join("refs/heads/planted");
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(std::fs::read(&path).is_ok()));
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "a plain read of a FIFO returned"
+    );
+    // Let the waiting reader end.
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .open(git_dir.join("refs/heads/planted"));
+}
+
 #[test]
 fn head_is_read_whatever_the_state_of_the_files() {
     let t = repo();
