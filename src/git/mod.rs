@@ -4,9 +4,9 @@
 //! [`snapshot`]). What runner asks of every item, where a git process would cost more than the
 //! item, is read and written in process from git's own files: the checkout's HEAD, refs and
 //! index ([`local`]), commits and tags through gitoxide's object database (loose or packed,
-//! whole or as deltas), the configuration
-//! ([`config`]), a branch moved with its reflog ([`refs`]), trees written from an index
-//! (`local::trees`). Each in-process piece is checked against git in differential tests and
+//! whole or as deltas), the configuration through `gix-config` ([`config`]), a branch moved
+//! with its reflog ([`refs`]), trees written from an index and commits, encoded by
+//! `gix-object` (`local::trees`). Each in-process piece is checked against git in differential tests and
 //! answers `None` — ask git — for anything it does not read exactly as git does; the readers
 //! trust no size or count a file gives, since a worker can write them.
 //!

@@ -148,20 +148,18 @@ pub(super) fn resolve_marker(git_dir: &Path, marker: &str) -> Option<Oid> {
     None
 }
 
-/// A commit's parents, from the start of its body (the header lines come first).
+/// A commit's parents, from the start of its body (the header lines come first), through
+/// gitoxide's commit parser.
 pub(super) fn parents(body: &[u8]) -> Option<Vec<Oid>> {
+    use gix_object::commit::ref_iter::Token;
     let mut out = Vec::new();
-    let mut lines = body.split(|&b| b == b'\n');
-    lines.next()?.strip_prefix(b"tree ")?;
-    for line in lines {
-        match line.strip_prefix(b"parent ") {
-            Some(p) => out.push(parse_oid(p)?),
-            None => {
-                // The header ends the parents: the author line follows them. A body cut short
-                // before it says nothing.
-                line.strip_prefix(b"author ")?;
-                return Some(out);
-            }
+    for token in gix_object::CommitRefIter::from_bytes(body, gix_hash::Kind::Sha1) {
+        match token.ok()? {
+            Token::Tree { .. } => {}
+            Token::Parent { id } => out.push(id.as_slice().try_into().ok()?),
+            // The parents end at the author line; a body cut short before it says nothing.
+            Token::Author { .. } => return Some(out),
+            _ => return None,
         }
     }
     None

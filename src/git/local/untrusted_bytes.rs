@@ -1,6 +1,6 @@
-//! Property tests of the formats read from files a worker can write — by hand: the index, the
-//! start of a commit, the configuration; through gitoxide: pack indexes, packs and loose objects
-//! — for any bytes (random, or a real file of git's with bytes changed), each reader returns: it
+//! Property tests of the formats read from files a worker can write — by hand: the index;
+//! through gitoxide: the configuration, the start of a commit, pack indexes, packs and loose
+//! objects — for any bytes (random, or a real file of git's with bytes changed), each reader returns: it
 //! never panics, never loops, and never makes room for more than a small multiple of what it was
 //! given.
 //!
