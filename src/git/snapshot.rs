@@ -125,8 +125,8 @@ pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
 /// hashed again): an entry a worker rewrote to name other content, its stat data left as the
 /// file's, once had runner commit content no gate saw.
 pub struct BaseIndex {
-    /// The copy (its modification time the original's); `None`: the checkout had no index.
-    copy: Option<tempfile::TempPath>,
+    /// The copy; `None`: the checkout had no index.
+    copy: Option<Copy>,
     /// The checkout's index file, and what `lstat` said of it when it was copied.
     path: std::path::PathBuf,
     stamp: Option<IndexStamp>,
@@ -152,6 +152,16 @@ fn index_stamp(path: &Path) -> Option<IndexStamp> {
     })
 }
 
+/// Where the copy of an index is kept.
+enum Copy {
+    /// A small index, in memory, with the original's modification time: most items leave their
+    /// checkout's index untouched and never need the copy as a file, whose making and removal
+    /// cost more than the rest of a short item's checks.
+    Bytes(Vec<u8>, std::time::SystemTime),
+    /// A file (its modification time the original's).
+    File(tempfile::TempPath),
+}
+
 impl BaseIndex {
     /// Whether the checkout's index is still the file that was copied, untouched: then what it
     /// says is runner's, and a proof read from it holds.
@@ -159,19 +169,25 @@ impl BaseIndex {
         index_stamp(&self.path) == self.stamp
     }
 
-    /// Copy the index at `path`.
-    fn of(path: std::path::PathBuf) -> std::io::Result<BaseIndex> {
+    /// Copy the index at `path`: into memory when `in_memory` (it is at most [`SMALL_INDEX`]
+    /// bytes long), else into a file.
+    fn of(path: std::path::PathBuf, in_memory: bool) -> std::io::Result<BaseIndex> {
         let stamp = index_stamp(&path);
         let copy = match stamp {
             Some(_) => {
                 let written = std::fs::metadata(&path)?.modified()?;
-                let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
-                crate::support::fs::copy_regular(&path, &tmp)?;
-                std::fs::File::options()
-                    .write(true)
-                    .open(&tmp)?
-                    .set_modified(written)?;
-                Some(tmp)
+                Some(if in_memory {
+                    let bytes = crate::support::fs::read_regular(&path, Some(SMALL_INDEX))?;
+                    Copy::Bytes(bytes, written)
+                } else {
+                    let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
+                    crate::support::fs::copy_regular(&path, &tmp)?;
+                    std::fs::File::options()
+                        .write(true)
+                        .open(&tmp)?
+                        .set_modified(written)?;
+                    Copy::File(tmp)
+                })
             }
             None => None,
         };
@@ -188,15 +204,15 @@ const SMALL_INDEX: u64 = 64 * 1024;
 pub fn base_index_small(dir: &Path) -> Option<BaseIndex> {
     let path = local::index_file(dir)?;
     match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.is_file() && m.len() <= SMALL_INDEX => BaseIndex::of(path).ok(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BaseIndex::of(path).ok(),
+        Ok(m) if m.is_file() && m.len() <= SMALL_INDEX => BaseIndex::of(path, true).ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BaseIndex::of(path, true).ok(),
         _ => None,
     }
 }
 
 /// Copy the index of the checkout at `dir` ([`BaseIndex`]).
 pub fn base_index(dir: &Path) -> Result<BaseIndex, GitError> {
-    Ok(BaseIndex::of(index_path(dir)?)?)
+    Ok(BaseIndex::of(index_path(dir)?, false)?)
 }
 
 /// Where the index of the checkout at `dir` is.
@@ -226,15 +242,13 @@ pub fn snapshot_from(
     base: Option<&BaseIndex>,
 ) -> Result<(String, tempfile::TempPath), GitError> {
     // None: there was no index; every file is hashed.
-    let index: Option<std::path::PathBuf> = match base {
-        Some(b) => b.copy.as_ref().map(|c| c.to_path_buf()),
-        None => Some(index_path(dir)?),
+    let (index, kept): (Option<std::path::PathBuf>, _) = match base.map(|b| &b.copy) {
+        Some(Some(Copy::File(c))) => (Some(c.to_path_buf()), None),
+        Some(Some(Copy::Bytes(bytes, written))) => (None, Some((bytes, *written))),
+        Some(None) => (None, None),
+        None => (Some(index_path(dir)?), None),
     };
     let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
-    if index.is_none() {
-        // git reads an empty file as a broken index, and a missing one as an empty index.
-        std::fs::remove_file(&tmp)?;
-    }
     // Starting from the checkout's index keeps its stat data: only changed files are hashed.
     // The copy keeps the index's own time too. git (built, as by default, without nanosecond
     // timestamps) trusts the stat data of an entry only when its second is older than the index
@@ -242,17 +256,29 @@ pub fn snapshot_from(
     // read. A copy stamped now would make such an entry look settled, and a file rewritten with
     // as many bytes in that second would read as unchanged. The time is read first: an index
     // rewritten meanwhile only makes more entries racy.
-    let written = match index.as_deref().map(std::fs::metadata) {
-        Some(Ok(m)) => Some(m.modified()?),
-        Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-        _ => None,
+    let written = match (kept, &index) {
+        (Some((bytes, written)), _) => {
+            std::fs::write(&tmp, bytes)?;
+            Some(written)
+        }
+        (None, Some(index)) => match std::fs::metadata(index) {
+            Ok(m) => {
+                let written = m.modified()?;
+                std::fs::copy(index, &tmp)?;
+                Some(written)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e.into()),
+        },
+        (None, None) => None,
     };
-    if let (Some(written), Some(index)) = (written, &index) {
-        std::fs::copy(index, &tmp)?;
-        std::fs::File::options()
+    match written {
+        Some(written) => std::fs::File::options()
             .write(true)
             .open(&tmp)?
-            .set_modified(written)?;
+            .set_modified(written)?,
+        // git reads an empty file as a broken index, and a missing one as an empty index.
+        None => std::fs::remove_file(&tmp)?,
     }
     // Flags that tell git a file did not change (`assume-unchanged`, and `skip-worktree` on a
     // file that is there after all) would hide its edits from the snapshot: cleared in the copy.
