@@ -857,3 +857,20 @@ fn a_forged_loose_commit_is_not_believed() {
         .unwrap();
     assert_ne!(by_git.status.code(), Some(0), "git believed the forgery");
 }
+
+/// A checkout without an index (a clone made with `--no-checkout`, an index removed) is
+/// snapshot as git would stage it from nothing: every file hashed. The temporary index starts
+/// missing, not empty (git calls an empty index file broken: "index file smaller than
+/// expected").
+#[test]
+fn a_checkout_without_an_index_is_snapshot_from_nothing() {
+    let t = repo();
+    let d = t.path();
+    let head_tree = git(d, &["rev-parse", "HEAD^{tree}"]).trim().to_string();
+    std::fs::remove_file(d.join(".git/index")).unwrap();
+    let (tree, _index) = crate::git::snapshot(d).expect("a snapshot");
+    assert_eq!(tree, head_tree);
+    let base = crate::git::base_index_small(d).expect("no index is a small one");
+    let (tree, _index) = crate::git::snapshot_from(d, Some(&base)).expect("a snapshot");
+    assert_eq!(tree, head_tree);
+}
