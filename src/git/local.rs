@@ -51,7 +51,7 @@ pub(crate) use heads::ref_target;
 pub use history::behind;
 pub(crate) use history::is_ancestor;
 use index::Index;
-pub(crate) use index::{PlainIndex, plain_index_file};
+pub(crate) use index::{PlainIndex, overexpands, plain_index_file};
 pub use reads::Reads;
 use reads::{Oid, hex};
 pub(crate) use repo::{git_dirs, plain_config_text, removable_worktree};

@@ -31,6 +31,7 @@ pub use command::GitError;
 pub use command::command;
 use command::{base_command, checked, failed, run};
 pub use local::Reads;
+pub(crate) use local::overexpands as index_overexpands;
 pub use probe::*;
 pub use shared_state::SharedState;
 use snapshot::flagged;

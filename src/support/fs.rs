@@ -53,7 +53,7 @@ pub(crate) fn open_regular(
 }
 
 /// [`open_regular`], with the file's length as its one `fstat` found it.
-fn open_regular_len(
+pub(crate) fn open_regular_len(
     path: &Path,
     options: &mut std::fs::OpenOptions,
 ) -> std::io::Result<(File, u64)> {

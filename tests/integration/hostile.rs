@@ -1100,6 +1100,81 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
     }
 }
 
+/// A worker that leaves its checkout's index as a version 4 index whose every path keeps the
+/// whole of the one before and adds a byte (git's own writer makes it, from 4,000 entries named
+/// `a`, `aa`, `aaa`, …) hands every later reader a file that expands quadratically: 260 KB here
+/// lists 8 MB of paths, a 50 MB one some 300 GB, all held in memory by each git command. The
+/// item is held and the repository quarantined, the index named, before any git of runner's
+/// reads it — in place and in a worktree, whatever the kernel's rules (the worker may always
+/// write its index). The attack is real: git itself lists thirty times the file's size.
+#[test]
+fn an_index_made_to_expand_without_bound_is_named_not_handed_to_git() {
+    for in_place in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let keep = tempfile::tempdir().unwrap();
+        let r = repo(&dir.path().join("r"));
+        let planted = keep.path().join("planted-index");
+        // The paths `a`, `aa`, … as `git update-index --index-info` reads them.
+        let paths = keep.path().join("paths.awk");
+        std::fs::write(
+            &paths,
+            "BEGIN { p = \"\"; for (i = 1; i <= 4000; i++) { p = p \"a\"; printf \"100644 %s\\t%s\\n\", b, p } }\n",
+        )
+        .unwrap();
+        let worker = format!(
+            "b=$(git hash-object -w --stdin </dev/null) && awk -v b=$b -f {} \
+             | git update-index --index-info && git update-index --index-version 4 && \
+             cp \"$(git rev-parse --git-path index)\" {}",
+            paths.display(),
+            planted.display()
+        );
+        let mut first = serde_json::json!({"repo": "r", "id": "a"});
+        if !in_place {
+            first["branch"] = "work/a".into();
+        }
+        let manifest = serde_json::json!({
+            "version": 1, "name": "expanding", "repositories": [{"path": "r"}],
+            "worker": {"run": ["sh", "-c", worker]},
+            "items": [first, {"repo": "r", "id": "b"}],
+        })
+        .to_string();
+        std::fs::write(dir.path().join("m.yaml"), &manifest).unwrap();
+        let out = runner()
+            .current_dir(dir.path())
+            .env("RUNNER_SANDBOX_WRITABLE", keep.path())
+            .args(["apply", "m.yaml", "--no-progress"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "in place: {in_place}: {err}");
+        assert!(
+            err.contains("the item left an index git would exhaust memory on")
+                && err.contains("quarantined"),
+            "in place: {in_place}: {err}"
+        );
+        let report = common::latest_report(&dir.path().join("runner-reports"));
+        assert_eq!(
+            report["counts"]["held"], 2,
+            "in place: {in_place}: {report}"
+        );
+        // What git makes of the file: every path, expanded.
+        let size = std::fs::metadata(&planted).unwrap().len();
+        let listed = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&r)
+            .args(["ls-files", "-z"])
+            .env("GIT_INDEX_FILE", &planted)
+            .output()
+            .unwrap();
+        assert!(listed.status.success(), "{}", stderr(&listed));
+        assert!(
+            listed.stdout.len() as u64 > 30 * size,
+            "git listed {} bytes of paths from {size}",
+            listed.stdout.len()
+        );
+    }
+}
+
 /// Run one item in a fresh repository `r` whose worker runs `before`, then the Python program
 /// `forge` (which rewrites the index and prints "forged"), then checks that git sees no change;
 /// a gate greps `file` for `line`. Asserts that the forgery worked (git believed it) and that

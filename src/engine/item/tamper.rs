@@ -53,12 +53,13 @@ pub(super) fn planted_watch(
 
 /// After the item's processes: what they planted, if anything, named.
 fn planted(p: &Planted) -> Option<String> {
+    const LEFT: &str = "the item left what runner's git would wait on or follow";
     if let Some((dot, was)) = &p.dot_git {
         let same = std::fs::symlink_metadata(dot).is_ok_and(|m| m.is_file())
             && std::fs::read(dot).is_ok_and(|now| &now == was);
         if !same {
             return Some(format!(
-                "the worktree's `{}` file was changed (it led git to `{}`)",
+                "{LEFT}: the worktree's `{}` file was changed (it led git to `{}`)",
                 dot.display(),
                 String::from_utf8_lossy(was)
                     .trim()
@@ -67,10 +68,20 @@ fn planted(p: &Planted) -> Option<String> {
             ));
         }
     }
+    // Whatever the kernel allowed, the item could write its checkout's index; one made to
+    // expand without bound is not handed to git, whose every command would hold it expanded.
+    let index = p.own.as_deref().unwrap_or(&p.common).join("index");
+    if crate::git::index_overexpands(&index) {
+        return Some(format!(
+            "the item left an index git would exhaust memory on: `{}` is a version 4 index \
+             whose paths expand to more than eight times its size",
+            index.display()
+        ));
+    }
     if !p.walk {
         return None;
     }
-    crate::git::planted(&p.common, p.own.as_deref(), p.since)
+    crate::git::planted(&p.common, p.own.as_deref(), p.since).map(|why| format!("{LEFT}: {why}"))
 }
 
 /// The shared state of `repo` before `item` runs, the item's own refs left out: its work branch,
@@ -105,7 +116,7 @@ pub(super) fn watch(
 /// the item is held and the repository is to be quarantined, with what changed.
 pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut super::cx::ItemRun) -> bool {
     let what = if let Some(why) = icx.planted.as_ref().and_then(planted) {
-        format!("the item left what runner's git would wait on or follow: {why}")
+        why
     } else {
         let (Some(w), Some(common)) = (&icx.watched, &icx.repo.common_dir) else {
             return true;

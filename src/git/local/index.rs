@@ -190,6 +190,67 @@ pub(super) fn parse(data: &[u8], written: (u32, u32)) -> Option<Index> {
     })
 }
 
+/// Whether the index file at `path` is a version 4 index whose paths expand to more than
+/// [`PATHS_PER_BYTE`] times its size (and 64 KiB): one no git writes for a real tree, made to
+/// exhaust the memory of whatever reads it — git's own commands hold every expanded path. Its
+/// entries are walked without expanding anything. A file that is not such an index (another
+/// version, unreadable, cut short) is `false`: what reads it next says what is wrong with it.
+pub(crate) fn overexpands(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(mut file) =
+        crate::support::fs::open_regular_len(path, std::fs::OpenOptions::new().read(true))
+            .map(|(f, _)| f)
+    else {
+        return false;
+    };
+    let mut head = [0u8; 12];
+    if file.read_exact(&mut head).is_err() || &head[..4] != b"DIRC" || head[4..8] != [0, 0, 0, 4] {
+        return false;
+    }
+    let mut data = head.to_vec();
+    file.read_to_end(&mut data).is_ok() && overexpands_bytes(&data)
+}
+
+/// [`overexpands`] of an index's bytes.
+pub(super) fn overexpands_bytes(data: &[u8]) -> bool {
+    if data.len() < 12 + 20 || data[..4] != *b"DIRC" || data[4..8] != [0, 0, 0, 4] {
+        return false;
+    }
+    let head = &data[..12];
+    let count = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as u64;
+    let budget = (data.len() as u64)
+        .saturating_mul(PATHS_PER_BYTE as u64)
+        .saturating_add(64 * 1024);
+    let end = data.len() - 20;
+    let (mut i, mut prev, mut total) = (12usize, 0u64, 0u64);
+    for _ in 0..count {
+        let Some(flags) = data.get(i + 60..i + 62) else {
+            return false;
+        };
+        // An extended entry has two more bytes of flags.
+        let mut at = i + 62 + if flags[0] & 0x40 != 0 { 2 } else { 0 };
+        let Some(strip) = varint(data, &mut at) else {
+            return false;
+        };
+        let Some(len) = data
+            .get(at..end)
+            .and_then(|d| d.iter().position(|&b| b == 0))
+        else {
+            return false;
+        };
+        let Some(keep) = prev.checked_sub(strip as u64) else {
+            return false;
+        };
+        prev = keep + len as u64;
+        total = total.saturating_add(prev);
+        if total > budget {
+            return true;
+        }
+        i = at + len + 1;
+    }
+    false
+}
+
 /// The root of a cached tree: `None` when it was invalidated since it was computed.
 pub(super) fn root_tree(body: &[u8]) -> Option<Oid> {
     // "<path>\0<entry count> <subtrees>\n<oid>", the root first with an empty path.

@@ -874,3 +874,28 @@ fn a_checkout_without_an_index_is_snapshot_from_nothing() {
     let (tree, _index) = crate::git::snapshot_from(d, Some(&base)).expect("a snapshot");
     assert_eq!(tree, head_tree);
 }
+
+/// A version 4 index git writes for a real tree is not taken for one made to expand; one whose
+/// every path keeps the whole of the one before and adds a byte is, without being expanded.
+#[test]
+fn an_index_made_to_expand_is_told_from_a_real_one() {
+    let t = repo();
+    let d = t.path();
+    git(d, &["update-index", "--index-version", "4"]);
+    assert!(!overexpands(&d.join(".git/index")), "a real tree");
+    let blob = git(d, &["hash-object", "-w", "--stdin"]).trim().to_string();
+    let mut lines = String::new();
+    let mut path = String::new();
+    for _ in 0..4000 {
+        path.push('a');
+        lines.push_str(&format!("100644 {blob}\t{path}\n"));
+    }
+    let mut add = super::super::command(d)
+        .args(["update-index", "--index-info"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut add.stdin.take().unwrap(), lines.as_bytes()).unwrap();
+    assert!(add.wait().unwrap().success());
+    assert!(overexpands(&d.join(".git/index")), "4,000 paths, each the last and a byte");
+}

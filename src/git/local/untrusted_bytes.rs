@@ -9,7 +9,7 @@
 //! ask for far more than the file holds (a pack index once made runner ask for 85 GB).
 
 use super::history::parents;
-use super::index::{parse, root_tree, varint};
+use super::index::{overexpands_bytes, parse, root_tree, varint};
 use super::reads::SMALL_FILE;
 use super::*;
 use proptest::prelude::*;
@@ -237,6 +237,16 @@ proptest! {
         data.extend_from_slice(&bytes);
         let used = largest_allocation(|| { let _ = parse(&data, (0, 0)); });
         prop_assert!(used <= allowed(data.len()), "{used} bytes for {} of input", data.len());
+    }
+
+    #[test]
+    fn any_version_4_index_is_measured_without_expanding_it(
+        bytes in prop::collection::vec(any::<u8>(), 0..2048)
+    ) {
+        let mut data = b"DIRC\0\0\0\x04".to_vec();
+        data.extend_from_slice(&bytes);
+        let used = largest_allocation(|| { let _ = overexpands_bytes(&data); });
+        prop_assert!(used <= 64, "{used} bytes for {} of input", data.len());
     }
 
     #[test]
