@@ -6,9 +6,9 @@
 //! index ([`local`]), commits and tags through gitoxide's object database (loose or packed,
 //! whole or as deltas), the configuration through `gix-config` ([`config`]), a branch moved
 //! with its reflog ([`refs`]), trees written from an index and commits, encoded by
-//! `gix-object` (`local::trees`). Each in-process piece is checked against git in differential tests and
-//! answers `None` — ask git — for anything it does not read exactly as git does; the readers
-//! trust no size or count a file gives, since a worker can write them.
+//! `gix-object` (`local::trees`). Each in-process piece is checked against git in differential
+//! tests and answers `None` — ask git — for anything it does not read exactly as git does; the
+//! readers trust no size or count a file gives, since a worker can write them.
 //!
 //! Every git call goes through one command builder: `git -C <dir>` with a fixed locale, no prompts,
 //! stdin closed, and `GIT_OPTIONAL_LOCKS=0` so that read-only questions (status, rev-parse) never
