@@ -897,5 +897,8 @@ fn an_index_made_to_expand_is_told_from_a_real_one() {
         .unwrap();
     std::io::Write::write_all(&mut add.stdin.take().unwrap(), lines.as_bytes()).unwrap();
     assert!(add.wait().unwrap().success());
-    assert!(overexpands(&d.join(".git/index")), "4,000 paths, each the last and a byte");
+    assert!(
+        overexpands(&d.join(".git/index")),
+        "4,000 paths, each the last and a byte"
+    );
 }
