@@ -82,42 +82,27 @@ pub(crate) fn removable_worktree(dir: &Path) -> Option<PathBuf> {
 }
 
 /// `Some` when the repository's own config holds nothing that changes where the working tree
-/// is or how refs and objects are stored.
+/// is or how refs and objects are stored (`core.worktree`, a bare repository, a format or
+/// extension this reader does not know, an include), and git would read the file as
+/// `git::config` does.
 pub(super) fn plain_config(git_dir: &Path, reads: Reads) -> Option<()> {
     let text = reads.text(&git_dir.join("config")).ok()?;
-    let mut section = String::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
+    for (key, value) in super::super::config::entries(&text)? {
+        if key.starts_with("extensions.")
+            || key.starts_with("include.")
+            || key.starts_with("includeif.")
+        {
+            return None;
         }
-        if let Some(rest) = line.strip_prefix('[') {
-            let (header, after) = rest.split_once(']')?;
-            // A key may follow the header on its line; such a file is left to git.
-            if !after.trim().is_empty() {
+        let value = value.map(|v| v.to_ascii_lowercase());
+        match key.as_str() {
+            "core.worktree" => return None,
+            "core.bare" if !matches!(value.as_deref(), Some("false" | "no" | "off" | "0")) => {
                 return None;
             }
-            section = header
-                .split(|c: char| c.is_whitespace() || c == '"' || c == '.')
-                .next()
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            if section == "extensions" || section.starts_with("include") {
+            "core.repositoryformatversion" if !matches!(value.as_deref(), Some("0" | "1")) => {
                 return None;
             }
-            continue;
-        }
-        if section != "core" {
-            continue;
-        }
-        let (key, value) = line
-            .split_once('=')
-            .map_or((line, "true"), |(k, v)| (k.trim(), v.trim()));
-        let value = value.trim_matches('"').to_ascii_lowercase();
-        match key.to_ascii_lowercase().as_str() {
-            "worktree" => return None,
-            "bare" if !matches!(value.as_str(), "false" | "no" | "off" | "0") => return None,
-            "repositoryformatversion" if value != "0" && value != "1" => return None,
             _ => {}
         }
     }

@@ -324,6 +324,18 @@ fn no_change_is_read_as_clean() {
         ("a work tree set in config", |d| {
             git(d, &["config", "core.worktree", "/elsewhere"]);
         }),
+        ("an include in config", |d| {
+            git(d, &["config", "include.path", "/dev/null"]);
+        }),
+        (
+            "a bare repository's flag, continued on the next line",
+            |d| {
+                let config = d.join(".git/config");
+                let text = std::fs::read_to_string(&config).unwrap();
+                let text = text.replace("bare = false", "bare = fal\\\nse\n\tbare");
+                std::fs::write(&config, text).unwrap();
+            },
+        ),
         ("a replace ref", |d| {
             let head = git(d, &["rev-parse", "HEAD"]);
             git(d, &["update-ref", "refs/replace/x", head.trim()]);
