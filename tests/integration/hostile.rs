@@ -1043,18 +1043,7 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
             let worker = format!(
                 "c=$(cd \"$(git rev-parse --git-common-dir)\" && pwd); own=$(cd \"$(git rev-parse --git-dir)\" && pwd); echo work > work.txt; {plant}"
             );
-            let mut first = serde_json::json!({"repo": "r", "id": "a"});
-            if !in_place {
-                first["branch"] = "work/a".into();
-            }
-            let manifest = serde_json::json!({
-                "version": 1, "name": "planted", "repositories": [{"path": "r"}],
-                "worker": {"run": ["sh", "-c", worker]},
-                "items": [first, {"repo": "r", "id": "b"}],
-                "sandbox": {"mode": "off"},
-            })
-            .to_string();
-            std::fs::write(dir.path().join("m.yaml"), &manifest).unwrap();
+            two_items(dir.path(), "planted", &worker, in_place, false);
             let base = git(&r, &["rev-parse", "main"]);
             let (ended, out) = apply_within(dir.path(), "10m", 60);
             let err = stderr(&out);
@@ -1100,6 +1089,25 @@ fn what_a_worker_plants_in_gits_folders_is_named_not_waited_on() {
     }
 }
 
+/// `m.yaml` in `dir`: two items of repository `r` run by the shell command `worker`, the first in
+/// the repository's own checkout or on its work branch `work/a`, the second in place; items
+/// confined as by default or unconfined.
+fn two_items(dir: &Path, name: &str, worker: &str, in_place: bool, confined: bool) {
+    let mut first = serde_json::json!({"repo": "r", "id": "a"});
+    if !in_place {
+        first["branch"] = "work/a".into();
+    }
+    let mut manifest = serde_json::json!({
+        "version": 1, "name": name, "repositories": [{"path": "r"}],
+        "worker": {"run": ["sh", "-c", worker]},
+        "items": [first, {"repo": "r", "id": "b"}],
+    });
+    if !confined {
+        manifest["sandbox"] = serde_json::json!({"mode": "off"});
+    }
+    std::fs::write(dir.join("m.yaml"), manifest.to_string()).unwrap();
+}
+
 /// A worker that leaves its checkout's index as a version 4 index whose every path keeps the
 /// whole of the one before and adds a byte (git's own writer makes it, from 4,000 entries named
 /// `a`, `aa`, `aaa`, …) hands every later reader a file that expands quadratically: 260 KB here
@@ -1128,17 +1136,7 @@ fn an_index_made_to_expand_without_bound_is_named_not_handed_to_git() {
             paths.display(),
             planted.display()
         );
-        let mut first = serde_json::json!({"repo": "r", "id": "a"});
-        if !in_place {
-            first["branch"] = "work/a".into();
-        }
-        let manifest = serde_json::json!({
-            "version": 1, "name": "expanding", "repositories": [{"path": "r"}],
-            "worker": {"run": ["sh", "-c", worker]},
-            "items": [first, {"repo": "r", "id": "b"}],
-        })
-        .to_string();
-        std::fs::write(dir.path().join("m.yaml"), &manifest).unwrap();
+        two_items(dir.path(), "expanding", &worker, in_place, true);
         let out = runner()
             .current_dir(dir.path())
             .env("RUNNER_SANDBOX_WRITABLE", keep.path())
