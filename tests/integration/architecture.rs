@@ -264,11 +264,13 @@ fn names_path(code: &str, name: &str, prefix: &str) -> bool {
 fn names_parent(code: &str, prefix: &str, siblings: &BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
     for lead in ["super::", prefix] {
-        let mut rest = code;
-        while let Some(i) = rest.find(lead) {
-            let before = rest[..i].chars().next_back();
-            let after = &rest[i + lead.len()..];
-            rest = after;
+        // Where the search goes on from, in `code`: what precedes a match is read in the whole
+        // text (the second `super::` of `super::super::x` follows `::`, and is not the head's).
+        let mut from = 0;
+        while let Some(i) = code[from..].find(lead).map(|i| from + i) {
+            let before = code[..i].chars().next_back();
+            let after = &code[i + lead.len()..];
+            from = i + lead.len();
             if before.is_some_and(|c| is_ident(c) || c == ':') {
                 continue;
             }
@@ -376,7 +378,7 @@ fn no_folder_and_its_files_use_each_other_both_ways() {
 fn the_folder_check_tells_a_files_parent_from_its_siblings() {
     let siblings: BTreeSet<String> = ["local", "probe"].iter().map(|s| s.to_string()).collect();
     let code = code_of(
-        "use super::local::Reads;\nuse super::{probe, head};\n// super::hidden\nlet x = crate::git::command(d);\nlet y = other::super::z;\nuse super::*;",
+        "use super::local::Reads;\nuse super::{probe, head};\n// super::hidden\nlet x = crate::git::command(d);\nlet y = other::super::z;\nuse super::*;\nlet c = super::super::config::entries(t);",
     );
     let mut seen = names_parent(&code, "crate::git::", &siblings);
     seen.sort();

@@ -87,7 +87,7 @@ pub(crate) fn removable_worktree(dir: &Path) -> Option<PathBuf> {
 /// `git::config` does.
 pub(super) fn plain_config(git_dir: &Path, reads: Reads) -> Option<()> {
     let text = reads.text(&git_dir.join("config")).ok()?;
-    for (key, value) in super::super::config::entries(&text)? {
+    for (key, value) in crate::git::config::entries(&text)? {
         if key.starts_with("extensions.")
             || key.starts_with("include.")
             || key.starts_with("includeif.")
