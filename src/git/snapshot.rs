@@ -126,7 +126,7 @@ pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
 /// file's, once had runner commit content no gate saw.
 pub struct BaseIndex {
     /// The copy; `None`: the checkout had no index.
-    copy: Option<Copy>,
+    copy: Option<Kept>,
     /// The checkout's index file, and what `lstat` said of it when it was copied.
     path: std::path::PathBuf,
     stamp: Option<IndexStamp>,
@@ -153,7 +153,7 @@ fn index_stamp(path: &Path) -> Option<IndexStamp> {
 }
 
 /// Where the copy of an index is kept.
-enum Copy {
+enum Kept {
     /// A small index, in memory, with the original's modification time: most items leave their
     /// checkout's index untouched and never need the copy as a file, whose making and removal
     /// cost more than the rest of a short item's checks.
@@ -178,7 +178,7 @@ impl BaseIndex {
                 let written = std::fs::metadata(&path)?.modified()?;
                 Some(if in_memory {
                     let bytes = crate::support::fs::read_regular(&path, Some(SMALL_INDEX))?;
-                    Copy::Bytes(bytes, written)
+                    Kept::Bytes(bytes, written)
                 } else {
                     let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
                     crate::support::fs::copy_regular(&path, &tmp)?;
@@ -186,7 +186,7 @@ impl BaseIndex {
                         .write(true)
                         .open(&tmp)?
                         .set_modified(written)?;
-                    Copy::File(tmp)
+                    Kept::File(tmp)
                 })
             }
             None => None,
@@ -243,8 +243,8 @@ pub fn snapshot_from(
 ) -> Result<(String, tempfile::TempPath), GitError> {
     // None: there was no index; every file is hashed.
     let (index, kept): (Option<std::path::PathBuf>, _) = match base.map(|b| &b.copy) {
-        Some(Some(Copy::File(c))) => (Some(c.to_path_buf()), None),
-        Some(Some(Copy::Bytes(bytes, written))) => (None, Some((bytes, *written))),
+        Some(Some(Kept::File(c))) => (Some(c.to_path_buf()), None),
+        Some(Some(Kept::Bytes(bytes, written))) => (None, Some((bytes, *written))),
         Some(None) => (None, None),
         None => (Some(index_path(dir)?), None),
     };
