@@ -130,6 +130,10 @@ struct Looked {
     /// updates are left to git: a value git would refuse, or a setting that changes how git
     /// writes refs and logs (`core.sharedRepository`, `core.fsync` and its kin).
     ref_logs: Option<LogRefs>,
+    /// A setting that changes what `git worktree add -b` writes beyond the branch and the
+    /// worktree's records (`core.sparseCheckout`: the patterns copied; `branch.autoSetupMerge`:
+    /// tracking set up; `worktree.useRelativePaths`): worktrees are left to git.
+    worktree_settings: bool,
 }
 
 /// `core.logAllRefUpdates` as git reads it in a repository with a working tree.
@@ -258,6 +262,12 @@ pub(super) fn ref_logs(dir: &Path) -> Option<LogRefs> {
     looked_up(dir).ref_logs
 }
 
+/// Whether `git worktree add -b` in the repository at `dir` writes only the branch and the
+/// worktree's records (see [`Looked::worktree_settings`]).
+pub(super) fn plain_worktrees(dir: &Path) -> bool {
+    !looked_up(dir).worktree_settings
+}
+
 /// Forget what was looked up of `dir`'s configuration (it changed).
 #[cfg(test)]
 pub(super) fn forget(dir: &Path) {
@@ -269,7 +279,7 @@ pub(super) fn forget(dir: &Path) {
 }
 
 /// The keys runner reads of a repository's configuration.
-const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles))$";
+const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles|sparsecheckout)|worktree\.userelativepaths|branch\.autosetupmerge)$";
 
 /// A configuration entry: its key and value (`None` for a key without `=`).
 type Entry = (String, Option<String>);
@@ -323,10 +333,9 @@ fn looked_up(dir: &Path) -> Looked {
         commit_settings: keys
             .iter()
             .any(|k| *k == "commit.gpgsign" || *k == "i18n.commitencoding"),
-        ref_logs: if keys
-            .iter()
-            .any(|k| k.starts_with("core.") && *k != "core.logallrefupdates")
-        {
+        ref_logs: if keys.iter().any(|k| {
+            k.starts_with("core.") && !matches!(*k, "core.logallrefupdates" | "core.sparsecheckout")
+        }) {
             None
         } else {
             pairs
@@ -335,6 +344,12 @@ fn looked_up(dir: &Path) -> Looked {
                 .find(|(k, _)| k == "core.logallrefupdates")
                 .map_or(Some(LogRefs::Normal), |(_, v)| LogRefs::parse(v.as_deref()))
         },
+        worktree_settings: keys.iter().any(|k| {
+            matches!(
+                *k,
+                "core.sparsecheckout" | "worktree.userelativepaths" | "branch.autosetupmerge"
+            )
+        }),
     };
     if answered && let Ok(mut seen) = SEEN.lock() {
         seen.get_or_insert_with(HashMap::new)

@@ -218,6 +218,30 @@ pub(crate) fn write_object(dir: &Path, kind: &str, body: &[u8]) -> Option<String
     trees::write_object(&objects, kind, body, &|oid| Some(store.contains(oid)))
 }
 
+/// The commit a new branch starts from when `git branch <new> <name>` is run in the repository's
+/// own checkout at `dir`: `name` a full commit id, or the short name of a local branch that no
+/// other ref's name could be taken for (git's own files, `refs/<name>`, a tag come first in
+/// git's order). `None`: ask git — anything else (a remote-tracking branch, whose start also
+/// sets up tracking; a tag; revision syntax), a linked worktree, an object that is not a commit.
+pub(crate) fn start_point(dir: &Path, name: &str) -> Option<String> {
+    let (_, git_dir) = plain_checkout(dir, Reads::Small)?;
+    let oid = if crate::support::refname::full_object_name(name) {
+        reads::parse_oid(name.as_bytes())?
+    } else {
+        if !crate::support::refname::valid_branch_name(name)
+            || name == "HEAD"
+            || std::fs::symlink_metadata(git_dir.join(name)).is_ok()
+            || heads::resolve_ref(&git_dir, &format!("refs/{name}"), Reads::Small)?.is_some()
+            || heads::resolve_ref(&git_dir, &format!("refs/tags/{name}"), Reads::Small)?.is_some()
+        {
+            return None;
+        }
+        heads::resolve_ref(&git_dir, &format!("refs/heads/{name}"), Reads::Small)??
+    };
+    let store = Objects::open(&git_dir.join("objects"), Reach::All)?;
+    matches!(store.commit_or_tag(&oid)?.0, Kind::Commit).then(|| hex(&oid))
+}
+
 #[cfg(test)]
 mod tests;
 

@@ -534,7 +534,7 @@ pub(crate) fn commit_tree_on(
     let refname = format!("refs/heads/{branch}");
     // As `git commit` writes it: "commit: " and the subject line.
     let msg = format!("commit: {}", message.lines().next().unwrap_or_default());
-    match update_in_process(dir, &refname, &commit, parent, &msg) {
+    match refs::update_in_process(dir, &refname, &commit, Some(parent), &msg) {
         Some(Ok(())) => return Ok(commit),
         Some(Err(e)) => {
             return Err(GitError::Failed {
@@ -561,31 +561,6 @@ pub(crate) fn commit_tree_on(
     Ok(commit)
 }
 
-/// `git update-ref -m msg refname new old` in process, the reflog lines by the committer git
-/// would name ([`refs::update_ref`]); `None` where git is to do it.
-fn update_in_process(
-    dir: &Path,
-    refname: &str,
-    new: &str,
-    old: &str,
-    msg: &str,
-) -> Option<Result<(), std::io::Error>> {
-    let logs = command::ref_logs(dir)?;
-    let [_, (name, email)] = command::commit_idents(dir)?;
-    let who = format!("{name} <{email}> {}", git_now());
-    refs::update_ref(
-        dir,
-        &refs::RefUpdate {
-            refname,
-            new,
-            old,
-            who: &who,
-            message: msg,
-            logs,
-        },
-    )
-}
-
 /// Runner's own identity for a git call in `dir` where the repository names none.
 fn with_identity(dir: &Path, cmd: &mut std::process::Command) {
     if !has_identity(dir) {
@@ -596,20 +571,6 @@ fn with_identity(dir: &Path, cmd: &mut std::process::Command) {
             &format!("user.email={}", DEFAULT_IDENTITY.1),
         ]);
     }
-}
-
-/// This second in the local time zone as git writes a date in a commit or reflog:
-/// `SECONDS ±HHMM`.
-fn git_now() -> String {
-    let now = jiff::Zoned::now();
-    let offset = now.offset().seconds();
-    format!(
-        "{} {}{:02}{:02}",
-        now.timestamp().as_second(),
-        if offset < 0 { '-' } else { '+' },
-        offset.abs() / 3600,
-        offset.abs() % 3600 / 60
-    )
 }
 
 /// `git commit-tree tree -p parent -m message` in `dir`: the new commit.

@@ -18,7 +18,7 @@ use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
-use super::command::LogRefs;
+use super::command::{self, LogRefs};
 use super::local;
 use crate::support::refname::{full_object_name, valid_branch_name};
 
@@ -27,8 +27,9 @@ pub(crate) struct RefUpdate<'a> {
     /// `refs/heads/<branch>`.
     pub refname: &'a str,
     pub new: &'a str,
-    /// The value the branch must have for the update to be made.
-    pub old: &'a str,
+    /// The value the branch must have for the update to be made; `None`: the branch must not
+    /// exist (it is made).
+    pub old: Option<&'a str>,
     /// Who made it and when, as a reflog line names them: `Name <email> SECONDS ±HHMM`.
     pub who: &'a str,
     pub message: &'a str,
@@ -41,7 +42,10 @@ pub(crate) struct RefUpdate<'a> {
 pub(crate) fn update_ref(dir: &Path, u: &RefUpdate<'_>) -> Option<std::io::Result<()>> {
     let (own, common) = local::git_dirs(dir)?;
     let branch = u.refname.strip_prefix("refs/heads/")?;
-    if !valid_branch_name(branch) || !full_object_name(u.new) || !full_object_name(u.old) {
+    if !valid_branch_name(branch)
+        || !full_object_name(u.new)
+        || u.old.is_some_and(|o| !full_object_name(o))
+    {
         return None;
     }
     // HEAD of this checkout: on the branch (its reflog gets the line too), or not.
@@ -53,19 +57,111 @@ pub(crate) fn update_ref(dir: &Path, u: &RefUpdate<'_>) -> Option<std::io::Resul
         None => return None,
     };
     let path = common.join(u.refname);
+    // A branch made where a ref's name is its folder, or beneath a ref's name: git says why not.
+    if u.old.is_none() && (path.is_dir() || packed_in_the_way(&common, u.refname)?) {
+        return None;
+    }
     let lock = Lock::take(&path)?;
-    if local::ref_target(&common, u.refname)?.as_deref() != Some(u.old) {
+    if local::ref_target(&common, u.refname)?.as_deref() != u.old {
         return None;
     }
     Some(lock.commit(|file| {
         file.write_all(format!("{}\n", u.new).as_bytes())?;
-        let line = log_line(u.old, u.new, u.who, u.message);
+        let line = log_line(u.old.unwrap_or(NO_OBJECT), u.new, u.who, u.message);
         append_log(&common.join("logs").join(u.refname), u.logs, &line)?;
         if head_on_branch {
             append_log(&own.join("logs/HEAD"), u.logs, &line)?;
         }
         Ok(())
     }))
+}
+
+/// The object name a reflog gives the value of a ref that did not exist.
+const NO_OBJECT: &str = "0000000000000000000000000000000000000000";
+
+/// Whether `packed-refs` of the common folder `common` holds a ref whose name is a folder of
+/// `refname`'s, or one beneath `refname` (either keeps git from making it); `None` when it
+/// cannot be read.
+fn packed_in_the_way(common: &Path, refname: &str) -> Option<bool> {
+    let packed = match crate::support::fs::read_regular(&common.join("packed-refs"), None) {
+        Ok(p) => p,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Some(false),
+        Err(_) => return None,
+    };
+    let beneath = format!("{refname}/");
+    Some(String::from_utf8(packed).ok()?.lines().any(|line| {
+        let Some((_, name)) = line.split_once(' ') else {
+            return false;
+        };
+        !line.starts_with('#')
+            && !line.starts_with('^')
+            && (name.starts_with(&beneath)
+                || refname
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('/')))
+    }))
+}
+
+/// The reflog of HEAD in a worktree's own git folder `own`, begun as git begins it when it
+/// points the new worktree's HEAD at its branch (at `oid`): a line without a message. Nothing
+/// is written where only existing reflogs are written to.
+pub(crate) fn begin_head_log(
+    own: &Path,
+    oid: &str,
+    who: &str,
+    logs: LogRefs,
+) -> std::io::Result<()> {
+    append_log(
+        &own.join("logs/HEAD"),
+        logs,
+        &log_line(NO_OBJECT, oid, who, ""),
+    )
+}
+
+/// `git update-ref -m msg refname new old` in process (`old` `None`: the ref is made, and must
+/// not exist), the reflog lines by the committer git would name ([`refs::update_ref`]); `None`
+/// where git is to do it.
+pub(super) fn update_in_process(
+    dir: &Path,
+    refname: &str,
+    new: &str,
+    old: Option<&str>,
+    msg: &str,
+) -> Option<Result<(), std::io::Error>> {
+    let logs = command::ref_logs(dir)?;
+    let who = reflog_who(dir)?;
+    update_ref(
+        dir,
+        &RefUpdate {
+            refname,
+            new,
+            old,
+            who: &who,
+            message: msg,
+            logs,
+        },
+    )
+}
+
+/// Who a reflog line written in process in `dir` names, and when: the committer git would name,
+/// at this second (`None` where git is to say).
+pub(super) fn reflog_who(dir: &Path) -> Option<String> {
+    let [_, (name, email)] = command::commit_idents(dir)?;
+    Some(format!("{name} <{email}> {}", git_now()))
+}
+
+/// This second in the local time zone as git writes a date in a commit or reflog:
+/// `SECONDS ±HHMM`.
+fn git_now() -> String {
+    let now = jiff::Zoned::now();
+    let offset = now.offset().seconds();
+    format!(
+        "{} {}{:02}{:02}",
+        now.timestamp().as_second(),
+        if offset < 0 { '-' } else { '+' },
+        offset.abs() / 3600,
+        offset.abs() % 3600 / 60
+    )
 }
 
 /// A ref's lock file, removed unless renamed over the ref.

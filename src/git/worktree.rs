@@ -81,6 +81,8 @@ pub(crate) fn ensure_worktree(
     let p = path.to_string_lossy().to_string();
     if exists {
         checked(repo, &["worktree", "add", "--quiet", &p, branch])?;
+    } else if let Some(added) = add_in_process(repo, path, branch, base) {
+        added?;
     } else {
         checked(
             repo,
@@ -89,6 +91,98 @@ pub(crate) fn ensure_worktree(
     }
     command::same_filters(repo, path);
     Ok(true)
+}
+
+/// `git worktree add --quiet -b <branch> <path> <base>` with one process of git's where git
+/// starts three: the branch made in process as `git branch` makes it ([`super::refs`]), the
+/// worktree's records written as git writes them (`worktrees/<name>/` with `locked` saying
+/// "initializing" while the files are checked out, `gitdir`, `commondir`, `HEAD` and the first
+/// line of its reflog; the worktree's `.git` file), then the files checked out by the command
+/// git runs for it, `git reset --hard --no-recurse-submodules`, and the lock removed.
+///
+/// `None`, with nothing written, where git is to do it all: a repository that is not its own
+/// plain checkout ([`local::start_point`]), a start that is not a local branch or a commit id, a
+/// setting that makes git write more ([`command::plain_worktrees`]) or refs differently, a
+/// worktree folder already there, a name git would change (it makes the records' folder from
+/// the worktree's, made safe as a ref's part and numbered when taken), a branch that exists.
+/// `Some(Err)`: the checkout failed; what was made of the worktree is removed, the branch left
+/// made, as git leaves them.
+fn add_in_process(
+    repo: &Path,
+    path: &Path,
+    branch: &str,
+    base: &str,
+) -> Option<Result<(), GitError>> {
+    let (_, common) = local::git_dirs(repo)?;
+    let name = path.file_name()?.to_str()?;
+    let plain_name = !name.starts_with('.')
+        && !name.ends_with(".lock")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain_name || !command::plain_worktrees(repo) {
+        return None;
+    }
+    // git records real paths: the worktree's through its parent's, the records' folder through
+    // the common folder's.
+    let top = std::fs::canonicalize(path.parent()?).ok()?.join(name);
+    let own = std::fs::canonicalize(&common)
+        .ok()?
+        .join("worktrees")
+        .join(name);
+    if std::fs::symlink_metadata(&top).is_ok() || std::fs::symlink_metadata(&own).is_ok() {
+        return None;
+    }
+    let start = local::start_point(repo, base)?;
+    let logs = command::ref_logs(repo)?;
+    let who = super::refs::reflog_who(repo)?;
+    let refname = format!("refs/heads/{branch}");
+    let message = format!("branch: Created from {base}");
+    let failed = |what: &str, e: std::io::Error| GitError::Failed {
+        args: format!("worktree add -b {branch} {}", top.display()),
+        dir: repo.display().to_string(),
+        stderr: format!("{what}: {e}"),
+    };
+    match super::refs::update_in_process(repo, &refname, &start, None, &message)? {
+        Ok(()) => {}
+        Err(e) => return Some(Err(failed("cannot make the branch", e))),
+    }
+    // What this made, and only that, is removed if the checkout fails.
+    let (mut made_own, mut made_top) = (false, false);
+    let mut records = || -> std::io::Result<()> {
+        std::fs::create_dir_all(own.parent().unwrap_or(&common))?;
+        std::fs::create_dir(&own)?;
+        made_own = true;
+        std::fs::write(own.join("locked"), "initializing\n")?;
+        std::fs::create_dir(&top)?;
+        made_top = true;
+        std::fs::write(own.join("gitdir"), format!("{}/.git\n", top.display()))?;
+        std::fs::write(top.join(".git"), format!("gitdir: {}\n", own.display()))?;
+        std::fs::write(own.join("commondir"), "../..\n")?;
+        std::fs::write(own.join("HEAD"), format!("ref: {refname}\n"))?;
+        super::refs::begin_head_log(&own, &start, &who, logs)
+    };
+    let made = records().map_err(|e| failed("cannot write the worktree's records", e));
+    // The repository's configuration is the worktree's (it has none of its own yet): its filter
+    // drivers are turned off for the checkout as for every call in the repository.
+    command::same_filters(repo, &top);
+    let checked_out = made.and_then(|()| {
+        checked(
+            &top,
+            &["reset", "--hard", "--no-recurse-submodules", "--quiet"],
+        )
+        .map(|_| ())
+    });
+    if let Err(e) = checked_out {
+        if made_top {
+            let _ = std::fs::remove_dir_all(&top);
+        }
+        if made_own {
+            let _ = std::fs::remove_dir_all(&own);
+        }
+        return Some(Err(e));
+    }
+    Some(std::fs::remove_file(own.join("locked")).map_err(|e| failed("cannot unlock", e)))
 }
 
 /// Whether the repository at `repo` records a worktree whose folder is gone (what `git worktree
@@ -267,5 +361,225 @@ fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = command::command(dir).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn write(path: PathBuf, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Every file under `top` but `.git`: its path, mode and content (a link's target).
+    fn files(top: &Path) -> Vec<(String, u32, Vec<u8>)> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::new();
+        let mut dirs = vec![top.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                let rel = p.strip_prefix(top).unwrap().to_string_lossy().into_owned();
+                if rel == ".git" {
+                    continue;
+                }
+                let m = std::fs::symlink_metadata(&p).unwrap();
+                if m.is_dir() {
+                    dirs.push(p);
+                } else if m.is_symlink() {
+                    let target = std::fs::read_link(&p).unwrap();
+                    out.push((rel, m.mode(), target.to_string_lossy().into_owned().into()));
+                } else {
+                    out.push((rel, m.mode(), std::fs::read(&p).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// A repository with files at several depths, an executable and a link, committed by a
+    /// named person, packed refs and a tag.
+    fn repo() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("repo");
+        std::fs::create_dir(&d).unwrap();
+        git(&d, &["init", "-q", "-b", "main"]);
+        git(&d, &["config", "user.name", "Ada Named"]);
+        git(&d, &["config", "user.email", "ada@example.invalid"]);
+        write(d.join("README.md"), "hello\n");
+        write(d.join("src/lib/a.rs"), "fn a() {}\n");
+        write(d.join("src/main.rs"), "fn main() {}\n");
+        write(d.join("run.sh"), "#!/bin/sh\n");
+        std::fs::set_permissions(
+            d.join("run.sh"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("src/main.rs", d.join("main-link")).unwrap();
+        git(&d, &["add", "-A"]);
+        git(&d, &["commit", "-q", "-m", "init"]);
+        git(&d, &["tag", "v1"]);
+        git(&d, &["branch", "packed-one"]);
+        git(&d, &["pack-refs", "--all"]);
+        // Looked up once per folder, for a run: its configuration changed since.
+        command::forget(&d);
+        t
+    }
+
+    /// A worktree added in process is the one `git worktree add -b` adds: the same branch and
+    /// reflog line, the same records (but for its name and the second they were written), the
+    /// same files with the same modes, an index git finds clean, and no lock left. Git lists
+    /// it, removes it, and finds the repository whole.
+    #[test]
+    fn a_worktree_added_in_process_is_the_one_git_adds() {
+        let t = repo();
+        let d = t.path().join("repo");
+        let wt = t.path().join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        let (ours, theirs) = (wt.join("ours"), wt.join("theirs"));
+        assert!(matches!(
+            add_in_process(&d, &ours, "item/ours", "main"),
+            Some(Ok(()))
+        ));
+        git(
+            &d,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                "-b",
+                "item/theirs",
+                theirs.to_str().unwrap(),
+                "main",
+            ],
+        );
+        let common = d.join(".git");
+        let mask = |text: String| {
+            let re = regex::Regex::new(r"> \d+ [+-]\d{4}").unwrap();
+            re.replace_all(&text, "> WHEN")
+                .replace("theirs", "NAME")
+                .replace("ours", "NAME")
+        };
+        let read = |p: PathBuf| {
+            mask(std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        };
+        for f in ["HEAD", "commondir", "gitdir", "ORIG_HEAD", "logs/HEAD"] {
+            assert_eq!(
+                read(common.join("worktrees/ours").join(f)),
+                read(common.join("worktrees/theirs").join(f)),
+                "{f}"
+            );
+        }
+        assert_eq!(read(ours.join(".git")), read(theirs.join(".git")));
+        assert_eq!(
+            read(common.join("logs/refs/heads/item/ours")),
+            read(common.join("logs/refs/heads/item/theirs"))
+        );
+        assert!(
+            read(common.join("logs/refs/heads/item/ours"))
+                .ends_with("\tbranch: Created from main\n")
+        );
+        assert!(!common.join("worktrees/ours/locked").exists());
+        assert_eq!(files(&ours), files(&theirs));
+        assert_eq!(
+            git(&ours, &["ls-files", "-s"]),
+            git(&theirs, &["ls-files", "-s"])
+        );
+        assert_eq!(git(&ours, &["status", "--porcelain", "--ignored"]), "");
+        assert_eq!(
+            git(&ours, &["symbolic-ref", "HEAD"]),
+            "refs/heads/item/ours\n"
+        );
+        assert_eq!(
+            git(&d, &["rev-parse", "item/ours"]),
+            git(&d, &["rev-parse", "main"])
+        );
+        let listed = git(&d, &["worktree", "list", "--porcelain"]);
+        assert!(listed.contains("branch refs/heads/item/ours\n"), "{listed}");
+        git(&d, &["fsck", "--strict", "--no-dangling"]);
+        git(&d, &["worktree", "remove", ours.to_str().unwrap()]);
+        assert!(!ours.exists());
+    }
+
+    /// Where git would write more, or name things otherwise, or refuse, nothing is written and
+    /// git is asked: a branch that exists (loose or packed, or a ref where its folder would
+    /// go), a folder already there, a start that is a tag or a remote-tracking branch or
+    /// revision syntax, a name git would change, a sparse checkout or tracking set up by
+    /// configuration. A checkout that fails leaves the branch made and nothing of the worktree,
+    /// as git leaves them.
+    #[test]
+    fn what_git_would_do_otherwise_is_left_to_git() {
+        let t = repo();
+        let d = t.path().join("repo");
+        let wt = t.path().join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        let common = d.join(".git");
+        let worktrees = || std::fs::read_dir(common.join("worktrees")).map_or(0, |e| e.count());
+        git(&d, &["update-ref", "refs/remotes/origin/main", "HEAD"]);
+        git(&d, &["branch", "loose"]);
+        git(&d, &["branch", "dir/inside"]);
+        std::fs::create_dir(wt.join("there")).unwrap();
+        for (path, branch, base) in [
+            ("a", "main", "main"),
+            ("a", "packed-one", "main"),
+            ("a", "packed-one/below", "main"),
+            ("a", "main/below", "main"),
+            ("a", "loose/below", "main"),
+            ("a", "dir", "main"),
+            ("there", "new", "main"),
+            ("a", "new", "v1"),
+            ("a", "new", "origin/main"),
+            ("a", "new", "main~0"),
+            ("a", "new", "HEAD"),
+            ("a b", "new", "main"),
+            (".a", "new", "main"),
+        ] {
+            assert!(
+                add_in_process(&d, &wt.join(path), branch, base).is_none(),
+                "{path} {branch} {base}"
+            );
+        }
+        assert_eq!(worktrees(), 0);
+        assert!(!wt.join("a").exists());
+        assert_eq!(git(&d, &["branch", "--list", "new"]), "");
+        for (key, value) in [
+            ("core.sparseCheckout", "true"),
+            ("branch.autoSetupMerge", "always"),
+            ("worktree.useRelativePaths", "true"),
+        ] {
+            git(&d, &["config", key, value]);
+            command::forget(&d);
+            assert!(
+                add_in_process(&d, &wt.join("a"), "new", "main").is_none(),
+                "{key}"
+            );
+            git(&d, &["config", "--unset", key]);
+        }
+        command::forget(&d);
+        assert_eq!(worktrees(), 0);
+        // An object the checkout needs is missing: git fails it, and what was made of the
+        // worktree is removed.
+        let blob = git(&d, &["rev-parse", "HEAD:README.md"]);
+        let blob = blob.trim();
+        std::fs::remove_file(common.join("objects").join(&blob[..2]).join(&blob[2..])).unwrap();
+        let failed = add_in_process(&d, &wt.join("a"), "new", "main");
+        assert!(matches!(failed, Some(Err(_))), "{failed:?}");
+        assert!(!wt.join("a").exists());
+        assert_eq!(worktrees(), 0);
+        assert_eq!(git(&d, &["branch", "--list", "new"]), "  new\n");
     }
 }

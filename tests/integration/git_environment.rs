@@ -200,9 +200,10 @@ fn runners_own_git_calls_run_no_hook_of_the_repository() {
     assert!(!ran.exists(), "the repository's post-checkout hook ran");
 }
 
-/// A `git` (in `root/bin`, returned) that hangs on `worktree add` — running `sleep SECS`, a
-/// stuck filter or a dead network mount — and is the real git otherwise.
-fn git_hanging_on_worktree_add(root: &Path, secs: &str) -> std::path::PathBuf {
+/// A `git` (in `root/bin`, returned) that hangs while a worktree's files are checked out (`worktree
+/// add`, or the `reset --hard` runner runs for it) — running `sleep SECS`, a stuck filter or a
+/// dead network mount — and is the real git otherwise.
+fn git_hanging_on_checkout(root: &Path, secs: &str) -> std::path::PathBuf {
     let bin = root.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let real = String::from_utf8(
@@ -217,7 +218,7 @@ fn git_hanging_on_worktree_add(root: &Path, secs: &str) -> std::path::PathBuf {
     std::fs::write(
         &fake,
         format!(
-            "#!/bin/sh\ncase \"$*\" in *\"worktree add\"*) exec sleep {secs};; esac\nexec {} \"$@\"\n",
+            "#!/bin/sh\ncase \"$*\" in *\"worktree add\"*|*\"reset --hard\"*) exec sleep {secs};; esac\nexec {} \"$@\"\n",
             real.trim()
         ),
     )
@@ -231,7 +232,7 @@ fn a_hung_git_holds_its_item_never_the_run() {
     let dir = tempfile::tempdir().unwrap();
     repo(&dir.path().join("r"));
     repo(&dir.path().join("s"));
-    let bin = git_hanging_on_worktree_add(dir.path(), "5127");
+    let bin = git_hanging_on_checkout(dir.path(), "5127");
     std::fs::write(
         dir.path().join("manifest.yaml"),
         "version: 1\nname: hung\nrepositories: [{path: r}, {path: s}]\nworker: {run: [\"true\"]}\nitems:\n  - {repo: r, id: a, branch: \"runner/a\"}\n  - {repo: s, id: b}\n",
@@ -363,7 +364,7 @@ fn a_stop_ends_runners_own_git_calls_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     repo(&dir.path().join("r"));
     // Well past the default deadline of ten minutes.
-    let bin = git_hanging_on_worktree_add(dir.path(), "5128");
+    let bin = git_hanging_on_checkout(dir.path(), "5128");
     std::fs::write(
         dir.path().join("manifest.yaml"),
         "version: 1\nname: stop\nrepositories: [{path: r}]\nworker: {run: [\"true\"]}\nitems: [{repo: r, id: a, branch: \"runner/a\"}]\n",

@@ -703,7 +703,7 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     }
     let msg = "commit:  runner\titem-1 ";
     assert!(matches!(
-        super::super::update_in_process(&ours, "refs/heads/w", &next, &head, msg),
+        super::super::refs::update_in_process(&ours, "refs/heads/w", &next, Some(&head), msg),
         Some(Ok(()))
     ));
     let out = super::super::command(&theirs)
@@ -738,10 +738,16 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     assert!(!common.join("refs/heads/w.lock").exists());
     // Not where expected: git is asked, and nothing is written.
     let before = std::fs::read_to_string(common.join("logs/refs/heads/w")).unwrap();
-    assert!(super::super::update_in_process(&ours, "refs/heads/w", &head, &head, msg).is_none());
+    assert!(
+        super::super::refs::update_in_process(&ours, "refs/heads/w", &head, Some(&head), msg)
+            .is_none()
+    );
     // Locked by another: left to git, the other's lock left alone.
     std::fs::write(common.join("refs/heads/w.lock"), "").unwrap();
-    assert!(super::super::update_in_process(&ours, "refs/heads/w", &head, &next, msg).is_none());
+    assert!(
+        super::super::refs::update_in_process(&ours, "refs/heads/w", &head, Some(&next), msg)
+            .is_none()
+    );
     assert!(common.join("refs/heads/w.lock").exists());
     std::fs::remove_file(common.join("refs/heads/w.lock")).unwrap();
     assert_eq!(
@@ -756,7 +762,7 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     git(d, &["config", "core.logAllRefUpdates", "false"]);
     super::super::command::forget(d);
     assert!(matches!(
-        super::super::update_in_process(d, "refs/heads/p", &next, &head, msg),
+        super::super::refs::update_in_process(d, "refs/heads/p", &next, Some(&head), msg),
         Some(Ok(()))
     ));
     assert_eq!(git(d, &["rev-parse", "p"]).trim(), next);
@@ -765,7 +771,9 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     // Shared-repository permissions are git's to apply.
     git(d, &["config", "core.sharedRepository", "group"]);
     super::super::command::forget(d);
-    assert!(super::super::update_in_process(d, "refs/heads/p", &head, &next, msg).is_none());
+    assert!(
+        super::super::refs::update_in_process(d, "refs/heads/p", &head, Some(&next), msg).is_none()
+    );
 }
 
 /// Commits stored as deltas in a pack (an aggressive repack makes some) are read in process, as
