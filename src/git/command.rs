@@ -134,6 +134,9 @@ struct Looked {
     /// worktree's records (`core.sparseCheckout`: the patterns copied; `branch.autoSetupMerge`:
     /// tracking set up; `worktree.useRelativePaths`): worktrees are left to git.
     worktree_settings: bool,
+    /// A setting that changes how git checks files out (line endings, links, case, protected
+    /// names, an attributes file, encodings) or a filter driver: checkouts are left to git.
+    checkout_settings: bool,
 }
 
 /// `core.logAllRefUpdates` as git reads it in a repository with a working tree.
@@ -268,6 +271,12 @@ pub(super) fn plain_worktrees(dir: &Path) -> bool {
     !looked_up(dir).worktree_settings
 }
 
+/// Whether git checks files out in the repository at `dir` as they are stored (see
+/// [`Looked::checkout_settings`]).
+pub(super) fn plain_checkouts(dir: &Path) -> bool {
+    !looked_up(dir).checkout_settings
+}
+
 /// Forget what was looked up of `dir`'s configuration (it changed).
 #[cfg(test)]
 pub(super) fn forget(dir: &Path) {
@@ -279,7 +288,7 @@ pub(super) fn forget(dir: &Path) {
 }
 
 /// The keys runner reads of a repository's configuration.
-const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles|sparsecheckout)|worktree\.userelativepaths|branch\.autosetupmerge)$";
+const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles|sparsecheckout|autocrlf|eol|symlinks|ignorecase|precomposeunicode|protecthfs|protectntfs|attributesfile|checkroundtripencoding)|worktree\.userelativepaths|branch\.autosetupmerge)$";
 
 /// A configuration entry: its key and value (`None` for a key without `=`).
 type Entry = (String, Option<String>);
@@ -326,6 +335,21 @@ fn looked_up(dir: &Path) -> Looked {
         })
         .map(|(k, v)| (k.clone(), v.clone().unwrap_or_default()))
         .collect();
+    let checkout_settings = !filters.is_empty()
+        || keys.iter().any(|k| {
+            matches!(
+                *k,
+                "core.autocrlf"
+                    | "core.eol"
+                    | "core.symlinks"
+                    | "core.ignorecase"
+                    | "core.precomposeunicode"
+                    | "core.protecthfs"
+                    | "core.protectntfs"
+                    | "core.attributesfile"
+                    | "core.checkroundtripencoding"
+            )
+        });
     let looked = Looked {
         filters,
         identity: ["user.name", "user.email"].iter().all(|k| keys.contains(k)),
@@ -334,7 +358,13 @@ fn looked_up(dir: &Path) -> Looked {
             .iter()
             .any(|k| *k == "commit.gpgsign" || *k == "i18n.commitencoding"),
         ref_logs: if keys.iter().any(|k| {
-            k.starts_with("core.") && !matches!(*k, "core.logallrefupdates" | "core.sparsecheckout")
+            matches!(
+                *k,
+                "core.sharedrepository"
+                    | "core.fsync"
+                    | "core.fsyncmethod"
+                    | "core.fsyncobjectfiles"
+            )
         }) {
             None
         } else {
@@ -344,6 +374,7 @@ fn looked_up(dir: &Path) -> Looked {
                 .find(|(k, _)| k == "core.logallrefupdates")
                 .map_or(Some(LogRefs::Normal), |(_, v)| LogRefs::parse(v.as_deref()))
         },
+        checkout_settings,
         worktree_settings: keys.iter().any(|k| {
             matches!(
                 *k,

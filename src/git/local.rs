@@ -30,9 +30,9 @@
 //! By concern: `repo` (which repositories are read: their own `.git`, or a linked worktree as
 //! git makes one, with a plain configuration), `heads` (HEAD and refs, loose and packed),
 //! `index` (the index file), `history` (ancestry and how far behind, walked commit by commit),
-//! `objects` (the object store), `trees` (trees and commits written), `untracked` (files the
-//! index does not name), `reads` (how much a question may read); this file proves a checkout
-//! clean.
+//! `objects` (the object store), `trees` (trees and commits written), `fresh` (a new
+//! worktree's files and index), `untracked` (files the index does not name), `reads` (how much
+//! a question may read); this file proves a checkout clean.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -188,6 +188,20 @@ fn read_commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
         .tree_id()
         .ok()?;
     tree.as_slice().try_into().ok()
+}
+
+mod fresh;
+
+/// The files of `commit` (a full commit id) checked out in process into the new worktree at
+/// `top`, its index written to its own git folder `own`, the objects read from `objects`:
+/// `None` where git is to do it, nothing written ([`fresh`]).
+pub(crate) fn check_out_fresh(
+    top: &Path,
+    own: &Path,
+    objects: &Path,
+    commit: &str,
+) -> Option<std::io::Result<()>> {
+    fresh::check_out(top, own, objects, &reads::parse_oid(commit.as_bytes())?)
 }
 
 mod objects;

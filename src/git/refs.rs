@@ -102,19 +102,21 @@ fn packed_in_the_way(common: &Path, refname: &str) -> Option<bool> {
     }))
 }
 
-/// The reflog of HEAD in a worktree's own git folder `own`, begun as git begins it when it
-/// points the new worktree's HEAD at its branch (at `oid`): a line without a message. Nothing
-/// is written where only existing reflogs are written to.
-pub(crate) fn begin_head_log(
+/// A line of the reflog of HEAD in a worktree's own git folder `own`, as git writes it: HEAD
+/// from `old` (`None`: it had no value) to `new`, with `message` (none when empty). Nothing is
+/// written where only existing reflogs are written to and there is none.
+pub(crate) fn log_head(
     own: &Path,
-    oid: &str,
+    old: Option<&str>,
+    new: &str,
     who: &str,
     logs: LogRefs,
+    message: &str,
 ) -> std::io::Result<()> {
     append_log(
         &own.join("logs/HEAD"),
         logs,
-        &log_line(NO_OBJECT, oid, who, ""),
+        &log_line(old.unwrap_or(NO_OBJECT), new, who, message),
     )
 }
 

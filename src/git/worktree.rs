@@ -160,18 +160,40 @@ fn add_in_process(
         std::fs::write(top.join(".git"), format!("gitdir: {}\n", own.display()))?;
         std::fs::write(own.join("commondir"), "../..\n")?;
         std::fs::write(own.join("HEAD"), format!("ref: {refname}\n"))?;
-        super::refs::begin_head_log(&own, &start, &who, logs)
+        // git points HEAD at the branch first, which begins its reflog with a line of no
+        // message.
+        super::refs::log_head(&own, None, &start, &who, logs, "")
     };
     let made = records().map_err(|e| failed("cannot write the worktree's records", e));
     // The repository's configuration is the worktree's (it has none of its own yet): its filter
     // drivers are turned off for the checkout as for every call in the repository.
     command::same_filters(repo, &top);
     let checked_out = made.and_then(|()| {
-        checked(
-            &top,
-            &["reset", "--hard", "--no-recurse-submodules", "--quiet"],
-        )
-        .map(|_| ())
+        let fresh = command::plain_checkouts(repo)
+            .then(|| local::check_out_fresh(&top, &own, &common.join("objects"), &start))
+            .flatten();
+        match fresh {
+            // What `git reset --hard` leaves beside the files: ORIG_HEAD, and its line in
+            // HEAD's reflog.
+            Some(Ok(())) => std::fs::write(own.join("ORIG_HEAD"), format!("{start}\n"))
+                .and_then(|()| {
+                    super::refs::log_head(
+                        &own,
+                        Some(&start),
+                        &start,
+                        &who,
+                        logs,
+                        "reset: moving to HEAD",
+                    )
+                })
+                .map_err(|e| failed("cannot write the worktree's records", e)),
+            Some(Err(e)) => Err(failed("cannot check the files out", e)),
+            None => checked(
+                &top,
+                &["reset", "--hard", "--no-recurse-submodules", "--quiet"],
+            )
+            .map(|_| ()),
+        }
     });
     if let Err(e) = checked_out {
         if made_top {
@@ -411,6 +433,26 @@ mod tests {
         out
     }
 
+    /// What an index holds but the file system's part of each entry (times, device, inode,
+    /// owner, size): each entry's mode, object, flags and path, then its extensions as written.
+    fn index_without_stat(path: &Path) -> (Vec<Vec<u8>>, Vec<u8>) {
+        let data = std::fs::read(path).unwrap();
+        assert_eq!(&data[..8], b"DIRC\0\0\0\x02");
+        let count = u32::from_be_bytes(data[8..12].try_into().unwrap()) as usize;
+        let mut at = 12;
+        let mut entries = Vec::new();
+        for _ in 0..count {
+            let mode = &data[at + 24..at + 28];
+            let rest = &data[at + 40..];
+            let len = usize::from(u16::from_be_bytes([rest[20], rest[21]]) & 0xFFF);
+            let mut e = mode.to_vec();
+            e.extend_from_slice(&rest[..22 + len]);
+            entries.push(e);
+            at += (40 + 22 + len + 8) / 8 * 8;
+        }
+        (entries, data[at..data.len() - 20].to_vec())
+    }
+
     /// A repository with files at several depths, an executable and a link, committed by a
     /// named person, packed refs and a tag.
     fn repo() -> tempfile::TempDir {
@@ -423,6 +465,13 @@ mod tests {
         write(d.join("README.md"), "hello\n");
         write(d.join("src/lib/a.rs"), "fn a() {}\n");
         write(d.join("src/main.rs"), "fn main() {}\n");
+        // Folders whose names sort one way as paths and another in the cache tree (shorter
+        // first), a file beside a folder of a longer name, an empty file.
+        write(d.join("src/lib.rs"), "");
+        write(d.join("src/b/c/deep.txt"), "deep\n");
+        write(d.join("src/aa/x"), "x\n");
+        write(d.join("src.txt"), "dot\n");
+        write(d.join("z/y"), "y\n");
         write(d.join("run.sh"), "#!/bin/sh\n");
         std::fs::set_permissions(
             d.join("run.sh"),
@@ -495,6 +544,14 @@ mod tests {
         );
         assert!(!common.join("worktrees/ours/locked").exists());
         assert_eq!(files(&ours), files(&theirs));
+        // The same entries and the same cache tree, byte for byte; written in process (git's
+        // would have no cache tree of its own making here only if it were git's).
+        let (ours_index, theirs_index) = (
+            index_without_stat(&common.join("worktrees/ours/index")),
+            index_without_stat(&common.join("worktrees/theirs/index")),
+        );
+        assert_eq!(ours_index, theirs_index);
+        assert!(ours_index.1.starts_with(b"TREE"), "{:?}", ours_index.1);
         assert_eq!(
             git(&ours, &["ls-files", "-s"]),
             git(&theirs, &["ls-files", "-s"])
@@ -581,5 +638,167 @@ mod tests {
         assert!(!wt.join("a").exists());
         assert_eq!(worktrees(), 0);
         assert_eq!(git(&d, &["branch", "--list", "new"]), "  new\n");
+    }
+
+    /// A commit on a new branch `b` whose tree is `tree` (any bytes: a tree git itself would not
+    /// make), and a worktree of it with no file checked out yet: its folder and its own git
+    /// folder.
+    fn bare_worktree(d: &Path, at: &Path, b: &str, tree: &[u8]) -> (PathBuf, PathBuf, String) {
+        use std::io::Write;
+        let mut child = command::command(d)
+            .args(["hash-object", "-t", "tree", "--literally", "-w", "--stdin"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(tree).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let tree = String::from_utf8(out.stdout).unwrap();
+        let commit = git(d, &["commit-tree", tree.trim(), "-m", "crafted"]);
+        let commit = commit.trim().to_string();
+        git(d, &["branch", b, &commit]);
+        git(
+            d,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "--no-checkout",
+                at.to_str().unwrap(),
+                b,
+            ],
+        );
+        let own = d.join(".git/worktrees").join(at.file_name().unwrap());
+        let _ = std::fs::remove_file(own.join("index"));
+        (at.to_path_buf(), own, commit)
+    }
+
+    /// One tree entry: `mode name\0` and the object's 20 bytes.
+    fn entry(mode: &str, name: &[u8], hex: &str) -> Vec<u8> {
+        let mut e = format!("{mode} ").into_bytes();
+        e.extend_from_slice(name);
+        e.push(0);
+        e.extend((0..20).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()));
+        e
+    }
+
+    /// The checkout in process writes a plain tree and leaves everything it does not write as
+    /// git would to git, with nothing written: a `.gitattributes` (in any case), a submodule,
+    /// a name git refuses (`.GIT`, `..`), a file and a folder of one name, an empty folder, a
+    /// destination that holds more than its `.git`.
+    #[test]
+    fn a_checkout_in_process_writes_plain_trees_and_leaves_the_rest_to_git() {
+        let t = repo();
+        let d = t.path().join("repo");
+        let objects = d.join(".git/objects");
+        let blob = git(&d, &["rev-parse", "HEAD:README.md"]).trim().to_string();
+        let sub = git(&d, &["rev-parse", "HEAD:src"]).trim().to_string();
+        let empty = git(&d, &["hash-object", "-t", "tree", "-w", "/dev/null"])
+            .trim()
+            .to_string();
+        let head = git(&d, &["rev-parse", "HEAD"]).trim().to_string();
+        let only_git = |top: &Path| {
+            let names: Vec<_> = std::fs::read_dir(top)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names == [std::ffi::OsString::from(".git")]
+        };
+        // A plain tree: written, and git finds the worktree clean.
+        let at = t.path().join("plain");
+        git(
+            &d,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "--no-checkout",
+                "-b",
+                "plain",
+                at.to_str().unwrap(),
+            ],
+        );
+        let own = d.join(".git/worktrees/plain");
+        let _ = std::fs::remove_file(own.join("index"));
+        assert!(matches!(
+            local::check_out_fresh(&at, &own, &objects, &head),
+            Some(Ok(()))
+        ));
+        assert_eq!(git(&at, &["status", "--porcelain", "--ignored"]), "");
+        assert_eq!(
+            std::fs::read_to_string(at.join("src/b/c/deep.txt")).unwrap(),
+            "deep\n"
+        );
+        // A destination holding more than `.git`: nothing written, the file left.
+        let at = t.path().join("busy");
+        git(
+            &d,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "--no-checkout",
+                "-b",
+                "busy",
+                at.to_str().unwrap(),
+            ],
+        );
+        std::fs::write(at.join("mine"), "mine").unwrap();
+        assert!(
+            local::check_out_fresh(&at, &d.join(".git/worktrees/busy"), &objects, &head).is_none()
+        );
+        assert_eq!(std::fs::read_to_string(at.join("mine")).unwrap(), "mine");
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("attributes", entry("100644", b".gitattributes", &blob)),
+            ("attributes-case", entry("100644", b".GitAttributes", &blob)),
+            ("submodule", entry("160000", b"sub", &head)),
+            ("dot-git", entry("100644", b".GIT", &blob)),
+            ("dot-git-in-folder", {
+                let mut t = entry("100644", b"a", &blob);
+                t.extend(entry("40000", b".git", &sub));
+                t
+            }),
+            ("dot-dot", entry("40000", b"..", &sub)),
+            ("file-and-folder", {
+                let mut t = entry("100644", b"a", &blob);
+                t.extend(entry("40000", b"a", &sub));
+                t
+            }),
+            ("empty-folder", {
+                let mut t = entry("100644", b"a", &blob);
+                t.extend(entry("40000", b"e", &empty));
+                t
+            }),
+        ];
+        // A blob gone from the store, met after other files were written: what was written is
+        // taken away.
+        write(t.path().join("gone.txt"), "a blob of its own\n");
+        let gone = git(
+            &d,
+            &[
+                "hash-object",
+                "-w",
+                t.path().join("gone.txt").to_str().unwrap(),
+            ],
+        )
+        .trim()
+        .to_string();
+        let mut tree = entry("100644", b"a-first", &blob);
+        tree.extend(entry("100644", b"b-gone", &gone));
+        let (top, own, commit) = bare_worktree(&d, &t.path().join("gone"), "gone", &tree);
+        std::fs::remove_file(objects.join(&gone[..2]).join(&gone[2..])).unwrap();
+        assert!(local::check_out_fresh(&top, &own, &objects, &commit).is_none());
+        assert!(only_git(&top), "a file was left");
+        assert!(!own.join("index").exists());
+        for (name, tree) in cases {
+            let (top, own, commit) = bare_worktree(&d, &t.path().join(name), name, &tree);
+            assert!(
+                local::check_out_fresh(&top, &own, &objects, &commit).is_none(),
+                "{name}"
+            );
+            assert!(only_git(&top), "{name}: something was written");
+            assert!(!own.join("index").exists(), "{name}");
+        }
     }
 }

@@ -230,7 +230,9 @@ fn git_hanging_on_checkout(root: &Path, secs: &str) -> std::path::PathBuf {
 #[test]
 fn a_hung_git_holds_its_item_never_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    repo(&dir.path().join("r"));
+    // Attributes leave the worktree's checkout to git (`reset --hard`), which hangs.
+    let r = repo(&dir.path().join("r"));
+    commit_file(&r, ".gitattributes", "*.md text\n");
     repo(&dir.path().join("s"));
     let bin = git_hanging_on_checkout(dir.path(), "5127");
     std::fs::write(
@@ -362,7 +364,9 @@ fn runners_own_git_calls_run_no_filter_of_the_repository() {
 #[test]
 fn a_stop_ends_runners_own_git_calls_in_flight() {
     let dir = tempfile::tempdir().unwrap();
-    repo(&dir.path().join("r"));
+    // Attributes leave the worktree's checkout to git (`reset --hard`), which hangs.
+    let r = repo(&dir.path().join("r"));
+    commit_file(&r, ".gitattributes", "*.md text\n");
     // Well past the default deadline of ten minutes.
     let bin = git_hanging_on_checkout(dir.path(), "5128");
     std::fs::write(

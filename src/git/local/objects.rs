@@ -89,6 +89,27 @@ impl Objects {
     /// another kind, an object that is not there (or not allowed by the reads), or one that
     /// cannot be read.
     pub(super) fn commit_or_tag(&self, oid: &Oid) -> Option<(Kind, Vec<u8>)> {
+        let wanted = |k| matches!(k, gix_object::Kind::Commit | gix_object::Kind::Tag);
+        match self.read(oid, wanted)? {
+            (gix_object::Kind::Commit, body) => Some((Kind::Commit, body)),
+            (gix_object::Kind::Tag, body) => Some((Kind::Tag, body)),
+            _ => None,
+        }
+    }
+
+    /// The content of `oid` when it is an object of `kind` (a tree, a blob) of at most 16 MiB;
+    /// `None` as for [`Objects::commit_or_tag`].
+    pub(super) fn of_kind(&self, oid: &Oid, kind: gix_object::Kind) -> Option<Vec<u8>> {
+        self.read(oid, |k| k == kind).map(|(_, body)| body)
+    }
+
+    /// Object `oid`'s kind and content when `wanted` takes its kind, its content hashing to its
+    /// name.
+    fn read(
+        &self,
+        oid: &Oid,
+        wanted: impl Fn(gix_object::Kind) -> bool,
+    ) -> Option<(gix_object::Kind, Vec<u8>)> {
         let name: String = oid.iter().map(|b| format!("{b:02x}")).collect();
         let path = self.dir.join(&name[..2]).join(&name[2..]);
         // A file no longer than its content may be (zlib adds a few bytes to what it cannot
@@ -102,8 +123,8 @@ impl Objects {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let whole = self.whole()?;
                 let id = gix_hash::ObjectId::from_bytes_or_panic(oid);
-                let kind = whole.try_header(&id).ok()??.kind();
-                if !matches!(kind, gix_object::Kind::Commit | gix_object::Kind::Tag) {
+                let header = whole.try_header(&id).ok()??;
+                if !wanted(header.kind()) || header.size() > ALLOC_LIMIT as u64 {
                     return None;
                 }
                 let mut buf = Vec::new();
@@ -112,18 +133,14 @@ impl Objects {
             }
             Err(_) => return None,
         };
+        if !wanted(kind) {
+            return None;
+        }
         // An object is its name: one whose content hashes to another name was written by
         // something other than git (a worker can write the store) and is not believed, as git
         // does not believe it.
         let named = gix_object::compute_hash(gix_hash::Kind::Sha1, kind, &body).ok()?;
-        if named.as_slice() != oid.as_slice() {
-            return None;
-        }
-        match kind {
-            gix_object::Kind::Commit => Some((Kind::Commit, body)),
-            gix_object::Kind::Tag => Some((Kind::Tag, body)),
-            _ => None,
-        }
+        (named.as_slice() == oid.as_slice()).then_some((kind, body))
     }
 
     /// The most one read may allocate.
