@@ -296,6 +296,38 @@ pub fn covered_whole(dir: &Path, writable: &[PathBuf]) -> bool {
     support().userns && may_cover(dir, writable)
 }
 
+/// The name of the entry of folder `dir` that `path` is or lies beneath (`Path::strip_prefix`
+/// and the first component of the rest), by the paths' bytes where both are plain — absolute,
+/// no `.` or `..`, no doubled or trailing separator — as every path here is; component by
+/// component otherwise.
+fn first_beneath<'a>(path: &'a Path, dir: &Path) -> Option<&'a std::ffi::OsStr> {
+    use std::os::unix::ffi::OsStrExt;
+    let plain = |b: &[u8]| {
+        b.first() == Some(&b'/')
+            && (b.len() == 1 || !b.ends_with(b"/"))
+            && !b
+                .split(|c| *c == b'/')
+                .skip(1)
+                .any(|part| part.is_empty() && b.len() > 1 || part == b"." || part == b"..")
+    };
+    let (p, d) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    if !plain(p) || !plain(d) {
+        let rest = path.strip_prefix(dir).ok()?;
+        return match rest.components().next()? {
+            std::path::Component::Normal(n) => Some(n),
+            _ => None,
+        };
+    }
+    let rest = p.strip_prefix(d)?;
+    let rest = if d == b"/" {
+        rest
+    } else {
+        rest.strip_prefix(b"/")?
+    };
+    let first = rest.split(|c| *c == b'/').next()?;
+    (!first.is_empty()).then(|| std::ffi::OsStr::from_bytes(first))
+}
+
 /// Entries bound back into one covered folder at most: past that, its hidden entries are
 /// covered each alone.
 const MAX_KEPT: usize = 64;
@@ -323,27 +355,30 @@ pub(crate) fn plan_covers(
         }
     }
     // Out of sight already: beneath an entry of a folder covered whole that is not bound back.
+    // Asked of every other repository for every command an item starts: by bytes (see
+    // `first_beneath`), a thousand repositories' paths taken apart component by component cost
+    // 0.8 ms a command.
     let unseen = |h: &Path| {
         covers.iter().any(|c: &Cover| {
-            h.strip_prefix(&c.dir)
-                .ok()
-                .and_then(|rest| rest.components().next())
-                .is_some_and(|first| {
-                    !c.keep
-                        .iter()
-                        .any(|(name, _)| name.as_os_str() == first.as_os_str())
-                })
+            first_beneath(h, &c.dir)
+                .is_some_and(|first| !c.keep.iter().any(|(name, _)| name.as_os_str() == first))
         })
     };
-    let mut by_parent: BTreeMap<&Path, Vec<&PathBuf>> = BTreeMap::new();
+    // Keyed by the folder's bytes: the same folder is the same bytes here (every path is made
+    // by joining names to a plain absolute one), and bytes compare faster than components.
+    let mut by_parent: BTreeMap<&std::ffi::OsStr, (&Path, Vec<&PathBuf>)> = BTreeMap::new();
     let mut alone: Vec<PathBuf> = Vec::new();
     for h in hidden.iter().filter(|h| !unseen(h)) {
         match (h.parent(), h.file_name()) {
-            (Some(p), Some(_)) if p.parent().is_some() => by_parent.entry(p).or_default().push(h),
+            (Some(p), Some(_)) if p.parent().is_some() => by_parent
+                .entry(p.as_os_str())
+                .or_insert_with(|| (p, Vec::new()))
+                .1
+                .push(h),
             _ => alone.push(h.clone()),
         }
     }
-    for (dir, hs) in by_parent {
+    for (_, (dir, hs)) in by_parent {
         let cover = (hs.len() >= 4 && may_cover(dir) && !covers.iter().any(|c| c.dir == dir))
             .then(|| cover_of(dir, &hs))
             .flatten();
@@ -501,6 +536,40 @@ fn write_layer(rules: &Rules) -> Result<OwnedFd, Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The entry a path lies beneath, by bytes, is the one `Path::strip_prefix` and the
+        /// rest's first component name, for paths of every shape (`.`, `..`, doubled and
+        /// trailing separators, relative ones).
+        #[test]
+        fn the_entry_beneath_by_bytes_is_the_one_components_give(
+            a in proptest::collection::vec(proptest::sample::select(vec!["", ".", "..", "a", "b", "ab"]), 0..5),
+            b in proptest::collection::vec(proptest::sample::select(vec!["", ".", "..", "a", "b", "ab"]), 0..5),
+            rooted in proptest::bool::ANY,
+            trailing in proptest::bool::ANY,
+        ) {
+            let make = |parts: &[&str], slash: bool| {
+                let mut s = if rooted { String::from("/") } else { String::new() };
+                s.push_str(&parts.join("/"));
+                if slash {
+                    s.push('/');
+                }
+                PathBuf::from(s)
+            };
+            let (path, dir) = (make(&a, false), make(&b, trailing));
+            let by_components = path.strip_prefix(&dir).ok().and_then(|r| match r.components().next() {
+                Some(std::path::Component::Normal(n)) => Some(n.to_os_string()),
+                _ => None,
+            });
+            proptest::prop_assert_eq!(
+                first_beneath(&path, &dir).map(|n| n.to_os_string()),
+                by_components,
+                "{:?} in {:?}",
+                path,
+                dir
+            );
+        }
+    }
 
     #[test]
     fn a_folder_covered_whole_keeps_only_the_entries_holding_something_writable() {
