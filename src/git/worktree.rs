@@ -658,20 +658,25 @@ mod tests {
         let commit = git(d, &["commit-tree", tree.trim(), "-m", "crafted"]);
         let commit = commit.trim().to_string();
         git(d, &["branch", b, &commit]);
-        git(
-            d,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "--no-checkout",
-                at.to_str().unwrap(),
-                b,
-            ],
-        );
+        let own = no_checkout(d, at, b);
+        (at.to_path_buf(), own, commit)
+    }
+
+    /// A worktree of the repository at `d` added at `at` on branch `b` (made where it does not
+    /// exist) with no file checked out and no index: its own git folder.
+    fn no_checkout(d: &Path, at: &Path, b: &str) -> PathBuf {
+        let path = at.to_str().unwrap();
+        if git(d, &["branch", "--list", b]).is_empty() {
+            git(
+                d,
+                &["worktree", "add", "-q", "--no-checkout", "-b", b, path],
+            );
+        } else {
+            git(d, &["worktree", "add", "-q", "--no-checkout", path, b]);
+        }
         let own = d.join(".git/worktrees").join(at.file_name().unwrap());
         let _ = std::fs::remove_file(own.join("index"));
-        (at.to_path_buf(), own, commit)
+        own
     }
 
     /// One tree entry: `mode name\0` and the object's 20 bytes.
@@ -707,20 +712,7 @@ mod tests {
         };
         // A plain tree: written, and git finds the worktree clean.
         let at = t.path().join("plain");
-        git(
-            &d,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "--no-checkout",
-                "-b",
-                "plain",
-                at.to_str().unwrap(),
-            ],
-        );
-        let own = d.join(".git/worktrees/plain");
-        let _ = std::fs::remove_file(own.join("index"));
+        let own = no_checkout(&d, &at, "plain");
         assert!(matches!(
             local::check_out_fresh(&at, &own, &objects, &head),
             Some(Ok(()))
@@ -732,22 +724,9 @@ mod tests {
         );
         // A destination holding more than `.git`: nothing written, the file left.
         let at = t.path().join("busy");
-        git(
-            &d,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "--no-checkout",
-                "-b",
-                "busy",
-                at.to_str().unwrap(),
-            ],
-        );
+        let own = no_checkout(&d, &at, "busy");
         std::fs::write(at.join("mine"), "mine").unwrap();
-        assert!(
-            local::check_out_fresh(&at, &d.join(".git/worktrees/busy"), &objects, &head).is_none()
-        );
+        assert!(local::check_out_fresh(&at, &own, &objects, &head).is_none());
         assert_eq!(std::fs::read_to_string(at.join("mine")).unwrap(), "mine");
         let cases: Vec<(&str, Vec<u8>)> = vec![
             ("attributes", entry("100644", b".gitattributes", &blob)),
