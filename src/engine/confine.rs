@@ -268,11 +268,13 @@ impl SandboxPlan {
         writable.extend(git.iter().cloned());
         // Another repository, or another item's worktree, is covered for it; never a folder
         // above what it works in or writes.
+        // Asked of every repository of the plan for every item: compared by bytes.
+        let within = sandbox::within;
         let needed = |d: &Path| {
-            checkout.starts_with(d)
-                || repo.starts_with(d)
-                || d.starts_with(repo)
-                || writable.iter().any(|w| w.starts_with(d))
+            within(checkout, d)
+                || within(repo, d)
+                || within(d, repo)
+                || writable.iter().any(|w| within(w, d))
         };
         let mut hidden_dirs: Vec<PathBuf> = self
             .repositories
