@@ -133,13 +133,15 @@ fn add_in_process(
     if std::fs::symlink_metadata(&top).is_ok() || std::fs::symlink_metadata(&own).is_ok() {
         return None;
     }
+    // The records name both paths as text: one that is not is git's to write.
+    let (top_text, own_text) = (top.to_str()?, own.to_str()?);
     let start = local::start_point(repo, base)?;
     let logs = command::ref_logs(repo)?;
     let who = super::refs::reflog_who(repo)?;
     let refname = format!("refs/heads/{branch}");
     let message = format!("branch: Created from {base}");
     let failed = |what: &str, e: std::io::Error| GitError::Failed {
-        args: format!("worktree add -b {branch} {}", top.display()),
+        args: format!("worktree add -b {branch} {top_text}"),
         dir: repo.display().to_string(),
         stderr: format!("{what}: {e}"),
     };
@@ -156,8 +158,8 @@ fn add_in_process(
         std::fs::write(own.join("locked"), "initializing\n")?;
         std::fs::create_dir(&top)?;
         made_top = true;
-        std::fs::write(own.join("gitdir"), format!("{}/.git\n", top.display()))?;
-        std::fs::write(top.join(".git"), format!("gitdir: {}\n", own.display()))?;
+        std::fs::write(own.join("gitdir"), format!("{top_text}/.git\n"))?;
+        std::fs::write(top.join(".git"), format!("gitdir: {own_text}\n"))?;
         std::fs::write(own.join("commondir"), "../..\n")?;
         std::fs::write(own.join("HEAD"), format!("ref: {refname}\n"))?;
         // git points HEAD at the branch first, which begins its reflog with a line of no
