@@ -204,23 +204,31 @@ fn walk(store: &Objects, oid: Oid, prefix: Vec<u8>, files: &mut Vec<File>) -> Op
 
 /// Write every file under `top`, its folders made as they come: a file with the mode git gives
 /// it (read and write, and execute for an executable, as the umask allows), a link to what its
-/// blob names. A blob that cannot be read here (over 16 MiB, not there, not hashing to its
-/// name) fails it, for git to do.
+/// blob names. Links come last, as git makes them, and each only in a folder that is the one its
+/// path names, not one reached through a link: on a file system that takes two names for one, a
+/// link `A` written first would otherwise carry `a/x` out of the worktree. A blob that cannot be
+/// read here (over 16 MiB, not there, not hashing to its name) fails it, for git to do.
 fn write_files(top: &Path, files: &[File], store: &Objects) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
-    for f in files {
+    let real_top = std::fs::canonicalize(top)?;
+    let (links, plain): (Vec<&File>, Vec<&File>) = files.iter().partition(|f| f.mode == 0o120000);
+    for f in plain.into_iter().chain(links) {
         let blob = store
             .of_kind(&f.oid, gix_object::Kind::Blob)
             .ok_or_else(|| std::io::Error::other("a blob this checkout does not read"))?;
-        let blob = &blob;
-        let path = top.join(std::ffi::OsStr::from_bytes(&f.path));
+        let rel = Path::new(std::ffi::OsStr::from_bytes(&f.path));
+        let path = top.join(rel);
         if let Some(parent) = path.parent()
             && !parent.is_dir()
         {
             std::fs::create_dir_all(parent)?;
         }
+        let parent_named = real_top.join(rel.parent().unwrap_or(Path::new("")));
+        if std::fs::canonicalize(path.parent().unwrap_or(top))? != parent_named {
+            return Err(std::io::Error::other("a folder reached through a link"));
+        }
         if f.mode == 0o120000 {
-            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(blob), &path)?;
+            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&blob), &path)?;
             continue;
         }
         let mut out = std::fs::OpenOptions::new()
@@ -228,7 +236,7 @@ fn write_files(top: &Path, files: &[File], store: &Objects) -> std::io::Result<(
             .create_new(true)
             .mode(if f.mode == 0o100755 { 0o777 } else { 0o666 })
             .open(&path)?;
-        out.write_all(blob)?;
+        out.write_all(&blob)?;
     }
     Ok(())
 }
@@ -308,5 +316,56 @@ fn cache_tree(folder: &Folder, out: &mut Vec<u8>) {
     folders.sort_by(|a, b| a.name.len().cmp(&b.name.len()).then(a.name.cmp(&b.name)));
     for f in folders {
         cache_tree(f, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder of the worktree reached through a link (what a link `A` and a path `a/x` make on
+    /// a file system that takes two names for one) is refused: nothing is written beyond it.
+    #[test]
+    fn nothing_is_written_through_a_link_the_checkout_made() {
+        let t = tempfile::tempdir().unwrap();
+        let (repo, top, outside) = (t.path().join("r"), t.path().join("top"), t.path().join("o"));
+        for d in [&repo, &top, &outside] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&repo)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(t.path().join("target"), outside.to_str().unwrap()).unwrap();
+        let hex = git(&[
+            "hash-object",
+            "-w",
+            t.path().join("target").to_str().unwrap(),
+        ]);
+        let oid: Oid = (0..20)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap();
+        let link = |path: &str| File {
+            path: path.as_bytes().to_vec(),
+            mode: 0o120000,
+            oid,
+        };
+        let store = Objects::open(&repo.join(".git/objects"), Reach::All).unwrap();
+        let written = write_files(&top, &[link("L"), link("L/x")], &store);
+        assert!(written.is_err());
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "written outside"
+        );
     }
 }
