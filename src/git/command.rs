@@ -137,6 +137,10 @@ struct Looked {
     /// A setting that changes how git checks files out (line endings, links, case, protected
     /// names, an attributes file, encodings) or a filter driver: checkouts are left to git.
     checkout_settings: bool,
+    /// A setting that changes what `git diff --numstat` counts (`diff.algorithm`,
+    /// `diff.context`, `core.bigFileThreshold`, an attributes file or tree): its totals are left
+    /// to git.
+    diff_settings: bool,
 }
 
 /// `core.logAllRefUpdates` as git reads it in a repository with a working tree.
@@ -277,6 +281,12 @@ pub(super) fn plain_checkouts(dir: &Path) -> bool {
     !looked_up(dir).checkout_settings
 }
 
+/// Whether `git diff --numstat` in the repository at `dir` counts lines as its defaults do (see
+/// [`Looked::diff_settings`]).
+pub(super) fn plain_diffs(dir: &Path) -> bool {
+    !looked_up(dir).diff_settings
+}
+
 /// Forget what was looked up of `dir`'s configuration (it changed).
 #[cfg(test)]
 pub(super) fn forget(dir: &Path) {
@@ -288,7 +298,7 @@ pub(super) fn forget(dir: &Path) {
 }
 
 /// The keys runner reads of a repository's configuration.
-const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles|sparsecheckout|autocrlf|eol|symlinks|ignorecase|precomposeunicode|protecthfs|protectntfs|attributesfile|checkroundtripencoding)|worktree\.userelativepaths|branch\.autosetupmerge)$";
+const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles|sparsecheckout|autocrlf|eol|symlinks|ignorecase|precomposeunicode|protecthfs|protectntfs|attributesfile|checkroundtripencoding|bigfilethreshold)|worktree\.userelativepaths|branch\.autosetupmerge|diff\.(algorithm|context)|attr\.tree)$";
 
 /// A configuration entry: its key and value (`None` for a key without `=`).
 type Entry = (String, Option<String>);
@@ -375,6 +385,16 @@ fn looked_up(dir: &Path) -> Looked {
                 .map_or(Some(LogRefs::Normal), |(_, v)| LogRefs::parse(v.as_deref()))
         },
         checkout_settings,
+        diff_settings: keys.iter().any(|k| {
+            matches!(
+                *k,
+                "diff.algorithm"
+                    | "diff.context"
+                    | "core.bigfilethreshold"
+                    | "core.attributesfile"
+                    | "attr.tree"
+            )
+        }),
         worktree_settings: keys.iter().any(|k| {
             matches!(
                 *k,

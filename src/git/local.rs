@@ -31,7 +31,8 @@
 //! git makes one, with a plain configuration), `heads` (HEAD and refs, loose and packed),
 //! `index` (the index file), `history` (ancestry and how far behind, walked commit by commit),
 //! `objects` (the object store), `trees` (trees and commits written), `fresh` (a new
-//! worktree's files and index), `untracked` (files the index does not name), `reads` (how much
+//! worktree's files and index), `numstat` (what a diff between two commits counts),
+//! `untracked` (files the index does not name), `reads` (how much
 //! a question may read); this file proves a checkout clean.
 
 use std::collections::HashMap;
@@ -202,6 +203,20 @@ pub(crate) fn check_out_fresh(
     commit: &str,
 ) -> Option<std::io::Result<()>> {
     fresh::check_out(top, own, objects, &reads::parse_oid(commit.as_bytes())?)
+}
+
+mod numstat;
+
+/// Files changed, lines inserted and deleted between commits `from` and `to` (full ids) of the
+/// repository's own checkout at `dir`, as `git diff --numstat --no-renames` totals them, where
+/// that is certain without git ([`numstat`]); `None`: ask git.
+pub(crate) fn diff_totals(dir: &Path, from: &str, to: &str) -> Option<(u64, u64, u64)> {
+    let (top, git_dir) = plain_checkout(dir, Reads::Small)?;
+    let (from, to) = (
+        reads::parse_oid(from.as_bytes())?,
+        reads::parse_oid(to.as_bytes())?,
+    );
+    numstat::totals(&top, &git_dir, &from, &to)
 }
 
 mod objects;

@@ -628,8 +628,15 @@ pub(crate) fn reset_index(dir: &Path) -> Result<(), GitError> {
     Ok(())
 }
 
-/// Files changed, lines inserted and deleted between commits `from` and `to`.
+/// Files changed, lines inserted and deleted between commits `from` and `to`: counted in
+/// process where that is certain to be git's count (a plain repository, full commit ids, no
+/// setting or attribute that changes it), else by `git diff --numstat`.
 pub fn diffstat(dir: &Path, from: &str, to: &str) -> Result<(u64, u64, u64), GitError> {
+    if command::plain_diffs(dir)
+        && let Some(totals) = local::diff_totals(dir, from, to)
+    {
+        return Ok(totals);
+    }
     let text = checked(
         dir,
         &[

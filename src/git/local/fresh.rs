@@ -113,7 +113,7 @@ fn clear(top: &Path, own: &Path) -> std::io::Result<()> {
 /// Whether an attributes file outside the tree may apply: the repository's (`info/attributes`
 /// of its common folder `common`), the user's (the default place; a configured one is seen by
 /// the caller), or the system's.
-fn attributes_elsewhere(common: &Path) -> bool {
+pub(super) fn attributes_elsewhere(common: &Path) -> bool {
     let home = std::env::var_os("XDG_CONFIG_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")));
