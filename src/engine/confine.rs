@@ -32,6 +32,9 @@ pub struct SandboxPlan {
     pub landlock: bool,
     /// In words: what each item runs under (`landlock ABI 7, network none`, `off`).
     pub summary: String,
+    /// The folders covered whole, as last listed: one listing for the run's items while the
+    /// folder is unchanged.
+    pub listings: Arc<sandbox::Listings>,
 }
 
 impl SandboxPlan {
@@ -169,6 +172,7 @@ pub fn plan(
         missing,
         landlock,
         summary,
+        listings: Arc::default(),
     })
 }
 
@@ -365,6 +369,6 @@ impl SandboxPlan {
             no_network: self.network == NetworkPolicy::None,
             allow: self.allow.clone(),
         };
-        sandbox::build(&r).map(Arc::new)
+        sandbox::build(&r, &self.listings).map(Arc::new)
     }
 }
