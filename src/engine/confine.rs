@@ -278,14 +278,8 @@ impl SandboxPlan {
         writable.extend(git.iter().cloned());
         // Another repository, or another item's worktree, is covered for it; never a folder
         // above what it works in or writes.
-        // Asked of every repository of the plan for every item: compared by bytes.
-        let within = sandbox::within;
-        let needed = |d: &Path| {
-            within(checkout, d)
-                || within(repo, d)
-                || within(d, repo)
-                || writable.iter().any(|w| within(w, d))
-        };
+        let needed = Needed::new(checkout, repo, &writable);
+        let needed = |d: &Path| needed.of(d);
         let mut hidden_dirs: Vec<PathBuf> = self
             .repositories
             .iter()
@@ -370,5 +364,98 @@ impl SandboxPlan {
             allow: self.allow.clone(),
         };
         sandbox::build(&r, &self.listings).map(Arc::new)
+    }
+}
+
+/// Which folders an item needs in sight: what it works in (`checkout`), its repository, what it
+/// writes, and every folder above them; and what lies in its repository. Asked of every
+/// repository of the plan for every item. Where every path is plain (as runner makes them), a
+/// folder is above one of them exactly when its bytes are one of their prefixes that ends at a
+/// separator: looked up in a set of those rather than compared with each path (at 1,000
+/// repositories, 1.3 ms an item).
+struct Needed<'a> {
+    checkout: &'a Path,
+    repo: &'a Path,
+    writable: &'a [PathBuf],
+    above: Option<std::collections::HashSet<&'a [u8]>>,
+}
+
+impl<'a> Needed<'a> {
+    fn new(checkout: &'a Path, repo: &'a Path, writable: &'a [PathBuf]) -> Needed<'a> {
+        use std::os::unix::ffi::OsStrExt;
+        let paths = || {
+            [checkout, repo]
+                .into_iter()
+                .chain(writable.iter().map(PathBuf::as_path))
+        };
+        let above = paths().all(sandbox::plain_path).then(|| {
+            paths()
+                .flat_map(|p| {
+                    let b = p.as_os_str().as_bytes();
+                    let cuts = b.iter().enumerate().filter(|(_, c)| **c == b'/');
+                    cuts.map(move |(i, _)| &b[..i.max(1)]).chain([b])
+                })
+                .collect()
+        });
+        Needed {
+            checkout,
+            repo,
+            writable,
+            above,
+        }
+    }
+
+    fn of(&self, d: &Path) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let within = sandbox::within;
+        match &self.above {
+            Some(above) if sandbox::plain_path(d) => {
+                above.contains(d.as_os_str().as_bytes()) || within(d, self.repo)
+            }
+            _ => {
+                within(self.checkout, d)
+                    || within(self.repo, d)
+                    || within(d, self.repo)
+                    || self.writable.iter().any(|w| within(w, d))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// The set of folders above an item's paths answers as `Path::starts_with` does, for
+        /// paths of every shape.
+        #[test]
+        fn the_folders_an_item_needs_are_those_path_components_say(
+            paths in proptest::collection::vec(
+                proptest::collection::vec(proptest::sample::select(vec!["", ".", "..", "a", "b", "ab"]), 0..4),
+                4,
+            ),
+            rooted in proptest::collection::vec(proptest::bool::ANY, 4),
+        ) {
+            let make = |i: usize| {
+                let mut s = if rooted[i] { String::from("/") } else { String::new() };
+                s.push_str(&paths[i].join("/"));
+                PathBuf::from(s)
+            };
+            let (checkout, repo, w, d) = (make(0), make(1), vec![make(2)], make(3));
+            let by_components = checkout.starts_with(&d)
+                || repo.starts_with(&d)
+                || d.starts_with(&repo)
+                || w.iter().any(|w| w.starts_with(&d));
+            proptest::prop_assert_eq!(
+                Needed::new(&checkout, &repo, &w).of(&d),
+                by_components,
+                "{:?} {:?} {:?} {:?}",
+                checkout,
+                repo,
+                w,
+                d
+            );
+        }
     }
 }
