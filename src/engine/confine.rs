@@ -35,6 +35,8 @@ pub struct SandboxPlan {
     /// The folders covered whole, as last listed: one listing for the run's items while the
     /// folder is unchanged.
     pub listings: Arc<sandbox::Listings>,
+    /// Every repository's folder is a plain path (`sandbox::plain_path`): told once for the run.
+    pub plain_repositories: bool,
 }
 
 impl SandboxPlan {
@@ -166,13 +168,14 @@ pub fn plan(
         allow,
         writable,
         hidden,
-        repositories,
         worktrees: workspace.join("worktrees"),
         tmp: workspace.join("tmp"),
         missing,
         landlock,
         summary,
         listings: Arc::default(),
+        plain_repositories: repositories.iter().all(|r| sandbox::plain_path(r)),
+        repositories,
     })
 }
 
@@ -278,12 +281,19 @@ impl SandboxPlan {
         writable.extend(git.iter().cloned());
         // Another repository, or another item's worktree, is covered for it; never a folder
         // above what it works in or writes.
-        let needed = Needed::new(checkout, repo, &writable);
-        let needed = |d: &Path| needed.of(d);
+        let needs = Needed::new(checkout, repo, &writable);
+        let needed = |d: &Path| needs.of(d);
+        let needed_plain = |d: &Path| needs.of_plain(d);
         let mut hidden_dirs: Vec<PathBuf> = self
             .repositories
             .iter()
-            .filter(|r| !needed(r))
+            .filter(|r| {
+                if self.plain_repositories {
+                    !needed_plain(r)
+                } else {
+                    !needed(r)
+                }
+            })
             .cloned()
             .collect();
         // Other repositories' temporary folders: what their items left or are writing. Where
@@ -406,19 +416,35 @@ impl<'a> Needed<'a> {
     }
 
     fn of(&self, d: &Path) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let within = sandbox::within;
-        match &self.above {
-            Some(above) if sandbox::plain_path(d) => {
-                above.contains(d.as_os_str().as_bytes()) || within(d, self.repo)
-            }
-            _ => {
-                within(self.checkout, d)
-                    || within(self.repo, d)
-                    || within(d, self.repo)
-                    || self.writable.iter().any(|w| within(w, d))
-            }
+        if sandbox::plain_path(d) {
+            self.of_plain(d)
+        } else {
+            self.by_components(d)
         }
+    }
+
+    /// [`Needed::of`] a folder whose path is plain.
+    fn of_plain(&self, d: &Path) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        match &self.above {
+            Some(above) => {
+                let (d, repo) = (d.as_os_str().as_bytes(), self.repo.as_os_str().as_bytes());
+                above.contains(d)
+                    || d.strip_prefix(repo).is_some_and(|rest| {
+                        repo == b"/" || rest.is_empty() || rest.starts_with(b"/")
+                    })
+            }
+            None => self.by_components(d),
+        }
+    }
+
+    /// [`Needed::of`], asked of each path ([`sandbox::within`]).
+    fn by_components(&self, d: &Path) -> bool {
+        let within = sandbox::within;
+        within(self.checkout, d)
+            || within(self.repo, d)
+            || within(d, self.repo)
+            || self.writable.iter().any(|w| within(w, d))
     }
 }
 
@@ -447,8 +473,12 @@ mod tests {
                 || repo.starts_with(&d)
                 || d.starts_with(&repo)
                 || w.iter().any(|w| w.starts_with(&d));
+            let needs = Needed::new(&checkout, &repo, &w);
+            if sandbox::plain_path(&d) {
+                proptest::prop_assert_eq!(needs.of_plain(&d), by_components);
+            }
             proptest::prop_assert_eq!(
-                Needed::new(&checkout, &repo, &w).of(&d),
+                needs.of(&d),
                 by_components,
                 "{:?} {:?} {:?} {:?}",
                 checkout,

@@ -225,10 +225,76 @@ impl PlantedWalk {
 /// A worktree's own git folder and the repository's common one, from its `.git` file
 /// (`gitdir: …`) and that folder's `commondir`; `None` for a repository's own checkout (or
 /// anything else). Read plainly: the caller reads it before an item's processes run.
+///
+/// The common folder is given without the `..` of `commondir` where no link is on the way
+/// (the path the kernel resolves is the one read lexically): a plain path, which the item's
+/// confinement compares by bytes.
 pub(crate) fn worktree_git_dirs(checkout: &Path) -> Option<(PathBuf, PathBuf)> {
     let text = std::fs::read_to_string(checkout.join(".git")).ok()?;
     let own = checkout.join(text.strip_prefix("gitdir:")?.trim());
     let common = std::fs::read_to_string(own.join("commondir")).ok()?;
     let common = own.join(common.trim());
+    let mut lexical = PathBuf::new();
+    for c in common.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => lexical.push(c),
+        }
+    }
+    let common = match std::fs::canonicalize(&common) {
+        Ok(real) if real == lexical => lexical,
+        _ => common,
+    };
     Some((own, common))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worktrees_common_folder_is_read_without_its_dots() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = std::fs::canonicalize(t.path()).unwrap().join("repo");
+        let git = |args: &[&str]| {
+            let out = crate::git::command(&repo).args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::create_dir(&repo).unwrap();
+        git(&["init", "-q", "-b", "main"]);
+        git(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "a",
+        ]);
+        let wt = repo.parent().unwrap().join("wt");
+        git(&["worktree", "add", "-q", "-b", "w", wt.to_str().unwrap()]);
+        let (own, common) = worktree_git_dirs(&wt).unwrap();
+        assert_eq!(own, repo.join(".git/worktrees/wt"));
+        assert_eq!(common, repo.join(".git"));
+        // Through a link on the way, the kernel's path is not the lexical one: kept as written.
+        let link = repo.parent().unwrap().join("link");
+        std::os::unix::fs::symlink(repo.join(".git/worktrees"), &link).unwrap();
+        std::fs::write(
+            wt.join(".git"),
+            format!("gitdir: {}\n", link.join("wt").display()),
+        )
+        .unwrap();
+        let (own, common) = worktree_git_dirs(&wt).unwrap();
+        assert_eq!(own, link.join("wt"));
+        assert_eq!(common, link.join("wt/../.."));
+    }
 }

@@ -308,16 +308,22 @@ fn plain(path: &[u8]) -> bool {
     if path.len() == 1 {
         return true;
     }
-    // No empty component (a doubled or trailing separator), and none that is `.` or `..`:
-    // looked for where a separator is followed by one or a dot, not component by component
-    // (asked thousands of times an item at a thousand repositories).
-    !path.ends_with(b"/")
-        && memchr::memmem::find(path, b"//").is_none()
-        && memchr::memmem::find_iter(path, b"/.").all(|at| {
-            let rest = &path[at + 2..];
-            let rest = rest.strip_prefix(b".").unwrap_or(rest);
-            !(rest.is_empty() || rest[0] == b'/')
-        })
+    // One pass over the bytes (asked thousands of times an item at a thousand repositories):
+    // each component's length so far, and whether it is all dots.
+    let bad = |len: usize, dots: bool| len == 0 || (dots && len <= 2);
+    let (mut len, mut dots) = (0usize, true);
+    for &c in &path[1..] {
+        if c == b'/' {
+            if bad(len, dots) {
+                return false;
+            }
+            (len, dots) = (0, true);
+        } else {
+            len += 1;
+            dots &= c == b'.';
+        }
+    }
+    !bad(len, dots)
 }
 
 /// [`plain`], of a path.
