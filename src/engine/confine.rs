@@ -199,6 +199,9 @@ pub struct ItemRules {
     pub tmp: PathBuf,
     /// Folders it may write wherever its command runs.
     pub writable: Vec<PathBuf>,
+    /// Each of `writable` as the kernel resolves it (links followed), told when the rules are
+    /// made, before any of the item's processes runs.
+    pub writable_real: Vec<PathBuf>,
     /// Git's folders among them (a worktree's own git folder, the object store), where it may
     /// make only files and folders: no FIFO, device, socket or link, which git never makes there
     /// and which runner's own git would wait on or follow.
@@ -222,31 +225,32 @@ impl ItemRules {
     /// Whether `path` is beneath something the item may write (its own folders and
     /// `sandbox.writable`; not counting the folder a command runs in).
     pub fn may_write(&self, path: &Path) -> bool {
-        writable_by(path, &self.writable)
+        let path = real(path);
+        self.writable_real.iter().any(|w| path.starts_with(w))
     }
 
     /// Whether the kernel keeps the item from making anything but files and folders in `path`
     /// (given Landlock): it is beneath one of git's folders and beneath nothing else it may
     /// write, the folder its commands run in (`dir`) included.
     pub fn only_files_in(&self, path: &Path, dir: &Path) -> bool {
-        let others: Vec<PathBuf> = self
-            .writable
-            .iter()
-            .filter(|w| !self.git.contains(w))
-            .cloned()
-            .chain([dir.to_path_buf()])
-            .collect();
-        writable_by(path, &self.git) && !writable_by(path, &others)
+        let path = real(path);
+        let (mut in_git, mut in_other) = (false, path.starts_with(real(dir)));
+        for (w, r) in self.writable.iter().zip(&self.writable_real) {
+            if path.starts_with(r) {
+                if self.git.contains(w) {
+                    in_git = true;
+                } else {
+                    in_other = true;
+                }
+            }
+        }
+        in_git && !in_other
     }
 }
 
-/// Whether `path` is beneath one of `writable`.
-fn writable_by(path: &Path, writable: &[PathBuf]) -> bool {
-    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    writable.iter().any(|w| {
-        let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
-        path.starts_with(&w)
-    })
+/// `path` as the kernel resolves it (links followed); as it is where it cannot be resolved.
+fn real(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 impl SandboxPlan {
@@ -333,6 +337,7 @@ impl SandboxPlan {
         let covered = vec![self.worktrees.clone(), self.tmp.clone()];
         Ok(ItemRules {
             tmp,
+            writable_real: writable.iter().map(|w| real(w)).collect(),
             writable,
             git,
             hidden_dirs,

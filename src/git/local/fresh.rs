@@ -211,6 +211,9 @@ fn walk(store: &Objects, oid: Oid, prefix: Vec<u8>, files: &mut Vec<File>) -> Op
 fn write_files(top: &Path, files: &[File], store: &Objects) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let real_top = std::fs::canonicalize(top)?;
+    // Folders found to be the ones their paths name. A folder stays so: nothing here removes
+    // one, and a link cannot be made where one is.
+    let mut named: HashSet<&Path> = HashSet::new();
     let (links, plain): (Vec<&File>, Vec<&File>) = files.iter().partition(|f| f.mode == 0o120000);
     for f in plain.into_iter().chain(links) {
         let blob = store
@@ -223,9 +226,13 @@ fn write_files(top: &Path, files: &[File], store: &Objects) -> std::io::Result<(
         {
             std::fs::create_dir_all(parent)?;
         }
-        let parent_named = real_top.join(rel.parent().unwrap_or(Path::new("")));
-        if std::fs::canonicalize(path.parent().unwrap_or(top))? != parent_named {
-            return Err(std::io::Error::other("a folder reached through a link"));
+        let rel_parent = rel.parent().unwrap_or(Path::new(""));
+        if !named.contains(rel_parent) {
+            let parent_named = real_top.join(rel_parent);
+            if std::fs::canonicalize(path.parent().unwrap_or(top))? != parent_named {
+                return Err(std::io::Error::other("a folder reached through a link"));
+            }
+            named.insert(rel_parent);
         }
         if f.mode == 0o120000 {
             std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&blob), &path)?;
