@@ -180,15 +180,7 @@ fn commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
 
 fn read_commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
     // A pack's index can be large: read only where reads are not kept small.
-    let (kind, body) =
-        Objects::open(&git_dir.join("objects"), reads.reach())?.commit_or_tag(commit)?;
-    if kind != Kind::Commit {
-        return None;
-    }
-    let tree = gix_object::CommitRefIter::from_bytes(&body, gix_hash::Kind::Sha1)
-        .tree_id()
-        .ok()?;
-    tree.as_slice().try_into().ok()
+    Objects::open(&git_dir.join("objects"), reads.reach())?.commit_tree(commit)
 }
 
 mod fresh;

@@ -23,7 +23,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use super::objects::{Kind, Objects, Reach};
+use super::objects::{Objects, Reach};
 use super::reads::Oid;
 
 /// The most entries a tree checked out here may have: past it, git does it.
@@ -59,20 +59,9 @@ pub(crate) fn check_out(
         return None;
     }
     let store = Objects::open(objects, Reach::All)?;
-    let (kind, body) = store.commit_or_tag(commit)?;
-    if kind != Kind::Commit {
-        return None;
-    }
-    let root = gix_object::CommitRefIter::from_bytes(&body, gix_hash::Kind::Sha1)
-        .tree_id()
-        .ok()?;
+    let root = store.commit_tree(commit)?;
     let mut files = Vec::new();
-    let root = walk(
-        &store,
-        root.as_slice().try_into().ok()?,
-        Vec::new(),
-        &mut files,
-    )?;
+    let root = walk(&store, root, Vec::new(), &mut files)?;
     // Only `.git` is there: git's own checkout would refuse to write over anything else.
     let mut there = std::fs::read_dir(top).ok()?;
     if !there.all(|e| e.is_ok_and(|e| e.file_name() == ".git")) {

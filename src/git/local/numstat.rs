@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::objects::{Kind, Objects, Reach};
+use super::objects::{Objects, Reach};
 use super::reads::Oid;
 
 /// The most an edit may cost, in lines inserted and deleted after git's setting aside, for the
@@ -43,17 +43,7 @@ pub(super) fn totals(top: &Path, git_dir: &Path, from: &Oid, to: &Oid) -> Option
         return None;
     }
     let store = Objects::open(&git_dir.join("objects"), Reach::All)?;
-    let tree = |commit: &Oid| -> Option<Oid> {
-        let (kind, body) = store.commit_or_tag(commit)?;
-        if kind != Kind::Commit {
-            return None;
-        }
-        let tree = gix_object::CommitRefIter::from_bytes(&body, gix_hash::Kind::Sha1)
-            .tree_id()
-            .ok()?;
-        tree.as_slice().try_into().ok()
-    };
-    let (a, b) = (tree(from)?, tree(to)?);
+    let (a, b) = (store.commit_tree(from)?, store.commit_tree(to)?);
     let mut changes = Vec::new();
     diff_trees(&store, Some(a), Some(b), Vec::new(), &mut changes)?;
     use std::os::unix::ffi::OsStrExt;

@@ -97,6 +97,19 @@ impl Objects {
         }
     }
 
+    /// The tree commit `oid` names; `None` when it is not a commit (or as for
+    /// [`Objects::commit_or_tag`]).
+    pub(super) fn commit_tree(&self, oid: &Oid) -> Option<Oid> {
+        let (kind, body) = self.commit_or_tag(oid)?;
+        if kind != Kind::Commit {
+            return None;
+        }
+        let tree = gix_object::CommitRefIter::from_bytes(&body, gix_hash::Kind::Sha1)
+            .tree_id()
+            .ok()?;
+        tree.as_slice().try_into().ok()
+    }
+
     /// The content of `oid` when it is an object of `kind` (a tree, a blob) of at most 16 MiB;
     /// `None` as for [`Objects::commit_or_tag`].
     pub(super) fn of_kind(&self, oid: &Oid, kind: gix_object::Kind) -> Option<Vec<u8>> {
