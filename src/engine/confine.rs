@@ -287,17 +287,15 @@ impl SandboxPlan {
         // above what it works in or writes.
         let needs = Needed::new(checkout, repo, &writable);
         let needed = |d: &Path| needs.of(d);
-        let needed_plain = |d: &Path| needs.of_plain(d);
+        // The run's repositories were found plain once, not for each item.
+        let repository_needed = |d: &Path| match self.plain_repositories {
+            true => needs.of_plain(d),
+            false => needs.of(d),
+        };
         let mut hidden_dirs: Vec<PathBuf> = self
             .repositories
             .iter()
-            .filter(|r| {
-                if self.plain_repositories {
-                    !needed_plain(r)
-                } else {
-                    !needed(r)
-                }
-            })
+            .filter(|r| !repository_needed(r))
             .cloned()
             .collect();
         // Other repositories' temporary folders: what their items left or are writing. Where
@@ -434,10 +432,7 @@ impl<'a> Needed<'a> {
         match &self.above {
             Some(above) => {
                 let (d, repo) = (d.as_os_str().as_bytes(), self.repo.as_os_str().as_bytes());
-                above.contains(d)
-                    || d.strip_prefix(repo).is_some_and(|rest| {
-                        repo == b"/" || rest.is_empty() || rest.starts_with(b"/")
-                    })
+                above.contains(d) || sandbox::within_plain(d, repo)
             }
             None => self.by_components(d),
         }

@@ -342,8 +342,13 @@ pub(crate) fn within(path: &Path, dir: &Path) -> bool {
     if !plain(p) || !plain(d) {
         return path.starts_with(dir);
     }
-    p.strip_prefix(d)
-        .is_some_and(|rest| d == b"/" || rest.is_empty() || rest.starts_with(b"/"))
+    within_plain(p, d)
+}
+
+/// [`within`] of two paths known to be [`plain`], by their bytes.
+pub(crate) fn within_plain(path: &[u8], dir: &[u8]) -> bool {
+    path.strip_prefix(dir)
+        .is_some_and(|rest| dir == b"/" || rest.is_empty() || rest.starts_with(b"/"))
 }
 
 /// The name of the entry of folder `dir` that `path` is or lies beneath (`Path::strip_prefix`
