@@ -141,6 +141,11 @@ pub struct RunCx {
     /// own when the run was planned: by repository, that run. The first in-place item of the
     /// repository proves it again under the lease, saves it as a patch and resets the checkout.
     pub(crate) dead_leftovers: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Each repository's shared git state as last captured, what the next item's capture
+    /// starts from.
+    pub(crate) captures: crate::git::LastCaptures,
+    /// The git folders looked at for what an item planted, as last listed.
+    pub(crate) planted_listings: crate::git::PlantedListings,
 }
 
 /// How the drain ended.

@@ -129,6 +129,38 @@ impl SharedState {
     }
 }
 
+/// The last capture of each repository's shared state in a run, by its common folder: an
+/// item's capture before it runs starts from the one after the item before it in the same
+/// repository ([`SharedState::capture_after`]), so the folders nothing changed since are looked
+/// at, not listed again.
+#[derive(Debug, Default)]
+pub struct LastCaptures {
+    by_common: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, SharedState>>,
+}
+
+impl LastCaptures {
+    /// The state of the repository whose common git folder is `common`, as
+    /// [`SharedState::capture`] takes it.
+    pub fn capture(&self, common: &Path, own: &[String], head: bool) -> SharedState {
+        let last = self
+            .by_common
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(common));
+        match last {
+            Some(last) => last.capture_after(common, own, head),
+            None => SharedState::capture(common, own, head),
+        }
+    }
+
+    /// Keep `state`, captured of `common` just now, for the next capture.
+    pub fn keep(&self, common: &Path, state: SharedState) {
+        if let Ok(mut m) = self.by_common.lock() {
+            m.insert(common.to_path_buf(), state);
+        }
+    }
+}
+
 /// Seconds since the epoch.
 fn now() -> i64 {
     std::time::SystemTime::now()
@@ -336,6 +368,50 @@ mod tests {
                 "`hooks/pre-push` added",
                 "`refs/tags/planted` added"
             ]
+        );
+    }
+
+    #[test]
+    fn a_capture_from_the_last_one_sees_what_a_fresh_one_sees() {
+        let d = tempfile::tempdir().unwrap();
+        let g = d.path();
+        for dir in ["hooks", "info", "refs/heads", "refs/tags"] {
+            std::fs::create_dir_all(g.join(dir)).unwrap();
+        }
+        std::fs::write(g.join("config"), "[core]\n").unwrap();
+        std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        std::fs::write(g.join("refs/heads/main"), "a\n").unwrap();
+        std::fs::write(g.join("refs/heads/one"), "b\n").unwrap();
+        let last = LastCaptures::default();
+        // One item's state, kept after it; the next item (another branch of its own) starts
+        // from it, after a change made between the two.
+        let one = ["refs/heads/one".to_string()];
+        let first = last.capture(g, &one, true);
+        last.keep(g, first.capture_after(g, &one, true));
+        std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\nx\n").unwrap();
+        std::fs::write(g.join("refs/tags/v1"), "c\n").unwrap();
+        let two = ["refs/heads/two".to_string()];
+        let chained = last.capture(g, &two, false);
+        let fresh = SharedState::capture(g, &two, false);
+        assert_eq!(
+            chained.files.keys().collect::<Vec<_>>(),
+            fresh.files.keys().collect::<Vec<_>>()
+        );
+        assert!(chained.files.contains_key("refs/heads/one"));
+        assert!(chained.files.contains_key("refs/tags/v1"));
+        assert!(!chained.files.contains_key("HEAD"));
+        // What the item then changes is named alike from either.
+        std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\ny\n").unwrap();
+        std::fs::write(g.join("refs/heads/two"), "d\n").unwrap();
+        std::fs::write(g.join("info/exclude"), "e\n").unwrap();
+        let after = chained.capture_after(g, &two, false);
+        assert_eq!(
+            chained.changes(&after),
+            ["`hooks/pre-commit` changed", "`info/exclude` added"]
+        );
+        assert_eq!(
+            fresh.changes(&fresh.capture_after(g, &two, false)),
+            chained.changes(&after)
         );
     }
 }

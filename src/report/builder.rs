@@ -727,6 +727,12 @@ impl ReportBuilder {
         &self.report
     }
 
+    /// Ready the report to render in every format: a small run's records brought back into
+    /// memory ([`super::items::Items::read_back`]).
+    pub fn report_to_render(&mut self) {
+        self.report.items.read_back(super::items::READ_BACK_BUDGET);
+    }
+
     /// The run recorded no ending: its items that never finished are not `cancelled` — nothing
     /// cancelled them — but were running, or not yet started, when the run died (`died`) or are
     /// so now (a live run).

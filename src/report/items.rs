@@ -14,6 +14,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+/// How many bytes of spilled records a report brings back into memory before it is rendered
+/// ([`Items::read_back`]): some 2,000 records of short items, a few hundred with long output.
+pub(crate) const READ_BACK_BUDGET: u64 = 1 << 20;
+
 /// Where an item's record is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kept {
@@ -334,6 +338,44 @@ impl Items {
         self.memory.remove(&i);
     }
 
+    /// Every spilled record back in memory, read and parsed once, when the spill file holds at
+    /// most `budget` bytes; items are not spilled after it. A report is rendered in several passes
+    /// over its items (each format, the counts, the annotations), each of which would otherwise
+    /// read and parse every record again: for a run of 2,000 short items, a tenth of its wall
+    /// time, spent after its last item ended. A record that does not parse stays spilled, to be
+    /// named when it is read.
+    pub fn read_back(&mut self, budget: u64) {
+        let Some(spill) = &self.spill else {
+            return;
+        };
+        let Ok(len) = usize::try_from(spill.end) else {
+            return;
+        };
+        if spill.end > budget {
+            return;
+        }
+        let mut all = vec![0; len];
+        if spill.file.read_exact_at(&mut all, 0).is_err() {
+            return;
+        }
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.kept != Kept::Spilled {
+                continue;
+            }
+            let Some(bytes) = usize::try_from(slot.at)
+                .ok()
+                .and_then(|at| all.get(at..at + slot.len as usize))
+            else {
+                continue;
+            };
+            if let Ok(it) = serde_json::from_slice::<ItemReport>(bytes) {
+                self.memory.insert(i, it);
+                slot.kept = Kept::Memory;
+            }
+        }
+        self.no_spill = true;
+    }
+
     /// The run recorded no ending: items that never finished read as running or not started
     /// (`died`: as left by a dead run). `claimed` names the items (repository, id) the run held
     /// claims on: those it had started.
@@ -504,6 +546,31 @@ mod tests {
     }
 
     #[test]
+    fn a_small_runs_records_are_read_back_once_and_read_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut items = Items::of_plan(plan(4), dir.path());
+        full(items.get_mut(1).unwrap());
+        full(items.get_mut(3).unwrap());
+        items.get_mut(3).unwrap().id = "t3".into();
+        items.settle();
+        let before = serde_json::to_string(&items).unwrap();
+        // Past the budget, nothing is read back.
+        items.read_back(10);
+        assert_eq!(items.slots[1].kept, Kept::Spilled);
+        items.read_back(READ_BACK_BUDGET);
+        assert_eq!(items.slots[1].kept, Kept::Memory);
+        assert_eq!(items.slots[3].kept, Kept::Memory);
+        assert_eq!(items.slots[0].kept, Kept::Plan);
+        assert_eq!(serde_json::to_string(&items).unwrap(), before);
+        assert_eq!(items.read_error(), None);
+        // A change after it stays in memory: nothing is spilled again.
+        items.get_mut(1).unwrap().commit = Some("fedc".into());
+        items.settle();
+        assert_eq!(items.slots[1].kept, Kept::Memory);
+        assert_eq!(items.get(1).unwrap().commit.as_deref(), Some("fedc"));
+    }
+
+    #[test]
     fn items_a_dead_run_never_ended_read_as_such() {
         let dir = tempfile::tempdir().unwrap();
         let mut items = Items::of_plan(plan(3), dir.path());
@@ -530,6 +597,7 @@ mod tests {
         items.settle();
         // The spill file is cut short under the report (as a disk error would).
         items.spill.as_ref().unwrap().file.set_len(3).unwrap();
+        items.read_back(READ_BACK_BUDGET);
         let it = items.get(0).unwrap();
         assert_eq!(it.outcome, ItemOutcome::Halted);
         assert!(

@@ -274,6 +274,7 @@ pub(super) fn finish(ui: &Ui, session: Session, end: DrainEnd) -> i32 {
         }
     }
     let formats = formats_of(&cx.loaded);
+    sink.builder.report_to_render();
     let report = sink.builder.report();
     for s in &report.suspect_gates {
         ui.warn(format_args!(

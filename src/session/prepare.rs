@@ -195,6 +195,8 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let cx = Arc::new(RunCx {
         spares: crate::engine::item::Spares::new(&plan),
         dead_leftovers: std::sync::Mutex::new(dead_leftovers),
+        captures: Default::default(),
+        planted_listings: Default::default(),
         gate_timeouts,
         loaded,
         plan,

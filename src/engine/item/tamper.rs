@@ -8,7 +8,6 @@
 use super::cx::Planted;
 use super::cx::{ItemCx, Watched};
 use crate::engine::run::RunCx;
-use crate::git::SharedState;
 use crate::plan::{ItemPlan, RepoPlan};
 use crate::vocab::{HoldReason, ItemOutcome};
 use std::path::Path;
@@ -52,7 +51,7 @@ pub(super) fn planted_watch(
 }
 
 /// After the item's processes: what they planted, if anything, named.
-fn planted(p: &Planted) -> Option<String> {
+fn planted(p: &Planted, listings: &crate::git::PlantedListings) -> Option<String> {
     const LEFT: &str = "the item left what runner's git would wait on or follow";
     if let Some((dot, was)) = &p.dot_git {
         let same = std::fs::symlink_metadata(dot).is_ok_and(|m| m.is_file())
@@ -81,7 +80,8 @@ fn planted(p: &Planted) -> Option<String> {
     if !p.walk {
         return None;
     }
-    crate::git::planted(&p.common, p.own.as_deref(), p.since).map(|why| format!("{LEFT}: {why}"))
+    crate::git::planted(&p.common, p.own.as_deref(), p.since, listings)
+        .map(|why| format!("{LEFT}: {why}"))
 }
 
 /// The shared state of `repo` before `item` runs, the item's own refs left out: its work branch,
@@ -106,7 +106,7 @@ pub(super) fn watch(
         (None, None) => (Vec::new(), false),
     };
     Some(Watched {
-        before: SharedState::capture(common, &own, head),
+        before: cx.captures.capture(common, &own, head),
         own,
         head,
     })
@@ -115,16 +115,17 @@ pub(super) fn watch(
 /// After the item's processes: `true` when its repository's shared state is as before; else
 /// the item is held and the repository is to be quarantined, with what changed.
 pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut super::cx::ItemRun) -> bool {
-    let what = if let Some(why) = icx.planted.as_ref().and_then(planted) {
+    let listings = &icx.cx.planted_listings;
+    let what = if let Some(why) = icx.planted.as_ref().and_then(|p| planted(p, listings)) {
         why
     } else {
         let (Some(w), Some(common)) = (&icx.watched, &icx.repo.common_dir) else {
             return true;
         };
-        let changes = w
-            .before
-            .changes(&w.before.capture_after(common, &w.own, w.head));
+        let after = w.before.capture_after(common, &w.own, w.head);
+        let changes = w.before.changes(&after);
         if changes.is_empty() {
+            icx.cx.captures.keep(common, after);
             return true;
         }
         format!(
