@@ -940,6 +940,45 @@ fn lying_pack_index(odd: bool) -> Vec<u8> {
     out
 }
 
+/// A worker replaces the commit its checkout stands on with a loose object whose header claims
+/// two bytes and whose stream holds more: gitoxide's inflate (gix-zlib 0.4.1) indexed past the
+/// room it made for the claimed size and panicked, so every later `runner plan` or `apply` of the
+/// repository ended at once in an internal error (exit 4). Such an object is now refused, and
+/// the later runs read the repository as git does (git finds the object corrupt).
+#[test]
+fn a_planted_loose_object_that_claims_less_than_it_holds_ends_no_later_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = repo(&dir.path().join("r"));
+    let evil = dir.path().join("evil");
+    let raw = b"commit 2\0tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n";
+    std::fs::write(&evil, miniz_oxide::deflate::compress_to_vec_zlib(raw, 6)).unwrap();
+    let worker = format!(
+        "h=$(git rev-parse HEAD); f=.git/objects/$(echo $h | cut -c1-2)/$(echo $h | cut -c3-); rm -f \"$f\"; cp '{}' \"$f\"",
+        evil.display()
+    );
+    two_items(dir.path(), "loose", &worker, true, false);
+    let first = run_in(dir.path(), &["apply", "m.yaml", "--no-progress"]);
+    assert!(
+        !stderr(&first).contains("internal error"),
+        "{}",
+        stderr(&first)
+    );
+    // The attack is real: git itself finds the commit unreadable now.
+    let cat = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&r)
+        .args(["cat-file", "-p", "HEAD"])
+        .output()
+        .unwrap();
+    assert!(!cat.status.success(), "git read the planted object");
+    for verb in ["plan", "apply"] {
+        let out = run_in(dir.path(), &[verb, "m.yaml", "--no-progress"]);
+        let err = stderr(&out);
+        assert!(!err.contains("internal error"), "{verb}: {err}");
+        assert_ne!(out.status.code(), Some(4), "{verb}: {err}");
+    }
+}
+
 /// A worker plants pack indexes that lie about their size where runner looks for objects; its
 /// item, the next item and the next run are recorded as ever. Runner once believed the fan-out
 /// table, allocated 85 GB for one bucket's names and died (exit 134) with no report, the item

@@ -350,3 +350,22 @@ fn a_loose_object_that_claims_a_huge_size_is_not_believed() {
     let used = read_loose(&bytes, &[0x33; 20]);
     assert!(used <= allowed(bytes.len()), "{used} bytes");
 }
+
+/// A loose object whose header claims fewer bytes than its stream holds past it, in the part
+/// inflated with the header: gitoxide's inflate (gix-zlib 0.4.1) indexes past the room it made
+/// for the claimed size and panics, so such an object is refused before it is asked. A worker
+/// could plant one where runner reads a commit.
+#[test]
+fn a_loose_object_that_claims_less_than_it_holds_is_refused() {
+    let raw = b"commit 2\0tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n".to_vec();
+    let bytes = miniz_oxide::deflate::compress_to_vec_zlib(&raw, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let oid = [0x44; 20];
+    let name = hex(&oid);
+    std::fs::create_dir(dir.path().join(&name[..2])).unwrap();
+    std::fs::write(dir.path().join(&name[..2]).join(&name[2..]), &bytes).unwrap();
+    for reach in [Reach::All, Reach::Loose(SMALL_FILE)] {
+        let objects = Objects::open(dir.path(), reach).unwrap();
+        assert!(objects.commit_or_tag(&oid).is_none());
+    }
+}
