@@ -111,6 +111,19 @@ pub fn head(dir: &Path, reads: Reads) -> Option<Probe> {
     Some(probe(top, common, head, branch))
 }
 
+/// [`head`] from small files, with where the checkout's index is: both from one look at its
+/// git folder (an item's start asks both, with nothing run between).
+pub(crate) fn head_and_index(dir: &Path) -> Option<(Probe, PathBuf)> {
+    if let Some((top, git_dir)) = plain_checkout(dir, Reads::Small) {
+        let (head, branch) = read_head(&git_dir, &git_dir, Reads::Small)?;
+        let index = git_dir.join("index");
+        return Some((probe(top, git_dir, head, branch), index));
+    }
+    let (top, own, common) = linked_checkout(dir, Reads::Small)?;
+    let (head, branch) = read_head(&own, &common, Reads::Small)?;
+    Some((probe(top, common, head, branch), own.join("index")))
+}
+
 /// The git common dir of the checkout at `dir` (its `.git`, or for a linked worktree the main
 /// repository's), from its files. `None`: ask git.
 pub(crate) fn common_dir(dir: &Path) -> Option<PathBuf> {

@@ -35,7 +35,9 @@ pub(crate) use local::overexpands as index_overexpands;
 pub use probe::*;
 pub use shared_state::{LastCaptures, SharedState};
 use snapshot::flagged;
-pub use snapshot::{BaseIndex, base_index, base_index_small, snapshot, snapshot_from};
+pub use snapshot::{
+    BaseIndex, base_index, base_index_small, base_index_small_at, snapshot, snapshot_from,
+};
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
 pub use special::PlantedListings;
 pub(crate) use special::{planted, special_file, worktree_git_dirs};

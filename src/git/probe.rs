@@ -73,10 +73,11 @@ pub(crate) fn proven_clean(dir: &Path) -> Option<Probe> {
     local::clean_checkout(dir, Reads::All)
 }
 
-/// [`quick_probe`] from small files only ([`Reads::Small`]), never git: `None` says ask
-/// [`quick_probe`] on the blocking pool.
-pub(crate) fn small_probe(dir: &Path) -> Option<Probe> {
-    local::head(dir, Reads::Small)
+/// [`quick_probe`] from small files only ([`Reads::Small`]), never git, with where the
+/// checkout's index is (for [`super::base_index_small_at`]): `None` says ask [`quick_probe`] on
+/// the blocking pool.
+pub(crate) fn small_probe_and_index(dir: &Path) -> Option<(Probe, std::path::PathBuf)> {
+    local::head_and_index(dir)
 }
 
 /// [`proven_clean`] from small files only ([`Reads::Small`]): a small checkout's proof, cheap

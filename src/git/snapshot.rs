@@ -137,19 +137,21 @@ pub struct BaseIndex {
 type IndexStamp = (u64, u64, u64, i64, i64, i64, i64);
 
 fn index_stamp(path: &Path) -> Option<IndexStamp> {
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(path).ok()?;
-    m.is_file().then(|| {
-        (
-            m.dev(),
-            m.ino(),
-            m.size(),
-            m.mtime(),
-            m.mtime_nsec(),
-            m.ctime(),
-            m.ctime_nsec(),
-        )
-    })
+    m.is_file().then(|| stamp_of(&m))
+}
+
+fn stamp_of(m: &std::fs::Metadata) -> IndexStamp {
+    use std::os::unix::fs::MetadataExt;
+    (
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    )
 }
 
 /// Where the copy of an index is kept.
@@ -172,25 +174,38 @@ impl BaseIndex {
     /// Copy the index at `path`: into memory when `in_memory` (it is at most [`SMALL_INDEX`]
     /// bytes long), else into a file.
     fn of(path: std::path::PathBuf, in_memory: bool) -> std::io::Result<BaseIndex> {
-        let stamp = index_stamp(&path);
-        let copy = match stamp {
-            Some(_) => {
-                let written = std::fs::metadata(&path)?.modified()?;
-                Some(if in_memory {
-                    let bytes = crate::support::fs::read_regular(&path, Some(SMALL_INDEX))?;
-                    Kept::Bytes(bytes, written)
-                } else {
-                    let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
-                    crate::support::fs::copy_regular(&path, &tmp)?;
-                    std::fs::File::options()
-                        .write(true)
-                        .open(&tmp)?
-                        .set_modified(written)?;
-                    Kept::File(tmp)
-                })
-            }
-            None => None,
+        let m = std::fs::symlink_metadata(&path).ok();
+        Self::of_looked(path, in_memory, m)
+    }
+
+    /// [`BaseIndex::of`], `lstat` of the index given (`None`: there is none).
+    fn of_looked(
+        path: std::path::PathBuf,
+        in_memory: bool,
+        m: Option<std::fs::Metadata>,
+    ) -> std::io::Result<BaseIndex> {
+        let Some(m) = m.filter(std::fs::Metadata::is_file) else {
+            return Ok(BaseIndex {
+                copy: None,
+                path,
+                stamp: None,
+            });
         };
+        let stamp = Some(stamp_of(&m));
+        // A regular file, not a link: its own modification time.
+        let written = m.modified()?;
+        let copy = Some(if in_memory {
+            let bytes = crate::support::fs::read_regular(&path, Some(SMALL_INDEX))?;
+            Kept::Bytes(bytes, written)
+        } else {
+            let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
+            crate::support::fs::copy_regular(&path, &tmp)?;
+            std::fs::File::options()
+                .write(true)
+                .open(&tmp)?
+                .set_modified(written)?;
+            Kept::File(tmp)
+        });
         Ok(BaseIndex { copy, path, stamp })
     }
 }
@@ -202,10 +217,18 @@ const SMALL_INDEX: u64 = 64 * 1024;
 /// [`base_index`] of a checkout whose index is found from small files and is small itself;
 /// `None`: ask [`base_index`] on the blocking pool.
 pub fn base_index_small(dir: &Path) -> Option<BaseIndex> {
-    let path = local::index_file(dir)?;
+    base_index_small_at(local::index_file(dir)?)
+}
+
+/// [`base_index_small`] of the index at `path`.
+pub fn base_index_small_at(path: std::path::PathBuf) -> Option<BaseIndex> {
     match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.is_file() && m.len() <= SMALL_INDEX => BaseIndex::of(path, true).ok(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BaseIndex::of(path, true).ok(),
+        Ok(m) if m.is_file() && m.len() <= SMALL_INDEX => {
+            BaseIndex::of_looked(path, true, Some(m)).ok()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            BaseIndex::of_looked(path, true, None).ok()
+        }
         _ => None,
     }
 }

@@ -81,22 +81,7 @@ pub(crate) async fn run_item(
         }
         Err(Prepared::Failed(e)) => return environmental(e.to_string()),
     };
-    let anchor_of = |probe: git::Probe| {
-        probe.head.map(|start| Anchor {
-            branch: probe.branch,
-            start,
-        })
-    };
-    // A few small files answer on the loop, for less than a trip to the blocking pool costs.
-    let anchor = match git::small_probe(&workdir) {
-        Some(probe) => Ok(anchor_of(probe)),
-        None => {
-            let dir = workdir.clone();
-            blocking(move || git::quick_probe(&dir).map(anchor_of))
-                .await
-                .and_then(|r| r.map_err(ItemError::from))
-        }
-    };
+    let (anchor, index_at) = anchor(&workdir).await;
     let anchor = match anchor {
         Ok(a) => a,
         Err(_) if *stop.borrow() != Stop::Run => return ItemRun::ended(ItemOutcome::Cancelled),
@@ -112,7 +97,7 @@ pub(crate) async fn run_item(
         Err(why) => return environmental(why),
     };
     let planted = tamper::planted_watch(&cx, repo, item, &workdir, rules.as_ref());
-    let base_index = match anchor.as_ref().map(|_| base_index(&workdir)) {
+    let base_index = match anchor.as_ref().map(|_| base_index(&workdir, index_at)) {
         Some(copied) => match copied.await {
             Ok(b) => Some(b),
             Err(why) => return environmental(why),
@@ -263,11 +248,44 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
     });
 }
 
+/// Where the work in the checkout at `dir` starts (`None` in a repository without a commit),
+/// and where its index is when that came with it: a few small files answer on the loop, for
+/// less than a trip to the blocking pool costs.
+async fn anchor(
+    dir: &std::path::Path,
+) -> (
+    Result<Option<Anchor>, ItemError>,
+    Option<std::path::PathBuf>,
+) {
+    let anchor_of = |probe: git::Probe| {
+        probe.head.map(|start| Anchor {
+            branch: probe.branch,
+            start,
+        })
+    };
+    if let Some((probe, index)) = git::small_probe_and_index(dir) {
+        return (Ok(anchor_of(probe)), Some(index));
+    }
+    let dir = dir.to_path_buf();
+    let anchor = blocking(move || git::quick_probe(&dir).map(anchor_of))
+        .await
+        .and_then(|r| r.map_err(ItemError::from));
+    (anchor, None)
+}
+
 /// The index of the checkout at `dir` before the item's processes run, copied where they
 /// cannot write ([`git::BaseIndex`]).
-async fn base_index(dir: &std::path::Path) -> Result<Arc<git::BaseIndex>, String> {
+/// `index_at`: where it is, when that is known already.
+async fn base_index(
+    dir: &std::path::Path,
+    index_at: Option<std::path::PathBuf>,
+) -> Result<Arc<git::BaseIndex>, String> {
     // A small index is copied on the loop, for less than a trip to the blocking pool costs.
-    if let Some(b) = git::base_index_small(dir) {
+    let small = match index_at {
+        Some(at) => git::base_index_small_at(at),
+        None => git::base_index_small(dir),
+    };
+    if let Some(b) = small {
         return Ok(Arc::new(b));
     }
     let dir = dir.to_path_buf();
