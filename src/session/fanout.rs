@@ -66,6 +66,12 @@ pub(crate) struct Fanout {
     pending: Pending,
     /// A write of what is buffered is under way on the ledger's thread (a tick waits for none).
     flushing: Arc<AtomicBool>,
+    /// Items' results (`ItemFinished`) recorded so far, and how many of the first of them a
+    /// claim or a commit has made durable: a claim commits every result recorded before it, so
+    /// the results of items that ended before the next item was claimed need no call of their
+    /// own (one trip to the ledger's thread, and back, an item).
+    results_recorded: u64,
+    results_durable: u64,
     /// The ledger is shared by runners on several machines.
     shared: bool,
     /// Each repository's identity across machines (its url, else its name), by name.
@@ -106,6 +112,8 @@ impl Fanout {
             ledger: Recorder::new(ledger),
             pending: Vec::new(),
             flushing: Arc::new(AtomicBool::new(false)),
+            results_recorded: 0,
+            results_durable: 0,
             // Each repository's identity across machines: its url, else its name.
             identities: plan
                 .repositories
@@ -307,6 +315,9 @@ impl Fanout {
                 self.events = None;
             }
         }
+        if matches!(ev, Event::ItemFinished { .. }) {
+            self.results_recorded += 1;
+        }
         self.pending.push((key.cloned(), ev.clone(), at));
         // A rest or a wait for a shared resource or a lease can last minutes: recorded at once, so that
         // `status` shows it. A burst (a cancelled run settling every item at once) is handed
@@ -340,6 +351,7 @@ impl RunSink for Fanout {
             return Box::pin(std::future::ready(ClaimAnswer::Paused(h.text())));
         }
         let (run_id, holder) = (self.run_id.clone(), self.holder.clone());
+        let recorded = self.results_recorded;
         let answer = self.ask_ledger(move |l| {
             let asked = std::time::Instant::now();
             let answer = l.claim(&key, &run_id, &holder);
@@ -353,7 +365,12 @@ impl RunSink for Fanout {
             answer
         });
         Box::pin(async move {
-            match answer.await {
+            let answer = answer.await;
+            // Whatever the claim says, it committed what was recorded before it.
+            if answer.is_ok() {
+                self.results_durable = self.results_durable.max(recorded);
+            }
+            match answer {
                 Ok(Claim::Claimed) => ClaimAnswer::Claimed,
                 Ok(Claim::HeldBy { run_id }) => ClaimAnswer::Taken(run_id),
                 Ok(Claim::AlreadyDone { run_id, outcome }) => ClaimAnswer::Done {
@@ -391,10 +408,16 @@ impl RunSink for Fanout {
     }
 
     fn commit_results(&mut self) -> Answer<'_, ()> {
+        // Made durable already by a claim since they were recorded.
+        if self.results_durable >= self.results_recorded {
+            return Box::pin(std::future::ready(()));
+        }
+        let recorded = self.results_recorded;
         let answer = self.ask_ledger(|l| l.commit_results());
         Box::pin(async move {
-            if let Err(e) = answer.await {
-                self.fail(e);
+            match answer.await {
+                Ok(()) => self.results_durable = self.results_durable.max(recorded),
+                Err(e) => self.fail(e),
             }
         })
     }
