@@ -301,7 +301,7 @@ impl PlantedWalk<'_> {
         // Kept when the folder is as it was before the listing and had settled by then.
         if let Some(stamp) = stamp
             && std::fs::symlink_metadata(dir).is_ok_and(|m| folder_stamp(&m) == stamp)
-            && settled(stamp, self.now)
+            && crate::support::fs::settled(stamp.3, stamp.4, self.now)
         {
             self.listings.keep(dir, listed.clone());
         }
@@ -322,18 +322,6 @@ impl PlantedWalk<'_> {
         }
         odd_type(t, path)
     }
-}
-
-/// Whether a folder last changed at `stamp`'s change time had been unchanged for a second at
-/// `at`.
-fn settled(stamp: FolderStamp, at: std::time::SystemTime) -> bool {
-    let changed = std::time::UNIX_EPOCH
-        + std::time::Duration::new(
-            u64::try_from(stamp.3).unwrap_or(0),
-            u32::try_from(stamp.4).unwrap_or(0),
-        );
-    at.duration_since(changed)
-        .is_ok_and(|age| age >= std::time::Duration::from_secs(1))
 }
 
 /// A worktree's own git folder and the repository's common one, from its `.git` file

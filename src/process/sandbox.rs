@@ -563,15 +563,8 @@ impl Listings {
         let entries = std::sync::Arc::new(entries);
         // Kept only when the folder had not changed for a second: a change within the clock
         // tick of the last one would leave its time as it was.
-        let changed = std::time::UNIX_EPOCH
-            + std::time::Duration::new(
-                u64::try_from(stamp.2).unwrap_or(0),
-                u32::try_from(stamp.3).unwrap_or(0),
-            );
         let settled = std::fs::symlink_metadata(dir).is_ok_and(|after| stamp_of(&after) == stamp)
-            && started
-                .duration_since(changed)
-                .is_ok_and(|age| age >= std::time::Duration::from_secs(1));
+            && crate::support::fs::settled(stamp.2, stamp.3, started);
         if settled && let Ok(mut known) = self.by_dir.lock() {
             known.insert(
                 dir.to_path_buf(),

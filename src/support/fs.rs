@@ -166,6 +166,20 @@ pub(crate) fn copy_regular(from: &Path, to: &Path) -> std::io::Result<u64> {
     std::fs::copy(from, to)
 }
 
+/// Whether something whose change time is `secs` and `nanos` (a folder's: the kernel's, which
+/// its owner cannot set back) had been unchanged for a second at `at`: a listing taken then
+/// still holds while the change time stays. A change within the same clock tick as the last
+/// keeps the time, which the second guards against.
+pub(crate) fn settled(secs: i64, nanos: i64, at: std::time::SystemTime) -> bool {
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            u64::try_from(secs).unwrap_or(0),
+            u32::try_from(nanos).unwrap_or(0),
+        );
+    at.duration_since(changed)
+        .is_ok_and(|age| age >= std::time::Duration::from_secs(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
