@@ -21,6 +21,9 @@ pub(super) struct CloneArgs {
 }
 
 pub(super) const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// The kernel resets every signal with a handler to its default disposition in the new process
+/// (Linux 5.5; ignored signals stay ignored).
+pub(super) const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 
 /// `clone3(args)`, the new process running `f(arg)` on the stack `args` gives and ending with
 /// its value: the pid, or the negative error.

@@ -195,6 +195,34 @@ fn a_child_is_in_its_cgroup_when_created_there_and_when_it_moves_itself() {
             "created in it: {}: {out}",
             into.is_some()
         );
+        // The kernel took `clone3` with every flag asked (the cgroup, the handlers reset):
+        // nothing fell back to `clone`.
+        assert!(!NO_CLONE3.load(std::sync::atomic::Ordering::Relaxed));
+        // Either way, no signal blocked, SIGPIPE back to its default, what was ignored before
+        // runner still ignored.
+        let (status, _, out) = run_joining(
+            "/bin/grep",
+            &["-E", "^Sig(Blk|Ign)", "/proc/self/status"],
+            &[],
+            here.path(),
+            None,
+            &[procs.as_raw_fd()],
+            into,
+        );
+        assert!(status.success(), "{out}");
+        let mask = |line: &str| u64::from_str_radix(line.split('\t').nth(1).unwrap(), 16).unwrap();
+        let own = std::fs::read_to_string("/proc/self/status").unwrap();
+        let own_ignored = mask(own.lines().find(|l| l.starts_with("SigIgn")).unwrap());
+        let mut lines = out.lines();
+        assert_eq!(mask(lines.next().unwrap()), 0, "blocked: {out}");
+        let ignored = mask(lines.next().unwrap());
+        let (pipe, xfsz) = (1u64 << (libc::SIGPIPE - 1), 1u64 << (libc::SIGXFSZ - 1));
+        assert_eq!(
+            ignored & (pipe | xfsz),
+            0,
+            "SIGPIPE or SIGXFSZ ignored: {out}"
+        );
+        assert_eq!(ignored & !own_ignored, 0, "{out}");
     }
     std::fs::remove_dir(&dir).unwrap();
 }
