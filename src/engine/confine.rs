@@ -288,9 +288,12 @@ impl SandboxPlan {
         let needs = Needed::new(checkout, repo, &writable);
         let needed = |d: &Path| needs.of(d);
         // The run's repositories were found plain once, not for each item.
-        let repository_needed = |d: &Path| match self.plain_repositories {
-            true => needs.of_plain(d),
-            false => needs.of(d),
+        let repository_needed = |d: &Path| {
+            if self.plain_repositories {
+                needs.of_plain(d)
+            } else {
+                needs.of(d)
+            }
         };
         let mut hidden_dirs: Vec<PathBuf> = self
             .repositories

@@ -303,7 +303,9 @@ impl PlantedWalk<'_> {
             && std::fs::symlink_metadata(dir).is_ok_and(|m| folder_stamp(&m) == stamp)
             && crate::support::fs::settled(stamp.3, stamp.4, self.now)
         {
-            self.listings.keep(dir, listed.clone());
+            let folders = listed.folders.clone();
+            self.listings.keep(dir, listed);
+            return Ok(folders);
         }
         Ok(listed.folders)
     }

@@ -59,7 +59,8 @@ pub struct Items {
     spill: Option<Spill>,
     /// Where the spill file is made (the run's report folder), when it is not made yet.
     spill_dir: Option<PathBuf>,
-    /// No spill file could be made: ended items stay in memory.
+    /// Ended items stay in memory: no spill file could be made, or the records were read back
+    /// for rendering ([`Items::read_back`]).
     no_spill: bool,
     unended: Option<Unended>,
     /// An item that went to the spill file had started.
