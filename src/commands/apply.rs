@@ -50,7 +50,7 @@ fn pending_now(ui: &Ui, args: &ApplyArgs) -> Result<usize, Failure> {
     let ledger = crate::ledger::store::open_snapshot(&opts.state)?;
     // The trackers are asked too: their new issues are work a next round takes.
     opts.plan.sources = crate::session::sources::read_all(&loaded, ledger.as_ref());
-    let mut plan = prepare::planned(ui, &loaded, &opts.plan)?;
+    let mut plan = prepare::planned(ui, &crate::git::Repos::default(), &loaded, &opts.plan)?;
     let standing = match &ledger {
         Some(ledger) => Standing::read(ledger, &loaded.manifest.name)
             .map(|s| s.with_pulls(&loaded, &plan, Some(ledger))),

@@ -44,7 +44,12 @@ impl Verdicts {
 
 pub fn run(ui: &Ui, args: &DoctorArgs) -> Ended {
     let loaded = load(&args.manifest)?;
-    let plan = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default())?;
+    let plan = crate::session::prepare::planned(
+        ui,
+        &crate::git::Repos::default(),
+        &loaded,
+        &PlanOptions::default(),
+    )?;
     outln!(
         "runner doctor: manifest `{}` ({})",
         loaded.manifest.name,

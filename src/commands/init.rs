@@ -124,8 +124,12 @@ fn worktree_prep(repo: &Path) -> Prep {
     let mut prep = Prep::default();
     // `npm ci` installs from the lock file, so a worktree must hold it: committed, not ignored.
     let lock_committed = has("package-lock.json")
-        && crate::git::ignored_of(repo, &["package-lock.json".to_string()])
-            .is_ok_and(|i| i.is_empty());
+        && crate::git::ignored_of(
+            &crate::git::Repos::default(),
+            repo,
+            &["package-lock.json".to_string()],
+        )
+        .is_ok_and(|i| i.is_empty());
     if has("package.json") && lock_committed {
         prep.setup = Some("npm ci");
         prep.why.push("package-lock.json");
@@ -149,7 +153,8 @@ fn worktree_prep(repo: &Path) -> Prep {
             }
         })
         .collect();
-    let ignored = crate::git::ignored_of(repo, &asked).unwrap_or_default();
+    let ignored =
+        crate::git::ignored_of(&crate::git::Repos::default(), repo, &asked).unwrap_or_default();
     for c in present {
         if ignored.contains(c) {
             prep.share.push(c);

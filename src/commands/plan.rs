@@ -34,7 +34,9 @@ fn planned(ui: &Ui, args: &PlanArgs) -> Ended {
         // The trackers are read (their commands only read); what they gave is not remembered.
         sources: crate::session::sources::read_all(&loaded, ledger.as_ref()),
     };
-    let mut plan = prepare::planned(ui, &loaded, &opts)?;
+    // What the command learns of the repositories' git folders.
+    let git = crate::git::Repos::default();
+    let mut plan = prepare::planned(ui, &git, &loaded, &opts)?;
     // The worker bound `apply` would settle on: the order and the ETA are simulated with it.
     let workers = crate::session::bounds::settle_workers(ui, &loaded, args.workers)?;
     let standing = match &ledger {
@@ -47,7 +49,9 @@ fn planned(ui: &Ui, args: &PlanArgs) -> Ended {
     // What a run killed mid-item left in a repository's own checkout, proven its own: `apply`
     // saves it and resets the checkout, so its items are pending (nothing is touched here).
     if let Some(l) = &ledger {
-        for (repo, p) in crate::engine::inplace::adopt(&mut plan, |run| l.ended_or_unknown(run)) {
+        for (repo, p) in
+            crate::engine::inplace::adopt(&git, &mut plan, |run| l.ended_or_unknown(run))
+        {
             ui.warn(format_args!(
                 "`{repo}`: run `{}` died while its item `{}` worked in the repository's own checkout; `apply` saves what it left uncommitted as a patch and resets the checkout",
                 p.run_id, p.item

@@ -29,7 +29,9 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> Ended {
         // A tracker's items are among what earlier runs completed.
         sources: crate::session::sources::read_all(&loaded, Some(&ledger)),
     };
-    let plan = crate::session::prepare::planned(ui, &loaded, &opts)?;
+    // What the command learns of the repositories' git folders.
+    let git = crate::git::Repos::default();
+    let plan = crate::session::prepare::planned(ui, &git, &loaded, &opts)?;
     let name = loaded.manifest.name.clone();
     let past: std::collections::HashMap<_, _> = ledger.past_outcomes(&name)?.into_iter().collect();
     let published = ledger.publications_of(&name)?;
@@ -73,7 +75,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> Ended {
             continue;
         };
         let before = published.get(&(it.repo.clone(), it.id.clone()));
-        let tip = crate::git::branch_tip(&repo.path, branch).ok();
+        let tip = crate::git::branch_tip(&git, &repo.path, branch).ok();
         if tip.is_none() {
             ui.warn(format_args!(
                 "{}/{}: branch `{branch}` is gone; nothing to publish",
@@ -91,6 +93,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> Ended {
         let logs = std::env::temp_dir().join(format!("runner-publish-{token}"));
         let ask = Ask {
             loaded: &loaded,
+            git: &git,
             publish: &publish,
             token: &token,
             redactor: &redactor,
@@ -141,6 +144,7 @@ pub fn run(ui: &Ui, args: &PublishArgs) -> Ended {
 /// What every publication of the command shares.
 struct Ask<'a> {
     loaded: &'a crate::manifest::LoadedManifest,
+    git: &'a crate::git::Repos,
     publish: &'a crate::manifest::Publish,
     token: &'a str,
     redactor: &'a Arc<crate::process::redact::Redactor>,
@@ -167,6 +171,7 @@ impl<'a> Ask<'a> {
             .collect();
         crate::engine::publish::Request {
             loaded: self.loaded,
+            git: self.git,
             publish: self.publish,
             repo: &it.repo,
             repo_path: &repo.path,

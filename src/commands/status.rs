@@ -243,7 +243,7 @@ fn leases(l: &LoadedManifest) -> (Vec<LeaseStatus>, Vec<Quarantined>) {
     let mut leases = Vec::new();
     let mut quarantined = Vec::new();
     for r in crate::plan::repos::locate(l) {
-        let Ok(p) = crate::git::probe(&r.path) else {
+        let Ok(p) = crate::git::probe(&crate::git::Repos::default(), &r.path) else {
             continue;
         };
         if let Some(q) = crate::lease::quarantined(&p.common_dir) {

@@ -81,7 +81,8 @@ fn end_pids(pids: &[i32]) {
 
 pub fn run(args: &UnlockArgs) -> Ended {
     let repo = repo_folder(args)?;
-    let probe = crate::git::probe(&repo).map_err(Failure::invalid)?;
+    let probe =
+        crate::git::probe(&crate::git::Repos::default(), &repo).map_err(Failure::invalid)?;
     // The lease's descriptor lives on in every process spawned for the repository: a held lock
     // means one of them still runs.
     // `--kill`: a dead holder's leftovers are ended first (a live holder's never).

@@ -14,7 +14,12 @@ use std::path::Path;
 
 pub fn run(ui: &Ui, path: &Path) -> Ended {
     let loaded = load(path)?;
-    let plan = crate::session::prepare::planned(ui, &loaded, &PlanOptions::default())?;
+    let plan = crate::session::prepare::planned(
+        ui,
+        &crate::git::Repos::default(),
+        &loaded,
+        &PlanOptions::default(),
+    )?;
     let missing = programs_not_on_path(&loaded);
     if !missing.is_empty() {
         return Err(Failure::Manifest(crate::manifest::LoadError::Invalid(

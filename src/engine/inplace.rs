@@ -99,6 +99,7 @@ fn marker_of(common: &Path) -> Option<(Marker, (i64, i64))> {
 /// with that run; `Ok(None)` when there is no marker; `Err` with why it cannot be proven (the
 /// checkout stays `dirty-tree`). `ended` asks the ledger whether a run recorded its end.
 pub(crate) fn proven(
+    g: &crate::git::Repos,
     dir: &Path,
     common: &Path,
     ended: impl FnOnce(&str) -> bool,
@@ -124,29 +125,39 @@ pub(crate) fn proven(
             "{who} marked the checkout but recorded its end: what is here is not a cut-short attempt"
         ));
     }
-    changed_since(dir, marker, since).map(Some)
+    changed_since(g, dir, marker, since).map(Some)
 }
 
 /// [`proven`] again, under this run's lease (the dead run's processes ended): the marker still
 /// names run `run_id`, and every change is still younger than it.
-pub(crate) fn still_proven(dir: &Path, common: &Path, run_id: &str) -> Result<Proven, String> {
+pub(crate) fn still_proven(
+    g: &crate::git::Repos,
+    dir: &Path,
+    common: &Path,
+    run_id: &str,
+) -> Result<Proven, String> {
     match marker_of(common) {
-        Some((marker, since)) if marker.run_id == run_id => changed_since(dir, marker, since),
+        Some((marker, since)) if marker.run_id == run_id => changed_since(g, dir, marker, since),
         _ => Err(format!("the marker of run `{run_id}` is gone or changed")),
     }
 }
 
 /// HEAD still the marker's, and every changed path changed since `since`.
-fn changed_since(dir: &Path, marker: Marker, since: (i64, i64)) -> Result<Proven, String> {
+fn changed_since(
+    g: &crate::git::Repos,
+    dir: &Path,
+    marker: Marker,
+    since: (i64, i64),
+) -> Result<Proven, String> {
     let who = format!("run `{}`", marker.run_id);
-    let head = git::quick_probe(dir).map_err(|e| e.to_string())?.head;
+    let head = git::quick_probe(g, dir).map_err(|e| e.to_string())?.head;
     if head.as_deref() != Some(marker.head.as_str()) {
         return Err(format!(
             "HEAD moved since {who}'s item `{}` began (it was {})",
             marker.item, marker.head
         ));
     }
-    let paths = git::changed_paths(dir).map_err(|e| e.to_string())?;
+    let paths = git::changed_paths(g, dir).map_err(|e| e.to_string())?;
     for p in &paths {
         let path = dir.join(p);
         let stamp = match std::fs::symlink_metadata(&path) {
@@ -187,6 +198,7 @@ fn standing_folder(top: &Path, path: &Path) -> PathBuf {
 /// a marker is there but proves nothing, the held items say why. `ended` asks the ledger
 /// whether a run recorded its end (a run it does not know counts as ended: nothing is proven).
 pub(crate) fn adopt(
+    g: &crate::git::Repos,
     plan: &mut crate::plan::Plan,
     ended: impl Fn(&str) -> bool,
 ) -> std::collections::HashMap<String, Proven> {
@@ -207,7 +219,7 @@ pub(crate) fn adopt(
         if !plan.items.iter().any(held_dirty) {
             continue;
         }
-        match proven(&path, &common, &ended) {
+        match proven(g, &path, &common, &ended) {
             Ok(Some(p)) => {
                 for i in plan.items.iter_mut().filter(|i| held_dirty(i)) {
                     i.state = ItemState::Pending;

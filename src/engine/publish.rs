@@ -11,6 +11,8 @@ use tokio::sync::watch;
 /// One branch to publish.
 pub struct Request<'a> {
     pub loaded: &'a LoadedManifest,
+    /// The run's handle on its repositories' git folders.
+    pub git: &'a crate::git::Repos,
     pub publish: &'a Publish,
     pub repo: &'a str,
     pub repo_path: &'a Path,
@@ -51,8 +53,8 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
     let remote = req.publish.remote().to_string();
     let (dir, branch) = (req.repo_path.to_path_buf(), req.branch.to_string());
     let head = {
-        let (d, b) = (dir.clone(), branch.clone());
-        tokio::task::spawn_blocking(move || crate::git::branch_tip(&d, &b)).await
+        let (g, d, b) = (req.git.clone(), dir.clone(), branch.clone());
+        tokio::task::spawn_blocking(move || crate::git::branch_tip(&g, &d, &b)).await
     };
     match head {
         Ok(Ok(h)) => out.head = Some(h),
@@ -66,8 +68,8 @@ pub async fn publish(req: Request<'_>, stop: watch::Receiver<Stop>) -> Outcome {
         }
     }
     if req.publish.push() {
-        let (d, r, b) = (dir.clone(), remote.clone(), branch.clone());
-        match tokio::task::spawn_blocking(move || crate::git::push_branch(&d, &r, &b)).await {
+        let (g, d, r, b) = (req.git.clone(), dir.clone(), remote.clone(), branch.clone());
+        match tokio::task::spawn_blocking(move || crate::git::push_branch(&g, &d, &r, &b)).await {
             Ok(Ok(moved)) => out.pushed = moved,
             Ok(Err(e)) => {
                 out.error = Some(format!(

@@ -98,6 +98,8 @@ pub enum ClaimAnswer {
 /// Everything a run needs, fixed before it starts.
 pub struct RunCx {
     pub loaded: LoadedManifest,
+    /// What the run has learnt of its repositories' git folders.
+    pub git: crate::git::Repos,
     /// The limits of `timeout: auto` gates, from their history (absent: the default).
     pub gate_timeouts: std::collections::HashMap<String, std::time::Duration>,
     pub plan: Arc<Plan>,

@@ -3,7 +3,9 @@
 //! Every call runs `git -C <dir>` with a fixed locale, no prompts, stdin closed, and
 //! `GIT_OPTIONAL_LOCKS=0`; the `GIT_*` variables that would change git's answers are removed.
 
-use std::path::{Path, PathBuf};
+use super::looked::{Entry, LogRefs, Looked};
+use super::repos::Repos;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 #[derive(Debug, thiserror::Error)]
@@ -98,9 +100,9 @@ pub(super) fn base_command() -> Command {
 /// A `git -C dir` command with runner's fixed settings, and the repository's filter drivers
 /// (git LFS and the like: programs that `.gitattributes` runs on every checkout, add and status)
 /// turned off, so that no program of the repository's runs outside an item.
-pub fn command(dir: &Path) -> Command {
+pub fn command(g: &Repos, dir: &Path) -> Command {
     let mut c = base_command();
-    for name in filter_drivers(dir) {
+    for name in filter_drivers(g, dir) {
         for key in ["clean", "smudge", "process"] {
             c.arg("-c").arg(format!("filter.{name}.{key}="));
         }
@@ -113,94 +115,16 @@ pub fn command(dir: &Path) -> Command {
 /// The identity runner commits under when the repository names none.
 pub(crate) const DEFAULT_IDENTITY: (&str, &str) = ("runner", "runner@localhost");
 
-/// What runner needs of a folder's configuration, asked of git once: the filter drivers, and
-/// who commits.
-#[derive(Clone, Debug, Default)]
-struct Looked {
-    filters: Vec<String>,
-    /// Both `user.name` and `user.email` are set.
-    identity: bool,
-    /// `user.`, `author.` and `committer.` `name` and `email`, as git reads them (the last
-    /// value of a key wins).
-    idents: std::collections::BTreeMap<String, String>,
-    /// A setting that changes how git writes a commit (`commit.gpgSign`,
-    /// `i18n.commitEncoding`): commits are left to git.
-    commit_settings: bool,
-    /// Which ref updates git records in a reflog (`core.logAllRefUpdates`); `None` where ref
-    /// updates are left to git: a value git would refuse, or a setting that changes how git
-    /// writes refs and logs (`core.sharedRepository`, `core.fsync` and its kin).
-    ref_logs: Option<LogRefs>,
-    /// A setting that changes what `git worktree add -b` writes beyond the branch and the
-    /// worktree's records (`core.sparseCheckout`: the patterns copied; `branch.autoSetupMerge`:
-    /// tracking set up; `worktree.useRelativePaths`): worktrees are left to git.
-    worktree_settings: bool,
-    /// A setting that changes how git checks files out (line endings, links, case, protected
-    /// names, an attributes file, encodings) or a filter driver: checkouts are left to git.
-    checkout_settings: bool,
-    /// A setting that changes what `git diff --numstat` counts (`diff.algorithm`,
-    /// `diff.context`, `core.bigFileThreshold`, an attributes file or tree): its totals are left
-    /// to git.
-    diff_settings: bool,
-}
-
-/// `core.logAllRefUpdates` as git reads it in a repository with a working tree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LogRefs {
-    /// Only reflogs that exist are written to (`false`).
-    Existing,
-    /// Branches, remote-tracking refs, notes and HEAD get a reflog (`true`, the default).
-    Normal,
-    /// Every ref gets one (`always`).
-    Always,
-}
-
-impl LogRefs {
-    /// The setting's last value (`None`: a key without `=`, which reads as true); `None` for a
-    /// value git would refuse.
-    fn parse(value: Option<&str>) -> Option<LogRefs> {
-        let Some(v) = value else {
-            return Some(LogRefs::Normal);
-        };
-        let v = v.to_ascii_lowercase();
-        match v.as_str() {
-            "always" => Some(LogRefs::Always),
-            "true" | "yes" | "on" => Some(LogRefs::Normal),
-            "false" | "no" | "off" | "" => Some(LogRefs::Existing),
-            _ => match v.parse::<i64>() {
-                Ok(0) => Some(LogRefs::Existing),
-                Ok(_) => Some(LogRefs::Normal),
-                Err(_) => None,
-            },
-        }
-    }
-}
-
-/// The configuration of each folder looked up so far.
-static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Looked>>> =
-    std::sync::Mutex::new(None);
-
-/// A worktree runner just added at `worktree` reads the configuration of the repository at
-/// `repo` (a fresh worktree has none of its own): it has the same filter drivers, known
-/// without asking git again.
-pub(super) fn same_filters(repo: &Path, worktree: &Path) {
-    if let Ok(mut seen) = SEEN.lock()
-        && let Some(m) = seen.as_mut()
-        && let Some(names) = m.get(repo).cloned()
-    {
-        m.insert(worktree.to_path_buf(), names);
-    }
-}
-
 /// The names of the filter drivers configured for the repository at `dir` (its own, global and
 /// system configuration), looked up once per folder.
-fn filter_drivers(dir: &Path) -> Vec<String> {
-    looked_up(dir).filters
+fn filter_drivers(g: &Repos, dir: &Path) -> Vec<String> {
+    looked_up(g, dir).filters
 }
 
 /// Whether the configuration of the repository at `dir` names who commits (`user.name` and
 /// `user.email`), looked up with its filter drivers: once per folder.
-pub(super) fn names_identity(dir: &Path) -> bool {
-    looked_up(dir).identity
+pub(super) fn names_identity(g: &Repos, dir: &Path) -> bool {
+    looked_up(g, dir).identity
 }
 
 /// Who a commit made in `dir` by `git commit-tree` is by, author then committer (name and
@@ -209,8 +133,8 @@ pub(super) fn names_identity(dir: &Path) -> bool {
 /// configuration names none (as [`super::commit_tree_on`] tells git). `None` where git decides
 /// more than that: a date given in the environment, a name or address git would clean up, a
 /// commit setting (signing, an encoding).
-pub(super) fn commit_idents(dir: &Path) -> Option<[(String, String); 2]> {
-    let looked = looked_up(dir);
+pub(super) fn commit_idents(g: &Repos, dir: &Path) -> Option<[(String, String); 2]> {
+    let looked = looked_up(g, dir);
     let env = |k: &str| std::env::var_os(k);
     if looked.commit_settings
         || env("GIT_AUTHOR_DATE").is_some()
@@ -265,67 +189,45 @@ pub(super) fn commit_idents(dir: &Path) -> Option<[(String, String); 2]> {
 
 /// Which ref updates the repository at `dir` records in reflogs; `None` where git is to write
 /// refs (see [`Looked::ref_logs`]).
-pub(super) fn ref_logs(dir: &Path) -> Option<LogRefs> {
-    looked_up(dir).ref_logs
+pub(super) fn ref_logs(g: &Repos, dir: &Path) -> Option<LogRefs> {
+    looked_up(g, dir).ref_logs
 }
 
 /// Whether `git worktree add -b` in the repository at `dir` writes only the branch and the
 /// worktree's records (see [`Looked::worktree_settings`]).
-pub(super) fn plain_worktrees(dir: &Path) -> bool {
-    !looked_up(dir).worktree_settings
+pub(super) fn plain_worktrees(g: &Repos, dir: &Path) -> bool {
+    !looked_up(g, dir).worktree_settings
 }
 
 /// Whether git checks files out in the repository at `dir` as they are stored (see
 /// [`Looked::checkout_settings`]).
-pub(super) fn plain_checkouts(dir: &Path) -> bool {
-    !looked_up(dir).checkout_settings
+pub(super) fn plain_checkouts(g: &Repos, dir: &Path) -> bool {
+    !looked_up(g, dir).checkout_settings
 }
 
 /// Whether `git diff --numstat` in the repository at `dir` counts lines as its defaults do (see
 /// [`Looked::diff_settings`]).
-pub(super) fn plain_diffs(dir: &Path) -> bool {
-    !looked_up(dir).diff_settings
-}
-
-/// Forget what was looked up of `dir`'s configuration (it changed).
-#[cfg(test)]
-pub(super) fn forget(dir: &Path) {
-    if let Ok(mut seen) = SEEN.lock()
-        && let Some(m) = seen.as_mut()
-    {
-        m.remove(dir);
-    }
+pub(super) fn plain_diffs(g: &Repos, dir: &Path) -> bool {
+    !looked_up(g, dir).diff_settings
 }
 
 /// The keys runner reads of a repository's configuration.
 const LOOKED_UP: &str = r"^(filter\..*\.(clean|smudge|process)|(user|author|committer)\.(name|email)|commit\.gpgsign|i18n\.commitencoding|core\.(logallrefupdates|sharedrepository|fsync|fsyncmethod|fsyncobjectfiles|sparsecheckout|autocrlf|eol|symlinks|ignorecase|precomposeunicode|protecthfs|protectntfs|attributesfile|checkroundtripencoding|bigfilethreshold)|worktree\.userelativepaths|branch\.autosetupmerge|diff\.(algorithm|context)|attr\.tree)$";
 
-/// A configuration entry: its key and value (`None` for a key without `=`).
-type Entry = (String, Option<String>);
-
-/// The entries of the scopes every repository shares (system, global, then the command line's
-/// and the environment's), as git gave them with the first repository's: those before a
-/// repository's own, and those after. `None` when they may differ between repositories (an
-/// include, which may be conditional) or git could not say which scope an entry came from.
-static OUTER: std::sync::OnceLock<Option<(Vec<Entry>, Vec<Entry>)>> = std::sync::OnceLock::new();
-
-fn looked_up(dir: &Path) -> Looked {
-    use std::collections::HashMap;
-    if let Ok(seen) = SEEN.lock()
-        && let Some(known) = seen.as_ref().and_then(|m| m.get(dir))
-    {
-        return known.clone();
+/// What runner needs of `dir`'s configuration, looked up once per folder a run.
+fn looked_up(g: &Repos, dir: &Path) -> Looked {
+    if let Some(known) = g.looked(dir) {
+        return known;
     }
-    let (pairs, answered) = match own_entries(dir) {
+    let (pairs, answered) = match own_entries(g, dir) {
         Some(pairs) => (pairs, true),
-        None if OUTER.get().is_none() => {
+        None if g.outer().is_none() => {
             // Until git has answered once, lookups made together wait for that answer rather
             // than each start git.
-            static FIRST: std::sync::Mutex<()> = std::sync::Mutex::new(());
-            let _first = FIRST.lock();
-            own_entries(dir).map_or_else(|| ask_git(dir), |pairs| (pairs, true))
+            let _first = g.first_lookup();
+            own_entries(g, dir).map_or_else(|| ask_git(g, dir), |pairs| (pairs, true))
         }
-        None => ask_git(dir),
+        None => ask_git(g, dir),
     };
     let keys: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
     let mut filters: Vec<String> = keys
@@ -402,9 +304,8 @@ fn looked_up(dir: &Path) -> Looked {
             )
         }),
     };
-    if answered && let Ok(mut seen) = SEEN.lock() {
-        seen.get_or_insert_with(HashMap::new)
-            .insert(dir.to_path_buf(), looked.clone());
+    if answered {
+        g.remember(dir, looked.clone());
     }
     looked
 }
@@ -412,8 +313,8 @@ fn looked_up(dir: &Path) -> Looked {
 /// The looked-up entries of `dir`, read from its configuration file in process between the
 /// shared scopes git gave for an earlier repository: `None` when git must be asked (the shared
 /// scopes are not known or not shared, the checkout or its file is not one read here).
-fn own_entries(dir: &Path) -> Option<Vec<Entry>> {
-    let (before, after) = OUTER.get()?.as_ref()?;
+fn own_entries(g: &Repos, dir: &Path) -> Option<Vec<Entry>> {
+    let (before, after) = g.outer()?.as_ref()?;
     let text = super::local::plain_config_text(dir)?;
     let re = looked_up_keys();
     let own = super::config::entries(&text)?
@@ -471,11 +372,11 @@ fn looked_up_keys() -> &'static regex::Regex {
 
 /// The looked-up entries of `dir` as git reads them, and whether git answered (exit 1 is "no
 /// such keys"; anything else, such as a folder that is not a repository yet, is not
-/// remembered). The first answer also tells [`OUTER`].
-fn ask_git(dir: &Path) -> (Vec<Entry>, bool) {
+/// remembered). The first answer also tells the scopes every repository shares.
+fn ask_git(g: &Repos, dir: &Path) -> (Vec<Entry>, bool) {
     // With each entry's scope, and the includes, which make the shared scopes differ from one
     // repository to another.
-    if matches!(OUTER.get(), Some(None)) {
+    if matches!(g.outer(), Some(None)) {
         return ask_git_unscoped(dir);
     }
     let scoped = format!("{}|^include(if)?\\..*$", LOOKED_UP);
@@ -483,7 +384,7 @@ fn ask_git(dir: &Path) -> (Vec<Entry>, bool) {
         let (entries, answered) = ask_git_unscoped(dir);
         if answered {
             // A git that cannot tell the scopes: every repository is asked.
-            let _ = OUTER.set(None);
+            g.set_outer(None);
         }
         return (entries, answered);
     };
@@ -510,7 +411,7 @@ fn ask_git(dir: &Path) -> (Vec<Entry>, bool) {
             .map(|(_, e)| e.clone())
             .collect()
     };
-    let _ = OUTER.set(shared.then(|| (pick(&["system", "global"]), pick(&["command"]))));
+    g.set_outer(shared.then(|| (pick(&["system", "global"]), pick(&["command"]))));
     let all = scoped_entries
         .iter()
         .filter(|(_, (k, _))| !include(k))
@@ -519,7 +420,7 @@ fn ask_git(dir: &Path) -> (Vec<Entry>, bool) {
     (all, true)
 }
 
-pub(super) fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
+pub(super) fn run(g: &Repos, dir: &Path, args: &[&str]) -> Result<Output, GitError> {
     // Commands that only read refs and objects run no filter: no need to look the drivers up.
     let mut cmd = if args
         .first()
@@ -529,7 +430,7 @@ pub(super) fn run(dir: &Path, args: &[&str]) -> Result<Output, GitError> {
         c.arg("-C").arg(dir);
         c
     } else {
-        command(dir)
+        command(g, dir)
     };
     crate::process::spawn_helper(cmd.args(args)).map_err(|e| timed_out(e, args, dir))
 }
@@ -571,8 +472,8 @@ pub(super) fn failed(args: impl Into<String>, dir: &Path, out: &std::process::Ou
     }
 }
 
-pub(super) fn checked(dir: &Path, args: &[&str]) -> Result<String, GitError> {
-    let out = run(dir, args)?;
+pub(super) fn checked(g: &Repos, dir: &Path, args: &[&str]) -> Result<String, GitError> {
+    let out = run(g, dir, args)?;
     if !out.status.success() {
         return Err(failed(args.join(" "), dir, &out));
     }
@@ -613,11 +514,12 @@ mod tests {
              [commit]\n\tgpgSign = false\n[i18n]\n\tcommitEncoding\n[user]\n\tname = Last Wins\n",
         );
         repo(&included, "[include]\n\tpath = elsewhere\n");
-        assert!(ask_git(&first).1);
-        let outer = OUTER.get().expect("set by git's first answer");
-        let ours = own_entries(&rich);
+        let g = Repos::default();
+        assert!(ask_git(&g, &first).1);
+        let outer = g.outer().expect("set by git's first answer");
+        let ours = own_entries(&g, &rich);
         if outer.is_some() {
-            let (theirs, answered) = ask_git(&rich);
+            let (theirs, answered) = ask_git(&g, &rich);
             assert!(answered);
             assert_eq!(ours, Some(theirs));
             let ours = ours.unwrap();
@@ -631,6 +533,10 @@ mod tests {
             );
             assert_eq!(ours, None);
         }
-        assert_eq!(own_entries(&included), None, "an include is left to git");
+        assert_eq!(
+            own_entries(&g, &included),
+            None,
+            "an include is left to git"
+        );
     }
 }

@@ -35,7 +35,6 @@
 //! `untracked` (files the index does not name), `reads` (how much
 //! a question may read); this file proves a checkout clean.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use objects::{Kind, Objects, Reach};
@@ -74,7 +73,7 @@ pub struct Probe {
 
 /// HEAD of the checkout at `dir`, when the checkout is proven to have no uncommitted changes
 /// (staged, unstaged or untracked). `None` says nothing either way.
-pub(crate) fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
+pub(crate) fn clean_checkout(g: &super::repos::Repos, dir: &Path, reads: Reads) -> Option<Probe> {
     let (top, git_dir) = plain_checkout(dir, reads)?;
     if rewrites_history(&git_dir, reads)? {
         return None;
@@ -82,7 +81,7 @@ pub(crate) fn clean_checkout(dir: &Path, reads: Reads) -> Option<Probe> {
     let (head, branch) = read_head(&git_dir, &git_dir, reads)?;
     let index = Index::read(&git_dir, reads)?;
     let staged = match &head {
-        Some(commit) => index.tree? != commit_tree(&git_dir, commit, reads)?,
+        Some(commit) => index.tree? != commit_tree(g, &git_dir, commit, reads)?,
         None => !index.entries.is_empty(),
     };
     if staged {
@@ -167,28 +166,24 @@ fn probe(top: PathBuf, git_dir: PathBuf, head: Option<Oid>, branch: Option<Strin
 }
 
 /// The tree a commit names, read from a loose object, or (where reads are not kept small) a
-/// pack.
-fn commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
-    // A commit is named by its content, so its tree never changes: asked after every worker
-    // pass of every item, it is read once per commit.
-    static TREES: std::sync::LazyLock<std::sync::Mutex<HashMap<Oid, Oid>>> =
-        std::sync::LazyLock::new(Default::default);
-    if let Some(tree) = TREES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(commit)
-        .copied()
-    {
+/// pack; asked after every worker pass of every item, it is read once per commit a run.
+fn commit_tree(g: &super::repos::Repos, git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {
+    if let Some(tree) = g.tree(commit) {
         return Some(tree);
     }
     let tree = read_commit_tree(git_dir, commit, reads)?;
-    let mut trees = TREES.lock().unwrap_or_else(|p| p.into_inner());
-    // Bounded: a run sees a few commits per repository.
-    if trees.len() >= 65_536 {
-        trees.clear();
-    }
-    trees.insert(*commit, tree);
+    g.remember_tree(*commit, tree);
     Some(tree)
+}
+
+/// The object id `text` spells in full hexadecimal.
+pub(super) fn oid(text: &str) -> Option<Oid> {
+    reads::parse_oid(text.as_bytes())
+}
+
+/// `oid` in hexadecimal.
+pub(super) fn hex_of(oid: &Oid) -> String {
+    hex(oid)
 }
 
 fn read_commit_tree(git_dir: &Path, commit: &Oid, reads: Reads) -> Option<Oid> {

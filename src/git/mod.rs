@@ -20,8 +20,10 @@
 mod command;
 mod config;
 mod local;
+mod looked;
 mod probe;
 mod refs;
+mod repos;
 mod shared_state;
 mod snapshot;
 mod special;
@@ -33,6 +35,7 @@ use command::{base_command, checked, failed, run};
 pub use local::Reads;
 pub(crate) use local::overexpands as index_overexpands;
 pub use probe::*;
+pub use repos::Repos;
 pub use shared_state::{LastCaptures, SharedState};
 use snapshot::flagged;
 pub use snapshot::{
@@ -51,8 +54,8 @@ use std::path::Path;
 /// top level and common dir): read from the checkout's files when they prove it clean, else from
 /// one `git status` call. `None` when that does not apply or git's answer is not understood; the
 /// caller then asks separately.
-pub(crate) fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
-    if let Some(probe) = local::clean_checkout(dir, Reads::All) {
+pub(crate) fn probe_with_status(g: &Repos, dir: &Path) -> Option<(Probe, bool)> {
+    if let Some(probe) = local::clean_checkout(g, dir, Reads::All) {
         return Some((probe, false));
     }
     let git_dir = dir.join(".git");
@@ -60,6 +63,7 @@ pub(crate) fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
         return None;
     }
     let out = run(
+        g,
         dir,
         &[
             "status",
@@ -86,7 +90,7 @@ pub(crate) fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
         }
     }
     let top = std::path::absolute(dir).ok()?;
-    let dirty = dirty || hides_edits(dir).unwrap_or(true);
+    let dirty = dirty || hides_edits(g, dir).unwrap_or(true);
     Some((
         Probe {
             common_dir: top.join(".git"),
@@ -100,11 +104,12 @@ pub(crate) fn probe_with_status(dir: &Path) -> Option<(Probe, bool)> {
 
 /// Names of the local branches: read from the checkout's refs where they tell it, else asked of
 /// git.
-pub(crate) fn local_branches(dir: &Path) -> Result<BTreeSet<String>, GitError> {
+pub(crate) fn local_branches(g: &Repos, dir: &Path) -> Result<BTreeSet<String>, GitError> {
     if let Some(names) = local::branches(dir) {
         return Ok(names);
     }
     let text = checked(
+        g,
         dir,
         &[
             "for-each-ref",
@@ -126,7 +131,7 @@ pub enum Ancestry {
 
 /// `git merge-base --is-ancestor marker rev`, with an unknown marker told apart. `rev` is
 /// anything git resolves to a commit (`refs/heads/x`, `main`, `HEAD`, an id).
-pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitError> {
+pub fn ancestry(g: &Repos, dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitError> {
     // Read from the repository's files when they can answer for certain.
     if let Some(contained) = local::is_ancestor(dir, marker, rev) {
         return Ok(if contained {
@@ -137,12 +142,12 @@ pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitErro
     }
     let commit = format!("{marker}^{{commit}}");
     // One call in the usual case; only a failure asks whether the marker resolves at all.
-    let out = run(dir, &["merge-base", "--is-ancestor", &commit, rev])?;
+    let out = run(g, dir, &["merge-base", "--is-ancestor", &commit, rev])?;
     match out.status.code() {
         Some(0) => Ok(Ancestry::Contained),
         Some(1) => Ok(Ancestry::Missing),
         _ => {
-            let resolved = run(dir, &["rev-parse", "--verify", "-q", &commit])?;
+            let resolved = run(g, dir, &["rev-parse", "--verify", "-q", &commit])?;
             if !resolved.status.success() {
                 return Ok(Ancestry::Unresolvable);
             }
@@ -157,12 +162,12 @@ pub fn ancestry(dir: &Path, marker: &str, rev: &str) -> Result<Ancestry, GitErro
 
 /// How many commits `base` has that local branch `branch` lacks: how far a continued work
 /// branch is behind the base new ones are forked from.
-pub fn behind(dir: &Path, branch: &str, base: &str) -> Result<u64, GitError> {
+pub fn behind(g: &Repos, dir: &Path, branch: &str, base: &str) -> Result<u64, GitError> {
     if let Some(n) = local::behind(dir, branch, base) {
         return Ok(n);
     }
     let range = format!("refs/heads/{branch}..{base}");
-    let text = checked(dir, &["rev-list", "--count", &range, "--"])?;
+    let text = checked(g, dir, &["rev-list", "--count", &range, "--"])?;
     text.trim().parse().map_err(|_| GitError::Failed {
         args: format!("rev-list --count {range}"),
         dir: dir.display().to_string(),
@@ -179,6 +184,7 @@ pub(crate) struct TreeFile {
 
 /// The files of `rev`'s tree under the folders `roots` (relative to the top; `""` for all).
 pub(crate) fn tree_files(
+    g: &Repos,
     dir: &Path,
     rev: &str,
     roots: &[String],
@@ -186,7 +192,7 @@ pub(crate) fn tree_files(
     let treeish = format!("{rev}^{{tree}}");
     let mut args = vec!["ls-tree", "-r", "-z", "--full-tree", treeish.as_str(), "--"];
     args.extend(roots.iter().filter(|r| !r.is_empty()).map(String::as_str));
-    let out = run(dir, &args)?;
+    let out = run(g, dir, &args)?;
     if !out.status.success() {
         return Err(failed("ls-tree", dir, &out));
     }
@@ -208,6 +214,7 @@ pub(crate) fn tree_files(
 /// The files under `roots` (relative to the top) where the checkout differs from its HEAD
 /// commit: untracked, ignored, staged, changed or deleted.
 pub(crate) fn uncommitted_under(
+    g: &Repos,
     dir: &Path,
     roots: &[String],
 ) -> Result<std::collections::HashSet<String>, GitError> {
@@ -221,7 +228,7 @@ pub(crate) fn uncommitted_under(
         "--",
     ];
     args.extend(roots.iter().filter(|r| !r.is_empty()).map(String::as_str));
-    Ok(status_z(dir, &args)?
+    Ok(status_z(g, dir, &args)?
         .into_iter()
         .filter_map(|p| String::from_utf8(p).ok())
         .collect())
@@ -229,8 +236,8 @@ pub(crate) fn uncommitted_under(
 
 /// The paths `git status --porcelain=v1 -z` (with `args`) names, as bytes: each entry without
 /// its two status letters and space.
-fn status_z(dir: &Path, args: &[&str]) -> Result<Vec<Vec<u8>>, GitError> {
-    let out = run(dir, args)?;
+fn status_z(g: &Repos, dir: &Path, args: &[&str]) -> Result<Vec<Vec<u8>>, GitError> {
+    let out = run(g, dir, args)?;
     if !out.status.success() {
         return Err(failed("status", dir, &out));
     }
@@ -245,7 +252,7 @@ fn status_z(dir: &Path, args: &[&str]) -> Result<Vec<Vec<u8>>, GitError> {
 
 /// The paths (relative to the top of `dir`) whose content differs from HEAD: changed, staged,
 /// deleted or untracked, not ignored.
-pub(crate) fn changed_paths(dir: &Path) -> Result<Vec<String>, GitError> {
+pub(crate) fn changed_paths(g: &Repos, dir: &Path) -> Result<Vec<String>, GitError> {
     let args = [
         "status",
         "--porcelain=v1",
@@ -253,7 +260,7 @@ pub(crate) fn changed_paths(dir: &Path) -> Result<Vec<String>, GitError> {
         "--untracked-files=all",
         "--no-renames",
     ];
-    status_z(dir, &args)?
+    status_z(g, dir, &args)?
         .into_iter()
         // A name that is not UTF-8 is not passed over: it fails the caller's proof.
         .map(|p| {
@@ -267,22 +274,26 @@ pub(crate) fn changed_paths(dir: &Path) -> Result<Vec<String>, GitError> {
 }
 
 /// Whether the working tree has uncommitted changes (tracked or untracked).
-pub(crate) fn is_dirty(dir: &Path) -> Result<bool, GitError> {
-    let text = checked(dir, &["status", "--porcelain", "--untracked-files=normal"])?;
+pub(crate) fn is_dirty(g: &Repos, dir: &Path) -> Result<bool, GitError> {
+    let text = checked(
+        g,
+        dir,
+        &["status", "--porcelain", "--untracked-files=normal"],
+    )?;
     if !text.trim().is_empty() {
         return Ok(true);
     }
-    hides_edits(dir)
+    hides_edits(g, dir)
 }
 
 /// Whether a clean `git status` may be hiding edits: files flagged `assume-unchanged` (or
 /// `skip-worktree` while there) whose content is not what HEAD holds.
-fn hides_edits(dir: &Path) -> Result<bool, GitError> {
-    if flagged(dir, None)?.is_empty() {
+fn hides_edits(g: &Repos, dir: &Path) -> Result<bool, GitError> {
+    if flagged(g, dir, None)?.is_empty() {
         return Ok(false);
     }
-    let (tree, _index) = snapshot(dir)?;
-    Ok(tree_of(dir, "HEAD").ok() != Some(tree))
+    let (tree, _index) = snapshot(g, dir)?;
+    Ok(tree_of(g, dir, "HEAD").ok() != Some(tree))
 }
 
 /// Whether `path` holds a `.git` entry (a checkout or a linked worktree), without spawning git.
@@ -291,18 +302,22 @@ pub(crate) fn looks_like_checkout(path: &Path) -> bool {
 }
 
 /// The commit HEAD points at in `dir`.
-pub fn head(dir: &Path) -> Result<String, GitError> {
-    Ok(checked(dir, &["rev-parse", "--verify", "HEAD^{commit}"])?
-        .trim()
-        .to_string())
+pub fn head(g: &Repos, dir: &Path) -> Result<String, GitError> {
+    Ok(
+        checked(g, dir, &["rev-parse", "--verify", "HEAD^{commit}"])?
+            .trim()
+            .to_string(),
+    )
 }
 
 /// The commit local branch `branch` of the repository at `dir` points at.
-pub(crate) fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
+pub(crate) fn branch_tip(g: &Repos, dir: &Path, branch: &str) -> Result<String, GitError> {
     let rev = format!("refs/heads/{branch}^{{commit}}");
-    Ok(checked(dir, &["rev-parse", "--verify", "--quiet", &rev])?
-        .trim()
-        .to_string())
+    Ok(
+        checked(g, dir, &["rev-parse", "--verify", "--quiet", &rev])?
+            .trim()
+            .to_string(),
+    )
 }
 
 /// Push local branch `branch` of the repository at `dir` to the branch of the same name on
@@ -310,9 +325,14 @@ pub(crate) fn branch_tip(dir: &Path, branch: &str) -> Result<String, GitError> {
 /// reported, never forced). Credentials come from the user's git configuration; nothing prompts.
 /// Push `branch` to the same name on `remote`; `true` when the remote's branch moved (created or
 /// fast-forwarded), `false` when it already pointed there.
-pub(crate) fn push_branch(dir: &Path, remote: &str, branch: &str) -> Result<bool, GitError> {
+pub(crate) fn push_branch(
+    g: &Repos,
+    dir: &Path,
+    remote: &str,
+    branch: &str,
+) -> Result<bool, GitError> {
     let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
-    let out = checked(dir, &["push", "--porcelain", "--", remote, &spec])?;
+    let out = checked(g, dir, &["push", "--porcelain", "--", remote, &spec])?;
     Ok(pushed_anything(&out))
 }
 
@@ -327,8 +347,9 @@ fn pushed_anything(porcelain: &str) -> bool {
 
 /// Files changed in `dir` since `since` (committed or not), plus untracked files, relative to
 /// the working tree root.
-pub(crate) fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitError> {
+pub(crate) fn changed_files(g: &Repos, dir: &Path, since: &str) -> Result<Vec<String>, GitError> {
     let mut files: BTreeSet<String> = checked(
+        g,
         dir,
         &[
             "diff",
@@ -342,7 +363,7 @@ pub(crate) fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitE
     .map(str::to_string)
     .collect();
     files.extend(
-        checked(dir, &["ls-files", "--others", "--exclude-standard"])?
+        checked(g, dir, &["ls-files", "--others", "--exclude-standard"])?
             .lines()
             .map(str::to_string),
     );
@@ -350,8 +371,8 @@ pub(crate) fn changed_files(dir: &Path, since: &str) -> Result<Vec<String>, GitE
 }
 
 /// The merge base of two commits, if they share history.
-pub(crate) fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
-    checked(dir, &["merge-base", a, b])
+pub(crate) fn merge_base(g: &Repos, dir: &Path, a: &str, b: &str) -> Option<String> {
+    checked(g, dir, &["merge-base", a, b])
         .ok()
         .map(|s| s.trim().to_string())
 }
@@ -361,23 +382,31 @@ pub(crate) fn merge_base(dir: &Path, a: &str, b: &str) -> Option<String> {
 /// What an earlier run left uncommitted in the runner-owned worktree at `path`, as a patch,
 /// when that worktree is still on `branch` and holds anything; nothing is changed. The caller
 /// saves the patch durably before [`reset_worktree`] removes it.
-pub(crate) fn kept_leftovers(path: &Path, branch: &str) -> Result<Option<String>, GitError> {
+pub(crate) fn kept_leftovers(
+    g: &Repos,
+    path: &Path,
+    branch: &str,
+) -> Result<Option<String>, GitError> {
     if !path.join(".git").exists() {
         return Ok(None);
     }
-    let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
+    let on = checked(g, path, &["symbolic-ref", "-q", "--short", "HEAD"])
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    if on != branch || !is_dirty(path)? {
+    if on != branch || !is_dirty(g, path)? {
         return Ok(None);
     }
-    let patch = leftovers_patch(path)?;
+    let patch = leftovers_patch(g, path)?;
     Ok((!patch.is_empty()).then_some(patch))
 }
 
 /// Which of `paths` (relative to the top of `dir`) git ignores there: untracked and matched by
 /// an exclude rule. A path nothing ignores would show as new work in the checkout.
-pub(crate) fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String>, GitError> {
+pub(crate) fn ignored_of(
+    g: &Repos,
+    dir: &Path,
+    paths: &[String],
+) -> Result<BTreeSet<String>, GitError> {
     let paths: Vec<String> = paths
         .iter()
         .filter(|p| !p.contains('\n'))
@@ -388,7 +417,7 @@ pub(crate) fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String
     }
     let mut args = vec!["check-ignore", "--"];
     args.extend(paths.iter().map(String::as_str));
-    let out = run(dir, &args)?;
+    let out = run(g, dir, &args)?;
     // 1: none of them is ignored.
     if !matches!(out.status.code(), Some(0 | 1)) {
         return Err(failed("check-ignore", dir, &out));
@@ -405,6 +434,7 @@ pub(crate) fn ignored_of(dir: &Path, paths: &[String]) -> Result<BTreeSet<String
 /// one already there at that tip is the same backup). A runner-owned worktree at `worktree` on
 /// it is removed first; git refuses, and this fails, while another worktree has it checked out.
 pub(crate) fn restart_branch(
+    g: &Repos,
     repo: &Path,
     worktree: &Path,
     branch: &str,
@@ -413,10 +443,10 @@ pub(crate) fn restart_branch(
 ) -> Result<(), GitError> {
     if worktree.join(".git").exists() {
         let p = worktree.to_string_lossy().to_string();
-        checked(repo, &["worktree", "remove", "--force", &p])?;
+        checked(g, repo, &["worktree", "remove", "--force", &p])?;
     }
-    let tip = branch_tip(repo, branch)?;
-    match branch_tip(repo, backup) {
+    let tip = branch_tip(g, repo, branch)?;
+    match branch_tip(g, repo, backup) {
         Ok(t) if t == tip => {}
         Ok(t) => {
             return Err(GitError::Failed {
@@ -426,10 +456,11 @@ pub(crate) fn restart_branch(
             });
         }
         Err(_) => {
-            checked(repo, &["branch", "--no-track", "--", backup, &tip])?;
+            checked(g, repo, &["branch", "--no-track", "--", backup, &tip])?;
         }
     }
     checked(
+        g,
         repo,
         &["branch", "--force", "--no-track", "--", branch, base],
     )?;
@@ -437,8 +468,9 @@ pub(crate) fn restart_branch(
 }
 
 /// The commit `rev` names in the repository at `dir`.
-pub(crate) fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
+pub(crate) fn commit_of(g: &Repos, dir: &Path, rev: &str) -> Result<String, GitError> {
     Ok(checked(
+        g,
         dir,
         &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
     )?
@@ -449,16 +481,16 @@ pub(crate) fn commit_of(dir: &Path, rev: &str) -> Result<String, GitError> {
 /// The tree the working tree of `dir` holds, untracked files included (ignored ones not):
 /// read from the checkout's files when they prove it clean, else written through a temporary
 /// index ([`snapshot_tree`]).
-pub(crate) fn working_tree(dir: &Path) -> Result<String, GitError> {
-    if let Some(head) = proven_clean(dir).and_then(|p| p.head) {
-        return tree_of(dir, &head);
+pub(crate) fn working_tree(g: &Repos, dir: &Path) -> Result<String, GitError> {
+    if let Some(head) = proven_clean(g, dir).and_then(|p| p.head) {
+        return tree_of(g, dir, &head);
     }
-    snapshot_tree(dir)
+    snapshot_tree(g, dir)
 }
 
 /// Whether commit `a` is an ancestor of (or equal to) `b`.
-pub(crate) fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
-    let out = run(dir, &["merge-base", "--is-ancestor", a, b])?;
+pub(crate) fn is_ancestor(g: &Repos, dir: &Path, a: &str, b: &str) -> Result<bool, GitError> {
+    let out = run(g, dir, &["merge-base", "--is-ancestor", a, b])?;
     match out.status.code() {
         Some(0) => Ok(true),
         Some(1) => Ok(false),
@@ -472,28 +504,24 @@ pub(crate) fn is_ancestor(dir: &Path, a: &str, b: &str) -> Result<bool, GitError
 
 /// The tree of commit `rev`. A commit given by its full name always names the same tree: that
 /// answer is remembered for the run.
-pub(crate) fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
-    static KNOWN: std::sync::Mutex<Option<std::collections::HashMap<String, String>>> =
-        std::sync::Mutex::new(None);
-    let full = full_object_name(rev);
-    if full
-        && let Some(tree) = KNOWN
-            .lock()
-            .ok()
-            .and_then(|k| k.as_ref().and_then(|m| m.get(rev).cloned()))
-    {
-        return Ok(tree);
+pub(crate) fn tree_of(g: &Repos, dir: &Path, rev: &str) -> Result<String, GitError> {
+    let commit = if full_object_name(rev) {
+        local::oid(rev)
+    } else {
+        None
+    };
+    if let Some(tree) = commit.as_ref().and_then(|c| g.tree(c)) {
+        return Ok(local::hex_of(&tree));
     }
-    let tree = checked(dir, &["rev-parse", "--verify", &format!("{rev}^{{tree}}")])?
-        .trim()
-        .to_string();
-    if full && let Ok(mut known) = KNOWN.lock() {
-        let m = known.get_or_insert_with(Default::default);
-        // A bound on what a long drain keeps: forgetting costs only a git call.
-        if m.len() >= 4096 {
-            m.clear();
-        }
-        m.insert(rev.to_string(), tree.clone());
+    let tree = checked(
+        g,
+        dir,
+        &["rev-parse", "--verify", &format!("{rev}^{{tree}}")],
+    )?
+    .trim()
+    .to_string();
+    if let (Some(commit), Some(named)) = (commit, local::oid(&tree)) {
+        g.remember_tree(commit, named);
     }
     Ok(tree)
 }
@@ -501,7 +529,7 @@ pub(crate) fn tree_of(dir: &Path, rev: &str) -> Result<String, GitError> {
 /// Whether `dir`'s repository names who commits (`user.name` and `user.email`), or the
 /// environment does. The environment is looked at first (it wins over any configuration, and
 /// costs no git call); a folder's answer is remembered for the run.
-fn has_identity(dir: &Path) -> bool {
+fn has_identity(g: &Repos, dir: &Path) -> bool {
     if [
         "GIT_AUTHOR_NAME",
         "GIT_AUTHOR_EMAIL",
@@ -515,7 +543,7 @@ fn has_identity(dir: &Path) -> bool {
     }
     // Asked with the filter drivers, once per folder; a worktree runner added shares its
     // repository's answer.
-    command::names_identity(dir)
+    command::names_identity(g, dir)
 }
 
 pub(crate) use command::DEFAULT_IDENTITY;
@@ -524,20 +552,21 @@ pub(crate) use command::DEFAULT_IDENTITY;
 /// branch is still at `parent` (compare and swap). The repository's configured identity is used;
 /// without one, [`DEFAULT_IDENTITY`]. Returns the new commit.
 pub(crate) fn commit_tree_on(
+    g: &Repos,
     dir: &Path,
     tree: &str,
     parent: &str,
     branch: &str,
     message: &str,
 ) -> Result<String, GitError> {
-    let commit = match commit_in_process(dir, tree, parent, message) {
+    let commit = match commit_in_process(g, dir, tree, parent, message) {
         Some(c) => c,
-        None => commit_tree(dir, tree, parent, message)?,
+        None => commit_tree(g, dir, tree, parent, message)?,
     };
     let refname = format!("refs/heads/{branch}");
     // As `git commit` writes it: "commit: " and the subject line.
     let msg = format!("commit: {}", message.lines().next().unwrap_or_default());
-    match refs::update_in_process(dir, &refname, &commit, Some(parent), &msg) {
+    match refs::update_in_process(g, dir, &refname, &commit, Some(parent), &msg) {
         Some(Ok(())) => return Ok(commit),
         Some(Err(e)) => {
             return Err(GitError::Failed {
@@ -548,8 +577,8 @@ pub(crate) fn commit_tree_on(
         }
         None => {}
     }
-    let mut cmd = command(dir);
-    with_identity(dir, &mut cmd);
+    let mut cmd = command(g, dir);
+    with_identity(g, dir, &mut cmd);
     let out = crate::process::spawn_helper(cmd.env("GIT_OPTIONAL_LOCKS", "1").args([
         "update-ref",
         "-m",
@@ -565,8 +594,8 @@ pub(crate) fn commit_tree_on(
 }
 
 /// Runner's own identity for a git call in `dir` where the repository names none.
-fn with_identity(dir: &Path, cmd: &mut std::process::Command) {
-    if !has_identity(dir) {
+fn with_identity(g: &Repos, dir: &Path, cmd: &mut std::process::Command) {
+    if !has_identity(g, dir) {
         cmd.args([
             "-c",
             &format!("user.name={}", DEFAULT_IDENTITY.0),
@@ -577,9 +606,15 @@ fn with_identity(dir: &Path, cmd: &mut std::process::Command) {
 }
 
 /// `git commit-tree tree -p parent -m message` in `dir`: the new commit.
-fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<String, GitError> {
-    let mut cmd = command(dir);
-    with_identity(dir, &mut cmd);
+fn commit_tree(
+    g: &Repos,
+    dir: &Path,
+    tree: &str,
+    parent: &str,
+    message: &str,
+) -> Result<String, GitError> {
+    let mut cmd = command(g, dir);
+    with_identity(g, dir, &mut cmd);
     cmd.args(["commit-tree", tree, "-p", parent, "-m", message]);
     let out = crate::process::spawn_helper(&mut cmd)?;
     if !out.status.success() {
@@ -591,12 +626,18 @@ fn commit_tree(dir: &Path, tree: &str, parent: &str, message: &str) -> Result<St
 /// [`commit_tree`] without a git process: the same commit object, by the same author and
 /// committer at this second in the local time zone, written to the repository's objects.
 /// `None` where git is to make it (see [`command::commit_idents`] and [`local::write_object`]).
-fn commit_in_process(dir: &Path, tree: &str, parent: &str, message: &str) -> Option<String> {
+fn commit_in_process(
+    g: &Repos,
+    dir: &Path,
+    tree: &str,
+    parent: &str,
+    message: &str,
+) -> Option<String> {
     use gix_object::WriteTo;
     if !full_object_name(tree) || !full_object_name(parent) || message.contains('\0') {
         return None;
     }
-    let [(an, ae), (cn, ce)] = command::commit_idents(dir)?;
+    let [(an, ae), (cn, ce)] = command::commit_idents(g, dir)?;
     let now = jiff::Zoned::now();
     let time = gix_date::Time::new(now.timestamp().as_second(), now.offset().seconds());
     let sign = |name: String, email: String| gix_actor::Signature {
@@ -619,9 +660,9 @@ fn commit_in_process(dir: &Path, tree: &str, parent: &str, message: &str) -> Opt
 }
 
 /// Make the index of `dir` match HEAD again, leaving the files as they are.
-pub(crate) fn reset_index(dir: &Path) -> Result<(), GitError> {
+pub(crate) fn reset_index(g: &Repos, dir: &Path) -> Result<(), GitError> {
     let out = crate::process::spawn_helper(
-        command(dir)
+        command(g, dir)
             .env("GIT_OPTIONAL_LOCKS", "1")
             .args(["reset", "--quiet"]),
     )?;
@@ -634,13 +675,14 @@ pub(crate) fn reset_index(dir: &Path) -> Result<(), GitError> {
 /// Files changed, lines inserted and deleted between commits `from` and `to`: counted in
 /// process where that is certain to be git's count (a plain repository, full commit ids, no
 /// setting or attribute that changes it), else by `git diff --numstat`.
-pub fn diffstat(dir: &Path, from: &str, to: &str) -> Result<(u64, u64, u64), GitError> {
-    if command::plain_diffs(dir)
+pub fn diffstat(g: &Repos, dir: &Path, from: &str, to: &str) -> Result<(u64, u64, u64), GitError> {
+    if command::plain_diffs(g, dir)
         && let Some(totals) = local::diff_totals(dir, from, to)
     {
         return Ok(totals);
     }
     let text = checked(
+        g,
         dir,
         &[
             "diff",
@@ -664,8 +706,8 @@ pub fn diffstat(dir: &Path, from: &str, to: &str) -> Result<(u64, u64, u64), Git
 }
 
 /// Paths with uncommitted changes in `dir` (tracked or untracked), as `git status` names them.
-pub fn uncommitted(dir: &Path) -> Result<Vec<String>, GitError> {
-    let text = checked(dir, &["status", "--porcelain", "--untracked-files=all"])?;
+pub fn uncommitted(g: &Repos, dir: &Path) -> Result<Vec<String>, GitError> {
+    let text = checked(g, dir, &["status", "--porcelain", "--untracked-files=all"])?;
     Ok(text
         .lines()
         .filter_map(|l| l.get(3..))
@@ -676,9 +718,10 @@ pub fn uncommitted(dir: &Path) -> Result<Vec<String>, GitError> {
 /// What is uncommitted in `dir` (tracked changes and untracked files that are not ignored), as
 /// a patch against HEAD that `git apply` takes back; empty when nothing is. Reads through a
 /// temporary index: the checkout is left as it is.
-pub(crate) fn leftovers_patch(dir: &Path) -> Result<String, GitError> {
-    let tree = snapshot_tree(dir)?;
+pub(crate) fn leftovers_patch(g: &Repos, dir: &Path) -> Result<String, GitError> {
+    let tree = snapshot_tree(g, dir)?;
     let text = checked(
+        g,
         dir,
         &[
             "diff",
@@ -694,13 +737,14 @@ pub(crate) fn leftovers_patch(dir: &Path) -> Result<String, GitError> {
 
 /// Bring a runner-owned worktree back to its branch's committed state: uncommitted changes and
 /// untracked files (not ignored ones) are removed.
-pub(crate) fn reset_worktree(dir: &Path) -> Result<(), GitError> {
+pub(crate) fn reset_worktree(g: &Repos, dir: &Path) -> Result<(), GitError> {
     for args in [
         &["reset", "--quiet", "--hard", "HEAD"][..],
         &["clean", "--quiet", "-d", "--force"][..],
     ] {
-        let out =
-            crate::process::spawn_helper(command(dir).env("GIT_OPTIONAL_LOCKS", "1").args(args))?;
+        let out = crate::process::spawn_helper(
+            command(g, dir).env("GIT_OPTIONAL_LOCKS", "1").args(args),
+        )?;
         if !out.status.success() {
             return Err(failed(args.join(" "), dir, &out));
         }
@@ -711,11 +755,11 @@ pub(crate) fn reset_worktree(dir: &Path) -> Result<(), GitError> {
 /// Bring a runner-owned clone up to date with its origin: fetch, then fast-forward the
 /// checked-out branch when it is clean and can be (a clone runner made is never rewound or
 /// merged).
-pub(crate) fn fetch(dest: &Path) -> Result<(), GitError> {
-    checked(dest, &["fetch", "--quiet", "--prune", "origin"])?;
-    if !is_dirty(dest)? {
+pub(crate) fn fetch(g: &Repos, dest: &Path) -> Result<(), GitError> {
+    checked(g, dest, &["fetch", "--quiet", "--prune", "origin"])?;
+    if !is_dirty(g, dest)? {
         // No upstream or a diverged branch is not an error: the branch stays as it is.
-        let _ = checked(dest, &["merge", "--ff-only", "--quiet", "@{upstream}"]);
+        let _ = checked(g, dest, &["merge", "--ff-only", "--quiet", "@{upstream}"]);
     }
     Ok(())
 }
@@ -724,8 +768,14 @@ pub(crate) fn fetch(dest: &Path) -> Result<(), GitError> {
 /// forward to what they pushed, when that descends from the local tip (a fast-forward: nothing
 /// of the local branch is lost, and nothing is ever force-pushed). The commit the branch now
 /// points at; an error when the two diverged or git fails.
-pub(crate) fn take_remote_head(dir: &Path, remote: &str, branch: &str) -> Result<String, GitError> {
+pub(crate) fn take_remote_head(
+    g: &Repos,
+    dir: &Path,
+    remote: &str,
+    branch: &str,
+) -> Result<String, GitError> {
     checked(
+        g,
         dir,
         &[
             "fetch",
@@ -735,10 +785,11 @@ pub(crate) fn take_remote_head(dir: &Path, remote: &str, branch: &str) -> Result
             &format!("refs/heads/{branch}"),
         ],
     )?;
-    let theirs = checked(dir, &["rev-parse", "--verify", "FETCH_HEAD^{commit}"])?
+    let theirs = checked(g, dir, &["rev-parse", "--verify", "FETCH_HEAD^{commit}"])?
         .trim()
         .to_string();
     let ours = checked(
+        g,
         dir,
         &["rev-parse", "--verify", &format!("refs/heads/{branch}")],
     )?
@@ -747,7 +798,7 @@ pub(crate) fn take_remote_head(dir: &Path, remote: &str, branch: &str) -> Result
     if theirs == ours {
         return Ok(ours);
     }
-    if !is_ancestor(dir, &ours, &theirs)? {
+    if !is_ancestor(g, dir, &ours, &theirs)? {
         return Err(GitError::Diverged(format!(
             "`{branch}` on `{remote}` ({}) does not descend from the local branch ({}): the two diverged, and runner never force-pushes",
             &theirs[..theirs.len().min(10)],
@@ -755,6 +806,7 @@ pub(crate) fn take_remote_head(dir: &Path, remote: &str, branch: &str) -> Result
         )));
     }
     checked(
+        g,
         dir,
         &[
             "update-ref",

@@ -4,10 +4,11 @@
 use super::command::{GitError, checked, run};
 pub use super::local::Probe;
 use super::local::{self, Reads};
+use super::repos::Repos;
 use std::path::{Path, PathBuf};
 
 /// Ask git about the checkout at `dir` in one call (two for a repository without commits).
-pub fn probe(dir: &Path) -> Result<Probe, GitError> {
+pub fn probe(g: &Repos, dir: &Path) -> Result<Probe, GitError> {
     let args = [
         "rev-parse",
         "--path-format=absolute",
@@ -17,7 +18,7 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
         "--symbolic-full-name",
         "HEAD",
     ];
-    let out = run(dir, &args)?;
+    let out = run(g, dir, &args)?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let lines: Vec<&str> = text.lines().collect();
     if out.status.success() && lines.len() >= 4 {
@@ -30,6 +31,7 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
     }
     // No commit yet: HEAD does not resolve, but the checkout is real.
     let text = checked(
+        g,
         dir,
         &[
             "rev-parse",
@@ -39,7 +41,7 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
         ],
     )?;
     let lines: Vec<&str> = text.lines().collect();
-    let branch = checked(dir, &["symbolic-ref", "-q", "HEAD"])
+    let branch = checked(g, dir, &["symbolic-ref", "-q", "HEAD"])
         .ok()
         .and_then(|b| b.trim().strip_prefix("refs/heads/").map(str::to_string));
     match lines.as_slice() {
@@ -60,17 +62,17 @@ pub fn probe(dir: &Path) -> Result<Probe, GitError> {
 /// [`probe`], read from the checkout's own files where they tell it (a checkout whose `.git` is
 /// a plain folder), else asked of git. The top level is then the folder as named, not resolved
 /// through symbolic links.
-pub(crate) fn quick_probe(dir: &Path) -> Result<Probe, GitError> {
+pub(crate) fn quick_probe(g: &Repos, dir: &Path) -> Result<Probe, GitError> {
     match local::head(dir, Reads::All) {
         Some(p) => Ok(p),
-        None => probe(dir),
+        None => probe(g, dir),
     }
 }
 
 /// HEAD of the checkout at `dir` when its own files prove it has no uncommitted change (a plain
 /// checkout, nothing staged, modified or untracked); `None` says nothing either way.
-pub(crate) fn proven_clean(dir: &Path) -> Option<Probe> {
-    local::clean_checkout(dir, Reads::All)
+pub(crate) fn proven_clean(g: &Repos, dir: &Path) -> Option<Probe> {
+    local::clean_checkout(g, dir, Reads::All)
 }
 
 /// [`quick_probe`] from small files only ([`Reads::Small`]), never git, with where the
@@ -82,6 +84,6 @@ pub(crate) fn small_probe_and_index(dir: &Path) -> Option<(Probe, std::path::Pat
 
 /// [`proven_clean`] from small files only ([`Reads::Small`]): a small checkout's proof, cheap
 /// enough for the event loop. `None` says nothing either way.
-pub(crate) fn proven_clean_small(dir: &Path) -> Option<Probe> {
-    local::clean_checkout(dir, Reads::Small)
+pub(crate) fn proven_clean_small(g: &Repos, dir: &Path) -> Option<Probe> {
+    local::clean_checkout(g, dir, Reads::Small)
 }

@@ -14,12 +14,14 @@
 //! here as every ref is ([`local::ref_target`]). The moves and their reflog lines are
 //! differential-tested against `git update-ref`.
 
+use super::repos::Repos;
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
-use super::command::{self, LogRefs};
+use super::command;
 use super::local;
+use super::looked::LogRefs;
 use crate::support::refname::{full_object_name, valid_branch_name};
 
 /// One update of a branch.
@@ -124,14 +126,15 @@ pub(crate) fn log_head(
 /// not exist), the reflog lines by the committer git would name ([`refs::update_ref`]); `None`
 /// where git is to do it.
 pub(super) fn update_in_process(
+    g: &Repos,
     dir: &Path,
     refname: &str,
     new: &str,
     old: Option<&str>,
     msg: &str,
 ) -> Option<Result<(), std::io::Error>> {
-    let logs = command::ref_logs(dir)?;
-    let who = reflog_who(dir)?;
+    let logs = command::ref_logs(g, dir)?;
+    let who = reflog_who(g, dir)?;
     update_ref(
         dir,
         &RefUpdate {
@@ -147,8 +150,8 @@ pub(super) fn update_in_process(
 
 /// Who a reflog line written in process in `dir` names, and when: the committer git would name,
 /// at this second (`None` where git is to say).
-pub(super) fn reflog_who(dir: &Path) -> Option<String> {
-    let [_, (name, email)] = command::commit_idents(dir)?;
+pub(super) fn reflog_who(g: &Repos, dir: &Path) -> Option<String> {
+    let [_, (name, email)] = command::commit_idents(g, dir)?;
     Some(format!("{name} <{email}> {}", git_now()))
 }
 

@@ -5,6 +5,7 @@
 use super::command::GitError;
 use super::command::{checked, command, failed, run};
 use super::local;
+use super::repos::Repos;
 use std::path::Path;
 
 /// Folders of what tools derive from the tree and keep as their own cache: left out of
@@ -24,10 +25,10 @@ pub(crate) const DERIVED: &[&str] = &[
 /// tracked link leads outside `dir`, the file it leads to. `None` when a submodule has changes
 /// of its own (what a gate reads there is not in the tree either): nothing should be judged
 /// from the tree alone then.
-pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
+pub(crate) fn hidden_inputs(g: &Repos, dir: &Path) -> Result<Option<String>, GitError> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::MetadataExt;
-    let list = |args: &[&str]| paths(dir, args, run(dir, args)?);
+    let list = |args: &[&str]| paths(dir, args, run(g, dir, args)?);
     // An index read whole in process has no submodule, and says whether any entry is a link.
     let plain = local::plain_index(dir);
     let staged = match &plain {
@@ -115,8 +116,8 @@ pub(crate) fn hidden_inputs(dir: &Path) -> Result<Option<String>, GitError> {
 /// The tree of the working tree of `dir` as it stands (tracked changes, deletions and untracked
 /// files that are not ignored), written to the object store through a temporary index: the
 /// checkout's own index and files are left as they are.
-pub(crate) fn snapshot_tree(dir: &Path) -> Result<String, GitError> {
-    snapshot(dir).map(|(tree, _)| tree)
+pub(crate) fn snapshot_tree(g: &Repos, dir: &Path) -> Result<String, GitError> {
+    snapshot(g, dir).map(|(tree, _)| tree)
 }
 
 /// The index of a checkout as it was before an item's processes ran, copied where they cannot
@@ -234,15 +235,16 @@ pub fn base_index_small_at(path: std::path::PathBuf) -> Option<BaseIndex> {
 }
 
 /// Copy the index of the checkout at `dir` ([`BaseIndex`]).
-pub fn base_index(dir: &Path) -> Result<BaseIndex, GitError> {
-    Ok(BaseIndex::of(index_path(dir)?, false)?)
+pub fn base_index(g: &Repos, dir: &Path) -> Result<BaseIndex, GitError> {
+    Ok(BaseIndex::of(index_path(g, dir)?, false)?)
 }
 
 /// Where the index of the checkout at `dir` is.
-fn index_path(dir: &Path) -> Result<std::path::PathBuf, GitError> {
+fn index_path(g: &Repos, dir: &Path) -> Result<std::path::PathBuf, GitError> {
     Ok(match local::index_file(dir) {
         Some(i) => i,
         None => checked(
+            g,
             dir,
             &["rev-parse", "--path-format=absolute", "--git-path", "index"],
         )?
@@ -254,13 +256,14 @@ fn index_path(dir: &Path) -> Result<std::path::PathBuf, GitError> {
 /// [`snapshot_tree`], with the temporary index it was written through: the snapshot's files
 /// with the stat data they had, so that [`restore_snapshot`] can tell later what changed
 /// without hashing anything unchanged. The index is removed when the path is dropped.
-pub fn snapshot(dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
-    snapshot_from(dir, None)
+pub fn snapshot(g: &Repos, dir: &Path) -> Result<(String, tempfile::TempPath), GitError> {
+    snapshot_from(g, dir, None)
 }
 
 /// [`snapshot`], starting from `base` (the index before an item's processes ran) rather than
 /// the checkout's own index.
 pub fn snapshot_from(
+    g: &Repos,
     dir: &Path,
     base: Option<&BaseIndex>,
 ) -> Result<(String, tempfile::TempPath), GitError> {
@@ -269,7 +272,7 @@ pub fn snapshot_from(
         Some(Some(Kept::File(c))) => (Some(c.to_path_buf()), None),
         Some(Some(Kept::Bytes(bytes, written))) => (None, Some((bytes, *written))),
         Some(None) => (None, None),
-        None => (Some(index_path(dir)?), None),
+        None => (Some(index_path(g, dir)?), None),
     };
     let tmp = tempfile::NamedTempFile::new()?.into_temp_path();
     // Starting from the checkout's index keeps its stat data: only changed files are hashed.
@@ -308,7 +311,7 @@ pub fn snapshot_from(
     // An index read whole in process has none.
     let hidden = match local::plain_index_file(&tmp) {
         Some(_) if written.is_some() => Vec::new(),
-        _ => flagged(dir, Some(&tmp))?,
+        _ => flagged(g, dir, Some(&tmp))?,
     };
     for chunk in hidden.chunks(256) {
         let mut args = vec![
@@ -318,12 +321,12 @@ pub fn snapshot_from(
             "--",
         ];
         args.extend(chunk.iter().map(String::as_str));
-        with_index(dir, Some(&tmp), &args)?;
+        with_index(g, dir, Some(&tmp), &args)?;
     }
-    with_index(dir, Some(&tmp), &["add", "-A"])?;
+    with_index(g, dir, Some(&tmp), &["add", "-A"])?;
     let tree = match local::write_index_tree(dir, &tmp) {
         Some(tree) => tree,
-        None => with_index(dir, Some(&tmp), &["write-tree"])?,
+        None => with_index(g, dir, Some(&tmp), &["write-tree"])?,
     };
     Ok((tree, tmp))
 }
@@ -331,8 +334,12 @@ pub fn snapshot_from(
 /// The index entries whose flags keep git from looking at the file: `assume-unchanged` ones,
 /// and `skip-worktree` ones whose file is in the working tree (a sparse checkout's absent files
 /// are left as they are).
-pub(super) fn flagged(dir: &Path, index: Option<&Path>) -> Result<Vec<String>, GitError> {
-    let mut cmd = command(dir);
+pub(super) fn flagged(
+    g: &Repos,
+    dir: &Path,
+    index: Option<&Path>,
+) -> Result<Vec<String>, GitError> {
+    let mut cmd = command(g, dir);
     if let Some(i) = index {
         cmd.env("GIT_INDEX_FILE", i);
     }
@@ -355,8 +362,13 @@ pub(super) fn flagged(dir: &Path, index: Option<&Path>) -> Result<Vec<String>, G
 
 /// Run git in `dir` with `GIT_INDEX_FILE` set to `index` (the checkout's own index when
 /// `None`); its output, trimmed.
-fn with_index(dir: &Path, index: Option<&Path>, args: &[&str]) -> Result<String, GitError> {
-    let mut cmd = command(dir);
+fn with_index(
+    g: &Repos,
+    dir: &Path,
+    index: Option<&Path>,
+    args: &[&str],
+) -> Result<String, GitError> {
+    let mut cmd = command(g, dir);
     if let Some(i) = index {
         cmd.env("GIT_INDEX_FILE", i);
     }
@@ -381,9 +393,13 @@ pub(crate) struct Restored {
 /// clean). Files that are not in it and not ignored are removed — exactly what appeared since
 /// — and its files that changed or went are written back; ignored files are left alone, as the
 /// snapshot left them out. Only changed files are read: the index's stat data says which.
-pub(crate) fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Restored, GitError> {
+pub(crate) fn restore_snapshot(
+    g: &Repos,
+    dir: &Path,
+    index: Option<&Path>,
+) -> Result<Restored, GitError> {
     let list = |args: &[&str]| -> Result<Vec<String>, GitError> {
-        let mut cmd = command(dir);
+        let mut cmd = command(g, dir);
         if let Some(i) = index {
             cmd.env("GIT_INDEX_FILE", i);
         }
@@ -412,7 +428,7 @@ pub(crate) fn restore_snapshot(dir: &Path, index: Option<&Path>) -> Result<Resto
     for chunk in restored.chunks(256) {
         let mut args = vec!["checkout-index", "--force", "--"];
         args.extend(chunk.iter().map(String::as_str));
-        with_index(dir, index, &args)?;
+        with_index(g, dir, index, &args)?;
     }
     Ok(Restored { removed, restored })
 }

@@ -431,10 +431,11 @@ mod tests {
 
     #[test]
     fn a_worktrees_common_folder_is_read_without_its_dots() {
+        let g = &crate::git::Repos::default();
         let t = tempfile::tempdir().unwrap();
         let repo = std::fs::canonicalize(t.path()).unwrap().join("repo");
         let git = |args: &[&str]| {
-            let out = crate::git::command(&repo).args(args).output().unwrap();
+            let out = crate::git::command(g, &repo).args(args).output().unwrap();
             assert!(
                 out.status.success(),
                 "{}",

@@ -6,6 +6,7 @@
 use super::command::GitError;
 use super::command::{self, checked};
 use super::local;
+use super::repos::Repos;
 use std::path::Path;
 
 /// Clear the runner-owned worktree at `path` if the `git worktree add` that made it never
@@ -56,6 +57,7 @@ pub(crate) fn clear_half_added(repo: &Path, path: &Path) -> Result<bool, GitErro
 /// [`kept_leftovers`]); one on another branch is removed; a missing one is added — on the
 /// existing branch, or on a new one forked from `base`. `true` when the worktree is new.
 pub(crate) fn ensure_worktree(
+    g: &Repos,
     repo: &Path,
     path: &Path,
     branch: &str,
@@ -63,33 +65,34 @@ pub(crate) fn ensure_worktree(
     exists: bool,
 ) -> Result<bool, GitError> {
     if path.join(".git").exists() {
-        let on = checked(path, &["symbolic-ref", "-q", "--short", "HEAD"])
+        let on = checked(g, path, &["symbolic-ref", "-q", "--short", "HEAD"])
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
         if on == branch {
             return Ok(false);
         }
         let p = path.to_string_lossy().to_string();
-        checked(repo, &["worktree", "remove", "--force", &p])?;
+        checked(g, repo, &["worktree", "remove", "--force", &p])?;
     }
     if stale_worktrees(repo) {
-        let _ = checked(repo, &["worktree", "prune"]);
+        let _ = checked(g, repo, &["worktree", "prune"]);
     }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
     let p = path.to_string_lossy().to_string();
     if exists {
-        checked(repo, &["worktree", "add", "--quiet", &p, branch])?;
-    } else if let Some(added) = add_in_process(repo, path, branch, base) {
+        checked(g, repo, &["worktree", "add", "--quiet", &p, branch])?;
+    } else if let Some(added) = add_in_process(g, repo, path, branch, base) {
         added?;
     } else {
         checked(
+            g,
             repo,
             &["worktree", "add", "--quiet", "-b", branch, &p, base],
         )?;
     }
-    command::same_filters(repo, path);
+    g.same_as(repo, path);
     Ok(true)
 }
 
@@ -108,6 +111,7 @@ pub(crate) fn ensure_worktree(
 /// `Some(Err)`: the checkout failed; what was made of the worktree is removed, the branch left
 /// made, as git leaves them.
 fn add_in_process(
+    g: &Repos,
     repo: &Path,
     path: &Path,
     branch: &str,
@@ -120,7 +124,7 @@ fn add_in_process(
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if !plain_name || !command::plain_worktrees(repo) {
+    if !plain_name || !command::plain_worktrees(g, repo) {
         return None;
     }
     // git records real paths: the worktree's through its parent's, the records' folder through
@@ -136,8 +140,8 @@ fn add_in_process(
     // The records name both paths as text: one that is not is git's to write.
     let (top_text, own_text) = (top.to_str()?, own.to_str()?);
     let start = local::start_point(repo, base)?;
-    let logs = command::ref_logs(repo)?;
-    let who = super::refs::reflog_who(repo)?;
+    let logs = command::ref_logs(g, repo)?;
+    let who = super::refs::reflog_who(g, repo)?;
     let refname = format!("refs/heads/{branch}");
     let message = format!("branch: Created from {base}");
     let failed = |what: &str, e: std::io::Error| GitError::Failed {
@@ -145,7 +149,7 @@ fn add_in_process(
         dir: repo.display().to_string(),
         stderr: format!("{what}: {e}"),
     };
-    match super::refs::update_in_process(repo, &refname, &start, None, &message)? {
+    match super::refs::update_in_process(g, repo, &refname, &start, None, &message)? {
         Ok(()) => {}
         Err(e) => return Some(Err(failed("cannot make the branch", e))),
     }
@@ -169,9 +173,9 @@ fn add_in_process(
     let made = records().map_err(|e| failed("cannot write the worktree's records", e));
     // The repository's configuration is the worktree's (it has none of its own yet): its filter
     // drivers are turned off for the checkout as for every call in the repository.
-    command::same_filters(repo, &top);
+    g.same_as(repo, &top);
     let checked_out = made.and_then(|()| {
-        let fresh = command::plain_checkouts(repo)
+        let fresh = command::plain_checkouts(g, repo)
             .then(|| local::check_out_fresh(&top, &own, &common.join("objects"), &start))
             .flatten();
         match fresh {
@@ -191,6 +195,7 @@ fn add_in_process(
                 .map_err(|e| failed("cannot write the worktree's records", e)),
             Some(Err(e)) => Err(failed("cannot check the files out", e)),
             None => checked(
+                g,
                 &top,
                 &["reset", "--hard", "--no-recurse-submodules", "--quiet"],
             )
@@ -235,7 +240,7 @@ fn stale_worktrees(repo: &Path) -> bool {
 }
 
 /// Remove the worktree at `path` of the repository at `repo`, whatever its files hold.
-pub(crate) fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> {
+pub(crate) fn remove_worktree(g: &Repos, repo: &Path, path: &Path) -> Result<(), GitError> {
     // What git would do — its files, then its git dir — without a process of git's, where the
     // worktree is plainly one runner added.
     if let Some(own) = local::removable_worktree(path) {
@@ -244,27 +249,29 @@ pub(crate) fn remove_worktree(repo: &Path, path: &Path) -> Result<(), GitError> 
         return Ok(());
     }
     let p = path.to_string_lossy().to_string();
-    checked(repo, &["worktree", "remove", "--force", &p])?;
+    checked(g, repo, &["worktree", "remove", "--force", &p])?;
     Ok(())
 }
 
 /// Check `commit` out, detached, in a new worktree at `path` (one left there by an earlier
 /// run is replaced).
 pub(crate) fn add_detached_worktree(
+    g: &Repos,
     repo: &Path,
     path: &Path,
     commit: &str,
 ) -> Result<(), GitError> {
     let p = path.to_string_lossy().to_string();
     if path.exists() {
-        let _ = checked(repo, &["worktree", "remove", "--force", &p]);
+        let _ = checked(g, repo, &["worktree", "remove", "--force", &p]);
         let _ = std::fs::remove_dir_all(path);
     }
-    let _ = checked(repo, &["worktree", "prune"]);
+    let _ = checked(g, repo, &["worktree", "prune"]);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
     checked(
+        g,
         repo,
         &["worktree", "add", "--quiet", "--detach", &p, commit],
     )?;
@@ -276,14 +283,19 @@ pub(crate) fn add_detached_worktree(
 /// git does not track removed, ignored ones included (nothing of the item is left: its build
 /// output, its dependencies, what `worktree.share` linked), then moved. A spare already there
 /// is removed first.
-pub(crate) fn park_worktree(repo: &Path, path: &Path, spare: &Path) -> Result<(), GitError> {
+pub(crate) fn park_worktree(
+    g: &Repos,
+    repo: &Path,
+    path: &Path,
+    spare: &Path,
+) -> Result<(), GitError> {
     if spare.exists() {
-        remove_worktree(repo, spare)?;
+        remove_worktree(g, repo, spare)?;
     }
-    checked(path, &["checkout", "--quiet", "--detach"])?;
-    checked(path, &["clean", "-ffdxq"])?;
+    checked(g, path, &["checkout", "--quiet", "--detach"])?;
+    checked(g, path, &["clean", "-ffdxq"])?;
     let (from, to) = (path.to_string_lossy(), spare.to_string_lossy());
-    checked(repo, &["worktree", "move", &from, &to])?;
+    checked(g, repo, &["worktree", "move", &from, &to])?;
     Ok(())
 }
 
@@ -293,6 +305,7 @@ pub(crate) fn park_worktree(repo: &Path, path: &Path, spare: &Path) -> Result<()
 /// untracked, nothing ignored. `false`, with the spare removed, when it is not a worktree of the repository or
 /// cannot be proven clean; the caller then adds a worktree as it would without one.
 pub(crate) fn take_spare(
+    g: &Repos,
     repo: &Path,
     spare: &Path,
     path: &Path,
@@ -301,11 +314,11 @@ pub(crate) fn take_spare(
     exists: bool,
 ) -> Result<bool, GitError> {
     let discard = |at: &Path| -> Result<bool, GitError> {
-        remove_worktree(repo, at)?;
-        let _ = checked(repo, &["worktree", "prune"]);
+        remove_worktree(g, repo, at)?;
+        let _ = checked(g, repo, &["worktree", "prune"]);
         Ok(false)
     };
-    let detached = checked(spare, &["symbolic-ref", "-q", "HEAD"]).is_err();
+    let detached = checked(g, spare, &["symbolic-ref", "-q", "HEAD"]).is_err();
     if !detached || own_dir(repo, spare).is_none() {
         return discard(spare);
     }
@@ -314,12 +327,13 @@ pub(crate) fn take_spare(
     }
     // The base named in the repository (`HEAD` there is not the spare's).
     let start = checked(
+        g,
         repo,
         &["rev-parse", "--verify", &format!("{base}^{{commit}}")],
     )?;
     let start = start.trim();
     let (from, to) = (spare.to_string_lossy(), path.to_string_lossy());
-    checked(repo, &["worktree", "move", &from, &to])?;
+    checked(g, repo, &["worktree", "move", &from, &to])?;
     // Its index made anew from its HEAD, every file hashed against it: nothing the last item
     // did to the index (a file marked unchanged or outside the sparse checkout, a cached
     // answer about untracked files) carries over, and a changed file shows.
@@ -331,15 +345,16 @@ pub(crate) fn take_spare(
     } else {
         return discard(path);
     }
-    if checked(path, &["read-tree", "HEAD"]).is_err()
-        || checked(path, &["update-index", "-q", "--refresh"]).is_err()
+    if checked(g, path, &["read-tree", "HEAD"]).is_err()
+        || checked(g, path, &["update-index", "-q", "--refresh"]).is_err()
     {
         return discard(path);
     }
     let switched = if exists {
-        checked(path, &["switch", "--quiet", "--no-guess", branch])
+        checked(g, path, &["switch", "--quiet", "--no-guess", branch])
     } else {
         checked(
+            g,
             path,
             &["switch", "--quiet", "--no-guess", "--create", branch, start],
         )
@@ -348,6 +363,7 @@ pub(crate) fn take_spare(
         return discard(path);
     }
     let status = checked(
+        g,
         path,
         &[
             "status",
@@ -361,7 +377,7 @@ pub(crate) fn take_spare(
     if !status.is_empty() {
         return discard(path);
     }
-    command::same_filters(repo, path);
+    g.same_as(repo, path);
     Ok(true)
 }
 
@@ -394,7 +410,12 @@ mod tests {
     use std::path::PathBuf;
 
     fn git(dir: &Path, args: &[&str]) -> String {
-        let out = command::command(dir).args(args).output().unwrap();
+        let out = super::super::base_command()
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "git {args:?}: {}",
@@ -486,8 +507,6 @@ mod tests {
         git(&d, &["tag", "v1"]);
         git(&d, &["branch", "packed-one"]);
         git(&d, &["pack-refs", "--all"]);
-        // Looked up once per folder, for a run: its configuration changed since.
-        command::forget(&d);
         t
     }
 
@@ -497,13 +516,14 @@ mod tests {
     /// it, removes it, and finds the repository whole.
     #[test]
     fn a_worktree_added_in_process_is_the_one_git_adds() {
+        let g = &crate::git::Repos::default();
         let t = repo();
         let d = t.path().join("repo");
         let wt = t.path().join("wt");
         std::fs::create_dir(&wt).unwrap();
         let (ours, theirs) = (wt.join("ours"), wt.join("theirs"));
         assert!(matches!(
-            add_in_process(&d, &ours, "item/ours", "main"),
+            add_in_process(g, &d, &ours, "item/ours", "main"),
             Some(Ok(()))
         ));
         git(
@@ -582,6 +602,7 @@ mod tests {
     /// as git leaves them.
     #[test]
     fn what_git_would_do_otherwise_is_left_to_git() {
+        let g = &crate::git::Repos::default();
         let t = repo();
         let d = t.path().join("repo");
         let wt = t.path().join("wt");
@@ -608,7 +629,7 @@ mod tests {
             (".a", "new", "main"),
         ] {
             assert!(
-                add_in_process(&d, &wt.join(path), branch, base).is_none(),
+                add_in_process(g, &d, &wt.join(path), branch, base).is_none(),
                 "{path} {branch} {base}"
             );
         }
@@ -621,21 +642,21 @@ mod tests {
             ("worktree.useRelativePaths", "true"),
         ] {
             git(&d, &["config", key, value]);
-            command::forget(&d);
+            g.forget(&d);
             assert!(
-                add_in_process(&d, &wt.join("a"), "new", "main").is_none(),
+                add_in_process(g, &d, &wt.join("a"), "new", "main").is_none(),
                 "{key}"
             );
             git(&d, &["config", "--unset", key]);
         }
-        command::forget(&d);
+        g.forget(&d);
         assert_eq!(worktrees(), 0);
         // An object the checkout needs is missing: git fails it, and what was made of the
         // worktree is removed.
         let blob = git(&d, &["rev-parse", "HEAD:README.md"]);
         let blob = blob.trim();
         std::fs::remove_file(common.join("objects").join(&blob[..2]).join(&blob[2..])).unwrap();
-        let failed = add_in_process(&d, &wt.join("a"), "new", "main");
+        let failed = add_in_process(g, &d, &wt.join("a"), "new", "main");
         assert!(matches!(failed, Some(Err(_))), "{failed:?}");
         assert!(!wt.join("a").exists());
         assert_eq!(worktrees(), 0);
@@ -647,7 +668,9 @@ mod tests {
     /// folder.
     fn bare_worktree(d: &Path, at: &Path, b: &str, tree: &[u8]) -> (PathBuf, PathBuf, String) {
         use std::io::Write;
-        let mut child = command::command(d)
+        let mut child = super::super::base_command()
+            .arg("-C")
+            .arg(d)
             .args(["hash-object", "-t", "tree", "--literally", "-w", "--stdin"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

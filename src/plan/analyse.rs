@@ -27,6 +27,7 @@ pub(super) struct Analysed {
 
 /// One repository: ask git, discover items, compute each item's state.
 pub(super) fn analyse(
+    g: &crate::git::Repos,
     loaded: &LoadedManifest,
     l: &Located,
     only: Option<&GlobSet>,
@@ -44,7 +45,7 @@ pub(super) fn analyse(
         .any(|it| it.repo == l.name && it.branch.is_none())
         || m.discover.iter().any(|d| d.branch.is_none())
         || from_sources.iter().any(|it| it.branch.is_none());
-    let (mut repo, probe, known_dirty) = look(loaded, l, wants_dirty);
+    let (mut repo, probe, known_dirty) = look(g, loaded, l, wants_dirty);
 
     // Items: explicit ones first, in manifest order, then discovered ones sorted by path.
     let mut items = explicit_items(loaded, l, &mut problems);
@@ -52,6 +53,7 @@ pub(super) fn analyse(
     let mut matched = vec![0; m.discover.len()];
     if repo.status == RepoStatus::Found && !m.discover.is_empty() {
         let mut seen = Committed::new(
+            g,
             repo.base.clone(),
             probe.as_ref().and_then(|p| p.branch.clone()),
         );
@@ -86,13 +88,13 @@ pub(super) fn analyse(
     let found = repo.status == RepoStatus::Found;
     let needs_dirty = found && items.iter().any(|i| i.branch.is_none());
     if needs_dirty {
-        repo.dirty = known_dirty.or_else(|| git::is_dirty(&l.path).ok());
+        repo.dirty = known_dirty.or_else(|| git::is_dirty(g, &l.path).ok());
     }
     let selected =
         |it: &ItemPlan| repo_selected && item_filter.is_none_or(|g| g.is_match(it.id.as_str()));
-    decide_holds(loaded, l, &repo, &mut items, &selected, opts.fresh);
+    decide_holds(g, loaded, l, &repo, &mut items, &selected, opts.fresh);
     if found && items.iter().any(|it| it.branch.is_some() && selected(it)) {
-        notes.extend(worktree_gaps(loaded, l));
+        notes.extend(worktree_gaps(g, loaded, l));
     }
     // Missing matters where this run would have worked: the repository is selected, and
     // `--items` (when given) selects one of its items.
@@ -116,6 +118,7 @@ pub(super) fn analyse(
 /// What git says of the repository's checkout: the repository's plan (found or not, and why),
 /// the probe, and whether the checkout is dirty when one call could tell it (`wants_dirty`).
 fn look(
+    g: &crate::git::Repos,
     loaded: &LoadedManifest,
     l: &Located,
     wants_dirty: bool,
@@ -146,7 +149,7 @@ fn look(
         None
     } else if l.path.is_dir() {
         let combined = if wants_dirty {
-            git::probe_with_status(&l.path)
+            git::probe_with_status(g, &l.path)
         } else {
             None
         };
@@ -155,7 +158,7 @@ fn look(
                 known_dirty = Some(d);
                 Ok(p)
             })
-            .unwrap_or_else(|| git::quick_probe(&l.path))
+            .unwrap_or_else(|| git::quick_probe(g, &l.path))
         {
             Ok(p) if same_dir(&p.toplevel, &l.path) => Some(p),
             Ok(p) => {
@@ -277,6 +280,7 @@ fn checked_out_branch(current: &str, items: &[ItemPlan], l: &Located) -> Vec<Pro
 /// With `fresh`, an existing branch is kept under a backup name and the item starts anew from
 /// the base, so it is judged as a new branch.
 fn decide_holds(
+    g: &crate::git::Repos,
     loaded: &LoadedManifest,
     l: &Located,
     repo: &RepoPlan,
@@ -288,7 +292,7 @@ fn decide_holds(
     let found = repo.status == RepoStatus::Found;
     let needs_branches = found && items.iter().any(|i| i.branch.is_some());
     let mut branches = if needs_branches {
-        git::local_branches(&l.path).ok()
+        git::local_branches(g, &l.path).ok()
     } else {
         None
     };
@@ -297,7 +301,7 @@ fn decide_holds(
         for it in items.iter() {
             if let Some(b) = &it.branch
                 && set.contains(b)
-                && let Ok(tip) = git::branch_tip(&l.path, b)
+                && let Ok(tip) = git::branch_tip(g, &l.path, b)
             {
                 replaced.insert(b.clone(), backup_branch(b, &tip));
             }
@@ -319,7 +323,7 @@ fn decide_holds(
             && holds::needs_marker_check(&facts, selected(it), Some(b))
             && !facts.stale.contains_key(b)
         {
-            let lacks = missing_markers(&l.path, Tip::Branch(b), &spec.critical_base);
+            let lacks = missing_markers(g, &l.path, Tip::Branch(b), &spec.critical_base);
             facts.stale.insert(b.clone(), lacks);
         }
     }
@@ -330,6 +334,7 @@ fn decide_holds(
         .any(|it| holds::needs_base_check(&facts, selected(it), it.branch.as_deref()))
     {
         facts.base_stale = Some(missing_markers(
+            g,
             &l.path,
             Tip::Base(&base),
             &spec.critical_base,
@@ -346,7 +351,7 @@ fn decide_holds(
         if let Some(b) = &it.branch {
             it.replaces = replaced.get(b).cloned();
             if it.continues == Some(true) && selected(it) {
-                it.behind = git::behind(&l.path, b, &base).ok();
+                it.behind = git::behind(g, &l.path, b, &base).ok();
             }
         }
     }
@@ -378,7 +383,7 @@ fn near_miss(path: &Path) -> String {
 /// What the repository's checkout has, ignored, that its gates likely need and a worktree of it
 /// will lack (a worktree holds committed files only): a warning each, with the fix. Nothing
 /// when `worktree.setup` prepares worktrees, or `worktree.share` gives the path.
-fn worktree_gaps(loaded: &LoadedManifest, l: &Located) -> Vec<String> {
+fn worktree_gaps(g: &crate::git::Repos, loaded: &LoadedManifest, l: &Located) -> Vec<String> {
     let m = &loaded.manifest;
     let prep = m.repositories[l.entry]
         .worktree
@@ -394,7 +399,7 @@ fn worktree_gaps(loaded: &LoadedManifest, l: &Located) -> Vec<String> {
         .filter(|p| std::fs::symlink_metadata(l.path.join(p)).is_ok())
         .map(|p| p.to_string())
         .collect();
-    let Ok(ignored) = git::ignored_of(&l.path, &candidates) else {
+    let Ok(ignored) = git::ignored_of(g, &l.path, &candidates) else {
         return Vec::new();
     };
     ignored
@@ -439,7 +444,12 @@ pub(crate) enum Tip<'a> {
 
 /// Which `critical_base` markers `tip` lacks, as a detail naming them, or `None` when it
 /// contains them all. Shared by `plan` and the checks just before an attempt.
-pub(crate) fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> Option<String> {
+pub(crate) fn missing_markers(
+    g: &crate::git::Repos,
+    dir: &Path,
+    tip: Tip<'_>,
+    markers: &[String],
+) -> Option<String> {
     if markers.is_empty() {
         return None;
     }
@@ -452,7 +462,7 @@ pub(crate) fn missing_markers(dir: &Path, tip: Tip<'_>, markers: &[String]) -> O
     };
     let mut missing = Vec::new();
     for marker in markers {
-        match git::ancestry(dir, marker, &rev) {
+        match git::ancestry(g, dir, marker, &rev) {
             Ok(Ancestry::Contained) => {}
             Ok(Ancestry::Missing) => missing.push(format!("`{marker}`")),
             Ok(Ancestry::Unresolvable) => missing.push(format!("`{marker}` (unresolvable)")),

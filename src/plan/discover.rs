@@ -127,6 +127,8 @@ fn glob_root(glob: &str) -> (PathBuf, Option<usize>) {
 /// worktree is made from, not the checkout's files. Asked of git once, only when the checkout's
 /// own files cannot prove it is that tree (clean, on the base).
 pub(super) struct Committed {
+    /// The run's handle on the repositories' git folders.
+    git: crate::git::Repos,
     /// The base new work branches are forked from (`None`: HEAD).
     base: Option<String>,
     /// The branch the checkout is on.
@@ -158,8 +160,13 @@ enum Seen {
 }
 
 impl Committed {
-    pub(super) fn new(base: Option<String>, head_branch: Option<String>) -> Self {
+    pub(super) fn new(
+        git: &crate::git::Repos,
+        base: Option<String>,
+        head_branch: Option<String>,
+    ) -> Self {
         Committed {
+            git: git.clone(),
             base,
             head_branch,
             view: None,
@@ -175,17 +182,17 @@ impl Committed {
     fn files(&mut self, dir: &Path, roots: &[String]) -> Result<Option<&CommittedFiles>, String> {
         if self.view.is_none() {
             let on_base = self.on_base();
-            if on_base && git::proven_clean(dir).is_some() {
+            if on_base && git::proven_clean(&self.git, dir).is_some() {
                 self.view = Some(None);
             } else {
                 let rev = self.base.clone().unwrap_or_else(|| "HEAD".into());
-                let tree = git::tree_files(dir, &rev, roots)
+                let tree = git::tree_files(&self.git, dir, &rev, roots)
                     .map_err(|e| format!("cannot read the files of `{rev}`: {e}"))?
                     .into_iter()
                     .map(|f| (f.path, f.symlink))
                     .collect();
                 let uncommitted = if on_base {
-                    git::uncommitted_under(dir, roots)
+                    git::uncommitted_under(&self.git, dir, roots)
                         .map_err(|e| format!("cannot tell which files are committed: {e}"))?
                 } else {
                     Default::default()

@@ -101,7 +101,11 @@ pub(crate) fn effective_workers(loaded: &LoadedManifest, cli: Option<u32>) -> u3
 }
 
 /// Build the plan. Reads the disk and asks git; changes nothing.
-pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanError> {
+pub fn plan(
+    g: &crate::git::Repos,
+    loaded: &LoadedManifest,
+    opts: &PlanOptions,
+) -> Result<Plan, PlanError> {
     let only = globset(&opts.only)?;
     let item_filter = globset(&opts.items)?;
     let (located, located_notes) = repos::locate_noting(loaded);
@@ -115,6 +119,7 @@ pub fn plan(loaded: &LoadedManifest, opts: &PlanOptions) -> Result<Plan, PlanErr
             .map(|l| {
                 let from_sources = routed.by_repo.get(&l.name).map_or(&[][..], Vec::as_slice);
                 analyse(
+                    g,
                     loaded,
                     l,
                     only.as_ref(),

@@ -9,7 +9,7 @@ use super::failure::Failure;
 use super::fanout::{EventsOut, Fanout};
 use super::operator::who;
 use super::parts::{Options, Session};
-use super::standing::{Standing, published, settle_plan};
+use super::standing::{Standing, estimate_order, published, settle_plan};
 use super::workspace::{clone_missing, reports_dir};
 use crate::engine::RunCx;
 use crate::events::Event;
@@ -98,13 +98,15 @@ fn new_run_id() -> String {
 /// Prepare a run of `loaded`: see [`Session::prepare`].
 pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<Session, Failure> {
     let workers = settle_workers(ui, &loaded, opts.workers)?;
-    let clone_errors = clone_missing(&loaded, opts.plan.shard);
+    // What this run learns of its repositories' git folders, from the plan to the last item.
+    let git = crate::git::Repos::default();
+    let clone_errors = clone_missing(&git, &loaded, opts.plan.shard);
     let mut ledger = crate::ledger::store::open(&opts.state)?;
     // The trackers are read now, and what they gave remembered: a later run that cannot read
     // one holds these items instead of dropping them.
     let mut plan_opts = opts.plan.clone();
     plan_opts.sources = super::sources::read_all(&loaded, Some(&ledger));
-    let mut plan = planned(ui, &loaded, &plan_opts)?;
+    let mut plan = planned(ui, &git, &loaded, &plan_opts)?;
     super::sources::remember(&mut ledger, &loaded, &plan_opts.sources)?;
     // The key that seals cached verdicts: the ledger's, never in a child's reach.
     let verdict_key = ledger.verdict_key()?;
@@ -115,7 +117,8 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let started_at = crate::support::clock::now();
     let standing =
         Standing::read(&ledger, &loaded.manifest.name)?.with_pulls(&loaded, &plan, Some(&ledger));
-    let dead_leftovers = settle_plan(ui, &mut plan, &ledger, &standing, &loaded, &opts, workers);
+    let dead_leftovers = settle_plan(ui, &git, &mut plan, &ledger, &standing, &loaded, &opts);
+    estimate_order(ui, &mut plan, workers, &ledger);
 
     let run_id = new_run_id();
     // How each item's processes are kept together: a cgroup each where the machine allows it.
@@ -193,6 +196,7 @@ pub(super) fn prepare(ui: &Ui, loaded: LoadedManifest, opts: Options) -> Result<
     let budget = super::budget::budget_limit(&loaded, &**ledger, jiff::Timestamp::now());
     drop(ledger);
     let cx = Arc::new(RunCx {
+        git,
         spares: crate::engine::item::Spares::new(&plan),
         dead_leftovers: std::sync::Mutex::new(dead_leftovers),
         captures: Default::default(),
@@ -256,10 +260,11 @@ fn say_held(plan: &Plan) {
 /// diagnostic, as a load error is).
 pub fn planned(
     ui: &Ui,
+    git: &crate::git::Repos,
     loaded: &LoadedManifest,
     opts: &crate::plan::PlanOptions,
 ) -> Result<crate::plan::Plan, Failure> {
-    match crate::plan::plan(loaded, opts) {
+    match crate::plan::plan(git, loaded, opts) {
         Ok(p) => {
             for w in &p.warnings {
                 ui.warn(w);

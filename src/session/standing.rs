@@ -149,29 +149,40 @@ pub fn estimate(
 /// `dirty-tree`: by repository, that run); the ledger's standing laid over it — against a
 /// shared ledger, an item another runner claimed is left to admission, which waits for that
 /// runner's repository lock and takes the claim over if its runner stops —; work branches
-/// moved on their remote taken; and the order estimated.
+/// moved on their remote taken (see [`estimate_order`] for what follows).
 pub(super) fn settle_plan(
     ui: &Ui,
+    git: &crate::git::Repos,
     plan: &mut Plan,
     ledger: &Store,
     standing: &Standing,
     loaded: &LoadedManifest,
     opts: &Options,
-    workers: u32,
 ) -> HashMap<String, String> {
-    let dead = dead_leftovers(ui, plan, ledger);
+    let dead = dead_leftovers(ui, git, plan, ledger);
     standing.lay_over(plan, opts.rerun, !ledger.is_shared());
-    take_moved_heads(loaded, plan);
+    take_moved_heads(git, loaded, plan);
+    dead
+}
+
+/// The settled plan's start order and expected durations ([`estimate`]); plan order, said, where
+/// the ledger cannot tell them.
+pub(super) fn estimate_order(ui: &Ui, plan: &mut Plan, workers: u32, ledger: &Store) {
     if let Err(e) = estimate(plan, workers, Some(ledger)) {
         ui.warn(format_args!("items start in plan order: {e}"));
     }
-    dead
 }
 
 /// The repositories whose own checkout holds only what a run killed mid-item left there
 /// (`engine::inplace`), said, with that run: their items held `dirty-tree` are pending.
-pub(super) fn dead_leftovers(ui: &Ui, plan: &mut Plan, ledger: &Store) -> HashMap<String, String> {
+pub(super) fn dead_leftovers(
+    ui: &Ui,
+    git: &crate::git::Repos,
+    plan: &mut Plan,
+    ledger: &Store,
+) -> HashMap<String, String> {
     let proven = crate::engine::inplace::adopt(
+        git,
         plan,
         |run| !matches!(ledger.run(run), Ok(Some(r)) if r.status() != crate::ledger::RunStatus::Ended),
     );
@@ -193,7 +204,7 @@ pub(super) fn dead_leftovers(ui: &Ui, plan: &mut Plan, ledger: &Store) -> HashMa
 /// A review round whose pull request's branch someone else pushed to starts from what they
 /// pushed: the local branch is moved forward to the remote head (never the remote rewound); one
 /// that cannot be is held, saying why.
-pub(super) fn take_moved_heads(loaded: &LoadedManifest, plan: &mut Plan) {
+pub(super) fn take_moved_heads(git: &crate::git::Repos, loaded: &LoadedManifest, plan: &mut Plan) {
     let remote = loaded
         .manifest
         .publish
@@ -216,7 +227,7 @@ pub(super) fn take_moved_heads(loaded: &LoadedManifest, plan: &mut Plan) {
         let Some(dir) = paths.get(&it.repo) else {
             continue;
         };
-        match crate::git::take_remote_head(dir, &remote, branch) {
+        match crate::git::take_remote_head(git, dir, &remote, branch) {
             Ok(head) => {
                 tracing::info!(item = %it.id, %head, "the review round starts from the remote head");
                 let note = format!(

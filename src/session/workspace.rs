@@ -26,6 +26,7 @@ pub(crate) fn reports_dir(loaded: &LoadedManifest, given: Option<&Path>) -> std:
 /// are recorded per repository (their items fail with the git error, credentials removed); the
 /// run goes on. A failed clone leaves no folder behind (git removes it).
 pub(super) fn clone_missing(
+    git: &crate::git::Repos,
     loaded: &LoadedManifest,
     shard: Option<crate::plan::shard::Shard>,
 ) -> HashMap<String, String> {
@@ -50,7 +51,7 @@ pub(super) fn clone_missing(
             url.clone()
         };
         let result = if dest.join(".git").exists() {
-            crate::git::fetch(&dest)
+            crate::git::fetch(git, &dest)
         } else {
             crate::git::clone_repo(&source, &dest)
         };

@@ -502,3 +502,60 @@ fn a_setting_runner_cannot_read_is_an_error_naming_it() {
         );
     }
 }
+
+/// Each round of `apply --loop` is a run of its own, and reads the repositories' configuration
+/// as it is then: a name set between two rounds signs the second round's commits (a loop may
+/// wait an hour between rounds, while someone edits `.git/config` or `~/.gitconfig`).
+#[test]
+fn each_loop_round_reads_the_configuration_as_it_is_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = repo(&root.join("r"));
+    git(&r, &["config", "user.name", "Before Rounds"]);
+    git(&r, &["config", "user.email", "before@example.invalid"]);
+    commit_file(&r, "tasks/1.md", "first\n");
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: rounds\nrepositories: [{path: r}]\nworker:\n  run: 'echo done > out-{item}.txt'\ndiscover:\n  - {glob: \"tasks/*.md\", id: \"{match.stem}\", branch: \"work/{match.stem}\"}\n",
+    )
+    .unwrap();
+    let mut apply = runner();
+    apply
+        .current_dir(root)
+        .args(["apply", "m.yaml", "--no-progress", "--loop"])
+        .args(["--max-rounds", "2", "--interval", "4s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for k in [
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ] {
+        apply.env_remove(k);
+    }
+    let child = apply.spawn().unwrap();
+    // Round 1 ended (its report is written last); the loop now waits before its second look.
+    assert!(common::wait_for(60, || root
+        .join("runner-reports/latest/report.json")
+        .exists()));
+    git(&r, &["config", "user.name", "After Rounds"]);
+    git(&r, &["config", "user.email", "after@example.invalid"]);
+    commit_file(&r, "tasks/2.md", "second\n");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("round 2, 1 pending"),
+        "the edit came after the second look began: {err}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let by = |b: &str| git(&r, &["log", "-1", "--format=%an <%ae> / %cn <%ce>", b]);
+    assert_eq!(
+        by("work/1"),
+        "Before Rounds <before@example.invalid> / Before Rounds <before@example.invalid>"
+    );
+    assert_eq!(
+        by("work/2"),
+        "After Rounds <after@example.invalid> / After Rounds <after@example.invalid>"
+    );
+}

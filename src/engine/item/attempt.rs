@@ -207,11 +207,12 @@ fn chain_of(icx: &ItemCx<'_>) -> Result<ModelChain, Box<ItemRun>> {
 
 /// Where the item's changes start, for gates with `paths`; not asked for when none has them.
 async fn paths_start(icx: &ItemCx<'_>) -> Option<String> {
+    let g = icx.cx.git.clone();
     if !icx.eff.gates.iter().any(|g| !g.paths.is_empty()) {
         return None;
     }
     let w = icx.workdir.clone();
-    tokio::task::spawn_blocking(move || git::head(&w).ok())
+    tokio::task::spawn_blocking(move || git::head(&g, &w).ok())
         .await
         .ok()
         .flatten()
@@ -500,7 +501,7 @@ async fn judge_work(
     run: &mut ItemRun,
     feedback: &mut Option<PathBuf>,
 ) -> Next {
-    let n = at.n;
+    let (n, g) = (at.n, &icx.cx.git);
     // Nothing of runner's reads the repository again before its shared state is proven as it
     // was.
     if !super::tamper::unchanged(icx, run) {
@@ -509,15 +510,20 @@ async fn judge_work(
     // Where the worker left HEAD, and what it changed, before any gate runs.
     let snap = match &icx.anchor {
         Some(anchor)
-            if let Some(s) =
-                unchanged_small(&icx.workdir, anchor, at.markers, icx.base_index.as_deref()) =>
+            if let Some(s) = unchanged_small(
+                g,
+                &icx.workdir,
+                anchor,
+                at.markers,
+                icx.base_index.as_deref(),
+            ) =>
         {
             Some(s)
         }
         Some(anchor) => {
             let (dir, a, m) = (icx.workdir.clone(), anchor.clone(), at.markers.to_vec());
-            let base = icx.base_index.clone();
-            match blocking(move || after_worker(&dir, &a, &m, base.as_deref())).await {
+            let (g, base) = (g.clone(), icx.base_index.clone());
+            match blocking(move || after_worker(&g, &dir, &a, &m, base.as_deref())).await {
                 Ok(Ok(s)) => Some(s),
                 Ok(Err(why)) => {
                     attempt_failed(icx, run, feedback, n, "worker", why.to_string());
@@ -643,18 +649,20 @@ pub(super) enum UndoFailed {
 /// Put the worker's tree back after the gates: remove what they created (not ignored) and write
 /// back what they changed, as the snapshot holds it.
 pub(super) async fn undo_gates(icx: &ItemCx<'_>, snap: &Snapshot) -> Result<(), UndoFailed> {
+    let g = icx.cx.git.clone();
     // A checkout that was clean and still is: nothing to undo, and its files say so.
-    if snap.index.is_none() && git::proven_clean_small(&icx.workdir).is_some() {
+    if snap.index.is_none() && git::proven_clean_small(&g, &icx.workdir).is_some() {
         return Ok(());
     }
     let dir = icx.workdir.clone();
     let index = snap.index.clone();
-    let restored = blocking(move || git::restore_snapshot(&dir, index.as_deref().map(|p| &**p)))
-        .await?
-        .map_err(|source| UndoFailed::Git {
-            dir: icx.workdir.clone(),
-            source,
-        })?;
+    let restored =
+        blocking(move || git::restore_snapshot(&g, &dir, index.as_deref().map(|p| &**p)))
+            .await?
+            .map_err(|source| UndoFailed::Git {
+                dir: icx.workdir.clone(),
+                source,
+            })?;
     if !restored.removed.is_empty() || !restored.restored.is_empty() {
         tracing::debug!(
             removed = restored.removed.len(),

@@ -161,11 +161,12 @@ pub(super) async fn baseline(
         (None, Some(anchor)) => Ok(anchor.start.clone()),
         (None, None) => Err("the repository has no commit".to_string()),
         (Some(_), _) => {
-            let (r, base) = (
+            let (g, r, base) = (
+                icx.cx.git.clone(),
                 repo.clone(),
                 icx.repo.base.clone().unwrap_or_else(|| "HEAD".into()),
             );
-            blocking(move || git::commit_of(&r, &base).map_err(|e| e.to_string()))
+            blocking(move || git::commit_of(&g, &r, &base).map_err(|e| e.to_string()))
                 .await
                 .map_err(|e| e.to_string())
                 .and_then(|r| r)
@@ -195,10 +196,10 @@ pub(super) async fn baseline(
         return Some(b);
     }
     let wt = icx.cx.workspace.join("baselines").join(&icx.repo.name);
-    let (r, w, c) = (repo.clone(), wt.clone(), commit.clone());
+    let (g, r, w, c) = (icx.cx.git.clone(), repo.clone(), wt.clone(), commit.clone());
     let made = blocking(move || -> Result<String, ItemError> {
-        git::add_detached_worktree(&r, &w, &c)?;
-        Ok(git::tree_of(&r, &c)?)
+        git::add_detached_worktree(&g, &r, &w, &c)?;
+        Ok(git::tree_of(&g, &r, &c)?)
     })
     .await
     .and_then(|r| r);
@@ -224,9 +225,9 @@ pub(super) async fn baseline(
     let (fin, cached) = judged(icx, gate, ready, run, Some(tree), verdicts::Kind::Baseline)
         .instrument(tracing::debug_span!("baseline", gate = %gate.name))
         .await;
-    let (r, w) = (repo, wt);
+    let (g, r, w) = (icx.cx.git.clone(), repo, wt);
     let _ = blocking(move || {
-        if let Err(e) = git::remove_worktree(&r, &w) {
+        if let Err(e) = git::remove_worktree(&g, &r, &w) {
             tracing::warn!(path = %w.display(), error = %e, "a baseline worktree could not be removed");
         }
     })

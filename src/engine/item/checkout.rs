@@ -40,6 +40,7 @@ pub(super) async fn prepare(
     repo: &RepoPlan,
     item: &ItemPlan,
 ) -> Result<Workplace, Prepared> {
+    let g = cx.git.clone();
     let Some(branch) = item.branch.clone() else {
         return Ok(Workplace {
             fresh: false,
@@ -72,7 +73,7 @@ pub(super) async fn prepare(
     tokio::task::spawn_blocking(move || {
         let failed = |e: git::GitError| Prepared::Failed(e.into());
         git::clear_half_added(&repo_path, &wt).map_err(failed)?;
-        let exists = git::local_branches(&repo_path)
+        let exists = git::local_branches(&g, &repo_path)
             .map_err(failed)?
             .contains(&branch);
         let restart = fresh && exists;
@@ -83,10 +84,10 @@ pub(super) async fn prepare(
         } else {
             crate::plan::Tip::Base(&base)
         };
-        if let Some(detail) = crate::plan::missing_markers(&repo_path, tip, &markers) {
+        if let Some(detail) = crate::plan::missing_markers(&g, &repo_path, tip, &markers) {
             return Err(Prepared::Held("stale-base", detail));
         }
-        let leftovers = match git::kept_leftovers(&wt, &branch).map_err(failed)? {
+        let leftovers = match git::kept_leftovers(&g, &wt, &branch).map_err(failed)? {
             Some(patch) => {
                 let saved = patch_path
                     .parent()
@@ -102,34 +103,34 @@ pub(super) async fn prepare(
                         ),
                     ));
                 }
-                git::reset_worktree(&wt).map_err(failed)?;
+                git::reset_worktree(&g, &wt).map_err(failed)?;
                 Some(patch_path)
             }
             None => None,
         };
         let backup = if restart {
-            let old = git::branch_tip(&repo_path, &branch).map_err(failed)?;
+            let old = git::branch_tip(&g, &repo_path, &branch).map_err(failed)?;
             let backup = crate::plan::backup_branch(&branch, &old);
-            git::restart_branch(&repo_path, &wt, &branch, &backup, &base).map_err(failed)?;
+            git::restart_branch(&g, &repo_path, &wt, &branch, &backup, &base).map_err(failed)?;
             Some(backup)
         } else {
             None
         };
         let took = !wt.join(".git").exists()
             && spare.join(".git").exists()
-            && git::take_spare(&repo_path, &spare, &wt, &branch, &base, exists || restart)
+            && git::take_spare(&g, &repo_path, &spare, &wt, &branch, &base, exists || restart)
                 .map_err(failed)?;
         let made = took || {
             // A spare that could not be taken may have left the branch made.
-            let exists = git::local_branches(&repo_path)
+            let exists = git::local_branches(&g, &repo_path)
                 .map_err(failed)?
                 .contains(&branch);
-            git::ensure_worktree(&repo_path, &wt, &branch, &base, exists).map_err(failed)?
+            git::ensure_worktree(&g, &repo_path, &wt, &branch, &base, exists).map_err(failed)?
         };
         if made {
             let _ = std::fs::remove_file(&marker);
         }
-        let (shared, unshared) = share_into(&repo_path, &wt, &share).map_err(failed)?;
+        let (shared, unshared) = share_into(&g, &repo_path, &wt, &share).map_err(failed)?;
         Ok(Workplace {
             fresh: made,
             shared,
@@ -149,6 +150,7 @@ pub(super) async fn prepare(
 /// reset to HEAD and the marker removed. A change no longer proven the dead run's holds the item
 /// `dirty-tree`, the checkout untouched.
 async fn take_dead_leftovers(cx: &RunCx, repo: &RepoPlan) -> Result<Option<PathBuf>, Prepared> {
+    let g = cx.git.clone();
     let dead = cx
         .dead_leftovers
         .lock()
@@ -160,14 +162,14 @@ async fn take_dead_leftovers(cx: &RunCx, repo: &RepoPlan) -> Result<Option<PathB
     let dir = repo.path.clone();
     let folder = cx.run_dir.join("leftovers").join(&repo.name);
     tokio::task::spawn_blocking(move || {
-        let proven = crate::engine::inplace::still_proven(&dir, &common, &dead).map_err(|why| {
+        let proven = crate::engine::inplace::still_proven(&g, &dir, &common, &dead).map_err(|why| {
             Prepared::Held(
                 "dirty-tree",
                 format!("the checkout holds uncommitted changes not proven run `{dead}`'s: {why}"),
             )
         })?;
         let failed = |e: git::GitError| Prepared::Failed(e.into());
-        let patch = git::leftovers_patch(&dir).map_err(failed)?;
+        let patch = git::leftovers_patch(&g, &dir).map_err(failed)?;
         let path = folder.join(format!("{}.patch", proven.item));
         std::fs::create_dir_all(&folder)
             .and_then(|()| crate::support::fs::write_durable(&path, patch.as_bytes()))
@@ -181,7 +183,7 @@ async fn take_dead_leftovers(cx: &RunCx, repo: &RepoPlan) -> Result<Option<PathB
                     ),
                 )
             })?;
-        git::reset_worktree(&dir).map_err(failed)?;
+        git::reset_worktree(&g, &dir).map_err(failed)?;
         crate::engine::inplace::unmark(&common);
         tracing::info!(run = %dead, item = %proven.item, paths = proven.paths.len(), patch = %path.display(), "a dead run's in-place leftovers are saved and the checkout reset");
         Ok(Some(path))
@@ -248,6 +250,7 @@ impl Spares {
 /// the checkout lacks, or that git does not ignore in the worktree (it would show there as new
 /// work and be committed), is not given; what was given and what was not (with why) is said.
 pub(super) fn share_into(
+    g: &crate::git::Repos,
     checkout: &Path,
     wt: &Path,
     paths: &[String],
@@ -271,7 +274,7 @@ pub(super) fn share_into(
             }
         })
         .collect();
-    let ignored = git::ignored_of(wt, &asked)?;
+    let ignored = git::ignored_of(g, wt, &asked)?;
     for p in wanted {
         let src = checkout.join(&p);
         let dst = wt.join(&p);
@@ -408,6 +411,7 @@ pub(super) async fn finish_work(
     markers: &[String],
     gates_ran: bool,
 ) -> Result<Result<Event, HeadMoved>, ItemError> {
+    let g = icx.cx.git.clone();
     let markers = markers.to_vec();
     let dir = icx.workdir.clone();
     let repo = icx.repo.path.clone();
@@ -445,7 +449,7 @@ pub(super) async fn finish_work(
         // No gate ran since HEAD was checked after the worker (and the worker's processes are
         // gone): it stands where it was. Otherwise the gates must not have moved it either.
         let head = if gates_ran {
-            match check_head(&dir, &anchor, &markers) {
+            match check_head(&g, &dir, &anchor, &markers) {
                 Ok(h) => h,
                 Err(moved) => return Ok(Err(moved)),
             }
@@ -455,35 +459,35 @@ pub(super) async fn finish_work(
         let mut last = head.clone();
         let mut uncommitted = Vec::new();
         if let Some(tree) = &snap.tree
-            && *tree != git::tree_of(&dir, &head)?
+            && *tree != git::tree_of(&g, &dir, &head)?
         {
             match (&anchor.branch, commit) {
                 (Some(branch), true) => {
-                    last = git::commit_tree_on(&dir, tree, &head, branch, &message)?;
+                    last = git::commit_tree_on(&g, &dir, tree, &head, branch, &message)?;
                     if !in_worktree {
-                        git::reset_index(&dir)?;
+                        git::reset_index(&g, &dir)?;
                     }
                 }
-                _ => uncommitted = git::uncommitted(&dir)?,
+                _ => uncommitted = git::uncommitted(&g, &dir)?,
             }
         }
         if in_worktree && uncommitted.is_empty() {
             let parked = spare
                 .as_ref()
-                .is_some_and(|s| git::park_worktree(&repo, &dir, s).is_ok());
+                .is_some_and(|s| git::park_worktree(&g, &repo, &dir, s).is_ok());
             if !parked {
-                git::remove_worktree(&repo, &dir)?;
+                git::remove_worktree(&g, &repo, &dir)?;
             }
             // No other item of the repository is to run: its spare goes too.
             let left = Spares::path(&workspace, &repo_name);
             if spare.is_none() && left.join(".git").exists() {
-                git::remove_worktree(&repo, &left)?;
+                git::remove_worktree(&g, &repo, &left)?;
             }
         }
         let (files, insertions, deletions) = if last == anchor.start {
             (0, 0, 0)
         } else {
-            git::diffstat(&repo, &anchor.start, &last)?
+            git::diffstat(&g, &repo, &anchor.start, &last)?
         };
         Ok(Ok(Event::Work {
             item: idx,
@@ -536,15 +540,17 @@ pub(super) enum HeadMoved {
 /// Check where the worker (or a gate) left HEAD: on the item's branch, descending from the
 /// commit the item started from, containing every critical-base marker. `Err` says what moved.
 pub(super) fn check_head(
+    g: &crate::git::Repos,
     dir: &Path,
     anchor: &Anchor,
     markers: &[String],
 ) -> Result<String, HeadMoved> {
-    check_probed(dir, anchor, markers, None)
+    check_probed(g, dir, anchor, markers, None)
 }
 
 /// [`check_head`], from a probe of the checkout already read (`None`: read it now).
 pub(super) fn check_probed(
+    g: &crate::git::Repos,
     dir: &Path,
     anchor: &Anchor,
     markers: &[String],
@@ -553,7 +559,7 @@ pub(super) fn check_probed(
     // Read from the checkout's files where they tell it; else asked of git.
     let probe = match probed {
         Some(p) => p,
-        None => git::quick_probe(dir).map_err(HeadMoved::Unreadable)?,
+        None => git::quick_probe(g, dir).map_err(HeadMoved::Unreadable)?,
     };
     let head = probe.head.ok_or(HeadMoved::NoCommit)?;
     let branch = probe.branch;
@@ -567,7 +573,7 @@ pub(super) fn check_probed(
             to: name(&branch),
         });
     }
-    if head != anchor.start && !git::is_ancestor(dir, &anchor.start, &head)? {
+    if head != anchor.start && !git::is_ancestor(g, dir, &anchor.start, &head)? {
         return Err(HeadMoved::Diverged {
             head: short(&head).to_string(),
             start: short(&anchor.start).to_string(),
@@ -577,7 +583,7 @@ pub(super) fn check_probed(
         Some(b) => crate::plan::Tip::Branch(b),
         None => crate::plan::Tip::Base("HEAD"),
     };
-    if let Some(lacks) = crate::plan::missing_markers(dir, tip, markers) {
+    if let Some(lacks) = crate::plan::missing_markers(g, dir, tip, markers) {
         return Err(HeadMoved::Markers(lacks));
     }
     Ok(head)
@@ -592,6 +598,7 @@ pub(super) fn short(id: &str) -> &str {
 /// clean, HEAD at the very commit the item started from and no marker to look for, so that
 /// nothing can ask git. `None`: ask [`after_worker`].
 pub(super) fn unchanged_small(
+    g: &crate::git::Repos,
     dir: &Path,
     anchor: &Anchor,
     markers: &[String],
@@ -601,22 +608,23 @@ pub(super) fn unchanged_small(
     if base.is_some_and(|b| !b.untouched()) {
         return None;
     }
-    let probe = git::proven_clean_small(dir)?;
+    let probe = git::proven_clean_small(g, dir)?;
     if !markers.is_empty() || probe.head.as_deref() != Some(anchor.start.as_str()) {
         return None;
     }
-    clean_snapshot(dir, anchor, markers, probe).ok()
+    clean_snapshot(g, dir, anchor, markers, probe).ok()
 }
 
 /// What a worker pass left in a checkout its files prove clean: nothing to commit, and HEAD,
 /// checked from the proof.
 pub(super) fn clean_snapshot(
+    g: &crate::git::Repos,
     dir: &Path,
     anchor: &Anchor,
     markers: &[String],
     clean: git::Probe,
 ) -> Result<Snapshot, HeadMoved> {
-    let head = check_probed(dir, anchor, markers, Some(clean))?;
+    let head = check_probed(g, dir, anchor, markers, Some(clean))?;
     Ok(Snapshot {
         tree: None,
         index: None,
@@ -627,6 +635,7 @@ pub(super) fn clean_snapshot(
 
 /// After a worker pass: HEAD where it belongs, and the tree it left.
 pub(super) fn after_worker(
+    g: &crate::git::Repos,
     dir: &Path,
     anchor: &Anchor,
     markers: &[String],
@@ -636,14 +645,14 @@ pub(super) fn after_worker(
     // the proof read HEAD already. Only from an index runner wrote: one the worker rewrote
     // proves what the worker says.
     if base.is_none_or(git::BaseIndex::untouched)
-        && let Some(clean) = git::proven_clean(dir)
+        && let Some(clean) = git::proven_clean(g, dir)
     {
-        return clean_snapshot(dir, anchor, markers, clean);
+        return clean_snapshot(g, dir, anchor, markers, clean);
     }
-    let head = check_head(dir, anchor, markers)?;
+    let head = check_head(g, dir, anchor, markers)?;
     // From the index as it was before the worker: its entries' stat data are runner's.
-    let (tree, index) = git::snapshot_from(dir, base)?;
-    let start_tree = git::tree_of(dir, &anchor.start)?;
+    let (tree, index) = git::snapshot_from(g, dir, base)?;
+    let start_tree = git::tree_of(g, dir, &anchor.start)?;
     Ok(Snapshot {
         changed: tree != start_tree || head != anchor.start,
         tree: Some(tree),

@@ -207,9 +207,8 @@ async fn changed_files(icx: &ItemCx<'_>, start: Option<&str>) -> Option<Vec<Stri
     let dir = icx.workdir.clone();
     let since = match (&icx.item.branch, &icx.repo.base) {
         (Some(_), Some(base)) => {
-            let d = dir.clone();
-            let b = base.clone();
-            tokio::task::spawn_blocking(move || git::merge_base(&d, &b, "HEAD"))
+            let (g, d, b) = (icx.cx.git.clone(), dir.clone(), base.clone());
+            tokio::task::spawn_blocking(move || git::merge_base(&g, &d, &b, "HEAD"))
                 .await
                 .ok()
                 .flatten()
@@ -217,7 +216,8 @@ async fn changed_files(icx: &ItemCx<'_>, start: Option<&str>) -> Option<Vec<Stri
         _ => None,
     }
     .or_else(|| start.map(str::to_string))?;
-    tokio::task::spawn_blocking(move || git::changed_files(&dir, &since).ok())
+    let g = icx.cx.git.clone();
+    tokio::task::spawn_blocking(move || git::changed_files(&g, &dir, &since).ok())
         .await
         .ok()
         .flatten()

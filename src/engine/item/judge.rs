@@ -20,6 +20,7 @@ pub(super) async fn judged(
     tree: Option<String>,
     kind: verdicts::Kind,
 ) -> (Finished, Option<CachedFrom>) {
+    let g = icx.cx.git.clone();
     let ready = match ready {
         Ok(r) => r,
         Err(e) => return (unstarted(e.to_string()), None),
@@ -31,9 +32,9 @@ pub(super) async fn judged(
         let tree = blocking(move || {
             let tree = match tree {
                 Some(t) => t,
-                None => git::working_tree(&d).ok()?,
+                None => git::working_tree(&g, &d).ok()?,
             };
-            let hidden = git::hidden_inputs(&d).ok()??;
+            let hidden = git::hidden_inputs(&g, &d).ok()??;
             Some(format!("{tree}\0{hidden}"))
         })
         .await

@@ -81,7 +81,7 @@ pub(crate) async fn run_item(
         }
         Err(Prepared::Failed(e)) => return environmental(e.to_string()),
     };
-    let (anchor, index_at) = anchor(&workdir).await;
+    let (anchor, index_at) = anchor(&cx.git, &workdir).await;
     let anchor = match anchor {
         Ok(a) => a,
         Err(_) if *stop.borrow() != Stop::Run => return ItemRun::ended(ItemOutcome::Cancelled),
@@ -97,7 +97,10 @@ pub(crate) async fn run_item(
         Err(why) => return environmental(why),
     };
     let planted = tamper::planted_watch(&cx, repo, item, &workdir, rules.as_ref());
-    let base_index = match anchor.as_ref().map(|_| base_index(&workdir, index_at)) {
+    let base_index = match anchor
+        .as_ref()
+        .map(|_| base_index(&cx.git, &workdir, index_at))
+    {
         Some(copied) => match copied.await {
             Ok(b) => Some(b),
             Err(why) => return environmental(why),
@@ -168,11 +171,12 @@ pub(crate) async fn run_item(
 
 /// Publish a completed item's work branch, and say what came of it.
 async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, branch: &str) {
+    let g = icx.cx.git.clone();
     let cx = icx.cx;
     let start = icx.anchor.as_ref().map(|a| a.start.clone());
     let (dir, b) = (icx.repo.path.clone(), branch.to_string());
     let stat = match start {
-        Some(s) => blocking(move || git::diffstat(&dir, &s, &format!("refs/heads/{b}")))
+        Some(s) => blocking(move || git::diffstat(&g, &dir, &s, &format!("refs/heads/{b}")))
             .await
             .ok()
             .and_then(Result::ok),
@@ -214,6 +218,7 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
     let outcome = crate::engine::publish::publish(
         crate::engine::publish::Request {
             loaded: &cx.loaded,
+            git: &cx.git,
             publish,
             repo: &icx.item.repo,
             repo_path: &icx.repo.path,
@@ -252,6 +257,7 @@ async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, bran
 /// and where its index is when that came with it: a few small files answer on the loop, for
 /// less than a trip to the blocking pool costs.
 async fn anchor(
+    g: &crate::git::Repos,
     dir: &std::path::Path,
 ) -> (
     Result<Option<Anchor>, ItemError>,
@@ -266,8 +272,8 @@ async fn anchor(
     if let Some((probe, index)) = git::small_probe_and_index(dir) {
         return (Ok(anchor_of(probe)), Some(index));
     }
-    let dir = dir.to_path_buf();
-    let anchor = blocking(move || git::quick_probe(&dir).map(anchor_of))
+    let (g, dir) = (g.clone(), dir.to_path_buf());
+    let anchor = blocking(move || git::quick_probe(&g, &dir).map(anchor_of))
         .await
         .and_then(|r| r.map_err(ItemError::from));
     (anchor, None)
@@ -277,6 +283,7 @@ async fn anchor(
 /// cannot write ([`git::BaseIndex`]).
 /// `index_at`: where it is, when that is known already.
 async fn base_index(
+    g: &crate::git::Repos,
     dir: &std::path::Path,
     index_at: Option<std::path::PathBuf>,
 ) -> Result<Arc<git::BaseIndex>, String> {
@@ -288,8 +295,8 @@ async fn base_index(
     if let Some(b) = small {
         return Ok(Arc::new(b));
     }
-    let dir = dir.to_path_buf();
-    match blocking(move || git::base_index(&dir)).await {
+    let (g, dir) = (g.clone(), dir.to_path_buf());
+    match blocking(move || git::base_index(&g, &dir)).await {
         Ok(Ok(b)) => Ok(Arc::new(b)),
         Ok(Err(e)) => Err(format!("cannot copy the checkout's index: {e}")),
         Err(e) => Err(e.to_string()),

@@ -575,9 +575,15 @@ mod tests {
         assert_eq!(diff_totals(d, &c, &s), None);
 
         // A setting that changes git's count leaves the totals to git.
-        assert!(crate::git::command::plain_diffs(d));
+        let g = &crate::git::Repos::default();
+        assert!(crate::git::command::plain_diffs(g, d));
         git(d, &["config", "diff.algorithm", "histogram"]);
-        crate::git::command::forget(d);
-        assert!(!crate::git::command::plain_diffs(d));
+        assert!(crate::git::command::plain_diffs(g, d), "kept for the run");
+        g.forget(d);
+        assert!(!crate::git::command::plain_diffs(g, d));
+        assert!(
+            !crate::git::command::plain_diffs(&crate::git::Repos::default(), d),
+            "a new run reads it again"
+        );
     }
 }

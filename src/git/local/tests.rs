@@ -7,7 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 pub(super) fn git(dir: &Path, args: &[&str]) -> String {
-    let out = super::super::command(dir)
+    let out = super::super::base_command()
+        .arg("-C")
+        .arg(dir)
         .args(args)
         .env("GIT_AUTHOR_NAME", "t")
         .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
@@ -51,8 +53,8 @@ fn repo() -> tempfile::TempDir {
 }
 
 /// What git prints for `args`, trimmed; `None` when nothing (or when it fails).
-fn answer(d: &Path, args: &[&str]) -> Option<String> {
-    let out = super::super::command(d).args(args).output().unwrap();
+fn answer(g: &crate::git::Repos, d: &Path, args: &[&str]) -> Option<String> {
+    let out = super::super::command(g, d).args(args).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     Some(text.trim().to_string()).filter(|t| !t.is_empty())
 }
@@ -60,17 +62,17 @@ fn answer(d: &Path, args: &[&str]) -> Option<String> {
 /// What the reader says, checked against git: a checkout it calls clean has no change git
 /// can see, and the HEAD and branch it reads are git's.
 /// The small reads ([`Reads::Small`]) say the same, or nothing.
-fn read(d: &Path) -> Option<Probe> {
-    let fast = clean_checkout(d, Reads::All);
-    if let Some(small) = clean_checkout(d, Reads::Small) {
+fn read(g: &crate::git::Repos, d: &Path) -> Option<Probe> {
+    let fast = clean_checkout(g, d, Reads::All);
+    if let Some(small) = clean_checkout(g, d, Reads::Small) {
         assert_eq!(Some(small), fast, "small reads answered otherwise");
     }
     if let Some(p) = &fast {
         let status = git(d, &["status", "--porcelain", "--untracked-files=all"]);
         assert_eq!(status, "", "read as clean, but git sees changes");
-        let head = answer(d, &["rev-parse", "-q", "--verify", "HEAD"]);
+        let head = answer(g, d, &["rev-parse", "-q", "--verify", "HEAD"]);
         assert_eq!(p.head, head);
-        let branch = answer(d, &["symbolic-ref", "-q", "--short", "HEAD"]);
+        let branch = answer(g, d, &["symbolic-ref", "-q", "--short", "HEAD"]);
         assert_eq!(p.branch, branch);
         assert_eq!(p.common_dir, std::path::absolute(d).unwrap().join(".git"));
     }
@@ -79,21 +81,23 @@ fn read(d: &Path) -> Option<Probe> {
 
 #[test]
 fn a_clean_checkout_is_read_from_its_files() {
+    let g = &crate::git::Repos::default();
     let t = repo();
-    let p = read(t.path()).expect("a committed checkout reads as clean");
+    let p = read(g, t.path()).expect("a committed checkout reads as clean");
     assert_eq!(p.branch.as_deref(), Some("main"));
     // Folders hold nothing for git: empty ones are no change.
     std::fs::create_dir_all(t.path().join("empty/deeper")).unwrap();
     std::fs::create_dir_all(t.path().join("src/lib/empty")).unwrap();
-    read(t.path()).expect("empty folders are no change");
+    read(g, t.path()).expect("empty folders are no change");
 }
 
 #[test]
 fn small_reads_answer_for_a_small_checkout_and_no_other() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
-    let all = clean_checkout(d, Reads::All).expect("clean");
-    assert_eq!(clean_checkout(d, Reads::Small), Some(all.clone()));
+    let all = clean_checkout(g, d, Reads::All).expect("clean");
+    assert_eq!(clean_checkout(g, d, Reads::Small), Some(all.clone()));
     assert_eq!(head(d, Reads::Small), head(d, Reads::All));
     // An index larger than a small read takes: no answer, though the checkout is clean.
     for i in 0..200 {
@@ -104,8 +108,8 @@ fn small_reads_answer_for_a_small_checkout_and_no_other() {
     std::thread::sleep(std::time::Duration::from_millis(10));
     git(d, &["update-index", "--refresh", "-q"]);
     assert!(std::fs::metadata(d.join(".git/index")).unwrap().len() > SMALL_FILE);
-    assert!(clean_checkout(d, Reads::All).is_some());
-    assert_eq!(clean_checkout(d, Reads::Small), None);
+    assert!(clean_checkout(g, d, Reads::All).is_some());
+    assert_eq!(clean_checkout(g, d, Reads::Small), None);
     // HEAD's commit in a pack (its index may be large): no answer either.
     let t = repo();
     let d = t.path();
@@ -113,11 +117,11 @@ fn small_reads_answer_for_a_small_checkout_and_no_other() {
     let unique = format!("{:?}", std::time::SystemTime::now());
     git(d, &["commit", "-q", "--allow-empty", "-m", &unique]);
     git(d, &["gc", "-q"]);
-    assert_eq!(clean_checkout(d, Reads::Small), None);
-    let all = clean_checkout(d, Reads::All);
+    assert_eq!(clean_checkout(g, d, Reads::Small), None);
+    let all = clean_checkout(g, d, Reads::All);
     assert!(all.is_some(), "packed commits are read");
     // Once read, a commit's tree is known without a read: a small question answers.
-    assert_eq!(clean_checkout(d, Reads::Small), all);
+    assert_eq!(clean_checkout(g, d, Reads::Small), all);
     // Refs packed: a small packed-refs file is read.
     assert_eq!(head(d, Reads::Small), head(d, Reads::All));
     assert!(head(d, Reads::Small).unwrap().head.is_some());
@@ -125,6 +129,7 @@ fn small_reads_answer_for_a_small_checkout_and_no_other() {
 
 #[test]
 fn small_reads_never_wait_on_a_fifo() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
     for name in ["HEAD", "config", "index"] {
@@ -133,15 +138,20 @@ fn small_reads_never_wait_on_a_fifo() {
         std::fs::remove_file(&path).unwrap();
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
         // No writer ever comes: a plain open would wait for one for ever.
-        assert_eq!(clean_checkout(d, Reads::Small), None, "{name}");
+        assert_eq!(clean_checkout(g, d, Reads::Small), None, "{name}");
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, saved).unwrap();
     }
-    assert!(clean_checkout(d, Reads::Small).is_some());
+    assert!(clean_checkout(g, d, Reads::Small).is_some());
 }
 
 /// `is_ancestor` against git's own answer, for every pair of `revs`.
-fn ancestry_agrees_with_git(d: &Path, markers: &[&str], branches: &[&str]) -> usize {
+fn ancestry_agrees_with_git(
+    g: &crate::git::Repos,
+    d: &Path,
+    markers: &[&str],
+    branches: &[&str],
+) -> usize {
     let mut answered = 0;
     for m in markers {
         for b in branches {
@@ -150,7 +160,7 @@ fn ancestry_agrees_with_git(d: &Path, markers: &[&str], branches: &[&str]) -> us
                 continue;
             };
             answered += 1;
-            let out = super::super::command(d)
+            let out = super::super::command(g, d)
                 .args([
                     "merge-base",
                     "--is-ancestor",
@@ -167,6 +177,7 @@ fn ancestry_agrees_with_git(d: &Path, markers: &[&str], branches: &[&str]) -> us
 
 #[test]
 fn ancestry_is_read_from_the_files_as_git_reads_it() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
     let commit = |msg: &str| {
@@ -195,13 +206,13 @@ fn ancestry_is_read_from_the_files_as_git_reads_it() {
         "nowhere",
     ];
     let branches = ["main", "side", "old"];
-    assert!(ancestry_agrees_with_git(d, &markers, &branches) >= 12);
+    assert!(ancestry_agrees_with_git(g, d, &markers, &branches) >= 12);
     // A marker that names nothing, or uses revision syntax, is left to git.
     assert_eq!(is_ancestor(d, "nowhere", "refs/heads/main"), None);
     assert_eq!(is_ancestor(d, "main~1", "refs/heads/main"), None);
     // Packed refs and objects too.
     git(d, &["gc", "-q"]);
-    assert!(ancestry_agrees_with_git(d, &markers, &branches) >= 1);
+    assert!(ancestry_agrees_with_git(g, d, &markers, &branches) >= 1);
     // A shallow clone is git's to answer.
     std::fs::write(d.join(".git/shallow"), head).unwrap();
     assert_eq!(is_ancestor(d, "light", "refs/heads/main"), None);
@@ -209,6 +220,7 @@ fn ancestry_is_read_from_the_files_as_git_reads_it() {
 
 #[test]
 fn packed_refs_and_objects_are_read() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
     git(d, &["gc", "-q"]);
@@ -216,41 +228,44 @@ fn packed_refs_and_objects_are_read() {
         !d.join(".git/refs/heads/main").exists(),
         "gc packs the refs"
     );
-    read(d).expect("a packed repository reads as clean");
+    read(g, d).expect("a packed repository reads as clean");
 }
 
 #[test]
 fn an_index_of_version_four_is_read() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
     git(d, &["update-index", "--index-version", "4"]);
     std::thread::sleep(std::time::Duration::from_millis(10));
     git(d, &["update-index", "--refresh", "-q"]);
-    read(d).expect("a version 4 index reads as clean");
+    read(g, d).expect("a version 4 index reads as clean");
 }
 
 #[test]
 fn a_detached_head_and_an_unborn_branch_are_read() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     git(t.path(), &["checkout", "-q", "--detach"]);
-    let p = read(t.path()).expect("detached");
+    let p = read(g, t.path()).expect("detached");
     assert_eq!(p.branch, None);
 
     let u = tempfile::tempdir().unwrap();
     git(u.path(), &["init", "-q", "-b", "trunk"]);
-    let p = read(u.path()).expect("an empty repository is clean");
+    let p = read(g, u.path()).expect("an empty repository is clean");
     assert_eq!((p.head, p.branch.as_deref()), (None, Some("trunk")));
     write(u.path().join("new"), "x");
-    assert!(read(u.path()).is_none(), "an untracked file");
+    assert!(read(g, u.path()).is_none(), "an untracked file");
     git(u.path(), &["add", "new"]);
     assert!(
-        read(u.path()).is_none(),
+        read(g, u.path()).is_none(),
         "a staged file on an unborn branch"
     );
 }
 
 #[test]
 fn no_change_is_read_as_clean() {
+    let g = &crate::git::Repos::default();
     type Change = fn(&Path);
     let changes: &[(&str, Change)] = &[
         ("an untracked file", |d| write(d.join("notes.txt"), "x")),
@@ -350,9 +365,9 @@ fn no_change_is_read_as_clean() {
     ];
     for (what, change) in changes {
         let t = repo();
-        assert!(read(t.path()).is_some(), "{what}: clean before");
+        assert!(read(g, t.path()).is_some(), "{what}: clean before");
         change(t.path());
-        assert!(read(t.path()).is_none(), "{what}: read as clean");
+        assert!(read(g, t.path()).is_none(), "{what}: read as clean");
     }
 }
 
@@ -443,12 +458,13 @@ fn a_fifo_at_a_ref_is_refused_not_waited_on() {
 
 #[test]
 fn head_is_read_whatever_the_state_of_the_files() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
     write(d.join("untracked"), "x");
-    assert!(read(d).is_none());
+    assert!(read(g, d).is_none());
     let p = head(d, Reads::All).expect("HEAD of a plain checkout");
-    assert_eq!(p.head, answer(d, &["rev-parse", "HEAD"]));
+    assert_eq!(p.head, answer(g, d, &["rev-parse", "HEAD"]));
     assert_eq!(p.branch.as_deref(), Some("main"));
     git(d, &["config", "core.worktree", "/elsewhere"]);
     assert!(head(d, Reads::All).is_none(), "left to git");
@@ -456,6 +472,7 @@ fn head_is_read_whatever_the_state_of_the_files() {
 
 #[test]
 fn a_linked_worktrees_head_is_read_and_the_rest_left_to_git() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let wt = t.path().join("wt");
     git(
@@ -464,12 +481,13 @@ fn a_linked_worktrees_head_is_read_and_the_rest_left_to_git() {
     );
     // Its HEAD is its own, its branch the main repository's; what git says.
     let p = head(&wt, Reads::All).expect("HEAD of a linked worktree");
-    assert_eq!(p.head, answer(&wt, &["rev-parse", "HEAD"]));
+    assert_eq!(p.head, answer(g, &wt, &["rev-parse", "HEAD"]));
     assert_eq!(p.branch.as_deref(), Some("side"));
     assert_eq!(
         p.common_dir,
         std::fs::canonicalize(
             answer(
+                g,
                 &wt,
                 &["rev-parse", "--path-format=absolute", "--git-common-dir"]
             )
@@ -480,6 +498,7 @@ fn a_linked_worktrees_head_is_read_and_the_rest_left_to_git() {
     assert_eq!(
         super::index_file(&wt).map(|i| i.display().to_string()),
         answer(
+            g,
             &wt,
             &["rev-parse", "--path-format=absolute", "--git-path", "index"]
         )
@@ -487,14 +506,14 @@ fn a_linked_worktrees_head_is_read_and_the_rest_left_to_git() {
     // A branch only in packed-refs, and a detached HEAD, read alike.
     git(t.path(), &["pack-refs", "--all"]);
     let p = head(&wt, Reads::All).expect("a packed branch");
-    assert_eq!(p.head, answer(&wt, &["rev-parse", "HEAD"]));
+    assert_eq!(p.head, answer(g, &wt, &["rev-parse", "HEAD"]));
     git(&wt, &["checkout", "-q", "--detach"]);
     let p = head(&wt, Reads::All).expect("a detached HEAD");
     assert_eq!(p.branch, None);
-    assert_eq!(p.head, answer(&wt, &["rev-parse", "HEAD"]));
+    assert_eq!(p.head, answer(g, &wt, &["rev-parse", "HEAD"]));
     // Whether it is clean, and its branches, are git's to say; so is a worktree with a
     // configuration of its own.
-    assert!(read(&wt).is_none() && branches(&wt).is_none());
+    assert!(read(g, &wt).is_none() && branches(&wt).is_none());
     git(t.path(), &["config", "extensions.worktreeConfig", "true"]);
     assert!(head(&wt, Reads::All).is_none(), "left to git");
 }
@@ -504,6 +523,7 @@ fn a_linked_worktrees_head_is_read_and_the_rest_left_to_git() {
 /// holding a submodule, is left to git.
 #[test]
 fn a_plain_worktree_is_removed_as_git_would() {
+    let g = &crate::git::Repos::default();
     let r = repo();
     let d = r.path();
     let wt = d
@@ -517,7 +537,7 @@ fn a_plain_worktree_is_removed_as_git_would() {
     write(wt.join("src/new.rs"), "fn new() {}\n");
     write(wt.join("target/out.o"), "built\n");
     assert!(removable_worktree(&wt).is_some());
-    super::super::remove_worktree(d, &wt).unwrap();
+    super::super::remove_worktree(g, d, &wt).unwrap();
     assert!(!wt.exists());
     let listed = git(d, &["worktree", "list", "--porcelain"]);
     assert!(!listed.contains("-wt"), "{listed}");
@@ -564,6 +584,7 @@ fn a_plain_worktree_is_removed_as_git_would() {
 /// sound; an object already packed is not written again.
 #[test]
 fn the_tree_written_in_process_is_the_one_git_writes() {
+    let g = &crate::git::Repos::default();
     let r = repo();
     let d = r.path();
     for name in [
@@ -590,7 +611,7 @@ fn the_tree_written_in_process_is_the_one_git_writes() {
     let index = tempfile::NamedTempFile::new().unwrap().into_temp_path();
     std::fs::copy(d.join(".git/index"), &index).unwrap();
     let with_index = |args: &[&str]| {
-        let out = super::super::command(d)
+        let out = super::super::command(g, d)
             .env("GIT_INDEX_FILE", &index)
             .args(args)
             .output()
@@ -651,24 +672,25 @@ fn repo_of_ada() -> tempfile::TempDir {
 /// signing setting leaves the commit to git.
 #[test]
 fn the_commit_made_in_process_is_the_one_git_makes() {
+    let g = &crate::git::Repos::default();
     let r = repo_of_ada();
     let d = r.path();
     // Looked up once per folder, for a run: this test changes it.
-    super::super::command::forget(d);
+    g.forget(d);
     git(d, &["branch", "w"]);
     let head = git(d, &["rev-parse", "HEAD"]).trim().to_string();
     write(d.join("src/new.rs"), "fn new() {}\n");
     git(d, &["add", "-A"]);
     let tree = git(d, &["write-tree"]).trim().to_string();
-    assert!(super::super::commit_in_process(d, &tree, &head, "runner: item-1").is_some());
-    let ours = super::super::commit_tree_on(d, &tree, &head, "w", "runner: item-1").unwrap();
+    assert!(super::super::commit_in_process(g, d, &tree, &head, "runner: item-1").is_some());
+    let ours = super::super::commit_tree_on(g, d, &tree, &head, "w", "runner: item-1").unwrap();
     let raw = git(d, &["cat-file", "-p", &ours]);
     let when = raw
         .lines()
         .find_map(|l| l.strip_prefix("committer Ada Named <ada@example.invalid> "))
         .unwrap_or_else(|| panic!("{raw}"))
         .to_string();
-    let out = super::super::command(d)
+    let out = super::super::command(g, d)
         .env("GIT_AUTHOR_DATE", &when)
         .env("GIT_COMMITTER_DATE", &when)
         .args(["commit-tree", &tree, "-p", &head, "-m", "runner: item-1"])
@@ -679,8 +701,8 @@ fn the_commit_made_in_process_is_the_one_git_makes() {
     assert!(git(d, &["reflog", "show", "w"]).contains("commit: runner: item-1"));
     git(d, &["fsck", "--strict", "--no-dangling"]);
     git(d, &["config", "commit.gpgSign", "false"]);
-    super::super::command::forget(d);
-    assert!(super::super::commit_in_process(d, &tree, &head, "runner: item-2").is_none());
+    g.forget(d);
+    assert!(super::super::commit_in_process(g, d, &tree, &head, "runner: item-2").is_none());
 }
 
 /// A branch moved in process is moved as `git update-ref` moves it: the same ref, the same
@@ -689,6 +711,7 @@ fn the_commit_made_in_process_is_the_one_git_makes() {
 /// are written leaves it to git, with nothing written.
 #[test]
 fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
+    let g = &crate::git::Repos::default();
     let r = repo_of_ada();
     let d = r.path();
     let head = git(d, &["rev-parse", "HEAD"]).trim().to_string();
@@ -699,14 +722,14 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     let (ours, theirs) = (d.join("ours"), d.join("theirs"));
     for (wt, b) in [(&ours, "w"), (&theirs, "v")] {
         git(d, &["worktree", "add", "-q", "-b", b, wt.to_str().unwrap()]);
-        super::super::command::forget(wt);
+        g.forget(wt);
     }
     let msg = "commit:  runner\titem-1 ";
     assert!(matches!(
-        super::super::refs::update_in_process(&ours, "refs/heads/w", &next, Some(&head), msg),
+        super::super::refs::update_in_process(g, &ours, "refs/heads/w", &next, Some(&head), msg),
         Some(Ok(()))
     ));
-    let out = super::super::command(&theirs)
+    let out = super::super::command(g, &theirs)
         .env("GIT_OPTIONAL_LOCKS", "1")
         .args(["update-ref", "-m", msg, "refs/heads/v", &next, &head])
         .output()
@@ -739,13 +762,13 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     // Not where expected: git is asked, and nothing is written.
     let before = std::fs::read_to_string(common.join("logs/refs/heads/w")).unwrap();
     assert!(
-        super::super::refs::update_in_process(&ours, "refs/heads/w", &head, Some(&head), msg)
+        super::super::refs::update_in_process(g, &ours, "refs/heads/w", &head, Some(&head), msg)
             .is_none()
     );
     // Locked by another: left to git, the other's lock left alone.
     std::fs::write(common.join("refs/heads/w.lock"), "").unwrap();
     assert!(
-        super::super::refs::update_in_process(&ours, "refs/heads/w", &head, Some(&next), msg)
+        super::super::refs::update_in_process(g, &ours, "refs/heads/w", &head, Some(&next), msg)
             .is_none()
     );
     assert!(common.join("refs/heads/w.lock").exists());
@@ -760,9 +783,9 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     git(d, &["pack-refs", "--all"]);
     std::fs::remove_file(common.join("logs/refs/heads/p")).unwrap();
     git(d, &["config", "core.logAllRefUpdates", "false"]);
-    super::super::command::forget(d);
+    g.forget(d);
     assert!(matches!(
-        super::super::refs::update_in_process(d, "refs/heads/p", &next, Some(&head), msg),
+        super::super::refs::update_in_process(g, d, "refs/heads/p", &next, Some(&head), msg),
         Some(Ok(()))
     ));
     assert_eq!(git(d, &["rev-parse", "p"]).trim(), next);
@@ -770,9 +793,10 @@ fn a_branch_moved_in_process_is_moved_as_git_moves_it() {
     git(d, &["fsck", "--strict", "--no-dangling"]);
     // Shared-repository permissions are git's to apply.
     git(d, &["config", "core.sharedRepository", "group"]);
-    super::super::command::forget(d);
+    g.forget(d);
     assert!(
-        super::super::refs::update_in_process(d, "refs/heads/p", &head, Some(&next), msg).is_none()
+        super::super::refs::update_in_process(g, d, "refs/heads/p", &head, Some(&next), msg)
+            .is_none()
     );
 }
 
@@ -844,6 +868,7 @@ fn commits_stored_as_deltas_are_walked() {
 /// Believed, it made the branch seem to hold a marker it does not.
 #[test]
 fn a_forged_loose_commit_is_not_believed() {
+    let g = &crate::git::Repos::default();
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
     git(d, &["init", "-q", "-b", "main"]);
@@ -871,7 +896,7 @@ fn a_forged_loose_commit_is_not_believed() {
     std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, &z).unwrap();
     assert_ne!(is_ancestor(d, &marker, "refs/heads/main"), Some(true));
-    let by_git = super::super::command(d)
+    let by_git = super::super::command(g, d)
         .args(["merge-base", "--is-ancestor", &marker, "main"])
         .output()
         .unwrap();
@@ -884,14 +909,15 @@ fn a_forged_loose_commit_is_not_believed() {
 /// expected").
 #[test]
 fn a_checkout_without_an_index_is_snapshot_from_nothing() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
     let head_tree = git(d, &["rev-parse", "HEAD^{tree}"]).trim().to_string();
     std::fs::remove_file(d.join(".git/index")).unwrap();
-    let (tree, _index) = crate::git::snapshot(d).expect("a snapshot");
+    let (tree, _index) = crate::git::snapshot(g, d).expect("a snapshot");
     assert_eq!(tree, head_tree);
     let base = crate::git::base_index_small(d).expect("no index is a small one");
-    let (tree, _index) = crate::git::snapshot_from(d, Some(&base)).expect("a snapshot");
+    let (tree, _index) = crate::git::snapshot_from(g, d, Some(&base)).expect("a snapshot");
     assert_eq!(tree, head_tree);
 }
 
@@ -899,6 +925,7 @@ fn a_checkout_without_an_index_is_snapshot_from_nothing() {
 /// every path keeps the whole of the one before and adds a byte is, without being expanded.
 #[test]
 fn an_index_made_to_expand_is_told_from_a_real_one() {
+    let g = &crate::git::Repos::default();
     let t = repo();
     let d = t.path();
     git(d, &["update-index", "--index-version", "4"]);
@@ -910,7 +937,7 @@ fn an_index_made_to_expand_is_told_from_a_real_one() {
         path.push('a');
         lines.push_str(&format!("100644 {blob}\t{path}\n"));
     }
-    let mut add = super::super::command(d)
+    let mut add = super::super::command(g, d)
         .args(["update-index", "--index-info"])
         .stdin(std::process::Stdio::piped())
         .spawn()
