@@ -30,16 +30,46 @@ pub fn runner() -> Command {
     c
 }
 
-/// The calling test's folder for host-wide units.
+/// The calling test's folder for host-wide units, under this test process's own folder
+/// (`runner-test-units-<pid>` in the temporary folder). The folders of test processes that are
+/// gone are removed when the first test asks for one, so that runs of the suite leave nothing
+/// behind them but the last.
 fn test_units_dir() -> PathBuf {
     use std::hash::{Hash, Hasher};
+    static OURS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let ours = OURS.get_or_init(|| {
+        remove_dead_units_dirs();
+        std::env::temp_dir().join(format!("runner-test-units-{}", std::process::id()))
+    });
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::thread::current().name().unwrap_or("main").hash(&mut h);
-    std::env::temp_dir().join(format!(
-        "runner-test-units-{}-{:x}",
-        std::process::id(),
-        h.finish()
-    ))
+    ours.join(format!("{:x}", h.finish()))
+}
+
+/// Remove the unit folders of test processes no longer running (`runner-test-units-<pid>`, and
+/// `runner-test-units-<pid>-<test>` as earlier suites left them).
+fn remove_dead_units_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("runner-test-units-"))
+        else {
+            continue;
+        };
+        let Ok(pid) = rest.split('-').next().unwrap_or_default().parse::<i32>() else {
+            continue;
+        };
+        let gone = pid > 0
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                == Err(nix::errno::Errno::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Start `runner apply m.yaml` in `root` with `env`, wait until a process matching each of
