@@ -9,7 +9,8 @@
 //! several machines). `engine` runs the drain: a pure `scheduler` decides, a thin loop performs.
 //! `plan` turns the manifest and the repositories into items with states, shared by `plan` and
 //! `apply`. `git` reaches git through its command line (one command builder) and reads and writes
-//! the few files of git's that every item needs in process, `process` the one place that spawns
+//! the few files of git's that every item needs in process, what a run learns of its
+//! repositories kept in the one handle the run holds (`git::Repos`); `process` the one place that spawns
 //! (and the only module allowed `unsafe`), `lease` the per-repository lock, `manifest` the
 //! validated model. `events`, `vocab` (the closed vocabularies), `failures` (the failures test
 //! runners print, recognised) and `support` (atomic writes, clock, host identity) sit at the

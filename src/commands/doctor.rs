@@ -8,7 +8,7 @@ use super::shared::load;
 use crate::cli::DoctorArgs;
 use crate::engine::config::{command_argv, effective};
 use crate::manifest::{CommandSpec, LoadedManifest};
-use crate::plan::{PlanOptions, RepoStatus, repos};
+use crate::plan::{RepoStatus, repos};
 use crate::session::failure::Ended;
 use crate::ui::term::Ui;
 use crate::vocab::ProbeVerdict;
@@ -44,12 +44,7 @@ impl Verdicts {
 
 pub fn run(ui: &Ui, args: &DoctorArgs) -> Ended {
     let loaded = load(&args.manifest)?;
-    let plan = crate::session::prepare::planned(
-        ui,
-        &crate::git::Repos::default(),
-        &loaded,
-        &PlanOptions::default(),
-    )?;
+    let plan = crate::session::prepare::planned_whole(ui, &loaded)?;
     outln!(
         "runner doctor: manifest `{}` ({})",
         loaded.manifest.name,

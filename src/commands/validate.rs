@@ -6,7 +6,7 @@
 
 use super::shared::load;
 use crate::manifest::{CommandSpec, Problem};
-use crate::plan::{Origin, PlanOptions, RepoStatus};
+use crate::plan::{Origin, RepoStatus};
 use crate::session::failure::{Ended, Failure};
 use crate::ui::term::Ui;
 use crate::vocab::EXIT_OK;
@@ -14,12 +14,7 @@ use std::path::Path;
 
 pub fn run(ui: &Ui, path: &Path) -> Ended {
     let loaded = load(path)?;
-    let plan = crate::session::prepare::planned(
-        ui,
-        &crate::git::Repos::default(),
-        &loaded,
-        &PlanOptions::default(),
-    )?;
+    let plan = crate::session::prepare::planned_whole(ui, &loaded)?;
     let missing = programs_not_on_path(&loaded);
     if !missing.is_empty() {
         return Err(Failure::Manifest(crate::manifest::LoadError::Invalid(

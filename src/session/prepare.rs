@@ -256,6 +256,17 @@ fn say_held(plan: &Plan) {
     }
 }
 
+/// [`planned`] with no filter, no tracker read, and a handle of its own on the repositories: what
+/// a verb that only looks (`validate`, `doctor`) plans.
+pub fn planned_whole(ui: &Ui, loaded: &LoadedManifest) -> Result<crate::plan::Plan, Failure> {
+    planned(
+        ui,
+        &crate::git::Repos::default(),
+        loaded,
+        &crate::plan::PlanOptions::default(),
+    )
+}
+
 /// Plan a loaded manifest, its warnings said; `Err` says why it cannot be planned (a manifest
 /// diagnostic, as a load error is).
 pub fn planned(
