@@ -10,6 +10,11 @@
 //!
 //! A handle is cheap to clone (one shared map); the session opens one before it plans and the
 //! drain's items share it.
+//!
+//! It holds what was read, never an open object store: gitoxide maps a pack's files, and a map
+//! kept from one item to the next would let a worker that truncates a pack in place end runner
+//! with `SIGBUS` at its next read. Each in-process read of objects opens the store and lets it
+//! go.
 
 use super::looked::{Entry, Looked};
 use std::collections::HashMap;
