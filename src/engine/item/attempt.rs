@@ -207,11 +207,10 @@ fn chain_of(icx: &ItemCx<'_>) -> Result<ModelChain, Box<ItemRun>> {
 
 /// Where the item's changes start, for gates with `paths`; not asked for when none has them.
 async fn paths_start(icx: &ItemCx<'_>) -> Option<String> {
-    let g = icx.cx.git.clone();
-    if !icx.eff.gates.iter().any(|g| !g.paths.is_empty()) {
+    if !icx.eff.gates.iter().any(|gate| !gate.paths.is_empty()) {
         return None;
     }
-    let w = icx.workdir.clone();
+    let (g, w) = (icx.cx.git.clone(), icx.workdir.clone());
     tokio::task::spawn_blocking(move || git::head(&g, &w).ok())
         .await
         .ok()
@@ -649,11 +648,11 @@ pub(super) enum UndoFailed {
 /// Put the worker's tree back after the gates: remove what they created (not ignored) and write
 /// back what they changed, as the snapshot holds it.
 pub(super) async fn undo_gates(icx: &ItemCx<'_>, snap: &Snapshot) -> Result<(), UndoFailed> {
-    let g = icx.cx.git.clone();
     // A checkout that was clean and still is: nothing to undo, and its files say so.
-    if snap.index.is_none() && git::proven_clean_small(&g, &icx.workdir).is_some() {
+    if snap.index.is_none() && git::proven_clean_small(&icx.cx.git, &icx.workdir).is_some() {
         return Ok(());
     }
+    let g = icx.cx.git.clone();
     let dir = icx.workdir.clone();
     let index = snap.index.clone();
     let restored =

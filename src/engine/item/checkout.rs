@@ -40,7 +40,6 @@ pub(super) async fn prepare(
     repo: &RepoPlan,
     item: &ItemPlan,
 ) -> Result<Workplace, Prepared> {
-    let g = cx.git.clone();
     let Some(branch) = item.branch.clone() else {
         return Ok(Workplace {
             fresh: false,
@@ -70,6 +69,7 @@ pub(super) async fn prepare(
     let share = eff.worktree.share.clone();
     let marker = setup_marker(&wt);
     let spare = cx.spares.starting(&cx.workspace, &repo.name);
+    let g = cx.git.clone();
     tokio::task::spawn_blocking(move || {
         let failed = |e: git::GitError| Prepared::Failed(e.into());
         git::clear_half_added(&repo_path, &wt).map_err(failed)?;
@@ -150,7 +150,6 @@ pub(super) async fn prepare(
 /// reset to HEAD and the marker removed. A change no longer proven the dead run's holds the item
 /// `dirty-tree`, the checkout untouched.
 async fn take_dead_leftovers(cx: &RunCx, repo: &RepoPlan) -> Result<Option<PathBuf>, Prepared> {
-    let g = cx.git.clone();
     let dead = cx
         .dead_leftovers
         .lock()
@@ -159,7 +158,7 @@ async fn take_dead_leftovers(cx: &RunCx, repo: &RepoPlan) -> Result<Option<PathB
     let (Some(dead), Some(common)) = (dead, repo.common_dir.clone()) else {
         return Ok(None);
     };
-    let dir = repo.path.clone();
+    let (g, dir) = (cx.git.clone(), repo.path.clone());
     let folder = cx.run_dir.join("leftovers").join(&repo.name);
     tokio::task::spawn_blocking(move || {
         let proven = crate::engine::inplace::still_proven(&g, &dir, &common, &dead).map_err(|why| {

@@ -20,7 +20,6 @@ pub(super) async fn judged(
     tree: Option<String>,
     kind: verdicts::Kind,
 ) -> (Finished, Option<CachedFrom>) {
-    let g = icx.cx.git.clone();
     let ready = match ready {
         Ok(r) => r,
         Err(e) => return (unstarted(e.to_string()), None),
@@ -28,7 +27,7 @@ pub(super) async fn judged(
     let key = if gate.cache() {
         // The tree, and what the gate can read that the tree does not show (ignored files, a
         // link's target outside the folder); nothing to key by when a submodule has changes.
-        let d = run.dir.to_path_buf();
+        let (g, d) = (icx.cx.git.clone(), run.dir.to_path_buf());
         let tree = blocking(move || {
             let tree = match tree {
                 Some(t) => t,

@@ -171,10 +171,9 @@ pub(crate) async fn run_item(
 
 /// Publish a completed item's work branch, and say what came of it.
 async fn publish_item(icx: &ItemCx<'_>, publish: &crate::manifest::Publish, branch: &str) {
-    let g = icx.cx.git.clone();
     let cx = icx.cx;
     let start = icx.anchor.as_ref().map(|a| a.start.clone());
-    let (dir, b) = (icx.repo.path.clone(), branch.to_string());
+    let (g, dir, b) = (cx.git.clone(), icx.repo.path.clone(), branch.to_string());
     let stat = match start {
         Some(s) => blocking(move || git::diffstat(&g, &dir, &s, &format!("refs/heads/{b}")))
             .await
