@@ -20,15 +20,15 @@ impl Session {
     /// Drain the queue on one event loop; `Err` says why it could not begin.
     pub fn drain(&mut self, ui: &Ui) -> Result<DrainEnd, super::failure::Failure> {
         crate::process::become_subreaper();
-        // The drain's loop on this thread; the items' tasks on two more, so that one item's
-        // bookkeeping (its checks before and after, its launch) never waits for another's; git
-        // questions on a blocking pool whose threads end soon after their work. An item's
-        // processes are started by a task thread, which lives as long as the run (a parent-death
-        // signal follows the thread that started the child).
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        // The drain's loop and every item's task on this thread, git questions and the larger
+        // checks on a blocking pool whose threads end soon after their work. An item's processes
+        // are started by this thread, which lives as long as the run (a parent-death signal
+        // follows the thread that started the child). Item tasks on two more threads cost a
+        // drain of quick items more than they saved: each hand-off between the loop and a task
+        // thread is a wake-up on the other core and back (docs/performance.md).
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .thread_name("runner-tasks")
+            .thread_name("runner-blocking")
             .thread_keep_alive(Duration::from_secs(1))
             .build()
             .map_err(|e| {

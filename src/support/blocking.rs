@@ -3,10 +3,11 @@
 //! suite drives the debug binary through every path of a drain, and a blocking call that
 //! slipped onto the loop fails it there.
 //!
-//! The loop is the drain's future and the item tasks it spawns, polled by the runtime's worker
-//! threads; a thread is marked while it polls one of them ([`OnLoop`]), not while it runs a
-//! closure of the blocking pool (the runtime gives both kinds of thread the same start hook,
-//! so the mark is the future's, not the thread's).
+//! The loop is the drain's future and the item tasks it spawns, polled by runner's main thread
+//! (marked for the whole drain, [`as_event_loop`]); an item task is marked too whatever thread
+//! polls it ([`OnLoop`]), never a closure of the blocking pool, so that the check holds for any
+//! shape of runtime (the runtime gives every thread it starts the same start hook, so the mark
+//! is the future's, not the thread's).
 
 use std::cell::Cell;
 use std::future::Future;

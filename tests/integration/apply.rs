@@ -871,9 +871,9 @@ fn a_worker_that_cannot_be_started_fails_its_item_with_the_reason() {
 }
 
 #[test]
-fn the_drain_runs_on_its_loop_and_task_threads_once_the_plan_is_made() {
-    // Planning's pool of threads ends with the plan: while workers run, runner is its loop, two
-    // threads for the items' tasks and, at most, the blocking pool's threads that ask git and
+fn the_drain_runs_on_its_loop_once_the_plan_is_made() {
+    // Planning's pool of threads ends with the plan: while workers run, runner is its loop (the
+    // drain and every item's task) and, at most, the blocking pool's threads that ask git and
     // the ledger's (so a census reads few lists of children, and nothing of planning idles
     // beside the loop).
     let dir = tempfile::tempdir().unwrap();
@@ -897,8 +897,8 @@ fn the_drain_runs_on_its_loop_and_task_threads_once_the_plan_is_made() {
             .collect();
         for name in &names {
             assert!(
-                ["runner", "runner-tasks", "runner-ledger"].contains(name),
-                "a thread other than the loop, the tasks, the blocking pool and the ledger: {name}\n{log}"
+                ["runner", "runner-blocking", "runner-ledger"].contains(name),
+                "a thread other than the loop, the blocking pool and the ledger: {name}\n{log}"
             );
         }
         assert_eq!(
@@ -907,8 +907,8 @@ fn the_drain_runs_on_its_loop_and_task_threads_once_the_plan_is_made() {
             "one loop: {log}"
         );
         assert!(
-            names.len() <= 8,
-            "no more threads than the loop, the tasks, a few blocking ones and the ledger: {log}"
+            names.len() <= 6,
+            "no more threads than the loop, a few blocking ones and the ledger: {log}"
         );
     }
 }

@@ -451,8 +451,8 @@ fn a_cgroup_drain_over_more_repositories_than_open_files_allowed_runs_every_item
     )
     .unwrap();
     // Fewer files than repositories, and room enough for everything else a drain holds open
-    // (some twenty files at rest, and what two items starting at once on the two task threads
-    // hold for a moment: pipes, a pidfd, their cgroups' files).
+    // (some twenty files at rest, and what an item starting while another ends
+    // holds for a moment: pipes, a pidfd, their cgroups' files).
     let mut cmd = runner();
     cmd.current_dir(root)
         .env(CGROUP.0, CGROUP.1)
