@@ -111,6 +111,11 @@ impl Buffer {
         !self.results.is_empty()
     }
 
+    /// How many more events may be recorded before one asks for a write.
+    pub(crate) fn room(&self) -> usize {
+        EVENTS_BUFFERED.saturating_sub(self.events.len() + 1)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.events.is_empty() && self.results.is_empty()
     }

@@ -517,6 +517,23 @@ pub enum LedgerError {
 
 pub(crate) type Result<T> = std::result::Result<T, LedgerError>;
 
+impl LedgerError {
+    /// Whether the call gave up on another writer's lock (told not to wait, [`Ledger::waits`]),
+    /// having changed nothing.
+    pub(crate) fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            LedgerError::Db {
+                source: rusqlite::Error::SqliteFailure(e, _),
+                ..
+            } if matches!(
+                e.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            )
+        )
+    }
+}
+
 /// What the run-history page reads of a ledger.
 pub trait History {
     /// The latest `limit` runs of `manifest`, newest first.
@@ -815,6 +832,21 @@ pub trait Ledger: History {
 
     /// Everything buffered, durable now.
     fn flush_all(&mut self) -> Result<()>;
+
+    /// Whether the calls that follow may wait on others: with `false`, a ledger that can give
+    /// up at once where it would wait (SQLite: another writer's lock, and the checkpoint a
+    /// commit may start, with its `fsync`) does so, with an error that
+    /// [`LedgerError::is_busy`], having changed nothing; it says whether it can. A ledger that
+    /// cannot (a server, which may be away for minutes) says `false` and is never asked to.
+    fn waits(&mut self, wait: bool) -> bool {
+        let _ = wait;
+        false
+    }
+
+    /// How many more events it buffers before recording one writes them.
+    fn room(&self) -> usize {
+        0
+    }
 
     fn checkpoint(&mut self) -> Result<()> {
         Ok(())

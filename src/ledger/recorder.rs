@@ -7,9 +7,19 @@
 //! made: what needs no answer (events, a quarantine, a lock let go) is handed over and not waited
 //! for, and what does (a claim, results made durable) is an answer the loop awaits while the rest
 //! of the run goes on. Before and after the drain, the same calls run where they are made.
+//!
+//! A claim and a commit of results are asked once or twice an item, and each trip to the
+//! ledger's thread and back is a wake-up on the other core and another on this one, while the
+//! item waits: a drain of quick items spent a quarter of its time so. So such a call is made here
+//! and now when nothing is waiting on the thread and the ledger can be told not to wait
+//! ([`crate::ledger::Ledger::waits`]: SQLite gives up at once on another writer's lock, and
+//! leaves the checkpoint, with its `fsync`, to the thread); when it gives up, having changed
+//! nothing, the same call goes to the thread, which waits as before. A shared ledger's calls
+//! always go to the thread.
 
 use super::store::Store;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 
 /// A call for the ledger's thread.
@@ -21,6 +31,8 @@ pub(crate) struct Recorder {
     away: Option<Away>,
     /// The first failure of a call nobody waits for.
     failed: Arc<Mutex<Option<String>>>,
+    /// The calls handed to the thread and not yet made.
+    queued: Arc<AtomicUsize>,
 }
 
 /// The thread the ledger is on, and how calls reach it.
@@ -41,6 +53,7 @@ impl Recorder {
             store: Arc::new(Mutex::new(store)),
             away: None,
             failed: Arc::new(Mutex::new(None)),
+            queued: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -51,12 +64,18 @@ impl Recorder {
             return;
         }
         let (jobs, rx) = mpsc::channel::<Job>();
-        let store = self.store.clone();
+        let (store, queued) = (self.store.clone(), self.queued.clone());
         let thread = std::thread::Builder::new()
             .name("runner-ledger".into())
             .spawn(move || {
                 for job in rx {
-                    job(&mut lock(&store));
+                    {
+                        let mut s = lock(&store);
+                        // The thread's calls wait as long as they must.
+                        s.waits(true);
+                        job(&mut s);
+                    }
+                    queued.fetch_sub(1, Ordering::AcqRel);
                 }
             });
         match thread {
@@ -77,7 +96,18 @@ impl Recorder {
             if thread.join().is_err() {
                 self.fail("the ledger's thread ended in a panic".into());
             }
+            self.lock().waits(true);
         }
+    }
+
+    /// Hand `job` to the thread; `false` when it is gone.
+    fn hand(&self, a: &Away, job: Job) -> bool {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if a.jobs.send(job).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     /// The ledger itself, for a caller that may wait on it (before or after the drain). Waits for
@@ -99,7 +129,7 @@ impl Recorder {
         };
         match &self.away {
             Some(a) => {
-                if a.jobs.send(Box::new(job)).is_err() {
+                if !self.hand(a, Box::new(job)) {
                     self.fail("the ledger's thread is gone".into());
                 }
             }
@@ -118,9 +148,10 @@ impl Recorder {
                 let job = move |s: &mut Store| {
                     let _ = tx.send(call(s));
                 };
-                match a.jobs.send(Box::new(job)) {
-                    Ok(()) => Answer::Away(rx),
-                    Err(_) => Answer::Here(None),
+                if self.hand(a, Box::new(job)) {
+                    Answer::Away(rx)
+                } else {
+                    Answer::Here(None)
                 }
             }
             None => Answer::Here(Some(call(&mut self.lock()))),
@@ -129,6 +160,38 @@ impl Recorder {
             match answer {
                 Answer::Here(v) => v,
                 Answer::Away(rx) => rx.await.ok(),
+            }
+        }
+    }
+
+    /// A call whose answer is awaited, made here and now when nothing waits on the ledger's
+    /// thread and the ledger can be told not to wait, and handed to the thread when it cannot
+    /// or gave up on another writer's lock (so `call` may be made twice: the first time it
+    /// changed nothing). `events`: how many events `call` records first, which must fit in the
+    /// ledger's buffer without a write. `None` when the ledger's thread is gone.
+    pub(crate) fn ask_soon<T: Send + 'static>(
+        &mut self,
+        events: usize,
+        mut call: impl FnMut(&mut Store) -> super::Result<T> + Send + 'static,
+    ) -> impl Future<Output = Option<super::Result<T>>> + 'static {
+        let mut here = None;
+        if self.away.is_some()
+            && self.queued.load(Ordering::Acquire) == 0
+            && let Ok(mut s) = self.store.try_lock()
+            && events <= s.room()
+            && s.waits(false)
+        {
+            match call(&mut s) {
+                Err(e) if e.is_busy() => {}
+                answer => here = Some(answer),
+            }
+        }
+        let later = here.is_none().then(|| self.ask(call));
+        async move {
+            match (here, later) {
+                (Some(answer), _) => Some(answer),
+                (None, Some(later)) => later.await,
+                (None, None) => None,
             }
         }
     }
@@ -193,6 +256,78 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), vec![1, 2]);
         r.stop();
         assert_eq!(r.failure(), None);
+    }
+
+    fn holder() -> super::super::Holder {
+        super::super::Holder::this_process()
+    }
+
+    fn key(item: &str) -> crate::vocab::ItemKey {
+        crate::vocab::ItemKey {
+            manifest: "m".into(),
+            repo: "r".into(),
+            item: item.into(),
+            def_hash: "d".into(),
+        }
+    }
+
+    #[test]
+    fn a_claim_is_answered_at_once_when_the_ledger_is_free_and_by_its_thread_when_another_writer_holds_it()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut r = Recorder::new(super::super::store::open(&path).unwrap());
+        r.start();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let claim = |calls: Arc<AtomicUsize>, item: &'static str| {
+            move |s: &mut Store| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                s.claim(&key(item), "run", &holder())
+            }
+        };
+        // Free: made here, no trip to the thread.
+        let answer = r.ask_soon(0, claim(calls.clone(), "a"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "made here and now");
+        assert!(matches!(
+            rt.block_on(answer),
+            Some(Ok(super::super::Claim::Claimed))
+        ));
+        // Another writer holds the ledger: the call gives up at once and goes to the thread,
+        // which waits for the writer; the caller does not.
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let asked = std::time::Instant::now();
+        let answer = r.ask_soon(0, claim(calls.clone(), "b"));
+        let waited = asked.elapsed();
+        assert!(
+            waited < std::time::Duration::from_secs(5),
+            "the caller waited {waited:?} for another writer's lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            3,
+            "tried here, then on the thread, which waits"
+        );
+        other.execute_batch("COMMIT").unwrap();
+        assert!(matches!(
+            rt.block_on(answer),
+            Some(Ok(super::super::Claim::Claimed))
+        ));
+        r.stop();
+        assert_eq!(r.failure(), None);
+        // Both claims are there, once each.
+        let n: i64 = other
+            .query_row(
+                "SELECT count(*) FROM claims WHERE run_id = 'run'",
+                [],
+                |x| x.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 2);
     }
 
     #[test]

@@ -205,6 +205,33 @@ impl Fanout {
     }
 }
 
+impl Fanout {
+    /// [`Fanout::ask_ledger`], made here and now where the ledger can answer at once
+    /// ([`Recorder::ask_soon`]); `call` may be made a second time, on the ledger's thread, when
+    /// the first gave up on another writer's lock, having changed nothing.
+    fn ask_ledger_soon<T: Send + 'static>(
+        &mut self,
+        mut call: impl FnMut(&mut Store) -> crate::ledger::Result<T> + Send + 'static,
+    ) -> impl std::future::Future<Output = Result<T, String>> + 'static {
+        let (batch, run_id) = (std::mem::take(&mut self.pending), self.run_id.clone());
+        let mut batch = Some(batch);
+        let events = batch.as_ref().map_or(0, Vec::len);
+        let answer = self.ledger.ask_soon(events, move |l| {
+            // Recorded once: a call that gave up did so after they were in the buffer.
+            if let Some(b) = batch.take() {
+                write_events(l, &run_id, &b)?;
+            }
+            call(l)
+        });
+        async move {
+            match answer.await {
+                Some(answer) => answer.map_err(|e| e.to_string()),
+                None => Err("the ledger's thread is gone".into()),
+            }
+        }
+    }
+}
+
 /// Events recorded on the loop, for the ledger: the item's key, the event, when.
 type Pending = Vec<(Option<ItemKey>, Event, String)>;
 
@@ -352,7 +379,7 @@ impl RunSink for Fanout {
         }
         let (run_id, holder) = (self.run_id.clone(), self.holder.clone());
         let recorded = self.results_recorded;
-        let answer = self.ask_ledger(move |l| {
+        let answer = self.ask_ledger_soon(move |l| {
             let asked = std::time::Instant::now();
             let answer = l.claim(&key, &run_id, &holder);
             // How long claims take: what a shared ledger costs each item (`RUNNER_LOG=debug`).
@@ -413,7 +440,7 @@ impl RunSink for Fanout {
             return Box::pin(std::future::ready(()));
         }
         let recorded = self.results_recorded;
-        let answer = self.ask_ledger(|l| l.commit_results());
+        let answer = self.ask_ledger_soon(|l| l.commit_results());
         Box::pin(async move {
             match answer.await {
                 Ok(()) => self.results_durable = self.results_durable.max(recorded),

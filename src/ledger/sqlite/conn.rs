@@ -9,6 +9,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How long a call waits for another writer's lock, where it waits at all.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The pages of write-ahead log past which a commit folds it into the database (SQLite's own
+/// default).
+const WAL_PAGES: i64 = 1000;
+
 /// The latest `?2` runs of manifest `?1` that retention kept: the window history is read from.
 pub(super) const RECENT_RUNS: &str =
     "(SELECT id FROM runs WHERE manifest = ?1 AND pruned_at IS NULL
@@ -45,6 +52,8 @@ pub struct SqliteLedger {
     pub(super) buffered: Buffer,
     /// Device and inode of the file opened: a ledger deleted or replaced under a run is noticed.
     pub(super) identity: Option<(u64, u64)>,
+    /// Told not to wait ([`SqliteLedger::set_waits`]): no busy timeout, no checkpoint on commit.
+    pub(super) gives_up: bool,
 }
 
 /// Device and inode of `path`.
@@ -100,6 +109,7 @@ impl SqliteLedger {
             path: path.to_path_buf(),
             buffered: Buffer::default(),
             identity: None,
+            gives_up: false,
         };
         if existed {
             ledger.quick_check()?;
@@ -133,6 +143,7 @@ impl SqliteLedger {
                 path: tmp.path().to_path_buf(),
                 buffered: Buffer::default(),
                 identity: None,
+                gives_up: false,
             };
             fresh.setup()?;
         }
@@ -340,7 +351,7 @@ impl SqliteLedger {
 
     pub(super) fn setup(&mut self) -> Result<()> {
         self.conn
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| self.err(e))?;
         // Reading the mode also proves the file is a database at all. Switching a new file to
         // WAL needs a moment alone with it, and SQLite does not wait for that itself: when
@@ -396,6 +407,42 @@ impl SqliteLedger {
         Ok(())
     }
 
+    /// Whether the calls that follow wait for another writer's lock (up to the busy timeout)
+    /// and fold the write-ahead log into the database when a commit has made it long (which
+    /// syncs the file). Told not to, a call that would wait gives up at once with SQLite's
+    /// `SQLITE_BUSY`, before its transaction changed anything, and a commit leaves the log as
+    /// it is, for [`SqliteLedger::fold_large_log`].
+    pub(super) fn set_waits(&mut self, wait: bool) -> Result<()> {
+        if self.gives_up != wait {
+            return Ok(());
+        }
+        let (timeout, pages) = if wait {
+            (BUSY_TIMEOUT, WAL_PAGES)
+        } else {
+            (Duration::ZERO, 0)
+        };
+        self.conn.busy_timeout(timeout).map_err(|e| self.err(e))?;
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", pages)
+            .map_err(|e| self.err(e))?;
+        self.gives_up = !wait;
+        Ok(())
+    }
+
+    /// Fold the write-ahead log into the database when it holds more than SQLite's own
+    /// threshold for that ([`WAL_PAGES`]), without waiting on readers.
+    pub(super) fn fold_large_log(&mut self) -> Result<()> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let large = std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_PAGES as u64 * 4096);
+        if large {
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
     /// Commit everything buffered.
     pub(crate) fn flush(&mut self) -> Result<()> {
         if self.buffered.is_empty() {
@@ -445,6 +492,7 @@ impl SqliteLedger {
             path: path.to_path_buf(),
             buffered: Buffer::default(),
             identity: None,
+            gives_up: false,
         };
         let version: i64 = ledger
             .conn

@@ -683,9 +683,20 @@ impl Ledger for SqliteLedger {
         Ok(())
     }
 
-    /// Write everything recorded so far, events included, now.
+    /// Write everything recorded so far, events included, now; and fold the write-ahead log
+    /// into the database once it is large, which the commits made without waiting leave to
+    /// this call ([`SqliteLedger::set_waits`]).
     fn flush_all(&mut self) -> Result<()> {
-        self.flush()
+        self.flush()?;
+        self.fold_large_log()
+    }
+
+    fn waits(&mut self, wait: bool) -> bool {
+        self.set_waits(wait).is_ok()
+    }
+
+    fn room(&self) -> usize {
+        self.buffered.room()
     }
 
     /// What each item's worker and gates took together in each of the latest `limit` runs of
