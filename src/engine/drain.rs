@@ -85,6 +85,15 @@ async fn drain_in_span(cx: Arc<RunCx>, sink: &mut dyn RunSink) -> DrainEnd {
             release_settled(&d.cx, d.sink, &mut d.pool, &mut d.sched).await;
             continue;
         }
+        // What no longer runs (finished, resting) gives its host slot back, now that the loop
+        // waits and no item of this run takes it: until then a slot goes from an item that
+        // ended to the next without being let go (given back and taken again, it could be found
+        // still locked by a copy of runner's descriptors in a child that has not yet closed
+        // them, and the next item would wait for a poll; and taking it again costs a lock file
+        // opened and locked an item).
+        if let Some(s) = d.slots.as_mut() {
+            s.trim(d.sched.running());
+        }
         d.wait(until, &mut stop_poll).await;
     }
     d.end().await
@@ -348,14 +357,6 @@ impl<'s> Drain<'s> {
                 Step::Done
             }
             Decision::Wait { until } => {
-                // What no longer runs (finished, resting) gives its host slot back, now that no
-                // item of this run takes it: until then a slot goes from an item that ended to
-                // the next without being let go (given back and taken again, it could be found
-                // still locked by a copy of runner's descriptors in a child that has not yet
-                // closed them, and the next item would wait for a poll).
-                if let Some(s) = self.slots.as_mut() {
-                    s.trim(self.sched.running());
-                }
                 trace!(running = self.sched.running(), ?until, "waiting");
                 Step::Wait(until)
             }

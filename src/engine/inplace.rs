@@ -56,7 +56,8 @@ const MARKER_LEN: usize = 1024;
 /// is rewritten in place, no folder entry made or removed for each item. Not synced to the
 /// disk: it is for a run killed, not a machine that lost power — a marker lost or torn with the
 /// power proves nothing, and the checkout stays `dirty-tree`.
-pub(crate) fn mark(common: &Path, marker: &Marker) -> std::io::Result<()> {
+/// The marker file stays open until the item ends ([`Marked::unmark`]).
+pub(crate) fn mark(common: &Path, marker: &Marker) -> std::io::Result<Marked> {
     let mut bytes = serde_json::to_vec(marker).map_err(std::io::Error::other)?;
     if bytes.len() > MARKER_LEN {
         return Err(std::io::Error::other(
@@ -64,7 +65,19 @@ pub(crate) fn mark(common: &Path, marker: &Marker) -> std::io::Result<()> {
         ));
     }
     bytes.resize(MARKER_LEN, b' ');
-    overwrite(common, &bytes)
+    overwrite(common, &bytes).map(Marked)
+}
+
+/// An item's marker, written and open.
+pub(crate) struct Marked(std::fs::File);
+
+impl Marked {
+    /// The item has ended: its marker is blanked (all spaces: no item works here), through the
+    /// file written when it began.
+    pub(crate) fn unmark(self) {
+        use std::os::unix::fs::FileExt;
+        let _ = self.0.write_all_at(&[b' '; MARKER_LEN], 0);
+    }
 }
 
 /// The item has ended: its marker is blanked (all spaces: no item works here).
@@ -72,14 +85,15 @@ pub(crate) fn unmark(common: &Path) {
     let _ = overwrite(common, &[b' '; MARKER_LEN]);
 }
 
-/// Write `bytes` over the start of the marker file, made when missing.
-fn overwrite(common: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Write `bytes` over the start of the marker file, made when missing; the file, open.
+fn overwrite(common: &Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::FileExt;
     let f = crate::support::fs::open_regular(
         &common.join(MARKER),
         std::fs::OpenOptions::new().write(true).create(true),
     )?;
-    f.write_all_at(bytes, 0)
+    f.write_all_at(bytes, 0)?;
+    Ok(f)
 }
 
 /// The marker in `common`, with its change time (seconds, nanoseconds), when there is one.

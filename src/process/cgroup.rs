@@ -379,7 +379,7 @@ impl Contained {
         }
         Ok(ItemCgroup {
             dirs,
-            leaf: std::sync::Mutex::new(0),
+            leaf: std::sync::Mutex::new((0, false)),
         })
     }
 
@@ -404,9 +404,9 @@ impl Drop for Contained {
 #[derive(Debug)]
 pub struct ItemCgroup {
     dirs: Vec<PathBuf>,
-    /// The generation of the unified leaf processes start in (`g<n>` below the item cgroup);
-    /// moved on by every kill.
-    leaf: std::sync::Mutex<u32>,
+    /// The generation of the unified leaf processes start in (`g<n>` below the item cgroup),
+    /// moved on by every kill; and whether it was made.
+    leaf: std::sync::Mutex<(u32, bool)>,
 }
 
 /// `dir`'s `cgroup.procs`, open for a process to move itself in.
@@ -447,18 +447,26 @@ impl Joining {
 }
 
 impl ItemCgroup {
-    /// The unified leaf processes start in now, made when missing.
+    /// The unified leaf processes start in now, made when missing (its folder is opened next:
+    /// one taken away meanwhile is an error then).
     fn leaf(&self) -> io::Result<PathBuf> {
-        let n = *self.leaf.lock().unwrap_or_else(|p| p.into_inner());
-        let dir = self.dirs[0].join(format!("g{n}"));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => Ok(dir),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(dir),
-            Err(e) => Err(io::Error::new(
-                e.kind(),
-                format!("cannot create cgroup `{}`: {e}", dir.display()),
-            )),
+        let mut leaf = self.leaf.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = self.dirs[0].join(format!("g{}", leaf.0));
+        if leaf.1 {
+            return Ok(dir);
         }
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot create cgroup `{}`: {e}", dir.display()),
+                ));
+            }
+        }
+        leaf.1 = true;
+        Ok(dir)
     }
 
     /// Open the cgroups for a process to start in: the unified leaf, and each v1 cgroup.
@@ -502,9 +510,9 @@ impl ItemCgroup {
     pub async fn kill(&self, within: Duration) -> bool {
         let gone = kill_and_wait(self.path(), within).await;
         let old = {
-            let mut n = self.leaf.lock().unwrap_or_else(|p| p.into_inner());
-            *n += 1;
-            self.dirs[0].join(format!("g{}", *n - 1))
+            let mut leaf = self.leaf.lock().unwrap_or_else(|p| p.into_inner());
+            *leaf = (leaf.0 + 1, false);
+            self.dirs[0].join(format!("g{}", leaf.0 - 1))
         };
         let _ = std::fs::remove_dir(old);
         gone
@@ -614,8 +622,16 @@ fn remove_leaves(dir: &Path) {
 
 /// Whether a live process is left in unified cgroup `dir` (or any below it).
 fn populated(dir: &Path) -> Option<bool> {
-    let events = std::fs::read_to_string(dir.join("cgroup.events")).ok()?;
-    events
+    use std::io::Read;
+    // Its first line, had with one read (the kernel gives the whole of such a small file at
+    // once): asked after every process an item starts.
+    let mut buf = [0u8; 256];
+    let n = std::fs::File::open(dir.join("cgroup.events"))
+        .ok()?
+        .read(&mut buf)
+        .ok()?;
+    std::str::from_utf8(&buf[..n])
+        .ok()?
         .lines()
         .find_map(|l| l.strip_prefix("populated "))
         .map(|v| v.trim() != "0")

@@ -150,13 +150,12 @@ pub(crate) async fn run_item(
             crate::engine::inplace::mark(common, &marker)
                 .map_err(|e| tracing::debug!(error = %e, "the in-place marker was not written"))
                 .ok()
-                .map(|()| common.clone())
         }
         _ => None,
     };
     let run = attempts(&icx).await;
-    if let Some(common) = marked {
-        crate::engine::inplace::unmark(&common);
+    if let Some(marked) = marked {
+        marked.unmark();
     }
     if let Some(rules) = &icx.rules {
         let _ = crate::support::fs::empty_dir(&rules.tmp);
