@@ -50,7 +50,8 @@ pub struct SharedState {
 struct Folder {
     stamp: FolderStamp,
     recent: bool,
-    names: Vec<(String, bool)>,
+    /// Shared with the captures after, while the folder is unchanged.
+    names: std::sync::Arc<[(String, bool)]>,
 }
 
 /// Files the state is made of (folders taken whole).
@@ -195,29 +196,30 @@ impl Walk<'_> {
                 let Ok(list) = std::fs::read_dir(self.common.join(&rel)) else {
                     return;
                 };
+                let hooks = rel == "hooks";
                 let mut names: Vec<(String, bool)> = list
                     .flatten()
                     .map(|e| {
                         let dir = e.file_type().is_ok_and(|t| t.is_dir());
                         (e.file_name().to_string_lossy().into_owned(), dir)
                     })
+                    // The sample hooks are not kept: their folder's stamp says when one is
+                    // renamed to its real name.
+                    .filter(|(name, dir)| *dir || !(hooks && name.ends_with(".sample")))
                     .collect();
                 names.sort();
-                names
+                names.into()
             }
         };
-        let hooks = rel == "hooks";
-        for (name, dir) in &names {
+        for (name, dir) in names.iter() {
             let child = format!("{rel}/{name}");
-            if *dir {
-                if let Ok(cm) = std::fs::symlink_metadata(self.common.join(&child))
-                    && cm.is_dir()
-                {
-                    self.folder(child, &cm);
-                    continue;
-                }
-                // No longer a folder: looked at as a file (its change names it).
-            } else if hooks && name.ends_with(".sample") {
+            // A name listed as a folder that no longer is one is looked at as a file (its
+            // change names it).
+            if *dir
+                && let Ok(cm) = std::fs::symlink_metadata(self.common.join(&child))
+                && cm.is_dir()
+            {
+                self.folder(child, &cm);
                 continue;
             }
             if self.own.iter().any(|r| r == &child) {
