@@ -679,3 +679,63 @@ fn a_manifest_given_where_a_run_id_goes_is_told_how_to_name_the_run() {
         );
     }
 }
+
+/// Another process holds the SQLite ledger's write lock while a drain runs: what the run must
+/// write then (an item's result) waits for it on the ledger's thread, never on the event loop,
+/// so a worker's timeout still ends it on time. (A call made on the loop that waited out the
+/// lock, as SQLite's busy timeout would have it, held the other item's kill until the lock
+/// went.)
+#[test]
+fn a_ledger_another_writer_holds_holds_back_no_timer() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut m = String::from(
+        "version: 1\nname: locked-ledger\ncapacity: {workers: 2}\nrepositories:\n  - path: r0\n  - path: r1\n",
+    );
+    repo(&root.join("r0"));
+    repo(&root.join("r1"));
+    let worker = format!(
+        "touch {}/started-$RUNNER_REPO; if [ $RUNNER_REPO = r0 ]; then sleep 1; else sleep 30; fi",
+        root.display()
+    );
+    m.push_str(&format!(
+        "worker:\n  run: {}\n  timeout: 3s\n  grace: 200ms\nitems:\n  - {{repo: r0, id: quick}}\n  - {{repo: r1, id: slow}}\n",
+        serde_json::to_string(&worker).unwrap()
+    ));
+    std::fs::write(root.join("m.yaml"), m).unwrap();
+    let mut child = spawn_apply(root, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(root.join("started-r0").exists() && root.join("started-r1").exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the items never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Held from before the quick item ends (its result is then to be written) until well past
+    // the slow one's timeout.
+    let other = rusqlite::Connection::open(root.join(".runner/state.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    std::thread::sleep(Duration::from_secs(7));
+    other.execute_batch("COMMIT").unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "the slow item timed out");
+    let report = latest_report(&root.join("runner-reports"));
+    let item = |id: &str| {
+        report["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(item("quick")["outcome"], "completed", "{report:#}");
+    let slow = &item("slow")["attempts"][0]["worker"];
+    assert_eq!(slow["class"], "timeout", "{report:#}");
+    let took = slow["duration_ms"].as_u64().unwrap();
+    assert!(
+        took < 5_000,
+        "the slow item's 3 s timeout ended it after {took} ms: its kill waited for the ledger"
+    );
+}
