@@ -345,16 +345,7 @@ impl Contained {
     fn make_item(&self, repo: &str) -> io::Result<ItemCgroup> {
         let dirs = self.item_dirs(repo);
         for (i, dir) in dirs.iter().enumerate() {
-            match std::fs::create_dir(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("cannot create cgroup `{}`: {e}", dir.display()),
-                    ));
-                }
-            }
+            make_dir(dir)?;
             let settings = if i == 0 {
                 Controller::needed(&self.limits)
                     .into_iter()
@@ -409,6 +400,18 @@ pub struct ItemCgroup {
     leaf: std::sync::Mutex<(u32, bool)>,
 }
 
+/// Cgroup `dir`, made unless it is there.
+fn make_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("cannot create cgroup `{}`: {e}", dir.display()),
+        )),
+    }
+}
+
 /// `dir`'s `cgroup.procs`, open for a process to move itself in.
 fn open_procs(dir: &Path) -> io::Result<OwnedFd> {
     std::fs::OpenOptions::new()
@@ -455,16 +458,7 @@ impl ItemCgroup {
         if leaf.1 {
             return Ok(dir);
         }
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot create cgroup `{}`: {e}", dir.display()),
-                ));
-            }
-        }
+        make_dir(&dir)?;
         leaf.1 = true;
         Ok(dir)
     }
