@@ -721,17 +721,12 @@ fn a_ledger_another_writer_holds_holds_back_no_timer() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(1), "the slow item timed out");
     let report = latest_report(&root.join("runner-reports"));
-    let item = |id: &str| {
-        report["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["id"] == id)
-            .cloned()
-            .unwrap()
-    };
-    assert_eq!(item("quick")["outcome"], "completed", "{report:#}");
-    let slow = &item("slow")["attempts"][0]["worker"];
+    assert_eq!(
+        report_item(&report, "id", "quick")["outcome"],
+        "completed",
+        "{report:#}"
+    );
+    let slow = &report_item(&report, "id", "slow")["attempts"][0]["worker"];
     assert_eq!(slow["class"], "timeout", "{report:#}");
     let took = slow["duration_ms"].as_u64().unwrap();
     assert!(

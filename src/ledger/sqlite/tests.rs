@@ -367,3 +367,30 @@ fn a_corrupt_file_is_an_error_and_is_left_alone() {
         b"this is not a database, and it must survive"
     );
 }
+
+#[test]
+fn told_not_to_wait_its_commits_leave_the_log_to_be_folded_by_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut l = SqliteLedger::open(&path).unwrap();
+    run(&mut l, "a");
+    l.checkpoint().unwrap();
+    let size = || std::fs::metadata(&path).unwrap().len();
+    let at_start = size();
+    let me = Holder::this_process();
+    assert!(l.waits(false));
+    // Well past SQLite's 1,000 pages of log, one commit a claim: none folds the log into the
+    // database (a fold syncs the file, and these commits are made on the drain's loop).
+    for i in 0..1500 {
+        finished(&mut l, "a", &format!("before-{i}"), ItemOutcome::Completed);
+        assert_eq!(
+            l.claim(&key(&format!("x{i}")), "a", &me).unwrap(),
+            Claim::Claimed
+        );
+    }
+    assert_eq!(size(), at_start, "a commit folded the log");
+    // The ledger's thread folds it, with the tick's flush, once it is that long.
+    assert!(l.waits(true));
+    l.flush_all().unwrap();
+    assert!(size() > at_start, "the log was not folded");
+}
