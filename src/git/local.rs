@@ -42,6 +42,7 @@ use objects::{Kind, Objects, Reach};
 mod heads;
 mod history;
 mod index;
+mod kept;
 mod reads;
 mod repo;
 
@@ -52,6 +53,7 @@ pub use history::behind;
 pub(crate) use history::is_ancestor;
 use index::Index;
 pub(crate) use index::{PlainIndex, overexpands, plain_index_file};
+pub use kept::KeptFiles;
 pub use reads::Reads;
 use reads::{Oid, hex};
 pub(crate) use repo::{git_dirs, plain_config_text, removable_worktree};
@@ -110,16 +112,17 @@ pub fn head(dir: &Path, reads: Reads) -> Option<Probe> {
     Some(probe(top, common, head, branch))
 }
 
-/// [`head`] from small files, with where the checkout's index is: both from one look at its
-/// git folder (an item's start asks both, with nothing run between).
-pub(crate) fn head_and_index(dir: &Path) -> Option<(Probe, PathBuf)> {
-    if let Some((top, git_dir)) = plain_checkout(dir, Reads::Small) {
-        let (head, branch) = read_head(&git_dir, &git_dir, Reads::Small)?;
+/// [`head`] from small files (`reads`: [`Reads::Small`], or through the run's kept files), with
+/// where the checkout's index is: both from one look at its git folder (an item's start asks
+/// both, with nothing run between).
+pub(crate) fn head_and_index(dir: &Path, reads: Reads) -> Option<(Probe, PathBuf)> {
+    if let Some((top, git_dir)) = plain_checkout(dir, reads) {
+        let (head, branch) = read_head(&git_dir, &git_dir, reads)?;
         let index = git_dir.join("index");
         return Some((probe(top, git_dir, head, branch), index));
     }
-    let (top, own, common) = linked_checkout(dir, Reads::Small)?;
-    let (head, branch) = read_head(&own, &common, Reads::Small)?;
+    let (top, own, common) = linked_checkout(dir, reads)?;
+    let (head, branch) = read_head(&own, &common, reads)?;
     Some((probe(top, common, head, branch), own.join("index")))
 }
 

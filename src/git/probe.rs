@@ -78,12 +78,12 @@ pub(crate) fn proven_clean(g: &Repos, dir: &Path) -> Option<Probe> {
 /// [`quick_probe`] from small files only ([`Reads::Small`]), never git, with where the
 /// checkout's index is (for [`super::base_index_small_at`]): `None` says ask [`quick_probe`] on
 /// the blocking pool.
-pub(crate) fn small_probe_and_index(dir: &Path) -> Option<(Probe, std::path::PathBuf)> {
-    local::head_and_index(dir)
+pub(crate) fn small_probe_and_index(g: &Repos, dir: &Path) -> Option<(Probe, std::path::PathBuf)> {
+    local::head_and_index(dir, Reads::Kept(g.kept_files()))
 }
 
-/// [`proven_clean`] from small files only ([`Reads::Small`]): a small checkout's proof, cheap
-/// enough for the event loop. `None` says nothing either way.
+/// [`proven_clean`] from small files only ([`Reads::Small`], through the run's kept files): a
+/// small checkout's proof, cheap enough for the event loop. `None` says nothing either way.
 pub(crate) fn proven_clean_small(g: &Repos, dir: &Path) -> Option<Probe> {
-    local::clean_checkout(g, dir, Reads::Small)
+    local::clean_checkout(g, dir, Reads::Kept(g.kept_files()))
 }

@@ -46,6 +46,8 @@ struct Known {
     /// The tree each commit names. A commit is named by its content (and every commit runner
     /// reads in process is hashed against its name), so its tree never changes.
     trees: Mutex<HashMap<[u8; 20], [u8; 20]>>,
+    /// The small files of the checkouts read this run, kept while unchanged.
+    kept: super::local::KeptFiles,
 }
 
 /// The most commits a run remembers the trees of; past it the memory starts again (forgetting
@@ -53,6 +55,11 @@ struct Known {
 const TREES_KEPT: usize = 65_536;
 
 impl Repos {
+    /// The small files of the checkouts read this run ([`super::local::KeptFiles`]).
+    pub(super) fn kept_files(&self) -> &super::local::KeptFiles {
+        &self.0.kept
+    }
+
     /// What was looked up of `dir`'s configuration this run.
     pub(super) fn looked(&self, dir: &Path) -> Option<Looked> {
         lock(&self.0.seen).get(dir).cloned()

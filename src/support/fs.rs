@@ -57,6 +57,14 @@ pub(crate) fn open_regular_len(
     path: &Path,
     options: &mut std::fs::OpenOptions,
 ) -> std::io::Result<(File, u64)> {
+    open_regular_meta(path, options).map(|(file, meta)| (file, meta.len()))
+}
+
+/// [`open_regular`], with what its one `fstat` found of the file.
+pub(crate) fn open_regular_meta(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+) -> std::io::Result<(File, std::fs::Metadata)> {
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular = || std::io::Error::other("not a regular file");
     let file = options
@@ -74,7 +82,7 @@ pub(crate) fn open_regular_len(
     if !meta.is_file() {
         return Err(not_regular());
     }
-    Ok((file, meta.len()))
+    Ok((file, meta))
 }
 
 /// The whole of the regular file at `path` ([`open_regular`]); with `limit`, a file longer than
@@ -84,8 +92,17 @@ pub(crate) fn open_regular_len(
 /// many bytes into room for one more has reached the end, and is not asked again. (These reads
 /// are on every item's path: HEAD, refs, the index, the lease record.)
 pub(crate) fn read_regular(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
+    read_regular_meta(path, limit).map(|(data, _)| data)
+}
+
+/// [`read_regular`], with what the `fstat` of the file read found of it.
+pub(crate) fn read_regular_meta(
+    path: &Path,
+    limit: Option<u64>,
+) -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
     use std::io::Read;
-    let (mut file, len) = open_regular_len(path, std::fs::OpenOptions::new().read(true))?;
+    let (mut file, meta) = open_regular_meta(path, std::fs::OpenOptions::new().read(true))?;
+    let len = meta.len();
     let cap = limit.map_or(u64::MAX, |l| l + 1);
     let mut data = vec![0u8; (len.saturating_add(1)).min(cap) as usize];
     let mut n = 0;
@@ -114,7 +131,7 @@ pub(crate) fn read_regular(path: &Path, limit: Option<u64>) -> std::io::Result<V
     if limit.is_some_and(|l| n as u64 > l) {
         return Err(std::io::Error::other("larger than this read takes"));
     }
-    Ok(data)
+    Ok((data, meta))
 }
 
 /// Lexically normalise a path (`a/./b/../c` -> `a/c`) without touching the disk.

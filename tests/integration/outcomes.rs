@@ -595,6 +595,49 @@ fn an_in_place_item_commits_its_work_and_then_plans_as_done() {
     assert_eq!(plan["items"][0]["state"], "done", "{plan:#}");
 }
 
+/// A repository whose git files have settled (a second old) has them kept by the run between
+/// its items; the work each item commits moves HEAD's branch and rewrites the index, and the
+/// next item starts from that commit, proven clean from the files as they are then.
+#[test]
+fn in_place_items_of_a_settled_repository_each_start_from_the_last_ones_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let r = repo(&root.join("r"));
+    let init = common::git(&r, &["rev-parse", "HEAD"]);
+    std::fs::write(
+        root.join("m.yaml"),
+        "version: 1\nname: settled\nrepositories: [{path: r}]\nworker:\n  run: 'if [ \"$RUNNER_ITEM\" != b ]; then echo $RUNNER_ITEM > $RUNNER_ITEM.txt; fi'\n\
+         items: [{repo: r, id: a}, {repo: r, id: b}, {repo: r, id: c}]\n",
+    )
+    .unwrap();
+    // Every git file of the repository a second old: each is kept once read.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let out = run_in(root, &["apply", "m.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = latest_report(&root.join("runner-reports"));
+    let (a, b, c) = (
+        report_item(&report, "id", "a"),
+        report_item(&report, "id", "b"),
+        report_item(&report, "id", "c"),
+    );
+    for item in [&a, &b, &c] {
+        assert_eq!(item["outcome"], "completed", "{item:#}");
+    }
+    let a_commit = a["commit"].as_str().expect("a committed its work");
+    assert!(b["commit"].is_null(), "b changed nothing: {b:#}");
+    let c_commit = c["commit"].as_str().expect("c committed its work");
+    assert_eq!(
+        common::git(&r, &["rev-parse", &format!("{a_commit}^")]),
+        init
+    );
+    assert_eq!(
+        common::git(&r, &["rev-parse", &format!("{c_commit}^")]),
+        a_commit
+    );
+    assert_eq!(common::git(&r, &["rev-parse", "HEAD"]), c_commit);
+    assert_eq!(common::git(&r, &["status", "--porcelain"]), "");
+}
+
 #[test]
 fn the_commit_holds_the_tree_as_the_worker_left_it_not_the_gates_byproducts() {
     let dir = tempfile::tempdir().unwrap();

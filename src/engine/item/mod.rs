@@ -267,7 +267,7 @@ async fn anchor(
             start,
         })
     };
-    if let Some((probe, index)) = git::small_probe_and_index(dir) {
+    if let Some((probe, index)) = git::small_probe_and_index(g, dir) {
         return (Ok(anchor_of(probe)), Some(index));
     }
     let (g, dir) = (g.clone(), dir.to_path_buf());

@@ -47,15 +47,30 @@ impl Index {
 
     /// [`Index::read`], of the index file at `path`.
     pub(super) fn read_file(path: &Path, reads: Reads) -> Option<Index> {
+        let absent = || {
+            Some(Index {
+                entries: Vec::new(),
+                tree: Some(EMPTY_TREE),
+                written: (0, 0),
+            })
+        };
+        // Kept: its bytes and when it was written are those of one stamp.
+        if let Some(kept) = reads.kept(path) {
+            let kept = match kept {
+                Ok(k) => k,
+                Err(e) if e.kind() == ErrorKind::NotFound => return absent(),
+                Err(_) => return None,
+            };
+            let (secs, nanos) = kept.modified();
+            let mut index = parse(&kept.bytes, (secs as u32, nanos as u32))?;
+            if index.entries.is_empty() {
+                index.tree = Some(EMPTY_TREE);
+            }
+            return Some(index);
+        }
         let data = match reads.bytes(path) {
             Ok(d) => d,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                return Some(Index {
-                    entries: Vec::new(),
-                    tree: Some(EMPTY_TREE),
-                    written: (0, 0),
-                });
-            }
+            Err(e) if e.kind() == ErrorKind::NotFound => return absent(),
             Err(_) => return None,
         };
         let meta = std::fs::metadata(path).ok()?;

@@ -1,7 +1,9 @@
 //! What a question of the checkout reader may read ([`Reads`]), and object names.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use super::kept::{KeptFile, KeptFiles};
 use super::objects::Reach;
 
 /// A SHA-1 object name.
@@ -14,32 +16,46 @@ pub(super) const EMPTY_TREE: Oid = [
 ];
 
 /// How much a question may read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reads {
+#[derive(Clone, Copy, Debug)]
+pub enum Reads<'a> {
     /// Whatever it takes.
     All,
     /// Only files of at most `SMALL_FILE` bytes, and no pack: an answer whose cost does not
     /// grow with the repository (an index that small names a few hundred files at most), cheap
     /// enough to be had on the event loop. A larger file ends the attempt with `None`.
     Small,
+    /// As [`Reads::Small`], each file through what the run keeps of the files it read
+    /// ([`KeptFiles`]): a file unchanged since is not read again.
+    Kept(&'a KeptFiles),
 }
 
 /// The largest file a [`Reads::Small`] question reads.
 pub(crate) const SMALL_FILE: u64 = 8 * 1024;
 
-impl Reads {
+impl Reads<'_> {
     /// A FIFO or device in place of a file is not waited on: it is left to git, which runs with
     /// a deadline.
     pub(super) fn bytes(self, path: &Path) -> std::io::Result<Vec<u8>> {
-        let limit = (self == Reads::Small).then_some(SMALL_FILE);
-        crate::support::fs::read_regular(path, limit)
+        match self {
+            Reads::All => crate::support::fs::read_regular(path, None),
+            Reads::Small => crate::support::fs::read_regular(path, Some(SMALL_FILE)),
+            Reads::Kept(files) => Ok(files.read(path, SMALL_FILE)?.bytes.clone()),
+        }
+    }
+
+    /// The file at `path` as [`Reads::Kept`] keeps it; `None` for the other reads.
+    pub(super) fn kept(self, path: &Path) -> Option<std::io::Result<Arc<KeptFile>>> {
+        match self {
+            Reads::Kept(files) => Some(files.read(path, SMALL_FILE)),
+            _ => None,
+        }
     }
 
     /// The objects a question may read.
     pub(super) fn reach(self) -> Reach {
         match self {
             Reads::All => Reach::All,
-            Reads::Small => Reach::Loose(SMALL_FILE),
+            Reads::Small | Reads::Kept(_) => Reach::Loose(SMALL_FILE),
         }
     }
 

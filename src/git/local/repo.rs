@@ -86,8 +86,22 @@ pub(crate) fn removable_worktree(dir: &Path) -> Option<PathBuf> {
 /// extension this reader does not know, an include), and git would read the file as
 /// `git::config` does.
 pub(super) fn plain_config(git_dir: &Path, reads: Reads) -> Option<()> {
-    let text = reads.text(&git_dir.join("config")).ok()?;
-    for (key, value) in crate::git::config::entries(&text)? {
+    let path = git_dir.join("config");
+    // Through the run's kept files: concluded once for the bytes kept.
+    if let Some(kept) = reads.kept(&path) {
+        let kept = kept.ok()?;
+        let plain = kept.plain.get_or_init(|| {
+            std::str::from_utf8(&kept.bytes)
+                .is_ok_and(|text| plain_config_text_says(text).is_some())
+        });
+        return plain.then_some(());
+    }
+    plain_config_text_says(&reads.text(&path).ok()?)
+}
+
+/// Whether configuration `text` is one this module reads ([`plain_config`]).
+fn plain_config_text_says(text: &str) -> Option<()> {
+    for (key, value) in crate::git::config::entries(text)? {
         if key.starts_with("extensions.")
             || key.starts_with("include.")
             || key.starts_with("includeif.")
