@@ -380,6 +380,26 @@ impl RecordsSeen {
     }
 }
 
+/// The stamp of the lease record of the repository whose common dir is `common_dir` (`None`:
+/// there is none, or it is not a regular file): a run that takes the lease writes its record
+/// anew unless the one there is its own, always as a new file renamed into place, so an
+/// unchanged stamp says no other run took the lease since.
+pub(crate) fn record_mark(common_dir: &Path) -> Option<crate::git::LeaseMark> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(common_dir.join(RECORD_FILE)).ok()?;
+    m.is_file().then(|| {
+        (
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    })
+}
+
 /// Whether some process holds the lease of the repository whose common dir is `common_dir`.
 pub(crate) fn is_held(common_dir: &Path) -> bool {
     let Ok(file) = open_regular(

@@ -36,7 +36,7 @@ pub use local::Reads;
 pub(crate) use local::overexpands as index_overexpands;
 pub use probe::*;
 pub use repos::Repos;
-pub use shared_state::{LastCaptures, SharedState};
+pub use shared_state::{LastCaptures, LeaseMark, SharedState};
 use snapshot::flagged;
 pub use snapshot::{
     BaseIndex, base_index, base_index_small, base_index_small_at, snapshot, snapshot_from,

@@ -133,31 +133,88 @@ impl SharedState {
 /// The last capture of each repository's shared state in a run, by its common folder: an
 /// item's capture before it runs starts from the one after the item before it in the same
 /// repository ([`SharedState::capture_after`]), so the folders nothing changed since are looked
-/// at, not listed again.
+/// at, not listed again — or is that capture itself, when it was taken moments ago
+/// ([`RECENT_ENOUGH`]) of the same refs, and the repository's lease record is the one it was
+/// then ([`LeaseMark`]): between the two items only this run held the repository, and what it
+/// did there (its results, the lease given back and taken again, a commit of the item's work,
+/// which moves only the item's own ref) is none of the shared state. A change someone made
+/// without the lease in those moments is then named as the next item's, as one made while an
+/// item runs is.
 #[derive(Debug, Default)]
 pub struct LastCaptures {
-    by_common: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, SharedState>>,
+    by_common: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Last>>,
+}
+
+/// What says which run held a repository since: the stamp of its lease record (device, inode,
+/// size, modification and change times), which every run that takes the lease writes anew
+/// unless it is its own, and which is always replaced whole.
+pub type LeaseMark = (u64, u64, u64, i64, i64, i64, i64);
+
+/// How long after a capture the next item of the repository may start from it as it is.
+pub const RECENT_ENOUGH: std::time::Duration = std::time::Duration::from_millis(100);
+
+#[derive(Debug)]
+struct Last {
+    state: SharedState,
+    own: Vec<String>,
+    head: bool,
+    at: std::time::Instant,
+    lease: Option<LeaseMark>,
 }
 
 impl LastCaptures {
     /// The state of the repository whose common git folder is `common`, as
-    /// [`SharedState::capture`] takes it.
-    pub fn capture(&self, common: &Path, own: &[String], head: bool) -> SharedState {
+    /// [`SharedState::capture`] takes it; `lease`: its lease record's stamp now.
+    pub fn capture(
+        &self,
+        common: &Path,
+        own: &[String],
+        head: bool,
+        lease: Option<LeaseMark>,
+    ) -> SharedState {
         let last = self
             .by_common
             .lock()
             .ok()
             .and_then(|mut m| m.remove(common));
         match last {
-            Some(last) => last.capture_after(common, own, head),
+            Some(last)
+                if last.own == own
+                    && last.head == head
+                    && last.lease.is_some()
+                    && last.lease == lease
+                    && last.at.elapsed() <= RECENT_ENOUGH =>
+            {
+                tracing::debug!(common = %common.display(), "the shared git state as the item before left it");
+                last.state
+            }
+            Some(last) => last.state.capture_after(common, own, head),
             None => SharedState::capture(common, own, head),
         }
     }
 
-    /// Keep `state`, captured of `common` just now, for the next capture.
-    pub fn keep(&self, common: &Path, state: SharedState) {
+    /// Keep `state`, captured of `common` just now leaving out `own` (with `head`, as
+    /// [`SharedState::capture`] takes them), for the next capture; `lease`: its lease record's
+    /// stamp now.
+    pub fn keep(
+        &self,
+        common: &Path,
+        state: SharedState,
+        own: &[String],
+        head: bool,
+        lease: Option<LeaseMark>,
+    ) {
         if let Ok(mut m) = self.by_common.lock() {
-            m.insert(common.to_path_buf(), state);
+            m.insert(
+                common.to_path_buf(),
+                Last {
+                    state,
+                    own: own.to_vec(),
+                    head,
+                    at: std::time::Instant::now(),
+                    lease,
+                },
+            );
         }
     }
 }
@@ -388,12 +445,12 @@ mod tests {
         // One item's state, kept after it; the next item (another branch of its own) starts
         // from it, after a change made between the two.
         let one = ["refs/heads/one".to_string()];
-        let first = last.capture(g, &one, true);
-        last.keep(g, first.capture_after(g, &one, true));
+        let first = last.capture(g, &one, true, None);
+        last.keep(g, first.capture_after(g, &one, true), &one, true, None);
         std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\nx\n").unwrap();
         std::fs::write(g.join("refs/tags/v1"), "c\n").unwrap();
         let two = ["refs/heads/two".to_string()];
-        let chained = last.capture(g, &two, false);
+        let chained = last.capture(g, &two, false, None);
         let fresh = SharedState::capture(g, &two, false);
         assert_eq!(
             chained.files.keys().collect::<Vec<_>>(),
@@ -415,5 +472,59 @@ mod tests {
             fresh.changes(&fresh.capture_after(g, &two, false)),
             chained.changes(&after)
         );
+    }
+
+    /// The capture after an item stands for the next one's before only moments later, of the
+    /// same refs, with the repository's lease record as it was: a change another run made in
+    /// between (it wrote its own record) or made longer ago is not put on the next item.
+    #[test]
+    fn the_last_capture_stands_for_the_next_only_moments_later_with_no_other_run_between() {
+        let d = tempfile::tempdir().unwrap();
+        let g = d.path();
+        for dir in ["hooks", "info", "refs/heads", "refs/tags"] {
+            std::fs::create_dir_all(g.join(dir)).unwrap();
+        }
+        std::fs::write(g.join("config"), "[core]\n").unwrap();
+        std::fs::write(g.join("refs/heads/main"), "a\n").unwrap();
+        let own = ["refs/heads/main".to_string()];
+        let ours: LeaseMark = (1, 2, 3, 4, 5, 6, 7);
+        let theirs: LeaseMark = (1, 9, 3, 4, 5, 6, 7);
+        let last = LastCaptures::default();
+        let kept = |last: &LastCaptures| {
+            let state = SharedState::capture(g, &own, false);
+            last.keep(g, state.clone(), &own, false, Some(ours));
+            state
+        };
+        let tag = |n: &str| std::fs::write(g.join("refs/tags").join(n), "t\n").unwrap();
+        // The same run, moments later: the kept state as it is (a tag made in between is the
+        // next item's to answer for, as one made while it runs would be).
+        let state = kept(&last);
+        tag("between");
+        assert_eq!(last.capture(g, &own, false, Some(ours)), state);
+        // Another run took the lease in between: taken anew.
+        let state = kept(&last);
+        tag("other-run");
+        let anew = last.capture(g, &own, false, Some(theirs));
+        assert_eq!(state.changes(&anew), ["`refs/tags/other-run` added"]);
+        // No lease record, other refs, or later than moments: taken anew.
+        for (n, (lease, refs, wait)) in [
+            (None, &own[..], false),
+            (Some(ours), &[][..], false),
+            (Some(ours), &own[..], true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            kept(&last);
+            if wait {
+                std::thread::sleep(RECENT_ENOUGH + std::time::Duration::from_millis(20));
+            }
+            tag(&format!("t{n}"));
+            let got = last.capture(g, refs, false, lease);
+            assert!(
+                got.files.contains_key(&format!("refs/tags/t{n}")),
+                "{lease:?} {refs:?} {wait}"
+            );
+        }
     }
 }

@@ -358,6 +358,43 @@ items: [{{repo: c, id: t1}}, {{repo: c, id: t2}}]
     assert!(status.contains("`config` changed"), "{status}");
 }
 
+/// The item after another in the same checkout starts from the state the one before left (the
+/// capture after it, moments before): a change it makes is found all the same, and the one
+/// before, which changed nothing there, keeps its commit.
+#[test]
+fn a_change_by_the_second_item_in_a_checkout_is_found_after_a_clean_first() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let c = repo(&r.join("c"));
+    std::fs::write(
+        r.join("m.yaml"),
+        r#"version: 1
+name: tamper-second
+repositories: [{path: c}]
+worker:
+  run: 'echo "$RUNNER_ITEM" > "$RUNNER_ITEM.txt"; if [ "$RUNNER_ITEM" = t2 ]; then git config core.fsmonitor "touch evil"; fi'
+items: [{repo: c, id: t1}, {repo: c, id: t2}]
+"#,
+    )
+    .unwrap();
+    let out = runner()
+        .current_dir(r)
+        .args(["apply", "m.yaml", "--no-progress"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let report = common::latest_report(&r.join("runner-reports"));
+    let t1 = common::report_item(&report, "id", "t1");
+    let t2 = common::report_item(&report, "id", "t2");
+    assert_eq!(t1["outcome"], "completed", "{t1:#}");
+    assert!(t1["commit"].is_string(), "{t1:#}");
+    assert_eq!(t2["outcome"], "held", "{t2:#}");
+    let cause = t2["cause"].as_str().unwrap();
+    assert!(cause.contains("`config` changed"), "{cause}");
+    assert_eq!(git(&c, &["rev-list", "--count", "HEAD"]), "2");
+}
+
 /// An item reads what it wrote in its private `TMPDIR` (and in its worktree), though the
 /// workspace holding them did not exist before the run: the layer hiding the ledger beside it
 /// grants what exists when it is made, so the run makes the workspace first. (The reader of the

@@ -106,7 +106,9 @@ pub(super) fn watch(
         (None, None) => (Vec::new(), false),
     };
     Some(Watched {
-        before: cx.captures.capture(common, &own, head),
+        before: cx
+            .captures
+            .capture(common, &own, head, crate::lease::record_mark(common)),
         own,
         head,
     })
@@ -125,7 +127,8 @@ pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut super::cx::ItemRun) -> bool 
         let after = w.before.capture_after(common, &w.own, w.head);
         let changes = w.before.changes(&after);
         if changes.is_empty() {
-            icx.cx.captures.keep(common, after);
+            let lease = crate::lease::record_mark(common);
+            icx.cx.captures.keep(common, after, &w.own, w.head, lease);
             return true;
         }
         format!(
