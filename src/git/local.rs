@@ -53,8 +53,19 @@ pub use history::behind;
 pub(crate) use history::is_ancestor;
 use index::Index;
 pub(crate) use index::{PlainIndex, overexpands, plain_index_file};
+
+/// [`overexpands`], a small index read through the run's kept files ([`KeptFiles`]): an item's
+/// checkout's index, unchanged since it was read before the item, is not read again.
+pub(crate) fn index_overexpands(g: &super::repos::Repos, path: &Path) -> bool {
+    match g.kept_files().read(path, reads::SMALL_FILE) {
+        Ok(kept) => index::overexpands_bytes(&kept.bytes),
+        // Not there, not a regular file, or larger: as the file reader says.
+        Err(_) => overexpands(path),
+    }
+}
 pub use kept::KeptFiles;
 pub use reads::Reads;
+pub(crate) use reads::SMALL_FILE;
 use reads::{Oid, hex};
 pub(crate) use repo::{git_dirs, plain_config_text, removable_worktree};
 use repo::{linked_checkout, objects_of, plain_checkout, rewrites_history};

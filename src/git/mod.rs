@@ -33,13 +33,14 @@ pub use command::GitError;
 pub use command::command;
 use command::{base_command, checked, failed, run};
 pub use local::Reads;
-pub(crate) use local::overexpands as index_overexpands;
+pub(crate) use local::index_overexpands;
 pub use probe::*;
 pub use repos::Repos;
 pub use shared_state::{LastCaptures, LeaseMark, SharedState};
 use snapshot::flagged;
 pub use snapshot::{
-    BaseIndex, base_index, base_index_small, base_index_small_at, snapshot, snapshot_from,
+    BaseIndex, base_index, base_index_small, base_index_small_at, base_index_small_kept, snapshot,
+    snapshot_from,
 };
 pub(crate) use snapshot::{hidden_inputs, restore_snapshot, snapshot_tree};
 pub use special::PlantedListings;

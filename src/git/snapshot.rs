@@ -221,6 +221,27 @@ pub fn base_index_small(dir: &Path) -> Option<BaseIndex> {
     base_index_small_at(local::index_file(dir)?)
 }
 
+/// [`base_index_small_at`], an index of at most 8 KiB through the run's kept files
+/// ([`super::local::KeptFiles`]): one unchanged since the item before is not read again.
+pub fn base_index_small_kept(g: &Repos, path: std::path::PathBuf) -> Option<BaseIndex> {
+    match g.kept_files().read(&path, local::SMALL_FILE) {
+        Ok(kept) => {
+            let (secs, nanos) = kept.modified();
+            let written = std::time::UNIX_EPOCH
+                + std::time::Duration::new(u64::try_from(secs).ok()?, u32::try_from(nanos).ok()?);
+            Some(BaseIndex {
+                copy: Some(Kept::Bytes(kept.bytes.clone(), written)),
+                stamp: Some(kept.identity()),
+                path,
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            BaseIndex::of_looked(path, true, None).ok()
+        }
+        Err(_) => base_index_small_at(path),
+    }
+}
+
 /// [`base_index_small`] of the index at `path`.
 pub fn base_index_small_at(path: std::path::PathBuf) -> Option<BaseIndex> {
     match std::fs::symlink_metadata(&path) {

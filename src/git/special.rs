@@ -298,10 +298,11 @@ impl PlantedWalk<'_> {
                 return Err(why);
             }
         }
-        // Kept when the folder is as it was before the listing and had settled by then.
+        // Kept when the folder had settled before the listing and is as it was then (a folder
+        // just changed is not looked at again).
         if let Some(stamp) = stamp
-            && std::fs::symlink_metadata(dir).is_ok_and(|m| folder_stamp(&m) == stamp)
             && crate::support::fs::settled(stamp.3, stamp.4, self.now)
+            && std::fs::symlink_metadata(dir).is_ok_and(|m| folder_stamp(&m) == stamp)
         {
             let folders = listed.folders.clone();
             self.listings.keep(dir, listed);

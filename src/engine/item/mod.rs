@@ -287,7 +287,7 @@ async fn base_index(
 ) -> Result<Arc<git::BaseIndex>, String> {
     // A small index is copied on the loop, for less than a trip to the blocking pool costs.
     let small = match index_at {
-        Some(at) => git::base_index_small_at(at),
+        Some(at) => git::base_index_small_kept(g, at),
         None => git::base_index_small(dir),
     };
     if let Some(b) = small {

@@ -51,7 +51,11 @@ pub(super) fn planted_watch(
 }
 
 /// After the item's processes: what they planted, if anything, named.
-fn planted(p: &Planted, listings: &crate::git::PlantedListings) -> Option<String> {
+fn planted(
+    g: &crate::git::Repos,
+    p: &Planted,
+    listings: &crate::git::PlantedListings,
+) -> Option<String> {
     const LEFT: &str = "the item left what runner's git would wait on or follow";
     if let Some((dot, was)) = &p.dot_git {
         let same = std::fs::symlink_metadata(dot).is_ok_and(|m| m.is_file())
@@ -70,7 +74,7 @@ fn planted(p: &Planted, listings: &crate::git::PlantedListings) -> Option<String
     // Whatever the kernel allowed, the item could write its checkout's index; one made to
     // expand without bound is not handed to git, whose every command would hold it expanded.
     let index = p.own.as_deref().unwrap_or(&p.common).join("index");
-    if crate::git::index_overexpands(&index) {
+    if crate::git::index_overexpands(g, &index) {
         return Some(format!(
             "the item left an index git would exhaust memory on: `{}` is a version 4 index \
              whose paths expand to more than eight times its size",
@@ -118,7 +122,11 @@ pub(super) fn watch(
 /// the item is held and the repository is to be quarantined, with what changed.
 pub(super) fn unchanged(icx: &ItemCx<'_>, run: &mut super::cx::ItemRun) -> bool {
     let listings = &icx.cx.planted_listings;
-    let what = if let Some(why) = icx.planted.as_ref().and_then(|p| planted(p, listings)) {
+    let what = if let Some(why) = icx
+        .planted
+        .as_ref()
+        .and_then(|p| planted(&icx.cx.git, p, listings))
+    {
         why
     } else {
         let (Some(w), Some(common)) = (&icx.watched, &icx.repo.common_dir) else {

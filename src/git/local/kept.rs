@@ -75,6 +75,13 @@ impl KeptFile {
     pub(crate) fn modified(&self) -> (i64, i64) {
         (self.stamp.4, self.stamp.5)
     }
+
+    /// Device, inode, size, modification and change times (seconds, nanoseconds) of the file
+    /// kept: what `lstat` says of it for as long as it is unchanged.
+    pub(crate) fn identity(&self) -> (u64, u64, u64, i64, i64, i64, i64) {
+        let (dev, ino, _, size, m, mn, c, cn) = self.stamp;
+        (dev, ino, size, m, mn, c, cn)
+    }
 }
 
 impl KeptFiles {
