@@ -384,7 +384,7 @@ impl RecordsSeen {
 /// there is none, or it is not a regular file): a run that takes the lease writes its record
 /// anew unless the one there is its own, always as a new file renamed into place, so an
 /// unchanged stamp says no other run took the lease since.
-pub(crate) fn record_mark(common_dir: &Path) -> Option<crate::git::LeaseMark> {
+pub(crate) fn record_mark(common_dir: &Path) -> Option<(u64, u64, u64, i64, i64, i64, i64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(common_dir.join(RECORD_FILE)).ok()?;
     m.is_file().then(|| {

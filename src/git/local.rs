@@ -42,7 +42,6 @@ use objects::{Kind, Objects, Reach};
 mod heads;
 mod history;
 mod index;
-mod kept;
 mod reads;
 mod repo;
 
@@ -54,7 +53,7 @@ pub(crate) use history::is_ancestor;
 use index::Index;
 pub(crate) use index::{PlainIndex, overexpands, plain_index_file};
 
-/// [`overexpands`], a small index read through the run's kept files ([`KeptFiles`]): an item's
+/// [`overexpands`], a small index read through the run's kept files (`git::kept`): an item's
 /// checkout's index, unchanged since it was read before the item, is not read again.
 pub(crate) fn index_overexpands(g: &super::repos::Repos, path: &Path) -> bool {
     match g.kept_files().read(path, reads::SMALL_FILE) {
@@ -63,7 +62,6 @@ pub(crate) fn index_overexpands(g: &super::repos::Repos, path: &Path) -> bool {
         Err(_) => overexpands(path),
     }
 }
-pub use kept::KeptFiles;
 pub use reads::Reads;
 pub(crate) use reads::SMALL_FILE;
 use reads::{Oid, hex};

@@ -19,6 +19,7 @@
 
 mod command;
 mod config;
+mod kept;
 mod local;
 mod looked;
 mod probe;

@@ -2,11 +2,13 @@
 //! for that run and no longer.
 //!
 //! Runner asks a repository's configuration before its git calls (the filter drivers it turns
-//! off, who commits, how refs are logged, settings that leave a checkout or a diff to git), and a
-//! commit's tree after every worker pass. Each is learnt once per folder or commit and kept here,
-//! not in process-wide statics: every run (each round of `apply --loop`, which may sleep an hour
-//! between rounds while someone edits `~/.gitconfig` or a repository's `.git/config`) starts from
-//! what the files say then, and a test's lookups cannot leak into another's.
+//! off, who commits, how refs are logged, settings that leave a checkout or a diff to git), a
+//! commit's tree after every worker pass, and a checkout's small files (HEAD, its ref, the
+//! configuration, a small index) before and after every item. Each is learnt once per folder,
+//! commit or file stamp and kept here, not in process-wide statics: every run (each round of
+//! `apply --loop`, which may sleep an hour between rounds while someone edits `~/.gitconfig` or
+//! a repository's `.git/config`) starts from what the files say then, and a test's lookups
+//! cannot leak into another's.
 //!
 //! A handle is cheap to clone (one shared map); the session opens one before it plans and the
 //! drain's items share it.
@@ -47,7 +49,7 @@ struct Known {
     /// reads in process is hashed against its name), so its tree never changes.
     trees: Mutex<HashMap<[u8; 20], [u8; 20]>>,
     /// The small files of the checkouts read this run, kept while unchanged.
-    kept: super::local::KeptFiles,
+    kept: super::kept::KeptFiles,
 }
 
 /// The most commits a run remembers the trees of; past it the memory starts again (forgetting
@@ -55,8 +57,8 @@ struct Known {
 const TREES_KEPT: usize = 65_536;
 
 impl Repos {
-    /// The small files of the checkouts read this run ([`super::local::KeptFiles`]).
-    pub(super) fn kept_files(&self) -> &super::local::KeptFiles {
+    /// The small files of the checkouts read this run ([`super::kept::KeptFiles`]).
+    pub(super) fn kept_files(&self) -> &super::kept::KeptFiles {
         &self.0.kept
     }
 

@@ -222,7 +222,7 @@ pub fn base_index_small(dir: &Path) -> Option<BaseIndex> {
 }
 
 /// [`base_index_small_at`], an index of at most 8 KiB through the run's kept files
-/// ([`super::local::KeptFiles`]): one unchanged since the item before is not read again.
+/// ([`super::kept::KeptFiles`]): one unchanged since the item before is not read again.
 pub fn base_index_small_kept(g: &Repos, path: std::path::PathBuf) -> Option<BaseIndex> {
     match g.kept_files().read(&path, local::SMALL_FILE) {
         Ok(kept) => {

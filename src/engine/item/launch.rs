@@ -248,7 +248,10 @@ pub(super) fn command(
     // the repository's items), and nothing is in its place before it does.
     let usage = gate.is_none().then(|| usage_path(icx, n));
     if let Some(path) = usage.as_deref() {
-        if let Some(dir) = path.parent() {
+        // Made by the repository's first item: looked at, not made again.
+        if let Some(dir) = path.parent()
+            && !dir.is_dir()
+        {
             let _ = std::fs::create_dir_all(dir);
         }
         let _ = std::fs::remove_file(path);

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::kept::{KeptFile, KeptFiles};
 use super::objects::Reach;
+use crate::git::kept::{KeptFile, KeptFiles};
 
 /// A SHA-1 object name.
 pub(super) type Oid = [u8; 20];

@@ -1,7 +1,7 @@
 //! The small files of the run's checkouts (HEAD, refs, the configuration, a small index) as they
 //! were last read, each kept with the stamp `lstat` gave it then: read again only when the
-//! stamp moved, and what a reader concluded of them (the configuration is one this module
-//! reads, [`KeptFile::plain`]) concluded once. An item in a checkout reads them before its
+//! stamp moved, and what a reader concluded of them (whether a configuration is one the
+//! checkout reader reads, [`KeptFile::plain`]) concluded once. An item in a checkout reads them before its
 //! worker starts and again after it ended; for a short item that was some twenty system calls
 //! and a parse of the configuration each time, where one `lstat` a file now answers.
 //!
