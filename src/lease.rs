@@ -384,20 +384,8 @@ impl RecordsSeen {
 /// there is none, or it is not a regular file): a run that takes the lease writes its record
 /// anew unless the one there is its own, always as a new file renamed into place, so an
 /// unchanged stamp says no other run took the lease since.
-pub(crate) fn record_mark(common_dir: &Path) -> Option<(u64, u64, u64, i64, i64, i64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::symlink_metadata(common_dir.join(RECORD_FILE)).ok()?;
-    m.is_file().then(|| {
-        (
-            m.dev(),
-            m.ino(),
-            m.size(),
-            m.mtime(),
-            m.mtime_nsec(),
-            m.ctime(),
-            m.ctime_nsec(),
-        )
-    })
+pub(crate) fn record_mark(common_dir: &Path) -> Option<crate::support::fs::FileStamp> {
+    crate::support::fs::regular_file_stamp(&common_dir.join(RECORD_FILE))
 }
 
 /// Whether some process holds the lease of the repository whose common dir is `common_dir`.

@@ -76,9 +76,8 @@ impl KeptFile {
         (self.stamp.4, self.stamp.5)
     }
 
-    /// Device, inode, size, modification and change times (seconds, nanoseconds) of the file
-    /// kept: what `lstat` says of it for as long as it is unchanged.
-    pub(crate) fn identity(&self) -> (u64, u64, u64, i64, i64, i64, i64) {
+    /// What `lstat` says of the file kept for as long as it is unchanged.
+    pub(crate) fn identity(&self) -> crate::support::fs::FileStamp {
         let (dev, ino, _, size, m, mn, c, cn) = self.stamp;
         (dev, ino, size, m, mn, c, cn)
     }

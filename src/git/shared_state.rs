@@ -145,10 +145,10 @@ pub struct LastCaptures {
     by_common: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Last>>,
 }
 
-/// What says which run held a repository since: the stamp of its lease record (device, inode,
-/// size, modification and change times), which every run that takes the lease writes anew
-/// unless it is its own, and which is always replaced whole.
-pub type LeaseMark = (u64, u64, u64, i64, i64, i64, i64);
+/// What says which run held a repository since: the stamp of its lease record
+/// ([`crate::support::fs::FileStamp`]), which every run that takes the lease writes anew unless
+/// it is its own, and which is always replaced whole.
+pub type LeaseMark = crate::support::fs::FileStamp;
 
 /// How long after a capture the next item of the repository may start from it as it is.
 pub const RECENT_ENOUGH: std::time::Duration = std::time::Duration::from_millis(100);

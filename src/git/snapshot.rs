@@ -133,26 +133,15 @@ pub struct BaseIndex {
     stamp: Option<IndexStamp>,
 }
 
-/// Device, inode, size, modification and change times (seconds, nanoseconds): a file written,
-/// replaced or touched since has another (the change time cannot be set back).
-type IndexStamp = (u64, u64, u64, i64, i64, i64, i64);
+/// What `lstat` said of the index ([`crate::support::fs::FileStamp`]).
+type IndexStamp = crate::support::fs::FileStamp;
 
 fn index_stamp(path: &Path) -> Option<IndexStamp> {
-    let m = std::fs::symlink_metadata(path).ok()?;
-    m.is_file().then(|| stamp_of(&m))
+    crate::support::fs::regular_file_stamp(path)
 }
 
 fn stamp_of(m: &std::fs::Metadata) -> IndexStamp {
-    use std::os::unix::fs::MetadataExt;
-    (
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec(),
-    )
+    crate::support::fs::file_stamp(m)
 }
 
 /// Where the copy of an index is kept.

@@ -183,6 +183,32 @@ pub(crate) fn copy_regular(from: &Path, to: &Path) -> std::io::Result<u64> {
     std::fs::copy(from, to)
 }
 
+/// What `lstat` says of a regular file that changes with any change to it: device, inode, size,
+/// modification and change times (seconds, nanoseconds). A file written, replaced or touched
+/// has another (its owner cannot set the change time back).
+pub(crate) type FileStamp = (u64, u64, u64, i64, i64, i64, i64);
+
+/// The [`FileStamp`] of `m`.
+pub(crate) fn file_stamp(m: &std::fs::Metadata) -> FileStamp {
+    use std::os::unix::fs::MetadataExt;
+    (
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    )
+}
+
+/// The [`FileStamp`] of the regular file at `path`, not following a link; `None` when there is
+/// none.
+pub(crate) fn regular_file_stamp(path: &Path) -> Option<FileStamp> {
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_file().then(|| file_stamp(&m))
+}
+
 /// Whether something whose change time is `secs` and `nanos` (a folder's: the kernel's, which
 /// its owner cannot set back) had been unchanged for a second at `at`: a listing taken then
 /// still holds while the change time stays. A change within the same clock tick as the last
