@@ -1,9 +1,10 @@
 //! The small files of the run's checkouts (HEAD, refs, the configuration, a small index) as they
 //! were last read, each kept with the stamp `lstat` gave it then: read again only when the
 //! stamp moved, and what a reader concluded of them (whether a configuration is one the
-//! checkout reader reads, [`KeptFile::plain`]) concluded once. An item in a checkout reads them before its
-//! worker starts and again after it ended; for a short item that was some twenty system calls
-//! and a parse of the configuration each time, where one `lstat` a file now answers.
+//! checkout reader reads, [`KeptFile::plain`]) concluded once. An item in a checkout reads them
+//! before its worker starts and again after it ended; for a short item that was some twenty
+//! system calls and a parse of the configuration each time, where one `lstat` a file now
+//! answers.
 //!
 //! Why a kept file is never stale: it is kept only when its change time was a second old before
 //! it was read (the kernel sets that time on any write, truncation, rename over or mode change,
@@ -22,20 +23,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// What `lstat` says of a regular file that changes with any change to it.
-type Stamp = (u64, u64, u32, u64, i64, i64, i64, i64);
+use crate::support::fs::FileStamp;
+
+/// What `lstat` says of a regular file that changes with any change to it: its mode (a file
+/// made unreadable is read again, and fails), and its [`FileStamp`].
+type Stamp = (u32, FileStamp);
 
 fn stamp(m: &std::fs::Metadata) -> Stamp {
-    (
-        m.dev(),
-        m.ino(),
-        m.mode(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec(),
-    )
+    (m.mode(), crate::support::fs::file_stamp(m))
 }
 
 /// The most bytes of files kept at once.
@@ -73,13 +68,12 @@ pub(crate) struct KeptFile {
 impl KeptFile {
     /// When the file was last modified, as git's index records it (seconds, nanoseconds).
     pub(crate) fn modified(&self) -> (i64, i64) {
-        (self.stamp.4, self.stamp.5)
+        (self.stamp.1.3, self.stamp.1.4)
     }
 
     /// What `lstat` says of the file kept for as long as it is unchanged.
-    pub(crate) fn identity(&self) -> crate::support::fs::FileStamp {
-        let (dev, ino, _, size, m, mn, c, cn) = self.stamp;
-        (dev, ino, size, m, mn, c, cn)
+    pub(crate) fn identity(&self) -> FileStamp {
+        self.stamp.1
     }
 }
 

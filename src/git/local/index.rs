@@ -47,34 +47,33 @@ impl Index {
 
     /// [`Index::read`], of the index file at `path`.
     pub(super) fn read_file(path: &Path, reads: Reads) -> Option<Index> {
-        let absent = || {
-            Some(Index {
-                entries: Vec::new(),
-                tree: Some(EMPTY_TREE),
-                written: (0, 0),
-            })
+        // Through the run's kept files its bytes and when it was written are of one stamp;
+        // else it is looked at again once read.
+        let read = match reads.kept(path) {
+            Some(kept) => kept.map(|k| {
+                let (secs, nanos) = k.modified();
+                (k.bytes.clone(), Some((secs as u32, nanos as u32)))
+            }),
+            None => reads.bytes(path).map(|data| (data, None)),
         };
-        // Kept: its bytes and when it was written are those of one stamp.
-        if let Some(kept) = reads.kept(path) {
-            let kept = match kept {
-                Ok(k) => k,
-                Err(e) if e.kind() == ErrorKind::NotFound => return absent(),
-                Err(_) => return None,
-            };
-            let (secs, nanos) = kept.modified();
-            let mut index = parse(&kept.bytes, (secs as u32, nanos as u32))?;
-            if index.entries.is_empty() {
-                index.tree = Some(EMPTY_TREE);
+        let (data, written) = match read {
+            Ok(r) => r,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Some(Index {
+                    entries: Vec::new(),
+                    tree: Some(EMPTY_TREE),
+                    written: (0, 0),
+                });
             }
-            return Some(index);
-        }
-        let data = match reads.bytes(path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == ErrorKind::NotFound => return absent(),
             Err(_) => return None,
         };
-        let meta = std::fs::metadata(path).ok()?;
-        let written = (meta.mtime() as u32, meta.mtime_nsec() as u32);
+        let written = match written {
+            Some(w) => w,
+            None => {
+                let meta = std::fs::metadata(path).ok()?;
+                (meta.mtime() as u32, meta.mtime_nsec() as u32)
+            }
+        };
         let mut index = parse(&data, written)?;
         if index.entries.is_empty() {
             index.tree = Some(EMPTY_TREE);
